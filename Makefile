@@ -1,0 +1,127 @@
+# seer — build, test and run.
+#
+#   make setup     install Debian deps, build, run the example (README step 1)
+#   make test      unit + integration tests, then the sanitizer runs (README step 2)
+#   make           build bin/ and lib/ (release)
+#   make asan      ASan+UBSan build, unit and integration tests under it
+#   make tsan      TSan build, unit tests and the ring/prefetcher stress under it
+#
+# Variants build into build/<variant>/; the release variant also fills bin/ and lib/.
+
+V ?= release
+CC ?= gcc
+PY := /usr/bin/python3
+B := build/$(V)
+
+ifeq ($(V),release)
+  OPT := -O2
+  BIN := bin
+  LIB := lib
+else ifeq ($(V),asan)
+  OPT := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+  BIN := $(B)/bin
+  LIB := $(B)/lib
+else ifeq ($(V),tsan)
+  OPT := -O1 -fsanitize=thread -fno-omit-frame-pointer
+  BIN := $(B)/bin
+  LIB := $(B)/lib
+else
+  $(error unknown variant V=$(V): release, asan or tsan)
+endif
+
+SONAME := libseer.so.0
+SOVER := 0.1.0
+PKGS := libxxhash inih zlib
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CRIT_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
+
+CFLAGS := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -g $(OPT) \
+	-fPIC -fvisibility=hidden -Iinclude -MMD -MP $(PKG_CFLAGS)
+LDFLAGS := $(filter -fsanitize=%,$(OPT))
+LIBS := $(PKG_LIBS) -lpthread -lm
+
+# modules shared by the daemon, the tools and the tests
+CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c \
+	src/plan.c
+CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
+DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+CORE_OBJ := $(call obj,$(CORE_SRC))
+CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
+UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
+TOOLS := $(BIN)/seer-trainer
+
+.PHONY: all setup deps demo test unit integration asan tsan sanitize clean
+all: $(BIN)/seerd $(LIB)/libseer.so $(TOOLS)
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/libcore.a: $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN)/seerd: $(DAEMON_OBJ) $(B)/libcore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(LIB)/libseer.so.$(SOVER): $(CLIENT_OBJ) client/libseer.map
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=client/libseer.map \
+		-Wl,--no-undefined -o $@ $(CLIENT_OBJ) -lpthread
+
+$(LIB)/libseer.so: $(LIB)/libseer.so.$(SOVER)
+	ln -sf libseer.so.$(SOVER) $(LIB)/$(SONAME)
+	ln -sf libseer.so.$(SOVER) $@
+
+# a C trainer used by the example and the tests (links the public library only)
+$(BIN)/seer-trainer: $(B)/obj/tests/integration/trainer.o $(LIB)/libseer.so
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< -L$(LIB) -lseer -Wl,-rpath,'$$ORIGIN/../lib' -lz
+
+$(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/libcore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(LIBS)
+
+deps:
+	@scripts/deps.sh
+
+# README step 1: everything a new machine needs, then the example job
+setup: deps
+	$(MAKE) all
+	$(MAKE) demo
+
+demo: all
+	@scripts/demo.sh
+
+unit: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t --jobs 1; done
+
+integration: all
+	@V=$(V) BIN=$(BIN) LIB=$(LIB) tests/integration/run.sh
+
+# README step 2
+test: all
+	$(MAKE) unit
+	$(MAKE) integration
+	$(MAKE) sanitize
+
+sanitize:
+	$(MAKE) V=asan unit integration
+	$(MAKE) V=tsan unit
+
+asan:
+	$(MAKE) V=asan all unit integration
+
+tsan:
+	$(MAKE) V=tsan all unit
+
+clean:
+	rm -rf build bin lib
+
+-include $(shell find build -name '*.d' 2>/dev/null)

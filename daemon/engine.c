@@ -1,0 +1,1515 @@
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../src/iopool.h"
+#include "../src/plan.h"
+#include "../src/ring.h"
+#include "../src/sampler.h"
+#include "../src/shm.h"
+#include "../src/util.h"
+#include "seer.h"
+
+/* per-sample cache state: ABSENT, READY, or loading by task (index + 2) */
+enum { CS_ABSENT = 0, CS_READY = 1, CS_TASK0 = 2 };
+
+enum sl_state { SL_FREE = 0, SL_PREP, SL_READY, SL_PUB, SL_REL };
+
+struct tslot {
+	uint8_t st;
+	uint32_t pending;   /* samples still loading */
+	int32_t status;     /* first error of the batch */
+	uint64_t g;         /* global batch index */
+	uint64_t vend;      /* staging head after this batch's allocation */
+};
+
+/* A trainer's staging: a ring allocator over [base, base + cap) of the arena,
+ * in virtual positions that only grow (physical = v % cap). Batches allocate
+ * in order and are reclaimed in order. */
+struct stg {
+	uint64_t base, cap;
+	uint64_t vhead, vtail;
+};
+
+struct trainer {
+	uint32_t rank;
+	bool known;           /* connected at least once */
+	bool attached;        /* a live session */
+	bool resetting;       /* waiting for in-flight reads before a restart */
+	bool seek_pending;
+	bool done;            /* released the job's last batch */
+	uint64_t restart_g;   /* where the stream restarts after the reset */
+	int pending_sock;     /* a reconnect waiting for the reset, or -1 */
+	struct seer_msg_hello pending_hello;
+	pid_t pending_pid;
+
+	uint32_t gen;         /* session generation: stale completions are ignored */
+	int sock, efd;
+	pid_t pid;
+	struct shm_seg out_seg, in_seg;
+	struct seer_ctrl_out *co;
+	struct seer_ctrl_in *ci;
+	struct ring out, rel;
+	struct tslot *slots;
+	uint32_t nslots;
+
+	uint64_t next_prep, next_pub, tail_g;
+	uint64_t resume_g;
+	struct stg stg;
+	uint32_t inflight;    /* reads in flight into this trainer's staging */
+
+	uint64_t batches, samples, bytes;
+	uint64_t attach_ns;
+	bool blocked;         /* could not prepare: waits for a release or take */
+};
+
+struct waiter {
+	uint32_t rank, gen;
+	uint64_t g;
+};
+
+struct etask {
+	struct io_task io;    /* first: the pool hands back io pointers */
+	uint32_t id;
+	uint32_t sample;
+	bool to_cache;
+	bool fill;
+	int32_t stage_rank;   /* staging owner, or -1 */
+	uint64_t dst_off, len;
+	uint64_t epoch;       /* for the statistics */
+	uint32_t nw, capw;
+	struct waiter *w;
+	struct waiter w_inline[2];
+	uint32_t attempts;
+	char err[SEER_ERRMSG_MAX];
+	struct etask *free_next;
+};
+
+struct epoch_stats {
+	uint64_t samples, bytes;             /* delivered */
+	uint64_t ram_samples, ram_bytes;     /* served from the RAM cache */
+	uint64_t pfs_samples, pfs_bytes;     /* read from the PFS */
+	uint64_t failed;
+	double t_done;                       /* when the last local trainer finished it */
+};
+
+#define TASK_CHUNK 1024
+
+struct engine {
+	const struct seer_config *cfg;
+	struct catalog *cat;
+	uint32_t node, nnodes;
+	int epfd;
+
+	struct smp_shape sh;
+	struct smp_cache smp;
+	uint32_t world;
+	uint64_t end;            /* epochs * bpe */
+	uint64_t default_start;  /* from [job] resume */
+	bool shape_ready;
+
+	struct plan plan;
+	bool plan_ready;
+	uint64_t first_epoch;
+	uint32_t *rank_node;     /* world entries */
+	uint32_t nlocal;
+	uint32_t *local_ranks;
+
+	struct shm_seg arena;
+	uint8_t *abase;
+	uint64_t cache_base, cache_cap, stage_base, stage_cap;
+	uint32_t *cstate;
+	uint64_t cache_planned, cache_loaded, cache_loaded_bytes;
+
+	struct iopool pool;
+	bool pool_started;
+	_Atomic bool stopping;   /* read by workers between retries */
+	bool draining;
+	struct etask **chunks;
+	uint32_t nchunks;
+	struct etask *free_tasks;
+	struct io_task **sub;
+	uint32_t nsub, capsub;
+
+	struct trainer *tr;      /* world entries once known */
+	uint32_t nslots;
+
+	uint64_t fill_g;
+	uint32_t fill_r;
+	uint32_t fill_inflight;
+	uint64_t fill_left;
+
+	struct epoch_stats *es;
+	uint64_t nes;
+	uint64_t epochs_done;
+	double t_plan;
+	double t_start;
+	double t_last_progress;
+	double t_last_wait_warn;
+	uint32_t *ids;           /* batch scratch */
+	char fatal[SEER_ERRMSG_MAX];
+};
+
+static struct epoch_stats *estats(struct engine *e, uint64_t epoch)
+{
+	if (epoch >= e->nes) {
+		uint64_t n = MAX(epoch + 1, e->nes * 2);
+		e->es = xrealloc(e->es, n * sizeof(*e->es));
+		memset(e->es + e->nes, 0, (n - e->nes) * sizeof(*e->es));
+		e->nes = n;
+	}
+	return &e->es[epoch];
+}
+
+/* ---- tasks ------------------------------------------------------------------ */
+
+static struct etask *task_get(struct engine *e, uint32_t id)
+{
+	return &e->chunks[id / TASK_CHUNK][id % TASK_CHUNK];
+}
+
+static struct etask *task_new(struct engine *e)
+{
+	if (!e->free_tasks) {
+		e->chunks = xrealloc(e->chunks, (e->nchunks + 1) * sizeof(*e->chunks));
+		struct etask *c = xcalloc(TASK_CHUNK, sizeof(*c));
+		e->chunks[e->nchunks] = c;
+		for (uint32_t i = TASK_CHUNK; i-- > 0;) {
+			c[i].id = e->nchunks * TASK_CHUNK + i;
+			c[i].free_next = e->free_tasks;
+			e->free_tasks = &c[i];
+		}
+		e->nchunks++;
+	}
+	struct etask *t = e->free_tasks;
+	e->free_tasks = t->free_next;
+	uint32_t id = t->id;
+	memset(t, 0, sizeof(*t));
+	t->id = id;
+	t->w = t->w_inline;
+	t->capw = ARRAY_SIZE(t->w_inline);
+	t->stage_rank = -1;
+	return t;
+}
+
+static void task_free(struct engine *e, struct etask *t)
+{
+	if (t->w != t->w_inline)
+		free(t->w);
+	t->w = NULL;
+	t->free_next = e->free_tasks;
+	e->free_tasks = t;
+}
+
+static void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g)
+{
+	if (t->nw == t->capw) {
+		uint32_t cap = t->capw * 2;
+		struct waiter *w = xmalloc(cap * sizeof(*w));
+		memcpy(w, t->w, t->nw * sizeof(*w));
+		if (t->w != t->w_inline)
+			free(t->w);
+		t->w = w;
+		t->capw = cap;
+	}
+	t->w[t->nw++] = (struct waiter){ rank, gen, g };
+}
+
+static void task_submit(struct engine *e, struct etask *t, uint64_t key)
+{
+	t->io.key = key;
+	if (e->nsub == e->capsub) {
+		e->capsub = MAX(e->capsub * 2, 256);
+		e->sub = xrealloc(e->sub, e->capsub * sizeof(*e->sub));
+	}
+	e->sub[e->nsub++] = &t->io;
+}
+
+static void flush_submissions(struct engine *e)
+{
+	iopool_submit(&e->pool, e->sub, e->nsub);
+	e->nsub = 0;
+}
+
+/* ---- worker side --------------------------------------------------------------- */
+
+static bool transient(int rc)
+{
+	return rc < 0 && rc > -4096 && rc != -ESTALE && rc != -ENAMETOOLONG && rc != -ERANGE;
+}
+
+static void *worker_init(void *ctx, unsigned idx)
+{
+	(void)idx;
+	struct engine *e = ctx;
+	struct cat_reader *rd = xmalloc(sizeof(*rd));
+	cat_reader_init(rd, e->cat);
+	return rd;
+}
+
+static void worker_fini(void *tls, void *ctx)
+{
+	(void)ctx;
+	cat_reader_fini(tls);
+	free(tls);
+}
+
+static void worker_exec(struct io_task *io, void *tls, void *ctx)
+{
+	struct engine *e = ctx;
+	struct etask *t = (struct etask *)io;
+	struct cat_reader *rd = tls;
+	uint8_t *dst = e->abase + t->dst_off;
+	int rc;
+	double backoff_ms = e->cfg->retry_backoff_ms;
+	for (uint32_t attempt = 0;; attempt++) {
+		rc = cat_read(rd, t->sample, dst);
+		t->attempts = attempt + 1;
+		if (rc == 0 || !transient(rc) || attempt >= e->cfg->retries ||
+		    atomic_load_explicit(&e->stopping, memory_order_relaxed))
+			break;
+		sleep_ns((uint64_t)(backoff_ms * 1e6));
+		backoff_ms *= 2;
+	}
+	if (rc != 0) {
+		str_copy(t->err, sizeof(t->err), rd->err);
+		if (t->attempts > 1) {
+			char tail[40];
+			snprintf(tail, sizeof(tail), " (after %u attempts)", t->attempts);
+			size_t n = strlen(t->err), m = strlen(tail);
+			if (n + m >= sizeof(t->err))
+				n = sizeof(t->err) - m - 1;
+			memcpy(t->err + n, tail, m + 1);
+		}
+	}
+	io->status = rc;
+}
+
+/* ---- staging ------------------------------------------------------------------- */
+
+static int stg_alloc(struct stg *s, uint64_t need, uint64_t *off)
+{
+	if (need == 0) {
+		*off = s->base;
+		return 0;
+	}
+	if (need > s->cap)
+		return -1;
+	uint64_t phys = s->vhead % s->cap;
+	uint64_t pad = phys + need > s->cap ? s->cap - phys : 0;
+	if (s->vhead + pad + need - s->vtail > s->cap)
+		return -1;
+	*off = s->base + (s->vhead + pad) % s->cap;
+	s->vhead += pad + need;
+	return 0;
+}
+
+static uint64_t stg_used(const struct stg *s) { return s->vhead - s->vtail; }
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static struct seer_wire_slot *wslot(struct trainer *t, uint32_t idx)
+{
+	return (struct seer_wire_slot *)((uint8_t *)t->co + t->co->slots_off + t->co->slot_stride * idx);
+}
+
+static bool local_ram(const struct engine *e, uint32_t s)
+{
+	return e->plan.tier[s] == PLAN_RAM && e->plan.owner[s] == e->node;
+}
+
+static void ep_add(struct engine *e, int fd, uint64_t tag)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
+	if (epoll_ctl(e->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+		log_error("epoll_ctl add: %s", strerror(errno));
+}
+
+static void ep_del(struct engine *e, int fd)
+{
+	epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+static void ring_doorbell(struct trainer *t)
+{
+	atomic_fetch_add_explicit(&t->co->doorbell, 1, memory_order_release);
+	/* pairs with the trainer's fence between setting `waiting` and its
+	 * last look at the ring before it sleeps */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&t->ci->waiting, memory_order_relaxed))
+		futex_wake_all(&t->co->doorbell);
+}
+
+/* ---- the plan ------------------------------------------------------------------------ */
+
+static int check_staging(struct engine *e, char *err, size_t errlen)
+{
+	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
+	per &= ~(uint64_t)(PLAN_RAM_ALIGN - 1);
+	uint64_t need = (uint64_t)e->sh.batch * ALIGN_UP(e->cat->max_len, (uint64_t)PLAN_RAM_ALIGN);
+	if (e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1)
+		return 0; /* every sample lives in the RAM cache: staging stays unused */
+	if (per < need) {
+		char a[32], b[32], c[32];
+		snprintf(err, errlen,
+			 "[cache] staging = %s gives each of the node's %u trainers %s, less than one "
+			 "batch of the largest samples (%u x %s): set staging to at least %s",
+			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
+			 e->sh.batch, fmt_size(c, sizeof(c), e->cat->max_len),
+			 fmt_size(c, sizeof(c), need * e->nlocal));
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+static void make_plan(struct engine *e)
+{
+	struct plan_cap cap = { .ram = e->cache_cap, .nvme = 0 };
+	struct plan_cap *caps = xcalloc(e->nnodes, sizeof(*caps));
+	for (uint32_t k = 0; k < e->nnodes; k++)
+		caps[k] = cap;
+	uint64_t t0 = now_ns();
+	if (plan_build(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node, e->nnodes, caps) != 0) {
+		log_error("out of memory building the placement plan");
+		abort();
+	}
+	free(caps);
+	e->plan_ready = true;
+	e->t_plan = now_s();
+	for (uint64_t s = 0; s < e->cat->nsamples; s++)
+		if (local_ram(e, (uint32_t)s))
+			e->cache_planned++;
+	e->fill_left = e->cache_planned;
+	e->fill_g = e->first_epoch * e->sh.bpe;
+	char a[32], b[32], c[32];
+	uint64_t D = e->cat->total_bytes, C = MIN(e->plan.cached_bytes, D), E = e->cfg->epochs;
+	log_info("plan: %llu of %llu samples (%s of %s) cached in RAM (cap %s) in %.2f s; "
+		 "optimal PFS reads over %llu epochs: %.2fx the dataset",
+		 (unsigned long long)e->plan.cached_samples, (unsigned long long)e->cat->nsamples,
+		 fmt_size(a, sizeof(a), e->plan.cached_bytes), fmt_size(b, sizeof(b), D),
+		 fmt_size(c, sizeof(c), e->cache_cap), (double)(now_ns() - t0) / 1e9,
+		 (unsigned long long)E,
+		 ((double)D + (double)(D - C) * (double)(E - e->first_epoch - 1)) / (double)D);
+	/* staging: split among the node's trainers */
+	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(uint64_t)(PLAN_RAM_ALIGN - 1);
+	for (uint32_t i = 0; i < e->nlocal; i++) {
+		struct trainer *t = &e->tr[e->local_ranks[i]];
+		t->stg = (struct stg){ .base = e->stage_base + per * i, .cap = per };
+	}
+}
+
+/* Shape and plan once the world size is known (single node: at the first
+ * trainer; the multi-node path agrees on the rank map first). */
+static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
+{
+	const struct seer_config *cfg = e->cfg;
+	int rc = smp_shape_init(&e->sh, e->cat->nsamples, cfg->seed, world, (uint32_t)cfg->batch_size,
+				cfg->drop_last, cfg->shuffle);
+	if (rc != 0) {
+		snprintf(err, errlen, "%llu samples over %u trainers with batch_size %llu%s give no "
+			 "batch: lower [job] batch_size",
+			 (unsigned long long)e->cat->nsamples, world,
+			 (unsigned long long)cfg->batch_size, cfg->drop_last ? " and drop_last" : "");
+		return SEER_ECONFIG;
+	}
+	if (smp_cache_init(&e->smp, &e->sh) != 0) {
+		snprintf(err, errlen, "out of memory for the epoch permutations");
+		return -ENOMEM;
+	}
+	e->world = world;
+	e->end = cfg->epochs * e->sh.bpe;
+	uint64_t re, rs;
+	if (cfg_resume(cfg, &re, &rs) == 0) {
+		if (rs >= e->sh.bpe) {
+			snprintf(err, errlen, "[job] resume step %llu: an epoch has %llu steps",
+				 (unsigned long long)rs, (unsigned long long)e->sh.bpe);
+			return SEER_ECONFIG;
+		}
+		e->default_start = re * e->sh.bpe + rs;
+	}
+	e->tr = xcalloc(world, sizeof(*e->tr));
+	e->rank_node = xcalloc(world, sizeof(uint32_t));
+	e->local_ranks = xcalloc(world, sizeof(uint32_t));
+	e->ids = xcalloc(e->sh.batch, sizeof(uint32_t));
+	for (uint32_t r = 0; r < world; r++) {
+		e->tr[r].rank = r;
+		e->tr[r].sock = e->tr[r].efd = e->tr[r].pending_sock = -1;
+		e->tr[r].out_seg.fd = e->tr[r].in_seg.fd = -1;
+		e->tr[r].resume_g = e->default_start;
+	}
+	uint32_t ns = 4;
+	while (ns < e->cfg->lookahead + 4)
+		ns *= 2;
+	e->nslots = ns;
+	e->shape_ready = true;
+	if (e->nnodes == 1) {
+		/* every rank is local */
+		e->nlocal = world;
+		for (uint32_t r = 0; r < world; r++)
+			e->local_ranks[r] = r;
+		e->first_epoch = e->default_start / e->sh.bpe;
+		make_plan(e);
+		if (check_staging(e, err, errlen) != 0)
+			return SEER_ECONFIG;
+	}
+	return 0;
+}
+
+/* ---- create / destroy -------------------------------------------------------------- */
+
+int engine_create(struct engine **out, const struct engine_opts *o, char *err, size_t errlen)
+{
+	struct engine *e = xcalloc(1, sizeof(*e));
+	e->cfg = o->cfg;
+	e->cat = o->cat;
+	e->node = o->node;
+	e->nnodes = o->nnodes;
+	e->epfd = o->epfd;
+	e->t_start = now_s();
+	const struct catalog *cat = o->cat;
+
+	/* no point reserving more cache than the dataset (with alignment) */
+	uint64_t ds = cat->total_bytes + cat->nsamples * PLAN_RAM_ALIGN;
+	e->cache_cap = ALIGN_UP(MIN(o->cfg->ram, ds), 4096ull);
+	e->stage_cap = ALIGN_UP(o->cfg->staging, 4096ull);
+	uint64_t types_off = ALIGN_UP(sizeof(struct seer_arena_hdr), 64ull);
+	uint64_t data_off = ALIGN_UP(types_off + (uint64_t)cat->ntypes * sizeof(struct seer_wire_type),
+				     4096ull);
+	e->cache_base = data_off;
+	e->stage_base = data_off + e->cache_cap;
+	uint64_t size = e->stage_base + e->stage_cap;
+	int rc = shm_create(&e->arena, "seer-arena", size);
+	if (rc != 0) {
+		snprintf(err, errlen, "cannot create the %llu-byte arena: %s",
+			 (unsigned long long)size, strerror(-rc));
+		free(e);
+		return rc;
+	}
+	e->abase = e->arena.base;
+	struct seer_arena_hdr *h = (void *)e->abase;
+	*h = (struct seer_arena_hdr){
+		.magic = SEER_MAGIC_ARENA, .version = SEER_PROTO_VERSION,
+		.creator_pid = (uint32_t)getpid(), .size = size, .types_off = types_off,
+		.ntypes = cat->ntypes, .data_off = data_off,
+	};
+	memcpy(e->abase + types_off, cat->types, cat->ntypes * sizeof(struct seer_wire_type));
+	if ((rc = shm_seal_readonly(&e->arena)) != 0) {
+		snprintf(err, errlen, "cannot seal the arena read-only for trainers: %s",
+			 strerror(-rc));
+		shm_destroy(&e->arena);
+		free(e);
+		return rc;
+	}
+	e->cstate = calloc(cat->nsamples, sizeof(uint32_t));
+	if (!e->cstate) {
+		snprintf(err, errlen, "out of memory");
+		shm_destroy(&e->arena);
+		free(e);
+		return -ENOMEM;
+	}
+	rc = iopool_start(&e->pool, (unsigned)o->cfg->io_threads, worker_exec, worker_init,
+			  worker_fini, e);
+	if (rc != 0) {
+		snprintf(err, errlen, "cannot start %llu I/O threads: %s",
+			 (unsigned long long)o->cfg->io_threads, strerror(-rc));
+		free(e->cstate);
+		shm_destroy(&e->arena);
+		free(e);
+		return rc;
+	}
+	e->pool_started = true;
+	ep_add(e, e->pool.done_efd, EP_TAG(EP_POOL, 0));
+	if (o->cfg->world_size > 0 && (rc = shape_init(e, (uint32_t)o->cfg->world_size, err, errlen))) {
+		engine_destroy(e);
+		return rc;
+	}
+	char a[32], b[32];
+	log_info("arena: %s RAM cache + %s staging, %llu I/O threads, lookahead %llu batches",
+		 fmt_size(a, sizeof(a), e->cache_cap), fmt_size(b, sizeof(b), e->stage_cap),
+		 (unsigned long long)o->cfg->io_threads, (unsigned long long)o->cfg->lookahead);
+	*out = e;
+	return 0;
+}
+
+static void trainer_close_session(struct engine *e, struct trainer *t)
+{
+	if (t->sock >= 0) {
+		ep_del(e, t->sock);
+		close(t->sock);
+		t->sock = -1;
+	}
+	if (t->efd >= 0) {
+		ep_del(e, t->efd);
+		close(t->efd);
+		t->efd = -1;
+	}
+	shm_destroy(&t->out_seg);
+	shm_destroy(&t->in_seg);
+	t->co = NULL;
+	t->ci = NULL;
+	free(t->slots);
+	t->slots = NULL;
+}
+
+void engine_destroy(struct engine *e)
+{
+	if (!e)
+		return;
+	atomic_store(&e->stopping, true);
+	if (e->pool_started) {
+		iopool_stop(&e->pool);
+		for (struct io_task *io = iopool_take_done(&e->pool); io;) {
+			struct io_task *next = io->next;
+			task_free(e, (struct etask *)io);
+			io = next;
+		}
+		iopool_destroy(&e->pool);
+	}
+	for (uint32_t r = 0; e->tr && r < e->world; r++) {
+		trainer_close_session(e, &e->tr[r]);
+		if (e->tr[r].pending_sock >= 0)
+			close(e->tr[r].pending_sock);
+	}
+	for (uint32_t i = 0; i < e->nchunks; i++) {
+		for (uint32_t k = 0; k < TASK_CHUNK; k++)
+			if (e->chunks[i][k].w && e->chunks[i][k].w != e->chunks[i][k].w_inline)
+				free(e->chunks[i][k].w);
+		free(e->chunks[i]);
+	}
+	free(e->chunks);
+	free(e->sub);
+	free(e->tr);
+	free(e->rank_node);
+	free(e->local_ranks);
+	free(e->ids);
+	free(e->cstate);
+	free(e->es);
+	plan_free(&e->plan);
+	if (e->shape_ready)
+		smp_cache_free(&e->smp);
+	shm_destroy(&e->arena);
+	free(e);
+}
+
+/* ---- trainer sessions ----------------------------------------------------------------- */
+
+static void send_refusal(int sock, int status, const char *fmt, ...) PRINTF_LIKE(3, 4);
+static void send_refusal(int sock, int status, const char *fmt, ...)
+{
+	struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = status };
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(w.msg, sizeof(w.msg), fmt, ap);
+	va_end(ap);
+	sock_send(sock, &w, sizeof(w), NULL, 0);
+}
+
+static void reset_stream(struct trainer *t, uint64_t start)
+{
+	for (uint32_t i = 0; t->slots && i < t->nslots; i++)
+		t->slots[i] = (struct tslot){ 0 };
+	t->stg.vhead = t->stg.vtail = 0;
+	t->next_prep = t->next_pub = t->tail_g = start;
+	t->resetting = false;
+	t->blocked = false;
+}
+
+static uint64_t first_unreleased(const struct trainer *t)
+{
+	for (uint64_t g = t->tail_g; g < t->next_pub; g++)
+		if (t->slots[g & (t->nslots - 1)].st == SL_PUB)
+			return g;
+	return t->next_pub;
+}
+
+static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid, uint64_t start)
+{
+	uint32_t ns = e->nslots;
+	uint64_t stride = seer_slot_stride(e->sh.batch);
+	uint64_t ring_off = sizeof(struct seer_ctrl_out);
+	uint64_t slots_off = ALIGN_UP(ring_off + 4ull * ns, (uint64_t)SEER_CACHELINE);
+	uint64_t out_size = ALIGN_UP(slots_off + stride * ns, 4096ull);
+	uint64_t in_ring = sizeof(struct seer_ctrl_in);
+	uint64_t in_size = ALIGN_UP(in_ring + 4ull * ns, 4096ull);
+	int rc = shm_create(&t->out_seg, "seer-ctrl-out", out_size);
+	if (rc == 0)
+		rc = shm_create(&t->in_seg, "seer-ctrl-in", in_size);
+	if (rc != 0) {
+		send_refusal(sock, rc, "daemon cannot create shared memory: %s", strerror(-rc));
+		goto fail;
+	}
+	t->co = t->out_seg.base;
+	t->ci = t->in_seg.base;
+	t->co->magic = SEER_MAGIC_CTOUT;
+	t->co->version = SEER_PROTO_VERSION;
+	t->co->creator_pid = (uint32_t)getpid();
+	t->co->size = out_size;
+	t->co->nslots = ns;
+	t->co->batch_size = e->sh.batch;
+	t->co->slot_stride = stride;
+	t->co->ring_off = ring_off;
+	t->co->slots_off = slots_off;
+	t->ci->magic = SEER_MAGIC_CTIN;
+	t->ci->version = SEER_PROTO_VERSION;
+	t->ci->nslots = ns;
+	t->ci->ring_off = in_ring;
+	if ((rc = shm_seal_readonly(&t->out_seg)) != 0) {
+		send_refusal(sock, rc, "daemon cannot seal shared memory: %s", strerror(-rc));
+		goto fail;
+	}
+	t->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (t->efd < 0) {
+		rc = -errno;
+		send_refusal(sock, rc, "daemon cannot create an eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	t->out = (struct ring){ .prod = &t->co->prod, .cons = &t->ci->cons,
+				.entries = (uint32_t *)((uint8_t *)t->co + ring_off), .mask = ns - 1 };
+	t->rel = (struct ring){ .prod = &t->ci->rel_prod, .cons = &t->co->rel_cons,
+				.entries = (uint32_t *)((uint8_t *)t->ci + in_ring), .mask = ns - 1 };
+	t->nslots = ns;
+	t->slots = xcalloc(ns, sizeof(*t->slots));
+
+	struct seer_msg_welcome w = {
+		.kind = SEER_MSG_WELCOME, .nsamples = e->cat->nsamples, .epochs = e->cfg->epochs,
+		.batches_per_epoch = e->sh.bpe, .start = start, .arena_size = e->arena.size,
+		.ctrl_out_size = out_size, .ctrl_in_size = in_size, .batch_size = e->sh.batch,
+		.nslots = ns, .node = e->node, .nodes = e->nnodes, .seed = e->cfg->seed,
+		.drop_last = e->cfg->drop_last,
+	};
+	int fds[SEER_WELCOME_NFDS] = { e->arena.fd, t->out_seg.fd, t->in_seg.fd, t->efd };
+	ssize_t n = sock_send(sock, &w, sizeof(w), fds, SEER_WELCOME_NFDS);
+	if (n != (ssize_t)sizeof(w)) {
+		rc = n < 0 ? (int)n : -EPIPE;
+		log_warn("trainer rank %u (pid %d) vanished during the handshake", t->rank, (int)pid);
+		goto fail;
+	}
+	t->sock = sock;
+	t->pid = pid;
+	t->attached = true;
+	t->known = true;
+	t->done = false;
+	t->gen++;
+	t->attach_ns = now_ns();
+	reset_stream(t, start);
+	ep_add(e, sock, EP_TAG(EP_TSOCK, t->rank));
+	ep_add(e, t->efd, EP_TAG(EP_TEFD, t->rank));
+	log_info("trainer rank %u/%u (pid %d) attached at epoch %llu step %llu", t->rank, e->world,
+		 (int)pid, (unsigned long long)(start / e->sh.bpe),
+		 (unsigned long long)(start % e->sh.bpe));
+	return 0;
+fail:
+	if (t->efd >= 0)
+		close(t->efd);
+	t->efd = -1;
+	shm_destroy(&t->out_seg);
+	shm_destroy(&t->in_seg);
+	t->co = NULL;
+	t->ci = NULL;
+	free(t->slots);
+	t->slots = NULL;
+	return rc;
+}
+
+int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pid_t pid)
+{
+	if (h->magic != SEER_MAGIC_HELLO || h->version != SEER_PROTO_VERSION) {
+		send_refusal(sock, SEER_EPROTO,
+			     "protocol version %u, this seerd speaks %u: use the libseer of the "
+			     "same seer build", h->version, SEER_PROTO_VERSION);
+		return SEER_EPROTO;
+	}
+	char job[SEER_JOBID_MAX];
+	memcpy(job, h->job_id, sizeof(job));
+	job[sizeof(job) - 1] = '\0';
+	if (strcmp(job, e->cfg->job_id) != 0) {
+		send_refusal(sock, SEER_EREFUSED, "job id '%s' does not match this seerd's '%s'", job,
+			     e->cfg->job_id);
+		return SEER_EREFUSED;
+	}
+	if (e->draining || atomic_load(&e->stopping)) {
+		send_refusal(sock, SEER_ESHUTDOWN, "seerd is shutting down");
+		return SEER_ESHUTDOWN;
+	}
+	if (h->world == 0 || h->rank >= h->world) {
+		send_refusal(sock, -EINVAL, "rank %u is not in [0, world size %u)", h->rank, h->world);
+		return -EINVAL;
+	}
+	if (!e->shape_ready) {
+		char err[SEER_ERRMSG_MAX];
+		int rc = shape_init(e, h->world, err, sizeof(err));
+		if (rc != 0) {
+			log_error("%s", err);
+			str_copy(e->fatal, sizeof(e->fatal), err);
+			send_refusal(sock, rc, "%s", err);
+			return rc;
+		}
+	}
+	if (h->world != e->world) {
+		send_refusal(sock, -EINVAL, "world size %u, but this job's trainers have world size %u",
+			     h->world, e->world);
+		return -EINVAL;
+	}
+	struct trainer *t = &e->tr[h->rank];
+	if (t->attached) {
+		send_refusal(sock, SEER_EREFUSED,
+			     "rank %u is already connected (pid %d): each rank connects once",
+			     h->rank, (int)t->pid);
+		return SEER_EREFUSED;
+	}
+	uint64_t start;
+	if (h->epoch == SEER_POS_RESUME) {
+		start = t->known ? t->resume_g : e->default_start;
+	} else {
+		if (h->epoch >= e->cfg->epochs || h->step >= e->sh.bpe) {
+			send_refusal(sock, -ERANGE, "start epoch %llu step %llu is past the job "
+				     "(%llu epochs of %llu steps)", (unsigned long long)h->epoch,
+				     (unsigned long long)h->step, (unsigned long long)e->cfg->epochs,
+				     (unsigned long long)e->sh.bpe);
+			return -ERANGE;
+		}
+		start = h->epoch * e->sh.bpe + h->step;
+	}
+	if (t->resetting) {
+		/* the previous session's reads are still landing in its staging */
+		if (t->pending_sock >= 0) {
+			send_refusal(sock, SEER_EREFUSED, "rank %u is already reconnecting", h->rank);
+			return SEER_EREFUSED;
+		}
+		t->pending_sock = sock;
+		t->pending_hello = *h;
+		t->pending_pid = pid;
+		return 0;
+	}
+	return open_session(e, t, sock, pid, start);
+}
+
+static void finish_reset(struct engine *e, struct trainer *t);
+
+static void detach(struct engine *e, struct trainer *t, bool evicted, const char *why)
+{
+	uint64_t resume = first_unreleased(t);
+	t->resume_g = resume;
+	if (evicted && t->co) {
+		atomic_store_explicit(&t->co->state, SEER_STATE_EVICTED, memory_order_release);
+		ring_doorbell(t);
+	}
+	if (!t->done || evicted)
+		log_info("trainer rank %u (pid %d) %s: %s; it resumes at epoch %llu step %llu",
+			 t->rank, (int)t->pid, evicted ? "evicted" : "detached", why,
+			 (unsigned long long)(resume / e->sh.bpe),
+			 (unsigned long long)(resume % e->sh.bpe));
+	trainer_close_session(e, t);
+	t->attached = false;
+	t->gen++;
+	t->restart_g = resume;
+	t->resetting = true;
+	if (t->inflight == 0)
+		finish_reset(e, t);
+}
+
+static void finish_reset(struct engine *e, struct trainer *t)
+{
+	reset_stream(t, t->restart_g);
+	if (t->seek_pending && t->attached) {
+		t->seek_pending = false;
+		struct seer_msg_seek r = {
+			.kind = SEER_MSG_SEEK_OK, .start = t->restart_g,
+			.prod = atomic_load_explicit(&t->co->prod, memory_order_relaxed),
+		};
+		if (sock_send(t->sock, &r, sizeof(r), NULL, 0) != (ssize_t)sizeof(r))
+			detach(e, t, false, "connection lost during seek");
+		return;
+	}
+	if (t->pending_sock >= 0) {
+		int sock = t->pending_sock;
+		t->pending_sock = -1;
+		const struct seer_msg_hello h = t->pending_hello;
+		uint64_t start = h.epoch == SEER_POS_RESUME ? t->resume_g : h.epoch * e->sh.bpe + h.step;
+		if (open_session(e, t, sock, t->pending_pid, start) != 0)
+			close(sock);
+	}
+}
+
+static void evict(struct engine *e, struct trainer *t, const char *why)
+{
+	log_warn("trainer rank %u (pid %d) sent invalid control data (%s): disconnecting it",
+		 t->rank, (int)t->pid, why);
+	detach(e, t, true, why);
+}
+
+static void handle_seek(struct engine *e, struct trainer *t, const struct seer_msg_seek *m);
+
+static void releases(struct engine *e, struct trainer *t);
+
+static void on_trainer_sock(struct engine *e, struct trainer *t)
+{
+	union {
+		struct seer_msg_seek seek;
+		char raw[512];
+	} m;
+	ssize_t n = sock_recv(t->sock, &m, sizeof(m), NULL, NULL, 0);
+	if (n == 0 || n == -ECONNRESET) {
+		releases(e, t); /* what it released before leaving counts */
+		if (t->attached)
+			detach(e, t, false, t->done ? "job finished" : "connection closed");
+		return;
+	}
+	if (n < 0) {
+		if (n != -EAGAIN)
+			detach(e, t, false, strerror((int)-n));
+		return;
+	}
+	if (n == (ssize_t)sizeof(m.seek) && m.seek.kind == SEER_MSG_SEEK) {
+		handle_seek(e, t, &m.seek);
+		return;
+	}
+	evict(e, t, "unknown message on the socket");
+}
+
+static void handle_seek(struct engine *e, struct trainer *t, const struct seer_msg_seek *m)
+{
+	releases(e, t); /* the client released everything before asking */
+	if (!t->attached)
+		return;
+	struct seer_msg_seek r = { .kind = SEER_MSG_SEEK_OK };
+	if (m->epoch >= e->cfg->epochs || m->step >= e->sh.bpe || t->seek_pending) {
+		r.status = -ERANGE;
+		sock_send(t->sock, &r, sizeof(r), NULL, 0);
+		return;
+	}
+	/* batches published after the client emptied its ring are dropped */
+	for (uint32_t i = 0; i < t->nslots; i++)
+		if (t->slots[i].st == SL_PUB)
+			t->slots[i].st = SL_REL;
+	t->gen++;
+	t->restart_g = m->epoch * e->sh.bpe + m->step;
+	t->seek_pending = true;
+	t->resetting = true;
+	log_info("trainer rank %u seeks to epoch %llu step %llu", t->rank,
+		 (unsigned long long)m->epoch, (unsigned long long)m->step);
+	if (t->inflight == 0)
+		finish_reset(e, t);
+}
+
+/* ---- releases, preparation, publication ---------------------------------------------- */
+
+static void reclaim(struct engine *e, struct trainer *t)
+{
+	while (t->tail_g < t->next_pub) {
+		struct tslot *sl = &t->slots[t->tail_g & (t->nslots - 1)];
+		if (sl->st != SL_REL)
+			break;
+		t->stg.vtail = sl->vend;
+		sl->st = SL_FREE;
+		t->tail_g++;
+	}
+	if (t->tail_g == e->end && !t->done) {
+		t->done = true;
+		log_info("trainer rank %u finished the job (%llu batches)", t->rank,
+			 (unsigned long long)t->batches);
+	}
+}
+
+static void releases(struct engine *e, struct trainer *t)
+{
+	if (!t->attached || t->resetting)
+		return;
+	/* untrusted: the trainer writes these; read each value once, then check */
+	uint32_t prod = atomic_load_explicit(t->rel.prod, memory_order_acquire);
+	uint32_t cons = atomic_load_explicit(t->rel.cons, memory_order_relaxed);
+	if (prod - cons > t->nslots) {
+		evict(e, t, "release ring index out of range");
+		return;
+	}
+	bool any = false;
+	while (cons != prod) {
+		uint32_t idx = *(volatile uint32_t *)&t->rel.entries[cons & t->rel.mask];
+		cons++;
+		if (idx >= t->nslots || t->slots[idx].st != SL_PUB) {
+			atomic_store_explicit(t->rel.cons, cons, memory_order_release);
+			evict(e, t, "released a batch slot it does not hold");
+			return;
+		}
+		t->slots[idx].st = SL_REL;
+		any = true;
+	}
+	atomic_store_explicit(t->rel.cons, cons, memory_order_release);
+	if (any)
+		reclaim(e, t);
+}
+
+static void count_delivery(struct engine *e, uint64_t epoch, uint64_t bytes, uint32_t n)
+{
+	struct epoch_stats *s = estats(e, epoch);
+	s->samples += n;
+	s->bytes += bytes;
+}
+
+static bool can_prepare(struct engine *e, struct trainer *t)
+{
+	if (!t->attached || t->resetting || t->next_prep >= e->end || atomic_load(&e->stopping))
+		return false;
+	if (t->slots[t->next_prep & (t->nslots - 1)].st != SL_FREE)
+		return false;
+	/* stay `lookahead` batches ahead of what the trainer took; its consumer
+	 * index is a hint: clamp it to what is possible */
+	uint32_t cons = atomic_load_explicit(&t->ci->cons, memory_order_relaxed);
+	uint32_t prod = atomic_load_explicit(&t->co->prod, memory_order_relaxed);
+	uint32_t unread = prod - cons;
+	if (unread > t->nslots)
+		unread = t->nslots;
+	uint64_t taken = t->next_pub - unread;
+	return t->next_prep < taken + e->cfg->lookahead;
+}
+
+/* Prepare batch next_prep of t; false when staging is full. */
+static bool prepare(struct engine *e, struct trainer *t)
+{
+	const struct smp_shape *sh = &e->sh;
+	uint64_t g = t->next_prep, epoch = g / sh->bpe, step = g % sh->bpe;
+	const uint32_t *order = smp_cache_epoch(&e->smp, epoch);
+	if (!order) {
+		log_error("out of memory computing epoch %llu's order", (unsigned long long)epoch);
+		abort();
+	}
+	uint32_t n = smp_batch_len(sh, step);
+	uint64_t need = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
+		e->ids[i] = s;
+		if (!local_ram(e, s))
+			need += ALIGN_UP(e->cat->samples[s].length, (uint64_t)PLAN_RAM_ALIGN);
+	}
+	uint64_t off;
+	if (stg_alloc(&t->stg, need, &off) != 0)
+		return false;
+	uint32_t idx = (uint32_t)(g & (t->nslots - 1));
+	struct tslot *sl = &t->slots[idx];
+	*sl = (struct tslot){ .st = SL_PREP, .g = g, .vend = t->stg.vhead };
+	struct seer_wire_slot *ws = wslot(t, idx);
+	ws->global = g;
+	ws->epoch = epoch;
+	ws->step = step;
+	ws->n = n;
+	ws->flags = 0;
+	ws->status = 0;
+	ws->msg[0] = '\0';
+	struct seer_wire_sample *d = (struct seer_wire_sample *)(ws + 1);
+	struct epoch_stats *es = estats(e, epoch);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = e->ids[i];
+		const struct cat_sample *cs = &e->cat->samples[s];
+		d[i] = (struct seer_wire_sample){
+			.id = s, .length = cs->length, .label = cs->label, .type = cs->type,
+		};
+		if (local_ram(e, s)) {
+			d[i].offset = e->cache_base + e->plan.off[s];
+			uint32_t st = e->cstate[s];
+			if (st == CS_READY) {
+				es->ram_samples++;
+				es->ram_bytes += cs->length;
+				continue;
+			}
+			struct etask *tk;
+			if (st >= CS_TASK0) {
+				tk = task_get(e, st - CS_TASK0);
+			} else {
+				tk = task_new(e);
+				tk->sample = s;
+				tk->to_cache = true;
+				tk->dst_off = d[i].offset;
+				tk->len = cs->length;
+				tk->epoch = epoch;
+				e->cstate[s] = CS_TASK0 + tk->id;
+				e->fill_left--;
+				task_submit(e, tk, g);
+			}
+			task_wait(tk, t->rank, t->gen, g);
+			sl->pending++;
+		} else {
+			d[i].offset = off;
+			off += ALIGN_UP(cs->length, (uint64_t)PLAN_RAM_ALIGN);
+			struct etask *tk = task_new(e);
+			tk->sample = s;
+			tk->dst_off = d[i].offset;
+			tk->len = cs->length;
+			tk->epoch = epoch;
+			tk->stage_rank = (int32_t)t->rank;
+			task_wait(tk, t->rank, t->gen, g);
+			t->inflight++;
+			sl->pending++;
+			task_submit(e, tk, g);
+		}
+	}
+	if (sl->pending == 0)
+		sl->st = SL_READY;
+	t->next_prep++;
+	return true;
+}
+
+static void publish(struct engine *e, struct trainer *t)
+{
+	bool any = false;
+	while (t->next_pub < t->next_prep) {
+		uint32_t idx = (uint32_t)(t->next_pub & (t->nslots - 1));
+		struct tslot *sl = &t->slots[idx];
+		if (sl->st != SL_READY)
+			break;
+		struct seer_wire_slot *ws = wslot(t, idx);
+		ws->status = sl->status;
+		if (ring_push(&t->out, idx) != 0)
+			break; /* only a trainer that corrupts its consumer index gets here */
+		sl->st = SL_PUB;
+		t->next_pub++;
+		t->batches++;
+		t->samples += ws->n;
+		uint64_t bytes = 0;
+		const struct seer_wire_sample *d = (const void *)(ws + 1);
+		for (uint32_t i = 0; i < ws->n; i++)
+			bytes += d[i].length;
+		t->bytes += bytes;
+		count_delivery(e, ws->epoch, bytes, ws->n);
+		if (sl->status)
+			estats(e, ws->epoch)->failed++;
+		any = true;
+	}
+	if (any)
+		ring_doorbell(t);
+}
+
+static void completions(struct engine *e)
+{
+	struct io_task *io = iopool_take_done(&e->pool);
+	while (io) {
+		struct io_task *next = io->next;
+		struct etask *tk = (struct etask *)io;
+		if (io->status == 0) {
+			struct epoch_stats *es = estats(e, tk->epoch);
+			es->pfs_samples++;
+			es->pfs_bytes += tk->len;
+		} else if (io->status != -ECANCELED) {
+			log_warn("%s", tk->err[0] ? tk->err : seer_strerror(io->status));
+		}
+		if (tk->to_cache) {
+			if (io->status == 0) {
+				e->cstate[tk->sample] = CS_READY;
+				e->cache_loaded++;
+				e->cache_loaded_bytes += tk->len;
+			} else {
+				e->cstate[tk->sample] = CS_ABSENT; /* the next need retries */
+				e->fill_left++;
+			}
+			if (tk->fill)
+				e->fill_inflight--;
+		}
+		for (uint32_t i = 0; i < tk->nw; i++) {
+			const struct waiter *w = &tk->w[i];
+			struct trainer *t = &e->tr[w->rank];
+			if (t->gen != w->gen || !t->attached)
+				continue;
+			uint32_t idx = (uint32_t)(w->g & (t->nslots - 1));
+			struct tslot *sl = &t->slots[idx];
+			if (sl->st != SL_PREP || sl->g != w->g)
+				continue;
+			if (io->status != 0 && sl->status == 0) {
+				sl->status = io->status == -ECANCELED ? SEER_ESHUTDOWN : io->status;
+				str_copy(wslot(t, idx)->msg, SEER_ERRMSG_MAX,
+					 tk->err[0] ? tk->err : seer_strerror(io->status));
+			}
+			if (--sl->pending == 0)
+				sl->st = SL_READY;
+		}
+		if (tk->stage_rank >= 0) {
+			struct trainer *t = &e->tr[tk->stage_rank];
+			t->inflight--;
+			if (t->resetting && t->inflight == 0)
+				finish_reset(e, t);
+		}
+		task_free(e, tk);
+		io = next;
+	}
+}
+
+/* Load cached samples ahead of need when the I/O threads have room: the
+ * first epoch's PFS reads then run at full speed even when the trainers
+ * are slower, and later epochs find them in RAM. */
+static void fill(struct engine *e)
+{
+	if (!e->plan_ready || e->fill_left == 0 || atomic_load(&e->stopping) || e->nlocal == 0)
+		return;
+	uint64_t min_prep = UINT64_MAX;
+	for (uint32_t i = 0; i < e->nlocal; i++) {
+		const struct trainer *t = &e->tr[e->local_ranks[i]];
+		if (t->attached)
+			min_prep = MIN(min_prep, t->next_prep);
+	}
+	if (min_prep == UINT64_MAX)
+		return; /* nobody to fill for yet */
+	if (e->fill_g < min_prep) {
+		e->fill_g = min_prep;
+		e->fill_r = 0;
+	}
+	uint32_t budget = (uint32_t)e->cfg->io_threads;
+	const struct smp_shape *sh = &e->sh;
+	/* reads ahead of need count towards the epoch in progress */
+	uint64_t now_epoch = min_prep / sh->bpe;
+	while (e->fill_inflight < budget && e->fill_g < e->end && e->fill_left > 0) {
+		uint64_t g = e->fill_g, epoch = g / sh->bpe, step = g % sh->bpe;
+		uint32_t rank = e->local_ranks[e->fill_r];
+		if (++e->fill_r == e->nlocal) {
+			e->fill_r = 0;
+			e->fill_g++;
+		}
+		const struct trainer *t = &e->tr[rank];
+		if (t->attached && g < t->next_prep)
+			continue; /* prepare has seen this batch */
+		const uint32_t *order = smp_cache_epoch(&e->smp, epoch);
+		if (!order)
+			return;
+		uint32_t n = smp_batch_len(sh, step);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t s = smp_at(sh, order, smp_position(sh, rank, step, i));
+			if (!local_ram(e, s) || e->cstate[s] != CS_ABSENT)
+				continue;
+			struct etask *tk = task_new(e);
+			tk->sample = s;
+			tk->to_cache = true;
+			tk->fill = true;
+			tk->dst_off = e->cache_base + e->plan.off[s];
+			tk->len = e->cat->samples[s].length;
+			tk->epoch = MIN(epoch, now_epoch);
+			e->cstate[s] = CS_TASK0 + tk->id;
+			e->fill_left--;
+			e->fill_inflight++;
+			task_submit(e, tk, g);
+		}
+	}
+}
+
+static void check_epochs(struct engine *e)
+{
+	if (!e->plan_ready || e->nlocal == 0)
+		return;
+	uint64_t min_tail = UINT64_MAX;
+	for (uint32_t i = 0; i < e->nlocal; i++) {
+		const struct trainer *t = &e->tr[e->local_ranks[i]];
+		if (!t->known)
+			return;
+		min_tail = MIN(min_tail, t->attached ? t->tail_g : t->resume_g);
+	}
+	uint64_t done = min_tail / e->sh.bpe;
+	while (e->epochs_done < done) {
+		uint64_t ep = e->epochs_done++;
+		struct epoch_stats *s = estats(e, ep);
+		s->t_done = now_s();
+		if (s->samples == 0)
+			continue; /* skipped by a resume */
+		double t0 = ep > 0 && e->es[ep - 1].t_done > 0 ? e->es[ep - 1].t_done : e->t_plan;
+		double dt = s->t_done - t0;
+		char a[32], b[32];
+		log_info("epoch %llu done in %.2f s: %llu samples (%.0f/s, %s/s), RAM hits %.1f%%, "
+			 "PFS %s in %llu reads%s",
+			 (unsigned long long)ep, dt, (unsigned long long)s->samples,
+			 (double)s->samples / MAX(dt, 1e-9),
+			 fmt_size(a, sizeof(a), (uint64_t)((double)s->bytes / MAX(dt, 1e-9))),
+			 100.0 * (double)s->ram_samples / (double)MAX(s->samples, 1ull),
+			 fmt_size(b, sizeof(b), s->pfs_bytes), (unsigned long long)s->pfs_samples,
+			 s->failed ? ", SOME BATCHES FAILED" : "");
+	}
+}
+
+void engine_work(struct engine *e)
+{
+	completions(e);
+	if (!e->shape_ready)
+		return;
+	/* awake now: trainers need not ring until engine_arm asks again */
+	for (uint32_t r = 0; r < e->world; r++)
+		if (e->tr[r].attached)
+			atomic_store_explicit(&e->tr[r].co->need_wakeup, 0, memory_order_relaxed);
+	for (uint32_t r = 0; r < e->world; r++)
+		releases(e, &e->tr[r]);
+	if (e->plan_ready) {
+		bool progress = true;
+		while (progress) {
+			progress = false;
+			for (uint32_t i = 0; i < e->nlocal; i++) {
+				struct trainer *t = &e->tr[e->local_ranks[i]];
+				t->blocked = false;
+				if (!can_prepare(e, t))
+					continue;
+				if (prepare(e, t))
+					progress = true;
+				else
+					t->blocked = true;
+			}
+		}
+		fill(e);
+		flush_submissions(e);
+	}
+	for (uint32_t r = 0; r < e->world; r++)
+		if (e->tr[r].attached && !e->tr[r].resetting)
+			publish(e, &e->tr[r]);
+	check_epochs(e);
+}
+
+bool engine_arm(struct engine *e)
+{
+	if (!e->shape_ready)
+		return true;
+	bool sleep_ok = true;
+	for (uint32_t r = 0; r < e->world; r++) {
+		struct trainer *t = &e->tr[r];
+		if (!t->attached)
+			continue;
+		atomic_store_explicit(&t->co->need_wakeup, 1, memory_order_relaxed);
+	}
+	/* pairs with the trainers' fence between moving an index and reading
+	 * need_wakeup: either they see the flag, or we see their update here */
+	atomic_thread_fence(memory_order_seq_cst);
+	for (uint32_t r = 0; r < e->world; r++) {
+		struct trainer *t = &e->tr[r];
+		if (!t->attached || t->resetting)
+			continue;
+		if (atomic_load_explicit(t->rel.prod, memory_order_relaxed) !=
+		    atomic_load_explicit(t->rel.cons, memory_order_relaxed))
+			sleep_ok = false;
+		else if (e->plan_ready && can_prepare(e, t) && !t->blocked)
+			sleep_ok = false;
+	}
+	return sleep_ok;
+}
+
+void engine_on_event(struct engine *e, uint64_t tag, uint32_t events)
+{
+	(void)events;
+	uint32_t id = EP_ID(tag);
+	switch (EP_KIND(tag)) {
+	case EP_POOL:
+		break; /* engine_work takes the completions */
+	case EP_TSOCK:
+		if (e->shape_ready && id < e->world && e->tr[id].attached)
+			on_trainer_sock(e, &e->tr[id]);
+		break;
+	case EP_TEFD:
+		if (e->shape_ready && id < e->world && e->tr[id].attached) {
+			uint64_t v;
+			ssize_t r UNUSED = read(e->tr[id].efd, &v, sizeof(v));
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+void engine_stop(struct engine *e, bool now)
+{
+	e->draining = true;
+	if (!now)
+		return;
+	atomic_store(&e->stopping, true);
+	for (uint32_t r = 0; e->shape_ready && r < e->world; r++) {
+		struct trainer *t = &e->tr[r];
+		if (!t->attached)
+			continue;
+		atomic_store_explicit(&t->co->state, SEER_STATE_STOPPING, memory_order_release);
+		ring_doorbell(t);
+	}
+}
+
+bool engine_finished(const struct engine *e)
+{
+	if (e->fatal[0])
+		return true;
+	if (!e->shape_ready)
+		return atomic_load(&e->stopping) || e->draining;
+	bool all_done = true, any_attached = false;
+	for (uint32_t r = 0; r < e->world; r++) {
+		any_attached |= e->tr[r].attached;
+		all_done &= e->tr[r].done;
+	}
+	if (any_attached)
+		return false;
+	return all_done || atomic_load(&e->stopping) || e->draining;
+}
+
+const char *engine_fatal(const struct engine *e)
+{
+	return e->fatal[0] ? e->fatal : NULL;
+}
+
+void engine_tick(struct engine *e)
+{
+	double t = now_s();
+	if (e->shape_ready && e->plan_ready && e->fill_left > 0 && e->cache_loaded > 0 &&
+	    t - e->t_last_progress >= 10.0) {
+		e->t_last_progress = t;
+		log_info("warm-up: %llu of %llu cached samples loaded (%.1f%%)",
+			 (unsigned long long)e->cache_loaded, (unsigned long long)e->cache_planned,
+			 100.0 * (double)e->cache_loaded / (double)MAX(e->cache_planned, 1ull));
+	}
+	if (t - e->t_start > e->cfg->connect_timeout_s && t - e->t_last_wait_warn > 60.0) {
+		char missing[256] = "";
+		size_t n = 0;
+		uint32_t count = 0;
+		for (uint32_t r = 0; e->shape_ready && r < e->world; r++) {
+			if (e->tr[r].known)
+				continue;
+			if (count++ < 16)
+				n += (size_t)snprintf(missing + n, sizeof(missing) - n, "%s%u",
+						      count > 1 ? "," : "", r);
+		}
+		if (count > 0 || !e->shape_ready) {
+			e->t_last_wait_warn = t;
+			if (!e->shape_ready)
+				log_warn("no trainer connected after %.0f s (socket %s)", t - e->t_start,
+					 e->cfg->socket);
+			else
+				log_warn("%u trainer rank(s) never connected after %.0f s: %s%s", count,
+					 t - e->t_start, missing, count > 16 ? ",..." : "");
+		}
+	}
+}
+
+/* ---- status and statistics ---------------------------------------------------------- */
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) PRINTF_LIKE(2, 3);
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+		va_end(ap);
+		if (b->p && (size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		b->cap = MAX(b->cap * 2, b->len + (size_t)n + 4096);
+		b->p = xrealloc(b->p, b->cap);
+	}
+}
+
+static void json_epochs(struct engine *e, struct sbuf *b)
+{
+	sb_printf(b, "\"epochs\":[");
+	uint64_t last = MIN(e->nes, e->cfg->epochs);
+	for (uint64_t i = 0; i < last; i++) {
+		const struct epoch_stats *s = &e->es[i];
+		double t0 = i > 0 && e->es[i - 1].t_done > 0 ? e->es[i - 1].t_done : e->t_plan;
+		sb_printf(b, "%s{\"epoch\":%llu,\"samples\":%llu,\"bytes\":%llu,\"ram_samples\":%llu,"
+			  "\"ram_bytes\":%llu,\"nvme_samples\":0,\"nvme_bytes\":0,\"peer_samples\":0,"
+			  "\"peer_bytes\":0,\"pfs_samples\":%llu,\"pfs_bytes\":%llu,"
+			  "\"failed_batches\":%llu,\"seconds\":%.6f}",
+			  i ? "," : "", (unsigned long long)i, (unsigned long long)s->samples,
+			  (unsigned long long)s->bytes, (unsigned long long)s->ram_samples,
+			  (unsigned long long)s->ram_bytes, (unsigned long long)s->pfs_samples,
+			  (unsigned long long)s->pfs_bytes, (unsigned long long)s->failed,
+			  s->t_done > 0 ? s->t_done - t0 : -1.0);
+	}
+	sb_printf(b, "]");
+}
+
+char *engine_status_json(struct engine *e)
+{
+	struct sbuf b = { 0 };
+	sb_printf(&b, "{\"node\":%u,\"nodes\":%u,\"pid\":%d,\"job_id\":\"%s\",\"uptime_s\":%.3f,",
+		  e->node, e->nnodes, (int)getpid(), e->cfg->job_id, now_s() - e->t_start);
+	sb_printf(&b, "\"state\":\"%s\",\"world\":%u,\"batches_per_epoch\":%llu,\"epochs\":%llu,",
+		  atomic_load(&e->stopping) ? "stopping" : e->draining ? "draining"
+		  : e->plan_ready ? "serving" : "waiting",
+		  e->world, (unsigned long long)(e->shape_ready ? e->sh.bpe : 0),
+		  (unsigned long long)e->cfg->epochs);
+	sb_printf(&b, "\"dataset\":{\"samples\":%llu,\"bytes\":%llu,\"files\":%u,\"format\":\"%s\"},",
+		  (unsigned long long)e->cat->nsamples, (unsigned long long)e->cat->total_bytes,
+		  e->cat->nfiles, e->cat->fmt->name);
+	sb_printf(&b, "\"cache\":{\"ram_capacity\":%llu,\"ram_planned_samples\":%llu,"
+		  "\"ram_planned_bytes\":%llu,\"ram_loaded_samples\":%llu,\"ram_loaded_bytes\":%llu,"
+		  "\"staging_capacity\":%llu},",
+		  (unsigned long long)e->cache_cap, (unsigned long long)e->cache_planned,
+		  (unsigned long long)(e->plan_ready ? e->plan.ram_used[e->node] : 0),
+		  (unsigned long long)e->cache_loaded, (unsigned long long)e->cache_loaded_bytes,
+		  (unsigned long long)e->stage_cap);
+	sb_printf(&b, "\"io\":{\"threads\":%llu,\"pending\":%u},",
+		  (unsigned long long)e->cfg->io_threads, iopool_pending(&e->pool));
+	sb_printf(&b, "\"trainers\":[");
+	bool first = true;
+	for (uint32_t r = 0; e->shape_ready && r < e->world; r++) {
+		struct trainer *t = &e->tr[r];
+		if (!t->known)
+			continue;
+		uint64_t pos = t->attached ? t->next_pub : t->resume_g;
+		uint32_t unread = 0, held = 0;
+		uint64_t stall_ns = 0, stalls = 0;
+		if (t->attached) {
+			unread = atomic_load(&t->co->prod) - atomic_load(&t->ci->cons);
+			if (unread > t->nslots)
+				unread = t->nslots;
+			for (uint32_t i = 0; i < t->nslots; i++)
+				held += t->slots[i].st == SL_PUB;
+			held = held >= unread ? held - unread : 0;
+			stall_ns = atomic_load(&t->ci->stall_ns);
+			stalls = atomic_load(&t->ci->stalls);
+		}
+		sb_printf(&b, "%s{\"rank\":%u,\"pid\":%d,\"attached\":%s,\"done\":%s,\"epoch\":%llu,"
+			  "\"step\":%llu,\"prefetch_lead\":%llu,\"ready_unread\":%u,\"held\":%u,"
+			  "\"staging_used\":%llu,\"staging_capacity\":%llu,\"inflight\":%u,"
+			  "\"batches\":%llu,\"samples\":%llu,\"bytes\":%llu,\"stall_s\":%.6f,"
+			  "\"stalls\":%llu}",
+			  first ? "" : ",", r, (int)t->pid, t->attached ? "true" : "false",
+			  t->done ? "true" : "false", (unsigned long long)(pos / e->sh.bpe),
+			  (unsigned long long)(pos % e->sh.bpe),
+			  (unsigned long long)(t->attached ? t->next_prep - (t->next_pub - unread) : 0),
+			  unread, held, (unsigned long long)stg_used(&t->stg),
+			  (unsigned long long)t->stg.cap, t->inflight, (unsigned long long)t->batches,
+			  (unsigned long long)t->samples, (unsigned long long)t->bytes,
+			  (double)stall_ns / 1e9, (unsigned long long)stalls);
+		first = false;
+	}
+	sb_printf(&b, "],");
+	json_epochs(e, &b);
+	sb_printf(&b, "}");
+	return b.p;
+}
+
+void engine_write_stats(struct engine *e)
+{
+	if (!e->cfg->stats_file || !*e->cfg->stats_file)
+		return;
+	char *json = engine_status_json(e);
+	char path[4096];
+	const char *p = e->cfg->stats_file;
+	size_t n = 0;
+	for (; *p && n + 16 < sizeof(path); p++) {
+		if (p[0] == '%' && p[1] == 'n') {
+			n += (size_t)snprintf(path + n, sizeof(path) - n, "%u", e->node);
+			p++;
+		} else {
+			path[n++] = *p;
+		}
+	}
+	path[n] = '\0';
+	int rc = write_file_atomic(path, json, strlen(json));
+	if (rc != 0)
+		log_warn("cannot write the stats file %s: %s", path, strerror(-rc));
+	else
+		log_info("statistics written to %s", path);
+	free(json);
+}

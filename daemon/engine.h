@@ -1,0 +1,67 @@
+/* The engine: seerd's state and its one dispatcher thread.
+ *
+ * It owns the arena (RAM cache + staging), the placement plan, one stream
+ * per trainer rank (batch slots, staging ring, control segments) and the I/O
+ * pool. Every function here runs on the dispatcher (event-loop) thread; only
+ * the I/O workers run elsewhere and they touch nothing but their task and
+ * the arena bytes it names. */
+#ifndef SEERD_ENGINE_H
+#define SEERD_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../proto/seer_proto.h"
+#include "../src/catalog.h"
+#include "../src/config.h"
+
+struct engine;
+
+/* epoll tags: the engine registers trainer fds in the server's epoll set
+ * with data.u64 = EP_TAG(kind, id). */
+enum ep_kind { EP_LISTEN = 1, EP_CONN, EP_TSOCK, EP_TEFD, EP_POOL, EP_SIGNAL, EP_TIMER, EP_NET };
+#define EP_TAG(kind, id) (((uint64_t)(kind) << 56) | (uint64_t)(id))
+#define EP_KIND(tag) ((unsigned)((tag) >> 56))
+#define EP_ID(tag) ((uint32_t)(tag))
+
+struct engine_opts {
+	const struct seer_config *cfg;
+	struct catalog *cat;
+	uint32_t node, nnodes;
+	int epfd;
+};
+
+/* 0, or an error in err (the daemon then exits). */
+int engine_create(struct engine **out, const struct engine_opts *o, char *err, size_t errlen);
+void engine_destroy(struct engine *e);
+
+/* A HELLO arrived on `sock` from process pid/uid. On success the engine owns
+ * sock. On refusal it sends the reason to the peer and returns < 0; the
+ * caller closes sock. */
+int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pid_t pid);
+
+/* epoll events for the engine's fds */
+void engine_on_event(struct engine *e, uint64_t tag, uint32_t events);
+/* Do all pending work: releases, completions, preparation, publication. */
+void engine_work(struct engine *e);
+/* Arm wake-ups before the loop sleeps. Returns false when new work showed
+ * up meanwhile (do not sleep). */
+bool engine_arm(struct engine *e);
+
+/* Drain: stop preparing, tell trainers; `now` true also drops batches
+ * already published. */
+void engine_stop(struct engine *e, bool now);
+/* Every trainer finished the job (or the engine stopped) and detached. */
+bool engine_finished(const struct engine *e);
+/* Why the engine cannot go on (it then reports finished), or NULL. */
+const char *engine_fatal(const struct engine *e);
+/* Periodic duties (1 s): progress lines, connect warnings. */
+void engine_tick(struct engine *e);
+
+/* JSON for `seerctl status` (malloc'd). */
+char *engine_status_json(struct engine *e);
+/* Write the stats file (JSON) if configured. */
+void engine_write_stats(struct engine *e);
+
+#endif /* SEERD_ENGINE_H */

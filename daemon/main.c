@@ -1,0 +1,128 @@
+/* seerd: the per-node seer daemon. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/catalog.h"
+#include "../src/config.h"
+#include "../src/util.h"
+#include "seer.h"
+#include "server.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: seerd [-c FILE] [--set section.key=value]... [--check] [--print-config]\n"
+		"\n"
+		"Serve shuffled mini-batches of a dataset to the trainers of this node.\n"
+		"\n"
+		"  -c, --config FILE     INI configuration file (repeatable; later files win)\n"
+		"  -s, --set K=V         set a key, e.g. --set cache.ram=64GiB (after the files)\n"
+		"      --check           load config and catalog, print the plan inputs, exit\n"
+		"      --print-config    print the effective configuration and exit\n"
+		"  -h, --help            this text and every configuration key\n"
+		"  -V, --version\n"
+		"\n"
+		"Configuration keys (value types: size takes units such as 512MiB, 64GiB):\n");
+	cfg_help(out);
+}
+
+int main(int argc, char **argv)
+{
+	log_set_prog("seerd");
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "set", required_argument, NULL, 's' },
+		{ "check", no_argument, NULL, 'k' },
+		{ "print-config", no_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	const char **files = calloc((size_t)argc + 1, sizeof(char *));
+	const char **sets = calloc((size_t)argc + 1, sizeof(char *));
+	int nfiles = 0, nsets = 0, check = 0, print = 0, c;
+	while ((c = getopt_long(argc, argv, "c:s:hV", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': files[nfiles++] = optarg; break;
+		case 's': sets[nsets++] = optarg; break;
+		case 'k': check = 1; break;
+		case 'p': print = 1; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': printf("seerd %d.%d (protocol %u)\n", SEER_VERSION_MAJOR, SEER_VERSION_MINOR,
+				  SEER_PROTO_VERSION); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "seerd: unexpected argument '%s' (see seerd --help)\n", argv[optind]);
+		return 2;
+	}
+	struct seer_config cfg;
+	char err[1024];
+	if (cfg_init(&cfg, err, sizeof(err)) != 0)
+		goto config_error;
+	for (int i = 0; i < nfiles; i++)
+		if (cfg_load_file(&cfg, files[i], err, sizeof(err)) != 0)
+			goto config_error;
+	for (int i = 0; i < nsets; i++)
+		if (cfg_set(&cfg, sets[i], err, sizeof(err)) != 0)
+			goto config_error;
+	if (cfg_finish(&cfg, err, sizeof(err)) != 0)
+		goto config_error;
+	free(files);
+	free(sets);
+	enum log_level lvl = LOG_INFO;
+	log_parse_level(cfg.log_level, &lvl);
+	log_set_level(lvl);
+	log_set_node(0);
+	if (print) {
+		char *d = cfg_dump(&cfg);
+		fputs(d, stdout);
+		free(d);
+		cfg_free(&cfg);
+		return 0;
+	}
+
+	char cache_dir[4096];
+	snprintf(cache_dir, sizeof(cache_dir), "%s", cfg.state_dir);
+	struct cat_opts co = {
+		.root = cfg.dataset_path, .format = cfg.dataset_format,
+		.params = { .hdf5_data = cfg.hdf5_data, .hdf5_labels = cfg.hdf5_labels,
+			    .npz_data = cfg.npz_data, .npz_labels = cfg.npz_labels,
+			    .npz_sample_axis = cfg.npz_sample_axis, .extensions = cfg.extensions },
+		.cache_dir = cache_dir, .rebuild = cfg.catalog_rebuild, .progress = true,
+	};
+	struct catalog *cat;
+	int rc = cat_open(&co, &cat, err, sizeof(err));
+	if (rc != 0) {
+		log_error("%s", err);
+		cfg_free(&cfg);
+		return 1;
+	}
+	if (check) {
+		char a[32];
+		printf("dataset %s: %llu samples, %s, %u files, format %s, catalog hash %016llx\n",
+		       cat->root, (unsigned long long)cat->nsamples,
+		       fmt_size(a, sizeof(a), cat->total_bytes), cat->nfiles, cat->fmt->name,
+		       (unsigned long long)cat->hash);
+		cat_free(cat);
+		cfg_free(&cfg);
+		return 0;
+	}
+	rc = server_run(&cfg, cat, 0, 1);
+	cat_free(cat);
+	cfg_free(&cfg);
+	return rc;
+
+config_error:
+	fprintf(stderr, "seerd: %s\n", err);
+	cfg_free(&cfg);
+	free(files);
+	free(sets);
+	return 2;
+}

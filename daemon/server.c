@@ -1,0 +1,358 @@
+#define _GNU_SOURCE
+#include "server.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../proto/seer_proto.h"
+#include "../src/shm.h"
+#include "../src/util.h"
+#include "engine.h"
+#include "seer.h"
+
+#define MAX_PENDING 256
+#define HELLO_TIMEOUT_S 5.0
+#define STOP_GRACE_S 5.0
+
+struct pending {
+	int fd;
+	pid_t pid;
+	double since;
+};
+
+struct server {
+	const struct seer_config *cfg;
+	struct engine *e;
+	int epfd, lfd, sfd, tfd;
+	char sock_path[108];
+	struct pending pend[MAX_PENDING];
+	double stop_deadline;
+	int exit_code;
+};
+
+static int make_listener(struct server *s, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(s->sock_path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "socket path %s is longer than %zu bytes: set [daemon] socket",
+			 s->sock_path, sizeof(sa.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, s->sock_path);
+	/* a socket file left by a dead daemon is removed; a live one is an error */
+	int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (probe >= 0) {
+		if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(probe);
+			snprintf(err, errlen, "another seerd already serves %s (same job id?): stop it "
+				 "or choose another [job] id", s->sock_path);
+			return -EADDRINUSE;
+		}
+		close(probe);
+	}
+	unlink(s->sock_path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		snprintf(err, errlen, "socket(): %s", strerror(errno));
+		return -errno;
+	}
+	mode_t old = umask(0077); /* the socket is created 0600 */
+	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (rc != 0 || chmod(s->sock_path, 0600) != 0 || listen(fd, 128) != 0) {
+		snprintf(err, errlen, "cannot listen on %s: %s", s->sock_path, strerror(errno));
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	s->lfd = fd;
+	return 0;
+}
+
+static void ep_add(int epfd, int fd, uint64_t tag)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
+	epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void accept_all(struct server *s)
+{
+	for (;;) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				log_warn("accept: %s", strerror(errno));
+			return;
+		}
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != getuid()) {
+			struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EREFUSED };
+			snprintf(w.msg, sizeof(w.msg), "seerd serves only its own user (uid %u)",
+				 (unsigned)getuid());
+			sock_send(fd, &w, sizeof(w), NULL, 0);
+			log_warn("refused a connection from uid %u (pid %d): not the job's user",
+				 (unsigned)cred.uid, (int)cred.pid);
+			close(fd);
+			continue;
+		}
+		int slot = -1;
+		for (int i = 0; i < MAX_PENDING; i++)
+			if (s->pend[i].fd < 0) {
+				slot = i;
+				break;
+			}
+		if (slot < 0) {
+			log_warn("too many connections awaiting their handshake; dropping one");
+			close(fd);
+			continue;
+		}
+		s->pend[slot] = (struct pending){ fd, cred.pid, now_s() };
+		ep_add(s->epfd, fd, EP_TAG(EP_CONN, slot));
+	}
+}
+
+static void ctl_reply(int fd, int status, const char *text)
+{
+	size_t len = strlen(text), off = 0;
+	char buf[sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK];
+	do {
+		size_t n = MIN(len - off, (size_t)SEER_CTL_CHUNK);
+		struct seer_msg_ctl_reply h = { .kind = SEER_MSG_CTL_REPLY, .status = status,
+						.more = off + n < len, .len = (uint32_t)n };
+		memcpy(buf, &h, sizeof(h));
+		memcpy(buf + sizeof(h), text + off, n);
+		if (sock_send(fd, buf, sizeof(h) + n, NULL, 0) < 0)
+			return;
+		off += n;
+	} while (off < len);
+}
+
+static void handle_ctl(struct server *s, int fd, const struct seer_msg_hello *h)
+{
+	char cmd[sizeof(h->ctl) + 1];
+	memcpy(cmd, h->ctl, sizeof(h->ctl));
+	cmd[sizeof(h->ctl)] = '\0';
+	if (strcmp(cmd, "status") == 0) {
+		char *j = engine_status_json(s->e);
+		ctl_reply(fd, 0, j);
+		free(j);
+	} else if (strcmp(cmd, "config") == 0) {
+		char *d = cfg_dump(s->cfg);
+		ctl_reply(fd, 0, d);
+		free(d);
+	} else if (strcmp(cmd, "stop") == 0) {
+		log_info("stop requested by seerctl");
+		engine_stop(s->e, true);
+		s->stop_deadline = now_s() + STOP_GRACE_S;
+		ctl_reply(fd, 0, "{\"ok\":true,\"state\":\"stopping\"}");
+	} else if (strcmp(cmd, "drain") == 0) {
+		log_info("drain requested by seerctl: no new trainers; exit when the attached finish");
+		engine_stop(s->e, false);
+		ctl_reply(fd, 0, "{\"ok\":true,\"state\":\"draining\"}");
+	} else {
+		char msg[256];
+		snprintf(msg, sizeof(msg), "unknown command '%s' (status, config, drain, stop)", cmd);
+		ctl_reply(fd, -EINVAL, msg);
+	}
+}
+
+static void on_conn(struct server *s, uint32_t slot)
+{
+	struct pending *p = &s->pend[slot];
+	if (p->fd < 0)
+		return;
+	struct seer_msg_hello h;
+	ssize_t n = sock_recv(p->fd, &h, sizeof(h), NULL, NULL, 0);
+	if (n == -EAGAIN)
+		return;
+	int fd = p->fd;
+	epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+	p->fd = -1;
+	if (n != (ssize_t)sizeof(h) || h.magic != SEER_MAGIC_HELLO) {
+		if (n > 0) {
+			struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EPROTO };
+			snprintf(w.msg, sizeof(w.msg), "malformed handshake (%zd bytes): the client "
+				 "is not a libseer of this version", n);
+			sock_send(fd, &w, sizeof(w), NULL, 0);
+			log_warn("pid %d sent a malformed handshake (%zd bytes)", (int)p->pid, n);
+		}
+		close(fd);
+		return;
+	}
+	if (h.kind == SEER_MSG_CTL) {
+		handle_ctl(s, fd, &h);
+		close(fd);
+		return;
+	}
+	if (h.kind != SEER_MSG_HELLO) {
+		close(fd);
+		return;
+	}
+	/* the engine owns the socket from here on success */
+	if (engine_attach(s->e, fd, &h, p->pid) < 0)
+		close(fd);
+}
+
+static void expire_pending(struct server *s)
+{
+	double t = now_s();
+	for (int i = 0; i < MAX_PENDING; i++) {
+		if (s->pend[i].fd >= 0 && t - s->pend[i].since > HELLO_TIMEOUT_S) {
+			log_warn("pid %d connected but sent no handshake in %.0f s; closing",
+				 (int)s->pend[i].pid, HELLO_TIMEOUT_S);
+			epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->pend[i].fd, NULL);
+			close(s->pend[i].fd);
+			s->pend[i].fd = -1;
+		}
+	}
+}
+
+static void on_signal(struct server *s)
+{
+	struct signalfd_siginfo si;
+	while (read(s->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+			if (s->stop_deadline > 0) {
+				log_warn("second %s: exiting now", strsignal((int)si.ssi_signo));
+				s->stop_deadline = now_s();
+				continue;
+			}
+			log_info("%s: stopping (trainers are told; shared memory and socket are "
+				 "removed)", strsignal((int)si.ssi_signo));
+			engine_stop(s->e, true);
+			s->stop_deadline = now_s() + STOP_GRACE_S;
+			s->exit_code = 0;
+		}
+	}
+}
+
+int server_run(const struct seer_config *cfg, struct catalog *cat, unsigned node, unsigned nnodes)
+{
+	struct server s = { .cfg = cfg, .lfd = -1, .sfd = -1, .tfd = -1, .epfd = -1 };
+	for (int i = 0; i < MAX_PENDING; i++)
+		s.pend[i].fd = -1;
+	char err[1024];
+	int rc = 1;
+
+	/* the socket path may carry the node rank (several daemons on one host) */
+	size_t n = 0;
+	for (const char *p = cfg->socket; *p && n + 12 < sizeof(s.sock_path); p++) {
+		if (p[0] == '%' && p[1] == 'n') {
+			n += (size_t)snprintf(s.sock_path + n, sizeof(s.sock_path) - n, "%u", node);
+			p++;
+		} else {
+			s.sock_path[n++] = *p;
+		}
+	}
+	s.sock_path[n] = '\0';
+
+	sigset_t mask;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	/* blocked before any thread starts, so only the signalfd sees them */
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	s.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	s.epfd = epoll_create1(EPOLL_CLOEXEC);
+	s.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (s.sfd < 0 || s.epfd < 0 || s.tfd < 0) {
+		log_error("cannot set up the event loop: %s", strerror(errno));
+		goto out;
+	}
+	struct itimerspec its = { { 1, 0 }, { 1, 0 } };
+	timerfd_settime(s.tfd, 0, &its, NULL);
+	ep_add(s.epfd, s.sfd, EP_TAG(EP_SIGNAL, 0));
+	ep_add(s.epfd, s.tfd, EP_TAG(EP_TIMER, 0));
+
+	struct engine_opts eo = { .cfg = cfg, .cat = cat, .node = node, .nnodes = nnodes,
+				  .epfd = s.epfd };
+	if (engine_create(&s.e, &eo, err, sizeof(err)) != 0) {
+		log_error("%s", err);
+		goto out;
+	}
+	if (make_listener(&s, err, sizeof(err)) != 0) {
+		log_error("%s", err);
+		goto out;
+	}
+	ep_add(s.epfd, s.lfd, EP_TAG(EP_LISTEN, 0));
+	log_info("serving job '%s' on %s", cfg->job_id, s.sock_path);
+	/* launch scripts wait for this line's file */
+	s.exit_code = 0;
+	for (;;) {
+		engine_work(s.e);
+		if (engine_finished(s.e))
+			break;
+		if (s.stop_deadline > 0 && now_s() >= s.stop_deadline) {
+			log_warn("trainers still attached after %.0f s; exiting anyway", STOP_GRACE_S);
+			break;
+		}
+		int timeout = engine_arm(s.e) ? 1000 : 0;
+		struct epoll_event evs[64];
+		int k = epoll_wait(s.epfd, evs, 64, timeout);
+		if (k < 0 && errno != EINTR) {
+			log_error("epoll_wait: %s", strerror(errno));
+			s.exit_code = 1;
+			break;
+		}
+		for (int i = 0; i < k; i++) {
+			uint64_t tag = evs[i].data.u64;
+			switch (EP_KIND(tag)) {
+			case EP_LISTEN:
+				accept_all(&s);
+				break;
+			case EP_CONN:
+				if (EP_ID(tag) < MAX_PENDING)
+					on_conn(&s, EP_ID(tag));
+				break;
+			case EP_SIGNAL:
+				on_signal(&s);
+				break;
+			case EP_TIMER: {
+				uint64_t v;
+				ssize_t r UNUSED = read(s.tfd, &v, sizeof(v));
+				expire_pending(&s);
+				engine_tick(s.e);
+				break;
+			}
+			default:
+				engine_on_event(s.e, tag, evs[i].events);
+				break;
+			}
+		}
+	}
+	rc = engine_fatal(s.e) ? 1 : s.exit_code;
+out:
+	if (s.e) {
+		if (engine_fatal(s.e))
+			log_error("stopping: %s", engine_fatal(s.e));
+		else if (rc == 0 && s.stop_deadline == 0 && engine_finished(s.e))
+			log_info("job finished: all trainers done");
+		engine_write_stats(s.e);
+		engine_destroy(s.e);
+	}
+	if (s.lfd >= 0) {
+		close(s.lfd);
+		unlink(s.sock_path);
+	}
+	for (int i = 0; i < MAX_PENDING; i++)
+		if (s.pend[i].fd >= 0)
+			close(s.pend[i].fd);
+	if (s.tfd >= 0)
+		close(s.tfd);
+	if (s.sfd >= 0)
+		close(s.sfd);
+	if (s.epfd >= 0)
+		close(s.epfd);
+	return rc;
+}

@@ -1,0 +1,12 @@
+/* seerd's event loop: the trainers' socket, signals, seerctl requests. */
+#ifndef SEERD_SERVER_H
+#define SEERD_SERVER_H
+
+#include "../src/catalog.h"
+#include "../src/config.h"
+
+/* Serve the job until every trainer finished, a stop was requested, or a
+ * fatal error. Returns the process exit code. */
+int server_run(const struct seer_config *cfg, struct catalog *cat, unsigned node, unsigned nnodes);
+
+#endif /* SEERD_SERVER_H */

@@ -1,0 +1,239 @@
+/* seer wire protocol: what seerd and libseer must agree on byte for byte.
+ *
+ * Transport: a unix SOCK_SEQPACKET socket (one message per packet) for the
+ * handshake and control requests, and three shared-memory segments per trainer:
+ *
+ *   arena     memfd, sealed F_SEAL_FUTURE_WRITE: trainers can only map it
+ *             read-only. Holds the sample type table and all sample bytes
+ *             (RAM cache and staging). Shared by every trainer of the daemon.
+ *   ctrl_out  memfd, sealed like the arena: written by the daemon only.
+ *             Out-ring (batch slot indices, daemon -> trainer) and the batch
+ *             slots themselves (descriptors).
+ *   ctrl_in   memfd, written by the trainer: release ring (slot indices,
+ *             trainer -> daemon), its consumer position and wait flag.
+ *             The daemon reads it as untrusted input and validates every value.
+ *
+ * No segment holds a pointer: only offsets from the segment's start.
+ * Ring indices are free-running 32-bit counters masked on access; each index
+ * has exactly one writer.
+ */
+#ifndef SEER_PROTO_H
+#define SEER_PROTO_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SEER_PROTO_VERSION 1u
+#define SEER_CACHELINE 64
+
+#define SEER_MAGIC_HELLO 0x4f4c4c4548524553ull /* "SERHELLO" */
+#define SEER_MAGIC_ARENA 0x414e455241524553ull /* "SERARENA" */
+#define SEER_MAGIC_CTOUT 0x54554f4c54435253ull /* "SRCTLOUT" */
+#define SEER_MAGIC_CTIN 0x4e494c4c54435253ull  /* "SRCTLLIN" */
+
+#define SEER_JOBID_MAX 64
+#define SEER_ERRMSG_MAX 256
+#define SEER_MAX_DIMS 8
+
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free");
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free");
+
+/* ---- socket messages ---------------------------------------------------- */
+
+enum seer_msg_kind {
+	SEER_MSG_HELLO = 1,   /* trainer -> daemon: attach as a trainer rank */
+	SEER_MSG_WELCOME = 2, /* daemon -> trainer: reply + SCM_RIGHTS fds */
+	SEER_MSG_SEEK = 3,    /* trainer -> daemon: restart stream at (epoch, step) */
+	SEER_MSG_SEEK_OK = 4, /* daemon -> trainer */
+	SEER_MSG_CTL = 5,     /* seerctl -> daemon: a command (status, config, stop) */
+	SEER_MSG_CTL_REPLY = 6, /* daemon -> seerctl: struct seer_msg_ctl_reply + text */
+	SEER_MSG_ERROR = 7,   /* daemon -> peer: request refused, text in msg */
+};
+
+/* Start position in a HELLO/SEEK: resume where this rank's last session left
+ * off (the first batch it did not release), or at the job's start. */
+#define SEER_POS_RESUME UINT64_MAX
+
+struct seer_msg_hello {
+	uint64_t magic;    /* SEER_MAGIC_HELLO */
+	uint32_t kind;     /* SEER_MSG_HELLO or SEER_MSG_CTL */
+	uint32_t version;  /* SEER_PROTO_VERSION */
+	uint32_t rank;
+	uint32_t world;
+	uint64_t epoch;    /* start position or SEER_POS_RESUME */
+	uint64_t step;
+	char job_id[SEER_JOBID_MAX]; /* NUL-terminated; must match the daemon's */
+	char ctl[128];     /* SEER_MSG_CTL only: the command, NUL-terminated */
+};
+_Static_assert(sizeof(struct seer_msg_hello) == 232, "hello layout");
+
+struct seer_msg_welcome {
+	uint32_t kind;           /* SEER_MSG_WELCOME or SEER_MSG_ERROR */
+	int32_t status;          /* 0, or a negative seer error code */
+	char msg[SEER_ERRMSG_MAX]; /* error text when status != 0 */
+	uint64_t nsamples;       /* samples in the catalog */
+	uint64_t epochs;         /* epochs in the job */
+	uint64_t batches_per_epoch; /* per trainer, identical for every rank */
+	uint64_t start;          /* first global batch index the stream delivers */
+	uint64_t arena_size;
+	uint64_t ctrl_out_size;
+	uint64_t ctrl_in_size;
+	uint32_t batch_size;
+	uint32_t nslots;
+	uint32_t node;           /* the daemon's node rank */
+	uint32_t nodes;
+	uint64_t seed;
+	uint32_t drop_last;
+	uint32_t pad_;
+};
+_Static_assert(sizeof(struct seer_msg_welcome) == 352, "welcome layout");
+/* A WELCOME with status 0 carries 4 fds: arena, ctrl_out, ctrl_in, eventfd
+ * (the trainer writes 1 to it when ctrl_out->need_wakeup is set). */
+#define SEER_WELCOME_NFDS 4
+
+struct seer_msg_seek {
+	uint32_t kind;    /* SEER_MSG_SEEK / SEER_MSG_SEEK_OK */
+	int32_t status;
+	uint64_t epoch;
+	uint64_t step;
+	uint64_t start;   /* SEEK_OK: first global batch of the new stream */
+	uint64_t prod;    /* SEEK_OK: out-ring producer index at the restart */
+};
+_Static_assert(sizeof(struct seer_msg_seek) == 40, "seek layout");
+
+/* Reply to a CTL request: one or more packets, each this header followed by
+ * text; the last has more == 0. */
+struct seer_msg_ctl_reply {
+	uint32_t kind;    /* SEER_MSG_CTL_REPLY */
+	int32_t status;   /* 0, or a negative error: the text says why */
+	uint32_t more;    /* further packets follow */
+	uint32_t len;     /* bytes of text after this header */
+};
+#define SEER_CTL_CHUNK 32768
+
+/* ---- the arena ---------------------------------------------------------- */
+
+enum seer_dtype {
+	SEER_DT_BYTES = 0, /* opaque bytes (an encoded image, a record) */
+	SEER_DT_U8, SEER_DT_I8, SEER_DT_U16, SEER_DT_I16, SEER_DT_U32,
+	SEER_DT_I32, SEER_DT_U64, SEER_DT_I64, SEER_DT_F16, SEER_DT_F32,
+	SEER_DT_F64, SEER_DT_BOOL,
+	SEER_DT_COUNT_
+};
+
+/* Shape and dtype of a sample; samples refer to entries by index. */
+struct seer_wire_type {
+	uint32_t dtype;   /* enum seer_dtype */
+	uint32_t ndim;    /* 0..SEER_MAX_DIMS; 0 with BYTES: 1-D of the length */
+	uint64_t dims[SEER_MAX_DIMS];
+};
+_Static_assert(sizeof(struct seer_wire_type) == 72, "type layout");
+
+struct seer_arena_hdr {
+	uint64_t magic;       /* SEER_MAGIC_ARENA */
+	uint32_t version;
+	uint32_t creator_pid;
+	uint64_t size;        /* whole segment, bytes */
+	uint64_t types_off;   /* offset of struct seer_wire_type[ntypes] */
+	uint32_t ntypes;
+	uint32_t pad_;
+	uint64_t data_off;    /* first byte of sample storage */
+};
+_Static_assert(sizeof(struct seer_arena_hdr) == 48, "arena header layout");
+
+/* ---- control regions ---------------------------------------------------- */
+
+/* One sample of a delivered batch. Bytes live in the arena at [offset,
+ * offset + length); they stay put until the batch slot is released. */
+struct seer_wire_sample {
+	uint64_t id;      /* position in the catalog */
+	uint64_t offset;  /* in the arena */
+	uint64_t length;  /* bytes */
+	int64_t label;
+	uint32_t type;    /* index in the arena's type table */
+	uint32_t pad_;
+};
+_Static_assert(sizeof(struct seer_wire_sample) == 40, "sample layout");
+
+struct seer_wire_slot {
+	uint64_t global;   /* epoch * batches_per_epoch + step */
+	uint64_t epoch;
+	uint64_t step;
+	uint32_t n;        /* samples in this batch */
+	uint32_t flags;    /* reserved, 0 */
+	int32_t status;    /* 0, or a negative seer error: the batch failed */
+	uint32_t pad_;
+	char msg[SEER_ERRMSG_MAX]; /* why, when status != 0 */
+	/* struct seer_wire_sample samples[batch_size] follows */
+};
+_Static_assert(sizeof(struct seer_wire_slot) == 296, "slot layout");
+_Static_assert(sizeof(struct seer_wire_slot) % 8 == 0, "slot alignment");
+
+enum seer_daemon_state {
+	SEER_STATE_RUNNING = 0,
+	SEER_STATE_STOPPING = 1, /* drain: no new batches; trainers see SEER_ESHUTDOWN */
+	SEER_STATE_EVICTED = 2,  /* this trainer was disconnected by the daemon */
+};
+
+struct seer_ctrl_out {
+	uint64_t magic;       /* SEER_MAGIC_CTOUT */
+	uint32_t version;
+	uint32_t creator_pid;
+	uint64_t size;
+	uint32_t nslots;      /* power of two */
+	uint32_t batch_size;
+	uint64_t slot_stride; /* bytes per slot */
+	uint64_t ring_off;    /* uint32_t ring[nslots]: slot indices */
+	uint64_t slots_off;   /* first slot */
+	uint8_t pad0_[SEER_CACHELINE - 56];
+
+	/* Producer index of the out-ring; written by the daemon only, with a
+	 * store-release after the slot and ring entry are written. */
+	_Alignas(SEER_CACHELINE) _Atomic uint32_t prod;
+	/* Bumped (release) after every publish and every state change; the
+	 * trainer futex-waits on it, so no wake-up can be lost. */
+	_Atomic uint32_t doorbell;
+	uint8_t pad1_[SEER_CACHELINE - 8];
+
+	_Alignas(SEER_CACHELINE) _Atomic uint32_t state;  /* enum seer_daemon_state */
+	_Atomic uint32_t need_wakeup; /* daemon sleeps: write the eventfd after a release */
+	_Atomic uint32_t rel_cons;    /* release-ring consumer index (daemon's) */
+	uint8_t pad2_[SEER_CACHELINE - 12];
+};
+_Static_assert(offsetof(struct seer_ctrl_out, prod) % SEER_CACHELINE == 0, "prod on its own line");
+_Static_assert(offsetof(struct seer_ctrl_out, state) % SEER_CACHELINE == 0, "state on its own line");
+_Static_assert(sizeof(struct seer_ctrl_out) == 3 * SEER_CACHELINE, "ctrl_out header layout");
+
+struct seer_ctrl_in {
+	uint64_t magic;       /* SEER_MAGIC_CTIN, written by the daemon at creation */
+	uint32_t version;
+	uint32_t nslots;
+	uint64_t ring_off;    /* uint32_t rel_ring[nslots] */
+	uint8_t pad0_[SEER_CACHELINE - 24];
+
+	/* Release ring producer index; written by the trainer with a
+	 * store-release after the ring entry. */
+	_Alignas(SEER_CACHELINE) _Atomic uint32_t rel_prod;
+	uint8_t pad1_[SEER_CACHELINE - 4];
+
+	/* Out-ring consumer index (trainer-owned; a hint the daemon uses to
+	 * keep `lookahead` batches ahead of what the trainer took). */
+	_Alignas(SEER_CACHELINE) _Atomic uint32_t cons;
+	_Atomic uint32_t waiting;     /* trainer is (about to be) in futex wait */
+	_Atomic uint64_t stall_ns;    /* trainer's time waiting for batches (stats only) */
+	_Atomic uint64_t stalls;      /* batches it had to wait for (stats only) */
+	uint8_t pad2_[SEER_CACHELINE - 24];
+};
+_Static_assert(offsetof(struct seer_ctrl_in, rel_prod) % SEER_CACHELINE == 0, "rel_prod on its own line");
+_Static_assert(offsetof(struct seer_ctrl_in, cons) % SEER_CACHELINE == 0, "cons on its own line");
+_Static_assert(sizeof(struct seer_ctrl_in) == 3 * SEER_CACHELINE, "ctrl_in header layout");
+
+static inline uint64_t seer_slot_stride(uint32_t batch_size)
+{
+	uint64_t s = sizeof(struct seer_wire_slot) +
+		(uint64_t)batch_size * sizeof(struct seer_wire_sample);
+	return (s + SEER_CACHELINE - 1) & ~(uint64_t)(SEER_CACHELINE - 1);
+}
+
+#endif /* SEER_PROTO_H */

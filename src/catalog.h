@@ -1,0 +1,175 @@
+/* The catalog: every sample of the dataset, in a fixed order.
+ *
+ * Sample id = position in the catalog: files sorted bytewise by path relative
+ * to the dataset root, samples inside a file in file order. Each sample knows
+ * its file, where its bytes are, its delivered length, its label and its type
+ * (dtype + shape). All sizes and offsets are 64-bit; ids fit 32 bits.
+ *
+ * A format (struct fmt_ops) decides which files belong to the dataset, what
+ * samples a file holds (scan) and how to produce a sample's bytes (read).
+ *
+ * The catalog can be saved to a cache file and loaded back; a load checks the
+ * file's integrity (checksum, every index in range) and that the dataset's
+ * directories have not changed since (their mtimes), else it is rebuilt. */
+#ifndef SEER_CATALOG_H
+#define SEER_CATALOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../proto/seer_proto.h"
+
+struct cat_file {
+	uint64_t size;
+	int64_t mtime_ns;
+	uint32_t path_off;   /* into catalog.strpool, NUL-terminated */
+	uint32_t nsamples;
+	uint64_t first;      /* id of its first sample */
+	uint64_t aux[4];     /* format-private per-file facts (saved with the catalog) */
+};
+
+struct cat_sample {
+	uint64_t offset;     /* format-defined: usually the byte offset in the file */
+	uint64_t length;     /* bytes delivered to the trainer */
+	uint32_t file;
+	uint32_t type;       /* index into catalog.types */
+	int64_t label;
+};
+_Static_assert(sizeof(struct cat_sample) == 32, "catalog entry stays compact");
+
+struct cat_dir {
+	uint32_t path_off;   /* "" for the root */
+	uint32_t pad_;
+	int64_t mtime_ns;
+};
+
+/* Options of the formats; unset strings take the format's default. */
+struct cat_params {
+	const char *hdf5_data;     /* dataset name or prefix ("records") */
+	const char *hdf5_labels;   /* "labels" */
+	const char *npz_data;      /* "x" */
+	const char *npz_labels;    /* "y" */
+	const char *npz_sample_axis; /* "last" (DLIO) or "first" */
+	const char *extensions;    /* comma list filter for the files format; "" = all */
+};
+
+struct fmt_ops;
+
+struct catalog {
+	char *root;                /* absolute dataset path, no trailing '/' */
+	const struct fmt_ops *fmt;
+	uint32_t nfiles;
+	struct cat_file *files;
+	uint64_t nsamples;
+	struct cat_sample *samples;
+	uint32_t ntypes;
+	struct seer_wire_type *types;
+	uint32_t ndirs;
+	struct cat_dir *dirs;
+	char *strpool;
+	uint64_t strpool_len;
+	uint32_t nclasses;         /* files format: class directories (0 = flat) */
+	uint64_t total_bytes;      /* sum of sample lengths */
+	uint64_t max_len;
+	uint64_t params_hash;      /* hash of format name + params */
+	uint64_t hash;             /* content hash: files, samples, types */
+	bool from_cache;           /* loaded from the cache file, not scanned */
+};
+
+struct cat_opts {
+	const char *root;
+	const char *format;        /* "files", "npz", "npy", "hdf5", "tfrecord", "indexed" */
+	struct cat_params params;
+	const char *cache_dir;     /* where the catalog cache lives; NULL = none */
+	bool rebuild;              /* ignore an existing cache file */
+	bool progress;             /* log progress of long scans */
+};
+
+static inline const char *cat_path(const struct catalog *c, uint32_t file)
+{
+	return c->strpool + c->files[file].path_off;
+}
+
+/* Build (or load from the cache) the catalog. On failure returns a negative
+ * errno or SEER_EDATASET with a message naming the path and what to do in err. */
+int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t errlen);
+void cat_free(struct catalog *c);
+
+/* Known format? */
+const struct fmt_ops *cat_find_format(const char *name);
+const char *cat_format_names(void); /* "files, npz, ..." for messages */
+
+/* Serialization (exposed for tests and the fuzzer): a self-checking image of
+ * the catalog. cat_deserialize validates every field; it never trusts buf. */
+int cat_serialize(const struct catalog *c, void **buf, size_t *len);
+int cat_deserialize(const void *buf, size_t len, struct catalog **out, char *err, size_t errlen);
+/* Path of the cache file for these options (malloc'd). */
+char *cat_cache_path(const struct cat_opts *o);
+
+/* ---- reading samples ----------------------------------------------------
+ * One reader per thread. It keeps a few files open and whatever per-thread
+ * state the format needs. */
+#define CAT_FD_CACHE 16
+struct cat_reader {
+	const struct catalog *cat;
+	int fd[CAT_FD_CACHE];
+	uint32_t fd_file[CAT_FD_CACHE];
+	uint64_t fd_used[CAT_FD_CACHE];
+	uint64_t tick;
+	void *fmt_state;           /* owned by the format */
+	char err[512];             /* why the last read failed */
+};
+
+int cat_reader_init(struct cat_reader *rd, const struct catalog *c);
+void cat_reader_fini(struct cat_reader *rd);
+/* Read sample `id` into dst (catalog length bytes). 0, or a negative errno
+ * (I/O: -EIO, -ENOENT, ...) or SEER_EDATASET (content does not match the
+ * catalog or the format's checks), with rd->err naming file, sample and why. */
+int cat_read(struct cat_reader *rd, uint64_t id, void *dst);
+/* An fd on the catalog's file `file`, kept open by the reader (do not close). */
+int cat_reader_fd(struct cat_reader *rd, uint32_t file);
+/* Drop the reader's fd for `file` (after an I/O error, to reopen fresh). */
+void cat_reader_forget(struct cat_reader *rd, uint32_t file);
+
+/* ---- for formats ---------------------------------------------------------- */
+struct cat_builder;
+
+struct fmt_ops {
+	const char *name;
+	/* Does this relative path hold samples? NULL: every regular file. */
+	bool (*accept)(const struct cat_params *p, const char *relpath);
+	/* Add the samples of file `file` (open on fd, `size` bytes) with
+	 * cat_add_sample(). Return 0, or SEER_EDATASET/-errno with
+	 * cat_builder_error() called to say what is wrong. */
+	int (*scan)(struct cat_builder *b, uint32_t file, int fd, uint64_t size);
+	/* Produce sample `id` (catalog entry s) into dst. */
+	int (*read)(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst);
+	/* Free the reader's fmt_state (may be NULL). */
+	void (*reader_fini)(struct cat_reader *rd);
+};
+
+/* Append a sample of the file being scanned; returns 0 or -ENOMEM/-EOVERFLOW. */
+int cat_add_sample(struct cat_builder *b, uint32_t file, uint64_t offset, uint64_t length,
+		   int64_t label, uint32_t type);
+/* Index of a type equal to t, added when new. */
+int cat_intern_type(struct cat_builder *b, const struct seer_wire_type *t, uint32_t *idx);
+/* Per-file aux words for the format. */
+uint64_t *cat_builder_aux(struct cat_builder *b, uint32_t file);
+const struct cat_params *cat_builder_params(const struct cat_builder *b);
+const char *cat_builder_path(const struct cat_builder *b, uint32_t file); /* relative */
+const char *cat_builder_root(const struct cat_builder *b);
+/* Class label of a relative path: index of its top-level directory among the
+ * sorted class directories, 0 for a flat dataset. */
+int64_t cat_builder_class(const struct cat_builder *b, const char *relpath);
+/* Record why the scan failed (printf-style). */
+void cat_builder_error(struct cat_builder *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Reader-side error (printf-style) naming the file and sample; returns code. */
+int cat_read_error(struct cat_reader *rd, uint64_t id, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+extern const struct fmt_ops fmt_files;
+
+#endif /* SEER_CATALOG_H */

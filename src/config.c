@@ -1,0 +1,574 @@
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "util.h"
+
+enum cfg_type { CFG_STR, CFG_U64, CFG_SIZE, CFG_BOOL, CFG_DOUBLE, CFG_ENUM, CFG_LOGLEVEL };
+
+struct cfg_key {
+	const char *section;
+	const char *name;
+	enum cfg_type type;
+	size_t off;
+	const char *def;
+	uint64_t min, max;        /* numbers and sizes */
+	const char *const *choices; /* CFG_ENUM */
+	bool job;                 /* all nodes of a job must agree */
+	const char *help;
+};
+
+static const char *const formats[] = { "files", "npz", "npy", "hdf5", "tfrecord", "indexed", NULL };
+static const char *const corrupt_policies[] = { "fail", "skip", NULL };
+static const char *const axes[] = { "last", "first", NULL };
+
+#define F(field) offsetof(struct seer_config, field)
+#define U64MAX UINT64_MAX
+
+static const struct cfg_key keys[] = {
+	{ "dataset", "path", CFG_STR, F(dataset_path), "", 0, 0, NULL, false,
+	  "directory holding the dataset (required)" },
+	{ "dataset", "format", CFG_ENUM, F(dataset_format), "files", 0, 0, formats, true,
+	  "files (root/<class>/<file>, one sample per file), npz, npy, hdf5, tfrecord, indexed" },
+	{ "dataset", "extensions", CFG_STR, F(extensions), "", 0, 0, NULL, true,
+	  "files format: comma list of extensions to include (empty: all files)" },
+	{ "dataset", "hdf5_data", CFG_STR, F(hdf5_data), "records", 0, 0, NULL, true,
+	  "hdf5: sample dataset name, or prefix of records_0..k-1" },
+	{ "dataset", "hdf5_labels", CFG_STR, F(hdf5_labels), "labels", 0, 0, NULL, true,
+	  "hdf5: label dataset name (empty: no labels)" },
+	{ "dataset", "npz_data", CFG_STR, F(npz_data), "x", 0, 0, NULL, true,
+	  "npz: member holding the samples" },
+	{ "dataset", "npz_labels", CFG_STR, F(npz_labels), "y", 0, 0, NULL, true,
+	  "npz: member holding the labels (empty: no labels)" },
+	{ "dataset", "npz_sample_axis", CFG_ENUM, F(npz_sample_axis), "last", 0, 0, axes, true,
+	  "npz/npy: axis that indexes samples: last (DLIO: x is (d1, d2, n)) or first" },
+	{ "dataset", "on_corrupt", CFG_ENUM, F(on_corrupt), "fail", 0, 0, corrupt_policies, true,
+	  "a sample that fails its checks: fail its batch, or skip (substitute the next valid one)" },
+	{ "dataset", "rebuild_catalog", CFG_BOOL, F(catalog_rebuild), "false", 0, 0, NULL, false,
+	  "rescan the dataset even when a current catalog cache exists" },
+
+	{ "job", "id", CFG_STR, F(job_id), "${SEER_JOB_ID:-${SLURM_JOB_ID:-default}}", 0, 0, NULL,
+	  true, "job id: names the socket and the state; trainers must use the same" },
+	{ "job", "seed", CFG_U64, F(seed), "0", 0, U64MAX, NULL, true,
+	  "shuffle seed: the whole access sequence is a function of it" },
+	{ "job", "epochs", CFG_U64, F(epochs), "1", 1, 1000000, NULL, true, "epochs in the job" },
+	{ "job", "batch_size", CFG_U64, F(batch_size), "32", 1, 1u << 20, NULL, true,
+	  "samples per batch per trainer" },
+	{ "job", "drop_last", CFG_BOOL, F(drop_last), "false", 0, 0, NULL, true,
+	  "true: drop the tail so shares are equal; false: pad by wrapping around" },
+	{ "job", "shuffle", CFG_BOOL, F(shuffle), "true", 0, 0, NULL, true,
+	  "false: every epoch in catalog order" },
+	{ "job", "world_size", CFG_U64, F(world_size), "0", 0, 1u << 24, NULL, true,
+	  "trainers in the job (0: from the trainers' handshake)" },
+	{ "job", "resume", CFG_STR, F(resume), "", 0, 0, NULL, false,
+	  "epoch:step to start every trainer at (empty: from the start)" },
+
+	{ "cache", "ram", CFG_SIZE, F(ram), "1GiB", 0, U64MAX, NULL, false,
+	  "node RAM for cached samples" },
+	{ "cache", "staging", CFG_SIZE, F(staging), "256MiB", 1u << 20, U64MAX, NULL, false,
+	  "node RAM for samples in flight to trainers (split between local trainers)" },
+	{ "cache", "nvme_dir", CFG_STR, F(nvme_dir), "", 0, 0, NULL, false,
+	  "node-local directory for the NVMe tier (empty: no NVMe tier)" },
+	{ "cache", "nvme", CFG_SIZE, F(nvme), "0", 0, U64MAX, NULL, false,
+	  "bytes of the NVMe tier" },
+
+	{ "prefetch", "io_threads", CFG_U64, F(io_threads), "16", 1, 1024, NULL, false,
+	  "threads reading samples (reads in flight)" },
+	{ "prefetch", "lookahead", CFG_U64, F(lookahead), "8", 1, 4096, NULL, false,
+	  "batches prepared ahead of each trainer" },
+	{ "prefetch", "retries", CFG_U64, F(retries), "3", 0, 100, NULL, false,
+	  "retries of a failed read before its batch fails" },
+	{ "prefetch", "retry_backoff_ms", CFG_DOUBLE, F(retry_backoff_ms), "20", 0, 60000, NULL,
+	  false, "first retry delay; doubles per retry" },
+
+	{ "net", "provider", CFG_STR, F(provider), "${FI_PROVIDER:-tcp;ofi_rxm}", 0, 0, NULL, true,
+	  "libfabric provider for sample transfer between daemons" },
+	{ "net", "peer_timeout_ms", CFG_DOUBLE, F(peer_timeout_ms), "2000", 1, 3600000, NULL, false,
+	  "a peer fetch not answered in this time is read from the PFS instead" },
+
+	{ "daemon", "socket", CFG_STR, F(socket), "", 0, 0, NULL, false,
+	  "unix socket path (empty: $SEER_RUNTIME_DIR or /tmp, seer-<user>-<job id>.sock); "
+	  "%n is replaced by the node rank" },
+	{ "daemon", "state_dir", CFG_STR, F(state_dir),
+	  "${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/seer", 0, 0, NULL, false,
+	  "where the catalog cache and resume state live" },
+	{ "daemon", "log_level", CFG_LOGLEVEL, F(log_level), "info", 0, 0, NULL, false,
+	  "error, warn, info or debug" },
+	{ "daemon", "stats_file", CFG_STR, F(stats_file), "", 0, 0, NULL, false,
+	  "JSON statistics written at exit (empty: none); %n is the node rank" },
+	{ "daemon", "cpuset", CFG_STR, F(cpuset), "", 0, 0, NULL, false,
+	  "cores for seerd's threads, e.g. 0-3 (empty: automatic)" },
+	{ "daemon", "connect_timeout_s", CFG_DOUBLE, F(connect_timeout_s), "600", 1, 1e7, NULL,
+	  false, "how long to wait for every trainer to connect before warning" },
+};
+
+#define NKEYS ARRAY_SIZE(keys)
+
+static void *field(struct seer_config *c, const struct cfg_key *k) { return (char *)c + k->off; }
+
+static const struct cfg_key *find_key(const char *section, const char *name)
+{
+	for (size_t i = 0; i < NKEYS; i++)
+		if (strcmp(keys[i].section, section) == 0 && strcmp(keys[i].name, name) == 0)
+			return &keys[i];
+	return NULL;
+}
+
+/* ---- ${VAR} expansion ------------------------------------------------------ */
+
+static bool expand_into(const char *s, size_t len, char **out, size_t *olen, size_t *ocap,
+			int depth, char *err, size_t errlen)
+{
+	if (depth > 8) {
+		snprintf(err, errlen, "${...} nested too deeply");
+		return false;
+	}
+	for (size_t i = 0; i < len; i++) {
+		char ch = s[i];
+		const char *piece = &s[i];
+		size_t plen = 1;
+		char *owned = NULL;
+		if (ch == '$' && i + 1 < len && s[i + 1] == '$') {
+			i++;
+		} else if (ch == '$' && i + 1 < len && s[i + 1] == '{') {
+			/* find the matching brace */
+			size_t j = i + 2, lvl = 1;
+			for (; j < len && lvl; j++) {
+				if (s[j] == '{')
+					lvl++;
+				else if (s[j] == '}')
+					lvl--;
+			}
+			if (lvl) {
+				snprintf(err, errlen, "unterminated ${ in '%.*s'", (int)len, s);
+				return false;
+			}
+			const char *body = s + i + 2;
+			size_t blen = j - 1 - (i + 2);
+			const char *sep = NULL;
+			for (size_t k = 0; k + 1 < blen; k++)
+				if (body[k] == ':' && body[k + 1] == '-') {
+					sep = body + k;
+					break;
+				}
+			size_t nlen = sep ? (size_t)(sep - body) : blen;
+			char name[256];
+			if (nlen == 0 || nlen >= sizeof(name)) {
+				snprintf(err, errlen, "bad variable name in '%.*s'", (int)len, s);
+				return false;
+			}
+			memcpy(name, body, nlen);
+			name[nlen] = '\0';
+			const char *v = getenv(name);
+			if (v && *v) {
+				piece = v;
+				plen = strlen(v);
+			} else if (sep) {
+				char *sub = NULL;
+				size_t sl = 0, sc = 0;
+				if (!expand_into(sep + 2, blen - nlen - 2, &sub, &sl, &sc, depth + 1, err,
+						 errlen)) {
+					free(sub);
+					return false;
+				}
+				owned = sub;
+				piece = sub ? sub : "";
+				plen = sl;
+			} else {
+				snprintf(err, errlen,
+					 "environment variable %s is not set (use ${%s:-default})",
+					 name, name);
+				return false;
+			}
+			i = j - 1;
+		}
+		if (*olen + plen + 1 > *ocap) {
+			*ocap = MAX(*ocap * 2, *olen + plen + 64);
+			*out = xrealloc(*out, *ocap);
+		}
+		memcpy(*out + *olen, piece, plen);
+		*olen += plen;
+		(*out)[*olen] = '\0';
+		free(owned);
+	}
+	return true;
+}
+
+char *cfg_expand(const char *s, char *err, size_t errlen)
+{
+	char *out = NULL;
+	size_t olen = 0, ocap = 0;
+	if (!expand_into(s, strlen(s), &out, &olen, &ocap, 0, err, errlen)) {
+		free(out);
+		return NULL;
+	}
+	return out ? out : xstrdup("");
+}
+
+/* ---- setting one key -------------------------------------------------------- */
+
+static int set_key(struct seer_config *c, const struct cfg_key *k, const char *raw,
+		   const char *origin, char *why, size_t whylen)
+{
+	char *v = cfg_expand(raw, why, whylen);
+	if (!v)
+		return -EINVAL;
+	int rc = 0;
+	void *f = field(c, k);
+	switch (k->type) {
+	case CFG_STR:
+		free(*(char **)f);
+		*(char **)f = v;
+		v = NULL;
+		break;
+	case CFG_ENUM:
+	case CFG_LOGLEVEL: {
+		bool ok = false;
+		if (k->type == CFG_LOGLEVEL) {
+			enum log_level l;
+			ok = log_parse_level(v, &l) == 0;
+		} else {
+			for (const char *const *ch = k->choices; *ch; ch++)
+				ok |= strcmp(*ch, v) == 0;
+		}
+		if (!ok) {
+			char list[256] = "";
+			if (k->type == CFG_LOGLEVEL)
+				snprintf(list, sizeof(list), "error, warn, info, debug");
+			else
+				for (const char *const *ch = k->choices; *ch; ch++)
+					snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+						 ch == k->choices ? "" : ", ", *ch);
+			snprintf(why, whylen, "'%s' is not one of: %s", v, list);
+			rc = -EINVAL;
+			break;
+		}
+		free(*(char **)f);
+		*(char **)f = v;
+		v = NULL;
+		break;
+	}
+	case CFG_U64:
+	case CFG_SIZE: {
+		uint64_t n;
+		rc = k->type == CFG_SIZE ? parse_size(v, &n) : parse_u64(v, &n);
+		if (rc != 0) {
+			snprintf(why, whylen, k->type == CFG_SIZE
+				 ? "'%s' is not a size (use e.g. 512MiB, 64GiB, 0)"
+				 : "'%s' is not a non-negative integer", v);
+			break;
+		}
+		if (n < k->min || n > k->max) {
+			snprintf(why, whylen, "%s is out of range [%llu, %llu]", v,
+				 (unsigned long long)k->min, (unsigned long long)k->max);
+			rc = -ERANGE;
+			break;
+		}
+		*(uint64_t *)f = n;
+		break;
+	}
+	case CFG_BOOL:
+		rc = parse_bool(v, (bool *)f);
+		if (rc != 0)
+			snprintf(why, whylen, "'%s' is not a boolean (true/false, yes/no, 1/0)", v);
+		break;
+	case CFG_DOUBLE: {
+		double d;
+		rc = parse_double(v, &d);
+		if (rc != 0 || d < (double)k->min || d > (double)k->max) {
+			snprintf(why, whylen, "'%s' is not a number in [%llu, %llu]", v,
+				 (unsigned long long)k->min, (unsigned long long)k->max);
+			rc = -EINVAL;
+			break;
+		}
+		*(double *)f = d;
+		break;
+	}
+	}
+	free(v);
+	if (rc == 0) {
+		size_t idx = (size_t)(k - keys);
+		free(c->origin[idx]);
+		c->origin[idx] = xstrdup(origin);
+	}
+	return rc ? -EINVAL : 0;
+}
+
+int cfg_init(struct seer_config *c, char *err, size_t errlen)
+{
+	memset(c, 0, sizeof(*c));
+	c->origin = xcalloc(NKEYS, sizeof(char *));
+	for (size_t i = 0; i < NKEYS; i++) {
+		char why[256];
+		if (set_key(c, &keys[i], keys[i].def, "default", why, sizeof(why)) != 0) {
+			snprintf(err, errlen, "default of [%s] %s: %s", keys[i].section, keys[i].name, why);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+void cfg_free(struct seer_config *c)
+{
+	for (size_t i = 0; i < NKEYS; i++) {
+		if (keys[i].type == CFG_STR || keys[i].type == CFG_ENUM || keys[i].type == CFG_LOGLEVEL)
+			free(*(char **)field(c, &keys[i]));
+		if (c->origin)
+			free(c->origin[i]);
+	}
+	free(c->origin);
+	memset(c, 0, sizeof(*c));
+}
+
+struct ini_ctx {
+	struct seer_config *c;
+	const char *path;
+	char msg[512];
+	int lines;         /* counts handler calls, see below */
+	bool failed;
+};
+
+static int cfg_ini_handler(void *user, const char *section, const char *name, const char *value)
+{
+	struct ini_ctx *x = user;
+	if (x->failed)
+		return 0;
+	if (!section || !*section) {
+		snprintf(x->msg, sizeof(x->msg), "key '%s' outside a [section]", name);
+		x->failed = true;
+		return 0;
+	}
+	const struct cfg_key *k = find_key(section, name);
+	if (!k) {
+		bool sec_known = false;
+		for (size_t i = 0; i < NKEYS; i++)
+			sec_known |= strcmp(keys[i].section, section) == 0;
+		if (sec_known)
+			snprintf(x->msg, sizeof(x->msg),
+				 "unknown key '%s' in [%s] (seerd --help lists the keys)", name, section);
+		else
+			snprintf(x->msg, sizeof(x->msg),
+				 "unknown section [%s] (sections: dataset, job, cache, prefetch, net, "
+				 "daemon)", section);
+		x->failed = true;
+		return 0;
+	}
+	char why[400];
+	char origin[300];
+	snprintf(origin, sizeof(origin), "%s", x->path);
+	if (set_key(x->c, k, value, origin, why, sizeof(why)) != 0) {
+		snprintf(x->msg, sizeof(x->msg), "[%s] %s: %s", section, name, why);
+		x->failed = true;
+		return 0;
+	}
+	return 1;
+}
+
+int cfg_load_file(struct seer_config *c, const char *path, char *err, size_t errlen)
+{
+	struct ini_ctx x = { .c = c, .path = path };
+	int line = ini_parse(path, cfg_ini_handler, &x);
+	if (line == -1) {
+		snprintf(err, errlen, "config file %s: %s", path, strerror(errno ? errno : ENOENT));
+		return -EINVAL;
+	}
+	if (line == -2) {
+		snprintf(err, errlen, "config file %s: out of memory", path);
+		return -ENOMEM;
+	}
+	if (line > 0) {
+		if (x.failed)
+			snprintf(err, errlen, "%s:%d: %s", path, line, x.msg);
+		else
+			snprintf(err, errlen, "%s:%d: syntax error (expected [section] or key = value)",
+				 path, line);
+		return -EINVAL;
+	}
+	/* record file:line origins: inih does not report lines for good keys,
+	 * the file name is enough to find them */
+	return 0;
+}
+
+int cfg_set(struct seer_config *c, const char *assignment, char *err, size_t errlen)
+{
+	const char *eq = strchr(assignment, '=');
+	const char *dot = strchr(assignment, '.');
+	if (!eq || !dot || dot > eq) {
+		snprintf(err, errlen, "--set %s: expected section.key=value", assignment);
+		return -EINVAL;
+	}
+	char section[64], name[64];
+	size_t sl = (size_t)(dot - assignment), nl = (size_t)(eq - dot - 1);
+	if (sl == 0 || sl >= sizeof(section) || nl == 0 || nl >= sizeof(name)) {
+		snprintf(err, errlen, "--set %s: expected section.key=value", assignment);
+		return -EINVAL;
+	}
+	memcpy(section, assignment, sl);
+	section[sl] = '\0';
+	memcpy(name, dot + 1, nl);
+	name[nl] = '\0';
+	const struct cfg_key *k = find_key(section, name);
+	if (!k) {
+		snprintf(err, errlen, "--set %s: unknown key %s.%s (seerd --help lists the keys)",
+			 assignment, section, name);
+		return -EINVAL;
+	}
+	char why[400];
+	if (set_key(c, k, eq + 1, "--set", why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "--set %s.%s: %s", section, name, why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int parse_resume(const char *s, uint64_t *e, uint64_t *st)
+{
+	const char *colon = strchr(s, ':');
+	if (!colon)
+		return -EINVAL;
+	char a[32];
+	size_t n = (size_t)(colon - s);
+	if (n == 0 || n >= sizeof(a))
+		return -EINVAL;
+	memcpy(a, s, n);
+	a[n] = '\0';
+	if (parse_u64(a, e) || parse_u64(colon + 1, st))
+		return -EINVAL;
+	return 0;
+}
+
+int cfg_finish(struct seer_config *c, char *err, size_t errlen)
+{
+	if (!c->dataset_path || !*c->dataset_path) {
+		snprintf(err, errlen, "[dataset] path is not set: give the dataset directory in the "
+				      "config file or with --set dataset.path=DIR");
+		return -EINVAL;
+	}
+	if (!*c->job_id || strlen(c->job_id) >= 64 || strchr(c->job_id, '/')) {
+		snprintf(err, errlen, "[job] id '%s' must be 1-63 characters without '/'", c->job_id);
+		return -EINVAL;
+	}
+	if (*c->resume) {
+		uint64_t e, s;
+		if (parse_resume(c->resume, &e, &s) != 0) {
+			snprintf(err, errlen, "[job] resume '%s': expected epoch:step, e.g. 3:120",
+				 c->resume);
+			return -EINVAL;
+		}
+		if (e >= c->epochs) {
+			snprintf(err, errlen, "[job] resume epoch %llu is past the job's %llu epochs",
+				 (unsigned long long)e, (unsigned long long)c->epochs);
+			return -EINVAL;
+		}
+	}
+	if (c->nvme > 0 && !*c->nvme_dir) {
+		snprintf(err, errlen, "[cache] nvme is %llu bytes but nvme_dir is not set",
+			 (unsigned long long)c->nvme);
+		return -EINVAL;
+	}
+	if (!*c->socket) {
+		char buf[4096];
+		if (seer_default_socket(buf, sizeof(buf), c->job_id) != 0) {
+			snprintf(err, errlen, "default socket path too long: set [daemon] socket");
+			return -EINVAL;
+		}
+		free(c->socket);
+		c->socket = xstrdup(buf);
+	}
+	return 0;
+}
+
+int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step)
+{
+	if (!*c->resume)
+		return -ENOENT;
+	return parse_resume(c->resume, epoch, step);
+}
+
+static void value_str(const struct seer_config *c, const struct cfg_key *k, char *buf, size_t len)
+{
+	const void *f = (const char *)c + k->off;
+	switch (k->type) {
+	case CFG_STR:
+	case CFG_ENUM:
+	case CFG_LOGLEVEL:
+		snprintf(buf, len, "%s", *(char *const *)f ? *(char *const *)f : "");
+		break;
+	case CFG_U64:
+	case CFG_SIZE:
+		snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)f);
+		break;
+	case CFG_BOOL:
+		snprintf(buf, len, "%s", *(const bool *)f ? "true" : "false");
+		break;
+	case CFG_DOUBLE:
+		snprintf(buf, len, "%g", *(const double *)f);
+		break;
+	}
+}
+
+char *cfg_dump(const struct seer_config *c)
+{
+	size_t cap = 8192, len = 0;
+	char *out = xmalloc(cap);
+	out[0] = '\0';
+	const char *section = "";
+	for (size_t i = 0; i < NKEYS; i++) {
+		char val[1024], line[1400];
+		value_str(c, &keys[i], val, sizeof(val));
+		int n = 0;
+		if (strcmp(section, keys[i].section) != 0) {
+			section = keys[i].section;
+			n = snprintf(line, sizeof(line), "%s[%s]\n", len ? "\n" : "", section);
+		}
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "%s = %s    ; %s\n", keys[i].name, val,
+			      c->origin && c->origin[i] ? c->origin[i] : "default");
+		if (len + (size_t)n + 1 > cap) {
+			cap = cap * 2 + (size_t)n;
+			out = xrealloc(out, cap);
+		}
+		memcpy(out + len, line, (size_t)n + 1);
+		len += (size_t)n;
+	}
+	return out;
+}
+
+void cfg_help(FILE *out)
+{
+	const char *section = "";
+	for (size_t i = 0; i < NKEYS; i++) {
+		if (strcmp(section, keys[i].section) != 0) {
+			section = keys[i].section;
+			fprintf(out, "\n[%s]\n", section);
+		}
+		static const char *tn[] = { "string", "integer", "size", "bool", "number", "choice",
+					    "level" };
+		fprintf(out, "  %-18s %-8s default %-12s %s\n", keys[i].name, tn[keys[i].type],
+			*keys[i].def ? keys[i].def : "\"\"", keys[i].help);
+	}
+}
+
+uint64_t cfg_job_hash(const struct seer_config *c)
+{
+	XXH64_state_t *st = XXH64_createState();
+	XXH64_reset(st, 0x10b5);
+	for (size_t i = 0; i < NKEYS; i++) {
+		if (!keys[i].job)
+			continue;
+		char val[1024];
+		value_str(c, &keys[i], val, sizeof(val));
+		XXH64_update(st, keys[i].section, strlen(keys[i].section) + 1);
+		XXH64_update(st, keys[i].name, strlen(keys[i].name) + 1);
+		XXH64_update(st, val, strlen(val) + 1);
+	}
+	uint64_t h = XXH64_digest(st);
+	XXH64_freeState(st);
+	return h;
+}
+

@@ -1,0 +1,88 @@
+/* seerd configuration: one table of keys drives parsing (INI via libinih),
+ * --set overrides, defaults, --help and the dump of the effective values.
+ *
+ * Values may use ${VAR} (error when VAR is unset) and ${VAR:-default}
+ * (nested) expansion; "$$" is a literal '$'. Sizes take units (64GiB, 512MB).
+ * Errors name the source (file:line or --set), the key and what is expected. */
+#ifndef SEER_CONFIG_H
+#define SEER_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct seer_config {
+	/* [dataset] */
+	char *dataset_path;
+	char *dataset_format;
+	char *extensions;
+	char *hdf5_data;
+	char *hdf5_labels;
+	char *npz_data;
+	char *npz_labels;
+	char *npz_sample_axis;
+	char *on_corrupt;       /* "fail" or "skip" */
+	bool catalog_rebuild;
+	/* [job] */
+	char *job_id;
+	uint64_t seed;
+	uint64_t epochs;
+	uint64_t batch_size;
+	bool drop_last;
+	bool shuffle;
+	uint64_t world_size;    /* 0: learned from the first trainer */
+	char *resume;           /* "" or "epoch:step" */
+	/* [cache] */
+	uint64_t ram;
+	uint64_t staging;
+	char *nvme_dir;
+	uint64_t nvme;
+	/* [prefetch] */
+	uint64_t io_threads;
+	uint64_t lookahead;
+	uint64_t retries;
+	double retry_backoff_ms;
+	/* [net] */
+	char *provider;
+	double peer_timeout_ms;
+	/* [daemon] */
+	char *socket;
+	char *state_dir;
+	char *log_level;
+	char *stats_file;
+	char *cpuset;
+	double connect_timeout_s;
+	/* where each key was last set ("default", "job.ini:12", "--set") */
+	char **origin;
+};
+
+/* Fill with defaults. 0, or an error text in err (a default that does not
+ * expand in this environment). */
+int cfg_init(struct seer_config *c, char *err, size_t errlen);
+void cfg_free(struct seer_config *c);
+
+/* Apply an INI file / a "section.key=value" assignment. 0 or -EINVAL with
+ * a message naming the source, line and key in err. */
+int cfg_load_file(struct seer_config *c, const char *path, char *err, size_t errlen);
+int cfg_set(struct seer_config *c, const char *assignment, char *err, size_t errlen);
+
+/* Cross-key checks and derived values (socket path from the job id).
+ * Call once after all files and --set. */
+int cfg_finish(struct seer_config *c, char *err, size_t errlen);
+
+/* The effective configuration as INI text with each key's origin (malloc'd). */
+char *cfg_dump(const struct seer_config *c);
+/* Every key with type, default and description. */
+void cfg_help(FILE *out);
+/* Hash of the keys every node of a job must agree on. */
+uint64_t cfg_job_hash(const struct seer_config *c);
+
+/* Expand ${VAR} and ${VAR:-default} in s. Returns a malloc'd string, or NULL
+ * with the reason in err. */
+char *cfg_expand(const char *s, char *err, size_t errlen);
+
+/* [job] resume as (epoch, step); -ENOENT when unset. */
+int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step);
+
+#endif /* SEER_CONFIG_H */

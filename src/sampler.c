@@ -1,0 +1,204 @@
+#include "sampler.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "seer.h"
+#include "util.h"
+
+#define GOLDEN 0x9e3779b97f4a7c15ull
+
+/* SplitMix64's output function (Steele, Lea, Flood 2014). */
+static inline uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Counter-based stream: value i of the stream keyed by k is mix64(k + i*GOLDEN). */
+struct ctr_rng {
+	uint64_t key;
+	uint64_t ctr;
+};
+
+static inline uint64_t rng_next(struct ctr_rng *r)
+{
+	return mix64(r->key + (++r->ctr) * GOLDEN);
+}
+
+/* Uniform in [0, range), unbiased (Lemire 2019, "Fast random integer
+ * generation in an interval"). */
+static inline uint64_t rng_below(struct ctr_rng *r, uint64_t range)
+{
+	unsigned __int128 m = (unsigned __int128)rng_next(r) * range;
+	uint64_t lo = (uint64_t)m;
+	if (lo < range) {
+		uint64_t t = -range % range;
+		while (lo < t) {
+			m = (unsigned __int128)rng_next(r) * range;
+			lo = (uint64_t)m;
+		}
+	}
+	return (uint64_t)(m >> 64);
+}
+
+void smp_permute(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t *out)
+{
+	struct ctr_rng r = { mix64(mix64(seed ^ 0x5eed5eed5eed5eedull) + (epoch + 1) * GOLDEN), 0 };
+	for (uint64_t i = 0; i < n; i++)
+		out[i] = (uint32_t)i;
+	for (uint64_t i = n; i > 1; i--) {
+		uint64_t j = rng_below(&r, i);
+		uint32_t t = out[i - 1];
+		out[i - 1] = out[j];
+		out[j] = t;
+	}
+}
+
+int smp_shape_init(struct smp_shape *sh, uint64_t n, uint64_t seed, uint32_t world,
+		   uint32_t batch, bool drop_last, bool shuffle)
+{
+	memset(sh, 0, sizeof(*sh));
+	if (n == 0 || world == 0 || batch == 0 || n > UINT32_MAX)
+		return -EINVAL;
+	sh->n = n;
+	sh->seed = seed;
+	sh->world = world;
+	sh->batch = batch;
+	sh->drop_last = drop_last;
+	sh->shuffle = shuffle;
+	/* DistributedSampler: num_samples = floor(n / world) when dropping,
+	 * ceil(n / world) when padding. */
+	sh->per_rank = drop_last ? n / world : (n + world - 1) / world;
+	/* DataLoader batching of each rank's share. */
+	sh->bpe = drop_last ? sh->per_rank / batch : (sh->per_rank + batch - 1) / batch;
+	if (drop_last)
+		sh->per_rank = sh->bpe * batch; /* the dropped partial batch is not read */
+	return sh->bpe == 0 ? -ERANGE : 0;
+}
+
+int smp_cache_init(struct smp_cache *c, const struct smp_shape *sh)
+{
+	memset(c, 0, sizeof(*c));
+	c->sh = *sh;
+	for (int i = 0; i < SMP_CACHE_WAYS; i++) {
+		c->perm[i] = malloc(sh->n * sizeof(uint32_t));
+		if (!c->perm[i]) {
+			smp_cache_free(c);
+			return -ENOMEM;
+		}
+		c->epoch[i] = UINT64_MAX;
+	}
+	return 0;
+}
+
+void smp_cache_free(struct smp_cache *c)
+{
+	for (int i = 0; i < SMP_CACHE_WAYS; i++) {
+		free(c->perm[i]);
+		c->perm[i] = NULL;
+	}
+}
+
+const uint32_t *smp_cache_epoch(struct smp_cache *c, uint64_t epoch)
+{
+	int victim = 0;
+	for (int i = 0; i < SMP_CACHE_WAYS; i++) {
+		if (c->epoch[i] == epoch) {
+			c->used[i] = ++c->tick;
+			return c->perm[i];
+		}
+		if (c->used[i] < c->used[victim])
+			victim = i;
+	}
+	if (!c->perm[victim])
+		return NULL;
+	if (c->sh.shuffle) {
+		smp_permute(c->sh.seed, epoch, c->sh.n, c->perm[victim]);
+	} else {
+		for (uint64_t i = 0; i < c->sh.n; i++)
+			c->perm[victim][i] = (uint32_t)i;
+	}
+	c->epoch[victim] = epoch;
+	c->used[victim] = ++c->tick;
+	return c->perm[victim];
+}
+
+int smp_batch(struct smp_cache *c, uint64_t epoch, uint32_t rank, uint64_t step, uint32_t *ids)
+{
+	const struct smp_shape *sh = &c->sh;
+	if (rank >= sh->world || step >= sh->bpe)
+		return -ERANGE;
+	const uint32_t *order = smp_cache_epoch(c, epoch);
+	if (!order)
+		return -ENOMEM;
+	uint32_t len = smp_batch_len(sh, step);
+	for (uint32_t i = 0; i < len; i++)
+		ids[i] = smp_at(sh, order, smp_position(sh, rank, step, i));
+	return (int)len;
+}
+
+/* ---- public API -------------------------------------------------------- */
+
+struct seer_sampler {
+	struct smp_cache cache;
+	uint32_t *tmp;
+};
+
+SEER_API seer_sampler_t *seer_sampler_new(uint64_t nsamples, uint64_t seed, uint32_t world,
+					  uint32_t batch, unsigned flags)
+{
+	struct smp_shape sh;
+	int rc = smp_shape_init(&sh, nsamples, seed, world, batch, flags & SEER_SAMPLER_DROP_LAST,
+				!(flags & SEER_SAMPLER_NO_SHUFFLE));
+	if (rc == -EINVAL) {
+		err_set("sampler: nsamples, world and batch must be > 0 and nsamples < 2^32");
+		return NULL;
+	}
+	if (rc == -ERANGE) {
+		err_set("sampler: %llu samples over %u trainers give no full batch of %u",
+			(unsigned long long)nsamples, world, batch);
+		return NULL;
+	}
+	seer_sampler_t *s = calloc(1, sizeof(*s));
+	if (!s)
+		goto oom;
+	s->tmp = malloc(sizeof(uint32_t) * batch);
+	if (!s->tmp)
+		goto oom_s;
+	if (smp_cache_init(&s->cache, &sh) != 0)
+		goto oom_tmp;
+	return s;
+oom_tmp:
+	free(s->tmp);
+oom_s:
+	free(s);
+oom:
+	err_set("sampler: out of memory for %llu samples", (unsigned long long)nsamples);
+	return NULL;
+}
+
+SEER_API void seer_sampler_free(seer_sampler_t *s)
+{
+	if (!s)
+		return;
+	smp_cache_free(&s->cache);
+	free(s->tmp);
+	free(s);
+}
+
+SEER_API uint64_t seer_sampler_batches_per_epoch(const seer_sampler_t *s)
+{
+	return s->cache.sh.bpe;
+}
+
+SEER_API int seer_sampler_batch(seer_sampler_t *s, uint64_t epoch, uint32_t rank, uint64_t step,
+				uint64_t *ids)
+{
+	int n = smp_batch(&s->cache, epoch, rank, step, s->tmp);
+	for (int i = 0; i < n; i++)
+		ids[i] = s->tmp[i];
+	return n;
+}

@@ -1,0 +1,447 @@
+#define _GNU_SOURCE
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pwd.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "seer.h"
+
+static _Atomic int log_level_ = LOG_INFO;
+static _Atomic int log_node_ = -1;
+static const char *log_prog_ = "seer";
+
+void log_set_level(enum log_level lvl) { atomic_store(&log_level_, (int)lvl); }
+enum log_level log_get_level(void) { return (enum log_level)atomic_load(&log_level_); }
+void log_set_node(int node) { atomic_store(&log_node_, node); }
+void log_set_prog(const char *prog) { log_prog_ = prog; }
+
+int log_parse_level(const char *s, enum log_level *out)
+{
+	static const char *names[] = { "error", "warn", "info", "debug" };
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		if (strcasecmp(s, names[i]) == 0) {
+			*out = (enum log_level)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+void log_msg(enum log_level lvl, const char *fmt, ...)
+{
+	static const char *tags[] = { "ERROR", "WARN ", "INFO ", "DEBUG" };
+	if ((int)lvl > atomic_load(&log_level_))
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	localtime_r(&ts.tv_sec, &tm);
+	char line[2048];
+	int n = (int)strftime(line, sizeof(line), "%Y-%m-%d %H:%M:%S", &tm);
+	int node = atomic_load(&log_node_);
+	if (node >= 0)
+		n += snprintf(line + n, sizeof(line) - (size_t)n, ".%03ld %s[%d] %s ",
+			      ts.tv_nsec / 1000000, log_prog_, node, tags[lvl]);
+	else
+		n += snprintf(line + n, sizeof(line) - (size_t)n, ".%03ld %s %s ",
+			      ts.tv_nsec / 1000000, log_prog_, tags[lvl]);
+	va_list ap;
+	va_start(ap, fmt);
+	if (n < (int)sizeof(line))
+		n += vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	/* one write(2) per line keeps lines from several threads whole */
+	ssize_t w UNUSED = write(STDERR_FILENO, line, (size_t)n);
+}
+
+uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double now_s(void) { return (double)now_ns() / 1e9; }
+
+void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
+
+static const char *skip_ws(const char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	return s;
+}
+
+static bool only_ws(const char *s) { return *skip_ws(s) == '\0'; }
+
+int parse_u64(const char *s, uint64_t *out)
+{
+	s = skip_ws(s);
+	if (*s == '\0' || *s == '-')
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 0);
+	if (errno == ERANGE)
+		return -ERANGE;
+	if (end == s || !only_ws(end))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int parse_i64(const char *s, int64_t *out)
+{
+	s = skip_ws(s);
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 0);
+	if (errno == ERANGE)
+		return -ERANGE;
+	if (end == s || !only_ws(end))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int parse_double(const char *s, double *out)
+{
+	s = skip_ws(s);
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno == ERANGE || !isfinite(v))
+		return -ERANGE;
+	if (end == s || !only_ws(end))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int parse_size(const char *s, uint64_t *out)
+{
+	s = skip_ws(s);
+	if (*s == '\0' || *s == '-')
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || errno == ERANGE || !isfinite(v) || v < 0)
+		return end == s ? -EINVAL : -ERANGE;
+	const char *u = skip_ws(end);
+	static const struct { const char *sfx; double mul; } units[] = {
+		{ "", 1 }, { "b", 1 },
+		{ "k", 1024.0 }, { "ki", 1024.0 }, { "kib", 1024.0 }, { "kb", 1e3 },
+		{ "m", 1048576.0 }, { "mi", 1048576.0 }, { "mib", 1048576.0 }, { "mb", 1e6 },
+		{ "g", 1073741824.0 }, { "gi", 1073741824.0 }, { "gib", 1073741824.0 }, { "gb", 1e9 },
+		{ "t", 1099511627776.0 }, { "ti", 1099511627776.0 }, { "tib", 1099511627776.0 },
+		{ "tb", 1e12 },
+	};
+	char unit[8];
+	size_t n = 0;
+	while (*u && !isspace((unsigned char)*u) && n < sizeof(unit) - 1)
+		unit[n++] = (char)tolower((unsigned char)*u++);
+	unit[n] = '\0';
+	if (!only_ws(u))
+		return -EINVAL;
+	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
+		if (strcmp(unit, units[i].sfx) == 0) {
+			double bytes = v * units[i].mul;
+			if (bytes >= 18446744073709551615.0)
+				return -ERANGE;
+			if (bytes != floor(bytes))
+				return -EINVAL; /* a fraction of a byte */
+			*out = (uint64_t)bytes;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+int parse_bool(const char *s, bool *out)
+{
+	static const char *yes[] = { "1", "true", "yes", "on" };
+	static const char *no[] = { "0", "false", "no", "off" };
+	s = skip_ws(s);
+	char w[8];
+	size_t n = 0;
+	while (*s && !isspace((unsigned char)*s) && n < sizeof(w) - 1)
+		w[n++] = *s++;
+	w[n] = '\0';
+	if (!only_ws(s))
+		return -EINVAL;
+	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(w, yes[i]) == 0) {
+			*out = true;
+			return 0;
+		}
+		if (strcasecmp(w, no[i]) == 0) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+const char *fmt_size(char *buf, size_t len, uint64_t bytes)
+{
+	static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)bytes;
+	size_t i = 0;
+	while (v >= 1024.0 && i + 1 < ARRAY_SIZE(u)) {
+		v /= 1024.0;
+		i++;
+	}
+	if (i == 0)
+		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+	else
+		snprintf(buf, len, "%.2f %s", v, u[i]);
+	return buf;
+}
+
+static void oom(size_t n)
+{
+	log_error("out of memory allocating %zu bytes", n);
+	abort();
+}
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		oom(n);
+	return p;
+}
+
+void *xcalloc(size_t n, size_t sz)
+{
+	void *p = calloc(n ? n : 1, sz ? sz : 1);
+	if (!p)
+		oom(n * sz);
+	return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	if (!q)
+		oom(n);
+	return q;
+}
+
+char *xstrdup(const char *s)
+{
+	char *p = strdup(s);
+	if (!p)
+		oom(strlen(s));
+	return p;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *p = NULL;
+	int n = vasprintf(&p, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		oom(0);
+	return p;
+}
+
+char *str_copy(char *dst, size_t len, const char *src)
+{
+	if (len == 0)
+		return dst;
+	size_t n = strnlen(src, len - 1);
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+	return dst;
+}
+
+char *sfmt(char *dst, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(dst, len, fmt, ap);
+	va_end(ap);
+	return dst;
+}
+
+int pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	char *p = buf;
+	while (n > 0) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -ENODATA;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int pwrite_full(int fd, const void *buf, size_t n, uint64_t off)
+{
+	const char *p = buf;
+	while (n > 0) {
+		ssize_t r = pwrite(fd, p, n, (off_t)off);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			return -EIO;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int write_full(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+	while (n > 0) {
+		ssize_t r = write(fd, p, n);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+int mkdir_p(const char *path, unsigned mode)
+{
+	char tmp[4096];
+	size_t len = strlen(path);
+	if (len == 0 || len >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	memcpy(tmp, path, len + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) != 0 && errno != EEXIST)
+		return -errno;
+	struct stat st;
+	if (stat(tmp, &st) != 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int write_file_atomic(const char *path, const void *buf, size_t n)
+{
+	char tmp[4096];
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	int rc = write_full(fd, buf, n);
+	if (rc == 0 && fsync(fd) != 0)
+		rc = -errno;
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -errno;
+	if (rc != 0)
+		unlink(tmp);
+	return rc;
+}
+
+static _Thread_local char err_buf[1024];
+
+void err_set(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err_buf, sizeof(err_buf), fmt, ap);
+	va_end(ap);
+}
+
+const char *err_get(void) { return err_buf; }
+
+SEER_API const char *seer_errmsg(void) { return err_buf; }
+
+SEER_API const char *seer_strerror(int err)
+{
+	switch (err) {
+	case 0: return "success";
+	case SEER_EEPOCH: return "end of epoch";
+	case SEER_EEND: return "end of job: the last batch was delivered";
+	case SEER_ESHUTDOWN: return "the daemon is shutting down";
+	case SEER_EPROTO: return "protocol error (client and daemon versions differ?)";
+	case SEER_EREFUSED: return "connection refused by the daemon";
+	case SEER_EBATCH: return "the batch could not be loaded";
+	case SEER_ECONFIG: return "invalid configuration";
+	case SEER_EDATASET: return "dataset missing, empty, changed or corrupt";
+	case SEER_ENOTHELD: return "batch not held by this client";
+	case SEER_EEVICTED: return "the daemon disconnected this trainer";
+	default: break;
+	}
+	if (err < 0 && err > -4096)
+		return strerror(-err);
+	return "unknown error";
+}
+
+const char *seer_env_job_id(void)
+{
+	const char *v = getenv("SEER_JOB_ID");
+	if (v && *v)
+		return v;
+	v = getenv("SLURM_JOB_ID");
+	if (v && *v)
+		return v;
+	return "default";
+}
+
+int seer_default_socket(char *buf, size_t len, const char *job_id)
+{
+	const char *dir = getenv("SEER_RUNTIME_DIR");
+	if (!dir || !*dir)
+		dir = getenv("XDG_RUNTIME_DIR");
+	if (!dir || !*dir || access(dir, W_OK) != 0)
+		dir = "/tmp";
+	char user[64];
+	struct passwd pw, *res = NULL;
+	char pwbuf[1024];
+	if (getpwuid_r(getuid(), &pw, pwbuf, sizeof(pwbuf), &res) == 0 && res)
+		snprintf(user, sizeof(user), "%s", res->pw_name);
+	else
+		snprintf(user, sizeof(user), "%u", (unsigned)getuid());
+	int n = snprintf(buf, len, "%s/seer-%s-%s.sock", dir, user, job_id);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}

@@ -1,0 +1,91 @@
+/* Small helpers shared by the daemon, the client library and the tools:
+ * logging, time, size parsing, error text. Everything here is thread-safe. */
+#ifndef SEER_UTIL_H
+#define SEER_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define UNUSED __attribute__((unused))
+#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- logging -----------------------------------------------------------
+ * Lines look like "2026-11-21 05:10:00.123 seerd[0] INFO  message" and go to
+ * stderr. The node rank is -1 until log_set_node(). */
+enum log_level { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+void log_set_level(enum log_level lvl);
+enum log_level log_get_level(void);
+void log_set_node(int node);
+void log_set_prog(const char *prog);
+int log_parse_level(const char *s, enum log_level *out);
+void log_msg(enum log_level lvl, const char *fmt, ...) PRINTF_LIKE(2, 3);
+
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_debug(...) do { if (log_get_level() >= LOG_DEBUG) log_msg(LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* ---- time ---------------------------------------------------------------- */
+uint64_t now_ns(void);          /* CLOCK_MONOTONIC */
+double now_s(void);
+void sleep_ns(uint64_t ns);
+
+/* ---- parsing ------------------------------------------------------------
+ * All return 0 or -EINVAL (malformed) / -ERANGE (out of range). */
+int parse_u64(const char *s, uint64_t *out);
+int parse_i64(const char *s, int64_t *out);
+int parse_double(const char *s, double *out);
+/* "64GiB", "512MB", "4k", "1.5G", "0": binary for Ki/Mi/Gi/Ti and for bare
+ * K/M/G/T, decimal for kB/MB/GB/TB. */
+int parse_size(const char *s, uint64_t *out);
+int parse_bool(const char *s, bool *out);
+/* Human-readable size into buf ("1.50 GiB"); returns buf. */
+const char *fmt_size(char *buf, size_t len, uint64_t bytes);
+
+/* ---- strings and memory -------------------------------------------------
+ * The x* functions are for the daemon and tools: they abort on out of memory.
+ * The client library never calls them. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t sz);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xasprintf(const char *fmt, ...) PRINTF_LIKE(1, 2);
+/* Copy src into dst[len], truncating; always terminated. Returns dst. */
+char *str_copy(char *dst, size_t len, const char *src);
+/* snprintf that never overflows and always terminates; returns dst. */
+char *sfmt(char *dst, size_t len, const char *fmt, ...) PRINTF_LIKE(3, 4);
+
+/* ---- files ---------------------------------------------------------------- */
+/* Read/write exactly n bytes at off, retrying on EINTR and short transfers.
+ * Return 0, -errno, or -ENODATA when the file ends first (pread). */
+int pread_full(int fd, void *buf, size_t n, uint64_t off);
+int pwrite_full(int fd, const void *buf, size_t n, uint64_t off);
+int write_full(int fd, const void *buf, size_t n);
+/* mkdir -p with the given mode; 0 or -errno. */
+int mkdir_p(const char *path, unsigned mode);
+/* Write a file atomically (temp file + rename); 0 or -errno. */
+int write_file_atomic(const char *path, const void *buf, size_t n);
+
+/* ---- error text ------------------------------------------------------------ */
+/* Thread-local "last error" message used by the client library. */
+void err_set(const char *fmt, ...) PRINTF_LIKE(1, 2);
+const char *err_get(void);
+
+/* ---- job naming (shared by daemon and client) ------------------------------ */
+/* Job id from $SEER_JOB_ID, $SLURM_JOB_ID, else "default". */
+const char *seer_env_job_id(void);
+/* Default socket path for a job id: $SEER_RUNTIME_DIR, $XDG_RUNTIME_DIR or
+ * /tmp, then "seer-<user>-<jobid>.sock". 0 or -ENAMETOOLONG. */
+int seer_default_socket(char *buf, size_t len, const char *job_id);
+
+#endif /* SEER_UTIL_H */

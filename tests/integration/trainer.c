@@ -1,0 +1,177 @@
+/* seer-trainer: a trainer that uses only the public API (include/seer.h).
+ *
+ * It takes every batch of the job, reads every byte of every sample (CRC32),
+ * optionally sleeps an emulated compute time per step, and can log each
+ * delivered sample for an independent check:
+ *
+ *   seer-trainer [--rank R --world W] [--socket PATH] [--log FILE]
+ *                [--compute-ms MS] [--kill-after N] [--seek E:S] [--quiet]
+ *
+ * Log lines: "<epoch> <step> <index> <id> <label> <length> <crc32 hex>".
+ * Exit 0 after the job's last batch; 1 on any error (message on stderr). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "seer.h"
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(double ms)
+{
+	if (ms <= 0)
+		return;
+	struct timespec ts = { (time_t)(ms / 1000), (long)(((uint64_t)(ms * 1e6)) % 1000000000ull) };
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
+
+int main(int argc, char **argv)
+{
+	seer_options_t o = { 0 };
+	const char *log_path = NULL;
+	double compute_ms = 0;
+	long kill_after = -1;
+	int quiet = 0, have_seek = 0;
+	unsigned long long seek_e = 0, seek_s = 0;
+	static const struct option opts[] = {
+		{ "rank", required_argument, NULL, 'r' },
+		{ "world", required_argument, NULL, 'w' },
+		{ "socket", required_argument, NULL, 'S' },
+		{ "log", required_argument, NULL, 'l' },
+		{ "compute-ms", required_argument, NULL, 'c' },
+		{ "kill-after", required_argument, NULL, 'k' },
+		{ "seek", required_argument, NULL, 'e' },
+		{ "start", required_argument, NULL, 't' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "r:w:S:l:c:k:e:t:q", opts, NULL)) != -1) {
+		switch (c) {
+		case 'r': o.rank = atoi(optarg); break;
+		case 'w': o.world_size = atoi(optarg); break;
+		case 'S': o.socket_path = optarg; break;
+		case 'l': log_path = optarg; break;
+		case 'c': compute_ms = atof(optarg); break;
+		case 'k': kill_after = atol(optarg); break;
+		case 'e':
+			if (sscanf(optarg, "%llu:%llu", &seek_e, &seek_s) != 2) {
+				fprintf(stderr, "seer-trainer: --seek takes EPOCH:STEP\n");
+				return 2;
+			}
+			have_seek = 1;
+			break;
+		case 't':
+			if (sscanf(optarg, "%llu:%llu", &seek_e, &seek_s) != 2) {
+				fprintf(stderr, "seer-trainer: --start takes EPOCH:STEP\n");
+				return 2;
+			}
+			o.flags |= SEER_OPT_START_AT;
+			o.start_epoch = seek_e;
+			o.start_step = seek_s;
+			break;
+		case 'q': quiet = 1; break;
+		default:
+			fprintf(stderr, "usage: seer-trainer [--rank R --world W] [--socket PATH] "
+					"[--log FILE] [--compute-ms MS] [--kill-after N] [--seek E:S] "
+					"[--start E:S] [--quiet]\n");
+			return 2;
+		}
+	}
+	FILE *log = NULL;
+	if (log_path && !(log = fopen(log_path, "w"))) {
+		fprintf(stderr, "seer-trainer: %s: %s\n", log_path, strerror(errno));
+		return 1;
+	}
+	seer_client_t *cl;
+	int rc = seer_connect(&o, &cl);
+	if (rc < 0) {
+		fprintf(stderr, "seer-trainer: connect: %s\n", seer_errmsg());
+		return 1;
+	}
+	int rank = seer_rank(cl);
+	if (have_seek && (rc = seer_seek(cl, seek_e, seek_s)) < 0) {
+		fprintf(stderr, "seer-trainer %d: seek: %s\n", rank, seer_errmsg());
+		return 1;
+	}
+	double t0 = now(), stall = 0, max_stall = 0;
+	unsigned long long batches = 0, samples = 0, bytes = 0, failed = 0;
+	uint32_t acc = 0;
+	for (;;) {
+		seer_batch_t *b;
+		double tw = now();
+		rc = seer_next(cl, 60000, &b);
+		double waited = now() - tw;
+		if (rc == SEER_EEPOCH)
+			continue;
+		if (rc == SEER_EEND)
+			break;
+		if (rc == SEER_EBATCH) {
+			fprintf(stderr, "seer-trainer %d: batch %llu:%llu failed: %s\n", rank,
+				(unsigned long long)seer_batch_epoch(b),
+				(unsigned long long)seer_batch_step(b), seer_batch_error(b));
+			if (log)
+				fprintf(log, "%llu %llu FAILED %s\n", (unsigned long long)seer_batch_epoch(b),
+					(unsigned long long)seer_batch_step(b), seer_batch_error(b));
+			failed++;
+			seer_release(cl, b);
+			continue;
+		}
+		if (rc < 0) {
+			fprintf(stderr, "seer-trainer %d: %s: %s\n", rank, seer_strerror(rc), seer_errmsg());
+			seer_close(cl);
+			return 1;
+		}
+		stall += waited;
+		if (waited > max_stall)
+			max_stall = waited;
+		uint32_t n = seer_batch_len(b);
+		for (uint32_t i = 0; i < n; i++) {
+			const unsigned char *p = seer_sample_data(b, i);
+			uint64_t len = seer_sample_size(b, i);
+			uint32_t crc = (uint32_t)crc32_z(0, p, len);
+			acc ^= crc;
+			if (log)
+				fprintf(log, "%llu %llu %u %llu %lld %llu %08x\n",
+					(unsigned long long)seer_batch_epoch(b),
+					(unsigned long long)seer_batch_step(b), i,
+					(unsigned long long)seer_sample_id(b, i),
+					(long long)seer_sample_label(b, i), (unsigned long long)len, crc);
+			bytes += len;
+		}
+		samples += n;
+		batches++;
+		if (kill_after >= 0 && (long)batches >= kill_after) {
+			if (log)
+				fflush(log);
+			raise(SIGKILL); /* die holding this batch, as a crashed trainer does */
+		}
+		sleep_ms(compute_ms);
+		seer_release(cl, b);
+	}
+	double dt = now() - t0;
+	seer_close(cl);
+	if (log)
+		fclose(log);
+	if (!quiet)
+		printf("trainer %d: %llu batches, %llu samples, %.1f MB in %.2f s: %.0f samples/s, "
+		       "%.3f GB/s, stall %.3f s (max %.1f ms)%s [crc %08x]\n",
+		       rank, batches, samples, (double)bytes / 1e6, dt, (double)samples / dt,
+		       (double)bytes / dt / 1e9, stall, max_stall * 1e3,
+		       failed ? " SOME BATCHES FAILED" : "", acc);
+	return failed ? 1 : 0;
+}
