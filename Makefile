@@ -31,7 +31,7 @@ endif
 
 SONAME := libseer.so.0
 SOVER := 0.1.0
-PKGS := libxxhash inih zlib
+PKGS := libxxhash inih zlib hdf5-openmpi
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CRIT_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
@@ -43,7 +43,7 @@ LIBS := $(PKG_LIBS) -lpthread -lm
 
 # modules shared by the daemon, the tools and the tests
 CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c \
-	src/plan.c
+	src/plan.c $(wildcard src/fmt_*.c)
 CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
 DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -53,8 +53,13 @@ CORE_OBJ := $(call obj,$(CORE_SRC))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
-TOOLS := $(BIN)/seer-trainer
+# tools/<name>.c -> bin/<name>, linked with the core modules
+TOOL_SRC := $(wildcard tools/*.c)
+TOOLS := $(BIN)/seer-trainer $(patsubst tools/%.c,$(BIN)/%,$(TOOL_SRC))
+FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
 
+.SECONDARY:
 .PHONY: all setup deps demo test unit integration asan tsan sanitize clean
 all: $(BIN)/seerd $(LIB)/libseer.so $(TOOLS)
 
@@ -83,6 +88,16 @@ $(LIB)/libseer.so: $(LIB)/libseer.so.$(SOVER)
 $(BIN)/seer-trainer: $(B)/obj/tests/integration/trainer.o $(LIB)/libseer.so
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< -L$(LIB) -lseer -Wl,-rpath,'$$ORIGIN/../lib' -lz
+
+# the PFS emulator is a FUSE file system: its own flags
+$(B)/obj/tools/seer-pfsemu.o: CFLAGS += $(FUSE_CFLAGS)
+$(BIN)/seer-pfsemu: $(B)/obj/tools/seer-pfsemu.o $(B)/libcore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(LIBS)
+
+$(BIN)/%: $(B)/obj/tools/%.o $(B)/libcore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/libcore.a
 	@mkdir -p $(dir $@)

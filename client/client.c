@@ -237,8 +237,12 @@ SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out)
 		}
 		sock = path;
 	}
-	c->sock = connect_socket(sock, opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms
-								     : 30000);
+	int ctmo = opts->connect_timeout_ms;
+	if (ctmo <= 0) {
+		ctmo = 30000;
+		env_int("SEER_CONNECT_TIMEOUT_MS", &ctmo);
+	}
+	c->sock = connect_socket(sock, ctmo);
 	if (c->sock < 0) {
 		rc = c->sock;
 		goto fail;

@@ -1444,7 +1444,7 @@ char *engine_status_json(struct engine *e)
 		  "\"ram_planned_bytes\":%llu,\"ram_loaded_samples\":%llu,\"ram_loaded_bytes\":%llu,"
 		  "\"staging_capacity\":%llu},",
 		  (unsigned long long)e->cache_cap, (unsigned long long)e->cache_planned,
-		  (unsigned long long)(e->plan_ready ? e->plan.ram_used[e->node] : 0),
+		  (unsigned long long)(e->plan_ready ? e->plan.cached_bytes : 0),
 		  (unsigned long long)e->cache_loaded, (unsigned long long)e->cache_loaded_bytes,
 		  (unsigned long long)e->stage_cap);
 	sb_printf(&b, "\"io\":{\"threads\":%llu,\"pending\":%u},",

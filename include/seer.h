@@ -81,7 +81,7 @@ typedef struct seer_options {
 	unsigned flags;     /* SEER_OPT_* */
 	uint64_t start_epoch; /* with SEER_OPT_START_AT */
 	uint64_t start_step;
-	int connect_timeout_ms; /* 0: 30000; how long to retry a missing socket */
+	int connect_timeout_ms; /* 0: $SEER_CONNECT_TIMEOUT_MS or 30000; retries a missing socket */
 } seer_options_t;
 
 #define SEER_OPT_START_AT 1u /* start at (start_epoch, start_step) */

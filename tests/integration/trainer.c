@@ -45,7 +45,7 @@ int main(int argc, char **argv)
 	const char *log_path = NULL;
 	double compute_ms = 0;
 	long kill_after = -1;
-	int quiet = 0, have_seek = 0;
+	int quiet = 0, have_seek = 0, show = 0;
 	unsigned long long seek_e = 0, seek_s = 0;
 	static const struct option opts[] = {
 		{ "rank", required_argument, NULL, 'r' },
@@ -57,6 +57,7 @@ int main(int argc, char **argv)
 		{ "seek", required_argument, NULL, 'e' },
 		{ "start", required_argument, NULL, 't' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "show", required_argument, NULL, 'w' + 256 },
 		{ 0 },
 	};
 	int c;
@@ -85,10 +86,11 @@ int main(int argc, char **argv)
 			o.start_step = seek_s;
 			break;
 		case 'q': quiet = 1; break;
+		case 'w' + 256: show = atoi(optarg); break;
 		default:
 			fprintf(stderr, "usage: seer-trainer [--rank R --world W] [--socket PATH] "
 					"[--log FILE] [--compute-ms MS] [--kill-after N] [--seek E:S] "
-					"[--start E:S] [--quiet]\n");
+					"[--start E:S] [--show N] [--quiet]\n");
 			return 2;
 		}
 	}
@@ -140,6 +142,17 @@ int main(int argc, char **argv)
 		if (waited > max_stall)
 			max_stall = waited;
 		uint32_t n = seer_batch_len(b);
+		if ((long)batches < show) {
+			printf("trainer %d: epoch %llu step %llu: %u samples, ids", rank,
+			       (unsigned long long)seer_batch_epoch(b),
+			       (unsigned long long)seer_batch_step(b), n);
+			for (uint32_t i = 0; i < n && i < 4; i++)
+				printf(" %llu", (unsigned long long)seer_sample_id(b, i));
+			printf("..., labels");
+			for (uint32_t i = 0; i < n && i < 4; i++)
+				printf(" %lld", (long long)seer_sample_label(b, i));
+			printf("..., first sample %llu bytes\n", (unsigned long long)seer_sample_size(b, 0));
+		}
 		for (uint32_t i = 0; i < n; i++) {
 			const unsigned char *p = seer_sample_data(b, i);
 			uint64_t len = seer_sample_size(b, i);

@@ -1,0 +1,364 @@
+"""seer: mini-batches from the node's seerd, as zero-copy numpy views.
+
+    import seer
+    with seer.Loader() as loader:          # rank/world from the launcher's environment
+        for epoch in range(loader.epochs):
+            for batch in loader:           # one epoch per `for`
+                for x, y in zip(batch.samples, batch.labels):
+                    train(x, y)
+
+Lifetime: a batch's sample arrays are read-only views of the daemon's shared
+memory. They are valid until the batch is released: explicitly with
+``batch.release()`` (or leaving ``with batch:``), or implicitly when the
+iterator moves to the next batch (``for batch in loader`` releases the batch
+it yielded before when you ask for the next). Copy (``np.array(x)``) what you
+keep longer. Writing to a view raises (numpy) or faults (raw pointer).
+
+Uses Debian's numpy (/usr/bin/python3). Finds libseer through $SEER_LIB, the
+source tree's lib/ directory, or the system library path.
+"""
+
+import ctypes
+import ctypes.util
+import os
+
+import numpy as np
+
+__all__ = ["Loader", "Batch", "SeerError", "Sampler", "EndOfEpoch", "EndOfJob"]
+
+EEPOCH = -30801
+EEND = -30802
+ESHUTDOWN = -30803
+EBATCH = -30806
+OPT_START_AT = 1
+SAMPLER_DROP_LAST = 1
+SAMPLER_NO_SHUFFLE = 2
+
+# enum seer_dtype_code -> numpy dtype (BYTES is opaque uint8)
+_DTYPES = {
+    0: np.uint8, 1: np.uint8, 2: np.int8, 3: np.uint16, 4: np.int16, 5: np.uint32,
+    6: np.int32, 7: np.uint64, 8: np.int64, 9: np.float16, 10: np.float32,
+    11: np.float64, 12: np.bool_,
+}
+
+
+class SeerError(RuntimeError):
+    """A seer call failed; .code is the seer/errno code, str() the daemon's reason."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+class EndOfEpoch(Exception):
+    pass
+
+
+class EndOfJob(Exception):
+    pass
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [
+        ("socket_path", ctypes.c_char_p),
+        ("job_id", ctypes.c_char_p),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("flags", ctypes.c_uint),
+        ("start_epoch", ctypes.c_uint64),
+        ("start_step", ctypes.c_uint64),
+        ("connect_timeout_ms", ctypes.c_int),
+    ]
+
+
+_lib = None
+
+
+def _find_lib():
+    env = os.environ.get("SEER_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.path.join(here, "..", "..", "..", "lib", "libseer.so.0"),
+                 os.path.join(here, "..", "..", "..", "lib", "libseer.so")):
+        if os.path.exists(cand):
+            return os.path.normpath(cand)
+    found = ctypes.util.find_library("seer")
+    if found:
+        return found
+    raise OSError("libseer not found: build it with `make`, or set SEER_LIB to libseer.so")
+
+
+def _load():
+    global _lib
+    if _lib is not None:
+        return _lib
+    lib = ctypes.CDLL(_find_lib())
+    P, U64, I64, U32, I = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64,
+                           ctypes.c_uint32, ctypes.c_int)
+    sigs = {
+        "seer_connect": (I, [ctypes.POINTER(_Options), ctypes.POINTER(P)]),
+        "seer_close": (None, [P]),
+        "seer_next": (I, [P, I, ctypes.POINTER(P)]),
+        "seer_release": (I, [P, P]),
+        "seer_seek": (I, [P, U64, U64]),
+        "seer_batch_len": (U32, [P]),
+        "seer_batch_epoch": (U64, [P]),
+        "seer_batch_step": (U64, [P]),
+        "seer_batch_error": (ctypes.c_char_p, [P]),
+        "seer_batch_export": (I, [P, P, P, P, P, P]),
+        "seer_arena_base": (P, [P]),
+        "seer_arena_size": (U64, [P]),
+        "seer_type_count": (U32, [P]),
+        "seer_type_info": (I, [P, U32, ctypes.POINTER(I), ctypes.POINTER(U64), I]),
+        "seer_rank": (I, [P]),
+        "seer_world_size": (I, [P]),
+        "seer_num_samples": (U64, [P]),
+        "seer_epochs": (U64, [P]),
+        "seer_batches_per_epoch": (U64, [P]),
+        "seer_batch_size": (U32, [P]),
+        "seer_seed": (U64, [P]),
+        "seer_strerror": (ctypes.c_char_p, [I]),
+        "seer_errmsg": (ctypes.c_char_p, []),
+        "seer_sampler_new": (P, [U64, U64, U32, U32, ctypes.c_uint]),
+        "seer_sampler_free": (None, [P]),
+        "seer_sampler_batches_per_epoch": (U64, [P]),
+        "seer_sampler_batch": (I, [P, U64, U32, U64, ctypes.POINTER(U64)]),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+    _lib = lib
+    return lib
+
+
+def _error(code):
+    lib = _load()
+    msg = lib.seer_errmsg().decode(errors="replace")
+    if not msg:
+        msg = lib.seer_strerror(code).decode(errors="replace")
+    return SeerError(code, msg)
+
+
+class Batch:
+    """One mini-batch. ``samples[i]`` is a read-only numpy view (dtype and
+    shape from the dataset format; uint8 bytes for opaque samples), valid
+    until the batch is released. ``labels`` and ``ids`` are numpy int64 /
+    uint64 copies and stay valid."""
+
+    __slots__ = ("_loader", "_ptr", "epoch", "step", "ids", "labels", "sizes", "_offsets",
+                 "_types", "_samples", "error")
+
+    def __init__(self, loader, ptr):
+        lib = loader._lib
+        self._loader = loader
+        self._ptr = ptr
+        self.epoch = lib.seer_batch_epoch(ptr)
+        self.step = lib.seer_batch_step(ptr)
+        n = lib.seer_batch_len(ptr)
+        self._offsets = np.empty(n, np.uint64)
+        self.sizes = np.empty(n, np.uint64)
+        self.labels = np.empty(n, np.int64)
+        self.ids = np.empty(n, np.uint64)
+        self._types = np.empty(n, np.uint32)
+        lib.seer_batch_export(ptr, self._offsets.ctypes.data, self.sizes.ctypes.data,
+                              self.labels.ctypes.data, self.ids.ctypes.data,
+                              self._types.ctypes.data)
+        err = lib.seer_batch_error(ptr)
+        self.error = err.decode(errors="replace") if err else None
+        self._samples = None
+
+    def __len__(self):
+        return len(self.ids)
+
+    @property
+    def released(self):
+        return self._ptr is None
+
+    @property
+    def samples(self):
+        """List of read-only numpy views, one per sample."""
+        if self._ptr is None:
+            raise SeerError(-1, "batch already released: its views are gone")
+        if self._samples is None:
+            arena = self._loader._arena
+            types = self._loader._types
+            out = []
+            for off, size, t in zip(self._offsets.tolist(), self.sizes.tolist(),
+                                    self._types.tolist()):
+                v = arena[off:off + size]
+                dt, shape = types[t]
+                if dt is not None:
+                    v = v.view(dt).reshape(shape)
+                out.append(v)
+            self._samples = out
+        return self._samples
+
+    def __getitem__(self, i):
+        return self.samples[i]
+
+    def release(self):
+        """Give the batch back; its sample views must not be used afterwards."""
+        if self._ptr is not None:
+            self._samples = None
+            rc = self._loader._lib.seer_release(self._loader._c, self._ptr)
+            self._ptr = None
+            if rc < 0:
+                raise _error(rc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
+class Loader:
+    """Connection of one trainer rank to its node's seerd.
+
+    Arguments (all optional): socket (else $SEER_SOCKET or derived from the
+    job id), job_id (else $SEER_JOB_ID / $SLURM_JOB_ID), rank and world_size
+    (else from the launcher's environment), start=(epoch, step) to start
+    there instead of where this rank left off, timeout in seconds for each
+    batch (None: wait forever), connect_timeout in seconds.
+    """
+
+    def __init__(self, socket=None, job_id=None, rank=None, world_size=None, start=None,
+                 timeout=None, connect_timeout=30.0):
+        self._lib = _load()
+        self._c = None
+        self._held = None
+        self._timeout_ms = -1 if timeout is None else int(timeout * 1000)
+        o = _Options()
+        o.socket_path = socket.encode() if socket else None
+        o.job_id = job_id.encode() if job_id else None
+        if world_size is not None:
+            if rank is None:
+                raise ValueError("rank is required with world_size")
+            o.rank, o.world_size = int(rank), int(world_size)
+        if start is not None:
+            o.flags |= OPT_START_AT
+            o.start_epoch, o.start_step = int(start[0]), int(start[1])
+        o.connect_timeout_ms = int(connect_timeout * 1000)
+        c = ctypes.c_void_p()
+        rc = self._lib.seer_connect(ctypes.byref(o), ctypes.byref(c))
+        if rc < 0:
+            raise _error(rc)
+        self._c = c
+        lib = self._lib
+        base, size = lib.seer_arena_base(c), lib.seer_arena_size(c)
+        buf = (ctypes.c_uint8 * size).from_address(base)
+        self._arena = np.frombuffer(buf, dtype=np.uint8)
+        self._arena.flags.writeable = False
+        self._types = []
+        dims = (ctypes.c_uint64 * 8)()
+        dt = ctypes.c_int()
+        for t in range(lib.seer_type_count(c)):
+            nd = lib.seer_type_info(c, t, ctypes.byref(dt), dims, 8)
+            if dt.value == 0 or dt.value not in _DTYPES:
+                self._types.append((None, None))
+            else:
+                self._types.append((np.dtype(_DTYPES[dt.value]), tuple(dims[i] for i in range(nd))))
+        self.rank = lib.seer_rank(c)
+        self.world_size = lib.seer_world_size(c)
+        self.num_samples = lib.seer_num_samples(c)
+        self.epochs = lib.seer_epochs(c)
+        self.batches_per_epoch = lib.seer_batches_per_epoch(c)
+        self.batch_size = lib.seer_batch_size(c)
+        self.seed = lib.seer_seed(c)
+
+    def next_batch(self, timeout=None):
+        """The next batch (you release it). Raises EndOfEpoch once after each
+        epoch's last batch, EndOfJob after the job's last, SeerError on
+        failure (a batch that failed to load is returned with .error set)."""
+        ms = self._timeout_ms if timeout is None else int(timeout * 1000)
+        p = ctypes.c_void_p()
+        rc = self._lib.seer_next(self._c, ms, ctypes.byref(p))
+        if rc == EEPOCH:
+            raise EndOfEpoch()
+        if rc == EEND:
+            raise EndOfJob()
+        if rc < 0 and rc != EBATCH:
+            raise _error(rc)
+        return Batch(self, p.value)
+
+    def __iter__(self):
+        """Iterate one epoch. Each batch yielded is released when the next is
+        requested or the loop ends."""
+        try:
+            while True:
+                if self._held is not None:
+                    self._held.release()
+                    self._held = None
+                try:
+                    b = self.next_batch()
+                except (EndOfEpoch, EndOfJob):
+                    return
+                if b.error is not None:
+                    msg = b.error
+                    b.release()
+                    raise SeerError(EBATCH, "batch %d:%d failed: %s" % (b.epoch, b.step, msg))
+                self._held = b
+                yield b
+        finally:
+            if self._held is not None:
+                self._held.release()
+                self._held = None
+
+    def seek(self, epoch, step):
+        """Restart this rank's stream at (epoch, step); releases held batches."""
+        if self._held is not None:
+            self._held.release()
+            self._held = None
+        rc = self._lib.seer_seek(self._c, int(epoch), int(step))
+        if rc < 0:
+            raise _error(rc)
+
+    def close(self):
+        if self._c is not None:
+            if self._held is not None:
+                self._held._ptr = None  # seer_close releases it
+                self._held = None
+            self._arena = None
+            self._lib.seer_close(self._c)
+            self._c = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Sampler:
+    """The access sequence as a pure function (same as seerd serves)."""
+
+    def __init__(self, num_samples, seed, world_size, batch_size, drop_last=False, shuffle=True):
+        self._lib = _load()
+        flags = (SAMPLER_DROP_LAST if drop_last else 0) | (0 if shuffle else SAMPLER_NO_SHUFFLE)
+        self._s = self._lib.seer_sampler_new(num_samples, seed, world_size, batch_size, flags)
+        if not self._s:
+            raise _error(-22)
+        self.batch_size = batch_size
+        self.batches_per_epoch = self._lib.seer_sampler_batches_per_epoch(self._s)
+
+    def batch(self, epoch, rank, step):
+        out = (ctypes.c_uint64 * self.batch_size)()
+        n = self._lib.seer_sampler_batch(self._s, epoch, rank, step, out)
+        if n < 0:
+            raise _error(n)
+        return list(out[:n])
+
+    def __del__(self):
+        if getattr(self, "_s", None):
+            self._lib.seer_sampler_free(self._s)
+            self._s = None

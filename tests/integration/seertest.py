@@ -1,0 +1,267 @@
+"""Helpers for seer's integration tests (Debian's /usr/bin/python3).
+
+The expectations here are computed independently of seerd: the catalog order
+is rebuilt from the directory tree (sorted relative paths, class = top-level
+directory), bytes are hashed from the files themselves; only the access
+sequence comes from libseer's sampler (the function under contract).
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BIN = os.path.join(ROOT, os.environ.get("BIN", "bin"))
+LIB = os.path.join(ROOT, os.environ.get("PYLIB", "lib"))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+os.environ.setdefault("SEER_LIB", os.path.join(ROOT, "lib", "libseer.so.0"))
+
+import seer  # noqa: E402
+
+
+class Fail(AssertionError):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Fail(msg)
+
+
+def log(msg):
+    print("  " + msg, flush=True)
+
+
+def make_classes(root, classes, per_class, min_size, max_size, seed=1):
+    """ImageNet-style tree root/<class>/<file> of random bytes."""
+    rnd = random.Random(seed)
+    for c in classes:
+        os.makedirs(os.path.join(root, c), exist_ok=True)
+        for i in range(per_class):
+            size = rnd.randint(min_size, max_size)
+            with open(os.path.join(root, c, "img_%04d.bin" % i), "wb") as f:
+                f.write(rnd.randbytes(size))
+
+
+def catalog(root):
+    """[(relpath, label, size, crc32)] in seer's catalog order, rebuilt here."""
+    rels = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not x.startswith(".")]
+        for f in files:
+            if f.startswith("."):
+                continue
+            rels.append(os.path.relpath(os.path.join(d, f), root))
+    rels.sort(key=lambda p: p.encode())
+    classes = sorted({p.split("/")[0] for p in rels if "/" in p}, key=lambda c: c.encode())
+    out = []
+    for p in rels:
+        label = classes.index(p.split("/")[0]) if classes else 0
+        with open(os.path.join(root, p), "rb") as f:
+            data = f.read()
+        out.append((p, label, len(data), zlib.crc32(data)))
+    return out
+
+
+class Daemon:
+    """A seerd process with its own config; stop() or a with-block ends it."""
+
+    def __init__(self, workdir, settings, name="seerd", env=None, binary=None, wait=True):
+        self.workdir = workdir
+        self.sock = settings.get("daemon.socket") or os.path.join(workdir, name + ".sock")
+        settings = dict(settings)
+        settings.setdefault("daemon.socket", self.sock)
+        settings.setdefault("daemon.state_dir", os.path.join(workdir, "state"))
+        settings.setdefault("daemon.stats_file", os.path.join(workdir, name + "-stats.json"))
+        self.stats_file = settings["daemon.stats_file"]
+        self.log_path = os.path.join(workdir, name + ".log")
+        args = [binary or os.path.join(BIN, "seerd")]
+        for k, v in settings.items():
+            args += ["--set", "%s=%s" % (k, v)]
+        self.logf = open(self.log_path, "w")
+        e = dict(os.environ)
+        e.update(env or {})
+        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT, env=e)
+        if wait:
+            self.wait_socket()
+
+    def wait_socket(self, timeout=30):
+        t0 = time.time()
+        while not os.path.exists(self.sock):
+            if self.proc.poll() is not None:
+                raise Fail("seerd exited with %s before listening:\n%s" % (self.proc.returncode,
+                                                                          self.log()))
+            if time.time() - t0 > timeout:
+                raise Fail("seerd did not listen within %ss:\n%s" % (timeout, self.log()))
+            time.sleep(0.02)
+
+    def log(self):
+        self.logf.flush()
+        with open(self.log_path) as f:
+            return f.read()
+
+    def status(self):
+        out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", self.sock, "--json",
+                              "status"], capture_output=True, text=True, timeout=10)
+        if out.returncode != 0:
+            raise Fail("seerctl status failed: %s" % out.stderr)
+        return json.loads(out.stdout)
+
+    def wait(self, timeout=120):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise Fail("seerd did not exit within %ss:\n%s" % (timeout, self.log()))
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.logf.close()
+
+    def stats(self):
+        with open(self.stats_file) as f:
+            return json.load(f)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+def start_trainer(kind, rank, world, sock, logfile, extra=(), env=None):
+    """kind: 'c' (seer-trainer) or 'py' (py_trainer.py)."""
+    if kind == "c":
+        args = [os.path.join(BIN, "seer-trainer")]
+    else:
+        args = ["/usr/bin/python3", os.path.join(ROOT, "tests", "integration", "py_trainer.py")]
+    args += ["--rank", str(rank), "--world", str(world), "--socket", sock, "--log", logfile,
+             "--quiet"]
+    args += list(extra)
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=e)
+
+
+def finish(procs, timeout=180):
+    """Wait for trainer processes; returns [(rc, stdout, stderr)]."""
+    out = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+            raise Fail("trainer pid %d hung (killed after %ss): %s" % (p.pid, timeout, e))
+        out.append((p.returncode, o, e))
+    return out
+
+
+def read_log(path):
+    """{(epoch, step): [(index, id, label, length, crc)]} from a trainer log."""
+    batches = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 3:
+                continue
+            if parts[2] == "FAILED":
+                batches[(int(parts[0]), int(parts[1]))] = "FAILED " + " ".join(parts[3:])
+                continue
+            e, s, i, sid, label, length, crc = parts
+            batches.setdefault((int(e), int(s)), []).append(
+                (int(i), int(sid), int(label), int(length), int(crc, 16)))
+    return batches
+
+
+def verify_rank(cat, sampler, rank, batches, epochs, first=(0, 0), last=None):
+    """Every batch of `rank` from `first` up to `last` (exclusive, default:
+    job end) equals the sampler's and carries the files' bytes and labels."""
+    bpe = sampler.batches_per_epoch
+    g0 = first[0] * bpe + first[1]
+    g1 = epochs * bpe if last is None else last[0] * bpe + last[1]
+    seen = 0
+    for g in range(g0, g1):
+        key = (g // bpe, g % bpe)
+        check(key in batches, "rank %d: batch %s missing" % (rank, key))
+        got = batches[key]
+        check(not isinstance(got, str), "rank %d: batch %s failed: %s" % (rank, key, got))
+        want = sampler.batch(key[0], rank, key[1])
+        ids = [x[1] for x in sorted(got)]
+        check(ids == want, "rank %d batch %s: ids %s, sampler says %s" % (rank, key, ids[:8],
+                                                                           want[:8]))
+        for (_, sid, label, length, crc) in got:
+            p, wl, wlen, wcrc = cat[sid]
+            check(label == wl, "sample %d (%s): label %d, expected %d" % (sid, p, label, wl))
+            check(length == wlen and crc == wcrc,
+                  "sample %d (%s): delivered %d bytes crc %08x, file has %d bytes crc %08x" %
+                  (sid, p, length, crc, wlen, wcrc))
+        seen += 1
+    extra = [k for k in batches if not (g0 <= k[0] * bpe + k[1] < g1)]
+    check(not extra, "rank %d: unexpected batches %s" % (rank, extra[:5]))
+    return seen
+
+
+def verify_exactly_once(cat, all_batches, epochs, world, batch, drop_last):
+    """Per epoch across ranks: every sample exactly once, plus exactly the
+    DistributedSampler padding (or minus the dropped tail)."""
+    n = len(cat)
+    for e in range(epochs):
+        counts = [0] * n
+        for rank_batches in all_batches:
+            for (ep, _), got in rank_batches.items():
+                if ep == e:
+                    for x in got:
+                        counts[x[1]] += 1
+        total = sum(counts)
+        if drop_last:
+            per = n // world
+            per = (per // batch) * batch
+            check(total == per * world, "epoch %d: %d samples, expected %d" % (e, total, per * world))
+            check(max(counts) <= 1, "epoch %d: a sample delivered twice with drop_last" % e)
+        else:
+            per = -(-n // world)
+            check(total == per * world, "epoch %d: %d samples, expected %d" % (e, total, per * world))
+            if min(counts) < 1:
+                raise Fail("epoch %d: sample %d never delivered" % (e, counts.index(0)))
+            pad = per * world - n
+            check(sum(c - 1 for c in counts) == pad,
+                  "epoch %d: %d duplicates, padding is %d" % (e, sum(c - 1 for c in counts), pad))
+
+
+def tmpdir(prefix):
+    d = tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("SEER_TEST_TMP"))
+    return d
+
+
+def cleanup(d):
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def run_tests(tests):
+    """Run test functions; print PASS/FAIL; exit non-zero on any failure."""
+    failed = 0
+    for t in tests:
+        t0 = time.time()
+        print("-- %s" % t.__name__, flush=True)
+        try:
+            t()
+            print("PASS %s (%.1f s)" % (t.__name__, time.time() - t0), flush=True)
+        except Exception as ex:  # report and continue with the next test
+            failed += 1
+            print("FAIL %s: %s" % (t.__name__, ex), flush=True)
+    sys.exit(1 if failed else 0)
