@@ -187,6 +187,11 @@ if [ -f "$CONF" ] && cmp -s "$new_conf" "$CONF"; then
 else
   if [ -f "$CONF" ]; then
     backup="$CONF.bak.$(date +%Y%m%d-%H%M%S)"
+    n=1
+    while [ -e "$backup" ]; do # never overwrite an earlier backup
+      backup="$CONF.bak.$(date +%Y%m%d-%H%M%S).$n"
+      n=$((n + 1))
+    done
     cp -p "$CONF" "$backup"
     log "backed up the previous, different $CONF to $backup"
   fi

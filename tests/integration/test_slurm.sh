@@ -31,6 +31,7 @@ fail() {
   echo "test_slurm: FAIL: $*" >&2
   exit 1
 }
+indent() { sed 's/^/   | /'; }
 step() { echo "== $* [t=$((SECONDS - T0))s]"; }
 ok() {
   PASS=$((PASS + 1))
@@ -47,7 +48,7 @@ ok "cluster up"
 # ------------------------------------------------------------------ srun
 step "srun -n 2 hostname"
 out=$(timeout 20 srun -J "$TAG" -n 2 hostname) || fail "srun -n 2 hostname failed"
-echo "$out" | sed 's/^/   | /'
+indent <<<"$out"
 [ "$(grep -cx "$host" <<<"$out")" -eq 2 ] || fail "expected 2 lines '$host', got: $out"
 ok "2 tasks ran on $host"
 
@@ -76,7 +77,7 @@ mpicc -O1 -o "$TMP/mpi_hello" "$TMP/mpi_hello.c" || fail "mpicc failed"
 out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   timeout 30 srun -J "$TAG" --mpi=pmix -n 2 "$TMP/mpi_hello") ||
   fail "srun --mpi=pmix -n 2 mpi_hello failed"
-echo "$out" | sed 's/^/   | /'
+indent <<<"$out"
 for r in 0 1; do
   grep -q "^rank $r of 2 on .* sum 1$" <<<"$out" || fail "no line for rank $r of 2 in: $out"
 done
@@ -108,7 +109,7 @@ EOF
 t=$SECONDS
 out=$(timeout 40 salloc -J "$TAG" -n 2 bash "$TMP/overlap.sh" "$TMP" 2>&1) ||
   fail "overlap test failed: $out"
-echo "$out" | sed 's/^/   | /'
+indent <<<"$out"
 [ "$(grep -cx "$host" "$TMP/trainer.out")" -eq 2 ] || fail "second step output: $(cat "$TMP/trainer.out")"
 grep -q "second step finished while the first was running" <<<"$out" || fail "no overlap"
 ok "srun --overlap step ran beside a running step ($((SECONDS - t))s)"
@@ -135,7 +136,7 @@ done
 squeue -h -j "$jobid" 2>/dev/null | grep -q . && fail "job $jobid still queued/running after 30s"
 outf="$TMP/job-$jobid.out"
 [ -f "$outf" ] || fail "no output file $outf"
-sed 's/^/   | /' "$outf"
+indent <"$outf"
 grep -q "^JOB-DONE $jobid$" "$outf" || fail "job $jobid did not reach its end"
 [ "$(grep -cx "$host" "$outf")" -eq 2 ] || fail "job $jobid: expected 2 lines '$host'"
 state=$(scontrol -o show job "$jobid" 2>/dev/null | grep -o 'JobState=[A-Z_]*' || true)
