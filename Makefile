@@ -31,7 +31,7 @@ endif
 
 SONAME := libseer.so.0
 SOVER := 0.1.0
-PKGS := libxxhash inih zlib hdf5-openmpi
+PKGS := libxxhash inih zlib hdf5-openmpi hwloc libfabric
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CRIT_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
@@ -42,10 +42,10 @@ LDFLAGS := $(filter -fsanitize=%,$(OPT))
 LIBS := $(PKG_LIBS) -lpthread -lm
 
 # modules shared by the daemon, the tools and the tests
-CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c \
-	src/plan.c $(wildcard src/fmt_*.c)
+CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
+	src/plan.c src/plansim.c src/topo.c $(wildcard src/fmt_*.c)
 CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
-DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c
+DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c daemon/cluster.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
@@ -95,11 +95,16 @@ $(BIN)/seer-pfsemu: $(B)/obj/tools/seer-pfsemu.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(LIBS)
 
+# the benchmark trainer speaks the client protocol itself (no libseer.so)
+$(BIN)/seer-bench: $(B)/obj/tools/seer-bench.o $(B)/obj/client/client.o $(B)/libcore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
 $(BIN)/%: $(B)/obj/tools/%.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-$(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/libcore.a
+$(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/obj/tests/unit/sanitizer_shim.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(LIBS)
 

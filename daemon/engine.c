@@ -12,12 +12,15 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "../src/iopool.h"
+#include "../src/net.h"
 #include "../src/plan.h"
 #include "../src/ring.h"
 #include "../src/sampler.h"
 #include "../src/shm.h"
+#include "../src/topo.h"
 #include "../src/util.h"
 #include "seer.h"
 
@@ -29,6 +32,7 @@ enum sl_state { SL_FREE = 0, SL_PREP, SL_READY, SL_PUB, SL_REL };
 struct tslot {
 	uint8_t st;
 	uint32_t pending;   /* samples still loading */
+	uint32_t pins;      /* NVMe writes still reading this batch's staging */
 	int32_t status;     /* first error of the batch */
 	uint64_t g;         /* global batch index */
 	uint64_t vend;      /* staging head after this batch's allocation */
@@ -71,23 +75,41 @@ struct trainer {
 
 	uint64_t batches, samples, bytes;
 	uint64_t attach_ns;
+	uint64_t last_release_ns;
 	bool blocked;         /* could not prepare: waits for a release or take */
 };
 
+/* Who waits for a task: a trainer's batch (rank, session gen, global batch)
+ * or a peer daemon's request (node, request id). */
 struct waiter {
-	uint32_t rank, gen;
-	uint64_t g;
+	bool peer;
+	uint32_t a, b;
+	uint64_t c;
+};
+
+enum tk_kind {
+	TK_PFS = 0,        /* read from the dataset (the PFS) */
+	TK_PEER = 1,       /* fetch from the owning daemon */
+	TK_NVME_READ = 2,  /* read this node's NVMe copy, check its checksum */
+	TK_NVME_WRITE = 3, /* write bytes already in memory to the NVMe tier */
 };
 
 struct etask {
 	struct io_task io;    /* first: the pool hands back io pointers */
 	uint32_t id;
 	uint32_t sample;
+	uint8_t kind;         /* enum tk_kind: where the bytes come from */
 	bool to_cache;
+	bool to_nvme;         /* TK_PFS: write to the NVMe tier afterwards */
 	bool fill;
+	int32_t bounce;       /* bounce slot the bytes live in, or -1 */
+	uint64_t nvme_off;    /* TK_NVME_*: offset in the NVMe file */
+	uint64_t sum;         /* TK_NVME_*: xxh64 of the sample */
+	struct waiter pin;    /* TK_NVME_WRITE: the batch whose staging it reads */
 	int32_t stage_rank;   /* staging owner, or -1 */
 	uint64_t dst_off, len;
 	uint64_t epoch;       /* for the statistics */
+	uint64_t need_g;      /* global batch that needs it (priority) */
 	uint32_t nw, capw;
 	struct waiter *w;
 	struct waiter w_inline[2];
@@ -100,11 +122,25 @@ struct epoch_stats {
 	uint64_t samples, bytes;             /* delivered */
 	uint64_t ram_samples, ram_bytes;     /* served from the RAM cache */
 	uint64_t pfs_samples, pfs_bytes;     /* read from the PFS */
+	uint64_t peer_samples, peer_bytes;   /* fetched from other daemons */
+	uint64_t nvme_samples, nvme_bytes;   /* read from the local NVMe tier */
+	uint64_t nvme_written, nvme_corrupt;
+	uint64_t served_samples, served_bytes; /* sent to other daemons */
+	uint64_t fallbacks;                  /* peer fetches that fell back to the PFS */
 	uint64_t failed;
 	double t_done;                       /* when the last local trainer finished it */
 };
 
 #define TASK_CHUNK 1024
+
+/* Running estimates of a source, from completed reads (no tables). */
+struct src_est {
+	double lat_s;      /* EWMA of one read's service time */
+	double bps;        /* EWMA of one read's bytes / service time */
+	uint64_t n;
+};
+enum { SRC_PFS, SRC_NVME, SRC_PEER, SRC_COUNT };
+static const char *const src_names[SRC_COUNT] = { "pfs", "nvme", "peer" };
 
 struct engine {
 	const struct seer_config *cfg;
@@ -121,6 +157,13 @@ struct engine {
 
 	struct plan plan;
 	bool plan_ready;
+	_Atomic bool plan_published;  /* the network thread may read the plan */
+	struct plan_cap *caps;   /* per node */
+	bool roll_dirty;         /* local ranks changed before the map */
+	struct net *net;
+	struct deferred_req { uint32_t peer, sample; uint64_t req_id, len; } *early;
+	uint32_t nearly, capearly;
+	uint64_t local_cached_bytes;
 	uint64_t first_epoch;
 	uint32_t *rank_node;     /* world entries */
 	uint32_t nlocal;
@@ -128,12 +171,29 @@ struct engine {
 
 	struct shm_seg arena;
 	uint8_t *abase;
+	/* NVMe tier: one file per node, unlinked as soon as it is open */
+	int nvme_fd;
+	bool nvme_ok, nvme_direct;
+	uint64_t nvme_cap;
+	uint64_t *nvme_sum;      /* per sample, valid when READY */
+	uint64_t nvme_loaded, nvme_loaded_bytes, nvme_planned;
+	/* bounce slots in the arena, for NVMe samples sent to peers */
+	uint64_t bounce_base, bounce_size;
+	uint32_t nbounce;
+	int32_t *bounce_free;    /* stack of free slot indices */
+	uint32_t nbounce_free;
+	uint32_t *bounce_refs;
+	struct deferred_req *bwait;   /* requests waiting for a bounce slot */
+	uint32_t nbwait, capbwait;
 	uint64_t cache_base, cache_cap, stage_base, stage_cap;
-	uint32_t *cstate;
+	_Atomic uint32_t *cstate; /* release-stored READY: the network thread reads it */
 	uint64_t cache_planned, cache_loaded, cache_loaded_bytes;
 
 	struct iopool pool;
 	bool pool_started;
+	struct topo *topo;
+	char topo_desc[512];
+	char pin_desc[160];
 	_Atomic bool stopping;   /* read by workers between retries */
 	bool draining;
 	struct etask **chunks;
@@ -152,6 +212,8 @@ struct engine {
 
 	struct epoch_stats *es;
 	uint64_t nes;
+	struct src_est src[SRC_COUNT];
+	double step_s;           /* EWMA of a trainer's time per batch */
 	uint64_t epochs_done;
 	double t_plan;
 	double t_start;
@@ -171,6 +233,35 @@ static struct epoch_stats *estats(struct engine *e, uint64_t epoch)
 	}
 	return &e->es[epoch];
 }
+
+static bool local_ram(const struct engine *e, uint32_t s)
+{
+	return e->plan.tier[s] == PLAN_RAM && e->plan.owner[s] == e->node;
+}
+
+#define NVME_ALIGN 4096ull
+
+static bool local_nvme(const struct engine *e, uint32_t s)
+{
+	return e->nvme_ok && e->plan.tier[s] == PLAN_NVME && e->plan.owner[s] == e->node;
+}
+
+/* Staging bytes a sample reserves: NVMe transfers need 4 KiB-aligned
+ * buffers and lengths (O_DIRECT), hence the slack. */
+static uint64_t stage_need(const struct engine *e, uint32_t s)
+{
+	uint64_t len = e->cat->samples[s].length;
+	return local_nvme(e, s) ? ALIGN_UP(len, NVME_ALIGN) + NVME_ALIGN
+				: ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
+}
+
+static uint64_t nvme_io_len(const struct engine *e, uint64_t len)
+{
+	return e->nvme_direct ? ALIGN_UP(len, NVME_ALIGN) : len;
+}
+
+#define BOUNCE_COOKIE(b) ((void *)(intptr_t)((b) + 1))
+#define COOKIE_BOUNCE(p) ((int32_t)(intptr_t)(p) - 1)
 
 /* ---- tasks ------------------------------------------------------------------ */
 
@@ -200,6 +291,7 @@ static struct etask *task_new(struct engine *e)
 	t->w = t->w_inline;
 	t->capw = ARRAY_SIZE(t->w_inline);
 	t->stage_rank = -1;
+	t->bounce = -1;
 	return t;
 }
 
@@ -212,22 +304,62 @@ static void task_free(struct engine *e, struct etask *t)
 	e->free_tasks = t;
 }
 
-static void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g)
+static void task_wait_w(struct etask *t, struct waiter w)
 {
 	if (t->nw == t->capw) {
 		uint32_t cap = t->capw * 2;
-		struct waiter *w = xmalloc(cap * sizeof(*w));
-		memcpy(w, t->w, t->nw * sizeof(*w));
+		struct waiter *nw = xmalloc(cap * sizeof(*nw));
+		memcpy(nw, t->w, t->nw * sizeof(*nw));
 		if (t->w != t->w_inline)
 			free(t->w);
-		t->w = w;
+		t->w = nw;
 		t->capw = cap;
 	}
-	t->w[t->nw++] = (struct waiter){ rank, gen, g };
+	t->w[t->nw++] = w;
 }
 
-static void task_submit(struct engine *e, struct etask *t, uint64_t key)
+static void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g)
 {
+	task_wait_w(t, (struct waiter){ .peer = false, .a = rank, .b = gen, .c = g });
+}
+
+static void src_observe(struct engine *e, int src, double seconds, uint64_t bytes)
+{
+	struct src_est *x = &e->src[src];
+	const double a = 0.05;
+	if (seconds <= 0)
+		return;
+	double bps = (double)bytes / seconds;
+	if (x->n++ == 0) {
+		x->lat_s = seconds;
+		x->bps = bps;
+	} else {
+		x->lat_s += a * (seconds - x->lat_s);
+		x->bps += a * (bps - x->bps);
+	}
+}
+
+/* Priority of a read needed by global batch g from `src`: its deadline
+ * (g steps of the trainers' measured pace) minus the source's measured
+ * service time, in microseconds. Slow sources start earlier. */
+static uint64_t read_key(const struct engine *e, uint64_t g, int src)
+{
+	double step = e->step_s > 0 ? e->step_s : 0.01;
+	double lat = e->src[src].n ? e->src[src].lat_s : 0.0;
+	double us = (double)g * step * 1e6 - lat * 1e6;
+	return (uint64_t)((double)(1ull << 40) + MAX(us, -(double)(1ull << 39)));
+}
+
+static int task_src(const struct etask *t)
+{
+	return t->kind == TK_NVME_READ || t->kind == TK_NVME_WRITE ? SRC_NVME : SRC_PFS;
+}
+
+/* Queue a read needed by global batch g (0: as soon as possible). */
+static void task_submit(struct engine *e, struct etask *t, uint64_t g)
+{
+	uint64_t key = g == 0 ? 0 : read_key(e, g, task_src(t));
+	t->need_g = g;
 	t->io.key = key;
 	if (e->nsub == e->capsub) {
 		e->capsub = MAX(e->capsub * 2, 256);
@@ -272,6 +404,30 @@ static void worker_exec(struct io_task *io, void *tls, void *ctx)
 	struct cat_reader *rd = tls;
 	uint8_t *dst = e->abase + t->dst_off;
 	int rc;
+	if (t->kind == TK_NVME_READ) {
+		rc = pread_full(e->nvme_fd, dst, nvme_io_len(e, t->len), t->nvme_off);
+		if (rc == -ENODATA)
+			rc = -EIO;
+		if (rc == 0 && XXH64(dst, t->len, 0) != t->sum) {
+			rc = SEER_EDATASET;
+			snprintf(t->err, sizeof(t->err), "NVMe copy of sample %u failed its checksum",
+				 t->sample);
+		} else if (rc != 0) {
+			snprintf(t->err, sizeof(t->err), "NVMe read of sample %u: %s", t->sample,
+				 strerror(-rc));
+		}
+		io->status = rc;
+		return;
+	}
+	if (t->kind == TK_NVME_WRITE) {
+		t->sum = XXH64(dst, t->len, 0);
+		rc = pwrite_full(e->nvme_fd, dst, nvme_io_len(e, t->len), t->nvme_off);
+		if (rc != 0)
+			snprintf(t->err, sizeof(t->err), "NVMe write of sample %u: %s", t->sample,
+				 strerror(-rc));
+		io->status = rc;
+		return;
+	}
 	double backoff_ms = e->cfg->retry_backoff_ms;
 	for (uint32_t attempt = 0;; attempt++) {
 		rc = cat_read(rd, t->sample, dst);
@@ -324,10 +480,7 @@ static struct seer_wire_slot *wslot(struct trainer *t, uint32_t idx)
 	return (struct seer_wire_slot *)((uint8_t *)t->co + t->co->slots_off + t->co->slot_stride * idx);
 }
 
-static bool local_ram(const struct engine *e, uint32_t s)
-{
-	return e->plan.tier[s] == PLAN_RAM && e->plan.owner[s] == e->node;
-}
+
 
 static void ep_add(struct engine *e, int fd, uint64_t tag)
 {
@@ -351,13 +504,18 @@ static void ring_doorbell(struct trainer *t)
 		futex_wake_all(&t->co->doorbell);
 }
 
+static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s,
+			 uint64_t len);
+
 /* ---- the plan ------------------------------------------------------------------------ */
 
 static int check_staging(struct engine *e, char *err, size_t errlen)
 {
 	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
-	per &= ~(uint64_t)(PLAN_RAM_ALIGN - 1);
-	uint64_t need = (uint64_t)e->sh.batch * ALIGN_UP(e->cat->max_len, (uint64_t)PLAN_RAM_ALIGN);
+	per &= ~(NVME_ALIGN - 1);
+	uint64_t one = e->nvme_ok ? ALIGN_UP(e->cat->max_len, NVME_ALIGN) + NVME_ALIGN
+				  : ALIGN_UP(e->cat->max_len, (uint64_t)PLAN_RAM_ALIGN);
+	uint64_t need = (uint64_t)e->sh.batch * one;
 	if (e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1)
 		return 0; /* every sample lives in the RAM cache: staging stays unused */
 	if (per < need) {
@@ -375,38 +533,52 @@ static int check_staging(struct engine *e, char *err, size_t errlen)
 
 static void make_plan(struct engine *e)
 {
-	struct plan_cap cap = { .ram = e->cache_cap, .nvme = 0 };
-	struct plan_cap *caps = xcalloc(e->nnodes, sizeof(*caps));
-	for (uint32_t k = 0; k < e->nnodes; k++)
-		caps[k] = cap;
 	uint64_t t0 = now_ns();
-	if (plan_build(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node, e->nnodes, caps) != 0) {
+	if (plan_build(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node, e->nnodes,
+		       e->caps) != 0) {
 		log_error("out of memory building the placement plan");
 		abort();
 	}
-	free(caps);
 	e->plan_ready = true;
 	e->t_plan = now_s();
-	for (uint64_t s = 0; s < e->cat->nsamples; s++)
-		if (local_ram(e, (uint32_t)s))
+	for (uint64_t s = 0; s < e->cat->nsamples; s++) {
+		if (local_ram(e, (uint32_t)s)) {
 			e->cache_planned++;
+			e->local_cached_bytes += e->cat->samples[s].length;
+		} else if (local_nvme(e, (uint32_t)s)) {
+			e->nvme_planned++;
+			e->local_cached_bytes += e->cat->samples[s].length;
+		}
+	}
+	/* the network thread may now look samples up */
+	atomic_store_explicit(&e->plan_published, true, memory_order_release);
 	e->fill_left = e->cache_planned;
 	e->fill_g = e->first_epoch * e->sh.bpe;
 	char a[32], b[32], c[32];
 	uint64_t D = e->cat->total_bytes, C = MIN(e->plan.cached_bytes, D), E = e->cfg->epochs;
-	log_info("plan: %llu of %llu samples (%s of %s) cached in RAM (cap %s) in %.2f s; "
-		 "optimal PFS reads over %llu epochs: %.2fx the dataset",
+	char d[32];
+	log_info("plan: %llu of %llu samples (%s of %s) cached on %u node(s), %llu here (%s, "
+		 "cap %s) in %.2f s; optimal PFS reads over %llu epochs: %.2fx the dataset",
 		 (unsigned long long)e->plan.cached_samples, (unsigned long long)e->cat->nsamples,
-		 fmt_size(a, sizeof(a), e->plan.cached_bytes), fmt_size(b, sizeof(b), D),
+		 fmt_size(a, sizeof(a), e->plan.cached_bytes), fmt_size(b, sizeof(b), D), e->nnodes,
+		 (unsigned long long)e->cache_planned, fmt_size(d, sizeof(d), e->local_cached_bytes),
 		 fmt_size(c, sizeof(c), e->cache_cap), (double)(now_ns() - t0) / 1e9,
 		 (unsigned long long)E,
 		 ((double)D + (double)(D - C) * (double)(E - e->first_epoch - 1)) / (double)D);
-	/* staging: split among the node's trainers */
-	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(uint64_t)(PLAN_RAM_ALIGN - 1);
+	/* staging: split among the node's trainers (4 KiB-aligned for O_DIRECT) */
+	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(NVME_ALIGN - 1);
 	for (uint32_t i = 0; i < e->nlocal; i++) {
 		struct trainer *t = &e->tr[e->local_ranks[i]];
 		t->stg = (struct stg){ .base = e->stage_base + per * i, .cap = per };
 	}
+	/* requests peers sent before this node had its plan */
+	struct deferred_req *early = e->early;
+	uint32_t nearly = e->nearly;
+	e->early = NULL;
+	e->nearly = e->capearly = 0;
+	for (uint32_t i = 0; i < nearly; i++)
+		peer_request(e, early[i].peer, early[i].req_id, early[i].sample, early[i].len);
+	free(early);
 }
 
 /* Shape and plan once the world size is known (single node: at the first
@@ -454,7 +626,7 @@ static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen
 	e->nslots = ns;
 	e->shape_ready = true;
 	if (e->nnodes == 1) {
-		/* every rank is local */
+		/* every rank is local; several nodes plan once the map is agreed */
 		e->nlocal = world;
 		for (uint32_t r = 0; r < world; r++)
 			e->local_ranks[r] = r;
@@ -464,6 +636,103 @@ static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen
 			return SEER_ECONFIG;
 	}
 	return 0;
+}
+
+/* ---- the NVMe tier ------------------------------------------------------------------ */
+
+static void nvme_disable(struct engine *e, const char *why)
+{
+	if (!e->nvme_ok)
+		return;
+	e->nvme_ok = false; /* its samples are read from the PFS from now on */
+	log_warn("NVMe tier disabled (%s): serving from RAM, peers and the PFS", why);
+}
+
+/* Open this node's NVMe cache file, reserve its space and unlink it at once:
+ * it disappears with the daemon whatever way the daemon ends. A tier that
+ * cannot be set up is reported once and left out. */
+static void nvme_open(struct engine *e)
+{
+	const struct seer_config *cfg = e->cfg;
+	e->nvme_fd = -1;
+	if (cfg->nvme == 0 || !cfg->nvme_dir || !*cfg->nvme_dir)
+		return;
+	char dir[4096], path[4200], why[512];
+	size_t n = 0;
+	for (const char *p = cfg->nvme_dir; *p && n + 12 < sizeof(dir); p++) {
+		if (p[0] == '%' && p[1] == 'n') {
+			n += (size_t)snprintf(dir + n, sizeof(dir) - n, "%u", e->node);
+			p++;
+		} else {
+			dir[n++] = *p;
+		}
+	}
+	dir[n] = '\0';
+	e->nvme_ok = true; /* so nvme_disable reports */
+	int rc = mkdir_p(dir, 0700);
+	if (rc != 0) {
+		snprintf(why, sizeof(why), "cannot create %.300s: %s", dir, strerror(-rc));
+		nvme_disable(e, why);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/.seer-%s-n%u-%d.cache", dir, cfg->job_id, e->node,
+		 (int)getpid());
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		snprintf(why, sizeof(why), "cannot create %.300s: %s", path, strerror(errno));
+		nvme_disable(e, why);
+		return;
+	}
+	unlink(path);
+	uint64_t cap = cfg->nvme & ~(NVME_ALIGN - 1);
+	rc = posix_fallocate(fd, 0, (off_t)cap);
+	if (rc == EOPNOTSUPP || rc == EINVAL) {
+		rc = ftruncate(fd, (off_t)cap) == 0 ? 0 : errno;
+	}
+	if (rc != 0) {
+		char a[32];
+		snprintf(why, sizeof(why), "%.300s has no room for %s: %s; lower [cache] nvme", dir,
+			 fmt_size(a, sizeof(a), cap), strerror(rc));
+		close(fd);
+		nvme_disable(e, why);
+		return;
+	}
+	/* O_DIRECT when the file system has it (not tmpfs) */
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	int dfd = open(self, O_RDWR | O_DIRECT | O_CLOEXEC);
+	if (dfd >= 0) {
+		void *probe = NULL;
+		if (posix_memalign(&probe, NVME_ALIGN, NVME_ALIGN) == 0 &&
+		    pread(dfd, probe, NVME_ALIGN, 0) == (ssize_t)NVME_ALIGN) {
+			close(fd);
+			fd = dfd;
+			e->nvme_direct = true;
+		} else {
+			close(dfd);
+		}
+		free(probe);
+	}
+	e->nvme_fd = fd;
+	e->nvme_cap = cap;
+	e->nvme_sum = xcalloc(e->cat->nsamples, sizeof(uint64_t));
+	char a[32];
+	log_info("NVMe tier: %s in %s (%s)", fmt_size(a, sizeof(a), cap), dir,
+		 e->nvme_direct ? "O_DIRECT" : "buffered: the file system has no O_DIRECT");
+}
+
+/* Place the I/O threads (see src/topo.h for the policy). */
+static void repin(struct engine *e)
+{
+	if (!e->topo || !e->pool_started)
+		return;
+	char desc[sizeof(e->pin_desc)];
+	topo_pin_threads(e->topo, e->cfg->cpuset, e->pool.threads, e->pool.nthreads, desc,
+			 sizeof(desc));
+	if (strcmp(desc, e->pin_desc) != 0) {
+		log_info("I/O threads %s", desc);
+		str_copy(e->pin_desc, sizeof(e->pin_desc), desc);
+	}
 }
 
 /* ---- create / destroy -------------------------------------------------------------- */
@@ -477,26 +746,58 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	e->nnodes = o->nnodes;
 	e->epfd = o->epfd;
 	e->t_start = now_s();
+	e->arena.fd = -1;
+	e->nvme_fd = -1;
 	const struct catalog *cat = o->cat;
+	int rc;
 
 	/* no point reserving more cache than the dataset (with alignment) */
 	uint64_t ds = cat->total_bytes + cat->nsamples * PLAN_RAM_ALIGN;
 	e->cache_cap = ALIGN_UP(MIN(o->cfg->ram, ds), 4096ull);
 	e->stage_cap = ALIGN_UP(o->cfg->staging, 4096ull);
+	nvme_open(e);
+	if (e->nvme_ok && e->nnodes > 1) {
+		e->nbounce = (uint32_t)MIN(o->cfg->io_threads, 16ull);
+		e->bounce_size = ALIGN_UP(cat->max_len, NVME_ALIGN);
+	}
 	uint64_t types_off = ALIGN_UP(sizeof(struct seer_arena_hdr), 64ull);
 	uint64_t data_off = ALIGN_UP(types_off + (uint64_t)cat->ntypes * sizeof(struct seer_wire_type),
 				     4096ull);
 	e->cache_base = data_off;
 	e->stage_base = data_off + e->cache_cap;
-	uint64_t size = e->stage_base + e->stage_cap;
-	int rc = shm_create(&e->arena, "seer-arena", size);
+	e->bounce_base = e->stage_base + e->stage_cap;
+	uint64_t size = e->bounce_base + (uint64_t)e->nbounce * e->bounce_size;
+	e->bounce_free = xcalloc(MAX(e->nbounce, 1u), sizeof(int32_t));
+	e->bounce_refs = xcalloc(MAX(e->nbounce, 1u), sizeof(uint32_t));
+	for (uint32_t b = 0; b < e->nbounce; b++)
+		e->bounce_free[e->nbounce_free++] = (int32_t)(e->nbounce - 1 - b);
+	e->caps = xcalloc(e->nnodes, sizeof(*e->caps));
+	for (uint32_t k = 0; k < e->nnodes; k++)
+		e->caps[k] = engine_cap(e);
+
+	char terr[256];
+	if (topo_open(&e->topo, terr, sizeof(terr)) == 0) {
+		topo_describe(e->topo, e->topo_desc, sizeof(e->topo_desc));
+		log_info("topology: %s", e->topo_desc);
+		if (*o->cfg->cpuset && topo_check_cpuset(e->topo, o->cfg->cpuset, err, errlen) != 0) {
+			rc = SEER_ECONFIG;
+			goto fail;
+		}
+	} else {
+		log_warn("%s: threads and memory are not placed", terr);
+	}
+	rc = shm_create(&e->arena, "seer-arena", size);
 	if (rc != 0) {
 		snprintf(err, errlen, "cannot create the %llu-byte arena: %s",
 			 (unsigned long long)size, strerror(-rc));
-		free(e);
-		return rc;
+		goto fail;
 	}
 	e->abase = e->arena.base;
+	if (e->topo) {
+		int numa = topo_bind_memory(e->topo, e->abase, size);
+		if (numa >= 0)
+			log_info("arena bound to NUMA node %d (the NIC's)", numa);
+	}
 	struct seer_arena_hdr *h = (void *)e->abase;
 	*h = (struct seer_arena_hdr){
 		.magic = SEER_MAGIC_ARENA, .version = SEER_PROTO_VERSION,
@@ -507,39 +808,35 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	if ((rc = shm_seal_readonly(&e->arena)) != 0) {
 		snprintf(err, errlen, "cannot seal the arena read-only for trainers: %s",
 			 strerror(-rc));
-		shm_destroy(&e->arena);
-		free(e);
-		return rc;
+		goto fail;
 	}
 	e->cstate = calloc(cat->nsamples, sizeof(uint32_t));
 	if (!e->cstate) {
 		snprintf(err, errlen, "out of memory");
-		shm_destroy(&e->arena);
-		free(e);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto fail;
 	}
 	rc = iopool_start(&e->pool, (unsigned)o->cfg->io_threads, worker_exec, worker_init,
 			  worker_fini, e);
 	if (rc != 0) {
 		snprintf(err, errlen, "cannot start %llu I/O threads: %s",
 			 (unsigned long long)o->cfg->io_threads, strerror(-rc));
-		free(e->cstate);
-		shm_destroy(&e->arena);
-		free(e);
-		return rc;
+		goto fail;
 	}
 	e->pool_started = true;
 	ep_add(e, e->pool.done_efd, EP_TAG(EP_POOL, 0));
-	if (o->cfg->world_size > 0 && (rc = shape_init(e, (uint32_t)o->cfg->world_size, err, errlen))) {
-		engine_destroy(e);
-		return rc;
-	}
+	repin(e);
+	if (o->cfg->world_size > 0 && (rc = shape_init(e, (uint32_t)o->cfg->world_size, err, errlen)))
+		goto fail;
 	char a[32], b[32];
 	log_info("arena: %s RAM cache + %s staging, %llu I/O threads, lookahead %llu batches",
 		 fmt_size(a, sizeof(a), e->cache_cap), fmt_size(b, sizeof(b), e->stage_cap),
 		 (unsigned long long)o->cfg->io_threads, (unsigned long long)o->cfg->lookahead);
 	*out = e;
 	return 0;
+fail:
+	engine_destroy(e);
+	return rc;
 }
 
 static void trainer_close_session(struct engine *e, struct trainer *t)
@@ -593,9 +890,18 @@ void engine_destroy(struct engine *e)
 	free(e->rank_node);
 	free(e->local_ranks);
 	free(e->ids);
-	free(e->cstate);
+	free((void *)e->cstate);
 	free(e->es);
+	free(e->caps);
+	free(e->early);
+	free(e->bwait);
+	free(e->bounce_free);
+	free(e->bounce_refs);
+	free(e->nvme_sum);
+	if (e->nvme_fd >= 0)
+		close(e->nvme_fd);
 	plan_free(&e->plan);
+	topo_close(e->topo);
 	if (e->shape_ready)
 		smp_cache_free(&e->smp);
 	shm_destroy(&e->arena);
@@ -705,6 +1011,8 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 	reset_stream(t, start);
 	ep_add(e, sock, EP_TAG(EP_TSOCK, t->rank));
 	ep_add(e, t->efd, EP_TAG(EP_TEFD, t->rank));
+	if (e->topo && topo_add_trainer(e->topo, pid))
+		repin(e);
 	log_info("trainer rank %u/%u (pid %d) attached at epoch %llu step %llu", t->rank, e->world,
 		 (int)pid, (unsigned long long)(start / e->sh.bpe),
 		 (unsigned long long)(start % e->sh.bpe));
@@ -762,6 +1070,12 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pi
 		return -EINVAL;
 	}
 	struct trainer *t = &e->tr[h->rank];
+	if (e->plan_ready && e->rank_node[h->rank] != e->node) {
+		send_refusal(sock, SEER_EREFUSED, "rank %u belongs to node %u in this job's plan, "
+			     "not to node %u: start it where it first ran", h->rank,
+			     e->rank_node[h->rank], e->node);
+		return SEER_EREFUSED;
+	}
 	if (t->attached) {
 		send_refusal(sock, SEER_EREFUSED,
 			     "rank %u is already connected (pid %d): each rank connects once",
@@ -792,7 +1106,10 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pi
 		t->pending_pid = pid;
 		return 0;
 	}
-	return open_session(e, t, sock, pid, start);
+	int rc = open_session(e, t, sock, pid, start);
+	if (rc == 0 && !e->plan_ready)
+		e->roll_dirty = true;
+	return rc;
 }
 
 static void finish_reset(struct engine *e, struct trainer *t);
@@ -909,8 +1226,8 @@ static void reclaim(struct engine *e, struct trainer *t)
 {
 	while (t->tail_g < t->next_pub) {
 		struct tslot *sl = &t->slots[t->tail_g & (t->nslots - 1)];
-		if (sl->st != SL_REL)
-			break;
+		if (sl->st != SL_REL || sl->pins)
+			break; /* held, or an NVMe write still reads its staging */
 		t->stg.vtail = sl->vend;
 		sl->st = SL_FREE;
 		t->tail_g++;
@@ -944,6 +1261,12 @@ static void releases(struct engine *e, struct trainer *t)
 		}
 		t->slots[idx].st = SL_REL;
 		any = true;
+		uint64_t now = now_ns();
+		if (t->last_release_ns) {
+			double dt = (double)(now - t->last_release_ns) / 1e9;
+			e->step_s = e->step_s > 0 ? e->step_s + 0.05 * (dt - e->step_s) : dt;
+		}
+		t->last_release_ns = now;
 	}
 	atomic_store_explicit(t->rel.cons, cons, memory_order_release);
 	if (any)
@@ -990,7 +1313,7 @@ static bool prepare(struct engine *e, struct trainer *t)
 		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
 		e->ids[i] = s;
 		if (!local_ram(e, s))
-			need += ALIGN_UP(e->cat->samples[s].length, (uint64_t)PLAN_RAM_ALIGN);
+			need += stage_need(e, s);
 	}
 	uint64_t off;
 	if (stg_alloc(&t->stg, need, &off) != 0)
@@ -1038,6 +1361,29 @@ static bool prepare(struct engine *e, struct trainer *t)
 			}
 			task_wait(tk, t->rank, t->gen, g);
 			sl->pending++;
+		} else if (local_nvme(e, s)) {
+			d[i].offset = ALIGN_UP(off, NVME_ALIGN);
+			off = d[i].offset + ALIGN_UP(cs->length, NVME_ALIGN);
+			struct etask *tk = task_new(e);
+			tk->sample = s;
+			tk->dst_off = d[i].offset;
+			tk->len = cs->length;
+			tk->epoch = epoch;
+			tk->stage_rank = (int32_t)t->rank;
+			uint32_t st = e->cstate[s];
+			if (st == CS_READY) {
+				tk->kind = TK_NVME_READ;
+				tk->nvme_off = e->plan.off[s];
+				tk->sum = e->nvme_sum[s];
+			} else if (st == CS_ABSENT) {
+				/* first read: from the PFS, then written to NVMe */
+				tk->to_nvme = true;
+				e->cstate[s] = CS_TASK0 + tk->id;
+			} /* else being written right now: read the PFS once more */
+			task_wait(tk, t->rank, t->gen, g);
+			t->inflight++;
+			sl->pending++;
+			task_submit(e, tk, g);
 		} else {
 			d[i].offset = off;
 			off += ALIGN_UP(cs->length, (uint64_t)PLAN_RAM_ALIGN);
@@ -1046,11 +1392,19 @@ static bool prepare(struct engine *e, struct trainer *t)
 			tk->dst_off = d[i].offset;
 			tk->len = cs->length;
 			tk->epoch = epoch;
+			tk->need_g = g;
 			tk->stage_rank = (int32_t)t->rank;
 			task_wait(tk, t->rank, t->gen, g);
 			t->inflight++;
 			sl->pending++;
-			task_submit(e, tk, g);
+			uint32_t owner = e->plan.owner[s];
+			if (e->plan.tier[s] != PLAN_NONE && owner != e->node && e->net &&
+			    !net_peer_suspect(e->net, owner)) {
+				tk->kind = TK_PEER;
+				net_fetch(e->net, owner, s, e->abase + tk->dst_off, tk->len, tk);
+			} else {
+				task_submit(e, tk, g);
+			}
 		}
 	}
 	if (sl->pending == 0)
@@ -1089,57 +1443,325 @@ static void publish(struct engine *e, struct trainer *t)
 		ring_doorbell(t);
 }
 
-static void completions(struct engine *e)
+/* A task's bytes are in place (status 0) or it failed: wake its waiters. */
+static void bounce_unref(struct engine *e, int32_t b);
+static void nvme_disable(struct engine *e, const char *why);
+
+/* An NVMe write finished: the copy is usable, or the tier is not. */
+static void nvme_write_done(struct engine *e, struct etask *tk, int status)
 {
-	struct io_task *io = iopool_take_done(&e->pool);
-	while (io) {
-		struct io_task *next = io->next;
-		struct etask *tk = (struct etask *)io;
-		if (io->status == 0) {
-			struct epoch_stats *es = estats(e, tk->epoch);
-			es->pfs_samples++;
-			es->pfs_bytes += tk->len;
-		} else if (io->status != -ECANCELED) {
-			log_warn("%s", tk->err[0] ? tk->err : seer_strerror(io->status));
-		}
-		if (tk->to_cache) {
-			if (io->status == 0) {
-				e->cstate[tk->sample] = CS_READY;
-				e->cache_loaded++;
-				e->cache_loaded_bytes += tk->len;
-			} else {
-				e->cstate[tk->sample] = CS_ABSENT; /* the next need retries */
-				e->fill_left++;
+	if (status == 0) {
+		e->nvme_sum[tk->sample] = tk->sum;
+		atomic_store_explicit(&e->cstate[tk->sample], CS_READY, memory_order_release);
+		e->nvme_loaded++;
+		e->nvme_loaded_bytes += tk->len;
+		estats(e, tk->epoch)->nvme_written++;
+	} else {
+		e->cstate[tk->sample] = CS_ABSENT;
+		nvme_disable(e, tk->err[0] ? tk->err : strerror(-status));
+	}
+	if (!tk->pin.peer && tk->stage_rank >= 0) {
+		struct trainer *t = &e->tr[tk->pin.a];
+		if (t->gen == tk->pin.b && t->slots) {
+			struct tslot *sl = &t->slots[tk->pin.c & (t->nslots - 1)];
+			if (sl->g == tk->pin.c && sl->pins > 0) {
+				sl->pins--;
+				reclaim(e, t);
 			}
-			if (tk->fill)
-				e->fill_inflight--;
 		}
-		for (uint32_t i = 0; i < tk->nw; i++) {
-			const struct waiter *w = &tk->w[i];
-			struct trainer *t = &e->tr[w->rank];
-			if (t->gen != w->gen || !t->attached)
-				continue;
-			uint32_t idx = (uint32_t)(w->g & (t->nslots - 1));
-			struct tslot *sl = &t->slots[idx];
-			if (sl->st != SL_PREP || sl->g != w->g)
-				continue;
-			if (io->status != 0 && sl->status == 0) {
-				sl->status = io->status == -ECANCELED ? SEER_ESHUTDOWN : io->status;
-				str_copy(wslot(t, idx)->msg, SEER_ERRMSG_MAX,
-					 tk->err[0] ? tk->err : seer_strerror(io->status));
-			}
-			if (--sl->pending == 0)
-				sl->st = SL_READY;
-		}
+	}
+	if (tk->bounce >= 0)
+		bounce_unref(e, tk->bounce);
+}
+
+/* A PFS read that must also land on NVMe: queue the write, pinning the
+ * memory it reads (the batch's staging, or a bounce slot). */
+static void nvme_write_after(struct engine *e, struct etask *tk)
+{
+	struct etask *w = task_new(e);
+	w->kind = TK_NVME_WRITE;
+	w->sample = tk->sample;
+	w->dst_off = tk->dst_off;
+	w->len = tk->len;
+	w->epoch = tk->epoch;
+	w->nvme_off = e->plan.off[tk->sample];
+	e->cstate[tk->sample] = CS_TASK0 + w->id;
+	if (tk->bounce >= 0) {
+		w->bounce = tk->bounce;
+		e->bounce_refs[tk->bounce]++;
+	} else {
+		/* the one trainer waiter of a staging read */
+		w->pin = tk->w[0];
+		w->stage_rank = tk->stage_rank;
+		struct trainer *t = &e->tr[w->pin.a];
+		t->inflight++;
+		struct tslot *sl = &t->slots[w->pin.c & (t->nslots - 1)];
+		if (t->gen == w->pin.b && sl->g == w->pin.c)
+			sl->pins++;
+	}
+	task_submit(e, w, tk->need_g);
+}
+
+static void task_finish(struct engine *e, struct etask *tk, int status)
+{
+	if (tk->kind == TK_NVME_WRITE) {
+		nvme_write_done(e, tk, status);
 		if (tk->stage_rank >= 0) {
 			struct trainer *t = &e->tr[tk->stage_rank];
 			t->inflight--;
 			if (t->resetting && t->inflight == 0)
 				finish_reset(e, t);
 		}
+		tk->bounce = -1;
 		task_free(e, tk);
+		return;
+	}
+	if (tk->kind == TK_NVME_READ && status != 0) {
+		/* a bad or unreadable NVMe copy is never delivered: read the PFS,
+		 * and write a fresh copy */
+		struct epoch_stats *es = estats(e, tk->epoch);
+		if (status == SEER_EDATASET)
+			es->nvme_corrupt++;
+		log_warn("%s: reading sample %u from the PFS instead", tk->err, tk->sample);
+		tk->kind = TK_PFS;
+		tk->err[0] = '\0';
+		tk->to_nvme = e->nvme_ok && e->cstate[tk->sample] == CS_READY;
+		if (tk->to_nvme)
+			e->cstate[tk->sample] = CS_TASK0 + tk->id;
+		task_submit(e, tk, tk->need_g);
+		return;
+	}
+	if (status == 0) {
+		src_observe(e, tk->kind == TK_PEER ? SRC_PEER : tk->kind == TK_NVME_READ ? SRC_NVME : SRC_PFS,
+			    tk->io.t_end > tk->io.t_start ? (double)(tk->io.t_end - tk->io.t_start) / 1e9
+							  : 0.0, tk->len);
+		struct epoch_stats *es = estats(e, tk->epoch);
+		if (tk->kind == TK_PEER) {
+			es->peer_samples++;
+			es->peer_bytes += tk->len;
+		} else if (tk->kind == TK_NVME_READ) {
+			es->nvme_samples++;
+			es->nvme_bytes += tk->len;
+		} else {
+			es->pfs_samples++;
+			es->pfs_bytes += tk->len;
+		}
+	} else if (status != -ECANCELED) {
+		log_warn("%s", tk->err[0] ? tk->err : seer_strerror(status));
+	}
+	if (tk->to_nvme) {
+		if (status == 0 && e->nvme_ok)
+			nvme_write_after(e, tk);
+		else
+			e->cstate[tk->sample] = CS_ABSENT;
+	}
+	if (tk->to_cache) {
+		if (status == 0) {
+			/* publishes the bytes to the network thread's lookup */
+			atomic_store_explicit(&e->cstate[tk->sample], CS_READY, memory_order_release);
+			e->cache_loaded++;
+			e->cache_loaded_bytes += tk->len;
+		} else {
+			e->cstate[tk->sample] = CS_ABSENT; /* the next need retries */
+			e->fill_left++;
+		}
+		if (tk->fill)
+			e->fill_inflight--;
+	}
+	for (uint32_t i = 0; i < tk->nw; i++) {
+		const struct waiter *w = &tk->w[i];
+		if (w->peer) {
+			if (status == 0) {
+				/* a bounce slot stays referenced until REPLY_DONE */
+				net_reply(e->net, w->a, w->c, e->abase + tk->dst_off, tk->len,
+					  tk->bounce >= 0 ? BOUNCE_COOKIE(tk->bounce) : NULL);
+				struct epoch_stats *es = estats(e, tk->epoch);
+				es->served_samples++;
+				es->served_bytes += tk->len;
+			} else {
+				net_reply_error(e->net, w->a, w->c, status < 0 && status > -4096 ? status : -EIO);
+				if (tk->bounce >= 0)
+					bounce_unref(e, tk->bounce);
+			}
+			continue;
+		}
+		struct trainer *t = &e->tr[w->a];
+		if (t->gen != w->b || !t->attached)
+			continue;
+		uint32_t idx = (uint32_t)(w->c & (t->nslots - 1));
+		struct tslot *sl = &t->slots[idx];
+		if (sl->st != SL_PREP || sl->g != w->c)
+			continue;
+		if (status != 0 && sl->status == 0) {
+			sl->status = status == -ECANCELED ? SEER_ESHUTDOWN : status;
+			str_copy(wslot(t, idx)->msg, SEER_ERRMSG_MAX,
+				 tk->err[0] ? tk->err : seer_strerror(status));
+		}
+		if (--sl->pending == 0)
+			sl->st = SL_READY;
+	}
+	if (tk->stage_rank >= 0) {
+		struct trainer *t = &e->tr[tk->stage_rank];
+		t->inflight--;
+		if (t->resetting && t->inflight == 0)
+			finish_reset(e, t);
+	}
+	task_free(e, tk);
+}
+
+static void completions(struct engine *e)
+{
+	struct io_task *io = iopool_take_done(&e->pool);
+	while (io) {
+		struct io_task *next = io->next;
+		task_finish(e, (struct etask *)io, io->status);
 		io = next;
 	}
+}
+
+/* ---- bounce slots: NVMe samples on their way to a peer ------------------ */
+
+static void bounce_unref(struct engine *e, int32_t b)
+{
+	if (b < 0 || (uint32_t)b >= e->nbounce || e->bounce_refs[b] == 0)
+		return;
+	if (--e->bounce_refs[b] > 0)
+		return;
+	e->bounce_free[e->nbounce_free++] = b;
+	/* a request waiting for a slot can go now */
+	if (e->nbwait > 0) {
+		struct deferred_req r = e->bwait[0];
+		memmove(e->bwait, e->bwait + 1, --e->nbwait * sizeof(*e->bwait));
+		peer_request(e, r.peer, r.req_id, r.sample, r.len);
+	}
+}
+
+static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s,
+			      uint64_t len)
+{
+	if (e->nbounce_free == 0) {
+		if (e->nbwait == e->capbwait) {
+			e->capbwait = MAX(e->capbwait * 2, 64);
+			e->bwait = xrealloc(e->bwait, e->capbwait * sizeof(*e->bwait));
+		}
+		e->bwait[e->nbwait++] = (struct deferred_req){ peer, s, req_id, len };
+		return;
+	}
+	int32_t b = e->bounce_free[--e->nbounce_free];
+	e->bounce_refs[b] = 1; /* the reply's */
+	struct etask *tk = task_new(e);
+	tk->sample = s;
+	tk->bounce = b;
+	tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
+	tk->len = len;
+	tk->epoch = e->epochs_done;
+	uint32_t st = e->cstate[s];
+	if (st == CS_READY) {
+		tk->kind = TK_NVME_READ;
+		tk->nvme_off = e->plan.off[s];
+		tk->sum = e->nvme_sum[s];
+	} else if (st == CS_ABSENT) {
+		tk->to_nvme = true; /* this node owns it: its one PFS read, kept on NVMe */
+		e->cstate[s] = CS_TASK0 + tk->id;
+	}
+	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
+	task_submit(e, tk, 0);
+}
+
+/* Owner side: a peer asked for a sample the network thread could not send
+ * at once (not loaded yet, on NVMe, or the plan was not ready then). */
+static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, uint64_t len)
+{
+	if (!e->plan_ready) {
+		if (e->nearly == e->capearly) {
+			e->capearly = MAX(e->capearly * 2, 64);
+			e->early = xrealloc(e->early, e->capearly * sizeof(*e->early));
+		}
+		e->early[e->nearly++] = (struct deferred_req){ peer, s, req_id, len };
+		return;
+	}
+	if (s < e->cat->nsamples && local_nvme(e, s) && len == e->cat->samples[s].length &&
+	    e->nbounce > 0) {
+		peer_request_nvme(e, peer, req_id, s, len);
+		return;
+	}
+	if (s >= e->cat->nsamples || !local_ram(e, s) || len != e->cat->samples[s].length) {
+		net_reply_error(e->net, peer, req_id, -ENOENT);
+		return;
+	}
+	uint32_t st = e->cstate[s];
+	uint64_t src = e->cache_base + e->plan.off[s];
+	if (st == CS_READY) {
+		net_reply(e->net, peer, req_id, e->abase + src, len, NULL);
+		struct epoch_stats *es = estats(e, e->epochs_done);
+		es->served_samples++;
+		es->served_bytes += len;
+		return;
+	}
+	struct etask *tk;
+	if (st >= CS_TASK0) {
+		tk = task_get(e, st - CS_TASK0);
+	} else {
+		/* this node owns it and nobody read it yet: the one PFS read of it */
+		tk = task_new(e);
+		tk->sample = s;
+		tk->to_cache = true;
+		tk->dst_off = src;
+		tk->len = len;
+		tk->epoch = e->epochs_done;
+		e->cstate[s] = CS_TASK0 + tk->id;
+		e->fill_left--;
+		task_submit(e, tk, 0); /* a peer is waiting now */
+	}
+	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
+}
+
+static void net_events(struct engine *e)
+{
+	if (!e->net)
+		return;
+	struct net_event *ev = net_take_events(e->net);
+	while (ev) {
+		struct net_event *next = ev->next;
+		if (ev->kind == NET_FETCH_DONE) {
+			struct etask *tk = ev->user;
+			if (ev->status == 0) {
+				src_observe(e, SRC_PEER, ev->seconds, tk->len);
+				task_finish(e, tk, 0);
+			} else {
+				/* the peer did not deliver: read the PFS instead */
+				estats(e, tk->epoch)->fallbacks++;
+				log_debug("sample %u from node %u failed (%s): reading the PFS", tk->sample,
+					  ev->peer, strerror(-ev->status));
+				tk->kind = TK_PFS;
+				task_submit(e, tk, tk->need_g);
+			}
+		} else if (ev->kind == NET_REQUEST) {
+			peer_request(e, ev->peer, ev->req_id, ev->sample, ev->len);
+		} else if (ev->kind == NET_REPLY_DONE && ev->user) {
+			bounce_unref(e, COOKIE_BOUNCE(ev->user));
+		}
+		net_event_free(ev);
+		ev = next;
+	}
+}
+
+/* Network thread: answer at once from RAM when the sample is loaded. */
+static int net_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src)
+{
+	(void)peer;
+	struct engine *e = ctx;
+	if (!atomic_load_explicit(&e->plan_published, memory_order_acquire))
+		return 0; /* the dispatcher keeps it until the plan exists */
+	if (s >= e->cat->nsamples || e->plan.tier[s] == PLAN_NONE || e->plan.owner[s] != e->node ||
+	    len != e->cat->samples[s].length)
+		return -ENOENT;
+	if (e->plan.tier[s] == PLAN_RAM &&
+	    atomic_load_explicit(&e->cstate[s], memory_order_acquire) == CS_READY) {
+		*src = e->abase + e->cache_base + e->plan.off[s];
+		return 1;
+	}
+	return 0;
 }
 
 /* Load cached samples ahead of need when the I/O threads have room: the
@@ -1218,13 +1840,14 @@ static void check_epochs(struct engine *e)
 			continue; /* skipped by a resume */
 		double t0 = ep > 0 && e->es[ep - 1].t_done > 0 ? e->es[ep - 1].t_done : e->t_plan;
 		double dt = s->t_done - t0;
-		char a[32], b[32];
+		char a[32], b[32], c[32];
 		log_info("epoch %llu done in %.2f s: %llu samples (%.0f/s, %s/s), RAM hits %.1f%%, "
-			 "PFS %s in %llu reads%s",
+			 "peers %s in %llu, PFS %s in %llu reads%s",
 			 (unsigned long long)ep, dt, (unsigned long long)s->samples,
 			 (double)s->samples / MAX(dt, 1e-9),
 			 fmt_size(a, sizeof(a), (uint64_t)((double)s->bytes / MAX(dt, 1e-9))),
 			 100.0 * (double)s->ram_samples / (double)MAX(s->samples, 1ull),
+			 fmt_size(c, sizeof(c), s->peer_bytes), (unsigned long long)s->peer_samples,
 			 fmt_size(b, sizeof(b), s->pfs_bytes), (unsigned long long)s->pfs_samples,
 			 s->failed ? ", SOME BATCHES FAILED" : "");
 	}
@@ -1233,6 +1856,7 @@ static void check_epochs(struct engine *e)
 void engine_work(struct engine *e)
 {
 	completions(e);
+	net_events(e);
 	if (!e->shape_ready)
 		return;
 	/* awake now: trainers need not ring until engine_arm asks again */
@@ -1299,6 +1923,11 @@ void engine_on_event(struct engine *e, uint64_t tag, uint32_t events)
 	switch (EP_KIND(tag)) {
 	case EP_POOL:
 		break; /* engine_work takes the completions */
+	case EP_NET: {
+		uint64_t v;
+		ssize_t r UNUSED = read(net_event_fd(e->net), &v, sizeof(v));
+		break;
+	}
 	case EP_TSOCK:
 		if (e->shape_ready && id < e->world && e->tr[id].attached)
 			on_trainer_sock(e, &e->tr[id]);
@@ -1333,16 +1962,20 @@ bool engine_finished(const struct engine *e)
 {
 	if (e->fatal[0])
 		return true;
+	bool stopping = atomic_load(&e->stopping) || e->draining;
 	if (!e->shape_ready)
-		return atomic_load(&e->stopping) || e->draining;
-	bool all_done = true, any_attached = false;
-	for (uint32_t r = 0; r < e->world; r++) {
-		any_attached |= e->tr[r].attached;
-		all_done &= e->tr[r].done;
-	}
-	if (any_attached)
+		return stopping;
+	for (uint32_t r = 0; r < e->world; r++)
+		if (e->tr[r].attached)
+			return false;
+	if (stopping)
+		return true;
+	if (!e->plan_ready)
 		return false;
-	return all_done || atomic_load(&e->stopping) || e->draining;
+	for (uint32_t i = 0; i < e->nlocal; i++)
+		if (!e->tr[e->local_ranks[i]].done)
+			return false;
+	return true;
 }
 
 const char *engine_fatal(const struct engine *e)
@@ -1383,6 +2016,79 @@ void engine_tick(struct engine *e)
 	}
 }
 
+/* ---- joining the cluster -------------------------------------------------------------- */
+
+struct plan_cap engine_cap(const struct engine *e)
+{
+	return (struct plan_cap){ .ram = e->cache_cap, .nvme = e->nvme_ok ? e->nvme_cap : 0 };
+}
+
+void engine_set_caps(struct engine *e, const struct plan_cap *caps)
+{
+	memcpy(e->caps, caps, e->nnodes * sizeof(*caps));
+}
+
+void engine_net_opts(struct engine *e, struct net_opts *o)
+{
+	o->region = e->abase;
+	o->region_len = e->arena.size;
+	o->lookup = net_lookup;
+	o->lookup_ctx = e;
+}
+
+void engine_set_net(struct engine *e, struct net *n)
+{
+	e->net = n;
+	if (n)
+		ep_add(e, net_event_fd(n), EP_TAG(EP_NET, 0));
+}
+
+bool engine_roll(struct engine *e, uint32_t *world, uint32_t **ranks, uint32_t *n)
+{
+	if (!e->roll_dirty || e->plan_ready)
+		return false;
+	e->roll_dirty = false;
+	*world = e->world;
+	*ranks = xcalloc(e->world, sizeof(uint32_t));
+	*n = 0;
+	for (uint32_t r = 0; r < e->world; r++)
+		if (e->tr[r].known)
+			(*ranks)[(*n)++] = r;
+	return true;
+}
+
+int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node)
+{
+	char err[SEER_ERRMSG_MAX];
+	if (!e->shape_ready && shape_init(e, world, err, sizeof(err)) != 0) {
+		str_copy(e->fatal, sizeof(e->fatal), err);
+		return -EINVAL;
+	}
+	if (world != e->world) {
+		snprintf(e->fatal, sizeof(e->fatal), "the job's world size is %u but trainers here "
+			 "said %u", world, e->world);
+		return -EINVAL;
+	}
+	memcpy(e->rank_node, rank_node, world * sizeof(uint32_t));
+	e->nlocal = 0;
+	uint64_t start = UINT64_MAX;
+	for (uint32_t r = 0; r < world; r++) {
+		if (rank_node[r] == e->node) {
+			e->local_ranks[e->nlocal++] = r;
+			struct trainer *t = &e->tr[r];
+			start = MIN(start, t->attached ? t->next_prep : t->resume_g);
+		}
+	}
+	e->first_epoch = (start == UINT64_MAX ? e->default_start : start) / e->sh.bpe;
+	make_plan(e);
+	if (check_staging(e, err, sizeof(err)) != 0) {
+		str_copy(e->fatal, sizeof(e->fatal), err);
+		return -ENOSPC;
+	}
+	log_info("rank map agreed: %u trainers on %u nodes, %u here", world, e->nnodes, e->nlocal);
+	return 0;
+}
+
 /* ---- status and statistics ---------------------------------------------------------- */
 
 struct sbuf {
@@ -1415,13 +2121,20 @@ static void json_epochs(struct engine *e, struct sbuf *b)
 		const struct epoch_stats *s = &e->es[i];
 		double t0 = i > 0 && e->es[i - 1].t_done > 0 ? e->es[i - 1].t_done : e->t_plan;
 		sb_printf(b, "%s{\"epoch\":%llu,\"samples\":%llu,\"bytes\":%llu,\"ram_samples\":%llu,"
-			  "\"ram_bytes\":%llu,\"nvme_samples\":0,\"nvme_bytes\":0,\"peer_samples\":0,"
-			  "\"peer_bytes\":0,\"pfs_samples\":%llu,\"pfs_bytes\":%llu,"
+			  "\"ram_bytes\":%llu,\"nvme_samples\":%llu,\"nvme_bytes\":%llu,"
+			  "\"nvme_written\":%llu,\"nvme_corrupt\":%llu,\"peer_samples\":%llu,"
+			  "\"peer_bytes\":%llu,\"pfs_samples\":%llu,\"pfs_bytes\":%llu,"
+			  "\"served_samples\":%llu,\"served_bytes\":%llu,\"peer_fallbacks\":%llu,"
 			  "\"failed_batches\":%llu,\"seconds\":%.6f}",
 			  i ? "," : "", (unsigned long long)i, (unsigned long long)s->samples,
 			  (unsigned long long)s->bytes, (unsigned long long)s->ram_samples,
-			  (unsigned long long)s->ram_bytes, (unsigned long long)s->pfs_samples,
-			  (unsigned long long)s->pfs_bytes, (unsigned long long)s->failed,
+			  (unsigned long long)s->ram_bytes, (unsigned long long)s->nvme_samples,
+			  (unsigned long long)s->nvme_bytes, (unsigned long long)s->nvme_written,
+			  (unsigned long long)s->nvme_corrupt, (unsigned long long)s->peer_samples,
+			  (unsigned long long)s->peer_bytes, (unsigned long long)s->pfs_samples,
+			  (unsigned long long)s->pfs_bytes, (unsigned long long)s->served_samples,
+			  (unsigned long long)s->served_bytes, (unsigned long long)s->fallbacks,
+			  (unsigned long long)s->failed,
 			  s->t_done > 0 ? s->t_done - t0 : -1.0);
 	}
 	sb_printf(b, "]");
@@ -1442,13 +2155,25 @@ char *engine_status_json(struct engine *e)
 		  e->cat->nfiles, e->cat->fmt->name);
 	sb_printf(&b, "\"cache\":{\"ram_capacity\":%llu,\"ram_planned_samples\":%llu,"
 		  "\"ram_planned_bytes\":%llu,\"ram_loaded_samples\":%llu,\"ram_loaded_bytes\":%llu,"
-		  "\"staging_capacity\":%llu},",
+		  "\"staging_capacity\":%llu,\"nvme_enabled\":%s,\"nvme_capacity\":%llu,"
+		  "\"nvme_planned_samples\":%llu,\"nvme_loaded_samples\":%llu,"
+		  "\"nvme_loaded_bytes\":%llu},",
 		  (unsigned long long)e->cache_cap, (unsigned long long)e->cache_planned,
-		  (unsigned long long)(e->plan_ready ? e->plan.cached_bytes : 0),
+		  (unsigned long long)e->local_cached_bytes,
 		  (unsigned long long)e->cache_loaded, (unsigned long long)e->cache_loaded_bytes,
-		  (unsigned long long)e->stage_cap);
-	sb_printf(&b, "\"io\":{\"threads\":%llu,\"pending\":%u},",
-		  (unsigned long long)e->cfg->io_threads, iopool_pending(&e->pool));
+		  (unsigned long long)e->stage_cap, e->nvme_ok ? "true" : "false",
+		  (unsigned long long)e->nvme_cap, (unsigned long long)e->nvme_planned,
+		  (unsigned long long)e->nvme_loaded, (unsigned long long)e->nvme_loaded_bytes);
+	sb_printf(&b, "\"io\":{\"threads\":%llu,\"pending\":%u,\"placement\":\"%s\"},"
+		  "\"topology\":\"%s\",",
+		  (unsigned long long)e->cfg->io_threads, iopool_pending(&e->pool), e->pin_desc,
+		  e->topo_desc);
+	sb_printf(&b, "\"sources\":{");
+	for (int k = 0; k < SRC_COUNT; k++)
+		sb_printf(&b, "%s\"%s\":{\"reads\":%llu,\"latency_ms\":%.3f,\"mb_per_s\":%.1f}",
+			  k ? "," : "", src_names[k], (unsigned long long)e->src[k].n,
+			  e->src[k].lat_s * 1e3, e->src[k].bps / 1e6);
+	sb_printf(&b, "},\"step_ms\":%.3f,", e->step_s * 1e3);
 	sb_printf(&b, "\"trainers\":[");
 	bool first = true;
 	for (uint32_t r = 0; e->shape_ready && r < e->world; r++) {

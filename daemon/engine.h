@@ -15,6 +15,8 @@
 #include "../proto/seer_proto.h"
 #include "../src/catalog.h"
 #include "../src/config.h"
+#include "../src/net.h"
+#include "../src/plan.h"
 
 struct engine;
 
@@ -58,6 +60,19 @@ bool engine_finished(const struct engine *e);
 const char *engine_fatal(const struct engine *e);
 /* Periodic duties (1 s): progress lines, connect warnings. */
 void engine_tick(struct engine *e);
+
+/* ---- several nodes ---------------------------------------------------------
+ * This node's capacities, and every node's (node order) before the plan. */
+struct plan_cap engine_cap(const struct engine *e);
+void engine_set_caps(struct engine *e, const struct plan_cap *caps);
+/* Fill the region/lookup part of net options (the arena; answers from RAM). */
+void engine_net_opts(struct engine *e, struct net_opts *o);
+void engine_set_net(struct engine *e, struct net *n);
+/* Local trainer ranks changed before the map: *ranks (malloc'd) lists them. */
+bool engine_roll(struct engine *e, uint32_t *world, uint32_t **ranks, uint32_t *n);
+/* The agreed rank -> node map: plan and start serving. 0, or < 0 with
+ * engine_fatal() set. */
+int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node);
 
 /* JSON for `seerctl status` (malloc'd). */
 char *engine_status_json(struct engine *e);

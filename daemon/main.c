@@ -11,6 +11,7 @@
 #include "../src/config.h"
 #include "../src/util.h"
 #include "seer.h"
+#include "cluster.h"
 #include "server.h"
 
 static void usage(FILE *out)
@@ -34,6 +35,12 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
 	log_set_prog("seerd");
+	struct cluster *cl = NULL;
+	uint32_t node = 0, nnodes = 1;
+	if (cluster_init(&cl, &argc, &argv, &node, &nnodes) != 0) {
+		fprintf(stderr, "seerd: MPI initialisation failed (launched by mpirun/srun?)\n");
+		return 1;
+	}
 	static const struct option opts[] = {
 		{ "config", required_argument, NULL, 'c' },
 		{ "set", required_argument, NULL, 's' },
@@ -52,14 +59,15 @@ int main(int argc, char **argv)
 		case 's': sets[nsets++] = optarg; break;
 		case 'k': check = 1; break;
 		case 'p': print = 1; break;
-		case 'h': usage(stdout); return 0;
+		case 'h': usage(stdout); cluster_fini(cl, 0); return 0;
 		case 'V': printf("seerd %d.%d (protocol %u)\n", SEER_VERSION_MAJOR, SEER_VERSION_MINOR,
-				  SEER_PROTO_VERSION); return 0;
-		default: usage(stderr); return 2;
+				  SEER_PROTO_VERSION); cluster_fini(cl, 0); return 0;
+		default: usage(stderr); cluster_fini(cl, 2); return 2;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "seerd: unexpected argument '%s' (see seerd --help)\n", argv[optind]);
+		cluster_fini(cl, 2);
 		return 2;
 	}
 	struct seer_config cfg;
@@ -79,13 +87,21 @@ int main(int argc, char **argv)
 	enum log_level lvl = LOG_INFO;
 	log_parse_level(cfg.log_level, &lvl);
 	log_set_level(lvl);
-	log_set_node(0);
+	log_set_node((int)node);
 	if (print) {
 		char *d = cfg_dump(&cfg);
 		fputs(d, stdout);
 		free(d);
 		cfg_free(&cfg);
+		cluster_fini(cl, 0);
 		return 0;
+	}
+	if (cluster_agree_config(cl, &cfg, err, sizeof(err)) != 0) {
+		if (node == 0)
+			log_error("%s", err);
+		cfg_free(&cfg);
+		cluster_fini(cl, 0);
+		return 1;
 	}
 
 	char cache_dir[4096];
@@ -98,10 +114,11 @@ int main(int argc, char **argv)
 		.cache_dir = cache_dir, .rebuild = cfg.catalog_rebuild, .progress = true,
 	};
 	struct catalog *cat;
-	int rc = cat_open(&co, &cat, err, sizeof(err));
+	int rc = cluster_share_catalog(cl, &co, &cat, err, sizeof(err));
 	if (rc != 0) {
 		log_error("%s", err);
 		cfg_free(&cfg);
+		cluster_fini(cl, 0);
 		return 1;
 	}
 	if (check) {
@@ -112,11 +129,13 @@ int main(int argc, char **argv)
 		       (unsigned long long)cat->hash);
 		cat_free(cat);
 		cfg_free(&cfg);
+		cluster_fini(cl, 0);
 		return 0;
 	}
-	rc = server_run(&cfg, cat, 0, 1);
+	rc = server_run(&cfg, cat, cl, node, nnodes);
 	cat_free(cat);
 	cfg_free(&cfg);
+	cluster_fini(cl, rc);
 	return rc;
 
 config_error:
@@ -124,5 +143,6 @@ config_error:
 	cfg_free(&cfg);
 	free(files);
 	free(sets);
+	cluster_fini(cl, 0);
 	return 2;
 }

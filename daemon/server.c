@@ -16,6 +16,7 @@
 #include "../proto/seer_proto.h"
 #include "../src/shm.h"
 #include "../src/util.h"
+#include "cluster.h"
 #include "engine.h"
 #include "seer.h"
 
@@ -32,6 +33,10 @@ struct pending {
 struct server {
 	const struct seer_config *cfg;
 	struct engine *e;
+	struct cluster *cl;
+	struct net *net;
+	uint32_t node, nnodes;
+	bool fatal_sent, done_sent, stop_sent;
 	int epfd, lfd, sfd, tfd;
 	char sock_path[108];
 	struct pending pend[MAX_PENDING];
@@ -153,6 +158,10 @@ static void handle_ctl(struct server *s, int fd, const struct seer_msg_hello *h)
 	} else if (strcmp(cmd, "stop") == 0) {
 		log_info("stop requested by seerctl");
 		engine_stop(s->e, true);
+		if (!s->stop_sent) {
+			cluster_stop_all(s->cl);
+			s->stop_sent = true;
+		}
 		s->stop_deadline = now_s() + STOP_GRACE_S;
 		ctl_reply(fd, 0, "{\"ok\":true,\"state\":\"stopping\"}");
 	} else if (strcmp(cmd, "drain") == 0) {
@@ -232,13 +241,82 @@ static void on_signal(struct server *s)
 			engine_stop(s->e, true);
 			s->stop_deadline = now_s() + STOP_GRACE_S;
 			s->exit_code = 0;
+			if (!s->stop_sent) {
+				cluster_stop_all(s->cl);
+				s->stop_sent = true;
+			}
 		}
 	}
 }
 
-int server_run(const struct seer_config *cfg, struct catalog *cat, unsigned node, unsigned nnodes)
+/* Several nodes: exchange capacities and fabric addresses, start the data
+ * plane. Every node learns whether every other one succeeded, so all stop
+ * together with the first node's reason. */
+static int join_peers(struct server *s, char *err, size_t errlen)
 {
-	struct server s = { .cfg = cfg, .lfd = -1, .sfd = -1, .tfd = -1, .epfd = -1 };
+	struct plan_cap mine = engine_cap(s->e);
+	struct plan_cap *caps = xcalloc(s->nnodes, sizeof(*caps));
+	cluster_allgather(s->cl, &mine, sizeof(mine), caps);
+	engine_set_caps(s->e, caps);
+	free(caps);
+
+	struct net_opts no = {
+		.provider = s->cfg->provider, .node = s->node, .nnodes = s->nnodes,
+		.timeout_s = s->cfg->peer_timeout_ms / 1000.0, .suspect_s = 10.0,
+	};
+	engine_net_opts(s->e, &no);
+	void *addr = NULL;
+	size_t alen = 0;
+	struct {
+		int32_t rc;
+		uint32_t len;
+		char msg[240];
+	} me = { 0 }, *all = xcalloc(s->nnodes, sizeof(me));
+	me.rc = net_create(&s->net, &no, &addr, &alen, me.msg, sizeof(me.msg));
+	me.len = (uint32_t)alen;
+	cluster_allgather(s->cl, &me, sizeof(me), all);
+	int rc = 0;
+	for (uint32_t k = 0; k < s->nnodes && rc == 0; k++) {
+		if (all[k].rc != 0) {
+			snprintf(err, errlen, "node %u cannot open the data plane: %.200s", k, all[k].msg);
+			rc = -EIO;
+		} else if (all[k].len != all[0].len) {
+			snprintf(err, errlen, "fabric address sizes differ between nodes (%u vs %u): "
+				 "every node must use the same [net] provider", all[k].len, all[0].len);
+			rc = -EIO;
+		}
+	}
+	free(all);
+	if (rc != 0) {
+		free(addr);
+		return rc;
+	}
+	char *addrs = xcalloc(s->nnodes, alen);
+	cluster_allgather(s->cl, addr, alen, addrs);
+	free(addr);
+	me.rc = net_start(s->net, addrs, alen, me.msg, sizeof(me.msg));
+	free(addrs);
+	int32_t worst = me.rc, *rcs = xcalloc(s->nnodes, sizeof(int32_t));
+	cluster_allgather(s->cl, &worst, sizeof(worst), rcs);
+	for (uint32_t k = 0; k < s->nnodes && rc == 0; k++)
+		if (rcs[k] != 0) {
+			snprintf(err, errlen, "node %u could not start its data plane%s%.200s", k,
+				 k == s->node ? ": " : "", k == s->node ? me.msg : "");
+			rc = -EIO;
+		}
+	free(rcs);
+	if (rc == 0) {
+		engine_set_net(s->e, s->net);
+		log_info("data plane up: libfabric provider %s, %u nodes", s->cfg->provider, s->nnodes);
+	}
+	return rc;
+}
+
+int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluster *cl,
+	       unsigned node, unsigned nnodes)
+{
+	struct server s = { .cfg = cfg, .lfd = -1, .sfd = -1, .tfd = -1, .epfd = -1, .cl = cl,
+			    .node = node, .nnodes = nnodes };
 	for (int i = 0; i < MAX_PENDING; i++)
 		s.pend[i].fd = -1;
 	char err[1024];
@@ -281,6 +359,10 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, unsigned node
 		log_error("%s", err);
 		goto out;
 	}
+	if (nnodes > 1 && join_peers(&s, err, sizeof(err)) != 0) {
+		log_error("%s", err);
+		goto out;
+	}
 	if (make_listener(&s, err, sizeof(err)) != 0) {
 		log_error("%s", err);
 		goto out;
@@ -291,13 +373,50 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, unsigned node
 	s.exit_code = 0;
 	for (;;) {
 		engine_work(s.e);
-		if (engine_finished(s.e))
+		uint32_t world, *ranks, nranks;
+		if (engine_roll(s.e, &world, &ranks, &nranks)) {
+			cluster_roll(cl, world, ranks, nranks);
+			free(ranks);
+		}
+		const char *fatal = NULL;
+		uint32_t *map;
+		if (cluster_poll(cl, &world, &map, &fatal)) {
+			engine_set_map(s.e, world, map);
+			free(map);
+			engine_work(s.e);
+		}
+		if (fatal) {
+			log_error("stopping: %s", fatal);
+			engine_stop(s.e, true);
+			s.exit_code = 1;
 			break;
-		if (s.stop_deadline > 0 && now_s() >= s.stop_deadline) {
+		}
+		if (cluster_stop_requested(cl) && s.stop_deadline == 0) {
+			log_info("another node stopped the job: stopping");
+			engine_stop(s.e, true);
+			s.stop_deadline = now_s() + STOP_GRACE_S;
+		}
+		if (engine_fatal(s.e) && !s.fatal_sent) {
+			cluster_abort_all(cl, engine_fatal(s.e));
+			s.fatal_sent = true;
+		}
+		if (engine_finished(s.e)) {
+			if (nnodes == 1 || engine_fatal(s.e))
+				break;
+			/* keep serving peers until every node is done */
+			if (!s.done_sent) {
+				log_info("local trainers done; serving peers until every node is done");
+				cluster_local_done(cl);
+				s.done_sent = true;
+			}
+			if (cluster_all_done(cl))
+				break;
+		}
+		if (s.stop_deadline > 0 && now_s() >= s.stop_deadline && !s.done_sent) {
 			log_warn("trainers still attached after %.0f s; exiting anyway", STOP_GRACE_S);
 			break;
 		}
-		int timeout = engine_arm(s.e) ? 1000 : 0;
+		int timeout = engine_arm(s.e) ? (cluster_busy(cl) ? 10 : 1000) : 0;
 		struct epoll_event evs[64];
 		int k = epoll_wait(s.epfd, evs, 64, timeout);
 		if (k < 0 && errno != EINTR) {
@@ -339,6 +458,8 @@ out:
 		else if (rc == 0 && s.stop_deadline == 0 && engine_finished(s.e))
 			log_info("job finished: all trainers done");
 		engine_write_stats(s.e);
+		if (s.net)
+			net_destroy(s.net); /* before the arena it sends from goes away */
 		engine_destroy(s.e);
 	}
 	if (s.lfd >= 0) {

@@ -4,9 +4,11 @@
 
 #include "../src/catalog.h"
 #include "../src/config.h"
+#include "cluster.h"
 
-/* Serve the job until every trainer finished, a stop was requested, or a
- * fatal error. Returns the process exit code. */
-int server_run(const struct seer_config *cfg, struct catalog *cat, unsigned node, unsigned nnodes);
+/* Serve the job until every trainer finished (on every node), a stop was
+ * requested, or a fatal error. Returns the process exit code. */
+int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluster *cl,
+	       unsigned node, unsigned nnodes);
 
 #endif /* SEERD_SERVER_H */

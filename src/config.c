@@ -329,10 +329,35 @@ void cfg_free(struct seer_config *c)
 struct ini_ctx {
 	struct seer_config *c;
 	const char *path;
+	FILE *f;
 	char msg[512];
-	int lines;         /* counts handler calls, see below */
+	int line;          /* lines read: the one inih is parsing */
+	int fail_line;     /* line that msg is about */
+	int max_line;      /* longest line inih can take */
+	bool too_long;     /* line `line` did not fit inih's buffer */
 	bool failed;
 };
+
+/* inih reads the file through this, so that the handler knows its line and
+ * a line longer than inih's fixed buffer stops the parse (inih would cut it
+ * in two and parse the halves as two lines). */
+static char *cfg_ini_read_line(char *buf, int num, void *stream)
+{
+	struct ini_ctx *x = stream;
+	if (x->too_long || !fgets(buf, num, x->f))
+		return NULL;
+	x->line++;
+	size_t n = strlen(buf);
+	if (n > 0 && buf[n - 1] != '\n') {
+		int ch = getc(x->f);
+		if (ch != EOF && ch != '\n') {
+			x->too_long = true;
+			x->max_line = num - 1;
+			return NULL;
+		}
+	}
+	return buf;
+}
 
 static int cfg_ini_handler(void *user, const char *section, const char *name, const char *value)
 {
@@ -342,6 +367,7 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
 	if (!section || !*section) {
 		snprintf(x->msg, sizeof(x->msg), "key '%s' outside a [section]", name);
 		x->failed = true;
+		x->fail_line = x->line;
 		return 0;
 	}
 	const struct cfg_key *k = find_key(section, name);
@@ -354,17 +380,19 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
 				 "unknown key '%s' in [%s] (seerd --help lists the keys)", name, section);
 		else
 			snprintf(x->msg, sizeof(x->msg),
-				 "unknown section [%s] (sections: dataset, job, cache, prefetch, net, "
-				 "daemon)", section);
+				 "key '%s' in unknown section [%s] (sections: dataset, job, cache, "
+				 "prefetch, net, daemon)", name, section);
 		x->failed = true;
+		x->fail_line = x->line;
 		return 0;
 	}
 	char why[400];
 	char origin[300];
-	snprintf(origin, sizeof(origin), "%s", x->path);
+	snprintf(origin, sizeof(origin), "%s:%d", x->path, x->line);
 	if (set_key(x->c, k, value, origin, why, sizeof(why)) != 0) {
 		snprintf(x->msg, sizeof(x->msg), "[%s] %s: %s", section, name, why);
 		x->failed = true;
+		x->fail_line = x->line;
 		return 0;
 	}
 	return 1;
@@ -373,25 +401,37 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
 int cfg_load_file(struct seer_config *c, const char *path, char *err, size_t errlen)
 {
 	struct ini_ctx x = { .c = c, .path = path };
-	int line = ini_parse(path, cfg_ini_handler, &x);
-	if (line == -1) {
-		snprintf(err, errlen, "config file %s: %s", path, strerror(errno ? errno : ENOENT));
+	x.f = fopen(path, "r");
+	if (!x.f) {
+		snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
 		return -EINVAL;
 	}
+	int line = ini_parse_stream(cfg_ini_read_line, &x, cfg_ini_handler, &x);
+	bool io_error = ferror(x.f);
+	fclose(x.f);
 	if (line == -2) {
 		snprintf(err, errlen, "config file %s: out of memory", path);
 		return -ENOMEM;
 	}
+	/* inih reports the first bad line; the handler's message is about
+	 * its own line, which may come after a syntax error */
 	if (line > 0) {
-		if (x.failed)
+		if (x.failed && x.fail_line == line)
 			snprintf(err, errlen, "%s:%d: %s", path, line, x.msg);
 		else
 			snprintf(err, errlen, "%s:%d: syntax error (expected [section] or key = value)",
 				 path, line);
 		return -EINVAL;
 	}
-	/* record file:line origins: inih does not report lines for good keys,
-	 * the file name is enough to find them */
+	if (x.too_long) {
+		snprintf(err, errlen, "%s:%d: line longer than %d characters (give long values "
+			 "with --set section.key=value)", path, x.line, x.max_line);
+		return -EINVAL;
+	}
+	if (io_error) {
+		snprintf(err, errlen, "config file %s: read error", path);
+		return -EIO;
+	}
 	return 0;
 }
 
@@ -507,9 +547,16 @@ static void value_str(const struct seer_config *c, const struct cfg_key *k, char
 	case CFG_BOOL:
 		snprintf(buf, len, "%s", *(const bool *)f ? "true" : "false");
 		break;
-	case CFG_DOUBLE:
-		snprintf(buf, len, "%g", *(const double *)f);
+	case CFG_DOUBLE: {
+		/* the shortest text that reads back as the same double */
+		double d = *(const double *)f;
+		for (int prec = 6; prec <= 17; prec++) {
+			snprintf(buf, len, "%.*g", prec, d);
+			if (strtod(buf, NULL) == d)
+				break;
+		}
 		break;
+	}
 	}
 }
 
@@ -520,8 +567,16 @@ char *cfg_dump(const struct seer_config *c)
 	out[0] = '\0';
 	const char *section = "";
 	for (size_t i = 0; i < NKEYS; i++) {
-		char val[1024], line[1400];
-		value_str(c, &keys[i], val, sizeof(val));
+		char raw[1024], val[1024], line[1400];
+		value_str(c, &keys[i], raw, sizeof(raw));
+		/* '$' doubled, so that reading the dump back does not expand it */
+		size_t v = 0;
+		for (const char *r = raw; *r && v + 2 < sizeof(val); r++) {
+			if (*r == '$')
+				val[v++] = '$';
+			val[v++] = *r;
+		}
+		val[v] = '\0';
 		int n = 0;
 		if (strcmp(section, keys[i].section) != 0) {
 			section = keys[i].section;
@@ -572,3 +627,25 @@ uint64_t cfg_job_hash(const struct seer_config *c)
 	return h;
 }
 
+
+char *cfg_dump_job(const struct seer_config *c)
+{
+	size_t cap = 4096, len = 0;
+	char *out = xmalloc(cap);
+	out[0] = '\0';
+	for (size_t i = 0; i < NKEYS; i++) {
+		if (!keys[i].job)
+			continue;
+		char val[1024], line[1200];
+		value_str(c, &keys[i], val, sizeof(val));
+		int n = snprintf(line, sizeof(line), "%s%s.%s = %s\n", "", keys[i].section,
+				 keys[i].name, val);
+		if (len + (size_t)n + 1 > cap) {
+			cap = cap * 2 + (size_t)n;
+			out = xrealloc(out, cap);
+		}
+		memcpy(out + len, line, (size_t)n + 1);
+		len += (size_t)n;
+	}
+	return out;
+}

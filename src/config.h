@@ -71,10 +71,13 @@ int cfg_set(struct seer_config *c, const char *assignment, char *err, size_t err
  * Call once after all files and --set. */
 int cfg_finish(struct seer_config *c, char *err, size_t errlen);
 
-/* The effective configuration as INI text with each key's origin (malloc'd). */
+/* The effective configuration as INI text with each key's origin (malloc'd);
+ * cfg_load_file reads it back to the same values. */
 char *cfg_dump(const struct seer_config *c);
 /* Every key with type, default and description. */
 void cfg_help(FILE *out);
+/* "section.key = value" lines of the keys every node must agree on (malloc'd). */
+char *cfg_dump_job(const struct seer_config *c);
 /* Hash of the keys every node of a job must agree on. */
 uint64_t cfg_job_hash(const struct seer_config *c);
 

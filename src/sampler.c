@@ -106,7 +106,8 @@ const uint32_t *smp_cache_epoch(struct smp_cache *c, uint64_t epoch)
 {
 	int victim = 0;
 	for (int i = 0; i < SMP_CACHE_WAYS; i++) {
-		if (c->epoch[i] == epoch) {
+		/* used == 0: never filled (its epoch field is only a placeholder) */
+		if (c->used[i] != 0 && c->epoch[i] == epoch) {
 			c->used[i] = ++c->tick;
 			return c->perm[i];
 		}

@@ -91,6 +91,15 @@ static const char *skip_ws(const char *s)
 
 static bool only_ws(const char *s) { return *skip_ws(s) == '\0'; }
 
+/* Integers are decimal, or hex with 0x; a leading zero is not octal
+ * ("010" is ten, as a user writing a config file means). */
+static int int_base(const char *s)
+{
+	if (*s == '+' || *s == '-')
+		s++;
+	return s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && isxdigit((unsigned char)s[2]) ? 16 : 10;
+}
+
 int parse_u64(const char *s, uint64_t *out)
 {
 	s = skip_ws(s);
@@ -98,7 +107,7 @@ int parse_u64(const char *s, uint64_t *out)
 		return -EINVAL;
 	char *end;
 	errno = 0;
-	unsigned long long v = strtoull(s, &end, 0);
+	unsigned long long v = strtoull(s, &end, int_base(s));
 	if (errno == ERANGE)
 		return -ERANGE;
 	if (end == s || !only_ws(end))
@@ -112,7 +121,7 @@ int parse_i64(const char *s, int64_t *out)
 	s = skip_ws(s);
 	char *end;
 	errno = 0;
-	long long v = strtoll(s, &end, 0);
+	long long v = strtoll(s, &end, int_base(s));
 	if (errno == ERANGE)
 		return -ERANGE;
 	if (end == s || !only_ws(end))
@@ -137,22 +146,39 @@ int parse_double(const char *s, double *out)
 
 int parse_size(const char *s, uint64_t *out)
 {
+	/* Exact decimal arithmetic, no floating point: every count up to
+	 * 2^64 - 1 reads back exactly and "1.001kB" is 1001 bytes. */
+	enum { FRAC_DIGITS = 24 }; /* 10^24 * 2^40 still fits 128 bits */
 	s = skip_ws(s);
-	if (*s == '\0' || *s == '-')
+	if (*s == '+')
+		s++;
+	unsigned __int128 ip = 0, fp = 0, fscale = 1;
+	bool any = false;
+	for (; isdigit((unsigned char)*s); s++, any = true)
+		if (ip <= UINT64_MAX) /* past that it only has to stay too big */
+			ip = ip * 10 + (unsigned)(*s - '0');
+	if (*s == '.') {
+		int nfrac = 0;
+		for (s++; isdigit((unsigned char)*s); s++, any = true) {
+			if (nfrac < FRAC_DIGITS) {
+				fp = fp * 10 + (unsigned)(*s - '0');
+				fscale *= 10;
+				nfrac++;
+			} else if (*s != '0') {
+				return -EINVAL; /* finer than any whole number of bytes */
+			}
+		}
+	}
+	if (!any)
 		return -EINVAL;
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (end == s || errno == ERANGE || !isfinite(v) || v < 0)
-		return end == s ? -EINVAL : -ERANGE;
-	const char *u = skip_ws(end);
-	static const struct { const char *sfx; double mul; } units[] = {
+	const char *u = skip_ws(s);
+	static const struct { const char *sfx; uint64_t mul; } units[] = {
 		{ "", 1 }, { "b", 1 },
-		{ "k", 1024.0 }, { "ki", 1024.0 }, { "kib", 1024.0 }, { "kb", 1e3 },
-		{ "m", 1048576.0 }, { "mi", 1048576.0 }, { "mib", 1048576.0 }, { "mb", 1e6 },
-		{ "g", 1073741824.0 }, { "gi", 1073741824.0 }, { "gib", 1073741824.0 }, { "gb", 1e9 },
-		{ "t", 1099511627776.0 }, { "ti", 1099511627776.0 }, { "tib", 1099511627776.0 },
-		{ "tb", 1e12 },
+		{ "k", 1ull << 10 }, { "ki", 1ull << 10 }, { "kib", 1ull << 10 }, { "kb", 1000ull },
+		{ "m", 1ull << 20 }, { "mi", 1ull << 20 }, { "mib", 1ull << 20 }, { "mb", 1000000ull },
+		{ "g", 1ull << 30 }, { "gi", 1ull << 30 }, { "gib", 1ull << 30 }, { "gb", 1000000000ull },
+		{ "t", 1ull << 40 }, { "ti", 1ull << 40 }, { "tib", 1ull << 40 },
+		{ "tb", 1000000000000ull },
 	};
 	char unit[8];
 	size_t n = 0;
@@ -163,11 +189,12 @@ int parse_size(const char *s, uint64_t *out)
 		return -EINVAL;
 	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
 		if (strcmp(unit, units[i].sfx) == 0) {
-			double bytes = v * units[i].mul;
-			if (bytes >= 18446744073709551615.0)
-				return -ERANGE;
-			if (bytes != floor(bytes))
+			unsigned __int128 frac = fp * units[i].mul;
+			if (frac % fscale != 0)
 				return -EINVAL; /* a fraction of a byte */
+			unsigned __int128 bytes = ip * units[i].mul + frac / fscale;
+			if (bytes > UINT64_MAX)
+				return -ERANGE;
 			*out = (uint64_t)bytes;
 			return 0;
 		}

@@ -103,7 +103,8 @@ class Daemon:
             time.sleep(0.02)
 
     def log(self):
-        self.logf.flush()
+        if not self.logf.closed:
+            self.logf.flush()
         with open(self.log_path) as f:
             return f.read()
 

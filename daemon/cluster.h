@@ -1,0 +1,64 @@
+/* The control plane: the daemons of a job joined by MPI.
+ *
+ * seerd uses MPI only when a launcher started it (mpirun, or srun with
+ * PMIx): a daemon started by hand is a one-node job and pays no MPI start-up.
+ * All MPI calls happen on the event-loop thread. Blocking collectives are
+ * used only during start-up (catalog, configuration, capacities, fabric
+ * addresses); afterwards the loop polls non-blocking messages:
+ *
+ *   ROLL  node -> 0   "these trainer ranks attached here" (world size, ranks)
+ *   MAP   0 -> all    the agreed rank -> node map, once every rank is known
+ *   ABORT any -> all  a fatal error: every daemon stops with the message
+ * and a non-blocking barrier decides when every node is done, so no daemon
+ * leaves while a peer may still fetch samples from it. */
+#ifndef SEERD_CLUSTER_H
+#define SEERD_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../src/catalog.h"
+#include "../src/config.h"
+
+struct cluster;
+
+/* Join the job. Sets *node and *nnodes (0 and 1 without a launcher). */
+int cluster_init(struct cluster **out, int *argc, char ***argv, uint32_t *node, uint32_t *nnodes);
+/* Leave: MPI_Finalize, or MPI_Abort when code != 0 and peers may hang. */
+void cluster_fini(struct cluster *cl, int code);
+bool cluster_is_mpi(const struct cluster *cl);
+
+/* Every node must run with the same job configuration: 0, or -EINVAL with
+ * one message (on every node) naming the node and the keys that differ. */
+int cluster_agree_config(struct cluster *cl, const struct seer_config *cfg, char *err,
+			 size_t errlen);
+/* Node 0 builds (or loads) the catalog and broadcasts it; every node checks
+ * that it sees the same dataset (a sample of files' sizes). */
+int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct catalog **out,
+			  char *err, size_t errlen);
+/* Blocking all-gather of `len` bytes per node into all[nnodes * len]. */
+int cluster_allgather(struct cluster *cl, const void *mine, size_t len, void *all);
+
+/* ---- after start-up: called from the event loop ----------------------- */
+
+/* Tell node 0 which trainer ranks are attached here (before the map). */
+void cluster_roll(struct cluster *cl, uint32_t world, const uint32_t *ranks, uint32_t n);
+/* Progress messages. Returns true when the rank map arrived: *world and
+ * *rank_node (malloc'd, world entries) are set. A fatal ABORT from another
+ * node or a conflicting roll sets *fatal (static text) instead. */
+bool cluster_poll(struct cluster *cl, uint32_t *world, uint32_t **rank_node, const char **fatal);
+/* Broadcast a fatal error to every node. */
+void cluster_abort_all(struct cluster *cl, const char *msg);
+/* Ask every other node to stop (SIGTERM, seerctl stop), and whether such a
+ * request arrived here (reported once). */
+void cluster_stop_all(struct cluster *cl);
+bool cluster_stop_requested(struct cluster *cl);
+/* This node has finished its part (enter the non-blocking barrier). */
+void cluster_local_done(struct cluster *cl);
+/* Every node finished (the barrier completed). */
+bool cluster_all_done(struct cluster *cl);
+/* Messages are pending that need quick polling (map not yet known). */
+bool cluster_busy(const struct cluster *cl);
+
+#endif /* SEERD_CLUSTER_H */

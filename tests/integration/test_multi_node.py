@@ -1,0 +1,249 @@
+"""Several nodes: three seerd under mpirun share one cache over libfabric.
+
+Six trainers in block and cyclic placement; a dataset about three times one
+node's RAM cache but smaller than the three caches together. Asserts every
+epoch delivers every sample exactly once with the files' bytes, that from
+the second epoch on nothing is read from the PFS (the daemons' counters and,
+independently, the PFS emulator's count of bytes read through its mount when
+available), and that a peer stopped with SIGSTOP makes the others fall back
+to the PFS with correct data."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from seertest import (BIN, ROOT, Fail, catalog, check, cleanup, finish, log, make_classes,
+                      read_log, run_tests, seer, start_trainer, tmpdir, verify_exactly_once,
+                      verify_rank)
+
+NODES = 3
+WORLD = 6
+PROVIDER = os.environ.get("SEER_TEST_PROVIDER", "tcp;ofi_rxm")
+
+
+class Cluster:
+    """NODES seerd processes under one mpirun."""
+
+    def __init__(self, tmp, settings, name="job"):
+        self.tmp = tmp
+        self.sock = os.path.join(tmp, name + "-%n.sock")
+        self.stats = os.path.join(tmp, name + "-stats-%n.json")
+        s = {
+            "daemon.socket": self.sock,
+            "daemon.stats_file": self.stats,
+            "daemon.state_dir": os.path.join(tmp, "state"),
+            "net.provider": PROVIDER,
+        }
+        s.update(settings)
+        args = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(NODES),
+                "-x", "OMPI_ALLOW_RUN_AS_ROOT=1", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                os.path.join(BIN, "seerd")]
+        for k, v in s.items():
+            args += ["--set", "%s=%s" % (k, v)]
+        self.log_path = os.path.join(tmp, name + ".log")
+        self.logf = open(self.log_path, "w")
+        env = dict(os.environ, OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1")
+        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT, env=env)
+        t0 = time.time()
+        while not all(os.path.exists(self.socket(k)) for k in range(NODES)):
+            if self.proc.poll() is not None:
+                raise Fail("mpirun seerd exited %d:\n%s" % (self.proc.returncode, self.log()))
+            if time.time() - t0 > 60:
+                raise Fail("daemons did not listen within 60 s:\n" + self.log())
+            time.sleep(0.05)
+
+    def socket(self, node):
+        return self.sock.replace("%n", str(node))
+
+    def log(self):
+        if not self.logf.closed:
+            self.logf.flush()
+        with open(self.log_path) as f:
+            return f.read()
+
+    def status(self, node):
+        out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", self.socket(node),
+                              "--json", "status"], capture_output=True, text=True, timeout=10)
+        if out.returncode != 0:
+            raise Fail("seerctl status on node %d: %s" % (node, out.stderr))
+        return json.loads(out.stdout)
+
+    def node_stats(self, node):
+        with open(self.stats.replace("%n", str(node))) as f:
+            return json.load(f)
+
+    def wait(self, timeout=120):
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise Fail("daemons did not exit within %ds:\n%s" % (timeout, self.log()))
+        self.logf.close()
+        return rc
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if not self.logf.closed:
+            self.logf.close()
+
+
+def placement(kind):
+    if kind == "block":
+        return [r * NODES // WORLD for r in range(WORLD)]
+    return [r % NODES for r in range(WORLD)]
+
+
+def pfsemu_available():
+    return (os.path.exists(os.path.join(BIN, "seer-pfsemu")) and os.path.exists("/dev/fuse") and
+            os.path.exists(os.path.join(ROOT, "scripts", "pfsemu-mount.sh")))
+
+
+def mount_pfs(src, mnt, *opts):
+    os.makedirs(mnt, exist_ok=True)
+    out = subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-mount.sh"), src, mnt] +
+                         list(opts), capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0, "pfsemu mount failed: %s %s" % (out.stdout, out.stderr))
+
+
+def umount_pfs(mnt):
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-umount.sh"), mnt],
+                   capture_output=True, text=True, timeout=60)
+
+
+def pfs_stats(mnt):
+    with open(os.path.join(mnt, ".pfsemu", "stats")) as f:
+        return json.load(f)
+
+
+def run_placement(kind):
+    tmp = tmpdir("seer-mn-")
+    mnt = None
+    try:
+        src = os.path.join(tmp, "data")
+        make_classes(src, ["c%02d" % i for i in range(12)], 23, 4000, 16000, seed=11)
+        cat = catalog(src)
+        D = sum(c[2] for c in cat)
+        ram = 1 << 20
+        check(2.5 * ram < D < NODES * ram * 0.95, "dataset %d B must be ~3x one node's RAM" % D)
+        root = src
+        if pfsemu_available():
+            mnt = os.path.join(tmp, "pfs")
+            mount_pfs(src, mnt, "--latency-ms", "0")
+            root = mnt
+        s = {"dataset.path": root, "job.seed": 5, "job.epochs": 3, "job.batch_size": 4,
+             "cache.ram": "1MiB", "cache.staging": "2MiB", "prefetch.io_threads": 4,
+             "prefetch.lookahead": 4}
+        cl = Cluster(tmp, s)
+        try:
+            nodes = placement(kind)
+            logs = [os.path.join(tmp, "r%d.log" % r) for r in range(WORLD)]
+            procs = [start_trainer("c" if r % 2 == 0 else "py", r, WORLD, cl.socket(nodes[r]),
+                                   logs[r], ["--compute-ms", "1"]) for r in range(WORLD)]
+            for r, (rc, _, err) in enumerate(finish(procs)):
+                check(rc == 0, "trainer %d failed: %s\n%s" % (r, err, cl.log()))
+            rc = cl.wait()
+            check(rc == 0, "mpirun seerd exited %d:\n%s" % (rc, cl.log()))
+        finally:
+            cl.kill()
+        sampler = seer.Sampler(len(cat), 5, WORLD, 4)
+        all_logs = [read_log(p) for p in logs]
+        for r in range(WORLD):
+            verify_rank(cat, sampler, r, all_logs[r], 3)
+        verify_exactly_once(cat, all_logs, 3, WORLD, 4, drop_last=False)
+        pfs_by_epoch = [0, 0, 0]
+        peer = [0, 0, 0]
+        for k in range(NODES):
+            st = cl.node_stats(k)
+            for e in st["epochs"]:
+                pfs_by_epoch[e["epoch"]] += e["pfs_bytes"]
+                peer[e["epoch"]] += e["peer_bytes"]
+        log("%s: PFS bytes per epoch %s (dataset %d), peer bytes per epoch %s" %
+            (kind, pfs_by_epoch, D, peer))
+        check(pfs_by_epoch[0] == D, "epoch 0 read %d B from the PFS, the dataset is %d B" %
+              (pfs_by_epoch[0], D))
+        check(pfs_by_epoch[1] == 0 and pfs_by_epoch[2] == 0,
+              "PFS bytes after the first epoch: %s" % pfs_by_epoch[1:])
+        check(peer[1] > 0, "no peer transfers in epoch 1")
+        if mnt:
+            ps = pfs_stats(mnt)
+            total = ps["totals"]["bytes"] if "totals" in ps else ps["bytes"]
+            log("%s: PFS emulator counted %d B read through the mount" % (kind, total))
+            check(total == D, "the PFS emulator saw %d B read, the dataset is %d B (each "
+                  "sample must be read once per job)" % (total, D))
+    finally:
+        if mnt:
+            umount_pfs(mnt)
+        cleanup(tmp)
+
+
+def test_block_placement():
+    run_placement("block")
+
+
+def test_cyclic_placement():
+    run_placement("cyclic")
+
+
+def test_sigstop_peer():
+    tmp = tmpdir("seer-mn-")
+    try:
+        src = os.path.join(tmp, "data")
+        make_classes(src, ["c%02d" % i for i in range(12)], 23, 4000, 16000, seed=12)
+        cat = catalog(src)
+        s = {"dataset.path": src, "job.seed": 9, "job.epochs": 3, "job.batch_size": 4,
+             "cache.ram": "1MiB", "cache.staging": "2MiB", "prefetch.io_threads": 4,
+             "prefetch.lookahead": 2, "net.peer_timeout_ms": 300}
+        cl = Cluster(tmp, s)
+        stopped = None
+        try:
+            nodes = placement("block")
+            logs = [os.path.join(tmp, "r%d.log" % r) for r in range(WORLD)]
+            procs = [start_trainer("c", r, WORLD, cl.socket(nodes[r]), logs[r],
+                                   ["--compute-ms", "15"]) for r in range(WORLD)]
+            # let the first epoch fill the caches, then stop node 2 mid-epoch 1
+            def in_epoch1():
+                st = cl.status(0)
+                return any(t["epoch"] >= 1 and t["step"] >= 3 for t in st["trainers"])
+            t0 = time.time()
+            while not in_epoch1():
+                check(time.time() - t0 < 60, "epoch 1 never started")
+                time.sleep(0.05)
+            stopped = cl.status(2)["pid"]
+            os.kill(stopped, signal.SIGSTOP)
+            log("node 2 (pid %d) stopped with SIGSTOP in epoch 1" % stopped)
+            # the trainers of nodes 0 and 1 finish without it
+            others = [p for r, p in enumerate(procs) if nodes[r] != 2]
+            for r, (rc, _, err) in enumerate(finish(others, timeout=120)):
+                check(rc == 0, "trainer failed while node 2 was stopped: %s" % err)
+            st0 = [cl.status(k) for k in (0, 1)]
+            os.kill(stopped, signal.SIGCONT)
+            stopped = None
+            for rc, _, err in finish([p for r, p in enumerate(procs) if nodes[r] == 2]):
+                check(rc == 0, "node 2's trainer failed after SIGCONT: %s" % err)
+            check(cl.wait() == 0, "daemons failed:\n" + cl.log())
+        finally:
+            if stopped:
+                os.kill(stopped, signal.SIGCONT)
+            cl.kill()
+        fallbacks = sum(e["peer_fallbacks"] for st in st0 for e in st["epochs"])
+        log("peer fetches that fell back to the PFS while node 2 was stopped: %d" % fallbacks)
+        check(fallbacks > 0, "no fallback to the PFS while a peer was stopped")
+        sampler = seer.Sampler(len(cat), 9, WORLD, 4)
+        all_logs = [read_log(p) for p in logs]
+        for r in range(WORLD):
+            verify_rank(cat, sampler, r, all_logs[r], 3)
+        verify_exactly_once(cat, all_logs, 3, WORLD, 4, drop_last=False)
+    finally:
+        cleanup(tmp)
+
+
+if __name__ == "__main__":
+    run_tests([test_block_placement, test_cyclic_placement, test_sigstop_peer])
