@@ -106,9 +106,10 @@ struct etask {
 	uint64_t nvme_off;    /* TK_NVME_*: offset in the NVMe file */
 	uint64_t sum;         /* TK_NVME_*: xxh64 of the sample */
 	struct waiter pin;    /* TK_NVME_WRITE: the batch whose staging it reads */
+	struct etask *followers; /* NVMe reads waiting for this load's copy */
+	struct etask *next_follower;
 	int32_t stage_rank;   /* staging owner, or -1 */
 	uint64_t dst_off, len;
-	uint64_t epoch;       /* for the statistics */
 	uint64_t need_g;      /* global batch that needs it (priority) */
 	uint32_t nw, capw;
 	struct waiter *w;
@@ -118,6 +119,11 @@ struct etask {
 	struct etask *free_next;
 };
 
+/* Per-epoch counters. Deliveries (samples, bytes, ram_*) count in the epoch
+ * of the batch. Reads from a source (pfs_*, nvme_*, peer_*, served_*, ...)
+ * count in the epoch the job was in when they completed: the oldest epoch
+ * not yet finished by every local trainer, which is what a PFS monitor sees
+ * (trainers in lockstep, as under DDP, make both the same). */
 struct epoch_stats {
 	uint64_t samples, bytes;             /* delivered */
 	uint64_t ram_samples, ram_bytes;     /* served from the RAM cache */
@@ -1354,7 +1360,6 @@ static bool prepare(struct engine *e, struct trainer *t)
 				tk->to_cache = true;
 				tk->dst_off = d[i].offset;
 				tk->len = cs->length;
-				tk->epoch = epoch;
 				e->cstate[s] = CS_TASK0 + tk->id;
 				e->fill_left--;
 				task_submit(e, tk, g);
@@ -1368,9 +1373,12 @@ static bool prepare(struct engine *e, struct trainer *t)
 			tk->sample = s;
 			tk->dst_off = d[i].offset;
 			tk->len = cs->length;
-			tk->epoch = epoch;
 			tk->stage_rank = (int32_t)t->rank;
 			uint32_t st = e->cstate[s];
+			task_wait(tk, t->rank, t->gen, g);
+			t->inflight++;
+			sl->pending++;
+			tk->need_g = g;
 			if (st == CS_READY) {
 				tk->kind = TK_NVME_READ;
 				tk->nvme_off = e->plan.off[s];
@@ -1379,10 +1387,15 @@ static bool prepare(struct engine *e, struct trainer *t)
 				/* first read: from the PFS, then written to NVMe */
 				tk->to_nvme = true;
 				e->cstate[s] = CS_TASK0 + tk->id;
-			} /* else being written right now: read the PFS once more */
-			task_wait(tk, t->rank, t->gen, g);
-			t->inflight++;
-			sl->pending++;
+			} else {
+				/* being loaded for someone else: read its NVMe copy once
+				 * written, rather than the PFS a second time */
+				struct etask *ld = task_get(e, st - CS_TASK0);
+				tk->kind = TK_NVME_READ;
+				tk->next_follower = ld->followers;
+				ld->followers = tk;
+				continue;
+			}
 			task_submit(e, tk, g);
 		} else {
 			d[i].offset = off;
@@ -1391,7 +1404,6 @@ static bool prepare(struct engine *e, struct trainer *t)
 			tk->sample = s;
 			tk->dst_off = d[i].offset;
 			tk->len = cs->length;
-			tk->epoch = epoch;
 			tk->need_g = g;
 			tk->stage_rank = (int32_t)t->rank;
 			task_wait(tk, t->rank, t->gen, g);
@@ -1447,6 +1459,26 @@ static void publish(struct engine *e, struct trainer *t)
 static void bounce_unref(struct engine *e, int32_t b);
 static void nvme_disable(struct engine *e, const char *why);
 
+/* A load ended: its followers read the fresh NVMe copy (ok) or the PFS. */
+static void release_followers(struct engine *e, struct etask *tk, bool ok)
+{
+	struct etask *f = tk->followers;
+	tk->followers = NULL;
+	while (f) {
+		struct etask *next = f->next_follower;
+		f->next_follower = NULL;
+		if (ok) {
+			f->kind = TK_NVME_READ;
+			f->nvme_off = e->plan.off[f->sample];
+			f->sum = e->nvme_sum[f->sample];
+		} else {
+			f->kind = TK_PFS;
+		}
+		task_submit(e, f, f->need_g);
+		f = next;
+	}
+}
+
 /* An NVMe write finished: the copy is usable, or the tier is not. */
 static void nvme_write_done(struct engine *e, struct etask *tk, int status)
 {
@@ -1455,11 +1487,12 @@ static void nvme_write_done(struct engine *e, struct etask *tk, int status)
 		atomic_store_explicit(&e->cstate[tk->sample], CS_READY, memory_order_release);
 		e->nvme_loaded++;
 		e->nvme_loaded_bytes += tk->len;
-		estats(e, tk->epoch)->nvme_written++;
+		estats(e, e->epochs_done)->nvme_written++;
 	} else {
 		e->cstate[tk->sample] = CS_ABSENT;
 		nvme_disable(e, tk->err[0] ? tk->err : strerror(-status));
 	}
+	release_followers(e, tk, status == 0);
 	if (!tk->pin.peer && tk->stage_rank >= 0) {
 		struct trainer *t = &e->tr[tk->pin.a];
 		if (t->gen == tk->pin.b && t->slots) {
@@ -1483,9 +1516,10 @@ static void nvme_write_after(struct engine *e, struct etask *tk)
 	w->sample = tk->sample;
 	w->dst_off = tk->dst_off;
 	w->len = tk->len;
-	w->epoch = tk->epoch;
 	w->nvme_off = e->plan.off[tk->sample];
 	e->cstate[tk->sample] = CS_TASK0 + w->id;
+	w->followers = tk->followers;
+	tk->followers = NULL;
 	if (tk->bounce >= 0) {
 		w->bounce = tk->bounce;
 		e->bounce_refs[tk->bounce]++;
@@ -1519,7 +1553,7 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 	if (tk->kind == TK_NVME_READ && status != 0) {
 		/* a bad or unreadable NVMe copy is never delivered: read the PFS,
 		 * and write a fresh copy */
-		struct epoch_stats *es = estats(e, tk->epoch);
+		struct epoch_stats *es = estats(e, e->epochs_done);
 		if (status == SEER_EDATASET)
 			es->nvme_corrupt++;
 		log_warn("%s: reading sample %u from the PFS instead", tk->err, tk->sample);
@@ -1535,7 +1569,7 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 		src_observe(e, tk->kind == TK_PEER ? SRC_PEER : tk->kind == TK_NVME_READ ? SRC_NVME : SRC_PFS,
 			    tk->io.t_end > tk->io.t_start ? (double)(tk->io.t_end - tk->io.t_start) / 1e9
 							  : 0.0, tk->len);
-		struct epoch_stats *es = estats(e, tk->epoch);
+		struct epoch_stats *es = estats(e, e->epochs_done);
 		if (tk->kind == TK_PEER) {
 			es->peer_samples++;
 			es->peer_bytes += tk->len;
@@ -1550,10 +1584,12 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 		log_warn("%s", tk->err[0] ? tk->err : seer_strerror(status));
 	}
 	if (tk->to_nvme) {
-		if (status == 0 && e->nvme_ok)
+		if (status == 0 && e->nvme_ok) {
 			nvme_write_after(e, tk);
-		else
+		} else {
 			e->cstate[tk->sample] = CS_ABSENT;
+			release_followers(e, tk, false);
+		}
 	}
 	if (tk->to_cache) {
 		if (status == 0) {
@@ -1575,7 +1611,7 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 				/* a bounce slot stays referenced until REPLY_DONE */
 				net_reply(e->net, w->a, w->c, e->abase + tk->dst_off, tk->len,
 					  tk->bounce >= 0 ? BOUNCE_COOKIE(tk->bounce) : NULL);
-				struct epoch_stats *es = estats(e, tk->epoch);
+				struct epoch_stats *es = estats(e, e->epochs_done);
 				es->served_samples++;
 				es->served_bytes += tk->len;
 			} else {
@@ -1654,7 +1690,6 @@ static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, 
 	tk->bounce = b;
 	tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
 	tk->len = len;
-	tk->epoch = e->epochs_done;
 	uint32_t st = e->cstate[s];
 	if (st == CS_READY) {
 		tk->kind = TK_NVME_READ;
@@ -1708,8 +1743,7 @@ static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint3
 		tk->to_cache = true;
 		tk->dst_off = src;
 		tk->len = len;
-		tk->epoch = e->epochs_done;
-		e->cstate[s] = CS_TASK0 + tk->id;
+			e->cstate[s] = CS_TASK0 + tk->id;
 		e->fill_left--;
 		task_submit(e, tk, 0); /* a peer is waiting now */
 	}
@@ -1730,7 +1764,7 @@ static void net_events(struct engine *e)
 				task_finish(e, tk, 0);
 			} else {
 				/* the peer did not deliver: read the PFS instead */
-				estats(e, tk->epoch)->fallbacks++;
+				estats(e, e->epochs_done)->fallbacks++;
 				log_debug("sample %u from node %u failed (%s): reading the PFS", tk->sample,
 					  ev->peer, strerror(-ev->status));
 				tk->kind = TK_PFS;
@@ -1785,8 +1819,6 @@ static void fill(struct engine *e)
 	}
 	uint32_t budget = (uint32_t)e->cfg->io_threads;
 	const struct smp_shape *sh = &e->sh;
-	/* reads ahead of need count towards the epoch in progress */
-	uint64_t now_epoch = min_prep / sh->bpe;
 	while (e->fill_inflight < budget && e->fill_g < e->end && e->fill_left > 0) {
 		uint64_t g = e->fill_g, epoch = g / sh->bpe, step = g % sh->bpe;
 		uint32_t rank = e->local_ranks[e->fill_r];
@@ -1811,7 +1843,6 @@ static void fill(struct engine *e)
 			tk->fill = true;
 			tk->dst_off = e->cache_base + e->plan.off[s];
 			tk->len = e->cat->samples[s].length;
-			tk->epoch = MIN(epoch, now_epoch);
 			e->cstate[s] = CS_TASK0 + tk->id;
 			e->fill_left--;
 			e->fill_inflight++;
