@@ -217,7 +217,8 @@ struct engine {
 	uint64_t fill_left;
 
 	struct epoch_stats *es;
-	uint64_t nes;
+	uint64_t nes;            /* allocated */
+	uint64_t nes_used;       /* epochs that have any activity */
 	struct src_est src[SRC_COUNT];
 	double step_s;           /* EWMA of a trainer's time per batch */
 	uint64_t epochs_done;
@@ -237,6 +238,7 @@ static struct epoch_stats *estats(struct engine *e, uint64_t epoch)
 		memset(e->es + e->nes, 0, (n - e->nes) * sizeof(*e->es));
 		e->nes = n;
 	}
+	e->nes_used = MAX(e->nes_used, epoch + 1);
 	return &e->es[epoch];
 }
 
@@ -2147,7 +2149,7 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
 static void json_epochs(struct engine *e, struct sbuf *b)
 {
 	sb_printf(b, "\"epochs\":[");
-	uint64_t last = MIN(e->nes, e->cfg->epochs);
+	uint64_t last = MIN(e->nes_used, e->cfg->epochs);
 	for (uint64_t i = 0; i < last; i++) {
 		const struct epoch_stats *s = &e->es[i];
 		double t0 = i > 0 && e->es[i - 1].t_done > 0 ? e->es[i - 1].t_done : e->t_plan;
@@ -2176,7 +2178,7 @@ char *engine_status_json(struct engine *e)
 	struct sbuf b = { 0 };
 	sb_printf(&b, "{\"node\":%u,\"nodes\":%u,\"pid\":%d,\"job_id\":\"%s\",\"uptime_s\":%.3f,",
 		  e->node, e->nnodes, (int)getpid(), e->cfg->job_id, now_s() - e->t_start);
-	sb_printf(&b, "\"state\":\"%s\",\"world\":%u,\"batches_per_epoch\":%llu,\"epochs\":%llu,",
+	sb_printf(&b, "\"state\":\"%s\",\"world\":%u,\"batches_per_epoch\":%llu,\"job_epochs\":%llu,",
 		  atomic_load(&e->stopping) ? "stopping" : e->draining ? "draining"
 		  : e->plan_ready ? "serving" : "waiting",
 		  e->world, (unsigned long long)(e->shape_ready ? e->sh.bpe : 0),
