@@ -60,7 +60,7 @@ FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
 
 .SECONDARY:
-.PHONY: all setup deps demo test unit integration asan tsan sanitize clean
+.PHONY: all setup deps demo test unit integration asan tsan sanitize clean install
 all: $(BIN)/seerd $(LIB)/libseer.so $(TOOLS)
 
 $(B)/obj/%.o: %.c
@@ -140,6 +140,25 @@ asan:
 
 tsan:
 	$(MAKE) V=tsan all unit
+
+# make install PREFIX=/opt/seer  (DESTDIR for packaging)
+PREFIX ?= /usr/local
+PYDIR ?= $(PREFIX)/lib/python3/dist-packages
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PYDIR)/seer
+	install -m 0755 bin/seerd bin/seerctl bin/seer-plan bin/seer-bench bin/seer-pfsemu \
+		$(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 lib/libseer.so.$(SOVER) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libseer.so.$(SOVER) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf libseer.so.$(SOVER) $(DESTDIR)$(PREFIX)/lib/libseer.so
+	install -m 0644 include/seer.h $(DESTDIR)$(PREFIX)/include/
+	sed 's|@PREFIX@|$(PREFIX)|' client/seer.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/seer.pc
+	install -m 0644 docs/man/seerd.1 docs/man/seerctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 client/python/seer/__init__.py client/python/seer/torch.py \
+		$(DESTDIR)$(PYDIR)/seer/
+	echo 'LIB = "$(PREFIX)/lib/$(SONAME)"' > $(DESTDIR)$(PYDIR)/seer/_libpath.py
+	@echo "installed under $(DESTDIR)$(PREFIX); Python shim in $(DESTDIR)$(PYDIR)"
 
 clean:
 	rm -rf build bin lib

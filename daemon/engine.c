@@ -76,6 +76,7 @@ struct trainer {
 	uint64_t batches, samples, bytes;
 	uint64_t attach_ns;
 	uint64_t last_release_ns;
+	uint64_t last_stall_ns;  /* the trainer's stall counter at its last release */
 	bool blocked;         /* could not prepare: waits for a release or take */
 };
 
@@ -221,6 +222,13 @@ struct engine {
 	uint64_t nes_used;       /* epochs that have any activity */
 	struct src_est src[SRC_COUNT];
 	double step_s;           /* EWMA of a trainer's time per batch */
+	/* per-step series for the stats file: every `step_stride`-th global
+	 * batch, when the last local trainer released it and the trainers'
+	 * summed wait for it */
+	uint64_t step_stride, nsteps;
+	double *step_done;
+	float *step_stall;
+	uint16_t *step_count;
 	uint64_t epochs_done;
 	double t_plan;
 	double t_start;
@@ -589,6 +597,94 @@ static void make_plan(struct engine *e)
 	free(early);
 }
 
+static uint64_t first_unreleased(const struct trainer *t);
+
+static char *resume_path(const struct engine *e)
+{
+	return xasprintf("%s/resume-%s-n%u.txt", e->cfg->state_dir, e->cfg->job_id, e->node);
+}
+
+/* [job] resume = auto: where every rank stopped last time. The file holds
+ * the job's shape so a changed job is not resumed by mistake. */
+static void resume_load(struct engine *e)
+{
+	char *path = resume_path(e);
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		log_info("resume = auto: no saved position in %s; starting at the beginning", path);
+		free(path);
+		return;
+	}
+	unsigned long long n, seed, world, batch, bpe, rank, g;
+	int ok = fscanf(f, "seer-resume 1 samples %llu seed %llu world %llu batch %llu bpe %llu",
+			&n, &seed, &world, &batch, &bpe) == 5 && n == e->sh.n && seed == e->sh.seed &&
+		 world == e->world && batch == e->sh.batch && bpe == e->sh.bpe;
+	uint64_t lo = UINT64_MAX, hi = 0;
+	uint32_t count = 0;
+	while (ok && fscanf(f, " rank %llu at %llu", &rank, &g) == 2) {
+		if (rank >= e->world || g > e->end) {
+			ok = 0;
+			break;
+		}
+		e->tr[rank].resume_g = g;
+		lo = MIN(lo, g);
+		hi = MAX(hi, g);
+		count++;
+	}
+	fclose(f);
+	if (!ok) {
+		log_warn("resume = auto: %s is for another job shape or damaged; starting at the "
+			 "beginning", path);
+		for (uint32_t r = 0; r < e->world; r++)
+			e->tr[r].resume_g = e->default_start;
+	} else if (count) {
+		e->default_start = lo;
+		log_info("resume = auto: %u ranks resume between epoch %llu step %llu and epoch %llu "
+			 "step %llu (%s)", count, (unsigned long long)(lo / e->sh.bpe),
+			 (unsigned long long)(lo % e->sh.bpe), (unsigned long long)(hi / e->sh.bpe),
+			 (unsigned long long)(hi % e->sh.bpe), path);
+	}
+	free(path);
+}
+
+/* Record every rank's resume position (or remove the record when the job
+ * is complete). */
+static void resume_save(struct engine *e)
+{
+	if (!e->shape_ready)
+		return;
+	char *path = resume_path(e);
+	bool all_done = true;
+	for (uint32_t r = 0; r < e->world; r++)
+		all_done &= e->tr[r].done || (e->plan_ready && e->rank_node[r] != e->node);
+	if (all_done) {
+		unlink(path);
+		free(path);
+		return;
+	}
+	size_t cap = 256 + (size_t)e->world * 48, n = 0;
+	char *buf = xmalloc(cap);
+	n += (size_t)snprintf(buf, cap, "seer-resume 1 samples %llu seed %llu world %u batch %u bpe %llu\n",
+			      (unsigned long long)e->sh.n, (unsigned long long)e->sh.seed, e->world,
+			      e->sh.batch, (unsigned long long)e->sh.bpe);
+	for (uint32_t r = 0; r < e->world; r++) {
+		const struct trainer *t = &e->tr[r];
+		if (!t->known)
+			continue;
+		uint64_t g = t->attached ? first_unreleased(t) : t->resume_g;
+		n += (size_t)snprintf(buf + n, cap - n, "rank %u at %llu\n", r, (unsigned long long)g);
+	}
+	int rc = mkdir_p(e->cfg->state_dir, 0700);
+	if (rc == 0)
+		rc = write_file_atomic(path, buf, n);
+	if (rc != 0)
+		log_warn("cannot save the resume positions to %s: %s", path, strerror(-rc));
+	else
+		log_info("resume positions saved to %s (restart with [job] resume = auto)", path);
+	free(buf);
+	free(path);
+}
+
 /* Shape and plan once the world size is known (single node: at the first
  * trainer; the multi-node path agrees on the rank map first). */
 static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
@@ -609,7 +705,13 @@ static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen
 	}
 	e->world = world;
 	e->end = cfg->epochs * e->sh.bpe;
+	e->step_stride = MAX(1ull, (e->end + 99999) / 100000);
+	e->nsteps = (e->end + e->step_stride - 1) / e->step_stride;
+	e->step_done = xcalloc(e->nsteps, sizeof(double));
+	e->step_stall = xcalloc(e->nsteps, sizeof(float));
+	e->step_count = xcalloc(e->nsteps, sizeof(uint16_t));
 	uint64_t re, rs;
+	bool auto_resume = strcmp(cfg->resume, "auto") == 0;
 	if (cfg_resume(cfg, &re, &rs) == 0) {
 		if (rs >= e->sh.bpe) {
 			snprintf(err, errlen, "[job] resume step %llu: an epoch has %llu steps",
@@ -628,6 +730,8 @@ static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen
 		e->tr[r].out_seg.fd = e->tr[r].in_seg.fd = -1;
 		e->tr[r].resume_g = e->default_start;
 	}
+	if (auto_resume)
+		resume_load(e);
 	uint32_t ns = 4;
 	while (ns < e->cfg->lookahead + 4)
 		ns *= 2;
@@ -898,6 +1002,9 @@ void engine_destroy(struct engine *e)
 	free(e->rank_node);
 	free(e->local_ranks);
 	free(e->ids);
+	free(e->step_done);
+	free(e->step_stall);
+	free(e->step_count);
 	free((void *)e->cstate);
 	free(e->es);
 	free(e->caps);
@@ -1092,7 +1199,7 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pi
 	}
 	uint64_t start;
 	if (h->epoch == SEER_POS_RESUME) {
-		start = t->known ? t->resume_g : e->default_start;
+		start = t->resume_g; /* [job] resume, the saved position, or where it left */
 	} else {
 		if (h->epoch >= e->cfg->epochs || h->step >= e->sh.bpe) {
 			send_refusal(sock, -ERANGE, "start epoch %llu step %llu is past the job "
@@ -1230,7 +1337,7 @@ static void handle_seek(struct engine *e, struct trainer *t, const struct seer_m
 
 /* ---- releases, preparation, publication ---------------------------------------------- */
 
-static void reclaim(struct engine *e, struct trainer *t)
+static void reclaim(struct trainer *t)
 {
 	while (t->tail_g < t->next_pub) {
 		struct tslot *sl = &t->slots[t->tail_g & (t->nslots - 1)];
@@ -1240,11 +1347,30 @@ static void reclaim(struct engine *e, struct trainer *t)
 		sl->st = SL_FREE;
 		t->tail_g++;
 	}
-	if (t->tail_g == e->end && !t->done) {
+}
+
+/* The trainer released the job's last batch (its staging may still be
+ * pinned by NVMe writes: that is reclaim's business, not the trainer's). */
+static void check_done(struct engine *e, struct trainer *t)
+{
+	if (!t->done && t->next_pub == e->end && first_unreleased(t) == e->end) {
 		t->done = true;
 		log_info("trainer rank %u finished the job (%llu batches)", t->rank,
 			 (unsigned long long)t->batches);
 	}
+}
+
+static void step_record(struct engine *e, struct trainer *t, uint64_t g)
+{
+	uint64_t stall = atomic_load_explicit(&t->ci->stall_ns, memory_order_relaxed);
+	double waited = stall >= t->last_stall_ns ? (double)(stall - t->last_stall_ns) / 1e9 : 0.0;
+	t->last_stall_ns = stall;
+	if (!e->step_done || g % e->step_stride != 0 || g / e->step_stride >= e->nsteps)
+		return;
+	uint64_t k = g / e->step_stride;
+	e->step_done[k] = MAX(e->step_done[k], now_s() - e->t_start);
+	e->step_stall[k] += (float)waited;
+	e->step_count[k]++;
 }
 
 static void releases(struct engine *e, struct trainer *t)
@@ -1269,6 +1395,7 @@ static void releases(struct engine *e, struct trainer *t)
 		}
 		t->slots[idx].st = SL_REL;
 		any = true;
+		step_record(e, t, t->slots[idx].g);
 		uint64_t now = now_ns();
 		if (t->last_release_ns) {
 			double dt = (double)(now - t->last_release_ns) / 1e9;
@@ -1277,8 +1404,10 @@ static void releases(struct engine *e, struct trainer *t)
 		t->last_release_ns = now;
 	}
 	atomic_store_explicit(t->rel.cons, cons, memory_order_release);
-	if (any)
-		reclaim(e, t);
+	if (any) {
+		reclaim(t);
+		check_done(e, t);
+	}
 }
 
 static void count_delivery(struct engine *e, uint64_t epoch, uint64_t bytes, uint32_t n)
@@ -1501,7 +1630,7 @@ static void nvme_write_done(struct engine *e, struct etask *tk, int status)
 			struct tslot *sl = &t->slots[tk->pin.c & (t->nslots - 1)];
 			if (sl->g == tk->pin.c && sl->pins > 0) {
 				sl->pins--;
-				reclaim(e, t);
+				reclaim(t);
 			}
 		}
 	}
@@ -2249,9 +2378,26 @@ char *engine_status_json(struct engine *e)
 
 void engine_write_stats(struct engine *e)
 {
+	resume_save(e);
 	if (!e->cfg->stats_file || !*e->cfg->stats_file)
 		return;
-	char *json = engine_status_json(e);
+	char *status = engine_status_json(e);
+	/* the status plus the per-step series */
+	struct sbuf sb = { 0 };
+	sb_printf(&sb, "%.*s,\"step_stride\":%llu,\"steps\":[", (int)strlen(status) - 1, status,
+		  (unsigned long long)e->step_stride);
+	free(status);
+	bool first = true;
+	for (uint64_t k = 0; k < e->nsteps; k++) {
+		if (!e->step_count || !e->step_count[k])
+			continue;
+		sb_printf(&sb, "%s[%llu,%.6f,%.6f]", first ? "" : ",",
+			  (unsigned long long)(k * e->step_stride), e->step_done[k],
+			  (double)e->step_stall[k]);
+		first = false;
+	}
+	sb_printf(&sb, "]}");
+	char *json = sb.p;
 	char path[4096];
 	const char *p = e->cfg->stats_file;
 	size_t n = 0;

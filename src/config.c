@@ -67,7 +67,8 @@ static const struct cfg_key keys[] = {
 	{ "job", "world_size", CFG_U64, F(world_size), "0", 0, 1u << 24, NULL, true,
 	  "trainers in the job (0: from the trainers' handshake)" },
 	{ "job", "resume", CFG_STR, F(resume), "", 0, 0, NULL, false,
-	  "epoch:step to start every trainer at (empty: from the start)" },
+	  "epoch:step to start every trainer at; auto: where each rank stopped last time "
+	  "(recorded in state_dir); empty: from the start" },
 
 	{ "cache", "ram", CFG_SIZE, F(ram), "1GiB", 0, U64MAX, NULL, false,
 	  "node RAM for cached samples" },
@@ -494,10 +495,10 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 		snprintf(err, errlen, "[job] id '%s' must be 1-63 characters without '/'", c->job_id);
 		return -EINVAL;
 	}
-	if (*c->resume) {
+	if (*c->resume && strcmp(c->resume, "auto") != 0) {
 		uint64_t e, s;
 		if (parse_resume(c->resume, &e, &s) != 0) {
-			snprintf(err, errlen, "[job] resume '%s': expected epoch:step, e.g. 3:120",
+			snprintf(err, errlen, "[job] resume '%s': expected epoch:step (e.g. 3:120) or auto",
 				 c->resume);
 			return -EINVAL;
 		}
@@ -526,7 +527,7 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 
 int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step)
 {
-	if (!*c->resume)
+	if (!*c->resume || strcmp(c->resume, "auto") == 0)
 		return -ENOENT;
 	return parse_resume(c->resume, epoch, step);
 }

@@ -85,7 +85,7 @@ uint64_t cfg_job_hash(const struct seer_config *c);
  * with the reason in err. */
 char *cfg_expand(const char *s, char *err, size_t errlen);
 
-/* [job] resume as (epoch, step); -ENOENT when unset. */
+/* [job] resume as (epoch, step); -ENOENT when unset or "auto". */
 int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step);
 
 #endif /* SEER_CONFIG_H */

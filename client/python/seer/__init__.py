@@ -15,7 +15,8 @@ it yielded before when you ask for the next). Copy (``np.array(x)``) what you
 keep longer. Writing to a view raises (numpy) or faults (raw pointer).
 
 Uses Debian's numpy (/usr/bin/python3). Finds libseer through $SEER_LIB, the
-source tree's lib/ directory, or the system library path.
+path recorded by `make install`, the source tree's lib/ directory, or the
+system library path.
 """
 
 import ctypes
@@ -78,6 +79,12 @@ def _find_lib():
     env = os.environ.get("SEER_LIB")
     if env:
         return env
+    try:  # written by `make install`
+        from ._libpath import LIB
+        if os.path.exists(LIB):
+            return LIB
+    except ImportError:
+        pass
     here = os.path.dirname(os.path.abspath(__file__))
     for cand in (os.path.join(here, "..", "..", "..", "lib", "libseer.so.0"),
                  os.path.join(here, "..", "..", "..", "lib", "libseer.so")):

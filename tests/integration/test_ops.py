@@ -1,0 +1,222 @@
+"""Running seer like HPC software: clean stop, restart and resume, seerctl,
+several jobs on one node, and an installed copy used through pkg-config."""
+
+import glob
+import os
+import signal
+import stat
+import subprocess
+import time
+
+from seertest import (BIN, ROOT, Daemon, Fail, catalog, check, cleanup, finish, log,
+                      make_classes, read_log, run_tests, seer, start_trainer, tmpdir, verify_rank)
+
+
+def dataset(tmp, per_class=20, seed=21):
+    root = os.path.join(tmp, "data")
+    make_classes(root, ["x", "y", "z"], per_class, 2000, 12000, seed=seed)
+    return root, catalog(root)
+
+
+def shm_entries():
+    return sorted(glob.glob("/dev/shm/*seer*"))
+
+
+def test_sigterm_mid_epoch_then_resume():
+    tmp = tmpdir("seer-ops-")
+    try:
+        root, cat = dataset(tmp)
+        nvme = os.path.join(tmp, "nvme")
+        s = {"dataset.path": root, "job.seed": 3, "job.epochs": 6, "job.batch_size": 4,
+             "cache.ram": "100KiB", "cache.nvme_dir": nvme, "cache.nvme": "4MiB",
+             "prefetch.lookahead": 3}
+        world = 3
+        shm_before = shm_entries()
+        d = Daemon(tmp, s, name="first")
+        first = [os.path.join(tmp, "a%d.log" % r) for r in range(world)]
+        procs = [start_trainer("c" if r != 1 else "py", r, world, d.sock, first[r],
+                               ["--compute-ms", "40"]) for r in range(world)]
+        time.sleep(0.6)
+        t0 = time.time()
+        d.proc.send_signal(signal.SIGTERM)
+        res = finish(procs, timeout=20)
+        dt = time.time() - t0
+        for rc, _, err in res:
+            check(rc != 0 and "shutting down" in err,
+                  "a trainer should stop with 'shutting down': rc %d, %s" % (rc, err))
+        check(d.wait(20) == 0, "seerd exit code after SIGTERM:\n" + d.log())
+        log("SIGTERM: trainers told and exited, daemon gone in %.2f s" % dt)
+        check(dt < 10, "stopping took %.1f s" % dt)
+        check(not os.path.exists(d.sock), "the socket %s was left behind" % d.sock)
+        check(os.listdir(nvme) == [], "NVMe files left behind: %s" % os.listdir(nvme))
+        check(shm_entries() == shm_before, "/dev/shm entries left behind: %s" % shm_entries())
+        check("resume positions saved" in d.log(), "no resume record:\n" + d.log())
+        sampler = seer.Sampler(len(cat), 3, world, 4)
+        bpe = sampler.batches_per_epoch
+        before = [read_log(p) for p in first]
+        for r in range(world):
+            check(0 < len(before[r]) < 6 * bpe, "rank %d delivered %d batches before the stop" %
+                  (r, len(before[r])))
+        # restart: resume = auto continues every rank where it stopped
+        s["job.resume"] = "auto"
+        d2 = Daemon(tmp, s, name="second")
+        second = [os.path.join(tmp, "b%d.log" % r) for r in range(world)]
+        procs = [start_trainer("c", r, world, d2.sock, second[r]) for r in range(world)]
+        for rc, _, err in finish(procs):
+            check(rc == 0, "trainer failed after the restart: " + err)
+        check(d2.wait(30) == 0, "second seerd failed:\n" + d2.log())
+        for r in range(world):
+            after = read_log(second[r])
+            start = min(after)
+            last_before = max(before[r])
+            # the first batch after the restart is the first one not released
+            # before: the one it held (already logged) or the next one
+            check(start in (last_before, (last_before[0], last_before[1] + 1)) or
+                  (last_before[1] + 1 == bpe and start == (last_before[0] + 1, 0)),
+                  "rank %d resumed at %s, it had taken up to %s" % (r, start, last_before))
+            verify_rank(cat, sampler, r, after, 6, first=start)
+            verify_rank(cat, sampler, r, before[r], 6, last=start if start <= last_before
+                        else (last_before[0], last_before[1] + 1))
+        log("resume = auto: every rank continued at its first unreleased batch")
+        check(not os.path.exists(os.path.join(tmp, "state", "resume-default-n0.txt")),
+              "the resume record of a finished job must be removed")
+        # an explicit position
+        s["job.resume"] = "2:3"
+        d3 = Daemon(tmp, s, name="third")
+        third = [os.path.join(tmp, "c%d.log" % r) for r in range(world)]
+        procs = [start_trainer("c", r, world, d3.sock, third[r]) for r in range(world)]
+        for rc, _, err in finish(procs):
+            check(rc == 0, "trainer failed with resume 2:3: " + err)
+        d3.stop()
+        for r in range(world):
+            verify_rank(cat, sampler, r, read_log(third[r]), 6, first=(2, 3))
+    finally:
+        cleanup(tmp)
+
+
+def seerctl(*args, env=None):
+    return subprocess.run([os.path.join(BIN, "seerctl")] + list(args), capture_output=True,
+                          text=True, timeout=20, env=env)
+
+
+def test_seerctl():
+    tmp = tmpdir("seer-ops-")
+    try:
+        root, cat = dataset(tmp, per_class=10)
+        s = {"dataset.path": root, "job.epochs": 50, "job.batch_size": 4, "cache.ram": "64KiB"}
+        with Daemon(tmp, s) as d:
+            p = start_trainer("c", 0, 1, d.sock, os.path.join(tmp, "t.log"), ["--compute-ms", "5"])
+            time.sleep(0.5)
+            st = seerctl("--socket", d.sock, "status")
+            check(st.returncode == 0, "status failed: " + st.stderr)
+            for w in ("rank", "RAM", "sources", "epoch", "topology"):
+                check(w in st.stdout, "status lacks %r:\n%s" % (w, st.stdout))
+            js = d.status()
+            t = js["trainers"][0]
+            check(t["attached"] and t["batches"] > 0, "status JSON: %s" % t)
+            check(t["prefetch_lead"] >= 1, "no prefetch lead reported: %s" % t)
+            cf = seerctl("--socket", d.sock, "config")
+            check(cf.returncode == 0 and "job.epochs" not in cf.stdout and "epochs = 50" in cf.stdout
+                  and "--set" in cf.stdout, "config output:\n" + cf.stdout)
+            bad = seerctl("--socket", d.sock, "frobnicate")
+            check(bad.returncode == 1 and "unknown command" in bad.stderr, "bad command: " + bad.stderr)
+            dr = seerctl("--socket", d.sock, "drain")
+            check(dr.returncode == 0 and "draining" in dr.stdout, "drain: " + dr.stdout + dr.stderr)
+            late = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
+                                   "--socket", d.sock], capture_output=True, text=True, timeout=20)
+            check(late.returncode != 0 and "shutting down" in late.stderr,
+                  "a draining daemon must refuse new trainers: " + late.stderr)
+            rc, _, err = finish([p], timeout=60)[0]
+            check(rc == 0, "the attached trainer must finish during a drain: " + err)
+            check(d.wait(20) == 0, "seerd did not exit after the drain:\n" + d.log())
+        gone = seerctl("--socket", os.path.join(tmp, "nope.sock"), "status")
+        check(gone.returncode == 1 and "no seerd at" in gone.stderr, "missing daemon: " + gone.stderr)
+    finally:
+        cleanup(tmp)
+
+
+def test_two_jobs_on_one_node():
+    tmp = tmpdir("seer-ops-")
+    try:
+        ra, ca = dataset(os.path.join(tmp, "A"), per_class=8, seed=1)
+        rb, cb = dataset(os.path.join(tmp, "B"), per_class=9, seed=2)
+        env = {"SEER_RUNTIME_DIR": tmp}
+        da = Daemon(tmp, {"dataset.path": ra, "job.id": "jobA", "daemon.socket": "",
+                          "job.epochs": 2}, name="A", env=env, wait=False)
+        db = Daemon(tmp, {"dataset.path": rb, "job.id": "jobB", "daemon.socket": "",
+                          "job.epochs": 2}, name="B", env=env, wait=False)
+        user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+        da.sock = os.path.join(tmp, "seer-%s-jobA.sock" % user)
+        db.sock = os.path.join(tmp, "seer-%s-jobB.sock" % user)
+        da.wait_socket()
+        db.wait_socket()
+        for sk in (da.sock, db.sock):
+            mode = stat.S_IMODE(os.stat(sk).st_mode)
+            check(mode == 0o600, "%s has mode %o, expected 0600" % (sk, mode))
+        la, lb = os.path.join(tmp, "a.log"), os.path.join(tmp, "b.log")
+        # trainers find their daemon from the job id alone
+        env_a = dict(os.environ, SEER_RUNTIME_DIR=tmp, SEER_JOB_ID="jobA")
+        env_b = dict(os.environ, SEER_RUNTIME_DIR=tmp, SEER_JOB_ID="jobB")
+        pa = subprocess.Popen([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
+                               "--log", la], env=env_a, stderr=subprocess.PIPE, text=True)
+        pb = subprocess.Popen([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
+                               "--log", lb], env=env_b, stderr=subprocess.PIPE, text=True)
+        for p in (pa, pb):
+            _, err = p.communicate(timeout=60)
+            check(p.returncode == 0, "trainer failed: " + err)
+        verify_rank(ca, seer.Sampler(len(ca), 0, 1, 32), 0, read_log(la), 2)
+        verify_rank(cb, seer.Sampler(len(cb), 0, 1, 32), 0, read_log(lb), 2)
+        check(da.wait(20) == 0 and db.wait(20) == 0, "a daemon failed")
+        log("jobs jobA and jobB served side by side from sockets %s, %s (0600)" %
+            (os.path.basename(da.sock), os.path.basename(db.sock)))
+    finally:
+        cleanup(tmp)
+
+
+def test_installed_copy():
+    tmp = tmpdir("seer-ops-")
+    try:
+        prefix = os.path.join(tmp, "prefix")
+        out = subprocess.run(["make", "-C", ROOT, "install", "PREFIX=" + prefix],
+                             capture_output=True, text=True, timeout=300)
+        check(out.returncode == 0, "make install failed: " + out.stderr[-2000:])
+        for f in ("bin/seerd", "bin/seerctl", "include/seer.h", "lib/libseer.so.0",
+                  "lib/pkgconfig/seer.pc", "share/man/man1/seerd.1", "share/man/man1/seerctl.1"):
+            check(os.path.exists(os.path.join(prefix, f)), "not installed: " + f)
+        src = os.path.join(tmp, "client.c")
+        with open(src, "w") as f:
+            f.write('#include <seer.h>\n#include <stdio.h>\nint main(void){seer_client_t *c;\n'
+                    'if (seer_connect(NULL, &c) < 0) { puts(seer_errmsg()); return 1; }\n'
+                    'unsigned long n = 0; seer_batch_t *b; int rc;\n'
+                    'while ((rc = seer_next(c, 10000, &b)) != SEER_EEND) {\n'
+                    ' if (rc == SEER_EEPOCH) continue; if (rc < 0) return 2;\n'
+                    ' n += seer_batch_len(b); seer_release(c, b); }\n'
+                    'printf("%lu\\n", n); seer_close(c); return 0; }\n')
+        env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(prefix, "lib", "pkgconfig"))
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "seer"], capture_output=True,
+                               text=True, env=env).stdout.split()
+        exe = os.path.join(tmp, "client")
+        cc = subprocess.run(["cc", "-o", exe, src] + flags + ["-Wl,-rpath," +
+                                                            os.path.join(prefix, "lib")],
+                            capture_output=True, text=True)
+        check(cc.returncode == 0, "building against seer.pc failed: " + cc.stderr)
+        root, cat = dataset(tmp, per_class=5)
+        with Daemon(tmp, {"dataset.path": root, "job.epochs": 1}, name="inst",
+                    binary=os.path.join(prefix, "bin", "seerd")) as d:
+            run = subprocess.run([exe], capture_output=True, text=True, timeout=60,
+                                 env=dict(os.environ, SEER_SOCKET=d.sock))
+            check(run.returncode == 0 and run.stdout.strip() == str(len(cat)),
+                  "installed client delivered %r: %s" % (run.stdout, run.stderr))
+        py = subprocess.run(["/usr/bin/python3", "-c", "import seer, sys; print(seer._find_lib())"],
+                            capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=os.path.join(
+                                prefix, "lib", "python3", "dist-packages"), SEER_LIB=""))
+        check(py.returncode == 0 and py.stdout.strip().startswith(prefix),
+              "installed Python shim finds %r: %s" % (py.stdout, py.stderr))
+    finally:
+        cleanup(tmp)
+
+
+if __name__ == "__main__":
+    run_tests([test_sigterm_mid_epoch_then_resume, test_seerctl, test_two_jobs_on_one_node,
+               test_installed_copy])
