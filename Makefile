@@ -25,8 +25,14 @@ else ifeq ($(V),tsan)
   OPT := -O1 -fsanitize=thread -fno-omit-frame-pointer
   BIN := $(B)/bin
   LIB := $(B)/lib
+else ifeq ($(V),fuzz)
+  CC := clang
+  OPT := -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+  BIN := $(B)/bin
+  LIB := $(B)/lib
 else
-  $(error unknown variant V=$(V): release, asan or tsan)
+  $(error unknown variant V=$(V): release, asan, tsan or fuzz)
 endif
 
 SONAME := libseer.so.0
@@ -43,7 +49,7 @@ LIBS := $(PKG_LIBS) -lpthread -lm
 
 # modules shared by the daemon, the tools and the tests
 CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
-	src/plan.c src/plansim.c src/topo.c $(wildcard src/fmt_*.c)
+	src/plan.c src/plansim.c src/topo.c src/ctrl.c $(wildcard src/fmt_*.c)
 CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
 DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c daemon/cluster.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -60,7 +66,7 @@ FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
 
 .SECONDARY:
-.PHONY: all setup deps demo test unit integration asan tsan sanitize clean install
+.PHONY: all setup deps demo test unit integration asan tsan sanitize clean install fuzz fuzz-run
 all: $(BIN)/seerd $(LIB)/libseer.so $(TOOLS)
 
 $(B)/obj/%.o: %.c
@@ -107,6 +113,32 @@ $(BIN)/%: $(B)/obj/tools/%.o $(B)/libcore.a
 $(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/obj/tests/unit/sanitizer_shim.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(LIBS)
+
+# libFuzzer harnesses (clang): make fuzz [FUZZ_SECONDS=n] runs each for n s on
+# a generated seed corpus plus the corpus it grew before, after replaying
+# tests/fuzz/regressions/<harness>/* (inputs that once crashed)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
+FUZZ_SECONDS ?= 10
+$(B)/fuzz/%: $(B)/obj/tests/fuzz/%.o $(B)/libcore.a
+	@mkdir -p $(dir $@)
+	$(CC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(LIBS)
+
+fuzz:
+	$(MAKE) all
+	$(MAKE) V=fuzz fuzz-run
+
+fuzz-run: $(FUZZ_BIN)
+	@set -e; tests/fuzz/make_seeds.sh $(B)/seeds >/dev/null; \
+	for f in $(FUZZ_BIN); do n=$$(basename $$f); \
+	  mkdir -p $(B)/corpus/$$n $(B)/artifacts; \
+	  if ls tests/fuzz/regressions/$$n/* >/dev/null 2>&1; then \
+	    $$f tests/fuzz/regressions/$$n/* 2>&1 | tail -1; fi; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+	    -artifact_prefix=$(B)/artifacts/$$n- $(B)/corpus/$$n $(B)/seeds/$$n \
+	    > $(B)/$$n.log 2>&1 || { tail -40 $(B)/$$n.log; echo "FUZZ CRASH in $$n: reproducer in $(B)/artifacts/"; exit 1; }; \
+	  echo "$$n: $$(grep -o 'stat::number_of_executed_units: [0-9]*' $(B)/$$n.log | grep -o '[0-9]*$$') executions in $(FUZZ_SECONDS) s, corpus $$(ls $(B)/corpus/$$n | wc -l), no crash"; \
+	done
 
 deps:
 	@scripts/deps.sh

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../src/ctrl.h"
 #include "../src/iopool.h"
 #include "../src/net.h"
 #include "../src/plan.h"
@@ -1373,38 +1374,47 @@ static void step_record(struct engine *e, struct trainer *t, uint64_t g)
 	e->step_count[k]++;
 }
 
+struct rel_ctx {
+	struct engine *e;
+	struct trainer *t;
+};
+
+static bool slot_held(void *ctx, uint32_t idx)
+{
+	struct rel_ctx *x = ctx;
+	return x->t->slots[idx].st == SL_PUB;
+}
+
+static void slot_release(void *ctx, uint32_t idx)
+{
+	struct rel_ctx *x = ctx;
+	struct trainer *t = x->t;
+	t->slots[idx].st = SL_REL;
+	step_record(x->e, t, t->slots[idx].g);
+	uint64_t now = now_ns();
+	if (t->last_release_ns) {
+		double dt = (double)(now - t->last_release_ns) / 1e9;
+		x->e->step_s = x->e->step_s > 0 ? x->e->step_s + 0.05 * (dt - x->e->step_s) : dt;
+	}
+	t->last_release_ns = now;
+}
+
 static void releases(struct engine *e, struct trainer *t)
 {
 	if (!t->attached || t->resetting)
 		return;
-	/* untrusted: the trainer writes these; read each value once, then check */
+	struct rel_ctx x = { e, t };
+	const struct ctrl_slots ops = { slot_held, slot_release, &x };
 	uint32_t prod = atomic_load_explicit(t->rel.prod, memory_order_acquire);
 	uint32_t cons = atomic_load_explicit(t->rel.cons, memory_order_relaxed);
-	if (prod - cons > t->nslots) {
-		evict(e, t, "release ring index out of range");
+	const char *why;
+	int n = ctrl_take_releases(prod, &cons, t->rel.entries, t->nslots, &ops, &why);
+	atomic_store_explicit(t->rel.cons, cons, memory_order_release);
+	if (n < 0) {
+		evict(e, t, why);
 		return;
 	}
-	bool any = false;
-	while (cons != prod) {
-		uint32_t idx = *(volatile uint32_t *)&t->rel.entries[cons & t->rel.mask];
-		cons++;
-		if (idx >= t->nslots || t->slots[idx].st != SL_PUB) {
-			atomic_store_explicit(t->rel.cons, cons, memory_order_release);
-			evict(e, t, "released a batch slot it does not hold");
-			return;
-		}
-		t->slots[idx].st = SL_REL;
-		any = true;
-		step_record(e, t, t->slots[idx].g);
-		uint64_t now = now_ns();
-		if (t->last_release_ns) {
-			double dt = (double)(now - t->last_release_ns) / 1e9;
-			e->step_s = e->step_s > 0 ? e->step_s + 0.05 * (dt - e->step_s) : dt;
-		}
-		t->last_release_ns = now;
-	}
-	atomic_store_explicit(t->rel.cons, cons, memory_order_release);
-	if (any) {
+	if (n > 0) {
 		reclaim(t);
 		check_done(e, t);
 	}
@@ -1425,11 +1435,9 @@ static bool can_prepare(struct engine *e, struct trainer *t)
 		return false;
 	/* stay `lookahead` batches ahead of what the trainer took; its consumer
 	 * index is a hint: clamp it to what is possible */
-	uint32_t cons = atomic_load_explicit(&t->ci->cons, memory_order_relaxed);
-	uint32_t prod = atomic_load_explicit(&t->co->prod, memory_order_relaxed);
-	uint32_t unread = prod - cons;
-	if (unread > t->nslots)
-		unread = t->nslots;
+	uint32_t unread = ctrl_unread(atomic_load_explicit(&t->co->prod, memory_order_relaxed),
+				      atomic_load_explicit(&t->ci->cons, memory_order_relaxed),
+				      t->nslots);
 	uint64_t taken = t->next_pub - unread;
 	return t->next_prep < taken + e->cfg->lookahead;
 }
@@ -2346,9 +2354,8 @@ char *engine_status_json(struct engine *e)
 		uint32_t unread = 0, held = 0;
 		uint64_t stall_ns = 0, stalls = 0;
 		if (t->attached) {
-			unread = atomic_load(&t->co->prod) - atomic_load(&t->ci->cons);
-			if (unread > t->nslots)
-				unread = t->nslots;
+			unread = ctrl_unread(atomic_load(&t->co->prod), atomic_load(&t->ci->cons),
+					     t->nslots);
 			for (uint32_t i = 0; i < t->nslots; i++)
 				held += t->slots[i].st == SL_PUB;
 			held = held >= unread ? held - unread : 0;

@@ -525,7 +525,9 @@ fail:
  * its first read), unique per rank. The RAM cut is the first ord whose
  * cumulative size exceeds the RAM share; it is found by narrowing an ord
  * range with a B-bucket byte histogram per rank and pass; the NVMe cut the
- * same way from there. Memory: 4 * n * E bytes for pmap. */
+ * same way from there. Memory: 4 * n * E bytes for pmap, about 28 bytes per
+ * (rank, sample) held while the caches are built and 3 during the replay.
+ * Limits: < 65536 ranks and epochs, < 2^32 reads per rank over the job. */
 struct nx_extra {
 	uint32_t s, e, p;
 };

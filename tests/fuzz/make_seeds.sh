@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Seed corpora for the fuzz harnesses, generated (nothing binary is kept in
+# git): a config file, a catalog cache image, NPY and NPZ files from numpy, a
+# TFRecord file and its DALI index, release rings. Usage: make_seeds.sh OUTDIR
+set -euo pipefail
+out="$1"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+mkdir -p "$out"/{fuzz_config,fuzz_catalog,fuzz_npy,fuzz_zip,fuzz_tfrecord,fuzz_ctrl}
+cp "$root/config/example.ini" "$out/fuzz_config/example.ini"
+printf '[dataset]\npath = ${HOME:-/x}/d\n[job]\nseed=0x10\nepochs = 3\n[cache]\nram = 1.5GiB\n' \
+  > "$out/fuzz_config/small.ini"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/data/a" "$tmp/data/b"
+for i in 1 2 3; do head -c $((100 * i)) /dev/urandom > "$tmp/data/a/$i"; head -c 7 /dev/urandom > "$tmp/data/b/$i"; done
+"$root/bin/seerd" --set dataset.path="$tmp/data" --set daemon.state_dir="$tmp/state" --check >/dev/null 2>&1
+cp "$tmp"/state/catalog-*.bin "$out/fuzz_catalog/"
+/usr/bin/python3 - "$out" <<'PY'
+import io, os, struct, sys, zlib
+import numpy as np
+out = sys.argv[1]
+def save(name, arr, **kw):
+    b = io.BytesIO(); np.save(b, arr, **kw); open(os.path.join(out, "fuzz_npy", name), "wb").write(b.getvalue())
+save("u8.npy", np.arange(24, dtype=np.uint8).reshape(2, 3, 4))
+save("f32f.npy", np.asfortranarray(np.ones((3, 5), dtype=">f4")))
+save("scalar.npy", np.array(7, dtype=np.int64))
+for name, f in (("stored.npz", np.savez), ("deflated.npz", np.savez_compressed)):
+    b = io.BytesIO(); f(b, x=np.zeros((4, 4, 3), np.uint8), y=np.arange(3)); open(os.path.join(out, "fuzz_zip", name), "wb").write(b.getvalue())
+def crc32c(data, crc=0):
+    crc ^= 0xffffffff
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82f63b78 if crc & 1 else 0)
+    return crc ^ 0xffffffff
+mask = lambda c: (((c >> 15) | (c << 17)) + 0xa282ead8) & 0xffffffff
+rec, idx, off = b"", "", 0
+for p in (b"", b"hello", bytes(range(256))):
+    h = struct.pack("<Q", len(p))
+    r = h + struct.pack("<I", mask(crc32c(h))) + p + struct.pack("<I", mask(crc32c(p)))
+    idx += "%d %d\n" % (off, len(r)); off += len(r); rec += r
+open(os.path.join(out, "fuzz_tfrecord", "three.tfrecord"), "wb").write(rec)
+open(os.path.join(out, "fuzz_tfrecord", "three.idx"), "w").write(idx)
+ring = bytes([3]) + struct.pack("<QII", 0b1011, 3, 0) + struct.pack("<8I", 0, 1, 3, 0, 0, 0, 0, 0)
+open(os.path.join(out, "fuzz_ctrl", "three.bin"), "wb").write(ring)
+PY
+echo "seeds in $out"

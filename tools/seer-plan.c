@@ -1,0 +1,493 @@
+/* seer-plan: how many bytes each cache policy reads from the PFS, from peers
+ * and locally, per epoch, for a job described on the command line; and the
+ * lower bound on each epoch's time. The model is src/plansim.h's; the
+ * assumptions and measured tables are in docs/planner.md. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/plan.h"
+#include "../src/plansim.h"
+#include "../src/sampler.h"
+#include "../src/util.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: seer-plan --samples N --sample-size BYTES [options]\n"
+		"\n"
+		"Bytes read from the PFS, from peers and locally per epoch by seer's plan,\n"
+		"NoPFS-style per-rank caches, a per-node LRU and the optimum.\n"
+		"\n"
+		"dataset\n"
+		"  --samples N               samples in the dataset\n"
+		"  --sample-size BYTES       size of every sample (units: 110KiB, 1.5MB)\n"
+		"  --size-dist fixed|lognormal   lognormal: sizes drawn with --size-mean and\n"
+		"                            --size-sd (default mean: --sample-size)\n"
+		"  --size-mean BYTES, --size-sd BYTES, --size-seed S (default: --seed)\n"
+		"job\n"
+		"  --nodes K (1)  --trainers-per-node T (1)  --placement block|cyclic (block)\n"
+		"  --epochs E (10)  --batch B (32, per trainer)  --drop-last  --seed S (0)\n"
+		"  --ram BYTES, --nvme BYTES  cache capacity per node (0)\n"
+		"epoch-time bound\n"
+		"  --pfs-bw BYTES      aggregate PFS bandwidth per second (0: ignore)\n"
+		"  --net-bw BYTES      network bandwidth per node per second (0: ignore)\n"
+		"  --compute-s SEC     compute time per step (0)\n"
+		"output\n"
+		"  --policies LIST     seer,nopfs,lru,optimum (all)\n"
+		"  --nopfs-fill read|prefetch  when NoPFS caches fill: on the rank's first\n"
+		"                      read (default) or all before the first step\n"
+		"  --threads N         policies simulated at once (2)\n"
+		"  --totals            job totals only, no per-epoch rows\n"
+		"  --json              machine-readable output\n");
+}
+
+struct opts {
+	uint64_t samples, sample_size, size_mean, size_sd, size_seed;
+	bool lognormal, size_seed_set, drop_last, json, totals;
+	uint64_t nodes, tpn, epochs, seed, batch, ram, nvme, threads;
+	bool cyclic;
+	double pfs_bw, net_bw, compute_s;
+	unsigned policies;
+	enum psim_nopfs_fill fill;
+};
+
+static int bad(const char *opt, const char *val)
+{
+	fprintf(stderr, "seer-plan: invalid value '%s' for --%s\n", val, opt);
+	return 2;
+}
+
+/* A count: an integer, or a number such as 1.28e6 that is one. */
+static int parse_count(const char *s, uint64_t *out)
+{
+	if (parse_u64(s, out) == 0)
+		return 0;
+	double d;
+	if (parse_double(s, &d) != 0 || d < 0 || d >= 1.8e19 || d != (double)(uint64_t)d)
+		return -EINVAL;
+	*out = (uint64_t)d;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	enum {
+		O_SAMPLES = 256, O_SIZE, O_DIST, O_MEAN, O_SD, O_SSEED, O_NODES, O_TPN, O_EPOCHS,
+		O_SEED, O_BATCH, O_DROP, O_RAM, O_NVME, O_PLACE, O_PFSBW, O_NETBW, O_COMPUTE,
+		O_JSON, O_POL, O_FILL, O_THREADS, O_TOTALS,
+	};
+	static const struct option lo[] = {
+		{ "samples", required_argument, NULL, O_SAMPLES },
+		{ "sample-size", required_argument, NULL, O_SIZE },
+		{ "size-dist", required_argument, NULL, O_DIST },
+		{ "size-mean", required_argument, NULL, O_MEAN },
+		{ "size-sd", required_argument, NULL, O_SD },
+		{ "size-seed", required_argument, NULL, O_SSEED },
+		{ "nodes", required_argument, NULL, O_NODES },
+		{ "trainers-per-node", required_argument, NULL, O_TPN },
+		{ "epochs", required_argument, NULL, O_EPOCHS },
+		{ "seed", required_argument, NULL, O_SEED },
+		{ "batch", required_argument, NULL, O_BATCH },
+		{ "drop-last", no_argument, NULL, O_DROP },
+		{ "ram", required_argument, NULL, O_RAM },
+		{ "nvme", required_argument, NULL, O_NVME },
+		{ "placement", required_argument, NULL, O_PLACE },
+		{ "pfs-bw", required_argument, NULL, O_PFSBW },
+		{ "net-bw", required_argument, NULL, O_NETBW },
+		{ "compute-s", required_argument, NULL, O_COMPUTE },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "policies", required_argument, NULL, O_POL },
+		{ "nopfs-fill", required_argument, NULL, O_FILL },
+		{ "threads", required_argument, NULL, O_THREADS },
+		{ "totals", no_argument, NULL, O_TOTALS },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	memset(o, 0, sizeof(*o));
+	o->nodes = o->tpn = 1;
+	o->epochs = 10;
+	o->batch = 32;
+	o->threads = 2;
+	o->policies = PSIM_ALL;
+	int c;
+	uint64_t v;
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		const char *name = "";
+		for (const struct option *p = lo; p->name; p++)
+			if (p->val == c)
+				name = p->name;
+		switch (c) {
+		case O_SAMPLES:
+			if (parse_count(optarg, &o->samples) || o->samples == 0)
+				return bad(name, optarg);
+			break;
+		case O_SIZE:
+			if (parse_size(optarg, &o->sample_size) || o->sample_size == 0)
+				return bad(name, optarg);
+			break;
+		case O_DIST:
+			if (strcmp(optarg, "lognormal") == 0)
+				o->lognormal = true;
+			else if (strcmp(optarg, "fixed") == 0)
+				o->lognormal = false;
+			else
+				return bad(name, optarg);
+			break;
+		case O_MEAN:
+			if (parse_size(optarg, &o->size_mean) || o->size_mean == 0)
+				return bad(name, optarg);
+			break;
+		case O_SD:
+			if (parse_size(optarg, &o->size_sd))
+				return bad(name, optarg);
+			break;
+		case O_SSEED:
+			if (parse_u64(optarg, &o->size_seed))
+				return bad(name, optarg);
+			o->size_seed_set = true;
+			break;
+		case O_NODES:
+		case O_TPN:
+		case O_EPOCHS:
+		case O_BATCH:
+		case O_THREADS:
+			if (parse_count(optarg, &v) || v == 0 || v > UINT32_MAX)
+				return bad(name, optarg);
+			*(c == O_NODES ? &o->nodes : c == O_TPN ? &o->tpn : c == O_EPOCHS ? &o->epochs
+			  : c == O_BATCH ? &o->batch : &o->threads) = v;
+			break;
+		case O_SEED:
+			if (parse_u64(optarg, &o->seed))
+				return bad(name, optarg);
+			break;
+		case O_DROP: o->drop_last = true; break;
+		case O_RAM:
+			if (parse_size(optarg, &o->ram))
+				return bad(name, optarg);
+			break;
+		case O_NVME:
+			if (parse_size(optarg, &o->nvme))
+				return bad(name, optarg);
+			break;
+		case O_PLACE:
+			if (strcmp(optarg, "block") == 0)
+				o->cyclic = false;
+			else if (strcmp(optarg, "cyclic") == 0)
+				o->cyclic = true;
+			else
+				return bad(name, optarg);
+			break;
+		case O_PFSBW:
+		case O_NETBW:
+			if (parse_size(optarg, &v))
+				return bad(name, optarg);
+			*(c == O_PFSBW ? &o->pfs_bw : &o->net_bw) = (double)v;
+			break;
+		case O_COMPUTE:
+			if (parse_double(optarg, &o->compute_s) || o->compute_s < 0)
+				return bad(name, optarg);
+			break;
+		case O_JSON: o->json = true; break;
+		case O_TOTALS: o->totals = true; break;
+		case O_POL:
+			if (psim_parse_policies(optarg, &o->policies))
+				return bad(name, optarg);
+			break;
+		case O_FILL:
+			if (strcmp(optarg, "read") == 0)
+				o->fill = PSIM_FILL_READ;
+			else if (strcmp(optarg, "prefetch") == 0)
+				o->fill = PSIM_FILL_PREFETCH;
+			else
+				return bad(name, optarg);
+			break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "seer-plan: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (!o->samples || (!o->sample_size && !o->size_mean)) {
+		fprintf(stderr, "seer-plan: --samples and --sample-size (or --size-mean) are required\n");
+		return 2;
+	}
+	if (!o->size_mean)
+		o->size_mean = o->sample_size;
+	if (!o->lognormal && !o->sample_size)
+		o->sample_size = o->size_mean;
+	if (!o->size_seed_set)
+		o->size_seed = o->seed;
+	if (o->nodes > UINT16_MAX || o->nodes * o->tpn > UINT16_MAX) {
+		fprintf(stderr, "seer-plan: at most 65535 nodes and 65535 trainers\n");
+		return 2;
+	}
+	return 0;
+}
+
+/* ---- running the policies, two at a time on two cores -------------------- */
+
+struct work {
+	const struct psim_job *job;
+	enum psim_policy todo[PSIM_NPOLICIES];
+	unsigned ntodo;
+	atomic_uint next;
+	struct psim_result res[PSIM_NPOLICIES];
+	int rc[PSIM_NPOLICIES];
+	double secs[PSIM_NPOLICIES];
+};
+
+static void *worker(void *arg)
+{
+	struct work *w = arg;
+	for (;;) {
+		unsigned i = atomic_fetch_add(&w->next, 1);
+		if (i >= w->ntodo)
+			return NULL;
+		enum psim_policy p = w->todo[i];
+		double t0 = now_s();
+		w->rc[p] = psim_run(w->job, p, &w->res[p]);
+		w->secs[p] = now_s() - t0;
+	}
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static const char *sz(char *buf, uint64_t b)
+{
+	return fmt_size(buf, 32, b);
+}
+
+static void print_table(const struct opts *o, const struct smp_shape *sh, const struct work *w,
+			uint64_t dataset, uint64_t capacity, double wall)
+{
+	char a[32], b[32], c[32], d[32], e[32];
+	const struct psim_result *opt = (o->policies & PSIM_BIT(PSIM_OPTIMUM)) ?
+		&w->res[PSIM_OPTIMUM] : NULL;
+	printf("dataset   %llu samples, %s (%s per sample%s)\n", (unsigned long long)o->samples,
+	       sz(a, dataset), sz(b, dataset / o->samples), o->lognormal ? " on average, lognormal" : "");
+	printf("job       %llu nodes x %llu trainers (%s), batch %llu, %llu epochs of %llu steps%s, seed %llu\n",
+	       (unsigned long long)o->nodes, (unsigned long long)o->tpn, o->cyclic ? "cyclic" : "block",
+	       (unsigned long long)o->batch, (unsigned long long)o->epochs,
+	       (unsigned long long)sh->bpe, o->drop_last ? " (drop_last)" : "",
+	       (unsigned long long)o->seed);
+	printf("cache     per node RAM %s + NVMe %s; aggregate %s = %.3f x dataset\n", sz(a, o->ram),
+	       sz(b, o->nvme), sz(c, capacity), (double)capacity / (double)dataset);
+	printf("bounds    PFS %s/s aggregate, network %s/s per node, compute %g s/step\n",
+	       o->pfs_bw > 0 ? sz(a, (uint64_t)o->pfs_bw) : "-", o->net_bw > 0 ? sz(b, (uint64_t)o->net_bw) : "-",
+	       o->compute_s);
+	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
+		if (!(o->policies & PSIM_BIT(i)))
+			continue;
+		const struct psim_result *r = &w->res[i];
+		printf("\n== %s", psim_policy_name(i));
+		if (i == PSIM_SEER)
+			printf(": plan holds %s, %llu samples spilled", sz(a, r->held),
+			       (unsigned long long)r->spilled);
+		else if (i == PSIM_NOPFS)
+			printf(": rank caches hold %s, %s distinct (fill: %s)", sz(a, r->held),
+			       sz(b, r->distinct), o->fill == PSIM_FILL_READ ? "on first read" : "prefetch");
+		else if (i == PSIM_LRU)
+			printf(": caches hold %s at the end, %s distinct", sz(a, r->held), sz(b, r->distinct));
+		else
+			printf(": C = min(D, aggregate) = %s", sz(a, r->held));
+		printf("  [%.1f s]\n", w->secs[i]);
+		printf("%6s %13s %13s %13s %13s %13s %7s %10s %s\n", "epoch", "PFS", "peer", "local RAM",
+		       "local NVMe", "peer max/node", "PFS/D", "t_lb (s)", "bound");
+		bool opt_row = i == PSIM_OPTIMUM;
+		double tsum = 0;
+		for (uint64_t ep = 0; ep <= r->epochs; ep++) {
+			bool tot = ep == r->epochs;
+			const struct psim_epoch *x = tot ? &r->total : &r->ep[ep];
+			const char *bound = "";
+			double t = 0;
+			if (!tot) {
+				struct psim_epoch y = *x;
+				t = psim_epoch_time(&y, sh->bpe, o->compute_s, o->pfs_bw, o->net_bw, &bound);
+				tsum += t;
+			}
+			if (!tot && o->totals)
+				continue;
+			char lbl[24];
+			snprintf(lbl, sizeof(lbl), tot ? "job" : "%llu", (unsigned long long)ep);
+			printf("%6s %13s %13s %13s %13s %13s %7.3f %10.1f %s\n", lbl, sz(a, x->pfs),
+			       opt_row ? "-" : sz(b, x->peer), opt_row ? "-" : sz(c, x->ram),
+			       opt_row ? "-" : sz(d, x->nvme), opt_row ? "-" : sz(e, x->peer_max),
+			       (double)x->pfs / (double)dataset, tot ? tsum : t, tot ? "(sum)" : bound);
+		}
+		if (opt && i != PSIM_OPTIMUM)
+			printf("%6s PFS %.4f x optimum (%+.3f x dataset)\n", "", (double)r->total.pfs /
+			       (double)opt->total.pfs, ((double)r->total.pfs - (double)opt->total.pfs) /
+			       (double)dataset);
+	}
+	printf("\n%-8s %13s %9s %9s %13s %13s %12s\n", "summary", "PFS", "PFS/D", "x opt", "peer",
+	       "local", "time lb (s)");
+	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
+		if (!(o->policies & PSIM_BIT(i)))
+			continue;
+		const struct psim_result *r = &w->res[i];
+		double t = 0;
+		for (uint64_t ep = 0; ep < r->epochs; ep++)
+			t += psim_epoch_time(&r->ep[ep], sh->bpe, o->compute_s, o->pfs_bw, o->net_bw, NULL);
+		char xo[16] = "-";
+		if (opt)
+			snprintf(xo, sizeof(xo), "%.4f", (double)r->total.pfs / (double)opt->total.pfs);
+		bool opt_row = i == PSIM_OPTIMUM;
+		printf("%-8s %13s %9.3f %9s %13s %13s %12.1f\n", psim_policy_name(i), sz(a, r->total.pfs),
+		       (double)r->total.pfs / (double)dataset, xo, opt_row ? "-" : sz(b, r->total.peer),
+		       opt_row ? "-" : sz(c, r->total.ram + r->total.nvme), t);
+	}
+	printf("\nsimulated in %.1f s\n", wall);
+}
+
+static void json_epoch(const struct psim_epoch *x, uint64_t dataset)
+{
+	printf("{\"pfs\": %llu, \"fill\": %llu, \"peer\": %llu, \"ram\": %llu, \"nvme\": %llu, "
+	       "\"peer_max_node\": %llu, \"demand\": %llu, \"pfs_over_dataset\": %.6f",
+	       (unsigned long long)x->pfs, (unsigned long long)x->fill, (unsigned long long)x->peer,
+	       (unsigned long long)x->ram, (unsigned long long)x->nvme,
+	       (unsigned long long)x->peer_max, (unsigned long long)x->demand,
+	       (double)x->pfs / (double)dataset);
+}
+
+static void print_json(const struct opts *o, const struct smp_shape *sh, const struct work *w,
+		       uint64_t dataset, uint64_t capacity, double wall)
+{
+	const struct psim_result *opt = (o->policies & PSIM_BIT(PSIM_OPTIMUM)) ?
+		&w->res[PSIM_OPTIMUM] : NULL;
+	printf("{\n  \"config\": {\"samples\": %llu, \"dataset_bytes\": %llu, \"size_dist\": \"%s\", "
+	       "\"size_mean\": %llu, \"size_sd\": %llu, \"nodes\": %llu, \"trainers_per_node\": %llu, "
+	       "\"placement\": \"%s\", \"epochs\": %llu, \"batch\": %llu, \"drop_last\": %s, "
+	       "\"seed\": %llu, \"steps_per_epoch\": %llu, \"ram_per_node\": %llu, "
+	       "\"nvme_per_node\": %llu, \"aggregate_capacity\": %llu, \"pfs_bw\": %.0f, "
+	       "\"net_bw\": %.0f, \"compute_s\": %g, \"nopfs_fill\": \"%s\"},\n",
+	       (unsigned long long)o->samples, (unsigned long long)dataset,
+	       o->lognormal ? "lognormal" : "fixed", (unsigned long long)o->size_mean,
+	       (unsigned long long)(o->lognormal ? o->size_sd : 0), (unsigned long long)o->nodes,
+	       (unsigned long long)o->tpn, o->cyclic ? "cyclic" : "block",
+	       (unsigned long long)o->epochs, (unsigned long long)o->batch,
+	       o->drop_last ? "true" : "false", (unsigned long long)o->seed,
+	       (unsigned long long)sh->bpe, (unsigned long long)o->ram, (unsigned long long)o->nvme,
+	       (unsigned long long)capacity, o->pfs_bw, o->net_bw, o->compute_s,
+	       o->fill == PSIM_FILL_READ ? "read" : "prefetch");
+	printf("  \"policies\": [");
+	bool first = true;
+	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
+		if (!(o->policies & PSIM_BIT(i)))
+			continue;
+		const struct psim_result *r = &w->res[i];
+		printf("%s\n    {\"name\": \"%s\", \"seconds\": %.3f, \"held\": %llu, \"distinct\": %llu, "
+		       "\"spilled\": %llu,\n     \"epochs\": [", first ? "" : ",", psim_policy_name(i),
+		       w->secs[i], (unsigned long long)r->held, (unsigned long long)r->distinct,
+		       (unsigned long long)r->spilled);
+		first = false;
+		double tsum = 0;
+		for (uint64_t ep = 0; ep < r->epochs; ep++) {
+			const char *bound;
+			double t = psim_epoch_time(&r->ep[ep], sh->bpe, o->compute_s, o->pfs_bw,
+						   o->net_bw, &bound);
+			tsum += t;
+			printf("%s\n       ", ep ? "," : "");
+			json_epoch(&r->ep[ep], dataset);
+			printf(", \"epoch\": %llu, \"time_lb_s\": %.6f, \"bound\": \"%s\"}",
+			       (unsigned long long)ep, t, bound);
+		}
+		printf("],\n     \"total\": ");
+		json_epoch(&r->total, dataset);
+		printf(", \"time_lb_s\": %.6f", tsum);
+		if (opt)
+			printf(", \"ratio_to_optimum\": %.6f", (double)r->total.pfs / (double)opt->total.pfs);
+		printf("}}");
+	}
+	printf("\n  ],\n  \"seconds\": %.3f\n}\n", wall);
+}
+
+int main(int argc, char **argv)
+{
+	log_set_prog("seer-plan");
+	struct opts o;
+	int rc = parse_args(argc, argv, &o);
+	if (rc)
+		return rc;
+	double t0 = now_s();
+	struct smp_shape sh;
+	uint32_t world = (uint32_t)(o.nodes * o.tpn);
+	rc = smp_shape_init(&sh, o.samples, o.seed, world, (uint32_t)o.batch, o.drop_last, true);
+	if (rc) {
+		fprintf(stderr, "seer-plan: %s\n", rc == -ERANGE ?
+			"no trainer gets a full batch (too few samples for nodes x trainers x batch)" :
+			"samples must be below 2^32");
+		return 2;
+	}
+	uint64_t *len = xmalloc(o.samples * sizeof(uint64_t));
+	if (o.lognormal) {
+		psim_lognormal_sizes(len, o.samples, (double)o.size_mean, (double)o.size_sd, o.size_seed);
+	} else {
+		for (uint64_t s = 0; s < o.samples; s++)
+			len[s] = o.sample_size;
+	}
+	uint32_t *rank_node = xmalloc(world * sizeof(uint32_t));
+	for (uint32_t r = 0; r < world; r++)
+		rank_node[r] = o.cyclic ? r % (uint32_t)o.nodes : r / (uint32_t)o.tpn;
+	struct plan_cap *cap = xmalloc(o.nodes * sizeof(*cap));
+	for (uint64_t k = 0; k < o.nodes; k++)
+		cap[k] = (struct plan_cap){ o.ram, o.nvme };
+	struct psim_job job = {
+		.len = len, .sh = &sh, .epochs = o.epochs, .nnodes = (uint32_t)o.nodes,
+		.rank_node = rank_node, .cap = cap, .nopfs_fill = o.fill,
+	};
+	uint64_t dataset = 0;
+	for (uint64_t s = 0; s < o.samples; s++)
+		dataset += len[s];
+	uint64_t capacity = (o.ram + o.nvme) * o.nodes;
+
+	/* the expensive ones first, so two threads finish together */
+	static struct work w;
+	static const enum psim_policy by_cost[] = { PSIM_NOPFS, PSIM_LRU, PSIM_SEER, PSIM_OPTIMUM };
+	w.job = &job;
+	for (unsigned i = 0; i < ARRAY_SIZE(by_cost); i++)
+		if (o.policies & PSIM_BIT(by_cost[i]))
+			w.todo[w.ntodo++] = by_cost[i];
+	atomic_init(&w.next, 0);
+	unsigned nthr = (unsigned)MIN(o.threads, (uint64_t)w.ntodo);
+	pthread_t thr[PSIM_NPOLICIES];
+	unsigned started = 0;
+	for (unsigned i = 1; i < nthr; i++)
+		if (pthread_create(&thr[started], NULL, worker, &w) == 0)
+			started++;
+	worker(&w);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(thr[i], NULL);
+	double wall = now_s() - t0;
+
+	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
+		if ((o.policies & PSIM_BIT(i)) && w.rc[i]) {
+			const char *why = "";
+			if (i == PSIM_NOPFS && w.rc[i] == -EINVAL)
+				why = " (the NoPFS model takes < 65536 trainers and epochs and < 2^32"
+				      " reads per trainer)";
+			if (i == PSIM_LRU && w.rc[i] == -EOVERFLOW)
+				why = " (the LRU model takes < 2^31 reads per node)";
+			fprintf(stderr, "seer-plan: %s: %s%s\n", psim_policy_name(i), strerror(-w.rc[i]),
+				why);
+			return 1;
+		}
+	}
+	if (o.json)
+		print_json(&o, &sh, &w, dataset, capacity, wall);
+	else
+		print_table(&o, &sh, &w, dataset, capacity, wall);
+	for (unsigned i = 0; i < PSIM_NPOLICIES; i++)
+		psim_result_free(&w.res[i]);
+	free(cap);
+	free(rank_node);
+	free(len);
+	return 0;
+}
