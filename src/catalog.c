@@ -20,9 +20,10 @@
 /* ---- format registry ----------------------------------------------------- */
 
 extern const struct fmt_ops fmt_files;
-#define FMT_WEAK __attribute__((weak))
-/* Formats living in their own files; weak so the registry links without them
- * in builds that leave a format out. */
+/* Formats living in their own files (src/fmt_*.c). Not weak: a weak reference
+ * does not pull an object out of a static archive (libcore.a), so every one of
+ * them would silently be missing from the daemon and the tools. */
+#define FMT_WEAK
 extern const struct fmt_ops fmt_npz FMT_WEAK;
 extern const struct fmt_ops fmt_npy FMT_WEAK;
 extern const struct fmt_ops fmt_hdf5 FMT_WEAK;

@@ -1,0 +1,171 @@
+/* The indexed format: DLIO's indexed_binary.
+ *
+ * A data file <name> of concatenated samples, described by <name>.off.idx and
+ * <name>.sz.idx: arrays of little-endian u64, the offset and the size of each
+ * sample in order. A sample is those bytes (dtype BYTES), label -1. The index
+ * files are read and checked against the data file's size at scan time; they
+ * are never data files themselves. */
+#define _GNU_SOURCE
+#include "fmt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "seer.h"
+#include "util.h"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) PRINTF_LIKE(3, 4);
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return SEER_EDATASET;
+}
+
+int idx_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
+	      char *err, size_t errlen)
+{
+	const uint8_t *o = off, *z = sz;
+	for (uint64_t i = 0; i < n; i++, o += 8, z += 8) {
+		uint64_t a = fmt_le64(o), len = fmt_le64(z);
+		if (len == 0)
+			return fail(err, errlen, "sample %llu has size 0",
+				    (unsigned long long)(first + i));
+		if (a > data_size || len > data_size - a)
+			return fail(err, errlen, "sample %llu at offset %llu of %llu bytes runs past "
+					 "the end of the data file (%llu bytes)",
+				    (unsigned long long)(first + i), (unsigned long long)a,
+				    (unsigned long long)len, (unsigned long long)data_size);
+	}
+	return 0;
+}
+
+struct idxfile {
+	char path[PATH_MAX];
+	int fd;
+	uint64_t size;
+};
+
+static int idx_open(struct cat_builder *b, struct idxfile *f, const char *rel, const char *suffix)
+{
+	f->fd = -1;
+	if (snprintf(f->path, sizeof(f->path), "%s/%s%s", cat_builder_root(b), rel, suffix) >=
+	    (int)sizeof(f->path))
+		return -ENAMETOOLONG;
+	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (f->fd < 0 || fstat(f->fd, &st) != 0) {
+		cat_builder_error(b, "index file %s%s: %s (DLIO indexed_binary needs %s.off.idx and "
+				  "%s.sz.idx beside each data file)", rel, suffix, strerror(errno),
+				  rel, rel);
+		return SEER_EDATASET;
+	}
+	f->size = (uint64_t)st.st_size;
+	if (f->size % 8 != 0) {
+		cat_builder_error(b, "index file %s%s holds %llu bytes, not a whole number of u64 "
+				  "entries", rel, suffix, (unsigned long long)f->size);
+		return SEER_EDATASET;
+	}
+	return 0;
+}
+
+#define IDX_CHUNK 65536 /* entries read at once */
+
+static int idx_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+{
+	(void)fd;
+	const char *rel = cat_builder_path(b, file);
+	struct idxfile fo, fs;
+	uint8_t *bo = NULL, *bs = NULL;
+	int rc = idx_open(b, &fo, rel, ".off.idx");
+	if (rc == 0)
+		rc = idx_open(b, &fs, rel, ".sz.idx");
+	else
+		fs.fd = -1;
+	if (rc)
+		goto out;
+	if (fo.size != fs.size) {
+		cat_builder_error(b, "index files disagree: %s.off.idx lists %llu offsets, "
+				  "%s.sz.idx %llu sizes", rel, (unsigned long long)(fo.size / 8),
+				  rel, (unsigned long long)(fs.size / 8));
+		rc = SEER_EDATASET;
+		goto out;
+	}
+	static const struct seer_wire_type bytes = { .dtype = SEER_DT_BYTES };
+	uint32_t type;
+	if ((rc = cat_intern_type(b, &bytes, &type)) != 0)
+		goto out;
+	bo = malloc(IDX_CHUNK * 8);
+	bs = malloc(IDX_CHUNK * 8);
+	if (!bo || !bs) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	uint64_t n = fo.size / 8;
+	char err[512];
+	for (uint64_t i = 0; i < n; i += IDX_CHUNK) {
+		uint64_t cnt = MIN(n - i, (uint64_t)IDX_CHUNK);
+		rc = pread_full(fo.fd, bo, cnt * 8, i * 8);
+		if (rc == 0)
+			rc = pread_full(fs.fd, bs, cnt * 8, i * 8);
+		if (rc == -ENODATA) {
+			cat_builder_error(b, "index files of %s shrank while being read", rel);
+			rc = SEER_EDATASET;
+		}
+		if (rc)
+			goto out;
+		if ((rc = idx_check(bo, bs, cnt, size, i, err, sizeof(err))) != 0) {
+			cat_builder_error(b, "%s.off.idx / .sz.idx: %s", rel, err);
+			goto out;
+		}
+		for (uint64_t j = 0; j < cnt && rc == 0; j++)
+			rc = cat_add_sample(b, file, fmt_le64(bo + 8 * j), fmt_le64(bs + 8 * j), -1,
+					    type);
+		if (rc)
+			goto out;
+	}
+out:
+	free(bo);
+	free(bs);
+	if (fo.fd >= 0)
+		close(fo.fd);
+	if (fs.fd >= 0)
+		close(fs.fd);
+	return rc;
+}
+
+static bool idx_accept(const struct cat_params *p, const char *relpath)
+{
+	(void)p;
+	size_t n = strlen(relpath);
+	return !(n >= 4 && strcmp(relpath + n - 4, ".idx") == 0);
+}
+
+static int idx_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+{
+	int fd = cat_reader_fd(rd, s->file);
+	if (fd < 0)
+		return fd;
+	int rc = pread_full(fd, dst, (size_t)s->length, s->offset);
+	if (rc == -ENODATA)
+		return cat_read_error(rd, id, SEER_EDATASET, "data file shorter than its index "
+				      "(offset %llu + %llu bytes): restart seerd to rescan",
+				      (unsigned long long)s->offset, (unsigned long long)s->length);
+	return rc;
+}
+
+const struct fmt_ops fmt_indexed = {
+	.name = "indexed",
+	.accept = idx_accept,
+	.scan = idx_scan,
+	.read = idx_read,
+};

@@ -1,0 +1,534 @@
+/* The tfrecord format: one sample per record.
+ *
+ * A record is framed as u64 length (little-endian), u32 masked CRC32C of the
+ * length bytes, the payload, u32 masked CRC32C of the payload. The sample is
+ * the payload (dtype BYTES), label -1. The length CRC is checked at scan time,
+ * the payload CRC (and the header again) at every read.
+ *
+ * DLIO writes DALI index files (tfrecord2idx: "<offset> <size>" per record) to
+ * <data>/index/<split>/<file>.idx beside <data>/<split>/; when one is found
+ * its records are checked against the file, and a disagreeing index is
+ * ignored (with a warning) for a scan of the file itself. */
+#define _GNU_SOURCE
+#include "fmt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
+#include "seer.h"
+#include "util.h"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) PRINTF_LIKE(3, 4);
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return SEER_EDATASET;
+}
+
+/* ---- CRC32C ------------------------------------------------------------------ */
+
+#define CRC32C_POLY 0x82f63b78u /* Castagnoli, reflected */
+
+static uint32_t crc_tab[8][256];
+static bool crc_hw;
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+/* The hardware path runs three streams of CRC_STRIDE bytes at once (the crc32
+ * instruction has a latency of 3 and a throughput of 1) and merges them with
+ * the linear operators "append CRC_STRIDE (2 * CRC_STRIDE) zero bytes", as
+ * four byte tables each. */
+#define CRC_STRIDE 2048
+static uint32_t crc_zeros1[4][256], crc_zeros2[4][256];
+
+/* Slicing-by-8 over little-endian words, on the raw (not inverted) state. */
+static uint32_t crc32c_raw_sw(uint32_t crc, const uint8_t *p, size_t n)
+{
+	while (n && ((uintptr_t)p & 7)) {
+		crc = crc_tab[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+		n--;
+	}
+	for (; n >= 8; p += 8, n -= 8) {
+		uint64_t w = fmt_le64(p) ^ crc;
+		crc = crc_tab[7][w & 0xff] ^ crc_tab[6][(w >> 8) & 0xff] ^
+		      crc_tab[5][(w >> 16) & 0xff] ^ crc_tab[4][(w >> 24) & 0xff] ^
+		      crc_tab[3][(w >> 32) & 0xff] ^ crc_tab[2][(w >> 40) & 0xff] ^
+		      crc_tab[1][(w >> 48) & 0xff] ^ crc_tab[0][w >> 56];
+	}
+	while (n--)
+		crc = crc_tab[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+	return crc;
+}
+
+static void zeros_op(uint32_t op[4][256], size_t len)
+{
+	static const uint8_t zero[CRC_STRIDE];
+	uint32_t col[32];
+	for (int b = 0; b < 32; b++) {
+		uint32_t c = 1u << b;
+		for (size_t done = 0; done < len; done += sizeof(zero))
+			c = crc32c_raw_sw(c, zero, MIN(sizeof(zero), len - done));
+		col[b] = c;
+	}
+	for (int j = 0; j < 4; j++)
+		for (uint32_t v = 0; v < 256; v++) {
+			uint32_t r = 0;
+			for (int b = 0; b < 8; b++)
+				if (v & (1u << b))
+					r ^= col[8 * j + b];
+			op[j][v] = r;
+		}
+}
+
+static inline uint32_t crc_apply(const uint32_t op[4][256], uint32_t c)
+{
+	return op[0][c & 0xff] ^ op[1][(c >> 8) & 0xff] ^ op[2][(c >> 16) & 0xff] ^ op[3][c >> 24];
+}
+
+static void crc_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = (c >> 1) ^ (CRC32C_POLY & (0u - (c & 1)));
+		crc_tab[0][i] = c;
+	}
+	for (uint32_t i = 0; i < 256; i++)
+		for (int t = 1; t < 8; t++)
+			crc_tab[t][i] = (crc_tab[t - 1][i] >> 8) ^ crc_tab[0][crc_tab[t - 1][i] & 0xff];
+	zeros_op(crc_zeros1, CRC_STRIDE);
+	zeros_op(crc_zeros2, 2 * CRC_STRIDE);
+#if defined(__x86_64__)
+	crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_raw_hw(uint32_t crc, const uint8_t *p, size_t n)
+{
+	uint64_t c = crc;
+	while (n && ((uintptr_t)p & 7)) {
+		c = _mm_crc32_u8((uint32_t)c, *p++);
+		n--;
+	}
+	for (; n >= 3 * CRC_STRIDE; p += 3 * CRC_STRIDE, n -= 3 * CRC_STRIDE) {
+		uint64_t c1 = 0, c2 = 0;
+		for (size_t i = 0; i < CRC_STRIDE; i += 8) {
+			uint64_t w0, w1, w2;
+			memcpy(&w0, p + i, 8);
+			memcpy(&w1, p + CRC_STRIDE + i, 8);
+			memcpy(&w2, p + 2 * CRC_STRIDE + i, 8);
+			c = _mm_crc32_u64(c, w0);
+			c1 = _mm_crc32_u64(c1, w1);
+			c2 = _mm_crc32_u64(c2, w2);
+		}
+		c = crc_apply(crc_zeros2, (uint32_t)c) ^ crc_apply(crc_zeros1, (uint32_t)c1) ^
+		    (uint32_t)c2;
+	}
+	for (; n >= 8; p += 8, n -= 8) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		c = _mm_crc32_u64(c, w);
+	}
+	while (n--)
+		c = _mm_crc32_u8((uint32_t)c, *p++);
+	return (uint32_t)c;
+}
+#endif
+
+uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
+{
+	pthread_once(&crc_once, crc_init);
+#if defined(__x86_64__)
+	if (crc_hw)
+		return ~crc32c_raw_hw(~crc, buf, len);
+#endif
+	return ~crc32c_raw_sw(~crc, buf, len);
+}
+
+/* ---- framing and index parsing ------------------------------------------------ */
+
+int tfr_parse_header(const void *buf, size_t len, uint64_t *payload_len, char *err,
+		     size_t errlen)
+{
+	const uint8_t *p = buf;
+	if (len < TFR_HDR_LEN)
+		return fail(err, errlen, "record header truncated (%zu of %d bytes)", len,
+			    TFR_HDR_LEN);
+	uint32_t stored = fmt_le32(p + 8), want = tfr_mask_crc(crc32c(0, p, 8));
+	if (stored != want)
+		return fail(err, errlen, "length CRC mismatch (stored %08x, computed %08x): not a "
+				 "TFRecord file, or damaged", stored, want);
+	*payload_len = fmt_le64(p);
+	return 0;
+}
+
+static bool is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r';
+}
+
+static bool parse_num(const char **p, const char *end, uint64_t *v)
+{
+	const char *s = *p;
+	uint64_t x = 0;
+	while (s < end && *s >= '0' && *s <= '9') {
+		if (x > (UINT64_MAX - 9) / 10)
+			return false;
+		x = x * 10 + (uint64_t)(*s - '0');
+		s++;
+	}
+	if (s == *p)
+		return false;
+	*p = s;
+	*v = x;
+	return true;
+}
+
+int tfr_parse_index(const char *buf, size_t len, struct tfr_extent **out, uint64_t *n,
+		    char *err, size_t errlen)
+{
+	const char *p = buf, *end = buf + len;
+	struct tfr_extent *v = NULL;
+	uint64_t cnt = 0, cap = 0, line = 0;
+	*out = NULL;
+	*n = 0;
+	while (p < end) {
+		line++;
+		while (p < end && is_space(*p))
+			p++;
+		if (p < end && *p == '\n') {
+			p++;
+			continue;
+		}
+		if (p == end)
+			break;
+		struct tfr_extent e;
+		if (!parse_num(&p, end, &e.off))
+			goto bad;
+		if (p == end || !is_space(*p))
+			goto bad;
+		while (p < end && is_space(*p))
+			p++;
+		if (!parse_num(&p, end, &e.len))
+			goto bad;
+		while (p < end && is_space(*p))
+			p++;
+		if (p < end && *p != '\n')
+			goto bad;
+		if (p < end)
+			p++;
+		if (cnt == cap) {
+			cap = MAX(cap * 2, 256);
+			struct tfr_extent *nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				free(v);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		v[cnt++] = e;
+	}
+	*out = v;
+	*n = cnt;
+	return 0;
+bad:
+	free(v);
+	return fail(err, errlen, "line %llu is not \"<offset> <size>\"", (unsigned long long)line);
+}
+
+/* ---- scanning -------------------------------------------------------------------- */
+
+#define SCAN_WIN (1u << 20)
+#define INDEX_MAX (1ull << 30)
+
+struct recs {
+	struct tfr_extent *v; /* off: record start, len: payload bytes */
+	uint64_t n, cap;
+};
+
+static int recs_push(struct recs *r, uint64_t off, uint64_t len)
+{
+	if (r->n == r->cap) {
+		r->cap = MAX(r->cap * 2, 1024);
+		struct tfr_extent *nv = realloc(r->v, r->cap * sizeof(*r->v));
+		if (!nv)
+			return -ENOMEM;
+		r->v = nv;
+	}
+	r->v[r->n++] = (struct tfr_extent){ off, len };
+	return 0;
+}
+
+/* Walk the records of the file, reading headers through a window (payloads
+ * larger than the window are skipped, not read). With an index, every entry
+ * must match the record found at its place: else *index_bad says why. */
+static int tfr_walk(int fd, uint64_t size, const struct tfr_extent *ix, uint64_t nix,
+		    struct recs *out, char *why, size_t whylen, bool *index_bad, char *err,
+		    size_t errlen)
+{
+	uint8_t *win = malloc(SCAN_WIN);
+	if (!win)
+		return -ENOMEM;
+	uint64_t wpos = 0, wlen = 0, pos = 0, i = 0;
+	int rc = 0;
+	*index_bad = false;
+	while (pos < size) {
+		if (ix && (i >= nix || ix[i].off != pos)) {
+			*index_bad = true;
+			if (i >= nix)
+				snprintf(why, whylen, "it lists %llu records, the file holds more",
+					 (unsigned long long)nix);
+			else
+				snprintf(why, whylen, "entry %llu says offset %llu, the record starts "
+					 "at %llu", (unsigned long long)i,
+					 (unsigned long long)ix[i].off, (unsigned long long)pos);
+			break;
+		}
+		if (size - pos < TFR_HDR_LEN + TFR_FOOTER_LEN) {
+			rc = fail(err, errlen, "record %llu at offset %llu: the last %llu bytes are "
+					 "too short for a record (truncated)", (unsigned long long)i,
+				  (unsigned long long)pos, (unsigned long long)(size - pos));
+			break;
+		}
+		if (pos < wpos || pos + TFR_HDR_LEN > wpos + wlen) {
+			wlen = MIN(size - pos, (uint64_t)SCAN_WIN);
+			rc = pread_full(fd, win, (size_t)wlen, pos);
+			if (rc == -ENODATA)
+				rc = fail(err, errlen, "file shrank while being scanned");
+			if (rc)
+				break;
+			wpos = pos;
+		}
+		uint64_t len;
+		rc = tfr_parse_header(win + (pos - wpos), TFR_HDR_LEN, &len, err, errlen);
+		if (rc) {
+			char inner[256];
+			str_copy(inner, sizeof(inner), err);
+			fail(err, errlen, "record %llu at offset %llu: %s", (unsigned long long)i,
+			     (unsigned long long)pos, inner);
+			break;
+		}
+		if (len > size - pos - TFR_HDR_LEN - TFR_FOOTER_LEN) {
+			rc = fail(err, errlen, "record %llu at offset %llu: its payload of %llu bytes "
+					 "runs past the end of the file (truncated)",
+				  (unsigned long long)i, (unsigned long long)pos,
+				  (unsigned long long)len);
+			break;
+		}
+		if (ix && ix[i].len != len + TFR_HDR_LEN + TFR_FOOTER_LEN) {
+			*index_bad = true;
+			snprintf(why, whylen, "entry %llu says %llu bytes, the record holds %llu",
+				 (unsigned long long)i, (unsigned long long)ix[i].len,
+				 (unsigned long long)(len + TFR_HDR_LEN + TFR_FOOTER_LEN));
+			break;
+		}
+		if ((rc = recs_push(out, pos, len)) != 0)
+			break;
+		pos += TFR_HDR_LEN + len + TFR_FOOTER_LEN;
+		i++;
+	}
+	if (rc == 0 && !*index_bad && ix && i != nix) {
+		*index_bad = true;
+		snprintf(why, whylen, "it lists %llu records, the file holds %llu",
+			 (unsigned long long)nix, (unsigned long long)i);
+	}
+	free(win);
+	return rc;
+}
+
+static bool file_exists(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* DLIO's index of <data>/<split>/[sub/]<name>: <data>/index/<split>/<name>.idx,
+ * with the dataset root either <data>/<split> or <data>; else <file>.idx. */
+static char *find_index(const char *root, const char *rel)
+{
+	const char *base = strrchr(rel, '/');
+	base = base ? base + 1 : rel;
+	const char *rbase = strrchr(root, '/');
+	char path[PATH_MAX];
+	if (rbase && rbase != root) {
+		int n = snprintf(path, sizeof(path), "%.*s/index/%s/%s.idx", (int)(rbase - root),
+				 root, rbase + 1, base);
+		if (n < (int)sizeof(path) && file_exists(path))
+			return xstrdup(path);
+	}
+	const char *slash = strchr(rel, '/');
+	if (slash) {
+		int n = snprintf(path, sizeof(path), "%s/index/%.*s/%s.idx", root,
+				 (int)(slash - rel), rel, base);
+		if (n < (int)sizeof(path) && file_exists(path))
+			return xstrdup(path);
+	}
+	int n = snprintf(path, sizeof(path), "%s/%s.idx", root, rel);
+	if (n < (int)sizeof(path) && file_exists(path))
+		return xstrdup(path);
+	return NULL;
+}
+
+static int read_small_file(const char *path, char **buf, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	int rc = fstat(fd, &st) == 0 ? 0 : -errno;
+	if (rc == 0 && (uint64_t)st.st_size > INDEX_MAX)
+		rc = -EFBIG;
+	if (rc == 0) {
+		*len = (size_t)st.st_size;
+		*buf = malloc(MAX(*len, (size_t)1));
+		rc = *buf ? pread_full(fd, *buf, *len, 0) : -ENOMEM;
+		if (rc) {
+			free(*buf);
+			*buf = NULL;
+		}
+	}
+	close(fd);
+	return rc;
+}
+
+static int tfr_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+{
+	const char *rel = cat_builder_path(b, file);
+	char err[512], why[256];
+	struct recs r = { 0 };
+	bool index_bad = false;
+	int rc = 0;
+	char *ipath = find_index(cat_builder_root(b), rel);
+	if (ipath) {
+		char *text = NULL;
+		size_t tlen = 0;
+		struct tfr_extent *ix = NULL;
+		uint64_t nix = 0;
+		rc = read_small_file(ipath, &text, &tlen);
+		if (rc == 0) {
+			rc = tfr_parse_index(text, tlen, &ix, &nix, why, sizeof(why));
+			free(text);
+			if (rc == SEER_EDATASET) {
+				index_bad = true;
+				rc = 0;
+			}
+		} else {
+			snprintf(why, sizeof(why), "%s", strerror(-rc));
+			index_bad = true;
+			rc = 0;
+		}
+		if (rc == 0 && !index_bad)
+			rc = tfr_walk(fd, size, ix, nix, &r, why, sizeof(why), &index_bad, err,
+				      sizeof(err));
+		free(ix);
+		if (rc == 0 && index_bad) {
+			log_warn("tfrecord %s: index %s does not match the file (%s); scanning the "
+				 "file instead", rel, ipath, why);
+			r.n = 0;
+		}
+	}
+	if (rc == 0 && (!ipath || index_bad))
+		rc = tfr_walk(fd, size, NULL, 0, &r, why, sizeof(why), &index_bad, err, sizeof(err));
+	free(ipath);
+	if (rc == 0) {
+		static const struct seer_wire_type bytes = { .dtype = SEER_DT_BYTES };
+		uint32_t type;
+		rc = cat_intern_type(b, &bytes, &type);
+		for (uint64_t i = 0; rc == 0 && i < r.n; i++)
+			rc = cat_add_sample(b, file, r.v[i].off, r.v[i].len, -1, type);
+	} else if (rc == SEER_EDATASET) {
+		cat_builder_error(b, "%s", err);
+	}
+	free(r.v);
+	return rc;
+}
+
+static bool tfr_accept(const struct cat_params *p, const char *relpath)
+{
+	(void)p;
+	size_t n = strlen(relpath);
+	return !(n >= 4 && strcmp(relpath + n - 4, ".idx") == 0);
+}
+
+/* ---- reading ------------------------------------------------------------------------ */
+
+static int preadv_full(int fd, struct iovec *iov, int cnt, uint64_t off)
+{
+	while (cnt > 0) {
+		ssize_t n = preadv(fd, iov, cnt, (off_t)off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -ENODATA;
+		off += (uint64_t)n;
+		while (cnt > 0 && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			cnt--;
+		}
+		if (cnt > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+static int tfr_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+{
+	int fd = cat_reader_fd(rd, s->file);
+	if (fd < 0)
+		return fd;
+	uint8_t hdr[TFR_HDR_LEN], foot[TFR_FOOTER_LEN];
+	struct iovec iov[3] = {
+		{ hdr, sizeof(hdr) }, { dst, (size_t)s->length }, { foot, sizeof(foot) },
+	};
+	int rc = preadv_full(fd, iov, 3, s->offset);
+	if (rc == -ENODATA)
+		return cat_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
+				      "records: restart seerd to rescan");
+	if (rc)
+		return rc;
+	char err[256];
+	uint64_t len;
+	if (tfr_parse_header(hdr, sizeof(hdr), &len, err, sizeof(err)) != 0)
+		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: %s",
+				      (unsigned long long)s->offset, err);
+	if (len != s->length)
+		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu holds %llu bytes, "
+				      "the catalog says %llu: restart seerd to rescan",
+				      (unsigned long long)s->offset, (unsigned long long)len,
+				      (unsigned long long)s->length);
+	uint32_t stored = fmt_le32(foot), want = tfr_mask_crc(crc32c(0, dst, (size_t)s->length));
+	if (stored != want)
+		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: payload CRC "
+				      "mismatch (stored %08x, computed %08x): the file is damaged",
+				      (unsigned long long)s->offset, stored, want);
+	return 0;
+}
+
+const struct fmt_ops fmt_tfrecord = {
+	.name = "tfrecord",
+	.accept = tfr_accept,
+	.scan = tfr_scan,
+	.read = tfr_read,
+};
