@@ -61,12 +61,14 @@ DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 # tools/<name>.c -> bin/<name>, linked with the core modules
 TOOL_SRC := $(wildcard tools/*.c)
-TOOLS := $(BIN)/seer-trainer $(patsubst tools/%.c,$(BIN)/%,$(TOOL_SRC))
+TOOLS := $(BIN)/seer-trainer $(patsubst tools/%.c,$(BIN)/%,$(TOOL_SRC)) \
+	$(if $(wildcard tests/integration/hostile.c),$(BIN)/seer-hostile)
 FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
 
 .SECONDARY:
-.PHONY: all setup deps demo test unit integration asan tsan sanitize clean install fuzz fuzz-run
+.PHONY: all setup deps demo test unit integration asan tsan sanitize clean install fuzz fuzz-run \
+	bench
 all: $(BIN)/seerd $(LIB)/libseer.so $(TOOLS)
 
 $(B)/obj/%.o: %.c
@@ -94,6 +96,12 @@ $(LIB)/libseer.so: $(LIB)/libseer.so.$(SOVER)
 $(BIN)/seer-trainer: $(B)/obj/tests/integration/trainer.o $(LIB)/libseer.so
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< -L$(LIB) -lseer -Wl,-rpath,'$$ORIGIN/../lib' -lz
+
+# a deliberately misbehaving client for the fault tests (speaks the wire
+# protocol itself, so it can break every rule of it)
+$(BIN)/seer-hostile: $(B)/obj/tests/integration/hostile.o $(B)/libcore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # the PFS emulator is a FUSE file system: its own flags
 $(B)/obj/tools/seer-pfsemu.o: CFLAGS += $(FUSE_CFLAGS)
@@ -139,6 +147,10 @@ fuzz-run: $(FUZZ_BIN)
 	    > $(B)/$$n.log 2>&1 || { tail -40 $(B)/$$n.log; echo "FUZZ CRASH in $$n: reproducer in $(B)/artifacts/"; exit 1; }; \
 	  echo "$$n: $$(grep -o 'stat::number_of_executed_units: [0-9]*' $(B)/$$n.log | grep -o '[0-9]*$$') executions in $(FUZZ_SECONDS) s, corpus $$(ls $(B)/corpus/$$n | wc -l), no crash"; \
 	done
+
+# benchmarks (not tests: they print numbers and never fail on a timing)
+bench: all
+	$(PY) scripts/bench/run.py $(BENCH_ARGS)
 
 deps:
 	@scripts/deps.sh

@@ -10,7 +10,9 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <linux/stat.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -182,6 +184,7 @@ struct engine {
 	/* NVMe tier: one file per node, unlinked as soon as it is open */
 	int nvme_fd;
 	bool nvme_ok, nvme_direct;
+	uint32_t nvme_align;     /* slot and transfer alignment (O_DIRECT's, or 64) */
 	uint64_t nvme_cap;
 	uint64_t *nvme_sum;      /* per sample, valid when READY */
 	uint64_t nvme_loaded, nvme_loaded_bytes, nvme_planned;
@@ -268,13 +271,13 @@ static bool local_nvme(const struct engine *e, uint32_t s)
 static uint64_t stage_need(const struct engine *e, uint32_t s)
 {
 	uint64_t len = e->cat->samples[s].length;
-	return local_nvme(e, s) ? ALIGN_UP(len, NVME_ALIGN) + NVME_ALIGN
+	return local_nvme(e, s) ? ALIGN_UP(len, (uint64_t)e->nvme_align) + e->nvme_align
 				: ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
 }
 
 static uint64_t nvme_io_len(const struct engine *e, uint64_t len)
 {
-	return e->nvme_direct ? ALIGN_UP(len, NVME_ALIGN) : len;
+	return e->nvme_direct ? ALIGN_UP(len, (uint64_t)e->nvme_align) : len;
 }
 
 #define BOUNCE_COOKIE(b) ((void *)(intptr_t)((b) + 1))
@@ -530,7 +533,7 @@ static int check_staging(struct engine *e, char *err, size_t errlen)
 {
 	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
 	per &= ~(NVME_ALIGN - 1);
-	uint64_t one = e->nvme_ok ? ALIGN_UP(e->cat->max_len, NVME_ALIGN) + NVME_ALIGN
+	uint64_t one = e->nvme_ok ? ALIGN_UP(e->cat->max_len, (uint64_t)e->nvme_align) + e->nvme_align
 				  : ALIGN_UP(e->cat->max_len, (uint64_t)PLAN_RAM_ALIGN);
 	uint64_t need = (uint64_t)e->sh.batch * one;
 	if (e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1)
@@ -810,17 +813,25 @@ static void nvme_open(struct engine *e)
 		nvme_disable(e, why);
 		return;
 	}
-	/* O_DIRECT when the file system has it (not tmpfs) */
+	/* O_DIRECT when the file system has it, at the alignment it asks for
+	 * (statx STATX_DIOALIGN, Linux 6.1+; 4 KiB when it does not say) */
 	char self[64];
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	e->nvme_align = PLAN_RAM_ALIGN;
 	int dfd = open(self, O_RDWR | O_DIRECT | O_CLOEXEC);
 	if (dfd >= 0) {
+		uint32_t align = (uint32_t)NVME_ALIGN;
+		struct statx sx;
+		if (syscall(SYS_statx, dfd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&
+		    (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align > 0)
+			align = MAX(MAX(sx.stx_dio_offset_align, sx.stx_dio_mem_align), 64u);
 		void *probe = NULL;
-		if (posix_memalign(&probe, NVME_ALIGN, NVME_ALIGN) == 0 &&
-		    pread(dfd, probe, NVME_ALIGN, 0) == (ssize_t)NVME_ALIGN) {
+		if (align <= NVME_ALIGN && posix_memalign(&probe, NVME_ALIGN, NVME_ALIGN) == 0 &&
+		    pread(dfd, probe, align, 0) == (ssize_t)align) {
 			close(fd);
 			fd = dfd;
 			e->nvme_direct = true;
+			e->nvme_align = align;
 		} else {
 			close(dfd);
 		}
@@ -830,8 +841,9 @@ static void nvme_open(struct engine *e)
 	e->nvme_cap = cap;
 	e->nvme_sum = xcalloc(e->cat->nsamples, sizeof(uint64_t));
 	char a[32];
-	log_info("NVMe tier: %s in %s (%s)", fmt_size(a, sizeof(a), cap), dir,
-		 e->nvme_direct ? "O_DIRECT" : "buffered: the file system has no O_DIRECT");
+	log_info("NVMe tier: %s in %s (%s, %u-byte slots)", fmt_size(a, sizeof(a), cap), dir,
+		 e->nvme_direct ? "O_DIRECT" : "buffered: the file system has no O_DIRECT",
+		 e->nvme_align);
 }
 
 /* Place the I/O threads (see src/topo.h for the policy). */
@@ -871,7 +883,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	nvme_open(e);
 	if (e->nvme_ok && e->nnodes > 1) {
 		e->nbounce = (uint32_t)MIN(o->cfg->io_threads, 16ull);
-		e->bounce_size = ALIGN_UP(cat->max_len, NVME_ALIGN);
+		e->bounce_size = ALIGN_UP(cat->max_len, (uint64_t)e->nvme_align);
 	}
 	uint64_t types_off = ALIGN_UP(sizeof(struct seer_arena_hdr), 64ull);
 	uint64_t data_off = ALIGN_UP(types_off + (uint64_t)cat->ntypes * sizeof(struct seer_wire_type),
@@ -1506,8 +1518,8 @@ static bool prepare(struct engine *e, struct trainer *t)
 			task_wait(tk, t->rank, t->gen, g);
 			sl->pending++;
 		} else if (local_nvme(e, s)) {
-			d[i].offset = ALIGN_UP(off, NVME_ALIGN);
-			off = d[i].offset + ALIGN_UP(cs->length, NVME_ALIGN);
+			d[i].offset = ALIGN_UP(off, (uint64_t)e->nvme_align);
+			off = d[i].offset + ALIGN_UP(cs->length, (uint64_t)e->nvme_align);
 			struct etask *tk = task_new(e);
 			tk->sample = s;
 			tk->dst_off = d[i].offset;
@@ -2190,7 +2202,8 @@ void engine_tick(struct engine *e)
 
 struct plan_cap engine_cap(const struct engine *e)
 {
-	return (struct plan_cap){ .ram = e->cache_cap, .nvme = e->nvme_ok ? e->nvme_cap : 0 };
+	return (struct plan_cap){ .ram = e->cache_cap, .nvme = e->nvme_ok ? e->nvme_cap : 0,
+				  .nvme_align = e->nvme_align };
 }
 
 void engine_set_caps(struct engine *e, const struct plan_cap *caps)

@@ -25,7 +25,8 @@ static int place(struct plan *p, uint32_t s, uint64_t len, uint32_t node,
 		p->off[s] = p->ram_used[node];
 		p->ram_used[node] += ra;
 	} else {
-		uint64_t na = ALIGN_UP(len, (uint64_t)PLAN_NVME_ALIGN);
+		uint64_t align = cap[node].nvme_align ? cap[node].nvme_align : PLAN_NVME_ALIGN;
+		uint64_t na = ALIGN_UP(len, align);
 		if (p->nvme_used[node] > cap[node].nvme || cap[node].nvme - p->nvme_used[node] < na)
 			return 0;
 		p->tier[s] = PLAN_NVME;
@@ -116,7 +117,8 @@ static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, 
 			if (seen[s])
 				continue; /* already tried on the only node */
 			uint64_t len = c ? c->samples[s].length : lens[s];
-			place(p, s, len, 0, cap);
+			if (place(p, s, len, 0, cap))
+				p->spilled++;
 		}
 	}
 	free(order);

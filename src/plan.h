@@ -31,6 +31,9 @@ enum plan_tier { PLAN_NONE = 0, PLAN_RAM = 1, PLAN_NVME = 2 };
 struct plan_cap {
 	uint64_t ram;
 	uint64_t nvme;
+	uint32_t nvme_align;  /* NVMe slot alignment (the file system's O_DIRECT
+				 alignment); 0: PLAN_NVME_ALIGN */
+	uint32_t pad_;
 };
 
 struct plan {
@@ -43,7 +46,8 @@ struct plan {
 	uint64_t *nvme_used;
 	uint64_t cached_samples;
 	uint64_t cached_bytes;   /* sample bytes (no alignment) */
-	uint64_t spilled;        /* samples owned by a node other than their first reader */
+	uint64_t spilled;        /* samples cached on a node other than their first
+				    reader's, or read by nobody in the first epoch */
 };
 
 /* Build the plan for a job starting at `first_epoch`. rank_node[r] is the

@@ -438,7 +438,7 @@ int main(int argc, char **argv)
 		rank_node[r] = o.cyclic ? r % (uint32_t)o.nodes : r / (uint32_t)o.tpn;
 	struct plan_cap *cap = xmalloc(o.nodes * sizeof(*cap));
 	for (uint64_t k = 0; k < o.nodes; k++)
-		cap[k] = (struct plan_cap){ o.ram, o.nvme };
+		cap[k] = (struct plan_cap){ .ram = o.ram, .nvme = o.nvme };
 	struct psim_job job = {
 		.len = len, .sh = &sh, .epochs = o.epochs, .nnodes = (uint32_t)o.nodes,
 		.rank_node = rank_node, .cap = cap, .nopfs_fill = o.fill,

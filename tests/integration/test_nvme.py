@@ -55,7 +55,7 @@ def test_ram_plus_nvme_holds_the_dataset():
             st = d.stats()
             pfs = [e["pfs_bytes"] for e in st["epochs"]]
             nv = [e["nvme_samples"] for e in st["epochs"]]
-            direct = "(O_DIRECT)" in d.log()
+            direct = "(O_DIRECT," in d.log()
             log("%s: PFS bytes per epoch %s (dataset %d), NVMe reads per epoch %s, O_DIRECT %s" %
                 (where, pfs, D, nv, direct))
             check(st["cache"]["nvme_enabled"], "NVMe tier not enabled:\n" + d.log())

@@ -54,7 +54,7 @@ static void tjob_sizes(struct tjob *t, uint64_t size)
 static void tjob_caps(struct tjob *t, uint64_t ram, uint64_t nvme)
 {
 	for (uint32_t k = 0; k < t->job.nnodes; k++)
-		t->cap[k] = (struct plan_cap){ ram, nvme };
+		t->cap[k] = (struct plan_cap){ .ram = ram, .nvme = nvme };
 }
 
 static void tjob_free(struct tjob *t)
@@ -333,8 +333,8 @@ Test(plansim, seer_spill_costs_one_read)
 	struct tjob t;
 	tjob_init(&t, 1000, 2, 1, 10, false, 3, 8);
 	tjob_sizes(&t, 8 * KiB);
-	t.cap[0] = (struct plan_cap){ 0, 0 };
-	t.cap[1] = (struct plan_cap){ 1000 * 8 * KiB, 0 };
+	t.cap[0] = (struct plan_cap){ .ram = 0, .nvme = 0 };
+	t.cap[1] = (struct plan_cap){ .ram = 1000 * 8 * KiB, .nvme = 0 };
 	struct psim_result s = run(&t, PSIM_SEER);
 	assert_accounting(&s, &t);
 	cr_assert_eq(s.spilled, 500);
