@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -98,6 +99,8 @@ struct cat_builder {
 	struct catalog *c;
 	const struct cat_opts *o;
 	struct strpool pool;
+	uint32_t *type_hash;   /* open addressing: type index + 1, 0 = empty */
+	uint32_t type_hash_cap;
 	uint64_t cap_samples;
 	uint32_t cap_types;
 	char **classes;      /* sorted class directory names */
@@ -125,10 +128,27 @@ int cat_add_sample(struct cat_builder *b, uint32_t file, uint64_t offset, uint64
 	return 0;
 }
 
+/* Datasets whose files each have their own shape (DLIO's varying sizes) make
+ * as many types as files: a hash table keeps interning O(1). */
 int cat_intern_type(struct cat_builder *b, const struct seer_wire_type *t, uint32_t *idx)
 {
 	struct catalog *c = b->c;
-	for (uint32_t i = 0; i < c->ntypes; i++) {
+	if ((uint64_t)(c->ntypes + 1) * 2 > b->type_hash_cap) {
+		uint32_t cap = MAX(b->type_hash_cap * 2, 64u);
+		uint32_t *h = xcalloc(cap, sizeof(uint32_t));
+		for (uint32_t i = 0; i < c->ntypes; i++) {
+			uint64_t k = XXH64(&c->types[i], sizeof(*t), 0) & (cap - 1);
+			while (h[k])
+				k = (k + 1) & (cap - 1);
+			h[k] = i + 1;
+		}
+		free(b->type_hash);
+		b->type_hash = h;
+		b->type_hash_cap = cap;
+	}
+	uint64_t k = XXH64(t, sizeof(*t), 0) & (b->type_hash_cap - 1);
+	for (; b->type_hash[k]; k = (k + 1) & (b->type_hash_cap - 1)) {
+		uint32_t i = b->type_hash[k] - 1;
 		if (memcmp(&c->types[i], t, sizeof(*t)) == 0) {
 			*idx = i;
 			return 0;
@@ -139,6 +159,7 @@ int cat_intern_type(struct cat_builder *b, const struct seer_wire_type *t, uint3
 		c->types = xrealloc(c->types, b->cap_types * sizeof(*c->types));
 	}
 	c->types[c->ntypes] = *t;
+	b->type_hash[k] = c->ntypes + 1;
 	*idx = c->ntypes++;
 	return 0;
 }
@@ -309,6 +330,9 @@ static int cat_build(const struct cat_opts *o, const struct fmt_ops *fmt, const 
 	struct catalog *c = xcalloc(1, sizeof(*c));
 	c->root = xstrdup(root);
 	c->fmt = fmt;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	c->scan_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 	c->params_hash = hash_params(o);
 	struct cat_builder b = { .c = c, .o = o };
 	struct walk w = { .pool = &b.pool, .fmt = fmt, .params = &o->params, .progress = o->progress };
@@ -421,6 +445,7 @@ fail:
 	for (uint32_t i = 0; i < b.nclasses; i++)
 		free(b.classes[i]);
 	free(b.classes);
+	free(b.type_hash);
 	if (c) {
 		c->strpool = b.pool.buf; /* freed by cat_free */
 		b.pool.buf = NULL;
@@ -440,13 +465,18 @@ void cat_free(struct catalog *c)
 	free(c->types);
 	free(c->dirs);
 	free(c->strpool);
+	free(c->cache_path);
 	free(c);
 }
 
 /* ---- serialization -------------------------------------------------------- */
 
 #define CAT_IMG_MAGIC "SEERCAT"
-#define CAT_IMG_VERSION 1u
+#define CAT_IMG_VERSION 2u
+/* A directory changed within this much of the scan's start may have changed
+ * again within its timestamp's granularity (1 s on Lustre/GPFS): its mtime
+ * proves nothing, so the cache is rebuilt (git's "racy clean" rule). */
+#define CAT_RACY_NS 2000000000ll
 
 struct cat_img_hdr {
 	char magic[8];
@@ -463,8 +493,9 @@ struct cat_img_hdr {
 	uint32_t root_off;
 	uint32_t pad_;
 	char format[16];
+	int64_t scan_ns;      /* wall-clock start of the scan */
 };
-_Static_assert(sizeof(struct cat_img_hdr) == 88, "catalog image header");
+_Static_assert(sizeof(struct cat_img_hdr) == 96, "catalog image header");
 
 static int img_size(uint64_t nfiles, uint64_t nsamples, uint64_t ntypes, uint64_t ndirs,
 		    uint64_t pool, uint64_t *out)
@@ -495,7 +526,7 @@ int cat_serialize(const struct catalog *c, void **buf, size_t *len)
 		.magic = CAT_IMG_MAGIC, .version = CAT_IMG_VERSION, .hdr_size = sizeof(h),
 		.params_hash = c->params_hash, .hash = c->hash, .nsamples = c->nsamples,
 		.strpool_len = pool, .nfiles = c->nfiles, .ntypes = c->ntypes, .ndirs = c->ndirs,
-		.nclasses = c->nclasses, .root_off = (uint32_t)c->strpool_len,
+		.nclasses = c->nclasses, .root_off = (uint32_t)c->strpool_len, .scan_ns = c->scan_ns,
 	};
 	snprintf(h.format, sizeof(h.format), "%s", c->fmt->name);
 	char *q = p;
@@ -621,6 +652,7 @@ int cat_deserialize(const void *buf, size_t len, struct catalog **out, char *err
 	if (hash_content(c) != h.hash)
 		BAD("catalog cache content hash mismatch");
 	c->from_cache = true;
+	c->scan_ns = h.scan_ns;
 	*out = c;
 	return 0;
 bad:
@@ -652,7 +684,7 @@ static bool cat_is_current(const struct catalog *c)
 		if (rc != 0)
 			return false;
 		int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-		if (m != c->dirs[i].mtime_ns)
+		if (m != c->dirs[i].mtime_ns || m >= c->scan_ns - CAT_RACY_NS)
 			return false;
 	}
 	return true;
@@ -717,7 +749,7 @@ int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t e
 		if (c) {
 			log_info("catalog: %llu samples in %u files loaded from %s",
 				 (unsigned long long)c->nsamples, c->nfiles, cpath);
-			free(cpath);
+			c->cache_path = cpath;
 			*out = c;
 			return 0;
 		}
@@ -745,7 +777,7 @@ int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t e
 			log_warn("cannot save the catalog to %s: %s (the next start rescans)", cpath,
 				 strerror(-mk));
 	}
-	free(cpath);
+	c->cache_path = cpath;
 	*out = c;
 	return 0;
 }
@@ -801,7 +833,8 @@ int cat_reader_fd(struct cat_reader *rd, uint32_t file)
 		close(fd);
 		return e;
 	}
-	if ((uint64_t)st.st_size != c->files[file].size) {
+	int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	if ((uint64_t)st.st_size != c->files[file].size || mtime != c->files[file].mtime_ns) {
 		close(fd);
 		return -ESTALE; /* the file changed since the catalog was built */
 	}
@@ -847,10 +880,15 @@ int cat_read(struct cat_reader *rd, uint64_t id, void *dst)
 	const struct cat_sample *s = &c->samples[id];
 	int rc = c->fmt->read(rd, id, s, dst);
 	if (rc != 0) {
+		if (rc == -ESTALE && c->cache_path) {
+			/* the cache describes files that are gone: the next start
+			 * must rescan (unlink is idempotent across threads) */
+			unlink(c->cache_path);
+		}
 		if (rd->err[0] == '\0')
 			cat_read_error(rd, id, rc, "%s", rc == -ESTALE
-				       ? "file size changed since the catalog was built: restart "
-					 "seerd to rescan"
+				       ? "file changed (size or mtime) since the catalog was built: "
+					 "restart seerd to rescan"
 				       : seer_strerror(rc));
 		cat_reader_forget(rd, s->file);
 	}

@@ -75,6 +75,9 @@ struct catalog {
 	uint64_t params_hash;      /* hash of format name + params */
 	uint64_t hash;             /* content hash: files, samples, types */
 	bool from_cache;           /* loaded from the cache file, not scanned */
+	int64_t scan_ns;           /* wall-clock time the scan started */
+	char *cache_path;          /* its cache file (removed when a read finds the
+				      dataset changed), or NULL */
 };
 
 struct cat_opts {
