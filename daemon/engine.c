@@ -89,6 +89,7 @@ struct waiter {
 	bool peer;
 	uint32_t a, b;
 	uint64_t c;
+	uint32_t i;           /* trainer: the sample's index in the batch */
 };
 
 enum tk_kind {
@@ -137,6 +138,7 @@ struct epoch_stats {
 	uint64_t nvme_written, nvme_corrupt;
 	uint64_t served_samples, served_bytes; /* sent to other daemons */
 	uint64_t fallbacks;                  /* peer fetches that fell back to the PFS */
+	uint64_t skipped;                    /* corrupt samples substituted (on_corrupt = skip) */
 	uint64_t failed;
 	double t_done;                       /* when the last local trainer finished it */
 };
@@ -198,6 +200,8 @@ struct engine {
 	uint32_t nbwait, capbwait;
 	uint64_t cache_base, cache_cap, stage_base, stage_cap;
 	_Atomic uint32_t *cstate; /* release-stored READY: the network thread reads it */
+	uint8_t *bad;            /* samples that failed their format checks (skip policy) */
+	bool skip_corrupt;
 	uint64_t cache_planned, cache_loaded, cache_loaded_bytes;
 
 	struct iopool pool;
@@ -338,9 +342,9 @@ static void task_wait_w(struct etask *t, struct waiter w)
 	t->w[t->nw++] = w;
 }
 
-static void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g)
+static void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i)
 {
-	task_wait_w(t, (struct waiter){ .peer = false, .a = rank, .b = gen, .c = g });
+	task_wait_w(t, (struct waiter){ .peer = false, .a = rank, .b = gen, .c = g, .i = i });
 }
 
 static void src_observe(struct engine *e, int src, double seconds, uint64_t bytes)
@@ -935,8 +939,10 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 			 strerror(-rc));
 		goto fail;
 	}
+	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
+	e->bad = calloc(cat->nsamples, 1);
 	e->cstate = calloc(cat->nsamples, sizeof(uint32_t));
-	if (!e->cstate) {
+	if (!e->cstate || !e->bad) {
 		snprintf(err, errlen, "out of memory");
 		rc = -ENOMEM;
 		goto fail;
@@ -1019,6 +1025,7 @@ void engine_destroy(struct engine *e)
 	free(e->step_stall);
 	free(e->step_count);
 	free((void *)e->cstate);
+	free(e->bad);
 	free(e->es);
 	free(e->caps);
 	free(e->early);
@@ -1454,6 +1461,91 @@ static bool can_prepare(struct engine *e, struct trainer *t)
 	return t->next_prep < taken + e->cfg->lookahead;
 }
 
+static void release_followers(struct engine *e, struct etask *tk, bool ok);
+
+/* on_corrupt = skip: the first sample after s (cyclically) not known to be
+ * corrupt and at most `room` bytes long; s itself when there is none. */
+static uint32_t substitute(const struct engine *e, uint32_t s, uint64_t room)
+{
+	uint64_t n = e->cat->nsamples;
+	for (uint64_t k = 1; k < n; k++) {
+		uint32_t x = (uint32_t)((s + k) % n);
+		if (!e->bad[x] && e->cat->samples[x].length <= room)
+			return x;
+	}
+	return s;
+}
+
+/* A read failed its format checks under on_corrupt = skip: read the
+ * substitute into the same place instead and fix the waiting batches'
+ * descriptors (not yet published). Returns false when nothing fits. */
+static bool retarget_corrupt(struct engine *e, struct etask *tk)
+{
+	uint32_t s = tk->sample;
+	if (!e->bad[s]) {
+		e->bad[s] = 1;
+		log_warn("%s: skipped (on_corrupt = skip)", tk->err);
+	}
+	uint64_t room = tk->to_cache ? ALIGN_UP(tk->len, (uint64_t)PLAN_RAM_ALIGN) : tk->len;
+	if (tk->stage_rank >= 0)
+		room = stage_need(e, s);
+	uint32_t x = substitute(e, s, UINT64_MAX);
+	if (x != s && e->cat->samples[x].length > room) {
+		/* the next valid sample is bigger: give it fresh staging when the
+		 * read's batch is a trainer's (the span is freed in order, after a
+		 * later batch), else take the next one that fits */
+		uint64_t off;
+		struct trainer *t = tk->stage_rank >= 0 ? &e->tr[tk->stage_rank] : NULL;
+		if (t && tk->nw == 1 && !tk->w[0].peer && t->gen == tk->w[0].b &&
+		    stg_alloc(&t->stg, ALIGN_UP(e->cat->samples[x].length, (uint64_t)PLAN_RAM_ALIGN),
+			      &off) == 0) {
+			tk->dst_off = off;
+			struct seer_wire_sample *d = (struct seer_wire_sample *)(
+				wslot(t, (uint32_t)(tk->w[0].c & (t->nslots - 1))) + 1);
+			d[tk->w[0].i].offset = off;
+		} else {
+			x = substitute(e, s, room);
+		}
+	}
+	if (x == s)
+		return false;
+	const struct cat_sample *cs = &e->cat->samples[x];
+	for (uint32_t k = 0; k < tk->nw; k++) {
+		const struct waiter *w = &tk->w[k];
+		if (w->peer)
+			return false; /* a peer asked for s itself: it gets the error */
+		struct trainer *t = &e->tr[w->a];
+		if (t->gen != w->b || !t->attached)
+			continue;
+		struct seer_wire_sample *d =
+			(struct seer_wire_sample *)(wslot(t, (uint32_t)(w->c & (t->nslots - 1))) + 1);
+		d[w->i].id = x;
+		d[w->i].length = cs->length;
+		d[w->i].label = cs->label;
+		d[w->i].type = cs->type;
+	}
+	if (tk->to_cache) {
+		/* s's cache slot now carries x's bytes for these batches only */
+		e->cstate[s] = CS_ABSENT;
+		tk->to_cache = false;
+		if (tk->fill)
+			e->fill_inflight--;
+		tk->fill = false;
+	}
+	if (tk->to_nvme) {
+		/* s will never get an NVMe copy: whoever followed this load reads
+		 * (and substitutes) on its own */
+		e->cstate[s] = CS_ABSENT;
+		release_followers(e, tk, false);
+	}
+	tk->to_nvme = false;
+	tk->sample = x;
+	tk->len = cs->length;
+	tk->err[0] = '\0';
+	estats(e, e->epochs_done)->skipped++;
+	return true;
+}
+
 /* Prepare batch next_prep of t; false when staging is full. */
 static bool prepare(struct engine *e, struct trainer *t)
 {
@@ -1468,6 +1560,8 @@ static bool prepare(struct engine *e, struct trainer *t)
 	uint64_t need = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
+		if (UNLIKELY(e->bad[s]))
+			s = substitute(e, s, UINT64_MAX);
 		e->ids[i] = s;
 		if (!local_ram(e, s))
 			need += stage_need(e, s);
@@ -1515,7 +1609,7 @@ static bool prepare(struct engine *e, struct trainer *t)
 				e->fill_left--;
 				task_submit(e, tk, g);
 			}
-			task_wait(tk, t->rank, t->gen, g);
+			task_wait(tk, t->rank, t->gen, g, i);
 			sl->pending++;
 		} else if (local_nvme(e, s)) {
 			d[i].offset = ALIGN_UP(off, (uint64_t)e->nvme_align);
@@ -1526,7 +1620,7 @@ static bool prepare(struct engine *e, struct trainer *t)
 			tk->len = cs->length;
 			tk->stage_rank = (int32_t)t->rank;
 			uint32_t st = e->cstate[s];
-			task_wait(tk, t->rank, t->gen, g);
+			task_wait(tk, t->rank, t->gen, g, i);
 			t->inflight++;
 			sl->pending++;
 			tk->need_g = g;
@@ -1557,7 +1651,7 @@ static bool prepare(struct engine *e, struct trainer *t)
 			tk->len = cs->length;
 			tk->need_g = g;
 			tk->stage_rank = (int32_t)t->rank;
-			task_wait(tk, t->rank, t->gen, g);
+			task_wait(tk, t->rank, t->gen, g, i);
 			t->inflight++;
 			sl->pending++;
 			uint32_t owner = e->plan.owner[s];
@@ -1699,6 +1793,11 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 		}
 		tk->bounce = -1;
 		task_free(e, tk);
+		return;
+	}
+	if (status == SEER_EDATASET && e->skip_corrupt && tk->kind == TK_PFS &&
+	    retarget_corrupt(e, tk)) {
+		task_submit(e, tk, tk->need_g);
 		return;
 	}
 	if (tk->kind == TK_NVME_READ && status != 0) {
@@ -1873,6 +1972,10 @@ static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint3
 	}
 	if (s >= e->cat->nsamples || !local_ram(e, s) || len != e->cat->samples[s].length) {
 		net_reply_error(e->net, peer, req_id, -ENOENT);
+		return;
+	}
+	if (e->bad[s]) {
+		net_reply_error(e->net, peer, req_id, -EBADMSG); /* it fails its checks */
 		return;
 	}
 	uint32_t st = e->cstate[s];
@@ -2308,6 +2411,7 @@ static void json_epochs(struct engine *e, struct sbuf *b)
 			  "\"nvme_written\":%llu,\"nvme_corrupt\":%llu,\"peer_samples\":%llu,"
 			  "\"peer_bytes\":%llu,\"pfs_samples\":%llu,\"pfs_bytes\":%llu,"
 			  "\"served_samples\":%llu,\"served_bytes\":%llu,\"peer_fallbacks\":%llu,"
+			  "\"skipped\":%llu,"
 			  "\"failed_batches\":%llu,\"seconds\":%.6f}",
 			  i ? "," : "", (unsigned long long)i, (unsigned long long)s->samples,
 			  (unsigned long long)s->bytes, (unsigned long long)s->ram_samples,
@@ -2317,6 +2421,7 @@ static void json_epochs(struct engine *e, struct sbuf *b)
 			  (unsigned long long)s->peer_bytes, (unsigned long long)s->pfs_samples,
 			  (unsigned long long)s->pfs_bytes, (unsigned long long)s->served_samples,
 			  (unsigned long long)s->served_bytes, (unsigned long long)s->fallbacks,
+			  (unsigned long long)s->skipped,
 			  (unsigned long long)s->failed,
 			  s->t_done > 0 ? s->t_done - t0 : -1.0);
 	}
