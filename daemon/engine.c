@@ -105,6 +105,7 @@ struct etask {
 	uint32_t sample;
 	uint8_t kind;         /* enum tk_kind: where the bytes come from */
 	bool to_cache;
+	uint32_t ckey;        /* to_cache: the RAM slot (key into cstate) it fills */
 	bool to_nvme;         /* TK_PFS: write to the NVMe tier afterwards */
 	bool fill;
 	int32_t bounce;       /* bounce slot the bytes live in, or -1 */
@@ -201,6 +202,13 @@ struct engine {
 	uint64_t cache_base, cache_cap, stage_base, stage_cap;
 	_Atomic uint32_t *cstate; /* release-stored READY: the network thread reads it */
 	uint8_t *bad;            /* samples that failed their format checks (skip policy) */
+	/* cache.policy = nopfs: each local trainer's own cached samples (sorted),
+	 * keyed nsamples + key0 + position; cstate and np_off cover the keys */
+	bool nopfs;
+	struct np_share { uint32_t *samples; uint32_t n, key0; } *np;
+	uint64_t *np_off;
+	uint32_t np_keys;
+	uint32_t *local_idx;     /* rank -> index among the local ranks */
 	bool skip_corrupt;
 	uint64_t cache_planned, cache_loaded, cache_loaded_bytes;
 
@@ -282,6 +290,34 @@ static uint64_t stage_need(const struct engine *e, uint32_t s)
 static uint64_t nvme_io_len(const struct engine *e, uint64_t len)
 {
 	return e->nvme_direct ? ALIGN_UP(len, (uint64_t)e->nvme_align) : len;
+}
+
+#define NOKEY UINT32_MAX
+
+/* The RAM cache slot serving `rank`'s need of s, as a key into cstate, or
+ * NOKEY. seer: one slot per planned sample of this node (key = s), shared by
+ * every local trainer; nopfs: the rank's own copy. */
+static uint32_t ram_key(const struct engine *e, uint32_t rank, uint32_t s)
+{
+	if (!e->nopfs)
+		return local_ram(e, s) ? s : NOKEY;
+	const struct np_share *sh = &e->np[e->local_idx[rank]];
+	uint32_t lo = 0, hi = sh->n;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (sh->samples[mid] < s)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < sh->n && sh->samples[lo] == s ? (uint32_t)e->cat->nsamples + sh->key0 + lo
+						   : NOKEY;
+}
+
+static uint64_t key_off(const struct engine *e, uint32_t key)
+{
+	uint64_t n = e->cat->nsamples;
+	return e->cache_base + (key < n ? e->plan.off[key] : e->np_off[key - n]);
 }
 
 #define BOUNCE_COOKIE(b) ((void *)(intptr_t)((b) + 1))
@@ -555,14 +591,109 @@ static int check_staging(struct engine *e, char *err, size_t errlen)
 	return 0;
 }
 
+struct np_cand {
+	uint32_t sample, count, first;
+};
+
+static int np_cmp_cand(const void *a, const void *b)
+{
+	const struct np_cand *x = a, *y = b;
+	if (x->count != y->count)
+		return x->count > y->count ? -1 : 1;
+	return x->first < y->first ? -1 : x->first > y->first;
+}
+
+static int np_cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* cache.policy = nopfs: each local trainer caches, in its own 1/nlocal share
+ * of the RAM cache, the samples its own stream reads most often over the job
+ * (ties: first read first), filled on first read, never evicted, shared with
+ * nobody. A model of NoPFS's per-rank placement, to measure what node-wide
+ * planning gains. */
+static void np_build(struct engine *e)
+{
+	uint64_t n = e->cat->nsamples;
+	uint64_t share = (e->cache_cap / MAX(e->nlocal, 1u)) & ~(uint64_t)(PLAN_RAM_ALIGN - 1);
+	uint32_t *count = xcalloc(n, sizeof(uint32_t));
+	uint32_t *first = xcalloc(n, sizeof(uint32_t));
+	uint32_t *ids = xcalloc(e->sh.batch, sizeof(uint32_t));
+	struct np_cand *cand = xcalloc(n, sizeof(*cand));
+	e->np = xcalloc(MAX(e->nlocal, 1u), sizeof(*e->np));
+	uint64_t cap_keys = 0;
+	for (uint32_t k = 0; k < e->nlocal; k++) {
+		uint32_t rank = e->local_ranks[k];
+		memset(count, 0, n * sizeof(uint32_t));
+		uint32_t pos = 0, ncand = 0;
+		for (uint64_t g = e->first_epoch * e->sh.bpe; g < e->end; g++) {
+			int m = smp_batch(&e->smp, g / e->sh.bpe, rank, g % e->sh.bpe, ids);
+			for (int i = 0; i < m; i++) {
+				if (count[ids[i]]++ == 0) {
+					first[ids[i]] = pos++;
+					cand[ncand++].sample = ids[i];
+				}
+			}
+		}
+		for (uint32_t i = 0; i < ncand; i++) {
+			cand[i].count = count[cand[i].sample];
+			cand[i].first = first[cand[i].sample];
+		}
+		qsort(cand, ncand, sizeof(*cand), np_cmp_cand);
+		uint64_t used = 0;
+		uint32_t take = 0;
+		while (take < ncand) {
+			uint64_t a = ALIGN_UP(e->cat->samples[cand[take].sample].length,
+					      (uint64_t)PLAN_RAM_ALIGN);
+			if (share - used < a)
+				break; /* the first that does not fit ends the list */
+			used += a;
+			take++;
+		}
+		struct np_share *sh = &e->np[k];
+		sh->n = take;
+		sh->key0 = e->np_keys;
+		sh->samples = xcalloc(MAX(take, 1u), sizeof(uint32_t));
+		for (uint32_t i = 0; i < take; i++)
+			sh->samples[i] = cand[i].sample;
+		qsort(sh->samples, take, sizeof(uint32_t), np_cmp_u32);
+		if (e->np_keys + (uint64_t)take > cap_keys) {
+			cap_keys = MAX(cap_keys * 2, e->np_keys + (uint64_t)take);
+			e->np_off = xrealloc(e->np_off, cap_keys * sizeof(uint64_t));
+		}
+		uint64_t off = share * k;
+		for (uint32_t i = 0; i < take; i++) {
+			e->np_off[e->np_keys + i] = off;
+			off += ALIGN_UP(e->cat->samples[sh->samples[i]].length, (uint64_t)PLAN_RAM_ALIGN);
+			e->local_cached_bytes += e->cat->samples[sh->samples[i]].length;
+		}
+		e->np_keys += take;
+	}
+	free(count);
+	free(first);
+	free(ids);
+	free(cand);
+	/* cstate covers the samples and then the trainers' copies */
+	e->cstate = xrealloc((void *)e->cstate, (n + e->np_keys) * sizeof(uint32_t));
+	memset((void *)(e->cstate + n), 0, e->np_keys * sizeof(uint32_t));
+	e->cache_planned = e->np_keys;
+}
+
 static void make_plan(struct engine *e)
 {
 	uint64_t t0 = now_ns();
+	struct plan_cap none[e->nnodes];
+	memset(none, 0, sizeof(none));
+	/* nopfs: the node-wide plan caches nothing; np_build places the copies */
 	if (plan_build(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node, e->nnodes,
-		       e->caps) != 0) {
+		       e->nopfs ? none : e->caps) != 0) {
 		log_error("out of memory building the placement plan");
 		abort();
 	}
+	if (e->nopfs)
+		np_build(e);
 	e->plan_ready = true;
 	e->t_plan = now_s();
 	for (uint64_t s = 0; s < e->cat->nsamples; s++) {
@@ -577,6 +708,10 @@ static void make_plan(struct engine *e)
 	/* the network thread may now look samples up */
 	atomic_store_explicit(&e->plan_published, true, memory_order_release);
 	e->fill_left = e->cache_planned;
+	if (e->nopfs)
+		log_info("cache.policy = nopfs: %u private copies in %u trainer shares of %llu bytes",
+			 e->np_keys, e->nlocal,
+			 (unsigned long long)(e->cache_cap / MAX(e->nlocal, 1u)));
 	e->fill_g = e->first_epoch * e->sh.bpe;
 	char a[32], b[32], c[32];
 	uint64_t D = e->cat->total_bytes, C = MIN(e->plan.cached_bytes, D), E = e->cfg->epochs;
@@ -731,6 +866,7 @@ static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen
 	e->tr = xcalloc(world, sizeof(*e->tr));
 	e->rank_node = xcalloc(world, sizeof(uint32_t));
 	e->local_ranks = xcalloc(world, sizeof(uint32_t));
+	e->local_idx = xcalloc(world, sizeof(uint32_t));
 	e->ids = xcalloc(e->sh.batch, sizeof(uint32_t));
 	for (uint32_t r = 0; r < world; r++) {
 		e->tr[r].rank = r;
@@ -749,7 +885,7 @@ static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen
 		/* every rank is local; several nodes plan once the map is agreed */
 		e->nlocal = world;
 		for (uint32_t r = 0; r < world; r++)
-			e->local_ranks[r] = r;
+			e->local_ranks[r] = e->local_idx[r] = r;
 		e->first_epoch = e->default_start / e->sh.bpe;
 		make_plan(e);
 		if (check_staging(e, err, errlen) != 0)
@@ -940,6 +1076,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 		goto fail;
 	}
 	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
+	e->nopfs = strcmp(o->cfg->policy, "nopfs") == 0;
 	e->bad = calloc(cat->nsamples, 1);
 	e->cstate = calloc(cat->nsamples, sizeof(uint32_t));
 	if (!e->cstate || !e->bad) {
@@ -1020,6 +1157,11 @@ void engine_destroy(struct engine *e)
 	free(e->tr);
 	free(e->rank_node);
 	free(e->local_ranks);
+	free(e->local_idx);
+	for (uint32_t k = 0; e->np && k < MAX(e->nlocal, 1u); k++)
+		free(e->np[k].samples);
+	free(e->np);
+	free(e->np_off);
 	free(e->ids);
 	free(e->step_done);
 	free(e->step_stall);
@@ -1526,7 +1668,7 @@ static bool retarget_corrupt(struct engine *e, struct etask *tk)
 	}
 	if (tk->to_cache) {
 		/* s's cache slot now carries x's bytes for these batches only */
-		e->cstate[s] = CS_ABSENT;
+		e->cstate[tk->ckey] = CS_ABSENT;
 		tk->to_cache = false;
 		if (tk->fill)
 			e->fill_inflight--;
@@ -1563,7 +1705,7 @@ static bool prepare(struct engine *e, struct trainer *t)
 		if (UNLIKELY(e->bad[s]))
 			s = substitute(e, s, UINT64_MAX);
 		e->ids[i] = s;
-		if (!local_ram(e, s))
+		if (ram_key(e, t->rank, s) == NOKEY)
 			need += stage_need(e, s);
 	}
 	uint64_t off;
@@ -1588,9 +1730,10 @@ static bool prepare(struct engine *e, struct trainer *t)
 		d[i] = (struct seer_wire_sample){
 			.id = s, .length = cs->length, .label = cs->label, .type = cs->type,
 		};
-		if (local_ram(e, s)) {
-			d[i].offset = e->cache_base + e->plan.off[s];
-			uint32_t st = e->cstate[s];
+		uint32_t key = ram_key(e, t->rank, s);
+		if (key != NOKEY) {
+			d[i].offset = key_off(e, key);
+			uint32_t st = e->cstate[key];
 			if (st == CS_READY) {
 				es->ram_samples++;
 				es->ram_bytes += cs->length;
@@ -1603,9 +1746,10 @@ static bool prepare(struct engine *e, struct trainer *t)
 				tk = task_new(e);
 				tk->sample = s;
 				tk->to_cache = true;
+				tk->ckey = key;
 				tk->dst_off = d[i].offset;
 				tk->len = cs->length;
-				e->cstate[s] = CS_TASK0 + tk->id;
+				e->cstate[key] = CS_TASK0 + tk->id;
 				e->fill_left--;
 				task_submit(e, tk, g);
 			}
@@ -1844,11 +1988,11 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 	if (tk->to_cache) {
 		if (status == 0) {
 			/* publishes the bytes to the network thread's lookup */
-			atomic_store_explicit(&e->cstate[tk->sample], CS_READY, memory_order_release);
+			atomic_store_explicit(&e->cstate[tk->ckey], CS_READY, memory_order_release);
 			e->cache_loaded++;
 			e->cache_loaded_bytes += tk->len;
 		} else {
-			e->cstate[tk->sample] = CS_ABSENT; /* the next need retries */
+			e->cstate[tk->ckey] = CS_ABSENT; /* the next need retries */
 			e->fill_left++;
 		}
 		if (tk->fill)
@@ -1995,6 +2139,7 @@ static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint3
 		tk = task_new(e);
 		tk->sample = s;
 		tk->to_cache = true;
+		tk->ckey = s;
 		tk->dst_off = src;
 		tk->len = len;
 			e->cstate[s] = CS_TASK0 + tk->id;
@@ -2089,15 +2234,17 @@ static void fill(struct engine *e)
 		uint32_t n = smp_batch_len(sh, step);
 		for (uint32_t i = 0; i < n; i++) {
 			uint32_t s = smp_at(sh, order, smp_position(sh, rank, step, i));
-			if (!local_ram(e, s) || e->cstate[s] != CS_ABSENT)
+			uint32_t key = ram_key(e, rank, s);
+			if (key == NOKEY || e->cstate[key] != CS_ABSENT)
 				continue;
 			struct etask *tk = task_new(e);
 			tk->sample = s;
 			tk->to_cache = true;
+			tk->ckey = key;
 			tk->fill = true;
-			tk->dst_off = e->cache_base + e->plan.off[s];
+			tk->dst_off = key_off(e, key);
 			tk->len = e->cat->samples[s].length;
-			e->cstate[s] = CS_TASK0 + tk->id;
+			e->cstate[key] = CS_TASK0 + tk->id;
 			e->fill_left--;
 			e->fill_inflight++;
 			task_submit(e, tk, g);
@@ -2360,6 +2507,7 @@ int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node)
 	uint64_t start = UINT64_MAX;
 	for (uint32_t r = 0; r < world; r++) {
 		if (rank_node[r] == e->node) {
+			e->local_idx[r] = e->nlocal;
 			e->local_ranks[e->nlocal++] = r;
 			struct trainer *t = &e->tr[r];
 			start = MIN(start, t->attached ? t->next_prep : t->resume_g);

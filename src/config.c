@@ -27,6 +27,7 @@ struct cfg_key {
 static const char *const formats[] = { "files", "npz", "npy", "hdf5", "tfrecord", "indexed", NULL };
 static const char *const corrupt_policies[] = { "fail", "skip", NULL };
 static const char *const axes[] = { "last", "first", NULL };
+static const char *const policies[] = { "seer", "nopfs", NULL };
 
 #define F(field) offsetof(struct seer_config, field)
 #define U64MAX UINT64_MAX
@@ -78,6 +79,10 @@ static const struct cfg_key keys[] = {
 	  "node-local directory for the NVMe tier (empty: no NVMe tier)" },
 	{ "cache", "nvme", CFG_SIZE, F(nvme), "0", 0, U64MAX, NULL, false,
 	  "bytes of the NVMe tier" },
+	{ "cache", "policy", CFG_ENUM, F(policy), "seer", 0, 0, policies, true,
+	  "seer: one planned copy per sample across the cluster; nopfs: for comparison, each "
+	  "trainer caches what it reads most in its own share of RAM (no sharing, no peers, "
+	  "no NVMe)" },
 
 	{ "prefetch", "io_threads", CFG_U64, F(io_threads), "16", 1, 1024, NULL, false,
 	  "threads reading samples (reads in flight)" },

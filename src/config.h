@@ -38,6 +38,7 @@ struct seer_config {
 	uint64_t staging;
 	char *nvme_dir;
 	uint64_t nvme;
+	char *policy;           /* "seer" or "nopfs" */
 	/* [prefetch] */
 	uint64_t io_threads;
 	uint64_t lookahead;

@@ -81,6 +81,31 @@ def test_four_trainers_three_epochs():
         cleanup(tmp)
 
 
+def test_nopfs_policy():
+    """The NoPFS-like comparison mode delivers the same batches and reads more
+    from the PFS than seer's plan (per-trainer copies, no sharing)."""
+    tmp = tmpdir("seer-it-")
+    try:
+        root, cat = dataset(tmp, per_class=36)
+        D = sum(c[2] for c in cat)
+        res = {}
+        for policy in ("seer", "nopfs"):
+            s = base_settings(root, **{"cache.policy": policy})
+            d, logs = run_job(tmp, root, cat, s, ["c", "c", "py", "c"], tag=policy)
+            sampler = seer.Sampler(len(cat), 42, 4, 8)
+            for r in range(4):
+                verify_rank(cat, sampler, r, logs[r], 3)
+            st = d.stats()
+            res[policy] = (sum(e["pfs_bytes"] for e in st["epochs"]),
+                           st["cache"]["ram_planned_bytes"])
+        log("PFS bytes over 3 epochs: seer %d (cache holds %d B), nopfs %d (copies %d B), "
+            "dataset %d" % (res["seer"][0], res["seer"][1], res["nopfs"][0], res["nopfs"][1], D))
+        check(res["seer"][0] == D + (D - res["seer"][1]) * 2, "seer must read the optimum")
+        check(res["nopfs"][0] > res["seer"][0], "nopfs should read more than seer's plan")
+    finally:
+        cleanup(tmp)
+
+
 def test_padding():
     tmp = tmpdir("seer-it-")
     try:
@@ -297,6 +322,7 @@ def test_bad_input():
 
 
 if __name__ == "__main__":
-    run_tests([test_four_trainers_three_epochs, test_padding, test_same_seed_same_batches,
+    run_tests([test_four_trainers_three_epochs, test_nopfs_policy, test_padding,
+               test_same_seed_same_batches,
                test_drop_last,
                test_killed_trainer, test_seek_and_start, test_torch_adapter, test_bad_input])
