@@ -165,19 +165,28 @@ demo: all
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t --jobs 1; done
+	@if [ "$(V)" = release ]; then echo "== sampler vs torch DistributedSampler"; \
+		$(PY) tests/unit/sampler_vs_torch.py $(LIB)/libseer.so; fi
 
 integration: all
-	@V=$(V) BIN=$(BIN) LIB=$(LIB) tests/integration/run.sh
+	@V=$(V) BIN=$(BIN) LIB=$(LIB) SEER_TESTS="$(SEER_TESTS)" tests/integration/run.sh
 
 # README step 2
 test: all
 	$(MAKE) unit
 	$(MAKE) integration
 	$(MAKE) sanitize
+	$(MAKE) fuzz
 
+# the daemon-centric integration tests again with sanitized binaries (the
+# Python trainers keep the release libseer)
+SAN_TESTS := test_single_node test_nvme test_multi_node test_ops test_formats_e2e test_faults
+TSAN_TESTS := test_single_node test_nvme test_formats_e2e
 sanitize:
-	$(MAKE) V=asan unit integration
-	$(MAKE) V=tsan unit
+	$(MAKE) V=asan all unit
+	$(MAKE) V=asan integration SEER_TESTS="$(SAN_TESTS)"
+	$(MAKE) V=tsan all unit
+	$(MAKE) V=tsan integration SEER_TESTS="$(TSAN_TESTS)"
 
 asan:
 	$(MAKE) V=asan all unit integration

@@ -200,7 +200,7 @@ int cluster_agree_config(struct cluster *cl, const struct seer_config *cfg, char
 		MPI_Recv(theirs, n, MPI_CHAR, bad, TAG_CFG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 		char diff[900];
 		diff_dumps(dump, theirs, diff, sizeof(diff));
-		snprintf(msg, sizeof(msg), "node %d's job configuration differs from node 0's: %s; "
+		snprintf(msg, sizeof(msg), "node %d's job configuration differs from node 0's: %.850s; "
 			 "every seerd of a job needs the same [dataset] and [job] settings", bad, diff);
 		free(theirs);
 	}
