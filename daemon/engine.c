@@ -428,6 +428,18 @@ static void task_submit(struct engine *e, struct etask *t, uint64_t g)
 	e->sub[e->nsub++] = &t->io;
 }
 
+/* A need at global batch g (0: now) joined task tk, which may be queued
+ * behind less urgent reads: make it at least that urgent (priority
+ * inversion otherwise: a trainer attaching late waits behind the others'
+ * next epoch). */
+static void task_need(struct engine *e, struct etask *tk, uint64_t g)
+{
+	if (g >= tk->need_g)
+		return;
+	tk->need_g = g;
+	iopool_boost(&e->pool, &tk->io, g == 0 ? 0 : read_key(e, g, task_src(tk)));
+}
+
 static void flush_submissions(struct engine *e)
 {
 	iopool_submit(&e->pool, e->sub, e->nsub);
@@ -1742,6 +1754,7 @@ static bool prepare(struct engine *e, struct trainer *t)
 			struct etask *tk;
 			if (st >= CS_TASK0) {
 				tk = task_get(e, st - CS_TASK0);
+				task_need(e, tk, g);
 			} else {
 				tk = task_new(e);
 				tk->sample = s;
@@ -1780,6 +1793,7 @@ static bool prepare(struct engine *e, struct trainer *t)
 				/* being loaded for someone else: read its NVMe copy once
 				 * written, rather than the PFS a second time */
 				struct etask *ld = task_get(e, st - CS_TASK0);
+				task_need(e, ld, g);
 				tk->kind = TK_NVME_READ;
 				tk->next_follower = ld->followers;
 				ld->followers = tk;
@@ -2134,6 +2148,7 @@ static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint3
 	struct etask *tk;
 	if (st >= CS_TASK0) {
 		tk = task_get(e, st - CS_TASK0);
+		task_need(e, tk, 0); /* a peer is waiting now */
 	} else {
 		/* this node owns it and nobody read it yet: the one PFS read of it */
 		tk = task_new(e);

@@ -14,21 +14,31 @@ static bool before(const struct io_task *a, const struct io_task *b)
 	return a->key < b->key || (a->key == b->key && a->seq < b->seq);
 }
 
+static void heap_set(struct iopool *p, uint32_t i, struct io_task *t)
+{
+	p->heap[i] = t;
+	t->heap_idx = (int32_t)i;
+}
+
+static void sift_up(struct iopool *p, uint32_t i, struct io_task *t)
+{
+	while (i > 0) {
+		uint32_t up = (i - 1) / 2;
+		if (!before(t, p->heap[up]))
+			break;
+		heap_set(p, i, p->heap[up]);
+		i = up;
+	}
+	heap_set(p, i, t);
+}
+
 static void heap_push(struct iopool *p, struct io_task *t)
 {
 	if (p->nheap == p->capheap) {
 		p->capheap = MAX(p->capheap * 2, 256);
 		p->heap = xrealloc(p->heap, p->capheap * sizeof(*p->heap));
 	}
-	uint32_t i = p->nheap++;
-	while (i > 0) {
-		uint32_t up = (i - 1) / 2;
-		if (!before(t, p->heap[up]))
-			break;
-		p->heap[i] = p->heap[up];
-		i = up;
-	}
-	p->heap[i] = t;
+	sift_up(p, p->nheap++, t);
 }
 
 static struct io_task *heap_pop(struct iopool *p)
@@ -45,11 +55,12 @@ static struct io_task *heap_pop(struct iopool *p)
 			m = r;
 		if (m == i)
 			break;
-		p->heap[i] = p->heap[m];
+		heap_set(p, i, p->heap[m]);
 		i = m;
 	}
 	if (p->nheap > 0)
-		p->heap[i] = last;
+		heap_set(p, i, last);
+	top->heap_idx = -1;
 	return top;
 }
 
@@ -141,6 +152,7 @@ void iopool_submit(struct iopool *p, struct io_task **tasks, uint32_t n)
 	uint64_t t = now_ns();
 	pthread_mutex_lock(&p->mu);
 	for (uint32_t i = 0; i < n; i++) {
+		tasks[i]->heap_idx = -1;
 		tasks[i]->seq = p->seq++;
 		tasks[i]->t_submit = t;
 		heap_push(p, tasks[i]);
@@ -149,6 +161,18 @@ void iopool_submit(struct iopool *p, struct io_task **tasks, uint32_t n)
 		pthread_cond_signal(&p->cv);
 	else
 		pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void iopool_boost(struct iopool *p, struct io_task *t, uint64_t key)
+{
+	pthread_mutex_lock(&p->mu);
+	if (key < t->key) {
+		t->key = key;
+		/* a queued task moves up; otherwise the key is simply kept */
+		if (t->heap_idx >= 0 && (uint32_t)t->heap_idx < p->nheap && p->heap[t->heap_idx] == t)
+			sift_up(p, (uint32_t)t->heap_idx, t);
+	}
 	pthread_mutex_unlock(&p->mu);
 }
 

@@ -16,6 +16,7 @@ struct io_task {
 	struct io_task *next;   /* done-list link */
 	uint64_t key;           /* priority: smaller runs first */
 	uint64_t seq;           /* FIFO tie-break, set by submit */
+	int32_t heap_idx;       /* position while queued, -1 otherwise (pool's) */
 	uint64_t t_submit, t_start, t_end; /* ns, monotonic */
 	int status;             /* set by the exec function */
 	void *user;             /* owned by the submitter */
@@ -50,6 +51,10 @@ int iopool_start(struct iopool *p, unsigned n, io_exec_fn exec, io_tls_init_fn t
 		 io_tls_fini_fn tls_fini, void *ctx);
 /* Queue tasks (one lock for the whole array). */
 void iopool_submit(struct iopool *p, struct io_task **tasks, uint32_t n);
+/* A more urgent need joined task t: lower its key to `key` if that is
+ * earlier. Works whether t is queued (re-sorted), running or not yet
+ * submitted (the key is just set). */
+void iopool_boost(struct iopool *p, struct io_task *t, uint64_t key);
 /* Finished tasks, in completion order (NULL when none). Clears the eventfd. */
 struct io_task *iopool_take_done(struct iopool *p);
 /* Tasks queued or running. */

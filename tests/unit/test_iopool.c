@@ -231,6 +231,31 @@ Test(iopool, priority_order_one_array)
 	free(t);
 }
 
+/* A more urgent need joining a queued task moves it ahead (decrease-key);
+ * boosting a task to a later key, or a running one, changes no order. */
+Test(iopool, boost_moves_a_queued_task_up)
+{
+	start(1);
+	struct task *t = tasks_new(6);
+	t[0].block = true;
+	submit_one(&t[0], 0);
+	wait_blocked(1);
+	static const uint64_t keys[] = { 10, 20, 30, 40, 50 };
+	for (int i = 0; i < 5; i++)
+		submit_one(&t[i + 1], keys[i]);
+	iopool_boost(&pool, &t[4].io, 5);   /* key 40 -> 5: first */
+	iopool_boost(&pool, &t[2].io, 25);  /* 20 -> 25 is later: ignored */
+	iopool_boost(&pool, &t[5].io, 15);  /* 50 -> 15: after 10 */
+	iopool_boost(&pool, &t[0].io, 1);   /* running: nothing to reorder */
+	cr_assert_eq(t[4].io.key, 5);
+	cr_assert_eq(t[2].io.key, 20);
+	open_gate();
+	collect(6, NULL);
+	static const uint32_t want[] = { 0, 4, 1, 5, 2, 3 }; /* keys 0, 5, 10, 15, 20, 30 */
+	cr_assert_arr_eq(X.order, want, sizeof(want));
+	free(t);
+}
+
 /* Equal keys run in submission order, across separate submits and arrays. */
 Test(iopool, fifo_among_equal_keys)
 {
