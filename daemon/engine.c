@@ -1307,15 +1307,7 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 		 (unsigned long long)(start % e->sh.bpe));
 	return 0;
 fail:
-	if (t->efd >= 0)
-		close(t->efd);
-	t->efd = -1;
-	shm_destroy(&t->out_seg);
-	shm_destroy(&t->in_seg);
-	t->co = NULL;
-	t->ci = NULL;
-	free(t->slots);
-	t->slots = NULL;
+	trainer_close_session(e, t); /* sock is still the caller's: t->sock is -1 */
 	return rc;
 }
 

@@ -21,6 +21,11 @@ extern const struct fmt_ops fmt_hdf5;     /* fmt_hdf5.c */
 extern const struct fmt_ops fmt_tfrecord; /* fmt_tfrecord.c */
 extern const struct fmt_ops fmt_indexed;  /* fmt_indexed.c */
 
+/* Write why into err (printf-style) and return SEER_EDATASET. */
+int fmt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* accept() for formats whose directories also hold *.idx index files. */
+bool fmt_not_index(const struct cat_params *p, const char *relpath);
+
 /* Bytes per element of a seer dtype (1 for BYTES); 0 for an invalid code. */
 static inline uint32_t fmt_dtype_size(uint32_t dtype)
 {

@@ -41,15 +41,7 @@ void fmt_h5_unlock(void)
 	pthread_mutex_unlock(&h5_mu);
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) PRINTF_LIKE(3, 4);
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return SEER_EDATASET;
-}
+#define fail fmt_fail
 
 struct errbuf {
 	char *buf;

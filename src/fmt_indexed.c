@@ -21,15 +21,7 @@
 #include "seer.h"
 #include "util.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) PRINTF_LIKE(3, 4);
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return SEER_EDATASET;
-}
+#define fail fmt_fail
 
 int idx_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
 	      char *err, size_t errlen)
@@ -143,12 +135,6 @@ out:
 	return rc;
 }
 
-static bool idx_accept(const struct cat_params *p, const char *relpath)
-{
-	(void)p;
-	size_t n = strlen(relpath);
-	return !(n >= 4 && strcmp(relpath + n - 4, ".idx") == 0);
-}
 
 static int idx_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
 {
@@ -165,7 +151,7 @@ static int idx_read(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 
 const struct fmt_ops fmt_indexed = {
 	.name = "indexed",
-	.accept = idx_accept,
+	.accept = fmt_not_index,
 	.scan = idx_scan,
 	.read = idx_read,
 };

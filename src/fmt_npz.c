@@ -26,15 +26,7 @@
 #include "seer.h"
 #include "util.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) PRINTF_LIKE(3, 4);
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return SEER_EDATASET;
-}
+#define fail fmt_fail
 
 static const char *shape_str(char *buf, size_t len, const uint64_t *dims, uint32_t nd)
 {

@@ -30,15 +30,7 @@
 #include "seer.h"
 #include "util.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) PRINTF_LIKE(3, 4);
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return SEER_EDATASET;
-}
+#define fail fmt_fail
 
 /* ---- CRC32C ------------------------------------------------------------------ */
 
@@ -459,12 +451,6 @@ static int tfr_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 	return rc;
 }
 
-static bool tfr_accept(const struct cat_params *p, const char *relpath)
-{
-	(void)p;
-	size_t n = strlen(relpath);
-	return !(n >= 4 && strcmp(relpath + n - 4, ".idx") == 0);
-}
 
 /* ---- reading ------------------------------------------------------------------------ */
 
@@ -528,7 +514,7 @@ static int tfr_read(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 
 const struct fmt_ops fmt_tfrecord = {
 	.name = "tfrecord",
-	.accept = tfr_accept,
+	.accept = fmt_not_index,
 	.scan = tfr_scan,
 	.read = tfr_read,
 };

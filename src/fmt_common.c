@@ -1,0 +1,24 @@
+/* Small pieces every format shares. */
+#include "fmt.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "seer.h"
+
+int fmt_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return SEER_EDATASET;
+}
+
+bool fmt_not_index(const struct cat_params *p, const char *relpath)
+{
+	(void)p;
+	size_t n = strlen(relpath);
+	return !(n >= 4 && strcmp(relpath + n - 4, ".idx") == 0);
+}
