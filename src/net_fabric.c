@@ -62,7 +62,12 @@ _Static_assert(sizeof(struct wire_msg) == 40, "wire_msg is 40 bytes on the wire"
 #define CTRL_BUF 64                      /* > sizeof(wire_msg): oversize shows */
 #define CTRL_SLOTS_MAX 256u
 #define CQ_BATCH 64
-#define IDLE_WAIT_MS 100                 /* longest sleep in fi_cq_sread */
+/* Longest sleeps in fi_cq_sread. Layered providers cannot always announce
+ * their pending progress on the wait object (ofi_rxm over tcp was seen
+ * sleeping through 100+ ms while fi_cq_read had completions to give), so
+ * the thread never sleeps long while it has operations outstanding. */
+#define BUSY_WAIT_MS 1
+#define IDLE_WAIT_MS 10
 #define DEFAULT_PROVIDER "tcp;ofi_rxm"
 #define DEFAULT_TIMEOUT_S 2.0
 #define DEFAULT_SUSPECT_S 30.0
@@ -103,8 +108,8 @@ struct op {
 	int error;             /* NAK: what to send */
 	struct op *qnext;      /* command queue */
 	struct link pend;      /* pending: waits for the provider (FI_EAGAIN) */
-	struct link main;      /* fetches, cancelling or sending */
-	struct olist *home;    /* the list `main` links into, or NULL */
+	struct link hlink;     /* in `home`: fetches, cancelling or sending */
+	struct olist *home;    /* fetches, cancelling, sending or NULL */
 	struct hnode h;        /* FETCH: id -> op until it can no longer be NAKed */
 	void *buf;             /* FETCH: dst; REPLY/SERVE: src */
 	uint64_t t0;           /* ns: FETCH: net_fetch; SERVE/REPLY: request arrival */
@@ -114,13 +119,14 @@ struct op {
 };
 
 #define PEND offsetof(struct op, pend)
-#define MAIN offsetof(struct op, main)
+#define HOME offsetof(struct op, hlink)
 
 /* A request the lookup deferred, waiting for net_reply / net_reply_error. */
 struct deferred {
 	struct hnode h;        /* key: request id */
 	struct deferred *next; /* FIFO, for expiry */
 	uint64_t deadline;
+	uint64_t len;
 	uint32_t peer, sample;
 	bool answered;
 };
@@ -172,9 +178,10 @@ struct net {
 	pthread_mutex_t st_mu;
 	struct net_stats st;
 
-	/* network thread only */
 	pthread_t thread;
-	bool started;
+	bool started;           /* dispatcher's view: net_start succeeded */
+
+	/* network thread only */
 	struct olist pending, fetches, cancelling, sending;
 	struct hmap fetch_ids, deferred_ids;
 	struct deferred *dq_head, *dq_tail;
@@ -221,10 +228,10 @@ static void olist_del(struct olist *l, struct op *op, size_t off)
 static void home_set(struct op *op, struct olist *l)
 {
 	if (op->home)
-		olist_del(op->home, op, MAIN);
+		olist_del(op->home, op, HOME);
 	op->home = l;
 	if (l)
-		olist_push(l, op, MAIN);
+		olist_push(l, op, HOME);
 }
 
 static void pend_add(struct net *n, struct op *op)
@@ -297,7 +304,6 @@ static void hmap_del(struct hmap *h, struct hnode *e)
 		}
 	}
 }
-
 
 /* ---- errors ---------------------------------------------------------------- */
 /* libfabric error numbers below 256 are errno values; the rest are its own. */
@@ -529,6 +535,16 @@ static struct op *op_new(enum op_kind kind)
 	return op;
 }
 
+static void queue_nak(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, int error)
+{
+	struct op *op = op_new(OP_NAK);
+	op->ev.peer = peer;
+	op->ev.req_id = id;
+	op->ev.sample = sample;
+	op->error = error < 0 && error > -4096 ? error : -EIO;
+	pend_add(n, op);
+}
+
 static void send_finish(struct net *n, struct op *op, int status)
 {
 	pend_del(n, op);
@@ -559,6 +575,8 @@ static int send_post(struct net *n, struct op *op, uint64_t now)
 	bool ok;
 	void *desc = desc_for(n, op->buf, op->ev.len, &ok);
 	if (!ok) {
+		/* unregistered memory on a provider that needs it: tell the requester */
+		queue_nak(n, op->ev.peer, op->ev.req_id, op->ev.sample, -EFAULT);
 		send_finish(n, op, -EFAULT);
 		return 1;
 	}
@@ -602,16 +620,6 @@ static int nak_post(struct net *n, struct op *op)
 	return 1;
 }
 
-static void queue_nak(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, int error)
-{
-	struct op *op = op_new(OP_NAK);
-	op->ev.peer = peer;
-	op->ev.req_id = id;
-	op->ev.sample = sample;
-	op->error = error < 0 && error > -4096 ? error : -EIO;
-	pend_add(n, op);
-}
-
 static void on_request(struct net *n, const struct wire_msg *m, uint64_t now)
 {
 	uint64_t len = m->arg;
@@ -652,6 +660,7 @@ static void on_request(struct net *n, const struct wire_msg *m, uint64_t now)
 		d->deadline = deadline;
 		d->peer = peer;
 		d->sample = sample;
+		d->len = len;
 		hmap_put(&n->deferred_ids, &d->h);
 		if (n->dq_tail)
 			n->dq_tail->next = d;
@@ -670,22 +679,32 @@ static void on_request(struct net *n, const struct wire_msg *m, uint64_t now)
 	}
 }
 
-/* The dispatcher answered a deferred request: 1 if it may still be sent. */
-static bool deferred_take(struct net *n, struct op *op, uint64_t now)
+/* The dispatcher answered a deferred request: 0 if it may still be sent
+ * (op gets the request's deadline and sample), -ETIMEDOUT when the
+ * requester has given up or the request is unknown, -EINVAL when a reply's
+ * length is not the one asked for (the request is then NAKed). */
+static int deferred_take(struct net *n, struct op *op, uint64_t now)
 {
-	uint32_t peer = op->ev.peer;
-	uint64_t id = op->ev.req_id;
-	struct hnode *h = hmap_get(&n->deferred_ids, id);
+	struct hnode *h = hmap_get(&n->deferred_ids, op->ev.req_id);
 	if (!h)
-		return false;
+		return -ETIMEDOUT;
 	struct deferred *d = container_of(h, struct deferred, h);
-	if (d->peer != peer)
-		return false;
+	if (d->peer != op->ev.peer)
+		return -ETIMEDOUT;
 	hmap_del(&n->deferred_ids, &d->h);
 	d->answered = true;
 	op->deadline = d->deadline;
 	op->ev.sample = d->sample;
-	return now <= d->deadline;
+	if (now > d->deadline)
+		return -ETIMEDOUT;
+	if (op->kind == OP_REPLY && op->ev.len != d->len) {
+		log_warn("net: reply of %llu bytes to a request for %llu bytes of sample %u: "
+			 "refused", (unsigned long long)op->ev.len, (unsigned long long)d->len,
+			 d->sample);
+		queue_nak(n, op->ev.peer, op->ev.req_id, d->sample, -EIO);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static void deferred_expire(struct net *n, uint64_t now)
@@ -774,7 +793,7 @@ static void on_completion(struct net *n, const struct fi_cq_tagged_entry *c, uin
 		send_finish(n, op, 0);
 }
 
-static void on_error(struct net *n, const struct fi_cq_err_entry *e, uint64_t now)
+static void on_error(struct net *n, const struct fi_cq_err_entry *e)
 {
 	struct octx *x = e->op_context;
 	if (!x) {
@@ -803,10 +822,9 @@ static void on_error(struct net *n, const struct fi_cq_err_entry *e, uint64_t no
 			  pe ? pe : "");
 		send_finish(n, op, fi_to_errno(e->err));
 	}
-	(void)now;
 }
 
-static int cq_drain_errors(struct net *n, uint64_t now)
+static int cq_drain_errors(struct net *n)
 {
 	int k = 0;
 	for (;;) {
@@ -815,7 +833,7 @@ static int cq_drain_errors(struct net *n, uint64_t now)
 		ssize_t r = fi_cq_readerr(n->cq, &e, 0);
 		if (r != 1)
 			break;
-		on_error(n, &e, now);
+		on_error(n, &e);
 		k++;
 	}
 	return k;
@@ -831,7 +849,7 @@ static int cq_handle(struct net *n, ssize_t r, const struct fi_cq_tagged_entry *
 		return (int)r;
 	}
 	if (r == -FI_EAVAIL)
-		return cq_drain_errors(n, now);
+		return cq_drain_errors(n);
 	return 0;
 }
 
@@ -856,17 +874,19 @@ static void take_commands(struct net *n, uint64_t now)
 			home_set(op, &n->fetches); /* arrival order is deadline order */
 			pend_add(n, op);
 			break;
-		case OP_REPLY:
-			if (!deferred_take(n, op, now)) {
+		case OP_REPLY: {
+			int rc = deferred_take(n, op, now);
+			if (rc) {
 				op->ev.kind = NET_REPLY_DONE;
-				op->ev.status = -ETIMEDOUT;
+				op->ev.status = rc;
 				event_push(n, &op->ev);
 				break;
 			}
 			pend_add(n, op);
 			break;
+		}
 		case OP_NAK:
-			if (!deferred_take(n, op, now)) {
+			if (deferred_take(n, op, now)) {
 				free(op);
 				break;
 			}
@@ -946,7 +966,7 @@ static void expire(struct net *n, uint64_t now)
 	if (now - n->last_stuck_check < 1000000000u)
 		return;
 	n->last_stuck_check = now;
-	for (struct op *op = n->cancelling.head; op; op = op->main.next) {
+	for (struct op *op = n->cancelling.head; op; op = op->hlink.next) {
 		if (!op->warned && now - op->cancel_t > n->timeout_ns) {
 			op->warned = true;
 			log_warn("net: the transfer of sample %u from node %u started but does not "
@@ -958,8 +978,8 @@ static void expire(struct net *n, uint64_t now)
 
 static int wait_ms(struct net *n, uint64_t now)
 {
-	if (n->pending.n > 0 || n->nrepost > 0)
-		return 1; /* waiting for provider resources: let it progress */
+	if (n->pending.n || n->nrepost || n->fetches.n || n->cancelling.n || n->sending.n)
+		return BUSY_WAIT_MS;
 	uint64_t ms = IDLE_WAIT_MS;
 	if (n->fetches.head) {
 		uint64_t d = n->fetches.head->deadline;
@@ -1192,7 +1212,13 @@ static void close_fid(struct fid *f, const char *what)
 	if (!f)
 		return;
 	int r = fi_close(f);
-	if (r)
+	/* ofi_rxm keeps the registrations of rendezvous sends that never
+	 * finished (a peer stopped mid-transfer): its domain then stays busy
+	 * and that memory is only returned at exit */
+	if (r == -FI_EBUSY)
+		log_info("net: the provider still holds resources of unfinished transfers "
+			 "(closing the %s: %s)", what, fi_strerror(-r));
+	else if (r)
 		log_warn("net: closing the %s: %s", what, fi_strerror(-r));
 }
 
@@ -1207,7 +1233,7 @@ static void free_ops(struct net *n)
 	struct olist *lists[] = { &n->fetches, &n->cancelling, &n->sending };
 	for (size_t i = 0; i < ARRAY_SIZE(lists); i++) {
 		for (struct op *op = lists[i]->head, *next; op; op = next) {
-			next = op->main.next;
+			next = op->hlink.next;
 			free(op);
 		}
 	}
@@ -1334,7 +1360,8 @@ int net_create(struct net **out, const struct net_opts *o, void **addr, size_t *
 	struct fi_cq_attr cqa = {
 		.format = FI_CQ_FORMAT_TAGGED,
 		.wait_obj = FI_WAIT_UNSPEC,
-		.size = n->info->tx_attr->size + n->info->rx_attr->size,
+		/* room for every operation that can be outstanding, and then some */
+		.size = MAX(n->info->tx_attr->size + n->info->rx_attr->size, 8192),
 	};
 	what = "fi_cq_open";
 	rc = fi_cq_open(n->domain, &cqa, &n->cq, NULL);
