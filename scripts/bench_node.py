@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -57,6 +58,15 @@ class Daemon:
             if self.proc.poll() is not None or time.time() - t0 > 60:
                 raise SystemExit("seerd did not start: see %s" % self.log.name)
             time.sleep(0.02)
+        self.rss = 0
+        self.sampler = threading.Thread(target=self._sample, daemon=True)
+        self.sampler.start()
+
+    def _sample(self):
+        # the kernel's high-water mark (VmHWM), read until the daemon exits
+        while self.proc.poll() is None:
+            self.rss = max(self.rss, self.peak_rss() or 0)
+            time.sleep(0.02)
 
     def peak_rss(self):
         try:
@@ -69,13 +79,11 @@ class Daemon:
         return None
 
     def finish(self):
-        rss = None
-        while self.proc.poll() is None:
-            rss = self.peak_rss() or rss
-            time.sleep(0.05)
+        self.proc.wait()
+        self.sampler.join()
         self.log.close()
         with open(self.stats) as f:
-            return json.load(f), rss
+            return json.load(f), self.rss or None
 
 
 def bench(tmp, trainers, args, name):
