@@ -100,6 +100,11 @@ static int connect_socket(const char *path, int timeout_ms)
 			return fd;
 		int e = errno;
 		close(fd);
+		if (e == EACCES || e == EPERM) {
+			err_set("cannot connect to seerd at %s: %s (the socket belongs to another "
+				"user: seerd serves only the user that started it)", path, strerror(e));
+			return -e;
+		}
 		if ((e != ENOENT && e != ECONNREFUSED && e != EAGAIN) || now_ns() >= deadline) {
 			err_set("no seerd at %s (%s): start seerd for this job, or set SEER_SOCKET "
 				"or SEER_JOB_ID to match it", path, strerror(e));
@@ -255,13 +260,20 @@ SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out)
 	};
 	snprintf(h.job_id, sizeof(h.job_id), "%s", job);
 	ssize_t n = sock_send(c->sock, &h, sizeof(h), NULL, 0);
-	if (n != (ssize_t)sizeof(h)) {
-		err_set("sending the handshake to %s: %s", sock, strerror(n < 0 ? (int)-n : EPIPE));
-		rc = n < 0 ? (int)n : -EPIPE;
-		goto fail;
-	}
 	int fds[SEER_WELCOME_NFDS], nfds = 0;
-	n = sock_recv(c->sock, &c->w, sizeof(c->w), fds, &nfds, SEER_WELCOME_NFDS);
+	if (n != (ssize_t)sizeof(h)) {
+		/* the daemon may have answered (a refusal) before closing */
+		n = sock_recv(c->sock, &c->w, sizeof(c->w), fds, &nfds, SEER_WELCOME_NFDS);
+		if (n <= 0 || c->w.kind != SEER_MSG_ERROR) {
+			err_set("sending the handshake to %s: %s", sock, strerror(EPIPE));
+			for (int i = 0; i < nfds; i++)
+				close(fds[i]);
+			rc = -EPIPE;
+			goto fail;
+		}
+	} else {
+		n = sock_recv(c->sock, &c->w, sizeof(c->w), fds, &nfds, SEER_WELCOME_NFDS);
+	}
 	if (n <= 0) {
 		err_set("seerd at %s closed the connection during the handshake (%s)", sock,
 			n < 0 ? strerror((int)-n) : "EOF");

@@ -140,11 +140,13 @@ struct epoch_stats {
 	uint64_t served_samples, served_bytes; /* sent to other daemons */
 	uint64_t fallbacks;                  /* peer fetches that fell back to the PFS */
 	uint64_t skipped;                    /* corrupt samples substituted (on_corrupt = skip) */
+	uint64_t retries;                    /* failed reads that were tried again */
 	uint64_t failed;
 	double t_done;                       /* when the last local trainer finished it */
 };
 
 #define TASK_CHUNK 1024
+#define SEER_MAX_WORLD (1u << 20) /* trainers per job */
 
 /* Running estimates of a source, from completed reads (no tables). */
 struct src_est {
@@ -250,6 +252,10 @@ struct engine {
 	double t_start;
 	double t_last_progress;
 	double t_last_wait_warn;
+	double t_last_retry_warn;
+	uint64_t retries_unreported;
+	char last_retry[SEER_ERRMSG_MAX];
+	double t_last_resume_save;
 	uint32_t *ids;           /* batch scratch */
 	char fatal[SEER_ERRMSG_MAX];
 };
@@ -510,6 +516,8 @@ static void worker_exec(struct io_task *io, void *tls, void *ctx)
 		sleep_ns((uint64_t)(backoff_ms * 1e6));
 		backoff_ms *= 2;
 	}
+	if (t->attempts > 1 && rc == 0)
+		str_copy(t->err, sizeof(t->err), rd->err); /* why it had to retry, for the log */
 	if (rc != 0) {
 		str_copy(t->err, sizeof(t->err), rd->err);
 		if (t->attempts > 1) {
@@ -591,13 +599,13 @@ static int check_staging(struct engine *e, char *err, size_t errlen)
 	if (e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1)
 		return 0; /* every sample lives in the RAM cache: staging stays unused */
 	if (per < need) {
-		char a[32], b[32], c[32];
+		char a[32], b[32], c[32], d[32];
 		snprintf(err, errlen,
 			 "[cache] staging = %s gives each of the node's %u trainers %s, less than one "
 			 "batch of the largest samples (%u x %s): set staging to at least %s",
 			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
 			 e->sh.batch, fmt_size(c, sizeof(c), e->cat->max_len),
-			 fmt_size(c, sizeof(c), need * e->nlocal));
+			 fmt_size(d, sizeof(d), need * e->nlocal));
 		return -ENOSPC;
 	}
 	return 0;
@@ -804,7 +812,7 @@ static void resume_load(struct engine *e)
 
 /* Record every rank's resume position (or remove the record when the job
  * is complete). */
-static void resume_save(struct engine *e)
+static void resume_save(struct engine *e, bool quiet)
 {
 	if (!e->shape_ready)
 		return;
@@ -834,7 +842,7 @@ static void resume_save(struct engine *e)
 		rc = write_file_atomic(path, buf, n);
 	if (rc != 0)
 		log_warn("cannot save the resume positions to %s: %s", path, strerror(-rc));
-	else
+	else if (!quiet)
 		log_info("resume positions saved to %s (restart with [job] resume = auto)", path);
 	free(buf);
 	free(path);
@@ -1012,6 +1020,39 @@ static void repin(struct engine *e)
 	}
 }
 
+/* Undo shape_init (and the plan it may have made). */
+static void shape_free(struct engine *e)
+{
+	free(e->tr);
+	free(e->rank_node);
+	free(e->local_ranks);
+	free(e->local_idx);
+	free(e->ids);
+	free(e->step_done);
+	free(e->step_stall);
+	free(e->step_count);
+	e->tr = NULL;
+	e->rank_node = e->local_ranks = e->local_idx = e->ids = NULL;
+	e->step_done = NULL;
+	e->step_stall = NULL;
+	e->step_count = NULL;
+	for (uint32_t k = 0; e->np && k < MAX(e->nlocal, 1u); k++)
+		free(e->np[k].samples);
+	free(e->np);
+	free(e->np_off);
+	e->np = NULL;
+	e->np_off = NULL;
+	e->np_keys = 0;
+	plan_free(&e->plan);
+	if (e->shape_ready)
+		smp_cache_free(&e->smp);
+	atomic_store(&e->plan_published, false);
+	e->plan_ready = false;
+	e->shape_ready = false;
+	e->world = e->nlocal = 0;
+	e->cache_planned = e->local_cached_bytes = e->fill_left = 0;
+}
+
 /* ---- create / destroy -------------------------------------------------------------- */
 
 int engine_create(struct engine **out, const struct engine_opts *o, char *err, size_t errlen)
@@ -1166,18 +1207,7 @@ void engine_destroy(struct engine *e)
 	}
 	free(e->chunks);
 	free(e->sub);
-	free(e->tr);
-	free(e->rank_node);
-	free(e->local_ranks);
-	free(e->local_idx);
-	for (uint32_t k = 0; e->np && k < MAX(e->nlocal, 1u); k++)
-		free(e->np[k].samples);
-	free(e->np);
-	free(e->np_off);
-	free(e->ids);
-	free(e->step_done);
-	free(e->step_stall);
-	free(e->step_count);
+	shape_free(e);
 	free((void *)e->cstate);
 	free(e->bad);
 	free(e->es);
@@ -1189,10 +1219,7 @@ void engine_destroy(struct engine *e)
 	free(e->nvme_sum);
 	if (e->nvme_fd >= 0)
 		close(e->nvme_fd);
-	plan_free(&e->plan);
 	topo_close(e->topo);
-	if (e->shape_ready)
-		smp_cache_free(&e->smp);
 	shm_destroy(&e->arena);
 	free(e);
 }
@@ -1207,6 +1234,7 @@ static void send_refusal(int sock, int status, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(w.msg, sizeof(w.msg), fmt, ap);
 	va_end(ap);
+	log_warn("refused a trainer: %s", w.msg);
 	sock_send(sock, &w, sizeof(w), NULL, 0);
 }
 
@@ -1259,7 +1287,7 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 	t->ci->version = SEER_PROTO_VERSION;
 	t->ci->nslots = ns;
 	t->ci->ring_off = in_ring;
-	if ((rc = shm_seal_readonly(&t->out_seg)) != 0) {
+	if ((rc = shm_seal_readonly(&t->out_seg)) != 0 || (rc = shm_seal_size(&t->in_seg)) != 0) {
 		send_refusal(sock, rc, "daemon cannot seal shared memory: %s", strerror(-rc));
 		goto fail;
 	}
@@ -1336,11 +1364,17 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pi
 		return -EINVAL;
 	}
 	if (!e->shape_ready) {
+		/* the first trainer sets the world size: check it before sizing
+		 * anything by it, and refuse only that trainer when it is wrong */
 		char err[SEER_ERRMSG_MAX];
+		if (h->world > SEER_MAX_WORLD) {
+			send_refusal(sock, -EINVAL, "world size %u is more than seer serves (%u)",
+				     h->world, SEER_MAX_WORLD);
+			return -EINVAL;
+		}
 		int rc = shape_init(e, h->world, err, sizeof(err));
 		if (rc != 0) {
-			log_error("%s", err);
-			str_copy(e->fatal, sizeof(e->fatal), err);
+			shape_free(e);
 			send_refusal(sock, rc, "%s", err);
 			return rc;
 		}
@@ -1945,6 +1979,13 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 		task_free(e, tk);
 		return;
 	}
+	if (tk->attempts > 1) {
+		/* transient read errors that retries absorbed (or not) */
+		estats(e, e->epochs_done)->retries += tk->attempts - 1;
+		e->retries_unreported += tk->attempts - 1;
+		str_copy(e->last_retry, sizeof(e->last_retry), tk->err);
+		tk->attempts = 1;
+	}
 	if (status == SEER_EDATASET && e->skip_corrupt && tk->kind == TK_PFS &&
 	    retarget_corrupt(e, tk)) {
 		task_submit(e, tk, tk->need_g);
@@ -2425,6 +2466,19 @@ const char *engine_fatal(const struct engine *e)
 void engine_tick(struct engine *e)
 {
 	double t = now_s();
+	if (e->retries_unreported && t - e->t_last_retry_warn >= 10.0) {
+		log_warn("%llu failed reads retried since the last report (last: %s)",
+			 (unsigned long long)e->retries_unreported, e->last_retry);
+		e->retries_unreported = 0;
+		e->t_last_retry_warn = t;
+	}
+	/* keep the resume record fresh: a daemon killed without a chance to
+	 * save still lets [job] resume = auto continue (never past a batch that
+	 * was not released) */
+	if (e->plan_ready && t - e->t_last_resume_save >= 10.0) {
+		e->t_last_resume_save = t;
+		resume_save(e, true);
+	}
 	if (e->shape_ready && e->plan_ready && e->fill_left > 0 && e->cache_loaded > 0 &&
 	    t - e->t_last_progress >= 10.0) {
 		e->t_last_progress = t;
@@ -2566,7 +2620,7 @@ static void json_epochs(struct engine *e, struct sbuf *b)
 			  "\"nvme_written\":%llu,\"nvme_corrupt\":%llu,\"peer_samples\":%llu,"
 			  "\"peer_bytes\":%llu,\"pfs_samples\":%llu,\"pfs_bytes\":%llu,"
 			  "\"served_samples\":%llu,\"served_bytes\":%llu,\"peer_fallbacks\":%llu,"
-			  "\"skipped\":%llu,"
+			  "\"skipped\":%llu,\"retries\":%llu,"
 			  "\"failed_batches\":%llu,\"seconds\":%.6f}",
 			  i ? "," : "", (unsigned long long)i, (unsigned long long)s->samples,
 			  (unsigned long long)s->bytes, (unsigned long long)s->ram_samples,
@@ -2576,7 +2630,7 @@ static void json_epochs(struct engine *e, struct sbuf *b)
 			  (unsigned long long)s->peer_bytes, (unsigned long long)s->pfs_samples,
 			  (unsigned long long)s->pfs_bytes, (unsigned long long)s->served_samples,
 			  (unsigned long long)s->served_bytes, (unsigned long long)s->fallbacks,
-			  (unsigned long long)s->skipped,
+			  (unsigned long long)s->skipped, (unsigned long long)s->retries,
 			  (unsigned long long)s->failed,
 			  s->t_done > 0 ? s->t_done - t0 : -1.0);
 	}
@@ -2658,7 +2712,7 @@ char *engine_status_json(struct engine *e)
 
 void engine_write_stats(struct engine *e)
 {
-	resume_save(e);
+	resume_save(e, false);
 	if (!e->cfg->stats_file || !*e->cfg->stats_file)
 		return;
 	char *status = engine_status_json(e);

@@ -28,6 +28,7 @@ struct pending {
 	int fd;
 	pid_t pid;
 	double since;
+	long refuse_uid;   /* >= 0: another user's: refuse once its hello is read */
 };
 
 struct server {
@@ -41,7 +42,11 @@ struct server {
 	char sock_path[108];
 	struct pending pend[MAX_PENDING];
 	double stop_deadline;
+	double done_since;       /* local trainers finished (waiting for the others) */
+	bool peer_trouble;       /* a peer had stopped answering when they finished */
 	int exit_code;
+	uint64_t shed;           /* connections dropped by a flood, not yet logged */
+	double t_shed_log;
 };
 
 static int make_listener(struct server *s, char *err, size_t errlen)
@@ -98,30 +103,38 @@ static void accept_all(struct server *s)
 				log_warn("accept: %s", strerror(errno));
 			return;
 		}
-		struct ucred cred;
+		struct ucred cred = { .pid = 0, .uid = (uid_t)-1 };
 		socklen_t cl = sizeof(cred);
+		long refuse = -1;
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != getuid()) {
-			struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EREFUSED };
-			snprintf(w.msg, sizeof(w.msg), "seerd serves only its own user (uid %u)",
-				 (unsigned)getuid());
-			sock_send(fd, &w, sizeof(w), NULL, 0);
-			log_warn("refused a connection from uid %u (pid %d): not the job's user",
-				 (unsigned)cred.uid, (int)cred.pid);
-			close(fd);
-			continue;
+			/* answered once its hello is read: replying now and closing
+			 * would reset the connection before the client reads why */
+			refuse = (long)cred.uid;
+			log_warn("refused a connection from uid %ld (pid %d): not the job's user",
+				 refuse, (int)cred.pid);
 		}
-		int slot = -1;
-		for (int i = 0; i < MAX_PENDING; i++)
+		int slot = -1, oldest = 0;
+		for (int i = 0; i < MAX_PENDING; i++) {
 			if (s->pend[i].fd < 0) {
 				slot = i;
 				break;
 			}
-		if (slot < 0) {
-			log_warn("too many connections awaiting their handshake; dropping one");
-			close(fd);
-			continue;
+			if (s->pend[i].since < s->pend[oldest].since)
+				oldest = i;
 		}
-		s->pend[slot] = (struct pending){ fd, cred.pid, now_s() };
+		if (slot < 0) {
+			/* a flood of silent connections: the oldest one goes, so a
+			 * real trainer arriving now still gets in */
+			struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EREFUSED };
+			snprintf(w.msg, sizeof(w.msg), "too many connections awaiting their handshake");
+			sock_send(s->pend[oldest].fd, &w, sizeof(w), NULL, 0);
+			epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->pend[oldest].fd, NULL);
+			close(s->pend[oldest].fd);
+			s->pend[oldest].fd = -1;
+			s->shed++;
+			slot = oldest;
+		}
+		s->pend[slot] = (struct pending){ fd, cred.pid, now_s(), refuse };
 		ep_add(s->epfd, fd, EP_TAG(EP_CONN, slot));
 	}
 }
@@ -187,6 +200,14 @@ static void on_conn(struct server *s, uint32_t slot)
 	int fd = p->fd;
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
 	p->fd = -1;
+	if (p->refuse_uid >= 0) {
+		struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EREFUSED };
+		snprintf(w.msg, sizeof(w.msg), "seerd serves only its own user (uid %u); you are uid %ld",
+			 (unsigned)getuid(), p->refuse_uid);
+		sock_send(fd, &w, sizeof(w), NULL, 0);
+		close(fd);
+		return;
+	}
 	if (n != (ssize_t)sizeof(h) || h.magic != SEER_MAGIC_HELLO) {
 		if (n > 0) {
 			struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EPROTO };
@@ -204,6 +225,10 @@ static void on_conn(struct server *s, uint32_t slot)
 		return;
 	}
 	if (h.kind != SEER_MSG_HELLO) {
+		struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EPROTO };
+		snprintf(w.msg, sizeof(w.msg), "unknown request kind %u", h.kind);
+		sock_send(fd, &w, sizeof(w), NULL, 0);
+		log_warn("pid %d sent an unknown request kind %u; closing", (int)p->pid, h.kind);
 		close(fd);
 		return;
 	}
@@ -215,6 +240,12 @@ static void on_conn(struct server *s, uint32_t slot)
 static void expire_pending(struct server *s)
 {
 	double t = now_s();
+	if (s->shed && t - s->t_shed_log >= 10.0) {
+		log_warn("too many connections awaiting their handshake: dropped %llu that sent none "
+			 "(oldest first) to let new ones in", (unsigned long long)s->shed);
+		s->shed = 0;
+		s->t_shed_log = t;
+	}
 	for (int i = 0; i < MAX_PENDING; i++) {
 		if (s->pend[i].fd >= 0 && t - s->pend[i].since > HELLO_TIMEOUT_S) {
 			log_warn("pid %d connected but sent no handshake in %.0f s; closing",
@@ -408,9 +439,25 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 				log_info("local trainers done; serving peers until every node is done");
 				cluster_local_done(cl);
 				s.done_sent = true;
+				s.done_since = now_s();
+				for (uint32_t k = 0; s.net && k < nnodes; k++)
+					if (k != node && net_peer_suspect(s.net, k))
+						s.peer_trouble = true;
 			}
 			if (cluster_all_done(cl))
 				break;
+			/* a node that died (and a launcher that let us live) would keep
+			 * us here forever: bounded, shorter once a peer stopped
+			 * answering the data plane */
+			double limit = cfg->done_timeout_s;
+			if (s.peer_trouble)
+				limit = MIN(limit, MAX(5.0, 10 * cfg->peer_timeout_ms / 1000.0));
+			if (now_s() - s.done_since > limit) {
+				log_error("other nodes did not finish within %.0f s of this one (a daemon died?): "
+					  "leaving without them", limit);
+				s.exit_code = 1;
+				break;
+			}
 		}
 		if (s.stop_deadline > 0 && now_s() >= s.stop_deadline && !s.done_sent) {
 			log_warn("trainers still attached after %.0f s; exiting anyway", STOP_GRACE_S);

@@ -110,6 +110,9 @@ static const struct cfg_key keys[] = {
 	  "JSON statistics written at exit (empty: none); %n is the node rank" },
 	{ "daemon", "cpuset", CFG_STR, F(cpuset), "", 0, 0, NULL, false,
 	  "cores for seerd's threads, e.g. 0-3 (empty: automatic)" },
+	{ "daemon", "done_timeout_s", CFG_DOUBLE, F(done_timeout_s), "300", 1, 1e7, NULL, false,
+	  "how long a node whose trainers finished waits for the other nodes (shorter once a "
+	  "peer stopped answering)" },
 	{ "daemon", "connect_timeout_s", CFG_DOUBLE, F(connect_timeout_s), "600", 1, 1e7, NULL,
 	  false, "how long to wait for every trainer to connect before warning" },
 };

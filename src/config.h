@@ -54,6 +54,7 @@ struct seer_config {
 	char *stats_file;
 	char *cpuset;
 	double connect_timeout_s;
+	double done_timeout_s;
 	/* where each key was last set ("default", "job.ini:12", "--set") */
 	char **origin;
 };

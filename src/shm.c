@@ -44,6 +44,13 @@ int shm_seal_readonly(struct shm_seg *seg)
 	return 0;
 }
 
+int shm_seal_size(struct shm_seg *seg)
+{
+	if (fcntl(seg->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+		return -errno;
+	return 0;
+}
+
 void shm_destroy(struct shm_seg *seg)
 {
 	if (seg->base)

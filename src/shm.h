@@ -20,6 +20,9 @@ int shm_create(struct shm_seg *seg, const char *name, size_t size);
 /* Forbid any further writable mapping (the creator's mapping stays
  * writable): trainers can then only map it read-only. 0 or -errno. */
 int shm_seal_readonly(struct shm_seg *seg);
+/* Forbid resizing (a writable segment the peer may write but never
+ * truncate: a shrunk memfd would fault in the creator). 0 or -errno. */
+int shm_seal_size(struct shm_seg *seg);
 void shm_destroy(struct shm_seg *seg);
 /* Map a received segment. 0 or -errno. */
 int shm_map(int fd, size_t size, int writable, void **out);
