@@ -36,15 +36,20 @@
  * tagged message whose tag is the request id. Daemons of one job run the
  * same build on the same architecture, so fields are in host byte order. */
 #define WIRE_MAGIC 0x4e524553u /* "SERN" */
-#define WIRE_VERSION 1
-enum { MSG_REQUEST = 1, MSG_NAK = 2 };
+#define WIRE_VERSION 2
+/* QUEUED: the owner deferred the request (the sample is still to be read)
+ * and grants budget_ms more: the requester keeps waiting and, should even
+ * that run out, falls back without taking the (live) owner for dead. */
+enum { MSG_REQUEST = 1, MSG_NAK = 2, MSG_QUEUED = 3 };
+#define QUEUED_GRANT 10 /* x the request's remaining budget */
 
 struct wire_msg {
 	uint32_t magic;
 	uint16_t version;
 	uint16_t type;
 	uint32_t from;      /* sender's node */
-	uint32_t budget_ms; /* REQUEST: how long the requester still waits; NAK: 0 */
+	uint32_t budget_ms; /* REQUEST: how long the requester still waits; QUEUED: how much
+			       longer it may wait; NAK: 0 */
 	uint64_t id;        /* request id, also the tag of the data */
 	uint64_t sample;    /* < 2^32 */
 	uint64_t arg;       /* REQUEST: length in bytes; NAK: positive errno */
@@ -105,7 +110,8 @@ struct op {
 	uint8_t state;         /* FETCH: enum fetch_state */
 	bool in_pend;
 	int final;             /* FETCH: status reported when a cancelled receive ends */
-	int error;             /* NAK: what to send */
+	int error;             /* NAK: what to send; 0 with grant_ms: send QUEUED */
+	uint32_t grant_ms;     /* QUEUED: the window granted */
 	struct op *qnext;      /* command queue */
 	struct link pend;      /* pending: waits for the provider (FI_EAGAIN) */
 	struct link hlink;     /* in `home`: fetches, cancelling or sending */
@@ -183,6 +189,7 @@ struct net {
 
 	/* network thread only */
 	struct olist pending, fetches, cancelling, sending;
+	struct olist acked;    /* fetches the owner said it queued (own deadline order) */
 	struct hmap fetch_ids, deferred_ids;
 	struct deferred *dq_head, *dq_tail;
 	uint8_t *peer_blocked;  /* this pass: a send to the node met FI_EAGAIN */
@@ -526,6 +533,25 @@ static void on_nak(struct net *n, const struct wire_msg *m, uint64_t now)
 	fetch_cancel(n, op, -(int)m->arg, now);
 }
 
+/* The owner has the request queued: wait the granted window, in the acked
+ * list (kept in deadline order: every grant is the same multiple of about
+ * the same budget). */
+static void on_queued(struct net *n, const struct wire_msg *m, uint64_t now)
+{
+	struct hnode *h = hmap_get(&n->fetch_ids, m->id);
+	if (!h)
+		return; /* finished or cancelled meanwhile */
+	struct op *op = container_of(h, struct op, h);
+	if (op->ev.peer != m->from || op->ev.sample != m->sample) {
+		count_bad(n, "QUEUED does not match its request", m->id);
+		return;
+	}
+	if (op->home != &n->fetches || op->state == FS_CANCELLING)
+		return;
+	op->deadline = MAX(op->deadline, now + (uint64_t)m->budget_ms * 1000000u);
+	home_set(op, &n->acked);
+}
+
 /* ---- owner side ------------------------------------------------------------ */
 static struct op *op_new(enum op_kind kind)
 {
@@ -599,8 +625,9 @@ static int nak_post(struct net *n, struct op *op)
 	struct wire_msg m = {
 		.magic = WIRE_MAGIC,
 		.version = WIRE_VERSION,
-		.type = MSG_NAK,
+		.type = op->error ? MSG_NAK : MSG_QUEUED,
 		.from = n->o.node,
+		.budget_ms = op->error ? 0 : op->grant_ms,
 		.id = op->ev.req_id,
 		.sample = op->ev.sample,
 		.arg = (uint64_t)-op->error,
@@ -609,7 +636,9 @@ static int nak_post(struct net *n, struct op *op)
 	if (r == -FI_EAGAIN)
 		return 0;
 	pend_del(n, op);
-	if (r == 0) {
+	if (r == 0 && !op->error) {
+		/* QUEUED sent */
+	} else if (r == 0) {
 		pthread_mutex_lock(&n->st_mu);
 		n->st.naks++;
 		pthread_mutex_unlock(&n->st_mu);
@@ -655,6 +684,15 @@ static void on_request(struct net *n, const struct wire_msg *m, uint64_t now)
 		op->deadline = deadline;
 		pend_add(n, op);
 	} else if (r == 0) {
+		/* tell the requester it is queued, and give it (and us) longer */
+		uint64_t grant = MIN((uint64_t)m->budget_ms * QUEUED_GRANT, UINT32_MAX);
+		struct op *q = op_new(OP_NAK);
+		q->ev.peer = peer;
+		q->ev.req_id = m->id;
+		q->ev.sample = sample;
+		q->grant_ms = (uint32_t)grant;
+		pend_add(n, q);
+		deadline = now + grant * 900000u;
 		struct deferred *d = xcalloc(1, sizeof(*d));
 		d->h.key = m->id;
 		d->deadline = deadline;
@@ -767,6 +805,14 @@ static void on_ctrl(struct net *n, const uint8_t *buf, size_t len, uint64_t now)
 			return;
 		}
 		on_nak(n, &m, now);
+		break;
+	case MSG_QUEUED:
+		if (((m.id & ~ID_DATA_BIT) >> ID_NODE_SHIFT) != n->o.node || !(m.id & ID_DATA_BIT) ||
+		    m.arg != 0 || m.budget_ms == 0) {
+			count_bad(n, "QUEUED fields", m.id);
+			return;
+		}
+		on_queued(n, &m, now);
 		break;
 	default:
 		count_bad(n, "type", m.type);
@@ -962,6 +1008,9 @@ static void expire(struct net *n, uint64_t now)
 		else
 			fetch_cancel(n, op, -ETIMEDOUT, now);
 	}
+	/* the owner answered "queued": it lives, it is only slow */
+	while (n->acked.head && n->acked.head->deadline <= now)
+		fetch_cancel(n, n->acked.head, -ETIMEDOUT, now);
 	deferred_expire(n, now);
 	if (now - n->last_stuck_check < 1000000000u)
 		return;
@@ -978,7 +1027,8 @@ static void expire(struct net *n, uint64_t now)
 
 static int wait_ms(struct net *n, uint64_t now)
 {
-	if (n->pending.n || n->nrepost || n->fetches.n || n->cancelling.n || n->sending.n)
+	if (n->pending.n || n->nrepost || n->fetches.n || n->acked.n || n->cancelling.n ||
+	    n->sending.n)
 		return BUSY_WAIT_MS;
 	uint64_t ms = IDLE_WAIT_MS;
 	if (n->fetches.head) {
@@ -1230,7 +1280,7 @@ static void free_ops(struct net *n)
 		if (!op->home)
 			free(op);
 	}
-	struct olist *lists[] = { &n->fetches, &n->cancelling, &n->sending };
+	struct olist *lists[] = { &n->fetches, &n->acked, &n->cancelling, &n->sending };
 	for (size_t i = 0; i < ARRAY_SIZE(lists); i++) {
 		for (struct op *op = lists[i]->head, *next; op; op = next) {
 			next = op->hlink.next;
