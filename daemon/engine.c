@@ -405,15 +405,19 @@ static void src_observe(struct engine *e, int src, double seconds, uint64_t byte
 	}
 }
 
-/* Priority of a read needed by global batch g from `src`: its deadline
- * (g steps of the trainers' measured pace) minus the source's measured
- * service time, in microseconds. Slow sources start earlier. */
+/* Priority of a read needed by global batch g from `src`, in 1/1024ths of a
+ * batch: the batch itself for the PFS, the slowest source; a faster source
+ * (NVMe) waits the difference of the measured service times, in batches of
+ * the trainers' pace (at most 2), so the PFS read of a later batch is not
+ * queued behind it. Within a source, reads are served strictly in batch
+ * order whatever the pace did between two submissions. */
 static uint64_t read_key(const struct engine *e, uint64_t g, int src)
 {
-	double step = e->step_s > 0 ? e->step_s : 0.01;
-	double lat = e->src[src].n ? e->src[src].lat_s : 0.0;
-	double us = (double)g * step * 1e6 - lat * 1e6;
-	return (uint64_t)((double)(1ull << 40) + MAX(us, -(double)(1ull << 39)));
+	uint64_t key = (1ull << 40) + g * 1024;
+	if (src == SRC_PFS || !e->src[src].n || !e->src[SRC_PFS].n || e->step_s <= 0)
+		return key;
+	double d = (e->src[SRC_PFS].lat_s - e->src[src].lat_s) / e->step_s;
+	return key + (uint64_t)(MAX(0.0, MIN(d, 2.0)) * 1024);
 }
 
 static int task_src(const struct etask *t)
