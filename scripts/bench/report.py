@@ -355,10 +355,11 @@ def write(summary, outdir, mdpath, plots=True):
     L += ["", "## Settings", "", settings(summary), "", dlio_table(summary), "",
           "DataLoader configurations tried (num_workers x prefetch_factor, persistent workers, "
           "per trainer): %s; threaded files baseline: %d threads, %d batches prefetched per "
-          "trainer; seer: net.peer_timeout_ms %d, libfabric provider %s." % (
+          "trainer; seer: net.peer_timeout_ms %s, libfabric provider %s." % (
               ", ".join(c.split(":")[1] for c in summary["torch_configs"]),
               summary["args"]["files_threads"], summary["args"]["files_prefetch"],
-              summary["args"]["peer_timeout_ms"], summary["args"]["provider"] or "tcp;ofi_rxm"),
+              summary["args"]["peer_timeout_ms"] or "2000 (default)",
+              summary["args"]["provider"] or "tcp;ofi_rxm"),
           "", "### DataLoader tuning", "", torch_tuning(summary), "",
           "## Larger than the aggregate cache", big_detail(summary), ""]
     if figs:

@@ -398,10 +398,6 @@ def seer_settings(job, rd, sockdir, policy, args):
         "cache.staging": sc["staging"],
         "prefetch.io_threads": args.io_threads or sc["io_threads"],
         "prefetch.lookahead": args.lookahead or sc["lookahead"],
-        # a peer request for a sample its owner is still loading waits in the
-        # owner's queue; in a PFS-bound epoch that can exceed the 2 s default and
-        # the requester then re-reads the PFS (see docs/results.md)
-        "net.peer_timeout_ms": args.peer_timeout_ms,
         "daemon.socket": os.path.join(sockdir, "s-%n.sock"),
         "daemon.stats_file": os.path.join(rd, "seerd-stats-%n.json"),
         "daemon.state_dir": job.state_dir,
@@ -409,6 +405,8 @@ def seer_settings(job, rd, sockdir, policy, args):
     }
     if job.provider:
         s["net.provider"] = job.provider
+    if args.peer_timeout_ms:
+        s["net.peer_timeout_ms"] = args.peer_timeout_ms
     if policy:
         s["cache.policy"] = policy
     return s
@@ -613,7 +611,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--io-threads", type=int, default=0, help="override seer's prefetch.io_threads")
     ap.add_argument("--lookahead", type=int, default=0, help="override prefetch.lookahead")
-    ap.add_argument("--peer-timeout-ms", type=int, default=30000)
+    ap.add_argument("--peer-timeout-ms", type=int, default=0,
+                    help="override net.peer_timeout_ms (default: seerd's own, 2000)")
     ap.add_argument("--provider", default="", help="libfabric provider for seerd (default: "
                     "seerd's own, tcp;ofi_rxm)")
     ap.add_argument("--data", default=os.environ.get("SEER_BENCH_DIR",
