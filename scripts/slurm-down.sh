@@ -7,43 +7,9 @@
 #   SEER_SLURM_TIMEOUT   seconds to wait for each step (default 30)
 set -euo pipefail
 
-export PATH="/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}"
-CONF=/etc/slurm/slurm.conf
-export SLURM_CONF="$CONF"
-TIMEOUT="${SEER_SLURM_TIMEOUT:-30}"
-MUNGE_PID=/run/munge/munged.pid
-MUNGE_MARK=/run/seer-slurm/munged.started-by-slurm-up
-CTLD_PID=/run/slurm/slurmctld.pid
-SLURMD_PID=/run/slurm/slurmd.pid
-
-log() { echo "slurm-down: $*"; }
-die() {
-  echo "slurm-down: ERROR: $*" >&2
-  exit 1
-}
-
-# alive PID NAME: PID exists, is not a zombie and its command is NAME.
-alive() {
-  local pid="$1" name="$2" stat comm
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
-  comm=${stat#*(}
-  comm=${comm%%)*}
-  [ "$comm" = "$name" ] || return 1
-  stat=${stat##*) }
-  [ "${stat%% *}" != Z ]
-}
-
-# pids_of NAME PIDFILE: live PIDs of the daemon (pid file, then exact name).
-pids_of() {
-  local name="$1" pidfile="$2" pid
-  {
-    if [ -r "$pidfile" ]; then tr -dc '0-9' <"$pidfile" && echo; fi
-    pgrep -x "$name" 2>/dev/null || true
-  } | sort -u | while read -r pid; do
-    if alive "$pid" "$name"; then echo "$pid"; fi
-  done
-}
+PROG=slurm-down
+# shellcheck source=scripts/slurm-common.sh
+. "$(dirname "$0")/slurm-common.sh"
 
 # stop NAME PIDFILE: wait for the daemon to exit; after TIMEOUT send SIGTERM,
 # then SIGKILL, to those PIDs only.

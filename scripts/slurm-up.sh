@@ -9,64 +9,19 @@
 #   SEER_SLURM_PARTITION partition name (default debug)
 set -euo pipefail
 
-export PATH="/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}"
-CONF=/etc/slurm/slurm.conf
-export SLURM_CONF="$CONF" # ignore any SLURM_CONF from the caller's environment
-TIMEOUT="${SEER_SLURM_TIMEOUT:-30}"
+PROG=slurm-up
+# shellcheck source=scripts/slurm-common.sh
+. "$(dirname "$0")/slurm-common.sh"
 CLUSTER="${SEER_SLURM_CLUSTER:-seer}"
 PARTITION="${SEER_SLURM_PARTITION:-debug}"
 
 MUNGE_KEY=/etc/munge/munge.key
-MUNGE_PID=/run/munge/munged.pid
 MUNGE_LOG=/var/log/munge/munged.log
-STATE_DIR=/run/seer-slurm # our marker files (what this script started)
-MUNGE_MARK="$STATE_DIR/munged.started-by-slurm-up"
-CTLD_PID=/run/slurm/slurmctld.pid
-SLURMD_PID=/run/slurm/slurmd.pid
 LOG_DIR=/var/log/slurm
 CTLD_LOG="$LOG_DIR/slurmctld.log"
 SLURMD_LOG="$LOG_DIR/slurmd.log"
 CTLD_SPOOL=/var/spool/slurmctld
 SLURMD_SPOOL=/var/spool/slurmd
-
-log() { echo "slurm-up: $*"; }
-die() {
-  echo "slurm-up: ERROR: $*" >&2
-  exit 1
-}
-
-# alive PID NAME: PID exists, is not a zombie and its command is NAME.
-# (Daemons here are re-parented to a PID 1 that reaps late, so a dead daemon
-# can linger as a zombie for a second; that counts as gone.)
-alive() {
-  local pid="$1" name="$2" stat comm
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
-  comm=${stat#*(}
-  comm=${comm%%)*}
-  [ "$comm" = "$name" ] || return 1
-  stat=${stat##*) }
-  [ "${stat%% *}" != Z ]
-}
-
-# pid_of NAME PIDFILE: the live daemon's PID (pid file first, then by exact
-# process name, for a daemon started some other way). Empty if none.
-pid_of() {
-  local name="$1" pidfile="$2" pid
-  if [ -r "$pidfile" ]; then
-    pid=$(tr -dc '0-9' <"$pidfile")
-    if alive "$pid" "$name"; then
-      echo "$pid"
-      return
-    fi
-  fi
-  for pid in $(pgrep -x "$name" 2>/dev/null || true); do
-    if alive "$pid" "$name"; then
-      echo "$pid"
-      return
-    fi
-  done
-}
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (it writes /etc/slurm and starts daemons)"
 for b in munged munge unmunge slurmctld slurmd scontrol sinfo free nproc hostname su; do
