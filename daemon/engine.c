@@ -219,6 +219,7 @@ struct engine {
 	struct topo *topo;
 	char topo_desc[512];
 	char pin_desc[160];
+	pthread_t dispatcher;    /* the thread running engine_work */
 	_Atomic bool stopping;   /* read by workers between retries */
 	bool draining;
 	struct etask **chunks;
@@ -1010,16 +1011,23 @@ static void nvme_open(struct engine *e)
 		 e->nvme_align);
 }
 
-/* Place the I/O threads (see src/topo.h for the policy). */
+/* Place the daemon's threads -- the I/O threads, the dispatcher and the
+ * network thread -- away from the trainers (see src/topo.h for the policy). */
 static void repin(struct engine *e)
 {
 	if (!e->topo || !e->pool_started)
 		return;
+	unsigned n = e->pool.nthreads;
+	pthread_t th[n + 2];
+	memcpy(th, e->pool.threads, n * sizeof(pthread_t));
+	th[n++] = e->dispatcher;
+	bool net = e->net && net_thread(e->net, &th[n]) == 0;
+	n += net;
 	char desc[sizeof(e->pin_desc)];
-	topo_pin_threads(e->topo, e->cfg->cpuset, e->pool.threads, e->pool.nthreads, desc,
-			 sizeof(desc));
+	topo_pin_threads(e->topo, e->cfg->cpuset, th, n, desc, sizeof(desc));
 	if (strcmp(desc, e->pin_desc) != 0) {
-		log_info("I/O threads %s", desc);
+		log_info("daemon threads (%u I/O, dispatcher%s) %s", e->pool.nthreads,
+			 net ? ", network" : "", desc);
 		str_copy(e->pin_desc, sizeof(e->pin_desc), desc);
 	}
 }
@@ -1149,6 +1157,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 		goto fail;
 	}
 	e->pool_started = true;
+	e->dispatcher = pthread_self();
 	ep_add(e, e->pool.done_efd, EP_TAG(EP_POOL, 0));
 	repin(e);
 	if (o->cfg->world_size > 0 && (rc = shape_init(e, (uint32_t)o->cfg->world_size, err, errlen)))
@@ -2537,8 +2546,11 @@ void engine_net_opts(struct engine *e, struct net_opts *o)
 void engine_set_net(struct engine *e, struct net *n)
 {
 	e->net = n;
-	if (n)
+	if (n) {
 		ep_add(e, net_event_fd(n), EP_TAG(EP_NET, 0));
+		e->pin_desc[0] = '\0'; /* log the placement again, network thread included */
+		repin(e);
+	}
 }
 
 bool engine_roll(struct engine *e, uint32_t *world, uint32_t **ranks, uint32_t *n)

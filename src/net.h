@@ -22,6 +22,7 @@
 #ifndef SEER_NET_H
 #define SEER_NET_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,6 +80,9 @@ void net_destroy(struct net *n);
 
 /* Readable when events wait. */
 int net_event_fd(const struct net *n);
+/* The network thread, once net_start succeeded (for CPU placement).
+ * Returns 0 and sets *out, or -1 before the start. */
+int net_thread(const struct net *n, pthread_t *out);
 /* Take every pending event (a list; free each with net_event_free). */
 struct net_event *net_take_events(struct net *n);
 void net_event_free(struct net_event *e);

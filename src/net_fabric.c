@@ -1166,6 +1166,14 @@ int net_event_fd(const struct net *n)
 	return n->efd;
 }
 
+int net_thread(const struct net *n, pthread_t *out)
+{
+	if (!n->started)
+		return -1;
+	*out = n->thread;
+	return 0;
+}
+
 struct net_event *net_take_events(struct net *n)
 {
 	uint64_t v;

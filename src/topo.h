@@ -2,9 +2,10 @@
  * threads run and where its memory lives.
  *
  * Placement policy:
- *  - [daemon] cpuset given: the I/O threads run there;
+ *  - [daemon] cpuset given: the daemon's threads (I/O, dispatcher,
+ *    network) run there;
  *  - else, when the trainers are pinned (their affinity does not cover the
- *    node), the I/O threads run on the cores the trainers do not use;
+ *    node), they run on the cores the trainers do not use;
  *  - else nothing is pinned: there is no trainer core to keep away from.
  *  The arena is bound to the NUMA node of the NIC (peer traffic and staging
  *  copies start there) when the node has several NUMA nodes. */

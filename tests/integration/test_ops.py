@@ -216,7 +216,90 @@ def test_installed_copy():
     finally:
         cleanup(tmp)
 
+def cpu_list(text):
+    """'0-2,5' -> {0, 1, 2, 5}"""
+    out = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def daemon_threads(pid):
+    """{name: allowed CPUs} of seerd's own threads: the dispatcher (the main
+    thread) and the seer-io*/seer-net threads, not a sanitizer's helpers."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        base = "/proc/%d/task/%s/" % (pid, tid)
+        try:
+            with open(base + "comm") as f:
+                name = f.read().strip()
+            with open(base + "status") as f:
+                allowed = [ln.split(":", 1)[1].strip() for ln in f
+                           if ln.startswith("Cpus_allowed_list:")][0]
+        except OSError:
+            continue  # the thread ended meanwhile
+        if int(tid) == pid:
+            name = "dispatcher"
+        elif not name.startswith("seer-"):
+            continue
+        out["%s/%s" % (name, tid)] = cpu_list(allowed)
+    return out
+
+
+def wait_placement(d, want, what, timeout=10):
+    t0 = time.time()
+    while True:
+        got = daemon_threads(d.proc.pid)
+        if len(got) >= 3 and all(v == want for v in got.values()):
+            return got
+        if time.time() - t0 > timeout:
+            raise Fail("%s: seerd's threads run on %s, expected all on %s\n%s" %
+                       (what, got, sorted(want), d.log()))
+        time.sleep(0.05)
+
+
+def test_thread_placement():
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        log("skipped: this machine gives the test one CPU")
+        return
+    tmp = tmpdir("seer-ops-")
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "job.epochs": 3, "job.batch_size": 4, "prefetch.io_threads": 2}
+        # [daemon] cpuset: every daemon thread runs there from the start
+        last = {cpus[-1]}
+        with Daemon(tmp, dict(s, **{"daemon.cpuset": str(cpus[-1])}), name="cpuset") as d:
+            got = wait_placement(d, last, "daemon.cpuset = %d" % cpus[-1])
+            check("([daemon] cpuset)" in d.log(), "placement not logged:\n" + d.log())
+        log("daemon.cpuset = %d: %d threads (%s) on CPU %d" %
+            (cpus[-1], len(got), ", ".join(sorted(k.split("/")[0] for k in got)), cpus[-1]))
+        # no cpuset, a trainer bound to the first CPU: the threads leave it
+        with Daemon(tmp, s, name="trainers") as d:
+            before = daemon_threads(d.proc.pid)
+            check(all(v == set(cpus) for v in before.values()),
+                  "threads pinned before any trainer attached: %s" % before)
+            logf = os.path.join(tmp, "t.log")
+            mine = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {cpus[0]})
+            try:
+                p = start_trainer("c", 0, 1, d.sock, logf, ["--compute-ms", "20"])
+            finally:
+                os.sched_setaffinity(0, mine)
+            rest = set(cpus) - {cpus[0]}
+            got = wait_placement(d, rest, "trainer bound to CPU %d" % cpus[0])
+            for rc, _, err in finish([p]):
+                check(rc == 0, "trainer failed: " + err)
+            check(d.wait(30) == 0, "seerd failed:\n" + d.log())
+            check("cores the trainers do not use" in d.log(), "placement not logged:\n" + d.log())
+        verify_rank(cat, seer.Sampler(len(cat), 0, 1, 4), 0, read_log(logf), 3)
+        log("trainer on CPU %d: seerd's %d threads moved to CPUs %s; 3 epochs exact" %
+            (cpus[0], len(got), sorted(rest)))
+    finally:
+        cleanup(tmp)
+
 
 if __name__ == "__main__":
     run_tests([test_sigterm_mid_epoch_then_resume, test_seerctl, test_two_jobs_on_one_node,
-               test_installed_copy])
+               test_thread_placement, test_installed_copy])
