@@ -273,16 +273,20 @@ bpe = sampler.batches_per_epoch
 
 
 def parse(path):
-    """{g: {index: (id, label, len, crc)}} from a trainer log; torn lines
-    (a trainer killed mid-write) are skipped."""
+    """{g: {index: (id, label, len, crc)}} from a trainer log. A trainer
+    killed mid-write leaves its last line torn anywhere, even inside a number
+    ("... 14285 9f"): only lines ending in a newline, with all eight hex
+    digits of the CRC, count."""
     out, failed = {}, []
     with open(path, errors="replace") as f:
         for line in f:
+            if not line.endswith("\n"):
+                continue
             p = line.split()
             if len(p) >= 3 and p[2] == "FAILED":
                 failed.append(line.strip())
                 continue
-            if len(p) != 7:
+            if len(p) != 7 or len(p[6]) != 8:
                 continue
             try:
                 e, st, i, sid, lab, ln = (int(x) for x in p[:6])
