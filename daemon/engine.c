@@ -2624,11 +2624,12 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
 	}
 }
 
-static void json_epochs(struct engine *e, struct sbuf *b)
+static void json_epochs(struct engine *e, struct sbuf *b, uint64_t max_epochs)
 {
-	sb_printf(b, "\"epochs\":[");
 	uint64_t last = MIN(e->nes_used, e->cfg->epochs);
-	for (uint64_t i = 0; i < last; i++) {
+	uint64_t from = max_epochs && last > max_epochs ? last - max_epochs : 0;
+	sb_printf(b, "\"epochs_omitted\":%llu,\"epochs\":[", (unsigned long long)from);
+	for (uint64_t i = from; i < last; i++) {
 		const struct epoch_stats *s = &e->es[i];
 		double t0 = i > 0 && e->es[i - 1].t_done > 0 ? e->es[i - 1].t_done : e->t_plan;
 		sb_printf(b, "%s{\"epoch\":%llu,\"samples\":%llu,\"bytes\":%llu,\"ram_samples\":%llu,"
@@ -2638,7 +2639,7 @@ static void json_epochs(struct engine *e, struct sbuf *b)
 			  "\"served_samples\":%llu,\"served_bytes\":%llu,\"peer_fallbacks\":%llu,"
 			  "\"skipped\":%llu,\"retries\":%llu,"
 			  "\"failed_batches\":%llu,\"seconds\":%.6f}",
-			  i ? "," : "", (unsigned long long)i, (unsigned long long)s->samples,
+			  i > from ? "," : "", (unsigned long long)i, (unsigned long long)s->samples,
 			  (unsigned long long)s->bytes, (unsigned long long)s->ram_samples,
 			  (unsigned long long)s->ram_bytes, (unsigned long long)s->nvme_samples,
 			  (unsigned long long)s->nvme_bytes, (unsigned long long)s->nvme_written,
@@ -2653,7 +2654,7 @@ static void json_epochs(struct engine *e, struct sbuf *b)
 	sb_printf(b, "]");
 }
 
-char *engine_status_json(struct engine *e)
+char *engine_status_json(struct engine *e, uint64_t max_epochs)
 {
 	struct sbuf b = { 0 };
 	sb_printf(&b, "{\"node\":%u,\"nodes\":%u,\"pid\":%d,\"job_id\":\"%s\",\"uptime_s\":%.3f,",
@@ -2721,7 +2722,7 @@ char *engine_status_json(struct engine *e)
 		first = false;
 	}
 	sb_printf(&b, "],");
-	json_epochs(e, &b);
+	json_epochs(e, &b, max_epochs);
 	sb_printf(&b, "}");
 	return b.p;
 }
@@ -2731,7 +2732,7 @@ void engine_write_stats(struct engine *e)
 	resume_save(e, false);
 	if (!e->cfg->stats_file || !*e->cfg->stats_file)
 		return;
-	char *status = engine_status_json(e);
+	char *status = engine_status_json(e, 0);
 	/* the status plus the per-step series */
 	struct sbuf sb = { 0 };
 	sb_printf(&sb, "%.*s,\"step_stride\":%llu,\"steps\":[", (int)strlen(status) - 1, status,

@@ -74,8 +74,11 @@ bool engine_roll(struct engine *e, uint32_t *world, uint32_t **ranks, uint32_t *
  * engine_fatal() set. */
 int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node);
 
-/* JSON for `seerctl status` (malloc'd). */
-char *engine_status_json(struct engine *e);
+/* JSON for `seerctl status` (malloc'd): the per-epoch list holds the last
+ * max_epochs epochs (0: all), "epochs_omitted" says how many came before.
+ * The stats file at exit has every epoch. */
+#define SEER_STATUS_EPOCHS 64
+char *engine_status_json(struct engine *e, uint64_t max_epochs);
 /* Write the stats file (JSON) if configured. */
 void engine_write_stats(struct engine *e);
 

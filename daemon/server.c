@@ -24,11 +24,17 @@
 #define HELLO_TIMEOUT_S 5.0
 #define STOP_GRACE_S 5.0
 
+/* A connection before its handshake, or a seerctl whose reply did not fit
+ * the socket buffer at once: the rest is sent as the socket drains (the
+ * dispatcher never blocks on a slow reader). */
 struct pending {
 	int fd;
 	pid_t pid;
-	double since;
+	double since;      /* connected, or reply started */
 	long refuse_uid;   /* >= 0: another user's: refuse once its hello is read */
+	char *out;         /* seerctl reply text still being sent, or NULL */
+	size_t out_len, out_off;
+	int32_t out_status;
 };
 
 struct server {
@@ -94,6 +100,18 @@ static void ep_add(int epfd, int fd, uint64_t tag)
 	epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+static void pend_close(struct server *s, int i)
+{
+	struct pending *p = &s->pend[i];
+	if (p->fd >= 0) {
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+		close(p->fd);
+	}
+	free(p->out);
+	p->out = NULL;
+	p->fd = -1;
+}
+
 static void accept_all(struct server *s)
 {
 	for (;;) {
@@ -128,46 +146,64 @@ static void accept_all(struct server *s)
 			struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EREFUSED };
 			snprintf(w.msg, sizeof(w.msg), "too many connections awaiting their handshake");
 			sock_send(s->pend[oldest].fd, &w, sizeof(w), NULL, 0);
-			epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->pend[oldest].fd, NULL);
-			close(s->pend[oldest].fd);
-			s->pend[oldest].fd = -1;
+			pend_close(s, oldest);
 			s->shed++;
 			slot = oldest;
 		}
-		s->pend[slot] = (struct pending){ fd, cred.pid, now_s(), refuse };
+		s->pend[slot] = (struct pending){ .fd = fd, .pid = cred.pid, .since = now_s(),
+						  .refuse_uid = refuse };
 		ep_add(s->epfd, fd, EP_TAG(EP_CONN, slot));
 	}
 }
 
-static void ctl_reply(int fd, int status, const char *text)
+/* Send what the socket takes of slot i's reply, one SEQPACKET packet of at
+ * most SEER_CTL_CHUNK bytes of text each; close the connection when all is
+ * sent or the reader went away, else wait for EPOLLOUT. */
+static void ctl_flush(struct server *s, int i)
 {
-	size_t len = strlen(text), off = 0;
+	struct pending *p = &s->pend[i];
 	char buf[sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK];
 	do {
-		size_t n = MIN(len - off, (size_t)SEER_CTL_CHUNK);
-		struct seer_msg_ctl_reply h = { .kind = SEER_MSG_CTL_REPLY, .status = status,
-						.more = off + n < len, .len = (uint32_t)n };
+		size_t n = MIN(p->out_len - p->out_off, (size_t)SEER_CTL_CHUNK);
+		struct seer_msg_ctl_reply h = { .kind = SEER_MSG_CTL_REPLY, .status = p->out_status,
+						.more = p->out_off + n < p->out_len,
+						.len = (uint32_t)n };
 		memcpy(buf, &h, sizeof(h));
-		memcpy(buf + sizeof(h), text + off, n);
-		if (sock_send(fd, buf, sizeof(h) + n, NULL, 0) < 0)
+		memcpy(buf + sizeof(h), p->out + p->out_off, n);
+		ssize_t r = sock_send(p->fd, buf, sizeof(h) + n, NULL, 0);
+		if (r == -EAGAIN) {
+			struct epoll_event ev = { .events = EPOLLOUT, .data.u64 = EP_TAG(EP_CONN, i) };
+			epoll_ctl(s->epfd, EPOLL_CTL_MOD, p->fd, &ev);
 			return;
-		off += n;
-	} while (off < len);
+		}
+		if (r < 0)
+			break; /* seerctl is gone */
+		p->out_off += n;
+	} while (p->out_off < p->out_len);
+	pend_close(s, i);
 }
 
-static void handle_ctl(struct server *s, int fd, const struct seer_msg_hello *h)
+/* Answer the seerctl on slot i with `text` (taken over, malloc'd). */
+static void ctl_reply(struct server *s, int i, int status, char *text)
+{
+	struct pending *p = &s->pend[i];
+	p->out = text;
+	p->out_len = strlen(text);
+	p->out_off = 0;
+	p->out_status = status;
+	p->since = now_s();
+	ctl_flush(s, i);
+}
+
+static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *h)
 {
 	char cmd[sizeof(h->ctl) + 1];
 	memcpy(cmd, h->ctl, sizeof(h->ctl));
 	cmd[sizeof(h->ctl)] = '\0';
 	if (strcmp(cmd, "status") == 0) {
-		char *j = engine_status_json(s->e);
-		ctl_reply(fd, 0, j);
-		free(j);
+		ctl_reply(s, slot, 0, engine_status_json(s->e, SEER_STATUS_EPOCHS));
 	} else if (strcmp(cmd, "config") == 0) {
-		char *d = cfg_dump(s->cfg);
-		ctl_reply(fd, 0, d);
-		free(d);
+		ctl_reply(s, slot, 0, cfg_dump(s->cfg));
 	} else if (strcmp(cmd, "stop") == 0) {
 		log_info("stop requested by seerctl");
 		engine_stop(s->e, true);
@@ -176,15 +212,15 @@ static void handle_ctl(struct server *s, int fd, const struct seer_msg_hello *h)
 			s->stop_sent = true;
 		}
 		s->stop_deadline = now_s() + STOP_GRACE_S;
-		ctl_reply(fd, 0, "{\"ok\":true,\"state\":\"stopping\"}");
+		ctl_reply(s, slot, 0, xstrdup("{\"ok\":true,\"state\":\"stopping\"}"));
 	} else if (strcmp(cmd, "drain") == 0) {
 		log_info("drain requested by seerctl: no new trainers; exit when the attached finish");
 		engine_stop(s->e, false);
-		ctl_reply(fd, 0, "{\"ok\":true,\"state\":\"draining\"}");
+		ctl_reply(s, slot, 0, xstrdup("{\"ok\":true,\"state\":\"draining\"}"));
 	} else {
 		char msg[256];
 		snprintf(msg, sizeof(msg), "unknown command '%s' (status, config, drain, stop)", cmd);
-		ctl_reply(fd, -EINVAL, msg);
+		ctl_reply(s, slot, -EINVAL, xstrdup(msg));
 	}
 }
 
@@ -193,6 +229,10 @@ static void on_conn(struct server *s, uint32_t slot)
 	struct pending *p = &s->pend[slot];
 	if (p->fd < 0)
 		return;
+	if (p->out) {
+		ctl_flush(s, (int)slot);
+		return;
+	}
 	struct seer_msg_hello h;
 	ssize_t n = sock_recv(p->fd, &h, sizeof(h), NULL, NULL, 0);
 	if (n == -EAGAIN)
@@ -220,8 +260,11 @@ static void on_conn(struct server *s, uint32_t slot)
 		return;
 	}
 	if (h.kind == SEER_MSG_CTL) {
-		handle_ctl(s, fd, &h);
-		close(fd);
+		/* the slot holds the connection until the reply is sent */
+		p->fd = fd;
+		epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd,
+			  &(struct epoll_event){ .events = EPOLLIN, .data.u64 = EP_TAG(EP_CONN, slot) });
+		handle_ctl(s, (int)slot, &h);
 		return;
 	}
 	if (h.kind != SEER_MSG_HELLO) {
@@ -248,11 +291,14 @@ static void expire_pending(struct server *s)
 	}
 	for (int i = 0; i < MAX_PENDING; i++) {
 		if (s->pend[i].fd >= 0 && t - s->pend[i].since > HELLO_TIMEOUT_S) {
-			log_warn("pid %d connected but sent no handshake in %.0f s; closing",
-				 (int)s->pend[i].pid, HELLO_TIMEOUT_S);
-			epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->pend[i].fd, NULL);
-			close(s->pend[i].fd);
-			s->pend[i].fd = -1;
+			if (s->pend[i].out)
+				log_warn("seerctl pid %d read %zu of its %zu-byte reply in %.0f s; "
+					 "closing", (int)s->pend[i].pid, s->pend[i].out_off,
+					 s->pend[i].out_len, HELLO_TIMEOUT_S);
+			else
+				log_warn("pid %d connected but sent no handshake in %.0f s; closing",
+					 (int)s->pend[i].pid, HELLO_TIMEOUT_S);
+			pend_close(s, i);
 		}
 	}
 }
@@ -514,8 +560,7 @@ out:
 		unlink(s.sock_path);
 	}
 	for (int i = 0; i < MAX_PENDING; i++)
-		if (s.pend[i].fd >= 0)
-			close(s.pend[i].fd);
+		pend_close(&s, i);
 	if (s.tfd >= 0)
 		close(s.tfd);
 	if (s.sfd >= 0)

@@ -220,6 +220,9 @@ static int render_status(const char *text, FILE *out)
 			jnum(t, "stall_s"), jnum(t, "stalls"));
 	}
 	const struct jv *ep = jget(&root, "epochs");
+	if (jnum(&root, "epochs_omitted") > 0)
+		fprintf(out, "\n(%g earlier epochs not shown: every epoch is in the stats file)",
+			jnum(&root, "epochs_omitted"));
 	fprintf(out, "\n%-6s %-9s %-9s %-7s %-11s %-11s %-11s %s\n", "epoch", "samples", "seconds",
 		"RAM %", "NVMe", "peers", "PFS", "failed");
 	for (size_t i = 0; i < ep->n; i++) {

@@ -18,6 +18,9 @@
  *                closes the connection (must be within --seconds)
  *   flood        open --count connections at once, send nothing, hold them
  *                for --seconds; reports how many the daemon dropped
+ *   ctl-slow     ask for `status` like seerctl, read nothing for --seconds,
+ *                then the whole reply must arrive (the daemon serves others
+ *                meanwhile)
  * Session modes (attach properly as --rank, then misbehave):
  *   rel-garbage  random entries in the release ring, producer index advanced
  *   rel-ahead    release producer index far ahead of anything held
@@ -207,6 +210,57 @@ static int mode_silent(const struct opts *o)
 	close(fd);
 	printf("RESULT closed-by-daemon after_s=%.3f bytes=%zd\n", dt, n);
 	return n <= 0 ? 0 : 1;
+}
+
+static int mode_ctl_slow(const struct opts *o, struct seer_msg_hello *h)
+{
+	h->kind = SEER_MSG_CTL;
+	snprintf(h->ctl, sizeof(h->ctl), "status");
+	int fd = connect_to(o->sock);
+	if (fd < 0) {
+		printf("RESULT connect-failed %s\n", strerror(-fd));
+		return 1;
+	}
+	if (sock_send(fd, h, sizeof(*h), NULL, 0) != (ssize_t)sizeof(*h)) {
+		printf("RESULT send-failed\n");
+		close(fd);
+		return 1;
+	}
+	sleep_ns((uint64_t)(o->seconds * 1e9));
+	static char buf[sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK];
+	size_t total = 0;
+	char first = 0, last = 0;
+	for (unsigned packets = 0;; packets++) {
+		if (!wait_readable(fd, 10.0)) {
+			printf("RESULT stalled after %zu bytes\n", total);
+			close(fd);
+			return 1;
+		}
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		struct seer_msg_ctl_reply r;
+		if (n < (ssize_t)sizeof(r)) {
+			printf("RESULT cut after %zu bytes in %u packets (recv %zd)\n", total, packets, n);
+			close(fd);
+			return 1;
+		}
+		memcpy(&r, buf, sizeof(r));
+		if (r.kind != SEER_MSG_CTL_REPLY || r.status != 0 || r.len != n - (ssize_t)sizeof(r)) {
+			printf("RESULT bad packet kind %u status %d len %u\n", r.kind, r.status, r.len);
+			close(fd);
+			return 1;
+		}
+		if (r.len) {
+			if (!total)
+				first = buf[sizeof(r)];
+			last = buf[sizeof(r) + r.len - 1];
+		}
+		total += r.len;
+		if (!r.more)
+			break;
+	}
+	close(fd);
+	printf("RESULT ctl-reply bytes=%zu\n", total);
+	return first == '{' && last == '}' ? 0 : 1;
 }
 
 static int mode_flood(const struct opts *o)
@@ -656,6 +710,8 @@ static int run(const struct opts *o)
 		return mode_silent(o);
 	if (strcmp(m, "flood") == 0)
 		return mode_flood(o);
+	if (strcmp(m, "ctl-slow") == 0)
+		return mode_ctl_slow(o, &h);
 	static const char *const session_modes[] = {
 		"rel-garbage", "rel-ahead", "rel-unheld", "rel-double", "cons-ahead", "cons-behind",
 		"sock-garbage", "seek-range", "mmap-rw", "write-arena", "write-ctrl", "truncate-in",

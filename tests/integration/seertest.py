@@ -253,6 +253,18 @@ def cleanup(d):
     shutil.rmtree(d, ignore_errors=True)
 
 
+def wait_for(pred, timeout, what, step=0.005):
+    """Poll pred() until it returns something true (returned), or Fail."""
+    t0 = time.time()
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.time() - t0 > timeout:
+            raise Fail("timed out after %.1f s waiting for %s" % (timeout, what))
+        time.sleep(step)
+
+
 def run_tests(tests):
     """Run test functions; print PASS/FAIL; exit non-zero on any failure."""
     failed = 0

@@ -37,7 +37,7 @@ import zlib
 
 from seertest import (BIN, Daemon, Fail, catalog, check, cleanup, finish, log,
                       make_classes, read_log, run_tests, seer, start_trainer, tmpdir,
-                      verify_exactly_once, verify_rank)
+                      verify_exactly_once, verify_rank, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOSTILE = os.path.join(BIN, "seer-hostile")
@@ -152,17 +152,6 @@ def read_times(path):
 
 
 # ---- helpers ------------------------------------------------------------------------------
-
-def wait_for(pred, timeout, what, step=0.005):
-    t0 = time.time()
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.time() - t0 > timeout:
-            raise Fail("timed out after %.1f s waiting for %s" % (timeout, what))
-        time.sleep(step)
-
 
 def fd_count(pid):
     """Descriptors of pid other than dataset files (the I/O threads keep a

@@ -3,13 +3,15 @@ several jobs on one node, and an installed copy used through pkg-config."""
 
 import glob
 import os
+import re
 import signal
 import stat
 import subprocess
 import time
 
 from seertest import (BIN, ROOT, Daemon, Fail, catalog, check, cleanup, finish, log,
-                      make_classes, read_log, run_tests, seer, start_trainer, tmpdir, verify_rank)
+                      make_classes, read_log, run_tests, seer, start_trainer, tmpdir, verify_rank,
+                      wait_for)
 
 
 def dataset(tmp, per_class=20, seed=21):
@@ -131,6 +133,50 @@ def test_seerctl():
             check(d.wait(20) == 0, "seerd did not exit after the drain:\n" + d.log())
         gone = seerctl("--socket", os.path.join(tmp, "nope.sock"), "status")
         check(gone.returncode == 1 and "no seerd at" in gone.stderr, "missing daemon: " + gone.stderr)
+    finally:
+        cleanup(tmp)
+
+def test_status_of_a_long_job():
+    """status lists the last 64 epochs (the stats file has them all), and a
+    seerctl that does not read its reply does not hold up anyone else."""
+    tmp = tmpdir("seer-ops-")
+    try:
+        root, cat = dataset(tmp, per_class=2)  # 6 samples: 2 batches of 4 per epoch
+        epochs = 600
+        s = {"dataset.path": root, "job.epochs": epochs, "job.batch_size": 4}
+        with Daemon(tmp, s) as d:
+            logf = os.path.join(tmp, "t.log")
+            p = start_trainer("c", 0, 1, d.sock, logf, ["--compute-ms", "5"])
+            wait_for(lambda: len(d.status()["epochs"]) + d.status()["epochs_omitted"] > 100, 30,
+                     "the job to pass 100 epochs")
+            slow = subprocess.Popen([os.path.join(BIN, "seer-hostile"), "--socket", d.sock,
+                                     "--mode", "ctl-slow", "--seconds", "1.5"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(0.3)
+            t0 = time.time()
+            js = d.status()
+            dt = time.time() - t0
+            eps = [e["epoch"] for e in js["epochs"]]
+            check(len(eps) == 64 and eps == list(range(js["epochs_omitted"],
+                                                       js["epochs_omitted"] + 64)),
+                  "status epochs %s.. (%d), omitted %d" % (eps[:3], len(eps),
+                                                          js["epochs_omitted"]))
+            human = seerctl("--socket", d.sock, "status")
+            m = re.search(r"\((\d+) earlier epochs not shown", human.stdout)
+            check(m and int(m.group(1)) >= js["epochs_omitted"],
+                  "seerctl status does not say epochs were left out:\n" + human.stdout[:1500])
+            out, err = slow.communicate(timeout=30)
+            check(slow.returncode == 0, "the slow status reader: %s %s" % (out, err))
+            rc, _, err = finish([p], timeout=120)[0]
+            check(rc == 0, "trainer failed: " + err)
+            check(d.wait(30) == 0, "seerd failed:\n" + d.log())
+        st = d.stats()
+        check(st["epochs_omitted"] == 0 and [e["epoch"] for e in st["epochs"]] ==
+              list(range(epochs)), "the stats file must list all %d epochs" % epochs)
+        verify_rank(cat, seer.Sampler(len(cat), 0, 1, 4), 0, read_log(logf), epochs)
+        log("status at epoch %d: the last 64 epochs in %.0f ms while a reader sat on its reply "
+            "(%s); stats file: all %d" % (js["epochs_omitted"] + 64, dt * 1e3,
+                                          out.strip().replace("RESULT ", ""), epochs))
     finally:
         cleanup(tmp)
 
@@ -301,5 +347,6 @@ def test_thread_placement():
 
 
 if __name__ == "__main__":
-    run_tests([test_sigterm_mid_epoch_then_resume, test_seerctl, test_two_jobs_on_one_node,
+    run_tests([test_sigterm_mid_epoch_then_resume, test_seerctl, test_status_of_a_long_job,
+               test_two_jobs_on_one_node,
                test_thread_placement, test_installed_copy])
