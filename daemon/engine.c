@@ -2007,10 +2007,13 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 	if (tk->kind == TK_NVME_READ && status != 0) {
 		/* a bad or unreadable NVMe copy is never delivered: read the PFS,
 		 * and write a fresh copy */
-		struct epoch_stats *es = estats(e, e->epochs_done);
-		if (status == SEER_EDATASET)
-			es->nvme_corrupt++;
-		log_warn("%s: reading sample %u from the PFS instead", tk->err, tk->sample);
+		if (status == SEER_EDATASET) {
+			estats(e, e->epochs_done)->nvme_corrupt++;
+			log_warn("%s: reading sample %u from the PFS instead", tk->err, tk->sample);
+		} else {
+			/* the device fails: said once, and no batch plans on it again */
+			nvme_disable(e, tk->err[0] ? tk->err : strerror(-status));
+		}
 		tk->kind = TK_PFS;
 		tk->err[0] = '\0';
 		tk->to_nvme = e->nvme_ok && e->cstate[tk->sample] == CS_READY;

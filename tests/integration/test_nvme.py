@@ -2,13 +2,16 @@
 RAM + NVMe is read from the PFS only in the first epoch; the tier's file is
 gone from the directory; a corrupted on-disk copy is detected by its
 checksum and re-read, never delivered; a tier that does not fit (ENOSPC) is
-disabled with one warning and the job still delivers exact data."""
+disabled with one warning and the job still delivers exact data; so is a
+tier whose disk fails mid-job (EIO, injected) and whose directory is
+removed."""
 
 import os
+import shutil
 import subprocess
 import time
 
-from seertest import (Daemon, Fail, catalog, check, cleanup, finish, log, make_classes,
+from seertest import (BIN, ROOT, Daemon, Fail, catalog, check, cleanup, finish, log, make_classes,
                       read_log, run_tests, seer, start_trainer, tmpdir, verify_exactly_once,
                       verify_rank)
 
@@ -149,7 +152,63 @@ def test_full_nvme_dir():
             subprocess.run(["umount", mnt])
         cleanup(tmp)
 
+def test_nvme_fails_mid_job():
+    """After epoch 0 wrote the NVMe copies, the directory is removed and every
+    read and write of the tier's file fails with EIO (nvme_eio.c, an
+    LD_PRELOAD shim): one warning, the tier is left out, every batch exact."""
+    if os.path.basename(os.path.dirname(BIN)) in ("asan", "tsan"):
+        log("skipped in sanitizer builds (the LD_PRELOAD shim would precede their runtime)")
+        return
+    tmp = tmpdir("seer-nv-")
+    try:
+        shim = os.path.join(tmp, "nvme_eio.so")
+        cc = subprocess.run(["cc", "-shared", "-fPIC", "-o", shim,
+                             os.path.join(ROOT, "tests", "integration", "nvme_eio.c"), "-ldl"],
+                            capture_output=True, text=True)
+        check(cc.returncode == 0, "building the shim: " + cc.stderr)
+        root, cat = dataset(tmp, seed=6)
+        nvme = os.path.join(tmp, "nvme")
+        trigger = os.path.join(tmp, "fail-now")
+        s = settings(root, nvme, **{"job.epochs": 4})
+        world = 2
+        env = {"LD_PRELOAD": shim, "SEER_EIO_DIR": nvme, "SEER_EIO_TRIGGER": trigger}
+        with Daemon(tmp, s, env=env) as d:
+            logs = [os.path.join(tmp, "f%d.log" % r) for r in range(world)]
+            procs = [start_trainer("c" if r == 0 else "py", r, world, d.sock, logs[r],
+                                   ["--compute-ms", "12"]) for r in range(world)]
+            t0 = time.time()
+            while True:
+                st = d.status()
+                if st["cache"]["nvme_loaded_samples"] >= st["cache"]["nvme_planned_samples"] > 0:
+                    break
+                check(time.time() - t0 < 60, "NVMe copies never written")
+                time.sleep(0.02)
+            before = sum(e["nvme_samples"] for e in st["epochs"])
+            shutil.rmtree(nvme)
+            open(trigger, "w").close()
+            log("after epoch %d: NVMe directory removed, its file fails with EIO" %
+                st["trainers"][0]["epoch"])
+            for rc, _, err in finish(procs):
+                check(rc == 0, "trainer failed: %s\n%s" % (err, d.log()))
+            check(d.wait(30) == 0, "seerd failed:\n" + d.log())
+        out = d.log()
+        warnings = [ln for ln in out.splitlines() if "NVMe" in ln and "WARN" in ln]
+        check(len(warnings) == 1 and "NVMe tier disabled" in warnings[0] and
+              "Input/output error" in warnings[0],
+              "expected one 'NVMe tier disabled (... Input/output error)' warning:\n" + out)
+        log(warnings[0].split("WARN")[-1].strip())
+        st = d.stats()
+        check(not st["cache"]["nvme_enabled"], "the tier is still enabled")
+        late = [e["nvme_samples"] for e in st["epochs"][-2:]]
+        check(late == [0, 0], "NVMe reads in the last epochs after the failure: %s" % late)
+        sampler = seer.Sampler(len(cat), 1, world, 8)
+        for r in range(world):
+            verify_rank(cat, sampler, r, read_log(logs[r]), 4)
+        log("%d samples served from NVMe before the failure, none after; 4 epochs exact" % before)
+    finally:
+        cleanup(tmp)
+
 
 if __name__ == "__main__":
     run_tests([test_ram_plus_nvme_holds_the_dataset, test_corrupt_nvme_copy_is_never_delivered,
-               test_full_nvme_dir])
+               test_full_nvme_dir, test_nvme_fails_mid_job])
