@@ -300,6 +300,23 @@ int npy_parse_header(const void *buf, size_t len, struct npy_header *h, uint64_t
 #define ZIP_SIG_CENTRAL 0x02014b50u
 #define ZIP_SIG_LOCAL 0x04034b50u
 
+/* The central directory an end record (classic or zip64) points to: one
+ * disk only, and inside the file before the record at `end`. */
+static int cd_accept(struct zip_dir *d, uint32_t disk, uint32_t cd_disk, uint64_t n_disk,
+		     uint64_t n, uint64_t off, uint64_t size, uint64_t end, char *err, size_t errlen)
+{
+	if (disk != 0 || cd_disk != 0 || n != n_disk)
+		return fail(err, errlen, "multi-part (spanned) zip archives are not supported");
+	if (off > end || size > end - off)
+		return fail(err, errlen, "zip central directory (offset %llu, %llu bytes) lies "
+				 "outside the file (truncated or damaged)",
+			    (unsigned long long)off, (unsigned long long)size);
+	d->nentries = n;
+	d->cd_off = off;
+	d->cd_size = size;
+	return 0;
+}
+
 int zip_find_eocd(const void *tail, size_t len, uint64_t file_size, struct zip_dir *d,
 		  char *err, size_t errlen)
 {
@@ -348,16 +365,7 @@ int zip_find_eocd(const void *tail, size_t len, uint64_t file_size, struct zip_d
 	}
 	if (saturated)
 		return fail(err, errlen, "zip64 archive without its zip64 locator (damaged)");
-	if (disk != 0 || cd_disk != 0 || n != n_disk)
-		return fail(err, errlen, "multi-part (spanned) zip archives are not supported");
-	if (cd_off > eocd_pos || cd_size > eocd_pos - cd_off)
-		return fail(err, errlen, "zip central directory (offset %llu, %llu bytes) lies "
-				 "outside the file (truncated or damaged)",
-			    (unsigned long long)cd_off, (unsigned long long)cd_size);
-	d->nentries = n;
-	d->cd_off = cd_off;
-	d->cd_size = cd_size;
-	return 0;
+	return cd_accept(d, disk, cd_disk, n_disk, n, cd_off, cd_size, eocd_pos, err, errlen);
 }
 
 int zip_parse_eocd64(const void *buf, size_t len, uint64_t file_size, struct zip_dir *d,
@@ -371,17 +379,7 @@ int zip_parse_eocd64(const void *buf, size_t len, uint64_t file_size, struct zip
 	uint32_t disk = fmt_le32(p + 16), cd_disk = fmt_le32(p + 20);
 	uint64_t n_disk = fmt_le64(p + 24), n = fmt_le64(p + 32);
 	uint64_t size = fmt_le64(p + 40), off = fmt_le64(p + 48);
-	if (disk != 0 || cd_disk != 0 || n != n_disk)
-		return fail(err, errlen, "multi-part (spanned) zip archives are not supported");
-	uint64_t lim = d->eocd64_off;
-	if (off > lim || size > lim - off)
-		return fail(err, errlen, "zip central directory (offset %llu, %llu bytes) lies "
-				 "outside the file (truncated or damaged)",
-			    (unsigned long long)off, (unsigned long long)size);
-	d->nentries = n;
-	d->cd_off = off;
-	d->cd_size = size;
-	return 0;
+	return cd_accept(d, disk, cd_disk, n_disk, n, off, size, d->eocd64_off, err, errlen);
 }
 
 int zip_next_entry(const void *cd, size_t len, size_t *pos, struct zip_entry *e, char *err,

@@ -9,11 +9,10 @@ removed."""
 import os
 import shutil
 import subprocess
-import time
 
 from seertest import (BIN, ROOT, Daemon, Fail, catalog, check, cleanup, finish, log, make_classes,
                       read_log, run_tests, seer, start_trainer, tmpdir, verify_exactly_once,
-                      verify_rank)
+                      verify_rank, wait_for)
 
 
 def dataset(tmp, seed=3):
@@ -28,6 +27,15 @@ def settings(root, nvme_dir, **kw):
          "cache.staging": "4MiB", "prefetch.io_threads": 4, "prefetch.lookahead": 4}
     s.update(kw)
     return s
+
+
+def nvme_written(d):
+    """Wait until every planned NVMe copy is written; returns that status."""
+    def done():
+        st = d.status()
+        c = st["cache"]
+        return st if c["nvme_loaded_samples"] >= c["nvme_planned_samples"] > 0 else None
+    return wait_for(done, 60, "the NVMe copies to be written", step=0.02)
 
 
 def run(tmp, s, world=2, compute="1"):
@@ -96,13 +104,7 @@ def test_corrupt_nvme_copy_is_never_delivered():
             procs = [start_trainer("c", r, world, d.sock, logs[r], ["--compute-ms", "12"])
                      for r in range(world)]
             # wait until epoch 0 wrote the NVMe copies, then scribble over all of them
-            t0 = time.time()
-            while True:
-                st = d.status()
-                if st["cache"]["nvme_loaded_samples"] >= st["cache"]["nvme_planned_samples"] > 0:
-                    break
-                check(time.time() - t0 < 60, "NVMe copies never written")
-                time.sleep(0.02)
+            st = nvme_written(d)
             path = nvme_fd_path(d.proc.pid)
             check(path is not None, "the daemon's NVMe file is not open")
             size = st["cache"]["nvme_capacity"]
@@ -176,13 +178,7 @@ def test_nvme_fails_mid_job():
             logs = [os.path.join(tmp, "f%d.log" % r) for r in range(world)]
             procs = [start_trainer("c" if r == 0 else "py", r, world, d.sock, logs[r],
                                    ["--compute-ms", "12"]) for r in range(world)]
-            t0 = time.time()
-            while True:
-                st = d.status()
-                if st["cache"]["nvme_loaded_samples"] >= st["cache"]["nvme_planned_samples"] > 0:
-                    break
-                check(time.time() - t0 < 60, "NVMe copies never written")
-                time.sleep(0.02)
+            st = nvme_written(d)
             before = sum(e["nvme_samples"] for e in st["epochs"])
             shutil.rmtree(nvme)
             open(trigger, "w").close()
