@@ -48,9 +48,10 @@ LDFLAGS := $(filter -fsanitize=%,$(OPT))
 LIBS := $(PKG_LIBS) -lpthread -lm
 
 # modules shared by the daemon, the tools and the tests
-CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
+CORE_SRC := src/util.c src/sampler.c src/sampler_record.c src/sampler_elastic.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
 	src/plan.c src/plansim.c src/topo.c src/ctrl.c $(wildcard src/fmt_*.c)
-CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
+CLIENT_SRC := client/client.c src/util.c src/sampler.c src/sampler_record.c \
+	src/sampler_elastic.c src/shm.c
 DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c daemon/cluster.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
@@ -86,7 +87,7 @@ $(BIN)/seerd: $(DAEMON_OBJ) $(B)/libcore.a
 $(LIB)/libseer.so.$(SOVER): $(CLIENT_OBJ) client/libseer.map
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=client/libseer.map \
-		-Wl,--no-undefined -o $@ $(CLIENT_OBJ) -lpthread
+		-Wl,--no-undefined -o $@ $(CLIENT_OBJ) -lpthread -lz
 
 $(LIB)/libseer.so: $(LIB)/libseer.so.$(SOVER)
 	ln -sf libseer.so.$(SOVER) $(LIB)/$(SONAME)

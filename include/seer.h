@@ -172,6 +172,64 @@ SEER_API uint64_t seer_sampler_batches_per_epoch(const seer_sampler_t *s);
 SEER_API int seer_sampler_batch(seer_sampler_t *s, uint64_t epoch, uint32_t rank, uint64_t step,
 				uint64_t *ids);
 
+/* ==== checkpoint records and elastic resume (docs/resume.md) ==============
+ * A record is where a job stands: its fingerprint (samples, seed, dataset
+ * hash, batch size, world size, drop_last, shuffle) and its position (epoch,
+ * and the batches each rank consumed of it, through any elastic restarts
+ * within the epoch). Trainers save it with the model checkpoint; a job
+ * resumed from it with the same or another number of trainers delivers every
+ * sample the checkpoint had not consumed exactly once in the rest of the
+ * epoch (padding and drop_last applied to that remainder), then plain epochs
+ * of the new world size. The byte form is versioned and checksummed.
+ *
+ * Errors: -EBADMSG (not a record, truncated, corrupt, newer version),
+ * SEER_EDATASET (another dataset: sample count or hash), SEER_ECONFIG
+ * (another seed, batch size, drop_last or shuffle), -EINVAL (records that
+ * cannot be merged, bad arguments), -ERANGE (a position outside the job),
+ * -ENOMEM; seer_errmsg() names the field and both values. */
+typedef struct seer_record seer_record_t;
+
+#define SEER_RECORD_ALL_RANKS UINT32_MAX /* a record that speaks for every rank */
+
+/* The sampler of a job (as seer_sampler_new, plus the dataset's catalog hash,
+ * 0 when unknown) resuming from `rec` (NULL: from the start). 0 with *out
+ * set, or a negative code. The record is checked against the job first. */
+SEER_API int seer_sampler_resume(uint64_t nsamples, uint64_t seed, uint32_t world, uint32_t batch,
+				 unsigned flags, uint64_t dataset_hash, const seer_record_t *rec,
+				 seer_sampler_t **out);
+/* Where a resumed sampler's job starts: the first batch to deliver is step
+ * *step of epoch *epoch (0:0 for a fresh sampler). seer_sampler_batch()
+ * answers for that epoch and every later one; an earlier epoch is -ERANGE. */
+SEER_API void seer_sampler_start(const seer_sampler_t *s, uint64_t *epoch, uint64_t *step);
+/* Batches per rank in `epoch`: the remainder's count for an interrupted epoch
+ * re-sharded, seer_sampler_batches_per_epoch() for a plain epoch, 0 before
+ * the start. */
+SEER_API uint64_t seer_sampler_epoch_batches(const seer_sampler_t *s, uint64_t epoch);
+/* The record of `rank` (or SEER_RECORD_ALL_RANKS) having consumed `steps`
+ * batches (steps 0 .. steps-1, as s numbers them) of `epoch`. A rank's
+ * record stands for every rank (DDP ranks move in lockstep); merge the ranks'
+ * records when they may differ. Free with seer_record_free(). */
+SEER_API int seer_sampler_record(const seer_sampler_t *s, uint32_t rank, uint64_t epoch,
+				 uint64_t steps, seer_record_t **out);
+/* 0 when rec can resume the job of s, else SEER_EDATASET / SEER_ECONFIG. */
+SEER_API int seer_record_check(const seer_record_t *rec, const seer_sampler_t *s);
+
+/* Byte form: seer_record_encode() returns the record's size in bytes and
+ * writes it to buf when cap is at least that; seer_record_decode() checks
+ * everything but the job (seer_record_check) and returns 0 with *out set. */
+SEER_API int64_t seer_record_encode(const seer_record_t *rec, void *buf, size_t cap);
+SEER_API int seer_record_decode(const void *buf, size_t len, seer_record_t **out);
+/* One record from the records of several ranks (each DDP rank saves its
+ * own): they must be of one job and one moment; ranks whose counts differ
+ * need every rank's record. */
+SEER_API int seer_record_merge(const seer_record_t *const *recs, size_t n, seer_record_t **out);
+SEER_API uint64_t seer_record_epoch(const seer_record_t *rec);
+/* Human-readable position ("epoch 3: 4 ranks at step 17"), truncated to
+ * len bytes and always terminated. */
+SEER_API void seer_record_describe(const seer_record_t *rec, char *buf, size_t len);
+SEER_API void seer_record_free(seer_record_t *rec);
+/* ==== end of checkpoint records and elastic resume ======================= */
+
 #ifdef __cplusplus
 }
 #endif

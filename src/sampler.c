@@ -1,9 +1,13 @@
+/* The access sequence (sampler.h) and the public sampler and checkpoint
+ * record API of libseer (seer.h). A seer_sampler_t is used by one thread at
+ * a time; failures return a negative code with err_set(), never abort. */
 #include "sampler.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sampler_elastic.h"
 #include "seer.h"
 #include "util.h"
 
@@ -143,48 +147,80 @@ int smp_batch(struct smp_cache *c, uint64_t epoch, uint32_t rank, uint64_t step,
 
 /* ---- public API -------------------------------------------------------- */
 
+/* A sampler is the new job's plain order (cache) plus its resume plan (a
+ * fresh sampler's plan starts at 0:0 and has no re-sharded epoch). */
 struct seer_sampler {
 	struct smp_cache cache;
+	struct smp_resume rs;
 	uint32_t *tmp;
 };
 
-SEER_API seer_sampler_t *seer_sampler_new(uint64_t nsamples, uint64_t seed, uint32_t world,
-					  uint32_t batch, unsigned flags)
+struct seer_record {
+	struct smp_record r;
+};
+
+static int sampler_make(const struct smp_job *job, const struct smp_record *rec,
+			seer_sampler_t **out)
 {
+	*out = NULL;
 	struct smp_shape sh;
-	int rc = smp_shape_init(&sh, nsamples, seed, world, batch, flags & SEER_SAMPLER_DROP_LAST,
-				!(flags & SEER_SAMPLER_NO_SHUFFLE));
+	int rc = smp_shape_init(&sh, job->n, job->seed, job->world, job->batch, job->drop_last,
+				job->shuffle);
 	if (rc == -EINVAL) {
 		err_set("sampler: nsamples, world and batch must be > 0 and nsamples < 2^32");
-		return NULL;
+		return rc;
 	}
 	if (rc == -ERANGE) {
 		err_set("sampler: %llu samples over %u trainers give no full batch of %u",
-			(unsigned long long)nsamples, world, batch);
-		return NULL;
+			(unsigned long long)job->n, job->world, job->batch);
+		return rc;
 	}
 	seer_sampler_t *s = calloc(1, sizeof(*s));
 	if (!s)
 		goto oom;
-	s->tmp = malloc(sizeof(uint32_t) * batch);
+	s->tmp = malloc(sizeof(uint32_t) * job->batch);
 	if (!s->tmp)
 		goto oom_s;
 	if (smp_cache_init(&s->cache, &sh) != 0)
 		goto oom_tmp;
-	return s;
+	rc = smp_resume_init(&s->rs, job, rec);
+	if (rc < 0) {
+		seer_sampler_free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
 oom_tmp:
 	free(s->tmp);
 oom_s:
 	free(s);
 oom:
-	err_set("sampler: out of memory for %llu samples", (unsigned long long)nsamples);
-	return NULL;
+	err_set("sampler: out of memory for %llu samples", (unsigned long long)job->n);
+	return -ENOMEM;
+}
+
+static struct smp_job job_of(uint64_t nsamples, uint64_t seed, uint32_t world, uint32_t batch,
+			     unsigned flags, uint64_t dataset_hash)
+{
+	return (struct smp_job){ .n = nsamples, .seed = seed, .dataset_hash = dataset_hash,
+				 .world = world, .batch = batch,
+				 .drop_last = flags & SEER_SAMPLER_DROP_LAST,
+				 .shuffle = !(flags & SEER_SAMPLER_NO_SHUFFLE) };
+}
+
+SEER_API seer_sampler_t *seer_sampler_new(uint64_t nsamples, uint64_t seed, uint32_t world,
+					  uint32_t batch, unsigned flags)
+{
+	struct smp_job job = job_of(nsamples, seed, world, batch, flags, 0);
+	seer_sampler_t *s;
+	return sampler_make(&job, NULL, &s) == 0 ? s : NULL;
 }
 
 SEER_API void seer_sampler_free(seer_sampler_t *s)
 {
 	if (!s)
 		return;
+	smp_resume_free(&s->rs);
 	smp_cache_free(&s->cache);
 	free(s->tmp);
 	free(s);
@@ -198,8 +234,125 @@ SEER_API uint64_t seer_sampler_batches_per_epoch(const seer_sampler_t *s)
 SEER_API int seer_sampler_batch(seer_sampler_t *s, uint64_t epoch, uint32_t rank, uint64_t step,
 				uint64_t *ids)
 {
-	int n = smp_batch(&s->cache, epoch, rank, step, s->tmp);
+	int n;
+	if (epoch < s->rs.epoch) {
+		err_set("sampler: epoch %llu ran before this job's resume point (epoch %llu)",
+			(unsigned long long)epoch, (unsigned long long)s->rs.epoch);
+		return -ERANGE;
+	}
+	if (s->rs.elastic && epoch == s->rs.epoch) {
+		const uint32_t *order = smp_cache_epoch(&s->cache, epoch);
+		if (!order)
+			return -ENOMEM;
+		n = smp_resume_batch(&s->rs, order, rank, step, s->tmp);
+	} else {
+		n = smp_batch(&s->cache, epoch, rank, step, s->tmp);
+	}
 	for (int i = 0; i < n; i++)
 		ids[i] = s->tmp[i];
 	return n;
+}
+
+/* ==== checkpoint records and elastic resume ================================ */
+
+SEER_API int seer_sampler_resume(uint64_t nsamples, uint64_t seed, uint32_t world, uint32_t batch,
+				 unsigned flags, uint64_t dataset_hash, const seer_record_t *rec,
+				 seer_sampler_t **out)
+{
+	struct smp_job job = job_of(nsamples, seed, world, batch, flags, dataset_hash);
+	return sampler_make(&job, rec ? &rec->r : NULL, out);
+}
+
+SEER_API void seer_sampler_start(const seer_sampler_t *s, uint64_t *epoch, uint64_t *step)
+{
+	*epoch = s->rs.epoch;
+	*step = s->rs.step;
+}
+
+SEER_API uint64_t seer_sampler_epoch_batches(const seer_sampler_t *s, uint64_t epoch)
+{
+	return smp_resume_batches(&s->rs, &s->cache.sh, epoch);
+}
+
+static int record_out(struct smp_record *r, seer_record_t **out)
+{
+	*out = malloc(sizeof(**out));
+	if (!*out) {
+		smp_record_free(r);
+		err_set("checkpoint record: out of memory");
+		return -ENOMEM;
+	}
+	(*out)->r = *r;
+	return 0;
+}
+
+SEER_API int seer_sampler_record(const seer_sampler_t *s, uint32_t rank, uint64_t epoch,
+				 uint64_t steps, seer_record_t **out)
+{
+	struct smp_record r;
+	*out = NULL;
+	int rc = smp_resume_record(&s->rs, &s->cache.sh, rank, epoch, steps, &r);
+	return rc < 0 ? rc : record_out(&r, out);
+}
+
+SEER_API int seer_record_check(const seer_record_t *rec, const seer_sampler_t *s)
+{
+	int rc = smp_record_check_job(&rec->r, &s->rs.job);
+	return rc < 0 ? rc : smp_record_validate(&rec->r, NULL);
+}
+
+SEER_API int64_t seer_record_encode(const seer_record_t *rec, void *buf, size_t cap)
+{
+	size_t n = smp_record_size(&rec->r);
+	if (buf && cap >= n)
+		smp_record_encode(&rec->r, buf);
+	return (int64_t)n;
+}
+
+SEER_API int seer_record_decode(const void *buf, size_t len, seer_record_t **out)
+{
+	struct smp_record r;
+	*out = NULL;
+	if (!buf) {
+		err_set("checkpoint record: no bytes");
+		return -EINVAL;
+	}
+	int rc = smp_record_decode(buf, len, &r);
+	if (rc == 0 && (rc = smp_record_validate(&r, NULL)) < 0)
+		smp_record_free(&r);
+	return rc < 0 ? rc : record_out(&r, out);
+}
+
+SEER_API int seer_record_merge(const seer_record_t *const *recs, size_t n, seer_record_t **out)
+{
+	*out = NULL;
+	const struct smp_record **in = calloc(n ? n : 1, sizeof(*in));
+	if (!in) {
+		err_set("checkpoint records: out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		in[i] = &recs[i]->r;
+	struct smp_record r;
+	int rc = smp_record_merge(in, n, &r);
+	free(in);
+	return rc < 0 ? rc : record_out(&r, out);
+}
+
+SEER_API uint64_t seer_record_epoch(const seer_record_t *rec)
+{
+	return rec->r.epoch;
+}
+
+SEER_API void seer_record_describe(const seer_record_t *rec, char *buf, size_t len)
+{
+	smp_record_describe(&rec->r, buf, len);
+}
+
+SEER_API void seer_record_free(seer_record_t *rec)
+{
+	if (!rec)
+		return;
+	smp_record_free(&rec->r);
+	free(rec);
 }

@@ -1,0 +1,109 @@
+/* Elastic resume: the rest of an interrupted epoch, re-sharded exactly over
+ * a new number of trainers (docs/resume.md has the full statement).
+ *
+ * An epoch's delivery is a list of segments (sampler_record.h). Segment k
+ * works on a list L_k of epoch positions (indices into the epoch's order):
+ * L_0 = [0, n). With m_k = |L_k| it shards L_k like DistributedSampler +
+ * BatchSampler (sampler.h) over its W_k trainers: per_rank and bpe from
+ * (m_k, W_k, batch, drop_last); rank r's stream is the indices
+ * r, r + W_k, ... (< per_rank * W_k) of L_k padded to per_rank * W_k
+ * entries. Padding (drop_last false) follows the epoch's own rule: padded
+ * index m_k + j is epoch position j mod n, the epoch order's start, as in an
+ * unbroken epoch. Rank r consumed its first steps[r] batches, i.e. its first
+ * min(steps[r] * batch, per_rank) stream entries. L_{k+1} is L_k without the
+ * entries consumed (padded entries are not in L_k, so consuming them changes
+ * nothing), in L_k's order.
+ *
+ * Consequences (tested): a segment whose ranks all consumed c batches leaves
+ * L_k minus its first c * batch * W_k entries, so re-sharding over the same
+ * W gives exactly the batches an unbroken run gives from step c; a segment
+ * over untouched L_0 with any W gives a fresh W job's epoch.
+ *
+ * The epoch is over when every rank of the last segment consumed its bpe
+ * batches (or when the remainder gives a new world no batch). Later epochs
+ * are plain epochs of the new world.
+ *
+ * Threads: no shared state; a struct smp_resume is read-only after init and
+ * may be shared by readers. Failures: negative errno or SEER_E* with
+ * err_set(). */
+#ifndef SEER_SAMPLER_ELASTIC_H
+#define SEER_SAMPLER_ELASTIC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sampler.h"
+#include "sampler_record.h"
+
+/* Shape of a segment over m list entries: smp_shape_init's counts, with
+ * bpe == 0 (and no error) when the segment gives no batch. */
+struct smp_seg_shape {
+	uint64_t m;
+	uint64_t per_rank;
+	uint64_t bpe;
+	uint32_t world;
+};
+void smp_seg_shape(uint64_t m, uint32_t world, uint32_t batch, bool drop_last,
+		   struct smp_seg_shape *out);
+/* List entries (not padding) the segment's ranks consumed. */
+uint64_t smp_seg_consumed(const struct smp_seg_shape *sh, uint32_t batch,
+			  const struct smp_segment *seg);
+
+/* Checks a record's counts against its segments' shapes: every segment gives
+ * at least one batch, no rank consumed more than bpe, only the last segment
+ * may be complete. 0 or -EBADMSG (err_set() says which segment and rank).
+ * m_out (optional) gets the remainder length after each segment: m_out[k] is
+ * |L_{k+1}|. */
+int smp_record_validate(const struct smp_record *r, uint64_t *m_out);
+
+/* Canonical form: per-rank counts that are all equal become one count; a
+ * complete last segment becomes the next epoch's start (epoch + 1, one
+ * segment of the same world at step 0). Assumes a validated record. 0 or
+ * -ENOMEM. */
+int smp_record_normalize(struct smp_record *r);
+
+/* One record from several (each DDP rank saves its own). All must share the
+ * fingerprint and the epoch's history (a rank at the start of epoch e + 1
+ * counts as having finished epoch e). Ranks whose counts are known from the
+ * inputs must agree, or every rank must be known. 0, -EINVAL with err_set()
+ * naming the disagreeing ranks and values, -EBADMSG, -ENOMEM. *out is
+ * normalized; free it with smp_record_free(). */
+int smp_record_merge(const struct smp_record *const *in, size_t k, struct smp_record *out);
+
+/* The resumed job: (epoch, step) it starts at, and the interrupted epoch's
+ * remainder when that epoch runs re-sharded. */
+struct smp_resume {
+	struct smp_job job;       /* the new job (its world W') */
+	uint64_t epoch;           /* first epoch delivered */
+	uint64_t step;            /* first step delivered in it */
+	bool elastic;             /* `epoch` runs the remainder below */
+	struct smp_seg_shape rsh; /* the running segment: m entries over W' */
+	uint32_t *pos;            /* rsh.m epoch positions (L of the running segment) */
+	struct smp_record hist;   /* epoch and the finished segments before it */
+};
+
+/* Plans `job` resuming from `rec` (NULL: a fresh job at 0:0). The record is
+ * validated and checked against the job (see smp_record_check_job).
+ *  - last segment complete: epoch + 1, step 0;
+ *  - last segment's ranks all at c and world == W': that segment continues
+ *    at step c (a plain epoch when it is segment 0);
+ *  - otherwise a new segment of W' ranks over what nobody consumed, from
+ *    step 0 (epoch + 1 when it gives no batch).
+ * 0 or a negative code; free with smp_resume_free(). */
+int smp_resume_init(struct smp_resume *p, const struct smp_job *job, const struct smp_record *rec);
+void smp_resume_free(struct smp_resume *p);
+
+/* Batches per rank in `epoch` (0 for epochs before the resume point). */
+uint64_t smp_resume_batches(const struct smp_resume *p, const struct smp_shape *sh,
+			    uint64_t epoch);
+/* Batch `step` of `rank` of the running segment (p->elastic), from the
+ * epoch's order; returns its length or -ERANGE. */
+int smp_resume_batch(const struct smp_resume *p, const uint32_t *order, uint32_t rank,
+		     uint64_t step, uint32_t *ids);
+/* The record of `rank` (or SMP_REC_ALL: every rank) having consumed `steps`
+ * batches of `epoch` as this plan numbers them; normalized. 0, -ERANGE (an
+ * epoch before the resume point, steps past the epoch's batches), -ENOMEM. */
+int smp_resume_record(const struct smp_resume *p, const struct smp_shape *sh, uint32_t rank,
+		      uint64_t epoch, uint64_t steps, struct smp_record *out);
+
+#endif /* SEER_SAMPLER_ELASTIC_H */
