@@ -167,7 +167,9 @@ demo: all
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t --jobs 1; done
 	@if [ "$(V)" = release ]; then echo "== sampler vs torch DistributedSampler"; \
-		$(PY) tests/unit/sampler_vs_torch.py $(LIB)/libseer.so; fi
+		$(PY) tests/unit/sampler_vs_torch.py $(LIB)/libseer.so && \
+		echo "== checkpoint records through the Python shim and torch.save" && \
+		$(PY) tests/unit/sampler_resume.py $(LIB)/libseer.so; fi
 
 integration: all
 	@V=$(V) BIN=$(BIN) LIB=$(LIB) SEER_TESTS="$(SEER_TESTS)" tests/integration/run.sh

@@ -369,3 +369,274 @@ class Sampler:
         if getattr(self, "_s", None):
             self._lib.seer_sampler_free(self._s)
             self._s = None
+
+
+# ==== checkpoint records and elastic resume (docs/resume.md) ================
+# A record says where a job stands: its fingerprint and, for the current
+# epoch, the segments that delivered part of it (the world size of each and
+# the batches each rank consumed). Its dict form (what state_dict() returns)
+# holds only ints, bools, None, str and lists, so torch.save / torch.load
+# (weights_only too) and json keep it; record_encode / record_decode convert
+# to the versioned, CRC-32 checked byte form libseer reads. Merging,
+# validation and the resumed order are libseer's (one implementation).
+#
+# The Loader will use them as torchdata's StatefulDataLoader does:
+#     sd = loader.state_dict()      # this rank's record: ranks move in lockstep,
+#                                   # so rank 0's alone resumes the whole job
+#     torch.save({"model": ..., "loader": sd}, path)
+#     loader = seer.Loader(state=torch.load(path)["loader"])   # any world size
+# state_dict() is the record of this rank having consumed the batches the
+# iterator yielded in the current epoch; load_state_dict(sd) checks it against
+# the job (record_check) and hands its bytes to seerd, which resumes there.
+# Until seerd accepts a record, ElasticSampler computes the same order.
+
+import errno as _errno
+import struct as _struct
+import zlib as _zlib
+
+__all__ += ["ElasticSampler", "record_encode", "record_decode", "record_merge", "record_check",
+            "RECORD_ALL_RANKS"]
+
+RECORD_FORMAT = "seer.position"
+RECORD_VERSION = 1
+RECORD_ALL_RANKS = 0xFFFFFFFF
+_REC_MAGIC = b"SEERPOS\0"
+_REC_HDR = _struct.Struct("<8sHHIQQQQIIIIII")  # 72 bytes, see src/sampler_record.h
+_REC_DROP_LAST, _REC_SHUFFLE = 1, 2
+_REC_MAX_SEGS, _REC_MAX_WORLD = 64, 1 << 20
+_U32, _U64 = (1 << 32) - 1, (1 << 64) - 1
+
+_rec_lib = None
+
+
+def _load_records():
+    global _rec_lib
+    if _rec_lib is not None:
+        return _rec_lib
+    lib = _load()
+    P, PP, U64, U32, I = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64,
+                          ctypes.c_uint32, ctypes.c_int)
+    sigs = {
+        "seer_sampler_resume": (I, [U64, U64, U32, U32, ctypes.c_uint, U64, P, PP]),
+        "seer_sampler_start": (None, [P, ctypes.POINTER(U64), ctypes.POINTER(U64)]),
+        "seer_sampler_epoch_batches": (U64, [P, U64]),
+        "seer_sampler_record": (I, [P, U32, U64, U64, PP]),
+        "seer_record_check": (I, [P, P]),
+        "seer_record_encode": (ctypes.c_int64, [P, P, ctypes.c_size_t]),
+        "seer_record_decode": (I, [ctypes.c_char_p, ctypes.c_size_t, PP]),
+        "seer_record_merge": (I, [PP, ctypes.c_size_t, PP]),
+        "seer_record_free": (None, [P]),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+    _rec_lib = lib
+    return lib
+
+
+def _bad(msg):
+    return SeerError(-_errno.EBADMSG, "checkpoint record: " + msg)
+
+
+def _field(state, key, top):
+    if key not in state:
+        raise _bad("the state has no %r (not a seer loader state?)" % key)
+    v = state[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > top:
+        raise _bad("%r is %r, want an integer in [0, %d]" % (key, v, top))
+    return v
+
+
+def record_encode(state):
+    """The byte form of a record dict (state_dict()). Raises SeerError
+    (-EBADMSG) naming the field when the dict is not a record."""
+    if not isinstance(state, dict) or state.get("format") != RECORD_FORMAT:
+        raise _bad("not a seer position state (format %r)" %
+                   (state.get("format") if isinstance(state, dict) else type(state).__name__))
+    if state.get("version") != RECORD_VERSION:
+        raise _bad("state version %r; this seer reads version %d" % (state.get("version"),
+                                                                     RECORD_VERSION))
+    rank = state.get("rank")
+    rank = RECORD_ALL_RANKS if rank is None else _field(state, "rank", _U32 - 1)
+    for key in ("drop_last", "shuffle"):
+        if not isinstance(state.get(key), bool):
+            raise _bad("%r is %r, want True or False" % (key, state.get(key)))
+    segs = state.get("segments")
+    if not isinstance(segs, list) or not 1 <= len(segs) <= _REC_MAX_SEGS:
+        raise _bad("'segments' must be a list of 1 to %d segments" % _REC_MAX_SEGS)
+    body = []
+    for k, seg in enumerate(segs):
+        w = _field(seg, "world_size", _REC_MAX_WORLD) if isinstance(seg, dict) else -1
+        steps = seg.get("steps") if isinstance(seg, dict) else None
+        if w < 1 or not isinstance(steps, list) or len(steps) not in (1, w) or any(
+                isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= _U64
+                for s in steps):
+            raise _bad("segment %d must be {'world_size': W, 'steps': [1 or W counts]}" % k)
+        body.append(_struct.pack("<II%dQ" % len(steps), w, len(steps), *steps))
+    body = b"".join(body)
+    flags = (_REC_DROP_LAST if state["drop_last"] else 0) | (_REC_SHUFFLE if state["shuffle"]
+                                                             else 0)
+    head = _REC_HDR.pack(_REC_MAGIC, RECORD_VERSION, _REC_HDR.size, _REC_HDR.size + len(body) + 4,
+                         _field(state, "num_samples", _U32), _field(state, "seed", _U64),
+                         _field(state, "dataset_hash", _U64), _field(state, "epoch", _U64),
+                         _field(state, "batch_size", _U32), _field(state, "world_size", _U32),
+                         rank, flags, len(segs), 0)
+    data = head + body
+    return data + _struct.pack("<I", _zlib.crc32(data))
+
+
+def record_decode(data):
+    """The dict form of a record's bytes; raises SeerError (-EBADMSG) when they
+    are not a whole, intact record of this version."""
+    data = bytes(data)
+    if len(data) < 8 or data[:8] != _REC_MAGIC:
+        raise _bad("not a seer position record (no \"SEERPOS\" magic in its %d bytes)"
+                   % len(data))
+    if len(data) < _REC_HDR.size + 4:
+        raise _bad("truncated: %d bytes" % len(data))
+    (_, version, hsize, size, n, seed, dhash, epoch, batch, world, rank, flags, nseg,
+     reserved) = _REC_HDR.unpack_from(data)
+    if version != RECORD_VERSION:
+        raise _bad("format version %d; this seer reads version %d%s" % (
+            version, RECORD_VERSION,
+            " (the record comes from a newer seer: upgrade)" if version > RECORD_VERSION else ""))
+    if hsize != _REC_HDR.size or size != len(data):
+        raise _bad("%d bytes, its header says %d (truncated or padded)" % (len(data), size))
+    want = _struct.unpack_from("<I", data, len(data) - 4)[0]
+    if want != _zlib.crc32(data[:-4]):
+        raise _bad("checksum mismatch: the record is corrupt")
+    if flags & ~(_REC_DROP_LAST | _REC_SHUFFLE) or reserved or not 1 <= nseg <= _REC_MAX_SEGS:
+        raise _bad("unknown flags, reserved field or %d segments" % nseg)
+    segs, off, end = [], _REC_HDR.size, len(data) - 4
+    for k in range(nseg):
+        if end - off < 8:
+            raise _bad("segment list ends early")
+        w, ns = _struct.unpack_from("<II", data, off)
+        off += 8
+        if w < 1 or ns not in (1, w) or end - off < 8 * ns:
+            raise _bad("segment %d: %d trainers with %d step counts" % (k, w, ns))
+        segs.append({"world_size": w, "steps": list(_struct.unpack_from("<%dQ" % ns, data, off))})
+        off += 8 * ns
+    if off != end:
+        raise _bad("%d bytes after the last segment" % (end - off))
+    return {"format": RECORD_FORMAT, "version": RECORD_VERSION, "num_samples": n, "seed": seed,
+            "dataset_hash": dhash, "batch_size": batch, "world_size": world,
+            "drop_last": bool(flags & _REC_DROP_LAST), "shuffle": bool(flags & _REC_SHUFFLE),
+            "epoch": epoch, "rank": None if rank == RECORD_ALL_RANKS else rank,
+            "segments": segs}
+
+
+def _c_record(state):
+    lib = _load_records()
+    data = record_encode(state)
+    p = ctypes.c_void_p()
+    rc = lib.seer_record_decode(data, len(data), ctypes.byref(p))
+    if rc < 0:
+        raise _error(rc)
+    return p
+
+
+def _py_record(p):
+    lib = _load_records()
+    try:
+        n = lib.seer_record_encode(p, None, 0)
+        buf = ctypes.create_string_buffer(n)
+        lib.seer_record_encode(p, buf, n)
+        return record_decode(buf.raw)
+    finally:
+        lib.seer_record_free(p)
+
+
+def record_merge(states):
+    """One record from the records of several ranks (each DDP rank saves its
+    own). Raises SeerError when they are not of one job and one moment, or
+    when ranks disagree and some ranks' records are missing."""
+    lib = _load_records()
+    ptrs = []
+    try:
+        for st in states:
+            ptrs.append(_c_record(st))
+        arr = (ctypes.c_void_p * max(1, len(ptrs)))(*[p.value for p in ptrs])
+        out = ctypes.c_void_p()
+        rc = lib.seer_record_merge(arr, len(ptrs), ctypes.byref(out))
+        if rc < 0:
+            raise _error(rc)
+        return _py_record(out)
+    finally:
+        for p in ptrs:
+            lib.seer_record_free(p)
+
+
+def _flags(drop_last, shuffle):
+    return (SAMPLER_DROP_LAST if drop_last else 0) | (0 if shuffle else SAMPLER_NO_SHUFFLE)
+
+
+def record_check(state, num_samples, seed, batch_size, drop_last=False, shuffle=True,
+                 dataset_hash=0, world_size=None):
+    """Raises SeerError naming the field and both values when `state` cannot
+    resume this job (another dataset, seed, batch size, drop_last, shuffle);
+    another world size is allowed (elastic resume)."""
+    lib = _load_records()
+    rec = _c_record(state)
+    s = ctypes.c_void_p()
+    try:
+        w = state["world_size"] if world_size is None else world_size
+        rc = lib.seer_sampler_resume(num_samples, seed, w, batch_size,
+                                     _flags(drop_last, shuffle), dataset_hash, None,
+                                     ctypes.byref(s))
+        if rc == 0:
+            rc = lib.seer_record_check(rec, s)
+        if rc < 0:
+            raise _error(rc)
+    finally:
+        lib.seer_record_free(rec)
+        if s:
+            lib.seer_sampler_free(s)
+
+
+class ElasticSampler(Sampler):
+    """The access sequence of a job resumed from a record (state=None: a fresh
+    job), with any world size: the interrupted epoch's unconsumed samples
+    re-sharded over world_size ranks, then plain epochs. ``start`` is the
+    (epoch, step) the job starts at; batch(epoch, rank, step) answers for it
+    and later epochs."""
+
+    def __init__(self, num_samples, seed, world_size, batch_size, drop_last=False, shuffle=True,
+                 dataset_hash=0, state=None):
+        self._lib = lib = _load_records()
+        self._s = None
+        rec = _c_record(state) if state is not None else None
+        out = ctypes.c_void_p()
+        try:
+            rc = lib.seer_sampler_resume(num_samples, seed, world_size, batch_size,
+                                         _flags(drop_last, shuffle), dataset_hash, rec,
+                                         ctypes.byref(out))
+        finally:
+            if rec is not None:
+                lib.seer_record_free(rec)
+        if rc < 0:
+            raise _error(rc)
+        self._s = out.value
+        self.batch_size = batch_size
+        self.world_size = world_size
+        self.batches_per_epoch = lib.seer_sampler_batches_per_epoch(self._s)
+        e, st = ctypes.c_uint64(), ctypes.c_uint64()
+        lib.seer_sampler_start(self._s, ctypes.byref(e), ctypes.byref(st))
+        self.start = (e.value, st.value)
+
+    def epoch_batches(self, epoch):
+        """Batches per rank in `epoch` (the remainder's count for a re-sharded
+        epoch; 0 before the start)."""
+        return self._lib.seer_sampler_epoch_batches(self._s, epoch)
+
+    def state_dict(self, rank, epoch, steps):
+        """The record of `rank` (None: every rank) having consumed `steps`
+        batches of `epoch`, as a dict for torch.save."""
+        out = ctypes.c_void_p()
+        r = RECORD_ALL_RANKS if rank is None else rank
+        rc = self._lib.seer_sampler_record(self._s, r, epoch, steps, ctypes.byref(out))
+        if rc < 0:
+            raise _error(rc)
+        return _py_record(out)
+# ==== end of checkpoint records and elastic resume ==========================
