@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,10 +65,15 @@ int smp_record_validate(const struct smp_record *r, uint64_t *m_out)
 			    k, m, s->world, j->batch);
 		bool complete = true;
 		for (uint32_t i = 0; i < s->nsteps; i++) {
-			if (s->steps[i] > sh.bpe)
-				BAD("segment %u: rank %u consumed %" PRIu64 " batches, the segment "
-				    "has %" PRIu64 " per rank", k, s->nsteps == 1 ? 0 : i,
-				    s->steps[i], sh.bpe);
+			if (s->steps[i] > sh.bpe) {
+				char who[32];
+				if (s->nsteps == 1)
+					snprintf(who, sizeof(who), "every rank");
+				else
+					snprintf(who, sizeof(who), "rank %u", i);
+				BAD("segment %u: %s consumed %" PRIu64 " batches, the segment has %"
+				    PRIu64 " per rank", k, who, s->steps[i], sh.bpe);
+			}
 			complete &= s->steps[i] == sh.bpe;
 		}
 		if (complete && k + 1 < r->nseg)

@@ -128,7 +128,7 @@ Test(record, well_formed_but_impossible)
 	smp_record_init(&r, &job, 0, SMP_REC_ALL);
 	smp_record_push(&r, 8, 1, &c);
 	cr_assert_eq(decode_crafted(&r, msg, sizeof(msg)), -EBADMSG);
-	cr_assert(strstr(msg, "consumed 17 batches, the segment has 16") != NULL, "%s", msg);
+	cr_assert(strstr(msg, "every rank consumed 17 batches, the segment has 16") != NULL, "%s", msg);
 
 	/* a complete segment followed by another */
 	job.world = 4;
