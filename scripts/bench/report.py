@@ -217,19 +217,27 @@ def packed_rows(summary, sc):
     return out
 
 
+def dataloader_rate(runs):
+    """The DataLoader's samples/s to compare a cold epoch with: it reads the whole
+    dataset from the PFS in every epoch, and its epoch 1 also starts its
+    workers, so the better of epoch 1 and the median of epochs 2+ (when run)."""
+    c, w = collect(runs, "samples_per_s", False), collect(runs, "samples_per_s", True)
+    return max(med(c) if c else 0.0, med(w) if w else 0.0)
+
+
 def packed_table(summary):
     """Every packed scenario's cold epoch against the sequential read of its files."""
     L = ["| scenario | system | cold epoch samples/s | cold epoch wall s | wall / sequential "
          "read | PFS busy in the epoch | PFS requests in the epoch: reads (RPCs) | PFS bytes "
-         "in the epoch / D | samples/s vs the DataLoader |", "|---|---|---|---|---|---|---|---|---|"]
+         "in the epoch / D | epochs 2+ samples/s | cold samples/s vs the DataLoader |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
     for sc in summary["scenarios"]:
         if not sc.get("packed"):
             continue
         q = seq_runs(summary, sc["name"])
         seq_wall = med([x["wall_s"] for x in q])
         rows = packed_rows(summary, sc)
-        base = med(collect(rows[0][1], "samples_per_s", False)) if rows and \
-            rows[0][0] != "seer" else float("nan")
+        base = dataloader_rate(rows[0][1]) if rows and rows[0][0] != "seer" else float("nan")
         if q:
             L.append("| %s (%s, %d samples, %.1f MB) | sequential read (`cat` of the %d files) "
                      "| - | %s | 1 | %s s | %s (%s) | %s | - |" % (
@@ -237,20 +245,22 @@ def packed_table(summary):
                          rng([x["wall_s"] for x in q], "%.3f"),
                          rng([x["busy_s"] for x in q], "%.3f"),
                          rng([x["reads"] for x in q], "%d"), rng([x["rpcs"] for x in q], "%d"),
-                         rng([x["bytes"] / sc["D"] for x in q], "%.2f")))
+                         rng([x["bytes"] / sc["D"] for x in q], "%.2f")) + " - |")
         for name, rs in rows:
             sps = collect(rs, "samples_per_s", False)
             wall = collect(rs, "wall_s", False)
             busy = cold(rs, "busy_s") if all("busy_s" in r.get("pfs_epoch", {}) for r in rs) \
                 else []
-            L.append("| %s | %s | %s | %s | %s | %s | %s (%s) | %s | %s |" % (
+            L.append("| %s | %s | %s | %s | %s | %s | %s (%s) | %s | %s | %s |" % (
                 sc["name"], name, rng(sps, "%.0f"), rng(wall, "%.2f"),
                 rng([w / seq_wall for w in wall], "%.1f") if q else "-",
                 ("%s s (%.0f%%)" % (rng(busy, "%.2f"), 100 * med(busy) / med(wall))) if busy
                 else "-",
                 rng(cold(rs, "reads"), "%d"), rng(cold(rs, "rpcs"), "%d"),
                 rng([b / sc["D"] for b in cold(rs, "bytes")], "%.2f"),
-                "%.2fx" % (med(sps) / base) if base == base and sps else "-"))
+                rng(collect(rs, "samples_per_s", True), "%.0f"),
+                "%.2fx" % (med(sps) / base) if name == "seer" and base == base and sps
+                else "reference: %.0f" % base if base == base else "-"))
     return "\n".join(L)
 
 
@@ -263,11 +273,12 @@ def packed_bars(summary):
         s = runs_of(summary, name, "seer")
         t = best_torch(summary, name)
         tr = runs_of(summary, name, t) if t else []
-        sc_, tc = collect(s, "samples_per_s", False), collect(tr, "samples_per_s", False)
+        sc_, tc = collect(s, "samples_per_s", False), dataloader_rate(tr)
         if sc_ and tc:
-            r = med(sc_) / med(tc)
-            out.append(("lustre-like PFS, epoch 1 (cold): seer >= 5x DataLoader samples/s",
-                        name, "%.2fx (%.0f vs %.0f samples/s)" % (r, med(sc_), med(tc)),
+            r = med(sc_) / tc
+            out.append(("lustre-like PFS, epoch 1 (cold): seer >= 5x DataLoader samples/s "
+                        "(its better of epoch 1 and epochs 2+)", name,
+                        "%.2fx (%.0f vs %.0f samples/s)" % (r, med(sc_), tc),
                         r >= BARS["packed_ratio"]))
         q = seq_runs(summary, name)
         w = collect(s, "wall_s", False)
@@ -457,7 +468,10 @@ def write(summary, outdir, mdpath, plots=True):
               "time the emulator had a request in flight (near the wall time: the epoch was "
               "PFS-bound; far below: the client was the bottleneck). The DataLoader is its best "
               "configuration by the cold epoch; it reads each record with one pread located "
-              "by an index (npz in DLIO's layout: the member once per worker, kept decoded).",
+              "by an index (npz in DLIO's layout: the member once per worker, kept decoded). "
+              "It reads the whole dataset from the PFS in every epoch, and its epoch 1 also "
+              "starts its workers: seer's cold epoch is compared with the better of its epoch "
+              "1 and its epochs 2+.",
               "", packed_table(summary), ""]
     L += ["## The bars", "",
           "| bar | scenario | measured | met |", "|---|---|---|---|"]
