@@ -109,9 +109,11 @@ $(BIN)/seer-hostile: $(B)/obj/tests/integration/hostile.o $(B)/libcore.a
 
 # the PFS emulator is a FUSE file system: its own flags and modules
 $(B)/obj/tools/seer-pfsemu.o $(PFSEMU_OBJ): CFLAGS += $(FUSE_CFLAGS)
+# (only src/util.o of libcore is used: no libfabric/MPI libraries, whose
+# constructors take signals such as SIGTERM)
 $(BIN)/seer-pfsemu: $(B)/obj/tools/seer-pfsemu.o $(PFSEMU_OBJ) $(B)/libcore.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) -lpthread -lm
 
 # the benchmark trainer speaks the client protocol itself (no libseer.so)
 $(BIN)/seer-bench: $(B)/obj/tools/seer-bench.o $(B)/obj/client/client.o $(B)/libcore.a

@@ -31,6 +31,7 @@
 #define FUSE_USE_VERSION 312
 
 #include <fuse.h>
+#include <fuse_lowlevel.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -811,36 +812,35 @@ static void print_limits(void)
 static const int stop_signals[] = { SIGINT, SIGTERM, SIGHUP };
 static struct sigaction prev_sa[ARRAY_SIZE(stop_signals)];
 static bool chained[ARRAY_SIZE(stop_signals)];
+static struct fuse_session *stop_session;
 
-/* Wakes every throttled request, then runs libfuse's handler, which ends the
- * loop. Async-signal-safe: an atomic store and write(2). */
+/* Wakes every throttled request and ends the FUSE loop (what libfuse's own
+ * handler does; it is not chained to, because libfuse installs it only over
+ * SIG_DFL and a library loaded before may own the signal: libinfinipath's
+ * SIGTERM handler calls exit()). Async-signal-safe: an atomic store, write(2)
+ * and fuse_session_exit(), which libfuse calls from its handler too. */
 static void on_stop_signal(int sig)
 {
+	(void)sig;
 	int saved = errno;
 	atomic_store(&emu.stopping, true);
 	uint64_t one = 1;
 	ssize_t w UNUSED = write(emu.stop_fd, &one, sizeof(one));
+	if (stop_session)
+		fuse_session_exit(stop_session);
 	errno = saved;
-	for (size_t i = 0; i < ARRAY_SIZE(stop_signals); i++) {
-		if (stop_signals[i] != sig)
-			continue;
-		if (prev_sa[i].sa_flags & SA_SIGINFO)
-			prev_sa[i].sa_sigaction(sig, NULL, NULL);
-		else
-			prev_sa[i].sa_handler(sig);
-	}
 }
 
-/* Put on_stop_signal in front of the handlers libfuse installed. A signal
- * libfuse left alone (ignored, e.g. SIGINT of a background job) stays so. */
-static void chain_signals(void)
+/* Take SIGINT, SIGTERM and SIGHUP for on_stop_signal, whoever had them. A
+ * signal ignored at start-up (SIGINT of a background job) stays ignored. */
+static void chain_signals(struct fuse_session *se)
 {
+	stop_session = se;
 	for (size_t i = 0; i < ARRAY_SIZE(stop_signals); i++) {
 		struct sigaction cur;
 		if (sigaction(stop_signals[i], NULL, &cur) != 0)
 			continue;
-		void (*h)(int) = cur.sa_handler;
-		if (!(cur.sa_flags & SA_SIGINFO) && (h == SIG_DFL || h == SIG_IGN))
+		if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN)
 			continue;
 		prev_sa[i] = cur;
 		struct sigaction sa = { .sa_handler = on_stop_signal };
@@ -1019,7 +1019,7 @@ int main(int argc, char **argv)
 		log_error("cannot install signal handlers");
 		goto unmount;
 	}
-	chain_signals();
+	chain_signals(se);
 	lc = fuse_loop_cfg_create();
 	if (!lc) {
 		log_error("out of memory");

@@ -287,8 +287,10 @@ static uint64_t ra_plan(const struct pfsm_config *c, struct pfsm_file *f, uint64
 	size_t first = 0;                      /* pieces read past: consumed */
 	while (first < f->np && f->p[first].off + f->p[first].len <= off)
 		first++;
-	memmove(f->p, f->p + first, (f->np - first) * sizeof(*f->p));
-	f->np -= first;
+	if (first) {
+		memmove(f->p, f->p + first, (f->np - first) * sizeof(*f->p));
+		f->np -= first;
+	}
 
 	*covered = off;
 	size_t i = 0;
