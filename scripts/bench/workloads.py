@@ -43,8 +43,10 @@ def _ds(name, fmt, nsamples, per_file, size, sd=0, dims=None, seed=1, classes=0)
 
 
 # ---- datasets -------------------------------------------------------------------
-# quick: sized so that `make bench` (all scenarios, all systems, 2 rounds)
-# runs in < 10 min on a 2-core VM; full: DLIO's own sizes (configuration only).
+# default sizes: `make bench` (all scenarios, all systems, 2 rounds) runs in
+# ~15 min on a 2-core VM (~8 of them the bandwidth-bound scenarios, ~7 the
+# packed *-lustre ones); full: DLIO's own sizes (configuration only; the
+# *-lustre scenarios have no --full variant).
 
 def datasets(full=False):
     if full:
