@@ -13,8 +13,10 @@
  * opendir, readlink) hold the mount queue and the metadata queue
  * (--meta-inflight) for --meta-latency-ms. --preset lustre sets the numbers of
  * a Lustre client. Counters are exposed while mounted as JSON
- * (tools/pfsemu/stats.c, libjansson) in MOUNTPOINT/.pfsemu/stats; opening
- * MOUNTPOINT/.pfsemu/reset zeroes them. Options: tools/pfsemu/opts.c.
+ * (tools/pfsemu/stats.c, libjansson; also the per-file table) in
+ * MOUNTPOINT/.pfsemu/stats; opening MOUNTPOINT/.pfsemu/reset zeroes them.
+ * Options: tools/pfsemu/opts.c; start-up checks and daemonizing:
+ * tools/pfsemu/startup.c. This file: the FUSE callbacks, signals and main.
  * docs/pfsemu.md describes the model, the preset's sources, the counters and
  * the limits.
  *
@@ -156,70 +158,6 @@ static enum ctl_node ctl_path(const char *path)
 		return CTL_RESET;
 	return CTL_UNKNOWN;
 }
-/* ---- per-file table ---------------------------------------------------------- */
-
-static uint64_t hash_str(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-	return h;
-}
-
-/* The entry for rel, created on first use. Never NULL (aborts on OOM). */
-static struct pf_file *pf_get(struct pf_table *t, const char *rel)
-{
-	uint64_t h = hash_str(rel);
-	pthread_mutex_lock(&t->lock);
-	if (t->nslots == 0) {
-		t->nslots = 1024;
-		t->slots = xcalloc(t->nslots, sizeof(*t->slots));
-	}
-	struct pf_file *f = t->slots[h & (t->nslots - 1)];
-	for (; f; f = f->next)
-		if (f->hash == h && strcmp(f->path, rel) == 0)
-			goto out;
-	if (t->count >= t->nslots) {
-		size_t n = t->nslots * 2;
-		struct pf_file **slots = xcalloc(n, sizeof(*slots));
-		for (size_t i = 0; i < t->nslots; i++) {
-			while (t->slots[i]) {
-				struct pf_file *e = t->slots[i];
-				t->slots[i] = e->next;
-				e->next = slots[e->hash & (n - 1)];
-				slots[e->hash & (n - 1)] = e;
-			}
-		}
-		free(t->slots);
-		t->slots = slots;
-		t->nslots = n;
-	}
-	size_t len = strlen(rel);
-	f = xcalloc(1, sizeof(*f) + len + 1);
-	memcpy(f->path, rel, len + 1);
-	f->hash = h;
-	f->next = t->slots[h & (t->nslots - 1)];
-	t->slots[h & (t->nslots - 1)] = f;
-	t->count++;
-out:
-	pthread_mutex_unlock(&t->lock);
-	return f;
-}
-
-static void pf_free_all(struct pf_table *t)
-{
-	for (size_t i = 0; i < t->nslots; i++) {
-		while (t->slots[i]) {
-			struct pf_file *e = t->slots[i];
-			t->slots[i] = e->next;
-			free(e);
-		}
-	}
-	free(t->slots);
-	t->slots = NULL;
-	t->nslots = t->count = 0;
-}
-
 /* ---- counters: reset ------------------------------------------------------------ */
 
 static void counters_reset(void)
@@ -637,176 +575,6 @@ static const struct fuse_operations emu_ops = {
 	.readdir = emu_readdir,
 	.releasedir = emu_releasedir,
 };
-/* ---- start-up checks ------------------------------------------------------------------ */
-
-static char *abs_path(const char *p)
-{
-	if (p[0] == '/')
-		return xstrdup(p);
-	char cwd[PATH_MAX];
-	if (!getcwd(cwd, sizeof(cwd)))
-		return xstrdup(p);
-	return xasprintf("%s/%s", cwd, p);
-}
-
-static int check_fuse_dev(void)
-{
-	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
-	if (fd < 0) {
-		log_error("cannot open /dev/fuse: %s (is the fuse module loaded and the device "
-			  "available in this container? libfuse3/fuse3 installed?)", strerror(errno));
-		return -1;
-	}
-	close(fd);
-	return 0;
-}
-
-/* Opens emu.src_fd and fills emu.src (canonical). */
-static int check_source(const char *src)
-{
-	struct stat st;
-	if (stat(src, &st) != 0) {
-		log_error("source directory %s: %s", src, strerror(errno));
-		return -1;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		log_error("source %s is not a directory", src);
-		return -1;
-	}
-	emu.src_fd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (emu.src_fd < 0) {
-		log_error("cannot open source directory %s: %s", src, strerror(errno));
-		return -1;
-	}
-	emu.src = realpath(src, NULL);
-	if (!emu.src) {
-		log_error("source directory %s: %s", src, strerror(errno));
-		return -1;
-	}
-	return 0;
-}
-
-/* The mount point must be an empty directory outside the source tree. */
-static int check_mountpoint(const char *mnt)
-{
-	struct stat st;
-	if (stat(mnt, &st) != 0) {
-		if (errno == ENOTCONN)
-			log_error("mountpoint %s is a dead FUSE mount (its emulator exited): run "
-				  "`fusermount3 -u %s` first", mnt, mnt);
-		else
-			log_error("mountpoint %s: %s", mnt, strerror(errno));
-		return -1;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		log_error("mountpoint %s is not a directory", mnt);
-		return -1;
-	}
-	DIR *dp = opendir(mnt);
-	if (!dp) {
-		log_error("mountpoint %s: %s", mnt, strerror(errno));
-		return -1;
-	}
-	struct dirent *e;
-	const char *found = NULL;
-	while ((e = readdir(dp)))
-		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-			found = e->d_name;
-			break;
-		}
-	if (found)
-		log_error("mountpoint %s is not empty (it holds '%s'%s)", mnt, found,
-			  strcmp(found, CTL_DIR) == 0 ? ": an emulator is already mounted there" : "");
-	closedir(dp);
-	if (found)
-		return -1;
-	emu.mnt = realpath(mnt, NULL);
-	if (!emu.mnt) {
-		log_error("mountpoint %s: %s", mnt, strerror(errno));
-		return -1;
-	}
-	size_t n = strlen(emu.src);
-	if (strcmp(emu.mnt, emu.src) == 0 ||
-	    (strncmp(emu.mnt, emu.src, n) == 0 && (emu.mnt[n] == '/' || n == 1))) {
-		log_error("mountpoint %s lies inside the source %s: the emulator would read "
-			  "through itself", emu.mnt, emu.src);
-		return -1;
-	}
-	return 0;
-}
-
-static int check_stats_path(void)
-{
-	if (!emu.o.stats_path)
-		return 0;
-	char *abs = abs_path(emu.o.stats_path);
-	emu.stats_path = abs; /* the daemon changes to / */
-	char *slash = strrchr(abs, '/');
-	char *dir = xasprintf("%.*s", (int)(slash - abs), abs);
-	int rc = 0;
-	if (access(*dir ? dir : "/", W_OK) != 0) {
-		log_error("--stats %s: directory %s is not writable: %s", emu.o.stats_path,
-			  *dir ? dir : "/", strerror(errno));
-		rc = -1;
-	}
-	free(dir);
-	return rc;
-}
-
-static const char *limit_text(char *buf, size_t len, uint64_t n)
-{
-	if (!n)
-		return "unlimited";
-	snprintf(buf, len, "%llu", (unsigned long long)n);
-	return buf;
-}
-
-static void print_limits(void)
-{
-	const struct emu_opts *o = &emu.o;
-	const struct pfsm_config *c = &emu.model.c;
-	char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], bw[64], l1[24], l2[24], l3[24];
-	if (o->bandwidth)
-		snprintf(bw, sizeof(bw), "%.2f MB/s (%s/s)", (double)o->bandwidth / 1e6,
-			 fmt_size(b1, sizeof(b1), o->bandwidth));
-	else
-		snprintf(bw, sizeof(bw), "unlimited");
-	if (o->foreground)
-		log_info("%s -> %s, pid %d, %llu threads", emu.src, emu.mnt, (int)getpid(),
-			 (unsigned long long)o->threads);
-	else
-		log_info("%s -> %s, %llu threads", emu.src, emu.mnt,
-			 (unsigned long long)o->threads);
-	if (o->preset)
-		log_info("preset %s (options given after it override it)", o->preset);
-	log_info("limits: bandwidth %s, burst %s; latency %.3f ms per read RPC, %.3f ms per "
-		 "metadata op", bw, fmt_size(b2, sizeof(b2), o->burst), o->latency_ms,
-		 o->meta_latency_ms);
-	log_info("in flight: %s over the mount%s, %s per OST (%llu OST%s), %s metadata",
-		 limit_text(l1, sizeof(l1), o->max_inflight),
-		 o->max_inflight > o->threads ? " (capped by --threads)" : "",
-		 limit_text(l2, sizeof(l2), o->ost_inflight), (unsigned long long)o->osts,
-		 o->osts == 1 ? "" : "s", limit_text(l3, sizeof(l3), o->meta_inflight));
-	log_info("RPCs of at most %s; readahead %s%s", fmt_size(b5, sizeof(b5), c->rpc_size),
-		 o->readahead ? fmt_size(b6, sizeof(b6), o->readahead) : "off",
-		 o->readahead ? " per open file" : "");
-	log_info("kernel: direct_io, max_read %s, st_blksize %s, attr/entry timeout %.3g s",
-		 fmt_size(b3, sizeof(b3), o->max_read), fmt_size(b4, sizeof(b4), o->blksize),
-		 o->attr_timeout);
-	if (o->fault_rate > 0) {
-		char kinds[64] = "";
-		for (unsigned i = 0; i < emu.nkinds; i++)
-			snprintf(kinds + strlen(kinds), sizeof(kinds) - strlen(kinds), "%s%s",
-				 i ? "," : "", fault_names[emu.kinds[i]]);
-		log_info("faults: rate %g per read, kinds %s, files matching \"%s\", seed %llu",
-			 o->fault_rate, kinds, o->fault_path, (unsigned long long)o->fault_seed);
-	} else {
-		log_info("faults: off");
-	}
-	log_info("counters: %s/" CTL_DIR "/stats%s%s", emu.mnt,
-		 emu.stats_path ? ", final JSON to " : "", emu.stats_path ? emu.stats_path : "");
-}
-
 /* ---- signals ------------------------------------------------------------------------ */
 
 static const int stop_signals[] = { SIGINT, SIGTERM, SIGHUP };
@@ -857,52 +625,6 @@ static void unchain_signals(void)
 			sigaction(stop_signals[i], &prev_sa[i], NULL);
 }
 /* ---- main ------------------------------------------------------------------------------ */
-
-/* Detach from the terminal once mounted. The parent prints the daemon's pid
- * and exits 0 when the child is ready, 1 if it died first. stderr of the
- * daemon goes to log_fd, or /dev/null when log_fd < 0. Returns 0 in the
- * daemon, -errno on failure (in the original process). */
-static int daemonize(int log_fd)
-{
-	int pfd[2];
-	if (pipe2(pfd, O_CLOEXEC) != 0)
-		return -errno;
-	pid_t pid = fork();
-	if (pid < 0) {
-		int err = errno;
-		close(pfd[0]);
-		close(pfd[1]);
-		return -err;
-	}
-	if (pid > 0) {
-		close(pfd[1]);
-		char c = 1;
-		ssize_t n;
-		while ((n = read(pfd[0], &c, 1)) < 0 && errno == EINTR) {
-		}
-		if (n == 1 && c == 0) {
-			log_info("running in the background as pid %d", (int)pid);
-			_exit(0);
-		}
-		log_error("the daemon exited during start-up");
-		_exit(1);
-	}
-	close(pfd[0]);
-	setsid();
-	if (chdir("/") != 0)
-		log_warn("chdir /: %s", strerror(errno));
-	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (nul >= 0) {
-		dup2(nul, STDIN_FILENO);
-		dup2(nul, STDOUT_FILENO);
-		dup2(log_fd >= 0 ? log_fd : nul, STDERR_FILENO);
-		close(nul);
-	}
-	char ok = 0;
-	ssize_t w UNUSED = write(pfd[1], &ok, 1);
-	close(pfd[1]);
-	return 0;
-}
 
 static int write_final_stats(void)
 {
@@ -961,7 +683,7 @@ int main(int argc, char **argv)
 	struct fuse_loop_config *lc = NULL;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	rc = 1;
-	if (check_fuse_dev() || check_source(src) || check_mountpoint(mnt) || check_stats_path())
+	if (emu_check_fuse_dev() || emu_check_source(src) || emu_check_mountpoint(mnt) || emu_check_stats_path())
 		goto out;
 	if (o->log_file && !o->foreground) {
 		log_fd = open(o->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -1006,8 +728,8 @@ int main(int argc, char **argv)
 		f = NULL;
 		goto out;
 	}
-	print_limits();
-	if (!o->foreground && (rc = daemonize(log_fd)) != 0) {
+	emu_print_limits();
+	if (!o->foreground && (rc = emu_daemonize(log_fd)) != 0) {
 		log_error("cannot daemonize: %s", strerror(-rc));
 		rc = 1;
 		goto unmount;

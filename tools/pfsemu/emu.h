@@ -72,6 +72,21 @@ struct emu {
 
 extern struct emu emu;
 
+/* The per-file entry for rel (path under SRC_DIR), created on first use; never
+ * NULL (aborts on out of memory). pf_free_all frees the table at exit. */
+struct pf_file *pf_get(struct pf_table *t, const char *rel);
+void pf_free_all(struct pf_table *t);
+
+/* Start-up (startup.c): each check logs what is wrong and returns -1. */
+int emu_check_fuse_dev(void);
+int emu_check_source(const char *src);       /* opens emu.src_fd, sets emu.src */
+int emu_check_mountpoint(const char *mnt);   /* sets emu.mnt */
+int emu_check_stats_path(void);              /* sets emu.stats_path */
+void emu_print_limits(void);
+/* Detach once mounted: the parent prints the daemon's pid and exits; returns 0
+ * in the daemon, -errno on failure (in the original process). */
+int emu_daemonize(int log_fd);
+
 /* The stats document (JSON, newline-terminated); the caller frees it.
  * Counters are read one by one while requests may run, so totals are exact
  * only once the clients are quiet. Aborts only on out of memory. */

@@ -1,5 +1,6 @@
-/* The PFS emulator's stats document, built with libjansson (escaping, numbers
- * and layout are the library's; docs/pfsemu.md "Counters" lists the fields).
+/* The PFS emulator's per-file counter table and its stats document, built
+ * with libjansson (escaping, numbers and layout are the library's;
+ * docs/pfsemu.md "Counters" lists the fields).
  *
  * Threads: any FUSE worker (an open of .pfsemu/stats) and the main thread at
  * unmount; reads relaxed atomics, takes the per-file table's lock and the
@@ -17,6 +18,71 @@
 #include "../../src/util.h"
 
 #define LD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+/* ---- per-file table ---------------------------------------------------------- */
+
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+/* The entry for rel, created on first use. Never NULL (aborts on OOM). */
+struct pf_file *pf_get(struct pf_table *t, const char *rel)
+{
+	uint64_t h = hash_str(rel);
+	pthread_mutex_lock(&t->lock);
+	if (t->nslots == 0) {
+		t->nslots = 1024;
+		t->slots = xcalloc(t->nslots, sizeof(*t->slots));
+	}
+	struct pf_file *f = t->slots[h & (t->nslots - 1)];
+	for (; f; f = f->next)
+		if (f->hash == h && strcmp(f->path, rel) == 0)
+			goto out;
+	if (t->count >= t->nslots) {
+		size_t n = t->nslots * 2;
+		struct pf_file **slots = xcalloc(n, sizeof(*slots));
+		for (size_t i = 0; i < t->nslots; i++) {
+			while (t->slots[i]) {
+				struct pf_file *e = t->slots[i];
+				t->slots[i] = e->next;
+				e->next = slots[e->hash & (n - 1)];
+				slots[e->hash & (n - 1)] = e;
+			}
+		}
+		free(t->slots);
+		t->slots = slots;
+		t->nslots = n;
+	}
+	size_t len = strlen(rel);
+	f = xcalloc(1, sizeof(*f) + len + 1);
+	memcpy(f->path, rel, len + 1);
+	f->hash = h;
+	f->next = t->slots[h & (t->nslots - 1)];
+	t->slots[h & (t->nslots - 1)] = f;
+	t->count++;
+out:
+	pthread_mutex_unlock(&t->lock);
+	return f;
+}
+
+void pf_free_all(struct pf_table *t)
+{
+	for (size_t i = 0; i < t->nslots; i++) {
+		while (t->slots[i]) {
+			struct pf_file *e = t->slots[i];
+			t->slots[i] = e->next;
+			free(e);
+		}
+	}
+	free(t->slots);
+	t->slots = NULL;
+	t->nslots = t->count = 0;
+}
+
 
 static json_t *must(json_t *v)
 {
