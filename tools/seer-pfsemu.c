@@ -649,15 +649,9 @@ static int write_final_stats(void)
 	return rc;
 }
 
-int main(int argc, char **argv)
+/* Options that depend on each other, then the timing model. 0 or 2 (usage). */
+static int setup_model(struct emu_opts *o)
 {
-	log_set_prog(PROG);
-	struct emu_opts *o = &emu.o;
-	const char *src = NULL, *mnt = NULL;
-	int rc = emu_parse_args(argc, argv, o, &src, &mnt);
-	if (rc != 0)
-		return rc > 0 ? 0 : 2;
-	log_set_level((enum log_level)o->log_level);
 	if (o->debug)
 		o->foreground = true;
 	if (o->blksize == 0)
@@ -677,13 +671,87 @@ int main(int argc, char **argv)
 		.rpc_size = o->rpc_size ? o->rpc_size : o->max_read, .ra_max = o->readahead,
 	};
 	pfsm_init(&emu.model, &mc, now_ns());
+	return 0;
+}
+
+/* A FUSE instance mounted on emu.mnt, or NULL (reason logged). */
+static struct fuse *mount_fs(const char *argv0, struct fuse_args *args)
+{
+	const struct emu_opts *o = &emu.o;
+	/* the options are a comma list: keep commas out of the fsname */
+	char *fsname = xasprintf("pfsemu:%s", emu.src);
+	for (char *p = fsname; *p; p++)
+		if (*p == ',')
+			*p = '_';
+	char *mopts = xasprintf("ro,default_permissions,fsname=%s,subtype=pfsemu,max_read=%llu%s",
+				fsname, (unsigned long long)o->max_read,
+				o->allow_other ? ",allow_other" : "");
+	free(fsname);
+	int bad = fuse_opt_add_arg(args, argv0) || fuse_opt_add_arg(args, "-o") ||
+		  fuse_opt_add_arg(args, mopts) || (o->debug && fuse_opt_add_arg(args, "-d"));
+	free(mopts);
+	if (bad) {
+		log_error("out of memory");
+		return NULL;
+	}
+	struct fuse *f = fuse_new(args, &emu_ops, sizeof(emu_ops), NULL);
+	if (!f) {
+		log_error("fuse_new failed (see the libfuse message above)");
+		return NULL;
+	}
+	if (fuse_mount(f, emu.mnt) != 0) {
+		log_error("cannot mount on %s (see the libfuse message above)", emu.mnt);
+		fuse_destroy(f);
+		return NULL;
+	}
+	return f;
+}
+
+/* Serve until unmounted or signalled, then write the stats: the exit status. */
+static int serve(struct fuse *f)
+{
+	struct fuse_session *se = fuse_get_session(f);
+	if (fuse_set_signal_handlers(se) != 0) {
+		log_error("cannot install signal handlers");
+		return 1;
+	}
+	chain_signals(se);
+	int rc = 1;
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	if (!lc) {
+		log_error("out of memory");
+	} else {
+		fuse_loop_cfg_set_max_threads(lc, (unsigned)emu.o.threads);
+		fuse_loop_cfg_set_idle_threads(lc, (unsigned)emu.o.threads);
+		int lrc = fuse_loop_mt(f, lc);
+		atomic_store(&emu.stopping, true);
+		if (lrc < 0)
+			log_error("FUSE loop failed: %s", strerror(-lrc));
+		rc = write_final_stats() != 0 || lrc < 0 ? 1 : 0;
+		fuse_loop_cfg_destroy(lc);
+	}
+	unchain_signals();
+	fuse_remove_signal_handlers(se);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	log_set_prog(PROG);
+	struct emu_opts *o = &emu.o;
+	const char *src = NULL, *mnt = NULL;
+	int rc = emu_parse_args(argc, argv, o, &src, &mnt);
+	if (rc != 0)
+		return rc > 0 ? 0 : 2;
+	log_set_level((enum log_level)o->log_level);
+	if (setup_model(o) != 0)
+		return 2;
 
 	int log_fd = -1;
-	struct fuse *f = NULL;
-	struct fuse_loop_config *lc = NULL;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	rc = 1;
-	if (emu_check_fuse_dev() || emu_check_source(src) || emu_check_mountpoint(mnt) || emu_check_stats_path())
+	if (emu_check_fuse_dev() || emu_check_source(src) || emu_check_mountpoint(mnt) ||
+	    emu_check_stats_path())
 		goto out;
 	if (o->log_file && !o->foreground) {
 		log_fd = open(o->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -700,69 +768,18 @@ int main(int argc, char **argv)
 	emu.start_ns = now_ns();
 	atomic_store(&emu.reset_ns, emu.start_ns);
 	emu.start_wall = time(NULL);
-
-	/* the options are a comma list: keep commas out of the fsname */
-	char *fsname = xasprintf("pfsemu:%s", emu.src);
-	for (char *p = fsname; *p; p++)
-		if (*p == ',')
-			*p = '_';
-	char *mopts = xasprintf("ro,default_permissions,fsname=%s,subtype=pfsemu,max_read=%llu%s",
-				fsname, (unsigned long long)o->max_read,
-				o->allow_other ? ",allow_other" : "");
-	free(fsname);
-	if (fuse_opt_add_arg(&args, argv[0]) || fuse_opt_add_arg(&args, "-o") ||
-	    fuse_opt_add_arg(&args, mopts) || (o->debug && fuse_opt_add_arg(&args, "-d"))) {
-		free(mopts);
-		log_error("out of memory");
+	struct fuse *f = mount_fs(argv[0], &args);
+	if (!f)
 		goto out;
-	}
-	free(mopts);
-	f = fuse_new(&args, &emu_ops, sizeof(emu_ops), NULL);
-	if (!f) {
-		log_error("fuse_new failed (see the libfuse message above)");
-		goto out;
-	}
-	if (fuse_mount(f, emu.mnt) != 0) {
-		log_error("cannot mount on %s (see the libfuse message above)", emu.mnt);
-		fuse_destroy(f);
-		f = NULL;
-		goto out;
-	}
 	emu_print_limits();
-	if (!o->foreground && (rc = emu_daemonize(log_fd)) != 0) {
-		log_error("cannot daemonize: %s", strerror(-rc));
-		rc = 1;
-		goto unmount;
-	}
-	rc = 1;
-
-	struct fuse_session *se = fuse_get_session(f);
-	if (fuse_set_signal_handlers(se) != 0) {
-		log_error("cannot install signal handlers");
-		goto unmount;
-	}
-	chain_signals(se);
-	lc = fuse_loop_cfg_create();
-	if (!lc) {
-		log_error("out of memory");
-		goto signals;
-	}
-	fuse_loop_cfg_set_max_threads(lc, (unsigned)o->threads);
-	fuse_loop_cfg_set_idle_threads(lc, (unsigned)o->threads);
-	int lrc = fuse_loop_mt(f, lc);
-	atomic_store(&emu.stopping, true);
-	if (lrc < 0)
-		log_error("FUSE loop failed: %s", strerror(-lrc));
-	rc = write_final_stats() != 0 || lrc < 0 ? 1 : 0;
-signals:
-	unchain_signals();
-	fuse_remove_signal_handlers(se);
-unmount:
+	int drc = o->foreground ? 0 : emu_daemonize(log_fd);
+	if (drc != 0)
+		log_error("cannot daemonize: %s", strerror(-drc));
+	else
+		rc = serve(f);
 	fuse_unmount(f);
 	fuse_destroy(f);
 out:
-	if (lc)
-		fuse_loop_cfg_destroy(lc);
 	fuse_opt_free_args(&args);
 	pf_free_all(&emu.files);
 	pfsm_destroy(&emu.model);
