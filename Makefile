@@ -64,8 +64,12 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 TOOL_SRC := $(wildcard tools/*.c)
 TOOLS := $(BIN)/seer-trainer $(patsubst tools/%.c,$(BIN)/%,$(TOOL_SRC)) \
 	$(if $(wildcard tests/integration/hostile.c),$(BIN)/seer-hostile)
-FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
-FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
+# the PFS emulator: a FUSE file system writing its counters with libjansson;
+# its modules are in tools/pfsemu/ (the timing model is also unit-tested)
+PFSEMU_PKGS := fuse3 jansson
+FUSE_CFLAGS := $(shell pkg-config --cflags $(PFSEMU_PKGS) 2>/dev/null)
+FUSE_LIBS := $(shell pkg-config --libs $(PFSEMU_PKGS) 2>/dev/null)
+PFSEMU_OBJ := $(call obj,$(wildcard tools/pfsemu/*.c))
 
 .SECONDARY:
 .PHONY: all setup deps demo test unit integration asan tsan sanitize clean install fuzz fuzz-run \
@@ -104,11 +108,13 @@ $(BIN)/seer-hostile: $(B)/obj/tests/integration/hostile.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-# the PFS emulator is a FUSE file system: its own flags
-$(B)/obj/tools/seer-pfsemu.o: CFLAGS += $(FUSE_CFLAGS)
-$(BIN)/seer-pfsemu: $(B)/obj/tools/seer-pfsemu.o $(B)/libcore.a
+# the PFS emulator is a FUSE file system: its own flags and modules
+$(B)/obj/tools/seer-pfsemu.o $(PFSEMU_OBJ): CFLAGS += $(FUSE_CFLAGS)
+# (only src/util.o of libcore is used: no libfabric/MPI libraries, whose
+# constructors take signals such as SIGTERM)
+$(BIN)/seer-pfsemu: $(B)/obj/tools/seer-pfsemu.o $(PFSEMU_OBJ) $(B)/libcore.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) -lpthread -lm
 
 # the benchmark trainer speaks the client protocol itself (no libseer.so)
 $(BIN)/seer-bench: $(B)/obj/tools/seer-bench.o $(B)/obj/client/client.o $(B)/libcore.a
@@ -120,6 +126,11 @@ $(BIN)/%: $(B)/obj/tools/%.o $(B)/libcore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/obj/tests/unit/sanitizer_shim.o $(B)/libcore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(LIBS)
+# the emulator's timing model, tested on its own
+$(B)/tests/test_pfsemu_model: $(B)/obj/tests/unit/test_pfsemu_model.o \
+		$(B)/obj/tests/unit/sanitizer_shim.o $(B)/obj/tools/pfsemu/model.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(LIBS)
 

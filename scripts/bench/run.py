@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Benchmark suite: the PyTorch DataLoader, a NoPFS-like seer, seer and a threaded
-file reader, side by side, on the same files through the same emulated PFS.
+file reader, side by side, on the same files through the same emulated PFS, with
+the sequential read of the files through that PFS as the physical bound.
 
     make bench                                  # = /usr/bin/python3 scripts/bench/run.py
-    /usr/bin/python3 scripts/bench/run.py [--only unet3d,bert] [--rounds 2]
-        [--systems torch,nopfs,seer,files] [--torch-configs 2x2,4x2] [--nodes 2]
+    make bench BENCH_ARGS="--quick --only bert-lustre"   # one scenario's cold epoch, < 1 min
+    /usr/bin/python3 scripts/bench/run.py [--only unet3d,bert] [--rounds 2] [--quick]
+        [--systems torch,nopfs,seer,files,seq] [--torch-configs 2x2,4x2] [--nodes 2]
         [--trainers-per-node 2] [--epochs E] [--provider 'tcp;ofi_rxm'] [--full] [--dry-run]
 
 Per scenario (scripts/bench/workloads.py) and round: the dataset is generated once
@@ -20,7 +22,14 @@ per step, number of trainers), the emulator's counters reset before each run:
   seer    N seerd under mpirun (one per "node", own RAM budget and socket) and
           mpirun -np T bin/seer-bench --source seer
   files   mpirun -np T bin/seer-bench --source files (threads + prefetch per trainer)
+  seq     `cat` of the dataset's files, one process, through the same mount: the
+          physical bound of an epoch that reads every byte once (pfs_probe.py)
 
+The *-lustre scenarios (every packed format: TFRecord, HDF5 and NPZ with many
+samples per file, indexed binary) run on the emulator's lustre preset (8 read
+RPCs in flight, 2 ms each, 2 GB/s, readahead) with torch, seer and seq only;
+their DataLoader reads each record with one pread located by an index, and the
+best configuration is chosen by the cold epoch.
 The order of the systems rotates from round to round (interleaving against drift
 of the machine's load). Outputs: results/bench-<ts>/ (every run's JSON, logs, seerd
 stats, the emulator's counters, summary.json, PNG plots) and the report
@@ -46,6 +55,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
+import pfs_probe as P  # noqa: E402
 import workloads as W  # noqa: E402
 
 BIN = os.path.join(ROOT, "bin")
@@ -152,9 +162,20 @@ def pfs_reset(mnt):
         f.read()
 
 
+# the emulator's counters attributed to epochs (stats format 1 has no RPCs:
+# there each read request was one); busy_s = time with a request in flight
+PFS_KEYS = ("bytes", "reads", "rpcs", "rpc_bytes", "busy_s")
+
+
+def pfs_counts(totals):
+    return {k: totals.get(k, totals["reads"] if k == "rpcs" else totals["bytes"])
+            for k in PFS_KEYS}
+
+
 class PfsPoller:
-    """Samples the emulator's byte counter every `period` s (CLOCK_MONOTONIC times),
-    so that bytes can be attributed to the epochs by when they were read."""
+    """Samples the emulator's counters every `period` s (CLOCK_MONOTONIC times),
+    so that bytes and requests can be attributed to the epochs by when they
+    were read. A sample is (t, bytes, {counter: value})."""
 
     def __init__(self, mnt, period=0.02):
         import threading
@@ -169,8 +190,8 @@ class PfsPoller:
         while not self.stop_ev.is_set():
             try:
                 with open(self.path) as f:
-                    b = json.load(f)["totals"]["bytes"]
-                self.samples.append((time.monotonic(), b))
+                    c = pfs_counts(json.load(f)["totals"])
+                self.samples.append((time.monotonic(), c["bytes"], c))
             except (OSError, ValueError, KeyError):
                 pass
             self.stop_ev.wait(self.period)
@@ -181,23 +202,25 @@ class PfsPoller:
         return self.samples
 
 
-def bytes_at(samples, t):
-    """The emulator's byte count at time t, interpolated between samples."""
+def bytes_at(samples, t, key="bytes"):
+    """The emulator's count of `key` at time t, interpolated between samples."""
     if not samples:
         return 0
-    if t <= samples[0][0]:
-        return 0 if t < samples[0][0] - 0.1 else samples[0][1]
-    for (t0, b0), (t1, b1) in zip(samples, samples[1:]):
+    v = [(x[0], x[2][key] if len(x) > 2 else x[1]) for x in samples]
+    if t <= v[0][0]:
+        return 0 if t < v[0][0] - 0.1 else v[0][1]
+    for (t0, b0), (t1, b1) in zip(v, v[1:]):
         if t0 <= t <= t1:
             return b0 + (b1 - b0) * (t - t0) / max(t1 - t0, 1e-9)
-    return samples[-1][1]
+    return v[-1][1]
 
 
-def epochs_by_time(samples, ends, walls):
-    """PFS bytes read while each epoch ran: in [end - wall, end] of every epoch
-    (by the emulator's counter); and the bytes read before the first epoch began."""
-    out = [max(0, bytes_at(samples, t) - bytes_at(samples, t - w)) for t, w in zip(ends, walls)]
-    pre = bytes_at(samples, ends[0] - walls[0]) if ends else 0
+def epochs_by_time(samples, ends, walls, key="bytes"):
+    """The emulator's `key` counted while each epoch ran: in [end - wall, end] of
+    every epoch; and the count before the first epoch began."""
+    out = [max(0, bytes_at(samples, t, key) - bytes_at(samples, t - w, key))
+           for t, w in zip(ends, walls)]
+    pre = bytes_at(samples, ends[0] - walls[0], key) if ends else 0
     return out, pre
 
 
@@ -471,6 +494,15 @@ def seer_epoch_bytes(stats, key, epochs):
     return out
 
 
+def seq_read(res, job, rd):
+    """The physical bound: `cat` of every data file of the dataset, one process,
+    in catalog order, through the same mount (scripts/bench/pfs_probe.py)."""
+    q = P.sequential_read(job.mnt)
+    with open(os.path.join(rd, "seq.json"), "w") as f:
+        json.dump(q, f)
+    return q
+
+
 def run_one(res, job, rd, system, args, emu_pid):
     """Run one system once; returns a result record (never raises for a failed run)."""
     os.makedirs(rd, exist_ok=True)
@@ -492,6 +524,10 @@ def run_one(res, job, rd, system, args, emu_pid):
                 with open(xp) as f:
                     x = json.load(f)
                 rec["pfs_epoch_bytes_rank0"] = [e.get("pfs_bytes") for e in x["epochs"]]
+                # exact: rank 0 read the counters at the epoch boundaries
+                if all(e.get("pfs_rpcs") is not None for e in x["epochs"]):
+                    rec["pfs_epoch"] = {k: [e["pfs_" + k] for e in x["epochs"]]
+                                        for k in PFS_KEYS}
                 ends = [e["t1"] for e in x["epochs"]]
         elif system == "files":
             if job.scan_bytes is None:
@@ -502,6 +538,9 @@ def run_one(res, job, rd, system, args, emu_pid):
             poller = PfsPoller(job.mnt)
             rec["scan_bytes_per_trainer"] = job.scan_bytes
             out = run_files(res, job, rd, env, args.files_threads, args.files_prefetch)
+        elif system == "seq":
+            rec["seq"] = seq_read(res, job, rd)
+            out = dict(epochs=[])
         elif system in ("seer", "nopfs"):
             poller = PfsPoller(job.mnt)
             out, stats = run_seer(res, job, rd, env, "nopfs" if system == "nopfs" else None, args)
@@ -527,9 +566,13 @@ def run_one(res, job, rd, system, args, emu_pid):
             json.dump(series, f)
         if rec["ok"] and ends and series:
             # bytes read from the PFS while each epoch ran (by the emulator's clock)
-            rec["pfs_epoch_bytes"], rec["pfs_before_epoch1"] = epochs_by_time(
-                series, ends, [e["wall_s"] for e in rec["epochs"]])
+            walls = [e["wall_s"] for e in rec["epochs"]]
+            rec["pfs_epoch_bytes"], rec["pfs_before_epoch1"] = epochs_by_time(series, ends,
+                                                                              walls)
             rec["epoch_ends"] = ends
+            if "pfs_epoch" not in rec:
+                rec["pfs_epoch"] = {k: epochs_by_time(series, ends, walls, k)[0]
+                                    for k in PFS_KEYS}
     try:
         st = pfs_stats(job.mnt)
         rec["pfs"] = st["totals"]
@@ -542,7 +585,12 @@ def run_one(res, job, rd, system, args, emu_pid):
         scan = job.world * (job.scan_bytes or 0)
         rec["pfs_epoch_bytes"] = [max(0, rec["pfs"]["bytes"] - scan) / job.epochs] * job.epochs
         rec["pfs_epoch_estimated"] = True
-    if rec["ok"]:
+    if rec["ok"] and system == "seq":
+        q = rec["seq"]
+        log("  %-10s %5.3f s  (PFS busy %.3f s) %d files, %d requests, %d RPCs, %.2f D" % (
+            system, q["wall_s"], q["busy_s"], q["files"], q["reads"], q["rpcs"],
+            q["bytes"] / job.D))
+    elif rec["ok"]:
         eps = rec["epochs"]
         log("  %-10s %5.1f s  samples/s per epoch %s  AU %s  PFS %.2f D" % (
             system, rec["duration_s"], " ".join("%.0f" % e["samples_per_s"] for e in eps),
@@ -598,7 +646,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma list of scenarios (default: all)")
-    ap.add_argument("--systems", default="torch,nopfs,seer,files")
+    ap.add_argument("--systems", default="torch,nopfs,seer,files,seq",
+                    help="seq = cat of the dataset's files through the mount (the bound)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--torch-configs", default=None,
                     help="DataLoader num_workers x prefetch_factor per trainer to try, the best "
@@ -621,7 +670,12 @@ def main():
     ap.add_argument("--full", action="store_true", help="DLIO's real-hardware sizes")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="one round of the cold epoch only, one DataLoader configuration "
+                    "(2x2), no plots: a scenario in well under a minute (with --only)")
     a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.epochs, a.no_plots = 1, a.epochs or 1, True
 
     t_start = time.monotonic()
     scen = W.scenarios(full=a.full, nodes=a.nodes, tpn=a.trainers_per_node)
@@ -634,7 +688,7 @@ def main():
         scen = [s for s in scen if s["name"] in want]
     systems = a.systems.split(",")
     if a.torch_configs is None:
-        a.torch_configs = "4x2,8x2" if a.full else "2x2,4x2"
+        a.torch_configs = "4x2,8x2" if a.full else "2x2" if a.quick else "2x2,4x2"
     tcfg = ["torch:" + c for c in a.torch_configs.split(",") if c]
     has_nopfs = seerd_has_nopfs()
     notes = []
@@ -699,6 +753,10 @@ def main():
                 j = jobs[s["name"]]
                 syss = []
                 for x in systems:
+                    if s.get("systems") and x not in s["systems"]:
+                        continue
+                    if x == "seq" and not s["baseline"]:
+                        continue   # same files and PFS as the scenario it shares
                     if x == "torch":
                         if not s["baseline"]:
                             continue
@@ -718,12 +776,8 @@ def main():
                         j.bw / 1e6, j.D / j.bw, ",".join(syss)))
                 src = os.path.join(a.data, s["dataset"])
                 p = s["pfs"]
-                emu = res.mount(src, j.mnt, [
-                    "--bandwidth", "%dB/s" % int(p["bandwidth"]),
-                    "--latency-ms", str(p["latency_ms"]),
-                    "--meta-latency-ms", str(p["meta_latency_ms"]),
-                    "--max-inflight", str(p["max_inflight"])],
-                    os.path.join(outdir, "pfsemu-%s.log" % s["name"]))
+                emu = res.mount(src, j.mnt, W.emulator_args(p) + ["--label", s["name"]],
+                                os.path.join(outdir, "pfsemu-%s.log" % s["name"]))
                 try:
                     for x in syss:
                         rd = os.path.join(outdir, "r%d-%s-%s" % (rnd + 1, s["name"],
@@ -735,7 +789,8 @@ def main():
                 finally:
                     res.umount(j.mnt)
                 if rnd == 0 and len(tcfg) > 1 and s["baseline"] and "torch" in systems:
-                    best_torch[s["name"]] = best_config(summary["runs"], s["name"], tcfg)
+                    best_torch[s["name"]] = best_config(summary["runs"], s["name"], tcfg,
+                                                        cold=s.get("packed", False))
                     log("  DataLoader: best of %s is %s" % (",".join(tcfg),
                                                             best_torch[s["name"]]))
             with open(os.path.join(outdir, "summary.json"), "w") as f:
@@ -757,13 +812,15 @@ def main():
     return 1 if failed else 0
 
 
-def best_config(runs, scen, tcfg):
-    """The DataLoader configuration with the highest median samples/s after epoch 1."""
+def best_config(runs, scen, tcfg, cold=False):
+    """The DataLoader configuration with the highest median samples/s after epoch 1
+    (of epoch 1 itself with cold=True, or when only one epoch ran)."""
     import statistics
     best, bv = tcfg[0], -1.0
     for c in tcfg:
-        v = [e["samples_per_s"] for r in runs if r["ok"] and r["scenario"] == scen
-             and r["system"] == c for e in r["epochs"][1:]]
+        eps = [r["epochs"] for r in runs if r["ok"] and r["scenario"] == scen
+               and r["system"] == c]
+        v = [e["samples_per_s"] for x in eps for e in (x[:1] if cold or len(x) < 2 else x[1:])]
         if v and statistics.median(v) > bv:
             best, bv = c, statistics.median(v)
     return best

@@ -13,8 +13,9 @@ writes the per-epoch metrics in seer-bench's --json shape:
 {"source","world","compute_ms","epochs":[{"epoch","wall_s","samples","bytes",
 "samples_per_s","mb_per_s","au","stall_median_s","stall_p99_s","compute_s"}],"sink"}
 and, beside it (<json>.extra.json), what seer-bench cannot report: the loader
-settings, every epoch's absolute start/end (CLOCK_MONOTONIC), the PFS
-emulator's byte counter at every epoch boundary (--pfs-stats), and all stalls.
+settings, every epoch's absolute start/end (CLOCK_MONOTONIC), what the PFS
+emulator counted during each epoch (--pfs-stats, read at the epoch boundaries:
+pfs_bytes, pfs_reads, pfs_rpcs, pfs_rpc_bytes, pfs_busy_s), and all stalls.
 
 The loader is the stock one: torch.utils.data.DataLoader over a map-style
 Dataset, DistributedSampler(shuffle=True, seed, drop_last) with set_epoch(e),
@@ -22,10 +23,14 @@ num_workers worker processes (fork), prefetch_factor, persistent_workers. The
 Dataset reads every sample through the file system as a careful user would on a
 PFS: an image file with one open+read; a one-sample npz or HDF5 file read whole
 in one go and parsed in memory (np.load on a BytesIO; h5py's "core" driver),
-which sends the fewest requests and no byte twice; a TFRecord record with one
-pread of its payload, located by the DALI index. A collate function packs a
-batch's samples into one uint8 tensor in shared memory (as default_collate does
-for equal shapes) so a batch crosses the worker queue once.
+which sends the fewest requests and no byte twice; a record of a packed file
+with one pread located by an index built once (TFRecord: the DALI index;
+indexed binary: its .off.idx/.sz.idx; HDF5 with many rows: the contiguous
+dataset's offset); an npz with many samples in DLIO's layout (samples
+interleaved along the last axis, so no single read holds one) read whole with
+one pread and kept decoded in a per-worker LRU (NpzDS). A collate function
+packs a batch's samples into one uint8 tensor in shared memory (as
+default_collate does for equal shapes) so a batch crosses the worker queue once.
 
 Epoch clock: from just before iter(loader) (epoch 0 includes starting the
 workers; persistent workers are reused afterwards) to the barrier after the
@@ -94,7 +99,23 @@ class FilesDS(Base):
 
 
 class NpzDS(Base):
-    """DLIO npz: x is (d1, d2, n), sample k is x[..., k]; np.load as DLIO's reader."""
+    """DLIO npz: x is (d1, d2, n), sample k is x[..., k].
+
+    One sample per file: the whole file in one read, parsed in memory (np.load
+    on a BytesIO; np.load(path) itself reads through a 1 MiB buffer that
+    zipfile's seeks discard, 1.5x the bytes through the emulator).
+
+    Several samples per file, in DLIO's layout: a sample is spread over the
+    whole member with a stride of n elements, so no single read can fetch it.
+    The careful loader reads the member's bytes with one pread (offset and
+    size found in the zip directory at index time), transposes it once to
+    sample-major order and keeps it in a per-worker LRU of decoded files
+    bounded in bytes (NPZ_CACHE_BYTES, 256 MiB: the size of seer's per-reader
+    decoded-member cache), so every file is read at most once per worker while
+    it stays cached. This is what DLIO's own npz reader does per file (np.load,
+    then samples from memory)."""
+
+    NPZ_CACHE_BYTES = 256 << 20
 
     @staticmethod
     def build(root):
@@ -105,29 +126,77 @@ class NpzDS(Base):
             # the sample count is the last dimension of x: read the npy header only
             # (unbuffered: a buffered file would read 1 MiB per seek of zipfile)
             with open(os.path.join(root, p), "rb", buffering=0) as raw, \
-                    zipfile.ZipFile(raw) as zf, zf.open("x.npy") as m:
-                ver = fmt.read_magic(m)
-                rd = fmt.read_array_header_1_0 if ver == (1, 0) else fmt.read_array_header_2_0
-                shape, _, _ = rd(m)
-            for k in range(shape[-1]):
-                out.append((p, k))
+                    zipfile.ZipFile(raw) as zf:
+                info = zf.getinfo("x.npy")
+                with zf.open(info) as m:
+                    ver = fmt.read_magic(m)
+                    rd = fmt.read_array_header_1_0 if ver == (1, 0) else \
+                        fmt.read_array_header_2_0
+                    shape, fortran, dtype = rd(m)
+                    hdr = m.tell()
+                # the member's data: after its local header (name and extra lengths)
+                raw.seek(info.header_offset + 26)
+                nlen, xlen = struct.unpack("<HH", raw.read(4))
+                data = info.header_offset + 30 + nlen + xlen + hdr
+            n = shape[-1]
+            stored = info.compress_type == zipfile.ZIP_STORED and not fortran
+            for k in range(n):
+                out.append((p, k, n, data if stored else -1, shape, dtype.str))
         return out
 
+    def __init__(self, root, index):
+        super().__init__(root, index)
+        from collections import OrderedDict
+        self.lru = OrderedDict()     # path -> (n, sample bytes) sample-major uint8 array
+        self.lru_bytes = 0
+
+    def _decoded(self, p, n, data, shape, dtype):
+        a = self.lru.get(p)
+        if a is not None:
+            self.lru.move_to_end(p)
+            return a
+        dt = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dt.itemsize
+        if data >= 0:
+            fd = self.fds.get(p)
+            if fd is None:
+                fd = self.fds[p] = os.open(os.path.join(self.root, p), os.O_RDONLY)
+            b = os.pread(fd, nbytes, data)
+            if len(b) != nbytes:
+                raise IOError("%s: short read of x.npy" % p)
+            x = np.frombuffer(b, dtype=dt).reshape(shape)
+        else:  # deflated or Fortran-ordered member: let numpy decode the file
+            with open(os.path.join(self.root, p), "rb") as f:
+                with np.load(io.BytesIO(f.read())) as z:
+                    x = z["x"]
+        a = np.ascontiguousarray(np.moveaxis(x, -1, 0)).reshape(n, -1).view(np.uint8)
+        while self.lru and self.lru_bytes + a.nbytes > self.NPZ_CACHE_BYTES:
+            _, old = self.lru.popitem(last=False)
+            self.lru_bytes -= old.nbytes
+        if a.nbytes <= self.NPZ_CACHE_BYTES:
+            self.lru[p] = a
+            self.lru_bytes += a.nbytes
+        return a
+
     def __getitem__(self, i):
-        # the whole file in one read, then parsed in memory: np.load(path) itself
-        # reads through a 1 MiB buffer that zipfile's seeks discard, 1.5x the bytes
-        # on the PFS (measured through the emulator); this is what a careful loader does
-        p, k = self.index[i]
-        with open(os.path.join(self.root, p), "rb") as f:
-            buf = io.BytesIO(f.read())
-        with np.load(buf) as z:
-            x = z["x"]
-        return np.ascontiguousarray(x[..., k]).reshape(-1)
+        p, k, n, data, shape, dtype = self.index[i]
+        if n == 1:
+            with open(os.path.join(self.root, p), "rb") as f:
+                buf = io.BytesIO(f.read())
+            with np.load(buf) as z:
+                x = z["x"]
+            return np.ascontiguousarray(x[..., k]).reshape(-1).view(np.uint8)
+        return self._decoded(p, n, data, shape, dtype)[k]
 
 
 class H5DS(Base):
-    """HDF5 'records' (n, d1, d2): sample k is row k (h5py, files kept open per worker
-    when they hold several samples)."""
+    """HDF5 'records' (n, d1, d2): sample k is row k.
+
+    One sample per file: the file read in one go (driver "core"), not in the 11
+    small requests h5py's default driver sends through a PFS. Several samples
+    per file in a contiguous dataset: one pread of the row, located by the
+    dataset's offset in the file (h5py's get_offset, read once at index time).
+    Chunked datasets: h5py, files kept open per worker."""
 
     @staticmethod
     def build(root):
@@ -135,19 +204,29 @@ class H5DS(Base):
         out = []
         for p in list_files(root, exts=(".h5", ".hdf5", ".hdf", ".he5")):
             with h5py.File(os.path.join(root, p), "r") as f:
-                n = f["records"].shape[0]
-            out.extend((p, k, n) for k in range(n))
+                ds = f["records"]
+                n = ds.shape[0]
+                base = ds.id.get_offset()
+                row = ds.dtype.itemsize * int(np.prod(ds.shape[1:]))
+            off = -1 if base is None else base
+            out.extend((p, k, n, off, row) for k in range(n))
         return out
 
     def __getitem__(self, i):
         import h5py
-        p, k, n = self.index[i]
+        p, k, n, off, row = self.index[i]
         if n == 1:
-            # one sample per file: read the file in one go (driver "core"), not in
-            # the 11 small requests h5py's default driver sends through a PFS
             with h5py.File(os.path.join(self.root, p), "r", driver="core",
                            backing_store=False) as f:
-                return f["records"][k].reshape(-1)
+                return f["records"][k].reshape(-1).view(np.uint8)
+        if off >= 0:
+            fd = self.fds.get(p)
+            if fd is None:
+                fd = self.fds[p] = os.open(os.path.join(self.root, p), os.O_RDONLY)
+            b = os.pread(fd, row, off + k * row)
+            if len(b) != row:
+                raise IOError("%s: short read of row %d" % (p, k))
+            return np.frombuffer(b, dtype=np.uint8)
         f = self.fds.get(p)
         if f is None:
             if len(self.fds) >= 16:
@@ -155,7 +234,7 @@ class H5DS(Base):
                     v.close()
                 self.fds.clear()
             f = self.fds[p] = h5py.File(os.path.join(self.root, p), "r")
-        return f["records"][k].reshape(-1)
+        return f["records"][k].reshape(-1).view(np.uint8)
 
 
 class TfrDS(Base):
@@ -200,7 +279,22 @@ class TfrDS(Base):
         return np.frombuffer(b, dtype=np.uint8)
 
 
-FORMATS = {"files": FilesDS, "npz": NpzDS, "hdf5": H5DS, "tfrecord": TfrDS}
+class IdxDS(TfrDS):
+    """DLIO's indexed binary: <file>.off.idx and <file>.sz.idx (little-endian u64
+    offset and size of every sample); a sample is one pread."""
+
+    @staticmethod
+    def build(root):
+        out = []
+        for p in list_files(root, skip_idx=True):
+            offs = np.fromfile(os.path.join(root, p + ".off.idx"), dtype="<u8")
+            sizes = np.fromfile(os.path.join(root, p + ".sz.idx"), dtype="<u8")
+            out.extend((p, int(o), int(n)) for o, n in zip(offs, sizes))
+        return out
+
+
+FORMATS = {"files": FilesDS, "npz": NpzDS, "hdf5": H5DS, "tfrecord": TfrDS,
+           "indexed": IdxDS}
 
 
 def collate(samples):
@@ -227,12 +321,18 @@ def touch(t):
     return x
 
 
+PFS_KEYS = ("bytes", "reads", "rpcs", "rpc_bytes", "busy_s")
+
+
 def read_pfs(path):
+    """The emulator's counters that are attributed to epochs (None: unknown)."""
     if not path:
         return None
     try:
         with open(path) as f:
-            return json.load(f)["totals"]["bytes"]
+            t = json.load(f)["totals"]
+        return {k: t.get(k, t["reads"] if k == "rpcs" else t["bytes"]) for k in PFS_KEYS}
+    # (stats format 1 has no rpcs/rpc_bytes: there every read request was one)
     except (OSError, ValueError, KeyError):
         return None
 
@@ -406,10 +506,11 @@ def trainer(a, rank, world):
                                 samples_per_s=round(S / wall, 3), mb_per_s=round(B / wall / 1e6, 3),
                                 au=round(au, 5), stall_median_s=round(med, 6),
                                 stall_p99_s=round(p99, 6), compute_s=round(comp / world, 6)))
-            extra_eps.append(dict(epoch=e, t0=t0, t1=t1,
-                                  pfs_bytes=(pfs[e + 1] - pfs[e]) if pfs[e + 1] is not None
-                                  and pfs[e] is not None else None,
-                                  stalls=[round(s, 6) for s in st]))
+            known = pfs[e + 1] is not None and pfs[e] is not None
+            x = dict(epoch=e, t0=t0, t1=t1, stalls=[round(s, 6) for s in st])
+            for k in PFS_KEYS:
+                x["pfs_" + k] = pfs[e + 1][k] - pfs[e][k] if known else None
+            extra_eps.append(x)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(dict(source="torch", world=world, compute_ms=a.compute_ms,

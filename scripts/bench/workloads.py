@@ -43,8 +43,10 @@ def _ds(name, fmt, nsamples, per_file, size, sd=0, dims=None, seed=1, classes=0)
 
 
 # ---- datasets -------------------------------------------------------------------
-# quick: sized so that `make bench` (all scenarios, all systems, 2 rounds)
-# runs in < 10 min on a 2-core VM; full: DLIO's own sizes (configuration only).
+# default sizes: `make bench` (all scenarios, all systems, 2 rounds) runs in
+# ~15 min on a 2-core VM (~8 of them the bandwidth-bound scenarios, ~7 the
+# packed *-lustre ones); full: DLIO's own sizes (configuration only; the
+# *-lustre scenarios have no --full variant).
 
 def datasets(full=False):
     if full:
@@ -70,6 +72,13 @@ def datasets(full=False):
                          seed=13),
         # 2500-byte records, 960 per TFRecord file, 8 files (DALI indexes beside)
         "bert": _ds("bert", "tfrecord", 8 * 960, 960, 2500, seed=14),
+        # packed formats with many samples per file (the lustre-like scenarios):
+        # 8 files x 512 samples of 4 KiB each; HDF5 'records' (n, 64, 64)
+        # contiguous, npz as DLIO writes it (x = (64, 64, n), samples on the
+        # last axis), DLIO's indexed binary (data + .off.idx/.sz.idx)
+        "h5multi": _ds("h5multi", "hdf5", 8 * 512, 512, 4096, dims=(64, 64), seed=15),
+        "npzmulti": _ds("npzmulti", "npz", 8 * 512, 512, 4096, seed=16),
+        "idxbin": _ds("idxbin", "indexed", 8 * 512, 512, 4096, seed=17),
     }
 
 
@@ -79,6 +88,29 @@ def _pfs(bw, lat=1.0, meta=1.0, inflight=32):
     return dict(bandwidth=bw, latency_ms=lat, meta_latency_ms=meta, max_inflight=inflight)
 
 
+# The emulator's lustre preset (tools/pfsemu/opts.c, docs/pfsemu.md): one
+# Lustre client, 8 read RPCs in flight to the OST holding the files, 2 ms per
+# RPC, 2 GB/s, 4 MiB RPCs, readahead for sequential readers. The numbers are
+# repeated here for the report and the timeouts; the emulator gets --preset.
+LUSTRE = dict(preset="lustre", bandwidth=2e9, latency_ms=2.0, meta_latency_ms=1.0,
+              max_inflight=0, ost_inflight=8, meta_inflight=8, rpc_size=4 << 20,
+              readahead=256 << 20)
+
+
+def emulator_args(pfs):
+    """seer-pfsemu options for a scenario's PFS."""
+    if pfs.get("preset"):
+        return ["--preset", pfs["preset"]]
+    return ["--bandwidth", "%dB/s" % int(pfs["bandwidth"]), "--latency-ms",
+            str(pfs["latency_ms"]), "--meta-latency-ms", str(pfs["meta_latency_ms"]),
+            "--max-inflight", str(pfs["max_inflight"])]
+
+
+def in_flight(pfs):
+    """The bound on read requests in flight, for the report."""
+    return pfs.get("ost_inflight") or pfs.get("max_inflight") or 0
+
+
 def scenarios(full=False, nodes=2, tpn=2):
     """The scenarios in run order. Sizes are bytes; bandwidth in bytes/s; ram_frac is
     the aggregate RAM cache of all nodes over the dataset size."""
@@ -86,14 +118,21 @@ def scenarios(full=False, nodes=2, tpn=2):
     out = []
 
     def sc(name, dsname, batch, compute_ms, pfs, ram_frac=1.2, staging=256 * MiB,
-           epochs=3, io_threads=16, lookahead=8, baseline=True, shares=None, dlio=None, note=""):
+           epochs=3, io_threads=16, lookahead=8, baseline=True, shares=None, dlio=None, note="",
+           systems=None, packed=False):
         d = ds[dsname]
         D = d["nsamples"] * d["size"]  # nominal; the runner uses the real bytes
         out.append(dict(name=name, dataset=dsname, fmt=d["format"], batch=batch,
                         compute_ms=compute_ms, pfs=pfs, ram_frac=ram_frac, staging=staging,
                         epochs=epochs, io_threads=io_threads, lookahead=lookahead,
                         baseline=baseline, shares=shares, nominal_bytes=D, dlio=dlio or dsname,
-                        nodes=nodes, tpn=tpn, note=note))
+                        nodes=nodes, tpn=tpn, note=note, systems=systems, packed=packed))
+
+    def packed(name, dsname, batch, compute_ms, staging, note):
+        """A packed format on the lustre-like PFS: seer, the DataLoader (one pread
+        per record located by an index) and the sequential read of the files."""
+        sc(name, dsname, batch, compute_ms, dict(LUSTRE), staging=staging, epochs=2,
+           systems=("torch", "seer", "seq"), packed=True, note=note)
 
     if full:
         # real-hardware sizes: DLIO's sample counts, sizes, batches, compute times;
@@ -130,6 +169,13 @@ def scenarios(full=False, nodes=2, tpn=2):
     sc("cosmoflow-big", "cosmoflow", 1, 45, bw("cosmoflow", 1, 45), ram_frac=0.5,
        staging=96 * MiB, lookahead=8, baseline=False, shares="cosmoflow",
        note="aggregate RAM cache = 0.5 x dataset")
+    # every packed format on the lustre-like PFS (the cold-epoch issue): small
+    # records, many per file; latency x in-flight bound, not bandwidth, limits
+    # a loader that reads one record per request
+    packed("bert-lustre", "bert", 48, 20, 32 * MiB, "TFRecord, BERT-like")
+    packed("hdf5-lustre", "h5multi", 32, 20, 32 * MiB, "HDF5, 512 samples per file")
+    packed("npz-lustre", "npzmulti", 32, 20, 32 * MiB, "NPZ as DLIO writes it, 512 per file")
+    packed("indexed-lustre", "idxbin", 32, 20, 32 * MiB, "indexed binary, 512 per file")
     return out
 
 
@@ -271,6 +317,18 @@ def generate(d, root):
             with open(_mkdirs(os.path.join(out, "index", "train", name + ".idx")), "w") as f:
                 f.write("".join(index))
             total += rows.nbytes
+            lens += [size] * k
+    elif fmt == "indexed":
+        # DLIO's indexed_binary: samples back to back, u64 offsets and sizes beside
+        size = d["size"]
+        for i in range(nfiles):
+            k = min(per, n - i * per)
+            name = os.path.join(out, "train", "img_%d_of_%d.bin" % (i, nfiles))
+            with open(_mkdirs(name), "wb") as f:
+                f.write(rng.bytes(size * k))
+            np.arange(k, dtype="<u8").__mul__(size).tofile(name + ".off.idx")
+            np.full(k, size, dtype="<u8").tofile(name + ".sz.idx")
+            total += size * k
             lens += [size] * k
     else:
         sys.exit("unknown format " + fmt)
