@@ -420,8 +420,8 @@ static int run_alloc(struct run *x)
 	x->pend_onv = calloc(KE, sizeof(uint64_t));
 	x->prop = calloc(KE, sizeof(uint64_t));
 	x->oload = calloc(j->nnodes, sizeof(double));
-	if (!out->ep || !out->node || !x->ranks || !x->buf || !x->pos || !x->pend_in || !x->pend_ram || !x->pend_out ||
-	    !x->pend_onv || !x->prop || !x->oload)
+	if (!out->ep || !out->node || !x->ranks || !x->buf || !x->pos || !x->pend_in ||
+	    !x->pend_ram || !x->pend_out || !x->pend_onv || !x->prop || !x->oload)
 		return -ENOMEM;
 	if (j->orders) {
 		x->orders = j->orders;

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -728,6 +729,10 @@ static int forecast(const struct opts *o, const struct psim_job *pj)
 int main(int argc, char **argv)
 {
 	log_set_prog("seer-plan");
+	/* per-node plans come and go by the thousand: keep their memory in the
+	 * heap (no mmap/munmap and page faults for every node) */
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	struct opts o;
 	int rc = parse_args(argc, argv, &o);
 	if (rc)
