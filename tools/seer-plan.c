@@ -126,14 +126,58 @@ static int parse_count(const char *s, uint64_t *out)
 	return 0;
 }
 
+enum {
+	O_SAMPLES = 256, O_SIZE, O_DIST, O_MEAN, O_SD, O_SSEED, O_NODES, O_TPN, O_EPOCHS,
+	O_SEED, O_BATCH, O_DROP, O_RAM, O_NVME, O_PLACE, O_PFSBW, O_NETBW, O_COMPUTE,
+	O_JSON, O_POL, O_FILL, O_THREADS, O_TOTALS, O_FORECAST, O_REPL, O_RFILL, O_CURVE,
+	O_NVMEBW, O_DECODE, O_CORES, O_SEARCH, O_STOL,
+};
+
+/* The forecast's options (parse_args' enum values). 0 or -EINVAL. */
+static int forecast_opt(struct opts *o, int c, const char *v)
+{
+	uint64_t n;
+	bool b;
+	switch (c) {
+	case O_FORECAST: o->forecast = true; return 0;
+	case O_SEARCH: o->search = o->forecast = true; return 0;
+	case O_REPL:
+		if (strcmp(v, "both") == 0) {
+			o->replicas = 2;
+			return 0;
+		}
+		if (parse_bool(v, &b))
+			return -EINVAL;
+		o->replicas = b;
+		return 0;
+	case O_RFILL:
+		if (strcmp(v, "peer") == 0)
+			o->repl_fill = PLAN_FILL_PEER;
+		else if (strcmp(v, "pfs") == 0)
+			o->repl_fill = PLAN_FILL_PFS;
+		else if (strcmp(v, "auto") == 0)
+			o->repl_fill = PLAN_FILL_AUTO;
+		else
+			return -EINVAL;
+		return 0;
+	case O_CURVE: return parse_curve(v, o);
+	case O_NVMEBW:
+		if (parse_size(v, &n))
+			return -EINVAL;
+		o->nvme_bw = (double)n;
+		return 0;
+	case O_DECODE: return parse_double(v, &o->decode_s) || o->decode_s < 0 ? -EINVAL : 0;
+	case O_CORES:
+		if (parse_count(v, &o->cores) || o->cores == 0 || o->cores > UINT32_MAX)
+			return -EINVAL;
+		return 0;
+	case O_STOL: return parse_size(v, &o->search_tol);
+	}
+	return -EINVAL;
+}
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-	enum {
-		O_SAMPLES = 256, O_SIZE, O_DIST, O_MEAN, O_SD, O_SSEED, O_NODES, O_TPN, O_EPOCHS,
-		O_SEED, O_BATCH, O_DROP, O_RAM, O_NVME, O_PLACE, O_PFSBW, O_NETBW, O_COMPUTE,
-		O_JSON, O_POL, O_FILL, O_THREADS, O_TOTALS, O_FORECAST, O_REPL, O_RFILL, O_CURVE,
-		O_NVMEBW, O_DECODE, O_CORES, O_SEARCH, O_STOL,
-	};
 	static const struct option lo[] = {
 		{ "samples", required_argument, NULL, O_SAMPLES },
 		{ "sample-size", required_argument, NULL, O_SIZE },
@@ -263,56 +307,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				return bad(name, optarg);
 			o->policies_set = true;
 			break;
-		case O_FORECAST: o->forecast = true; break;
-		case O_SEARCH: o->search = o->forecast = true; break;
-		case O_REPL:
-			if (strcmp(optarg, "both") == 0) {
-				o->replicas = 2;
-			} else {
-				bool b;
-				if (parse_bool(optarg, &b))
-					return bad(name, optarg);
-				o->replicas = b;
-			}
-			break;
-		case O_RFILL:
-			if (strcmp(optarg, "peer") == 0)
-				o->repl_fill = PLAN_FILL_PEER;
-			else if (strcmp(optarg, "pfs") == 0)
-				o->repl_fill = PLAN_FILL_PFS;
-			else if (strcmp(optarg, "auto") == 0)
-				o->repl_fill = PLAN_FILL_AUTO;
-			else
-				return bad(name, optarg);
-			break;
-		case O_CURVE:
-			if (parse_curve(optarg, o))
-				return bad(name, optarg);
-			break;
-		case O_NVMEBW:
-			if (parse_size(optarg, &v))
-				return bad(name, optarg);
-			o->nvme_bw = (double)v;
-			break;
-		case O_DECODE:
-			if (parse_double(optarg, &o->decode_s) || o->decode_s < 0)
-				return bad(name, optarg);
-			break;
-		case O_CORES:
-			if (parse_count(optarg, &o->cores) || o->cores == 0 || o->cores > UINT32_MAX)
-				return bad(name, optarg);
-			break;
-		case O_STOL:
-			if (parse_size(optarg, &o->search_tol))
-				return bad(name, optarg);
-			break;
-		case O_FILL:
-			if (strcmp(optarg, "read") == 0)
-				o->fill = PSIM_FILL_READ;
-			else if (strcmp(optarg, "prefetch") == 0)
-				o->fill = PSIM_FILL_PREFETCH;
-			else
-				return bad(name, optarg);
+		case O_FORECAST: case O_SEARCH: case O_REPL: case O_RFILL: case O_CURVE:
+		case O_NVMEBW: case O_DECODE: case O_CORES: case O_STOL:
+			if (forecast_opt(o, c, optarg))
+				return bad(name, optarg ? optarg : "");
 			break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return 2;
@@ -629,6 +627,47 @@ static void print_forecast_json(const struct fcrun *f, bool first)
 	printf("]}");
 }
 
+/* --search: the smallest RAM, then NVMe, per node with no I/O-bound epoch
+ * after the first. 0 or a negative errno (reported). */
+static int search(const struct opts *o, const struct psim_job *pj, struct fc_job *job,
+		  const struct fc_rates *rates)
+{
+	int rc = 0;
+	uint64_t tol = o->search_tol;
+	if (!tol) {
+		for (uint64_t s = 0; s < pj->sh->n; s++)
+			tol += pj->len[s];
+		tol /= 512;
+	}
+	job->repl.on = o->replicas != 0;
+	const char *what[2] = { "RAM (NVMe as given)", "NVMe (RAM as given)" };
+	char a[32];
+	if (o->json)
+		printf(",\n  \"search\": {\"replicas\": %s", job->repl.on ? "true" : "false");
+	else
+		printf("\nsmallest capacity per node with no I/O-bound epoch after the first "
+		       "(replicas %s, resolution %s):\n", job->repl.on ? "on" : "off", sz(a, tol));
+	for (int w = 0; w < 2 && rc == 0; w++) {
+		uint64_t bytes;
+		bool found;
+		double t0 = now_s();
+		rc = fc_min_capacity(job, rates, w == 1, tol, &bytes, &found);
+		if (rc)
+			fprintf(stderr, "seer-plan: search: %s\n", strerror(-rc));
+		else if (o->json)
+			printf(", \"%s\": %s%llu%s", w ? "nvme" : "ram", found ? "" : "{\"none_up_to\": ",
+			       (unsigned long long)bytes, found ? "" : "}");
+		else if (found)
+			printf("  %-22s %s  [%.1f s]\n", what[w], sz(a, bytes), now_s() - t0);
+		else
+			printf("  %-22s none up to %s (always I/O-bound)  [%.1f s]\n", what[w],
+			       sz(a, bytes), now_s() - t0);
+	}
+	if (o->json)
+		printf("}");
+	return rc;
+}
+
 /* Runs the forecast(s) and the capacity search; prints. 0 or an exit code. */
 static int forecast(const struct opts *o, const struct psim_job *pj)
 {
@@ -684,42 +723,7 @@ static int forecast(const struct opts *o, const struct psim_job *pj)
 	}
 	for (unsigned i = 0; i < nrun; i++)
 		fc_result_free(&runs[i].res);
-	int rc = 0;
-	if (o->search) {
-		uint64_t tol = o->search_tol;
-		if (!tol) {
-			for (uint64_t s = 0; s < pj->sh->n; s++)
-				tol += pj->len[s];
-			tol /= 512;
-		}
-		job.repl.on = o->replicas != 0;
-		const char *what[2] = { "RAM (NVMe as given)", "NVMe (RAM as given)" };
-		if (o->json)
-			printf(",\n  \"search\": {\"replicas\": %s", job.repl.on ? "true" : "false");
-		else
-			printf("\nsmallest capacity per node with no I/O-bound epoch after the first "
-			       "(replicas %s, resolution %s):\n", job.repl.on ? "on" : "off",
-			       fmt_size((char[32]){ 0 }, 32, tol));
-		for (int w = 0; w < 2 && rc == 0; w++) {
-			uint64_t bytes;
-			bool found;
-			double t0 = now_s();
-			rc = fc_min_capacity(&job, &rates, w == 1, tol, &bytes, &found);
-			char a[32];
-			if (rc)
-				fprintf(stderr, "seer-plan: search: %s\n", strerror(-rc));
-			else if (o->json)
-				printf(", \"%s\": %s%llu%s", w ? "nvme" : "ram", found ? "" : "{\"none_up_to\": ",
-				       (unsigned long long)bytes, found ? "" : "}");
-			else if (found)
-				printf("  %-22s %s  [%.1f s]\n", what[w], sz(a, bytes), now_s() - t0);
-			else
-				printf("  %-22s none up to %s (always I/O-bound)  [%.1f s]\n", what[w],
-				       sz(a, bytes), now_s() - t0);
-		}
-		if (o->json)
-			printf("}");
-	}
+	int rc = o->search ? search(o, pj, &job, &rates) : 0;
 	if (o->json)
 		printf("\n}\n");
 	fc_orders_free(&orders);

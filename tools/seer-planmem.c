@@ -58,6 +58,40 @@ static struct catalog *synthetic_catalog(uint64_t n, uint64_t size, uint64_t *by
 	return c;
 }
 
+/* Prints what one daemon holds and how long it took; t: catalog, owner map,
+ * replicas build times; rss: peak KiB at start, after the catalog, after the
+ * owner map. */
+static void report(uint64_t n, uint64_t size, uint64_t nodes, uint64_t tpn, uint64_t epochs,
+		   uint64_t batch, uint64_t node, uint64_t ram, uint64_t nvme, bool replicas,
+		   uint64_t cat_bytes, const struct plan *p, const struct plan_node *nv,
+		   const double t[3], const long rss[3])
+{
+	long peak = peak_kib();
+	uint64_t plan_bytes = n * (sizeof(*p->tier) + sizeof(*p->owner) + sizeof(*p->off)) +
+			      nodes * 2 * sizeof(uint64_t);
+	uint64_t node_bytes = n * sizeof(*nv->idx) +
+			      nv->nrepl * (sizeof(*nv->smp) + sizeof(*nv->tier) + sizeof(*nv->off) +
+					   sizeof(*nv->due) + sizeof(*nv->ready));
+	char a[32], b[32], d[32], e[32];
+	printf("job      %llu samples x %s, %llu nodes x %llu trainers, %llu epochs, batch %llu; "
+	       "node %llu: RAM %s, NVMe %s, replicas %s\n", (unsigned long long)n,
+	       fmt_size(a, 32, size), (unsigned long long)nodes, (unsigned long long)tpn,
+	       (unsigned long long)epochs, (unsigned long long)batch, (unsigned long long)node,
+	       fmt_size(b, 32, ram), fmt_size(d, 32, nvme), replicas ? "on" : "off");
+	printf("catalog  %s (synthetic, files layout)   built in %.2f s\n", fmt_size(a, 32, cat_bytes),
+	       t[0]);
+	printf("plan     %s (owner map: tier, owner, offset per sample)   built in %.2f s\n",
+	       fmt_size(a, 32, plan_bytes), t[1]);
+	printf("replicas %s (%llu replicas, %s of samples)   built in %.2f s\n",
+	       fmt_size(a, 32, node_bytes), (unsigned long long)nv->nrepl,
+	       fmt_size(b, 32, nv->repl_bytes), t[2]);
+	printf("held     %s = catalog + plan + replicas; plan + replicas computed in %.2f s\n",
+	       fmt_size(a, 32, cat_bytes + plan_bytes + node_bytes), t[1] + t[2]);
+	printf("peak RSS %s (at start %s, after the catalog %s, after the owner map %s)\n",
+	       fmt_size(a, 32, (uint64_t)peak * 1024), fmt_size(b, 32, (uint64_t)rss[0] * 1024),
+	       fmt_size(d, 32, (uint64_t)rss[1] * 1024), fmt_size(e, 32, (uint64_t)rss[2] * 1024));
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: seer-planmem --samples N --sample-size BYTES --nodes K\n"
@@ -65,36 +99,38 @@ static void usage(FILE *f)
 		   "         [--ram BYTES] [--nvme BYTES] [--node k] [--replicas on|off]\n");
 }
 
-int main(int argc, char **argv)
+struct args {
+	uint64_t n, size, nodes, tpn, epochs, batch, seed, ram, nvme, node;
+	bool replicas;
+};
+
+/* 0, or an exit code (the message printed). */
+static int parse_args(int argc, char **argv, struct args *a)
 {
-	log_set_prog("seer-planmem");
-	uint64_t n = 0, size = 0, nodes = 0, tpn = 1, epochs = 90, batch = 32, seed = 0;
-	uint64_t ram = 0, nvme = 0, node = 0;
-	bool replicas = true;
+	*a = (struct args){ .tpn = 1, .epochs = 90, .batch = 32, .replicas = true };
 	static const struct option lo[] = {
-		{ "samples", required_argument, NULL, 'n' }, { "sample-size", required_argument, NULL, 's' },
-		{ "nodes", required_argument, NULL, 'k' }, { "trainers-per-node", required_argument, NULL, 't' },
-		{ "epochs", required_argument, NULL, 'e' }, { "batch", required_argument, NULL, 'b' },
-		{ "seed", required_argument, NULL, 'S' }, { "ram", required_argument, NULL, 'r' },
-		{ "nvme", required_argument, NULL, 'v' }, { "node", required_argument, NULL, 'N' },
-		{ "replicas", required_argument, NULL, 'R' }, { "help", no_argument, NULL, 'h' }, { 0 },
+		{ "samples", 1, NULL, 'n' }, { "sample-size", 1, NULL, 's' }, { "nodes", 1, NULL, 'k' },
+		{ "trainers-per-node", 1, NULL, 't' }, { "epochs", 1, NULL, 'e' },
+		{ "batch", 1, NULL, 'b' }, { "seed", 1, NULL, 'S' }, { "ram", 1, NULL, 'r' },
+		{ "nvme", 1, NULL, 'v' }, { "node", 1, NULL, 'N' }, { "replicas", 1, NULL, 'R' },
+		{ "help", 0, NULL, 'h' }, { 0 },
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		int rc = 0;
 		switch (c) {
-		case 'n': rc = parse_u64(optarg, &n); break;
-		case 's': rc = parse_size(optarg, &size); break;
-		case 'k': rc = parse_u64(optarg, &nodes); break;
-		case 't': rc = parse_u64(optarg, &tpn); break;
-		case 'e': rc = parse_u64(optarg, &epochs); break;
-		case 'b': rc = parse_u64(optarg, &batch); break;
-		case 'S': rc = parse_u64(optarg, &seed); break;
-		case 'r': rc = parse_size(optarg, &ram); break;
-		case 'v': rc = parse_size(optarg, &nvme); break;
-		case 'N': rc = parse_u64(optarg, &node); break;
-		case 'R': rc = parse_bool(optarg, &replicas); break;
-		case 'h': usage(stdout); return 0;
+		case 'n': rc = parse_u64(optarg, &a->n); break;
+		case 's': rc = parse_size(optarg, &a->size); break;
+		case 'k': rc = parse_u64(optarg, &a->nodes); break;
+		case 't': rc = parse_u64(optarg, &a->tpn); break;
+		case 'e': rc = parse_u64(optarg, &a->epochs); break;
+		case 'b': rc = parse_u64(optarg, &a->batch); break;
+		case 'S': rc = parse_u64(optarg, &a->seed); break;
+		case 'r': rc = parse_size(optarg, &a->ram); break;
+		case 'v': rc = parse_size(optarg, &a->nvme); break;
+		case 'N': rc = parse_u64(optarg, &a->node); break;
+		case 'R': rc = parse_bool(optarg, &a->replicas); break;
+		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return 2;
 		}
 		if (rc) {
@@ -106,11 +142,24 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!n || !size || !nodes || !tpn || !epochs || !batch || node >= nodes ||
-	    nodes > UINT16_MAX || nodes * tpn > UINT32_MAX) {
+	if (!a->n || !a->size || !a->nodes || !a->tpn || !a->epochs || !a->batch ||
+	    a->node >= a->nodes || a->nodes > UINT16_MAX || a->nodes * a->tpn > UINT32_MAX) {
 		usage(stderr);
 		return 2;
 	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	log_set_prog("seer-planmem");
+	struct args A;
+	int prc = parse_args(argc, argv, &A);
+	if (prc)
+		return prc;
+	uint64_t n = A.n, size = A.size, nodes = A.nodes, tpn = A.tpn, epochs = A.epochs;
+	uint64_t batch = A.batch, seed = A.seed, ram = A.ram, nvme = A.nvme, node = A.node;
+	bool replicas = A.replicas;
 	long base = peak_kib();
 	double t0 = now_s();
 	uint64_t cat_bytes;
@@ -150,32 +199,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "seer-planmem: plan_node_build: %s\n", strerror(-rc));
 		return 1;
 	}
-	long peak = peak_kib();
-	uint64_t plan_bytes = n * (sizeof(*p.tier) + sizeof(*p.owner) + sizeof(*p.off)) +
-			      nodes * 2 * sizeof(uint64_t);
-	uint64_t node_bytes = n * sizeof(*nv.idx) +
-			      nv.nrepl * (sizeof(*nv.smp) + sizeof(*nv.tier) + sizeof(*nv.off) +
-					  sizeof(*nv.due) + sizeof(*nv.ready));
-	char a[32], b[32], d[32], e[32];
-	printf("job      %llu samples x %s, %llu nodes x %llu trainers, %llu epochs, batch %llu; "
-	       "node %llu: RAM %s, NVMe %s, replicas %s\n", (unsigned long long)n,
-	       fmt_size(a, 32, size), (unsigned long long)nodes, (unsigned long long)tpn,
-	       (unsigned long long)epochs, (unsigned long long)batch, (unsigned long long)node,
-	       fmt_size(b, 32, ram), fmt_size(d, 32, nvme), replicas ? "on" : "off");
-	printf("catalog  %s (synthetic, files layout)   built in %.2f s\n", fmt_size(a, 32, cat_bytes),
-	       t_cat);
-	printf("plan     %s (owner map: tier, owner, offset per sample)   built in %.2f s\n",
-	       fmt_size(a, 32, plan_bytes), t_plan);
-	printf("replicas %s (%llu replicas, %s of samples)   built in %.2f s\n",
-	       fmt_size(a, 32, node_bytes), (unsigned long long)nv.nrepl,
-	       fmt_size(b, 32, nv.repl_bytes), t_node);
-	printf("held     %s = catalog + plan + replicas; plan + replicas computed in %.2f s\n",
-	       fmt_size(a, 32, cat_bytes + plan_bytes + node_bytes), t_plan + t_node);
-	printf("peak RSS %s (at start %s, after the catalog %s, after the owner map %s)\n",
-	       fmt_size(a, 32, (uint64_t)peak * 1024), fmt_size(b, 32, (uint64_t)base * 1024),
-	       fmt_size(d, 32, (uint64_t)after_cat * 1024), fmt_size(e, 32, (uint64_t)after_plan * 1024));
+	report(n, size, nodes, tpn, epochs, batch, node, ram, nvme, replicas, cat_bytes, &p, &nv,
+	       (double[3]){ t_cat, t_plan, t_node }, (long[3]){ base, after_cat, after_plan });
 	plan_node_free(&nv);
 	plan_free(&p);
+	cat_free(cat);
 	free(cap);
 	free(rank_node);
 	return 0;
