@@ -83,6 +83,10 @@ static const struct cfg_key keys[] = {
 	  "seer: one planned copy per sample across the cluster; nopfs: for comparison, each "
 	  "trainer caches what it reads most in its own share of RAM (no sharing, no peers, "
 	  "no NVMe)" },
+	{ "cache", "replicas", CFG_BOOL, F(replicas), "on", 0, 0, NULL, true,
+	  "seer policy: fill the RAM and NVMe left after a node's owned share with copies of "
+	  "the samples it reads most, so later epochs read them locally (off: one copy per "
+	  "sample, as before)" },
 
 	{ "prefetch", "io_threads", CFG_U64, F(io_threads), "16", 1, 1024, NULL, false,
 	  "threads reading samples (reads in flight)" },

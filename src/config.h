@@ -39,6 +39,7 @@ struct seer_config {
 	char *nvme_dir;
 	uint64_t nvme;
 	char *policy;           /* "seer" or "nopfs" */
+	bool replicas;          /* spare RAM/NVMe holds replicas (src/plan.h) */
 	/* [prefetch] */
 	uint64_t io_threads;
 	uint64_t lookahead;

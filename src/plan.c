@@ -140,3 +140,324 @@ int plan_build_lengths(struct plan *p, const uint64_t *len, uint64_t n, const st
 {
 	return build(p, NULL, len, n, sh, first_epoch, rank_node, nnodes, cap);
 }
+
+/* ---- replicas -------------------------------------------------------------- */
+
+enum plan_fill plan_fill_choose(enum plan_fill f, double pfs_bw, double net_bw, uint32_t nnodes)
+{
+	if (f != PLAN_FILL_AUTO)
+		return f;
+	if (pfs_bw > 0 && nnodes > 0 && (net_bw <= 0 || pfs_bw / nnodes > net_bw))
+		return PLAN_FILL_PFS;
+	return PLAN_FILL_PEER;
+}
+
+void plan_node_free(struct plan_node *nv)
+{
+	free(nv->idx);
+	free(nv->smp);
+	free(nv->tier);
+	free(nv->off);
+	free(nv->due);
+	free(nv->ready);
+	memset(nv, 0, sizeof(*nv));
+}
+
+/* Selection state of one node: per dataset sample its read count and first
+ * read tick over the horizon, and the candidates in order of first read. */
+struct rsel {
+	uint16_t *cnt;
+	uint32_t *first;
+	uint32_t *cand;
+	uint64_t ncand;
+	uint32_t *ranks;     /* this node's ranks, ascending */
+	uint32_t nranks;
+	uint32_t *perm;      /* scratch epoch order when no provider */
+	uint32_t *buf;       /* this node's reads of one epoch */
+};
+
+static void rsel_free(struct rsel *r)
+{
+	free(r->cnt);
+	free(r->first);
+	free(r->cand);
+	free(r->ranks);
+	free(r->perm);
+	free(r->buf);
+}
+
+static const uint32_t *epoch_order(const struct plan_orders *o, const struct smp_shape *sh,
+				   uint64_t epoch, uint32_t *scratch)
+{
+	if (o && o->get)
+		return o->get(o->ctx, epoch);
+	if (sh->shuffle) {
+		smp_permute(sh->seed, epoch, sh->n, scratch);
+	} else {
+		for (uint64_t i = 0; i < sh->n; i++)
+			scratch[i] = (uint32_t)i;
+	}
+	return scratch;
+}
+
+uint64_t plan_node_reads(const struct smp_shape *sh, const uint32_t *order, const uint32_t *ranks,
+			 uint32_t nranks, uint32_t *smp, uint64_t *pos_out)
+{
+	const uint64_t W = sh->world, n = sh->n, ahead = 2 * W * sh->batch;
+	uint64_t m = 0;
+	for (uint64_t step = 0; step < sh->bpe; step++) {
+		uint32_t blen = smp_batch_len(sh, step);
+		for (uint32_t k = 0; k < nranks; k++) {
+			uint64_t pos = ranks[k] + W * step * sh->batch;
+			for (uint32_t i = 0; i < blen; i++, pos += W, m++) {
+				if (pos + ahead < n)
+					__builtin_prefetch(&order[pos + ahead]);
+				smp[m] = order[pos < n ? pos : pos % n];
+				if (pos_out)
+					pos_out[m] = pos;
+			}
+		}
+	}
+	return m;
+}
+
+/* Walks this node's reads of epochs first+1 .. first+epochs-1 in order of need
+ * (epoch, step, rank, position in batch), counting each owned-elsewhere
+ * sample's reads and recording its first tick. Candidates come out in order
+ * of their first read. */
+static int rsel_walk(struct rsel *r, const struct plan *p, const struct smp_shape *sh,
+		     uint64_t first_epoch, uint64_t epochs, uint32_t node,
+		     const struct plan_orders *orders)
+{
+	enum { AHEAD = 16 };
+	uint64_t tick = 0;
+	for (uint64_t e = first_epoch + 1; e < first_epoch + epochs; e++) {
+		const uint32_t *order = epoch_order(orders, sh, e, r->perm);
+		if (!order)
+			return -ENOMEM;
+		uint64_t nread = plan_node_reads(sh, order, r->ranks, r->nranks, r->buf, NULL);
+		uint64_t m = 0;
+		for (uint64_t step = 0; step < sh->bpe; step++) {
+			uint32_t blen = smp_batch_len(sh, step);
+			for (uint32_t k = 0; k < r->nranks; k++) {
+				for (uint32_t i = 0; i < blen; i++, m++) {
+					if (m + AHEAD < nread) {
+						uint32_t a = r->buf[m + AHEAD];
+						__builtin_prefetch(&r->cnt[a], 1);
+						__builtin_prefetch(&p->owner[a]);
+						__builtin_prefetch(&p->tier[a]);
+					}
+					uint32_t s = r->buf[m];
+					uint32_t t = (uint32_t)(tick + (uint64_t)k * sh->batch + i);
+					if (p->tier[s] == PLAN_NONE || p->owner[s] == node)
+						continue;
+					if (r->cnt[s] == 0) {
+						r->first[s] = t;
+						r->cand[r->ncand++] = s;
+					}
+					if (r->cnt[s] < UINT16_MAX)
+						r->cnt[s]++;
+				}
+			}
+			tick += (uint64_t)r->nranks * sh->batch;
+		}
+	}
+	return 0;
+}
+
+/* Candidates by decreasing read count, ties by first read (the walk's order):
+ * a stable counting sort by count. */
+static int rsel_rank(struct rsel *r, uint32_t **out)
+{
+	uint16_t maxc = 0;
+	for (uint64_t i = 0; i < r->ncand; i++)
+		maxc = MAX(maxc, r->cnt[r->cand[i]]);
+	uint64_t *start = calloc((size_t)maxc + 2, sizeof(uint64_t));
+	uint32_t *sorted = malloc((r->ncand ? r->ncand : 1) * sizeof(uint32_t));
+	if (!start || !sorted) {
+		free(start);
+		free(sorted);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < r->ncand; i++)
+		start[maxc - r->cnt[r->cand[i]] + 1]++;
+	for (uint32_t c = 1; c <= (uint32_t)maxc + 1; c++)
+		start[c] += start[c - 1];
+	for (uint64_t i = 0; i < r->ncand; i++)
+		sorted[start[maxc - r->cnt[r->cand[i]]]++] = r->cand[i];
+	free(start);
+	*out = sorted;
+	return 0;
+}
+
+static int node_alloc(struct plan_node *nv, uint64_t m)
+{
+	m = m ? m : 1;
+	nv->smp = malloc(m * sizeof(uint32_t));
+	nv->tier = malloc(m);
+	nv->off = malloc(m * sizeof(uint64_t));
+	nv->due = malloc(m * sizeof(uint32_t));
+	nv->ready = malloc(m * sizeof(uint32_t));
+	return nv->smp && nv->tier && nv->off && nv->due && nv->ready ? 0 : -ENOMEM;
+}
+
+/* Places the ranked candidates in the spare room (RAM first, like the owned
+ * share), then lists the placed ones in fill order (first read). */
+static int node_place(struct plan_node *nv, struct rsel *r, const uint32_t *ranked,
+		      const struct catalog *c, const uint64_t *lens, const struct plan_cap *cap)
+{
+	uint64_t align = cap->nvme_align ? cap->nvme_align : PLAN_NVME_ALIGN;
+	uint64_t ram_free = cap->ram > nv->ram_used ? cap->ram - nv->ram_used : 0;
+	uint64_t nvme_free = cap->nvme > nv->nvme_used ? cap->nvme - nv->nvme_used : 0;
+	uint64_t m = 0;
+	/* first pass, by rank: which fit, and in which tier (idx holds the
+	 * rank + 1 of the placed ones until the second pass) */
+	uint8_t *where = calloc(r->ncand ? r->ncand : 1, 1);
+	if (!where)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < r->ncand && (ram_free || nvme_free); i++) {
+		if (i + 16 < r->ncand) {
+			uint32_t a = ranked[i + 16];
+			__builtin_prefetch(c ? (const void *)&c->samples[a].length : &lens[a]);
+			__builtin_prefetch(&nv->idx[a], 1);
+		}
+		uint64_t len = c ? c->samples[ranked[i]].length : lens[ranked[i]];
+		uint64_t ra = ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN), na = ALIGN_UP(len, align);
+		if (ra <= ram_free) {
+			ram_free -= ra;
+			where[i] = PLAN_RAM;
+		} else if (na <= nvme_free) {
+			nvme_free -= na;
+			where[i] = PLAN_NVME;
+		} else {
+			continue;
+		}
+		nv->idx[ranked[i]] = (uint32_t)(i + 1); /* temporary: rank + 1 */
+		m++;
+	}
+	int rc = node_alloc(nv, m);
+	if (rc) {
+		free(where);
+		return rc;
+	}
+	/* second pass, in order of first read: offsets in fill order, so a tier
+	 * region fills front to back as the replicas arrive */
+	for (uint64_t j = 0; j < r->ncand; j++) {
+		if (j + 16 < r->ncand) {
+			uint32_t a = r->cand[j + 16];
+			__builtin_prefetch(c ? (const void *)&c->samples[a].length : &lens[a]);
+			__builtin_prefetch(&nv->idx[a], 1);
+			__builtin_prefetch(&r->first[a]);
+		}
+		uint32_t s = r->cand[j];
+		if (!nv->idx[s])
+			continue;
+		uint8_t t = where[nv->idx[s] - 1];
+		uint64_t len = c ? c->samples[s].length : lens[s];
+		uint64_t i = nv->nrepl++;
+		nv->smp[i] = s;
+		nv->tier[i] = t;
+		nv->due[i] = r->first[s];
+		nv->ready[i] = nv->bpe;
+		if (t == PLAN_RAM) {
+			nv->off[i] = nv->ram_used;
+			nv->ram_used += ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
+			nv->repl_ram += len;
+		} else {
+			nv->off[i] = nv->nvme_used;
+			nv->nvme_used += ALIGN_UP(len, align);
+		}
+		nv->repl_bytes += len;
+		nv->idx[s] = (uint32_t)(i + 1);
+	}
+	free(where);
+	return 0;
+}
+
+/* ready[i]: the step of the first epoch at which the owner first reads the
+ * sample, i.e. loads it (position i < n of the epoch order is a sample's
+ * first; positions past the read ones are loaded by the end: bpe). */
+static int node_ready(struct plan_node *nv, const struct smp_shape *sh, uint64_t first_epoch,
+		      const struct plan_orders *orders, uint32_t *scratch)
+{
+	const uint32_t *order = epoch_order(orders, sh, first_epoch, scratch);
+	if (!order)
+		return -ENOMEM;
+	uint64_t read = sh->per_rank * sh->world;
+	for (uint64_t pos = 0; pos < sh->n; pos++) {
+		if (pos + 16 < sh->n)
+			__builtin_prefetch(&nv->idx[order[pos + 16]]);
+		uint32_t i = nv->idx[order[pos]];
+		if (i && pos < read)
+			nv->ready[i - 1] = (uint32_t)((pos / sh->world) / sh->batch);
+	}
+	return 0;
+}
+
+int plan_node_build(struct plan_node *nv, const struct plan *p, const struct catalog *c,
+		    const uint64_t *len, const struct smp_shape *sh, uint64_t first_epoch,
+		    uint64_t epochs, const uint32_t *rank_node, uint32_t node,
+		    const struct plan_cap *cap, const struct plan_repl_opts *o,
+		    const struct plan_orders *orders)
+{
+	memset(nv, 0, sizeof(*nv));
+	if (!p || !sh || !rank_node || !cap || !o || (!c && !len) || node >= p->nnodes ||
+	    p->n != sh->n)
+		return -EINVAL;
+	struct rsel r = { 0 };
+	nv->node = node;
+	nv->n = sh->n;
+	nv->bpe = (uint32_t)sh->bpe;
+	nv->first_epoch = first_epoch;
+	nv->fill = o->fill == PLAN_FILL_AUTO ? plan_fill_choose(o->fill, o->pfs_bw, o->net_bw,
+							       p->nnodes) : o->fill;
+	nv->ram_used = p->ram_used[node];
+	nv->nvme_used = p->nvme_used[node];
+	for (uint32_t k = 0; k < sh->world; k++)
+		r.nranks += rank_node[k] == node;
+	nv->reads_per_step = r.nranks * sh->batch;
+	nv->idx = calloc(sh->n, sizeof(uint32_t));
+	if (!nv->idx)
+		goto nomem;
+	bool spare = cap->ram > nv->ram_used || cap->nvme > nv->nvme_used;
+	if (!o->on || epochs <= 1 || r.nranks == 0 || !spare) {
+		if (node_alloc(nv, 0) == 0)
+			return 0;
+		goto nomem;
+	}
+	if ((epochs - 1) * sh->bpe * nv->reads_per_step >= UINT32_MAX) {
+		plan_node_free(nv);
+		return -EOVERFLOW;
+	}
+	r.cnt = calloc(sh->n, sizeof(uint16_t));
+	r.first = malloc(sh->n * sizeof(uint32_t));
+	r.cand = malloc(sh->n * sizeof(uint32_t));
+	r.ranks = malloc(r.nranks * sizeof(uint32_t));
+	r.buf = malloc(sh->per_rank * r.nranks * sizeof(uint32_t));
+	if (!(orders && orders->get))
+		r.perm = malloc(sh->n * sizeof(uint32_t));
+	if (!r.cnt || !r.first || !r.cand || !r.ranks || !r.buf ||
+	    (!(orders && orders->get) && !r.perm))
+		goto nomem;
+	r.nranks = 0;
+	for (uint32_t k = 0; k < sh->world; k++)
+		if (rank_node[k] == node)
+			r.ranks[r.nranks++] = k;
+	uint32_t *ranked = NULL;
+	int rc = rsel_walk(&r, p, sh, first_epoch, epochs, node, orders);
+	if (rc == 0)
+		rc = rsel_rank(&r, &ranked);
+	if (rc == 0)
+		rc = node_place(nv, &r, ranked, c, len, cap);
+	free(ranked);
+	if (rc == 0 && nv->nrepl)
+		rc = node_ready(nv, sh, first_epoch, orders, r.perm ? r.perm : r.first);
+	rsel_free(&r);
+	if (rc)
+		plan_node_free(nv);
+	return rc;
+nomem:
+	rsel_free(&r);
+	plan_node_free(nv);
+	return -ENOMEM;
+}

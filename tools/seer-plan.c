@@ -5,12 +5,14 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/forecast.h"
 #include "../src/plan.h"
 #include "../src/plansim.h"
 #include "../src/sampler.h"
@@ -38,6 +40,19 @@ static void usage(FILE *out)
 		"  --pfs-bw BYTES      aggregate PFS bandwidth per second (0: ignore)\n"
 		"  --net-bw BYTES      network bandwidth per node per second (0: ignore)\n"
 		"  --compute-s SEC     compute time per step (0)\n"
+		"forecast (seer's plan with replicas, per node, src/forecast.h)\n"
+		"  --forecast          print the forecast instead of the policy comparison\n"
+		"                      (with --policies: both)\n"
+		"  --replicas on|off|both   spare RAM/NVMe holds replicas (on)\n"
+		"  --fill peer|pfs|auto     where replicas are loaded from (peer)\n"
+		"  --pfs-curve LIST    aggregate PFS bandwidth by clients, e.g.\n"
+		"                      1:66MB,2:86MB,4:146MB (overrides --pfs-bw)\n"
+		"  --nvme-bw BYTES     NVMe read bandwidth per node (0: ignore)\n"
+		"  --decode-s SEC      decode/transform time per sample on one core (0)\n"
+		"  --cores N           cores per node for decoding (1)\n"
+		"  --search            smallest RAM and NVMe per node with no I/O-bound\n"
+		"                      epoch after the first\n"
+		"  --search-tol BYTES  resolution of --search (dataset / 512)\n"
 		"output\n"
 		"  --policies LIST     seer,nopfs,lru,optimum (all)\n"
 		"  --nopfs-fill read|prefetch  when NoPFS caches fill: on the rank's first\n"
@@ -54,8 +69,44 @@ struct opts {
 	bool cyclic;
 	double pfs_bw, net_bw, compute_s;
 	unsigned policies;
+	bool policies_set;
 	enum psim_nopfs_fill fill;
+	/* forecast */
+	bool forecast, search;
+	int replicas;            /* 0 off, 1 on, 2 both */
+	enum plan_fill repl_fill;
+	double nvme_bw, decode_s;
+	uint64_t cores, search_tol;
+	double curve_x[32], curve_y[32];
+	uint32_t ncurve;
 };
+
+static int parse_count(const char *s, uint64_t *out);
+
+/* "1:66MB,2:86MB,4:146MB": clients ascending, bandwidth per second. */
+static int parse_curve(const char *s, struct opts *o)
+{
+	char buf[512];
+	if (strlen(s) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, s);
+	o->ncurve = 0;
+	for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *colon = strchr(tok, ':');
+		uint64_t n, bw;
+		if (!colon || o->ncurve == ARRAY_SIZE(o->curve_x))
+			return -EINVAL;
+		*colon = 0;
+		if (parse_count(tok, &n) || n == 0 || parse_size(colon + 1, &bw) || bw == 0)
+			return -EINVAL;
+		if (o->ncurve && (double)n <= o->curve_x[o->ncurve - 1])
+			return -EINVAL;
+		o->curve_x[o->ncurve] = (double)n;
+		o->curve_y[o->ncurve++] = (double)bw;
+	}
+	return o->ncurve ? 0 : -EINVAL;
+}
 
 static int bad(const char *opt, const char *val)
 {
@@ -75,13 +126,58 @@ static int parse_count(const char *s, uint64_t *out)
 	return 0;
 }
 
+enum {
+	O_SAMPLES = 256, O_SIZE, O_DIST, O_MEAN, O_SD, O_SSEED, O_NODES, O_TPN, O_EPOCHS,
+	O_SEED, O_BATCH, O_DROP, O_RAM, O_NVME, O_PLACE, O_PFSBW, O_NETBW, O_COMPUTE,
+	O_JSON, O_POL, O_FILL, O_THREADS, O_TOTALS, O_FORECAST, O_REPL, O_RFILL, O_CURVE,
+	O_NVMEBW, O_DECODE, O_CORES, O_SEARCH, O_STOL,
+};
+
+/* The forecast's options (parse_args' enum values). 0 or -EINVAL. */
+static int forecast_opt(struct opts *o, int c, const char *v)
+{
+	uint64_t n;
+	bool b;
+	switch (c) {
+	case O_FORECAST: o->forecast = true; return 0;
+	case O_SEARCH: o->search = o->forecast = true; return 0;
+	case O_REPL:
+		if (strcmp(v, "both") == 0) {
+			o->replicas = 2;
+			return 0;
+		}
+		if (parse_bool(v, &b))
+			return -EINVAL;
+		o->replicas = b;
+		return 0;
+	case O_RFILL:
+		if (strcmp(v, "peer") == 0)
+			o->repl_fill = PLAN_FILL_PEER;
+		else if (strcmp(v, "pfs") == 0)
+			o->repl_fill = PLAN_FILL_PFS;
+		else if (strcmp(v, "auto") == 0)
+			o->repl_fill = PLAN_FILL_AUTO;
+		else
+			return -EINVAL;
+		return 0;
+	case O_CURVE: return parse_curve(v, o);
+	case O_NVMEBW:
+		if (parse_size(v, &n))
+			return -EINVAL;
+		o->nvme_bw = (double)n;
+		return 0;
+	case O_DECODE: return parse_double(v, &o->decode_s) || o->decode_s < 0 ? -EINVAL : 0;
+	case O_CORES:
+		if (parse_count(v, &o->cores) || o->cores == 0 || o->cores > UINT32_MAX)
+			return -EINVAL;
+		return 0;
+	case O_STOL: return parse_size(v, &o->search_tol);
+	}
+	return -EINVAL;
+}
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-	enum {
-		O_SAMPLES = 256, O_SIZE, O_DIST, O_MEAN, O_SD, O_SSEED, O_NODES, O_TPN, O_EPOCHS,
-		O_SEED, O_BATCH, O_DROP, O_RAM, O_NVME, O_PLACE, O_PFSBW, O_NETBW, O_COMPUTE,
-		O_JSON, O_POL, O_FILL, O_THREADS, O_TOTALS,
-	};
 	static const struct option lo[] = {
 		{ "samples", required_argument, NULL, O_SAMPLES },
 		{ "sample-size", required_argument, NULL, O_SIZE },
@@ -106,6 +202,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "nopfs-fill", required_argument, NULL, O_FILL },
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "totals", no_argument, NULL, O_TOTALS },
+		{ "forecast", no_argument, NULL, O_FORECAST },
+		{ "replicas", required_argument, NULL, O_REPL },
+		{ "fill", required_argument, NULL, O_RFILL },
+		{ "pfs-curve", required_argument, NULL, O_CURVE },
+		{ "nvme-bw", required_argument, NULL, O_NVMEBW },
+		{ "decode-s", required_argument, NULL, O_DECODE },
+		{ "cores", required_argument, NULL, O_CORES },
+		{ "search", no_argument, NULL, O_SEARCH },
+		{ "search-tol", required_argument, NULL, O_STOL },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -115,6 +220,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	o->batch = 32;
 	o->threads = 2;
 	o->policies = PSIM_ALL;
+	o->replicas = 1;
+	o->cores = 1;
 	int c;
 	uint64_t v;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -198,14 +305,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case O_POL:
 			if (psim_parse_policies(optarg, &o->policies))
 				return bad(name, optarg);
+			o->policies_set = true;
 			break;
-		case O_FILL:
-			if (strcmp(optarg, "read") == 0)
-				o->fill = PSIM_FILL_READ;
-			else if (strcmp(optarg, "prefetch") == 0)
-				o->fill = PSIM_FILL_PREFETCH;
-			else
-				return bad(name, optarg);
+		case O_FORECAST: case O_SEARCH: case O_REPL: case O_RFILL: case O_CURVE:
+		case O_NVMEBW: case O_DECODE: case O_CORES: case O_STOL:
+			if (forecast_opt(o, c, optarg))
+				return bad(name, optarg ? optarg : "");
 			break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return 2;
@@ -225,6 +330,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		o->sample_size = o->size_mean;
 	if (!o->size_seed_set)
 		o->size_seed = o->seed;
+	if (o->forecast && o->policies_set && o->json) {
+		fprintf(stderr, "seer-plan: --json prints either the forecast or the policies: drop "
+			"--forecast or --policies\n");
+		return 2;
+	}
 	if (o->nodes > UINT16_MAX || o->nodes * o->tpn > UINT16_MAX) {
 		fprintf(stderr, "seer-plan: at most 65535 nodes and 65535 trainers\n");
 		return 2;
@@ -409,9 +519,224 @@ static void print_json(const struct opts *o, const struct smp_shape *sh, const s
 	printf("\n  ],\n  \"seconds\": %.3f\n}\n", wall);
 }
 
+
+/* ---- the forecast ---------------------------------------------------------- */
+
+struct fcrun {
+	bool on;
+	struct fc_result res;
+	double secs;
+};
+
+static void fc_rates_of(const struct opts *o, struct fc_rates *r)
+{
+	*r = (struct fc_rates){ .compute_s = o->compute_s, .pfs_bw = o->pfs_bw,
+				.pfs_clients = o->curve_x, .pfs_curve = o->curve_y,
+				.npfs = o->ncurve, .net_bw = o->net_bw, .nvme_bw = o->nvme_bw,
+				.decode_s = o->decode_s, .cores = (uint32_t)o->cores };
+}
+
+static uint64_t net_of(const struct fc_bytes *b)
+{
+	return b->peer_in + b->fill_in;
+}
+
+static void print_forecast(const struct opts *o, const struct fcrun *f)
+{
+	const struct fc_result *r = &f->res;
+	char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
+	double K = r->nnodes;
+	printf("\n== forecast: seer, replicas %s", f->on ? "on" : "off");
+	if (f->on)
+		printf(" (filled from %s)", plan_fill_choose(o->repl_fill, o->pfs_bw, o->net_bw,
+							     r->nnodes) == PLAN_FILL_PFS ? "the PFS" :
+		       "peers");
+	printf(": owned %s (%llu spilled), replicas %s in all, %s - %s per node  [%.1f s]\n",
+	       sz(a, r->owned), (unsigned long long)r->spilled, sz(b, r->repl_bytes),
+	       sz(c, r->repl_min), sz(d, r->repl_max), f->secs);
+	printf("%6s %11s %11s %11s %11s %11s %11s %11s %10s %-7s %10s\n", "epoch", "RAM/node",
+	       "NVMe/node", "peer/node", "fill/node", "net max", "PFS/node", "PFS total",
+	       "time (s)", "bound", "lb (s)");
+	for (uint64_t ep = 0; ep <= r->epochs; ep++) {
+		bool tot = ep == r->epochs;
+		if (!tot && o->totals)
+			continue;
+		const struct fc_bytes *x = tot ? &r->total : &r->ep[ep].sum;
+		char lbl[24];
+		snprintf(lbl, sizeof(lbl), tot ? "job" : "%llu", (unsigned long long)ep);
+		printf("%6s %11s %11s %11s %11s %11s %11s %11s %10.2f %-7s %10.2f\n", lbl,
+		       sz(a, (uint64_t)(x->ram / K)), sz(b, (uint64_t)(x->nvme / K)),
+		       sz(c, (uint64_t)(x->peer_in / K)), sz(d, (uint64_t)(x->fill_in / K)),
+		       tot ? "-" : sz(e, r->ep[ep].net_max),
+		       sz(g, (uint64_t)((x->pfs + x->pfs_load) / K)), sz(h, x->pfs + x->pfs_load),
+		       tot ? r->time : r->ep[ep].time,
+		       tot ? "(sum)" : fc_term_name(r->ep[ep].bound), tot ? r->lb : r->ep[ep].lb);
+	}
+	uint64_t after1 = 0, after2 = 0;
+	for (uint64_t ep = 1; ep < r->epochs; ep++) {
+		after1 += net_of(&r->ep[ep].sum);
+		if (ep >= 2)
+			after2 += net_of(&r->ep[ep].sum);
+	}
+	printf("%6s network per node: %s over the job, %s after the first epoch, %s after the "
+	       "second; PFS %.4f x dataset; time %.4f x its lower bound\n", "",
+	       sz(a, (uint64_t)((r->total.peer_in + r->total.fill_in) / K)),
+	       sz(b, (uint64_t)(after1 / K)), sz(c, (uint64_t)(after2 / K)),
+	       (double)(r->total.pfs + r->total.pfs_load) / (double)r->dataset,
+	       r->lb > 0 ? r->time / r->lb : 0.0);
+}
+
+static void json_bytes(const char *name, const struct fc_bytes *x)
+{
+	printf("\"%s\": {\"reads\": %llu, \"demand\": %llu, \"ram\": %llu, \"nvme\": %llu, "
+	       "\"replica\": %llu, \"peer_in\": %llu, \"pfs\": %llu, \"peer_out\": %llu, "
+	       "\"pfs_load\": %llu, \"fill_in\": %llu, \"fill_out\": %llu, \"nvme_read\": %llu}",
+	       name, (unsigned long long)x->reads, (unsigned long long)x->demand,
+	       (unsigned long long)x->ram, (unsigned long long)x->nvme,
+	       (unsigned long long)x->repl, (unsigned long long)x->peer_in,
+	       (unsigned long long)x->pfs, (unsigned long long)x->peer_out,
+	       (unsigned long long)x->pfs_load, (unsigned long long)x->fill_in,
+	       (unsigned long long)x->fill_out, (unsigned long long)x->nvme_read);
+}
+
+static void print_forecast_json(const struct fcrun *f, bool first)
+{
+	const struct fc_result *r = &f->res;
+	printf("%s\n    {\"replicas\": %s, \"seconds\": %.3f, \"dataset\": %llu, \"owned\": %llu, "
+	       "\"spilled\": %llu, \"replica_bytes\": %llu, \"replica_min_node\": %llu, "
+	       "\"replica_max_node\": %llu, \"time_s\": %.6f, \"lb_s\": %.6f,\n     ",
+	       first ? "" : ",", f->on ? "true" : "false", f->secs,
+	       (unsigned long long)r->dataset, (unsigned long long)r->owned,
+	       (unsigned long long)r->spilled, (unsigned long long)r->repl_bytes,
+	       (unsigned long long)r->repl_min, (unsigned long long)r->repl_max, r->time, r->lb);
+	json_bytes("total", &r->total);
+	printf(",\n     \"epochs\": [");
+	for (uint64_t e = 0; e < r->epochs; e++) {
+		const struct fc_epoch *x = &r->ep[e];
+		printf("%s\n       {\"epoch\": %llu, ", e ? "," : "", (unsigned long long)e);
+		json_bytes("sum", &x->sum);
+		printf(", ");
+		json_bytes("max", &x->max);
+		printf(", \"net_max\": %llu, \"pfs_opt\": %llu, \"t\": {", (unsigned long long)x->net_max,
+		       (unsigned long long)x->pfs_opt);
+		for (int t = 0; t < FC_NTERMS; t++)
+			printf("%s\"%s\": %.6f", t ? ", " : "", fc_term_name(t), x->t[t]);
+		printf("}, \"time_s\": %.6f, \"bound\": \"%s\", \"lb_s\": %.6f}", x->time,
+		       fc_term_name(x->bound), x->lb);
+	}
+	printf("]}");
+}
+
+/* --search: the smallest RAM, then NVMe, per node with no I/O-bound epoch
+ * after the first. 0 or a negative errno (reported). */
+static int search(const struct opts *o, const struct psim_job *pj, struct fc_job *job,
+		  const struct fc_rates *rates)
+{
+	int rc = 0;
+	uint64_t tol = o->search_tol;
+	if (!tol) {
+		for (uint64_t s = 0; s < pj->sh->n; s++)
+			tol += pj->len[s];
+		tol /= 512;
+	}
+	job->repl.on = o->replicas != 0;
+	const char *what[2] = { "RAM (NVMe as given)", "NVMe (RAM as given)" };
+	char a[32];
+	if (o->json)
+		printf(",\n  \"search\": {\"replicas\": %s", job->repl.on ? "true" : "false");
+	else
+		printf("\nsmallest capacity per node with no I/O-bound epoch after the first "
+		       "(replicas %s, resolution %s):\n", job->repl.on ? "on" : "off", sz(a, tol));
+	for (int w = 0; w < 2 && rc == 0; w++) {
+		uint64_t bytes;
+		bool found;
+		double t0 = now_s();
+		rc = fc_min_capacity(job, rates, w == 1, tol, &bytes, &found);
+		if (rc)
+			fprintf(stderr, "seer-plan: search: %s\n", strerror(-rc));
+		else if (o->json)
+			printf(", \"%s\": %s%llu%s", w ? "nvme" : "ram", found ? "" : "{\"none_up_to\": ",
+			       (unsigned long long)bytes, found ? "" : "}");
+		else if (found)
+			printf("  %-22s %s  [%.1f s]\n", what[w], sz(a, bytes), now_s() - t0);
+		else
+			printf("  %-22s none up to %s (always I/O-bound)  [%.1f s]\n", what[w],
+			       sz(a, bytes), now_s() - t0);
+	}
+	if (o->json)
+		printf("}");
+	return rc;
+}
+
+/* Runs the forecast(s) and the capacity search; prints. 0 or an exit code. */
+static int forecast(const struct opts *o, const struct psim_job *pj)
+{
+	struct fc_rates rates;
+	fc_rates_of(o, &rates);
+	struct fc_orders orders;
+	if (fc_orders_init(&orders, pj->sh, 0, pj->epochs))
+		return 1;
+	struct fc_job job = {
+		.len = pj->len, .sh = pj->sh, .epochs = pj->epochs, .nnodes = pj->nnodes,
+		.rank_node = pj->rank_node, .cap = pj->cap, .orders = &orders,
+		.repl = { .fill = o->repl_fill, .pfs_bw = fc_pfs_bw(&rates, pj->nnodes),
+			  .net_bw = o->net_bw },
+	};
+	struct fcrun runs[2];
+	unsigned nrun = 0;
+	for (int on = 1; on >= 0; on--) {
+		if (o->replicas != 2 && o->replicas != on)
+			continue;
+		struct fcrun *f = &runs[nrun];
+		job.repl.on = on;
+		f->on = on;
+		double t0 = now_s();
+		int rc = fc_run(&job, &rates, &f->res);
+		f->secs = now_s() - t0;
+		if (rc) {
+			fprintf(stderr, "seer-plan: forecast: %s%s\n", strerror(-rc), rc == -EOVERFLOW ?
+				" (a node reads more than 2^32 samples over the job)" : "");
+			fc_orders_free(&orders);
+			return 1;
+		}
+		nrun++;
+	}
+	if (o->json) {
+		printf("{\n  \"forecast\": [");
+		for (unsigned i = 0; i < nrun; i++)
+			print_forecast_json(&runs[i], i == 0);
+		printf("\n  ]");
+	} else {
+		for (unsigned i = 0; i < nrun; i++)
+			print_forecast(o, &runs[i]);
+	}
+	if (nrun == 2 && !o->json) {
+		const struct fc_result *on = &runs[0].res, *off = &runs[1].res;
+		double n_on = (double)(on->total.peer_in + on->total.fill_in);
+		double n_off = (double)(off->total.peer_in + off->total.fill_in);
+		printf("\nreplicas on vs off: network bytes %.4f x (%+.1f%%), PFS bytes %.4f x, "
+		       "time %.4f x\n", n_off > 0 ? n_on / n_off : 0.0,
+		       n_off > 0 ? 100.0 * (n_on - n_off) / n_off : 0.0,
+		       (double)(on->total.pfs + on->total.pfs_load) /
+			       (double)(off->total.pfs + off->total.pfs_load),
+		       off->time > 0 ? on->time / off->time : 0.0);
+	}
+	for (unsigned i = 0; i < nrun; i++)
+		fc_result_free(&runs[i].res);
+	int rc = o->search ? search(o, pj, &job, &rates) : 0;
+	if (o->json)
+		printf("\n}\n");
+	fc_orders_free(&orders);
+	return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	log_set_prog("seer-plan");
+	/* per-node plans come and go by the thousand: keep their memory in the
+	 * heap (no mmap/munmap and page faults for every node) */
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 1 << 30);
 	struct opts o;
 	int rc = parse_args(argc, argv, &o);
 	if (rc)
@@ -447,6 +772,16 @@ int main(int argc, char **argv)
 	for (uint64_t s = 0; s < o.samples; s++)
 		dataset += len[s];
 	uint64_t capacity = (o.ram + o.nvme) * o.nodes;
+
+	if (o.forecast) {
+		rc = forecast(&o, &job);
+		if (rc || !o.policies_set) {
+			free(cap);
+			free(rank_node);
+			free(len);
+			return rc;
+		}
+	}
 
 	/* the expensive ones first, so two threads finish together */
 	static struct work w;
