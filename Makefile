@@ -43,14 +43,15 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CRIT_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
 
 CFLAGS := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -g $(OPT) \
-	-fPIC -fvisibility=hidden -Iinclude -MMD -MP $(PKG_CFLAGS)
+	-fPIC -fvisibility=hidden -ffunction-sections -Iinclude -MMD -MP $(PKG_CFLAGS)
 LDFLAGS := $(filter -fsanitize=%,$(OPT))
 LIBS := $(PKG_LIBS) -lpthread -lm
 
 # modules shared by the daemon, the tools and the tests
-CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
+CORE_SRC := src/util.c src/base.c src/paths.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
 	src/plan.c src/plansim.c src/topo.c src/ctrl.c $(wildcard src/fmt_*.c)
-CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
+# libseer: client code only (no logging, no allocator that aborts: see base.h)
+CLIENT_SRC := $(wildcard client/*.c) src/base.c src/paths.c src/sampler.c src/shm.c
 DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c daemon/cluster.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
@@ -86,7 +87,7 @@ $(BIN)/seerd: $(DAEMON_OBJ) $(B)/libcore.a
 $(LIB)/libseer.so.$(SOVER): $(CLIENT_OBJ) client/libseer.map
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=client/libseer.map \
-		-Wl,--no-undefined -o $@ $(CLIENT_OBJ) -lpthread
+		-Wl,--no-undefined -Wl,--gc-sections -o $@ $(CLIENT_OBJ) -lpthread
 
 $(LIB)/libseer.so: $(LIB)/libseer.so.$(SOVER)
 	ln -sf libseer.so.$(SOVER) $(LIB)/$(SONAME)
@@ -110,7 +111,7 @@ $(BIN)/seer-pfsemu: $(B)/obj/tools/seer-pfsemu.o $(B)/libcore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(LIBS)
 
 # the benchmark trainer speaks the client protocol itself (no libseer.so)
-$(BIN)/seer-bench: $(B)/obj/tools/seer-bench.o $(B)/obj/client/client.o $(B)/libcore.a
+$(BIN)/seer-bench: $(B)/obj/tools/seer-bench.o $(call obj,$(wildcard client/*.c)) $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
@@ -163,8 +164,9 @@ setup: deps
 demo: all
 	@scripts/demo.sh
 
-unit: $(UNIT_BIN)
+unit: $(UNIT_BIN) $(LIB)/libseer.so
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t --jobs 1; done
+	@echo "== libseer's symbols"; tests/unit/libseer_symbols.sh $(LIB)/libseer.so.$(SOVER)
 	@if [ "$(V)" = release ]; then echo "== sampler vs torch DistributedSampler"; \
 		$(PY) tests/unit/sampler_vs_torch.py $(LIB)/libseer.so; fi
 
