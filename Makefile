@@ -69,7 +69,7 @@ FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
 
 .SECONDARY:
 .PHONY: all setup deps demo test unit integration asan tsan sanitize clean install fuzz fuzz-run \
-	bench
+	bench check-aarch64
 all: $(BIN)/seerd $(LIB)/libseer.so $(TOOLS)
 
 $(B)/obj/%.o: %.c
@@ -148,6 +148,19 @@ fuzz-run: $(FUZZ_BIN)
 	    > $(B)/$$n.log 2>&1 || { tail -40 $(B)/$$n.log; echo "FUZZ CRASH in $$n: reproducer in $(B)/artifacts/"; exit 1; }; \
 	  echo "$$n: $$(grep -o 'stat::number_of_executed_units: [0-9]*' $(B)/$$n.log | grep -o '[0-9]*$$') executions in $(FUZZ_SECONDS) s, corpus $$(ls $(B)/corpus/$$n | wc -l), no crash"; \
 	done
+
+# libseer built for aarch64 (Grace, A64FX) with Debian's cross compiler
+# (gcc-aarch64-linux-gnu): the client library has no x86-only code
+A64 := build/aarch64
+check-aarch64:
+	@mkdir -p $(A64)
+	@set -e; for f in $(CLIENT_SRC); do \
+	  aarch64-linux-gnu-gcc -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -O2 \
+	    -fPIC -fvisibility=hidden -ffunction-sections -Iinclude -c $$f \
+	    -o $(A64)/$$(echo $$f | tr / _).o; done
+	aarch64-linux-gnu-gcc -shared -Wl,--version-script=client/libseer.map -Wl,--no-undefined \
+		-Wl,--gc-sections -o $(A64)/libseer.so $(A64)/*.o -lpthread
+	@file $(A64)/libseer.so | grep -q aarch64 && tests/unit/libseer_symbols.sh $(A64)/libseer.so
 
 # benchmarks (not tests: they print numbers and never fail on a timing)
 bench: all
