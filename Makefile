@@ -63,7 +63,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 # tools/<name>.c -> bin/<name>, linked with the core modules
 TOOL_SRC := $(wildcard tools/*.c)
 TOOLS := $(BIN)/seer-trainer $(patsubst tools/%.c,$(BIN)/%,$(TOOL_SRC)) \
-	$(if $(wildcard tests/integration/hostile.c),$(BIN)/seer-hostile)
+	$(if $(wildcard tests/integration/hostile.c),$(BIN)/seer-hostile) $(BIN)/seer-apitest
 FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_LIBS := $(shell pkg-config --libs fuse3 2>/dev/null)
 
@@ -97,6 +97,11 @@ $(LIB)/libseer.so: $(LIB)/libseer.so.$(SOVER)
 $(BIN)/seer-trainer: $(B)/obj/tests/integration/trainer.o $(LIB)/libseer.so
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< -L$(LIB) -lseer -Wl,-rpath,'$$ORIGIN/../lib' -lz
+
+# C-API misuse scenarios for test_client_api.py (the public library only)
+$(BIN)/seer-apitest: $(B)/obj/tests/integration/apitest.o $(LIB)/libseer.so
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< -L$(LIB) -lseer -Wl,-rpath,'$$ORIGIN/../lib' -lz -lpthread
 
 # a deliberately misbehaving client for the fault tests (speaks the wire
 # protocol itself, so it can break every rule of it)
