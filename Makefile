@@ -138,6 +138,11 @@ $(B)/fuzz/%: $(B)/obj/tests/fuzz/%.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(LIBS)
 
+# the client-API harness links libseer's objects only (no libcore)
+$(B)/fuzz/fuzz_client: $(B)/obj/tests/fuzz/fuzz_client.o $(CLIENT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -fsanitize=fuzzer,address,undefined -o $@ $^ -lpthread
+
 fuzz:
 	$(MAKE) all
 	$(MAKE) V=fuzz fuzz-run

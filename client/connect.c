@@ -198,7 +198,8 @@ static int open_socket(const char *path, uint64_t deadline)
 					"or SEER_JOB_ID to match it", path, strerror(e));
 			return retry && e == EAGAIN ? -ETIMEDOUT : -e;
 		}
-		sleep_ns(20 * 1000000ull);
+		/* the daemon may still be starting */
+		sleep_ns(MIN(20 * 1000000ull, deadline - now_ns() + 1));
 	}
 }
 
