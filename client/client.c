@@ -140,11 +140,12 @@ static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 			futex_wait(&((struct seer_ctrl_out *)c->co)->doorbell, bell,
 				   (int64_t)MIN(deadline - now_ns(), DEATH_CHECK_NS));
 			atomic_store_explicit(&c->ci->waiting, 0, memory_order_relaxed);
-			if (ring_count(&c->out) != 0)
+			if (ring_count(&c->out) != 0 || atomic_load(&c->closing))
 				continue;
 			char b;
 			ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+			if ((r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) &&
+			    !atomic_load(&c->closing)) { /* a close shuts our reading side */
 				err_set("seerd closed the connection (daemon exited?)");
 				return SEER_ESHUTDOWN;
 			}
@@ -291,6 +292,10 @@ static int seek_exchange(struct seer_client *c, uint64_t epoch, uint64_t step,
 	struct seer_msg_seek m = { .kind = SEER_MSG_SEEK, .epoch = epoch, .step = step };
 	bool sent = false;
 	for (;;) {
+		if (atomic_load(&c->closing)) {
+			err_set("seer_seek: the client was closed by another thread");
+			return -EBADF;
+		}
 		ssize_t n = sent ? sock_recv(c->sock, r, sizeof(*r), NULL, NULL, 0)
 				 : sock_send(c->sock, &m, sizeof(m), NULL, 0);
 		if (n == -EAGAIN) {

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../src/base.h"
@@ -188,9 +189,13 @@ bool handle_close_begin(struct seer_client *c)
 		return false;
 	struct entry *e = &table[c->hidx];
 	atomic_fetch_add(&e->gen, 1); /* even: every new lookup fails from here */
-	/* a thread waiting in seer_next re-checks `closing` when woken */
+	/* a thread waiting in seer_next re-checks `closing` when woken; one
+	 * waiting for a seek's answer is woken by the end of our reading side
+	 * (the daemon notices nothing until the socket is closed) */
 	if (c->co)
 		futex_wake_all((_Atomic uint32_t *)&c->co->doorbell);
+	if (atomic_load(&c->busy) && c->sock >= 0)
+		shutdown(c->sock, SHUT_RD);
 	atomic_fetch_sub(&e->users, 1); /* our own reference */
 	while (atomic_load(&e->users) != 0)
 		sleep_ns(100000);

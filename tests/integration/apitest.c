@@ -5,7 +5,7 @@
  *                     [--timeout-ms MS]
  *
  * Modes: null (no daemon), live, stale, two-threads, close-waiting,
- * seek-timeout, connect-timeout, fork, connect. Each check prints "ok ..." or
+ * close-seeking, seek-timeout, connect-timeout, fork, connect. Each check prints "ok ..." or
  * "FAIL ..."; the exit code is the number of failed checks (a crash is a
  * signal). Modes with --daemon-pid stop the daemon (SIGSTOP) to hold the
  * stream still, and always let it go on (SIGCONT) before they return. */
@@ -258,6 +258,7 @@ struct waiter {
 	int tmo;
 	int rc;
 	seer_batch_t *b;
+	char msg[256];
 	_Atomic int done;
 };
 
@@ -267,6 +268,7 @@ static void *waiter_main(void *arg)
 	do /* the main thread's probes may hold the stream for a moment */
 		w->rc = seer_next(w->c, w->tmo, &w->b);
 	while (w->rc == -EBUSY);
+	snprintf(w->msg, sizeof(w->msg), "%s", seer_errmsg());
 	atomic_store(&w->done, 1);
 	return NULL;
 }
@@ -277,9 +279,11 @@ static int probe_busy(seer_client_t *c)
 	double t0 = now();
 	int rc;
 	seer_batch_t *b;
-	do
+	do {
 		rc = seer_next(c, 0, &b);
-	while (rc == -ETIMEDOUT && now() - t0 < 10);
+		if (rc == 0 || rc == SEER_EBATCH)
+			seer_release(c, b);
+	} while (rc != -EBUSY && rc != -EBADF && now() - t0 < 10);
 	return rc;
 }
 
@@ -332,12 +336,48 @@ static void mode_close_waiting(void)
 	for (int i = 0; i < 1000 && !atomic_load(&w.done); i++)
 		usleep(5000);
 	CHECK(atomic_load(&w.done) && w.rc == -EBADF,
-	      "seer_close from another thread makes the waiter return -EBADF (%d)", w.rc);
+	      "seer_close from another thread makes the waiter return -EBADF (%d: %s)", w.rc, w.msg);
 	CHECK(dt < 2.0, "seer_close returned in %.3f s", dt);
 	pthread_join(t, NULL);
 	seer_batch_t *b;
 	CHECK(seer_next(c, 0, &b) == -EBADF, "seer_next after that close is -EBADF");
 	seer_close(c);
+	daemon_signal(SIGCONT);
+}
+
+struct seeker {
+	seer_client_t *c;
+	int rc;
+	_Atomic int done;
+};
+
+static void *seeker_main(void *arg)
+{
+	struct seeker *sk = arg;
+	do
+		sk->rc = seer_seek(sk->c, 0, 1);
+	while (sk->rc == -EBUSY);
+	atomic_store(&sk->done, 1);
+	return NULL;
+}
+
+/* seer_close while another thread waits for a seek's answer from a stopped
+ * daemon (a long connect timeout): close must not wait for that timeout. */
+static void mode_close_seeking(void)
+{
+	seer_client_t *c = connect_or_die(timeout_ms);
+	stop_and_drain(c);
+	struct seeker sk = { .c = c };
+	pthread_t t;
+	pthread_create(&t, NULL, seeker_main, &sk);
+	int rc = probe_busy(c);
+	CHECK(rc == -EBUSY, "a thread waits for the seek's answer (%d)", rc);
+	double t0 = now();
+	seer_close(c);
+	double dt = now() - t0;
+	pthread_join(t, NULL);
+	CHECK(sk.rc == -EBADF, "the seeking thread returns -EBADF (%d)", sk.rc);
+	CHECK(dt < 2.0, "seer_close returned in %.3f s (connect timeout %d ms)", dt, timeout_ms);
 	daemon_signal(SIGCONT);
 }
 
@@ -451,6 +491,7 @@ int main(int argc, char **argv)
 	static const struct { const char *name; void (*fn)(void); } modes[] = {
 		{ "null", mode_null }, { "live", mode_live }, { "stale", mode_stale },
 		{ "two-threads", mode_two_threads }, { "close-waiting", mode_close_waiting },
+		{ "close-seeking", mode_close_seeking },
 		{ "seek-timeout", mode_seek_timeout }, { "connect-timeout", mode_connect_timeout },
 		{ "fork", mode_fork }, { "connect", mode_connect },
 	};
