@@ -138,13 +138,15 @@ SEER_API void seer_close(seer_client_t *c);
  * closed (also by another thread while this call waits). */
 SEER_API int seer_next(seer_client_t *c, int timeout_ms, seer_batch_t **out);
 
-/* Give a batch back. Every pointer obtained from it becomes invalid, and so
- * does the handle: releasing it again gives SEER_ENOTHELD, or -ESTALE once
- * its slot carries a newer batch (which stays held by whoever took it). */
+/* Give a batch back (from any thread). Every pointer obtained from it
+ * becomes invalid, and so does the handle: releasing it again gives
+ * SEER_ENOTHELD, or -ESTALE once its slot carries a newer batch (which stays
+ * held by whoever took it). -EBADF on a closed client or in a fork child. */
 SEER_API int seer_release(seer_client_t *c, seer_batch_t *b);
 
 /* Restart this trainer's stream at (epoch, step); releases held batches.
- * Returns 0, or -ERANGE when the position is past the job's end. The
+ * Returns 0, -ERANGE when the position is past the job's end, -EBUSY when
+ * another thread is in seer_next/seer_seek on this client. The
  * daemon's answer is awaited for at most the connect timeout: -ETIMEDOUT
  * then, and the client is unusable afterwards (-EPIPE: its stream position
  * is unknown; close it and connect again). */
