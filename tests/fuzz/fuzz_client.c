@@ -298,7 +298,8 @@ static void client_ops(seer_client_t *c, struct fake *f, struct in *in)
 			fake_publish(f, in, next_global);
 			break;
 		case 2:
-			if (seer_next(c, (int)(take(in, 1) % 2), &b) == 0 || b) {
+			/* mostly a poll; now and then the futex wait (1 ms) */
+			if (seer_next(c, take(in, 1) % 16 ? 0 : 1, &b) == 0 || b) {
 				next_global++;
 				keep(b, in);
 			}
