@@ -83,9 +83,20 @@ static void daemon_signal(int sig)
  * then has to wait. Returns the global index of the last batch taken. */
 static long long stop_and_drain(seer_client_t *c)
 {
-	daemon_signal(SIGSTOP);
-	long long last = -1;
 	uint64_t bpe = seer_batches_per_epoch(c);
+	/* one batch first: a session may resume anywhere, and the daemon may
+	 * not have published anything yet */
+	seer_batch_t *first;
+	int rc0;
+	while ((rc0 = seer_next(c, 10000, &first)) == SEER_EEPOCH) {
+	}
+	if (rc0 != 0) {
+		printf("FAIL the first batch: %d %s\n", rc0, seer_errmsg());
+		exit(100);
+	}
+	long long last = (long long)(seer_batch_epoch(first) * bpe + seer_batch_step(first));
+	seer_release(c, first);
+	daemon_signal(SIGSTOP);
 	for (;;) {
 		seer_batch_t *b;
 		int rc = seer_next(c, 100, &b);
