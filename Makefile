@@ -22,7 +22,9 @@ else ifeq ($(V),asan)
   BIN := $(B)/bin
   LIB := $(B)/lib
 else ifeq ($(V),tsan)
-  OPT := -O1 -fsanitize=thread -fno-omit-frame-pointer
+  # -Wno-tsan: TSan does not model fences, and the doorbell protocol pairs
+  # seq_cst fences across processes (which TSan cannot see anyway)
+  OPT := -O1 -fsanitize=thread -fno-omit-frame-pointer -Wno-tsan
   BIN := $(B)/bin
   LIB := $(B)/lib
 else ifeq ($(V),fuzz)
@@ -43,14 +45,16 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CRIT_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
 
 CFLAGS := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -g $(OPT) \
-	-fPIC -fvisibility=hidden -Iinclude -MMD -MP $(PKG_CFLAGS)
+	-fPIC -fvisibility=hidden -ffunction-sections -Iinclude -MMD -MP $(PKG_CFLAGS)
 LDFLAGS := $(filter -fsanitize=%,$(OPT))
 LIBS := $(PKG_LIBS) -lpthread -lm
 
 # modules shared by the daemon, the tools and the tests
-CORE_SRC := src/util.c src/sampler.c src/sampler_record.c src/sampler_elastic.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
+CORE_SRC := src/util.c src/base.c src/paths.c src/sampler.c src/sampler_record.c src/sampler_elastic.c \
+	src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
 	src/plan.c src/plansim.c src/forecast.c src/dessim.c src/topo.c src/ctrl.c $(wildcard src/fmt_*.c)
-CLIENT_SRC := client/client.c src/util.c src/sampler.c src/sampler_record.c \
+# libseer: client code only (no logging, no allocator that aborts: see base.h)
+CLIENT_SRC := $(wildcard client/*.c) src/base.c src/paths.c src/sampler.c src/sampler_record.c \
 	src/sampler_elastic.c src/shm.c
 DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c daemon/cluster.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -63,7 +67,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 # tools/<name>.c -> bin/<name>, linked with the core modules
 TOOL_SRC := $(wildcard tools/*.c)
 TOOLS := $(BIN)/seer-trainer $(patsubst tools/%.c,$(BIN)/%,$(TOOL_SRC)) \
-	$(if $(wildcard tests/integration/hostile.c),$(BIN)/seer-hostile)
+	$(if $(wildcard tests/integration/hostile.c),$(BIN)/seer-hostile) $(BIN)/seer-apitest
 # the PFS emulator: a FUSE file system writing its counters with libjansson;
 # its modules are in tools/pfsemu/ (the timing model is also unit-tested)
 PFSEMU_PKGS := fuse3 jansson
@@ -73,7 +77,7 @@ PFSEMU_OBJ := $(call obj,$(wildcard tools/pfsemu/*.c))
 
 .SECONDARY:
 .PHONY: all setup deps demo test unit integration asan tsan sanitize clean install fuzz fuzz-run \
-	bench
+	bench check-aarch64
 all: $(BIN)/seerd $(LIB)/libseer.so $(TOOLS)
 
 $(B)/obj/%.o: %.c
@@ -91,7 +95,7 @@ $(BIN)/seerd: $(DAEMON_OBJ) $(B)/libcore.a
 $(LIB)/libseer.so.$(SOVER): $(CLIENT_OBJ) client/libseer.map
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=client/libseer.map \
-		-Wl,--no-undefined -o $@ $(CLIENT_OBJ) -lpthread -lz
+		-Wl,--no-undefined -Wl,--gc-sections -o $@ $(CLIENT_OBJ) -lpthread -lz
 
 $(LIB)/libseer.so: $(LIB)/libseer.so.$(SOVER)
 	ln -sf libseer.so.$(SOVER) $(LIB)/$(SONAME)
@@ -101,6 +105,11 @@ $(LIB)/libseer.so: $(LIB)/libseer.so.$(SOVER)
 $(BIN)/seer-trainer: $(B)/obj/tests/integration/trainer.o $(LIB)/libseer.so
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< -L$(LIB) -lseer -Wl,-rpath,'$$ORIGIN/../lib' -lz
+
+# C-API misuse scenarios for test_client_api.py (the public library only)
+$(BIN)/seer-apitest: $(B)/obj/tests/integration/apitest.o $(LIB)/libseer.so
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< -L$(LIB) -lseer -Wl,-rpath,'$$ORIGIN/../lib' -lz -lpthread
 
 # a deliberately misbehaving client for the fault tests (speaks the wire
 # protocol itself, so it can break every rule of it)
@@ -117,7 +126,7 @@ $(BIN)/seer-pfsemu: $(B)/obj/tools/seer-pfsemu.o $(PFSEMU_OBJ) $(B)/libcore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) -lpthread -lm
 
 # the benchmark trainer speaks the client protocol itself (no libseer.so)
-$(BIN)/seer-bench: $(B)/obj/tools/seer-bench.o $(B)/obj/client/client.o $(B)/libcore.a
+$(BIN)/seer-bench: $(B)/obj/tools/seer-bench.o $(call obj,$(wildcard client/*.c)) $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
@@ -144,6 +153,11 @@ $(B)/fuzz/%: $(B)/obj/tests/fuzz/%.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(LIBS)
 
+# the client-API harness links libseer's objects only (no libcore)
+$(B)/fuzz/fuzz_client: $(B)/obj/tests/fuzz/fuzz_client.o $(CLIENT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -fsanitize=fuzzer,address,undefined -o $@ $^ -lpthread
+
 fuzz:
 	$(MAKE) all
 	$(MAKE) V=fuzz fuzz-run
@@ -160,6 +174,19 @@ fuzz-run: $(FUZZ_BIN)
 	  echo "$$n: $$(grep -o 'stat::number_of_executed_units: [0-9]*' $(B)/$$n.log | grep -o '[0-9]*$$') executions in $(FUZZ_SECONDS) s, corpus $$(ls $(B)/corpus/$$n | wc -l), no crash"; \
 	done
 
+# libseer built for aarch64 (Grace, A64FX) with Debian's cross compiler
+# (gcc-aarch64-linux-gnu): the client library has no x86-only code
+A64 := build/aarch64
+check-aarch64:
+	@mkdir -p $(A64)
+	@set -e; for f in $(CLIENT_SRC); do \
+	  aarch64-linux-gnu-gcc -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -O2 \
+	    -fPIC -fvisibility=hidden -ffunction-sections -Iinclude -c $$f \
+	    -o $(A64)/$$(echo $$f | tr / _).o; done
+	aarch64-linux-gnu-gcc -shared -Wl,--version-script=client/libseer.map -Wl,--no-undefined \
+		-Wl,--gc-sections -o $(A64)/libseer.so $(A64)/*.o -lpthread
+	@file $(A64)/libseer.so | grep -q aarch64 && tests/unit/libseer_symbols.sh $(A64)/libseer.so
+
 # benchmarks (not tests: they print numbers and never fail on a timing)
 bench: all
 	$(PY) scripts/bench/run.py $(BENCH_ARGS)
@@ -175,8 +202,9 @@ setup: deps
 demo: all
 	@scripts/demo.sh
 
-unit: $(UNIT_BIN)
+unit: $(UNIT_BIN) $(LIB)/libseer.so
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t --jobs 1; done
+	@echo "== libseer's symbols"; tests/unit/libseer_symbols.sh $(LIB)/libseer.so.$(SOVER)
 	@if [ "$(V)" = release ]; then echo "== sampler vs torch DistributedSampler"; \
 		$(PY) tests/unit/sampler_vs_torch.py $(LIB)/libseer.so && \
 		echo "== checkpoint records through the Python shim and torch.save" && \
@@ -194,8 +222,9 @@ test: all
 
 # the daemon-centric integration tests again with sanitized binaries (the
 # Python trainers keep the release libseer)
-SAN_TESTS := test_single_node test_nvme test_multi_node test_ops test_formats_e2e test_faults
-TSAN_TESTS := test_single_node test_nvme test_formats_e2e
+SAN_TESTS := test_single_node test_nvme test_multi_node test_ops test_formats_e2e test_faults \
+	test_client_api
+TSAN_TESTS := test_single_node test_nvme test_formats_e2e test_client_api
 sanitize:
 	$(MAKE) V=asan all unit
 	$(MAKE) V=asan integration SEER_TESTS="$(SAN_TESTS)"

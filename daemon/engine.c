@@ -783,6 +783,13 @@ static void resume_load(struct engine *e)
 		free(path);
 		return;
 	}
+	char why[512];
+	if (path_check_owned_file(fileno(f), path, why, sizeof(why)) != 0) {
+		log_warn("resume = auto: record not trusted (%s); starting at the beginning", why);
+		fclose(f);
+		free(path);
+		return;
+	}
 	unsigned long long n, seed, world, batch, bpe, rank, g;
 	int ok = fscanf(f, "seer-resume 1 samples %llu seed %llu world %llu batch %llu bpe %llu",
 			&n, &seed, &world, &batch, &bpe) == 5 && n == e->sh.n && seed == e->sh.seed &&

@@ -45,7 +45,7 @@ struct server {
 	uint32_t node, nnodes;
 	bool fatal_sent, done_sent, stop_sent;
 	int epfd, lfd, sfd, tfd;
-	char sock_path[108];
+	char sock_path[512];      /* > sun_path: make_listener refuses a long path, never cuts */
 	struct pending pend[MAX_PENDING];
 	double stop_deadline;
 	double done_since;       /* local trainers finished (waiting for the others) */

@@ -22,8 +22,29 @@
  * names both, seer_errmsg() gives the detailed message of the calling
  * thread's last failure. The library never aborts or exits the process.
  *
- * Threads: one seer_client_t is used by one thread at a time. Different
- * clients are independent.
+ * Handles: seer_client_t * and seer_batch_t * are opaque handles checked on
+ * every call, never dereferenced blindly. NULL, a closed client, a released
+ * or stale batch, or anything that is not a handle makes a call fail with
+ * -EINVAL (NULL, not a handle), -EBADF (closed) or -ESTALE (a batch handle
+ * kept after its batch was released); calls returning a value return its
+ * "nothing" value instead (0, NULL, UINT64_MAX, -1 for a label) and set
+ * seer_errmsg(). Nothing is freed under a handle that a caller may still
+ * pass: seer_close() may be called twice, and any call after it fails
+ * cleanly with -EBADF.
+ *
+ * Threads: a client may be shared by threads. seer_next() and seer_seek()
+ * consume its one stream, so one thread at a time: a second thread calling
+ * either while the first is inside gets -EBUSY at once (and the first is not
+ * disturbed). seer_release(), the accessors and seer_close() may be called
+ * from any thread; seer_close() from another thread makes a waiting
+ * seer_next() return -EBADF, and returns once no call uses the client.
+ * Different clients are independent.
+ *
+ * fork(): a child process does not inherit the connection. In the child,
+ * every client opened before the fork fails with -EBADF (seer_close() frees
+ * it); its socket is closed in the child at once, so the daemon sees the rank
+ * gone when the parent exits, whatever the child does. The arena stays
+ * mapped in the child: data pointers read before the fork remain readable.
  */
 #ifndef SEER_H
 #define SEER_H
@@ -57,6 +78,7 @@ extern "C" {
 #define SEER_EEVICTED (-30810)  /* the daemon disconnected this trainer */
 
 /* Sample element types (seer_sample_dtype). */
+#define SEER_MAX_DIMS 8 /* dims of a sample's shape, at most */
 enum seer_dtype_code {
 	SEER_DTYPE_BYTES = 0, /* opaque bytes: an encoded image, a serialized record */
 	SEER_DTYPE_U8, SEER_DTYPE_I8, SEER_DTYPE_U16, SEER_DTYPE_I16,
@@ -88,30 +110,55 @@ typedef struct seer_options {
 
 /* Connect to the node's daemon. On success *out is a client to free with
  * seer_close(). On failure returns a negative code; seer_errmsg() says why
- * (e.g. "no seerd at /tmp/seer-u-42.sock: start seerd or set SEER_SOCKET"). */
+ * (e.g. "no seerd at /run/user/1000/seer-u-42.sock: start seerd ...").
+ *
+ * The default socket is seer-<user>-<job id>.sock in $SEER_RUNTIME_DIR, else
+ * in $XDG_RUNTIME_DIR when that is the user's own private directory, else in
+ * ${TMPDIR:-/tmp}/seer-<uid>, which must be a directory of the user's with
+ * mode 0700 (-EPERM otherwise: someone else could pose as seerd there).
+ * Whatever the path, the daemon must run as the same user or root
+ * (SO_PEERCRED); another user's daemon is refused with -EPERM. Every step
+ * (retrying a socket not there yet, the handshake) ends within the connect
+ * timeout: -ETIMEDOUT against a stopped daemon. Returns -EINVAL for bad
+ * options (out NULL, rank outside [0, world), unknown flags, job id over 63
+ * characters), -ENAMETOOLONG for a socket path over 107 bytes. */
 SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out);
 
-/* Close the connection. Held batches are released; their pointers become
- * invalid. The daemon keeps this rank's position for a later reconnect. */
+/* Close the connection. Held batches are released; their handles become
+ * stale. The daemon keeps this rank's position for a later reconnect. NULL or
+ * an already closed client: nothing happens. */
 SEER_API void seer_close(seer_client_t *c);
 
 /* Take the next batch, waiting up to timeout_ms (< 0: forever, 0: poll).
  * Returns 0 with *out set, SEER_EEPOCH once after the last batch of each
  * epoch, SEER_EEND after the job's last batch, -ETIMEDOUT, SEER_ESHUTDOWN,
  * or SEER_EBATCH with *out set to a failed batch (seer_batch_error() says
- * which sample and why; release it like any other). */
+ * which sample and why; release it like any other). -EBUSY when another
+ * thread is in seer_next/seer_seek on this client, -EBADF when the client is
+ * closed (also by another thread while this call waits). */
 SEER_API int seer_next(seer_client_t *c, int timeout_ms, seer_batch_t **out);
 
-/* Give a batch back. Every pointer obtained from it becomes invalid. */
+/* Give a batch back (from any thread). Every pointer obtained from it
+ * becomes invalid, and so does the handle: releasing it again gives
+ * SEER_ENOTHELD, or -ESTALE once its slot carries a newer batch (which stays
+ * held by whoever took it). -EBADF on a closed client or in a fork child. */
 SEER_API int seer_release(seer_client_t *c, seer_batch_t *b);
 
 /* Restart this trainer's stream at (epoch, step); releases held batches.
- * Returns 0, or -ERANGE when the position is past the job's end. */
+ * Returns 0, -ERANGE when the position is past the job's end, -EBUSY when
+ * another thread is in seer_next/seer_seek on this client. The
+ * daemon's answer is awaited for at most the connect timeout: -ETIMEDOUT
+ * then, and the client is unusable afterwards (-EPIPE: its stream position
+ * is unknown; close it and connect again). */
 SEER_API int seer_seek(seer_client_t *c, uint64_t epoch, uint64_t step);
 
 /* Batch accessors. A batch and everything read from it is valid until it is
- * released (or the client closed). Sample data is mapped read-only: writing
- * through the pointer faults. */
+ * released (or the client closed); after that the accessors return their
+ * "nothing" value (a released batch's data pointers stay mapped until
+ * seer_close, but their bytes may change). Sample data is mapped read-only:
+ * writing through the pointer faults. seer_batch_error() returns NULL when
+ * the batch is fine, its reason when it failed, and a fixed message for a
+ * handle that is not a held batch. */
 SEER_API uint32_t seer_batch_len(const seer_batch_t *b);
 SEER_API uint64_t seer_batch_epoch(const seer_batch_t *b);
 SEER_API uint64_t seer_batch_step(const seer_batch_t *b);
@@ -136,7 +183,13 @@ SEER_API uint64_t seer_arena_size(const seer_client_t *c);
 SEER_API uint32_t seer_type_count(const seer_client_t *c);
 SEER_API int seer_type_info(const seer_client_t *c, uint32_t t, int *dtype, uint64_t *dims, int maxdims);
 
-/* Job facts, fixed for the client's lifetime. */
+/* A new file descriptor (close-on-exec) of the arena, for bindings that map
+ * it themselves so their views outlive the client (the Python shim does);
+ * the caller closes it. Or a negative errno. */
+SEER_API int seer_arena_fd(const seer_client_t *c);
+
+/* Job facts, fixed for the client's lifetime (0, or -EBADF for rank and
+ * world size, on a bad handle). */
 SEER_API int seer_rank(const seer_client_t *c);
 SEER_API int seer_world_size(const seer_client_t *c);
 SEER_API uint64_t seer_num_samples(const seer_client_t *c);
@@ -149,6 +202,18 @@ SEER_API const char *seer_strerror(int err);
 /* Detailed message of the calling thread's last failure; valid until the
  * thread's next seer call. */
 SEER_API const char *seer_errmsg(void);
+
+/* ---- introspection for bindings (no C layout mirrored by hand) ----
+ * sizeof(seer_options_t), and the byte offset of one of its fields by name
+ * (-ENOENT for an unknown name). */
+SEER_API size_t seer_options_size(void);
+SEER_API int64_t seer_options_offset(const char *field);
+/* The value of a SEER_* constant by name ("SEER_EEPOCH", "SEER_OPT_START_AT",
+ * "SEER_SAMPLER_DROP_LAST", "SEER_MAX_DIMS", ...): 0, or -ENOENT. */
+SEER_API int seer_constant(const char *name, int64_t *value);
+/* numpy's name of a dtype code ("uint8", "float32", "bool"; "bytes" for
+ * SEER_DTYPE_BYTES), NULL when dtype is not a code. */
+SEER_API const char *seer_dtype_name(int dtype);
 
 /* ---- the sampler: which samples make batch `step` of `rank` in `epoch` ----
  * A pure function of (nsamples, seed, world, batch, drop_last, epoch, rank,

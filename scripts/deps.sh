@@ -12,6 +12,7 @@ pkgs=(
   python3-numpy python3-h5py python3-torch python3-mpi4py python3-matplotlib
   libturbojpeg0-dev libpng-dev libjansson-dev
   python3-pil python3-torchvision stress-ng
+  gcc-aarch64-linux-gnu
   slurm-wlm munge strace procps
 )
 missing=()

@@ -697,6 +697,12 @@ static struct catalog *cat_try_load(const struct cat_opts *o, const char *root, 
 		return NULL;
 	struct stat st;
 	struct catalog *c = NULL;
+	char why[512];
+	if (path_check_owned_file(fd, path, why, sizeof(why)) != 0) {
+		log_warn("catalog cache not trusted (%s); rescanning", why);
+		close(fd);
+		return NULL;
+	}
 	if (fstat(fd, &st) == 0 && st.st_size > 0) {
 		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (m != MAP_FAILED) {

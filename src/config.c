@@ -103,11 +103,13 @@ static const struct cfg_key keys[] = {
 	  "a peer fetch not answered in this time is read from the PFS instead" },
 
 	{ "daemon", "socket", CFG_STR, F(socket), "", 0, 0, NULL, false,
-	  "unix socket path (empty: $SEER_RUNTIME_DIR or /tmp, seer-<user>-<job id>.sock); "
+	  "unix socket path (empty: seer-<user>-<job id>.sock in $SEER_RUNTIME_DIR, a private "
+	  "$XDG_RUNTIME_DIR or ${TMPDIR:-/tmp}/seer-<uid>); "
 	  "%n is replaced by the node rank" },
 	{ "daemon", "state_dir", CFG_STR, F(state_dir),
 	  "${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/seer", 0, 0, NULL, false,
-	  "where the catalog cache and resume state live" },
+	  "where the catalog cache and resume state live (checked: owned by you, not writable "
+	  "by others, nor any ancestor unless sticky like /tmp)" },
 	{ "daemon", "log_level", CFG_LOGLEVEL, F(log_level), "info", 0, 0, NULL, false,
 	  "error, warn, info or debug" },
 	{ "daemon", "stats_file", CFG_STR, F(stats_file), "", 0, 0, NULL, false,
@@ -526,13 +528,21 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	if (!*c->socket) {
-		char buf[4096];
-		if (seer_default_socket(buf, sizeof(buf), c->job_id) != 0) {
-			snprintf(err, errlen, "default socket path too long: set [daemon] socket");
+		char buf[4096], why[768];
+		if (path_default_socket(buf, sizeof(buf), c->job_id, true, why, sizeof(why)) != 0) {
+			snprintf(err, errlen, "default socket path: %s (or set [daemon] socket)", why);
 			return -EINVAL;
 		}
 		free(c->socket);
 		c->socket = xstrdup(buf);
+	}
+	char why[768];
+	if (path_check_private_dir(c->state_dir, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "[daemon] state_dir %s cannot be trusted: %s. Another user "
+			 "could plant a forged catalog or resume record there: set [daemon] "
+			 "state_dir (or HOME / XDG_CACHE_HOME) to a directory only you can write",
+			 c->state_dir, why);
+		return -EINVAL;
 	}
 	return 0;
 }

@@ -228,12 +228,16 @@ SEER_API void seer_sampler_free(seer_sampler_t *s)
 
 SEER_API uint64_t seer_sampler_batches_per_epoch(const seer_sampler_t *s)
 {
-	return s->cache.sh.bpe;
+	return s ? s->cache.sh.bpe : 0;
 }
 
 SEER_API int seer_sampler_batch(seer_sampler_t *s, uint64_t epoch, uint32_t rank, uint64_t step,
 				uint64_t *ids)
 {
+	if (!s || !ids) {
+		err_set("seer_sampler_batch: %s is NULL", s ? "ids" : "the sampler");
+		return -EINVAL;
+	}
 	int n;
 	if (epoch < s->rs.epoch) {
 		err_set("sampler: epoch %llu ran before this job's resume point (epoch %llu)",
@@ -248,6 +252,10 @@ SEER_API int seer_sampler_batch(seer_sampler_t *s, uint64_t epoch, uint32_t rank
 	} else {
 		n = smp_batch(&s->cache, epoch, rank, step, s->tmp);
 	}
+	if (n < 0)
+		err_set("sampler: no batch %llu of rank %u in epoch %llu (%llu batches per epoch, "
+			"world size %u)", (unsigned long long)step, rank, (unsigned long long)epoch,
+			(unsigned long long)seer_sampler_epoch_batches(s, epoch), s->cache.sh.world);
 	for (int i = 0; i < n; i++)
 		ids[i] = s->tmp[i];
 	return n;

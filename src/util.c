@@ -1,3 +1,5 @@
+/* util.c: logging, parsing, strings, files and the aborting allocators for
+ * seerd and the tools (see util.h). Not linked into libseer. */
 #define _GNU_SOURCE
 #include "util.h"
 
@@ -5,15 +7,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <pwd.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "seer.h"
 
 static _Atomic int log_level_ = LOG_INFO;
 static _Atomic int log_node_ = -1;
@@ -64,22 +63,6 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	line[n++] = '\n';
 	/* one write(2) per line keeps lines from several threads whole */
 	ssize_t w UNUSED = write(STDERR_FILENO, line, (size_t)n);
-}
-
-uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-double now_s(void) { return (double)now_ns() / 1e9; }
-
-void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-	}
 }
 
 static const char *skip_ws(const char *s)
@@ -407,68 +390,4 @@ int write_file_atomic(const char *path, const void *buf, size_t n)
 	if (rc != 0)
 		unlink(tmp);
 	return rc;
-}
-
-static _Thread_local char err_buf[1024];
-
-void err_set(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err_buf, sizeof(err_buf), fmt, ap);
-	va_end(ap);
-}
-
-const char *err_get(void) { return err_buf; }
-
-SEER_API const char *seer_errmsg(void) { return err_buf; }
-
-SEER_API const char *seer_strerror(int err)
-{
-	switch (err) {
-	case 0: return "success";
-	case SEER_EEPOCH: return "end of epoch";
-	case SEER_EEND: return "end of job: the last batch was delivered";
-	case SEER_ESHUTDOWN: return "the daemon is shutting down";
-	case SEER_EPROTO: return "protocol error (client and daemon versions differ?)";
-	case SEER_EREFUSED: return "connection refused by the daemon";
-	case SEER_EBATCH: return "the batch could not be loaded";
-	case SEER_ECONFIG: return "invalid configuration";
-	case SEER_EDATASET: return "dataset missing, empty, changed or corrupt";
-	case SEER_ENOTHELD: return "batch not held by this client";
-	case SEER_EEVICTED: return "the daemon disconnected this trainer";
-	default: break;
-	}
-	if (err < 0 && err > -4096)
-		return strerror(-err);
-	return "unknown error";
-}
-
-const char *seer_env_job_id(void)
-{
-	const char *v = getenv("SEER_JOB_ID");
-	if (v && *v)
-		return v;
-	v = getenv("SLURM_JOB_ID");
-	if (v && *v)
-		return v;
-	return "default";
-}
-
-int seer_default_socket(char *buf, size_t len, const char *job_id)
-{
-	const char *dir = getenv("SEER_RUNTIME_DIR");
-	if (!dir || !*dir)
-		dir = getenv("XDG_RUNTIME_DIR");
-	if (!dir || !*dir || access(dir, W_OK) != 0)
-		dir = "/tmp";
-	char user[64];
-	struct passwd pw, *res = NULL;
-	char pwbuf[1024];
-	if (getpwuid_r(getuid(), &pw, pwbuf, sizeof(pwbuf), &res) == 0 && res)
-		snprintf(user, sizeof(user), "%s", res->pw_name);
-	else
-		snprintf(user, sizeof(user), "%u", (unsigned)getuid());
-	int n = snprintf(buf, len, "%s/seer-%s-%s.sock", dir, user, job_id);
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }

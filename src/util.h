@@ -1,5 +1,7 @@
-/* Small helpers shared by the daemon, the client library and the tools:
- * logging, time, size parsing, error text. Everything here is thread-safe. */
+/* Helpers for the daemon and the tools: logging, parsing, strings, files and
+ * the allocators that abort on out of memory. Everything here is
+ * thread-safe. libseer does not link this file: what the client needs too
+ * (time, error text, paths) is in base.h and paths.h, included here. */
 #ifndef SEER_UTIL_H
 #define SEER_UTIL_H
 
@@ -9,14 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-#define MAX(a, b) ((a) > (b) ? (a) : (b))
-#define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
-#define UNUSED __attribute__((unused))
-#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
-#define LIKELY(x) __builtin_expect(!!(x), 1)
-#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#include "base.h"
+#include "paths.h"
 
 /* ---- logging -----------------------------------------------------------
  * Lines look like "2026-11-21 05:10:00.123 seerd[0] INFO  message" and go to
@@ -35,11 +31,6 @@ void log_msg(enum log_level lvl, const char *fmt, ...) PRINTF_LIKE(2, 3);
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) do { if (log_get_level() >= LOG_DEBUG) log_msg(LOG_DEBUG, __VA_ARGS__); } while (0)
 
-/* ---- time ---------------------------------------------------------------- */
-uint64_t now_ns(void);          /* CLOCK_MONOTONIC */
-double now_s(void);
-void sleep_ns(uint64_t ns);
-
 /* ---- parsing ------------------------------------------------------------
  * All return 0 or -EINVAL (malformed) / -ERANGE (out of range), and leave
  * *out alone on failure. Integers are decimal (a leading 0 is not octal) or
@@ -57,8 +48,8 @@ int parse_bool(const char *s, bool *out);
 const char *fmt_size(char *buf, size_t len, uint64_t bytes);
 
 /* ---- strings and memory -------------------------------------------------
- * The x* functions are for the daemon and tools: they abort on out of memory.
- * The client library never calls them. */
+ * The x* functions abort on out of memory (the daemon may; the client library
+ * never links them). */
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t sz);
 void *xrealloc(void *p, size_t n);
@@ -79,17 +70,5 @@ int write_full(int fd, const void *buf, size_t n);
 int mkdir_p(const char *path, unsigned mode);
 /* Write a file atomically (temp file + rename); 0 or -errno. */
 int write_file_atomic(const char *path, const void *buf, size_t n);
-
-/* ---- error text ------------------------------------------------------------ */
-/* Thread-local "last error" message used by the client library. */
-void err_set(const char *fmt, ...) PRINTF_LIKE(1, 2);
-const char *err_get(void);
-
-/* ---- job naming (shared by daemon and client) ------------------------------ */
-/* Job id from $SEER_JOB_ID, $SLURM_JOB_ID, else "default". */
-const char *seer_env_job_id(void);
-/* Default socket path for a job id: $SEER_RUNTIME_DIR, $XDG_RUNTIME_DIR or
- * /tmp, then "seer-<user>-<jobid>.sock". 0 or -ENAMETOOLONG. */
-int seer_default_socket(char *buf, size_t len, const char *job_id);
 
 #endif /* SEER_UTIL_H */

@@ -5,7 +5,7 @@
 set -euo pipefail
 out="$1"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-mkdir -p "$out"/{fuzz_config,fuzz_catalog,fuzz_npy,fuzz_zip,fuzz_tfrecord,fuzz_ctrl}
+mkdir -p "$out"/{fuzz_config,fuzz_catalog,fuzz_npy,fuzz_zip,fuzz_tfrecord,fuzz_ctrl,fuzz_client}
 cp "$root/config/example.ini" "$out/fuzz_config/example.ini"
 printf '[dataset]\npath = ${HOME:-/x}/d\n[job]\nseed=0x10\nepochs = 3\n[cache]\nram = 1.5GiB\n' \
   > "$out/fuzz_config/small.ini"
@@ -43,5 +43,10 @@ open(os.path.join(out, "fuzz_tfrecord", "three.tfrecord"), "wb").write(rec)
 open(os.path.join(out, "fuzz_tfrecord", "three.idx"), "w").write(idx)
 ring = bytes([3]) + struct.pack("<QII", 0b1011, 3, 0) + struct.pack("<8I", 0, 1, 3, 0, 0, 0, 0, 0)
 open(os.path.join(out, "fuzz_ctrl", "three.bin"), "wb").write(ring)
+# client API: a fake daemon with 4 slots, batch 2, then publish/next/read/release
+ops = bytes([0, 2, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0]) + bytes([1, 0, 0, 2, 1, 0, 0, 0, 1, 2, 64, 0, 0, 1, 16, 0])
+ops += bytes([2, 0, 0, 4, 0, 1, 3, 1, 0, 5, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 8])
+open(os.path.join(out, "fuzz_client", "session.bin"), "wb").write(bytes([1]) + ops)
+open(os.path.join(out, "fuzz_client", "nodaemon.bin"), "wb").write(bytes([0, 40, 1, 5, 0, 0, 0, 2, 0, 0, 0, 3, 1, 9]))
 PY
 echo "seeds in $out"

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../src/base.h"
 #include "../../src/ring.h"
 #include "../../src/shm.h"
 
@@ -30,13 +31,6 @@
 #endif
 
 #define CACHELINE 64
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
 
 /* Back off while the other side has nothing for us: spin a little, then let
  * it run (this machine may have fewer cores than busy threads). */
@@ -104,7 +98,7 @@ ParameterizedTest(struct st_case *c, ring, single_thread)
 	cr_assert_eq(ring_capacity(&r), c->cap);
 	uint32_t v = 12345;
 	cr_assert_eq(ring_count(&r), 0);
-	cr_assert_eq(ring_pop(&r, &v), -1, "pop from an empty ring");
+	cr_assert_eq(ring_pop(&r, &v), -EAGAIN, "pop from an empty ring");
 	cr_assert_eq(v, 12345, "failed pop wrote *v");
 
 	/* fill, overfill, drain: twice, so the second round crosses the wrap
@@ -116,14 +110,14 @@ ParameterizedTest(struct st_case *c, ring, single_thread)
 			next_in++;
 			cr_assert_eq(ring_count(&r), i + 1);
 		}
-		cr_assert_eq(ring_push(&r, 0xdead), -1, "push into a full ring");
+		cr_assert_eq(ring_push(&r, 0xdead), -ENOBUFS, "push into a full ring");
 		cr_assert_eq(ring_count(&r), c->cap);
 		for (uint32_t i = 0; i < c->cap; i++) {
 			cr_assert_eq(ring_pop(&r, &v), 0);
 			cr_assert_eq(v, next_out, "popped %u, want %u", v, next_out);
 			next_out++;
 		}
-		cr_assert_eq(ring_pop(&r, &v), -1);
+		cr_assert_eq(ring_pop(&r, &v), -EAGAIN);
 		cr_assert_eq(ring_count(&r), 0);
 	}
 
@@ -139,14 +133,14 @@ ParameterizedTest(struct st_case *c, ring, single_thread)
 				cr_assert_eq(rc, 0);
 				next_in++;
 			} else {
-				cr_assert_eq(rc, -1, "push %u beyond capacity %u", before + i, c->cap);
+				cr_assert_eq(rc, -ENOBUFS, "push %u beyond capacity %u", before + i, c->cap);
 			}
 		}
 		uint32_t take = (uint32_t)((x >> 20) % (c->cap + 1));
 		for (uint32_t i = 0; i < take; i++) {
 			int rc = ring_pop(&r, &v);
 			if (next_out == next_in) {
-				cr_assert_eq(rc, -1);
+				cr_assert_eq(rc, -EAGAIN);
 				break;
 			}
 			cr_assert_eq(rc, 0);

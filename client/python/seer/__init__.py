@@ -8,11 +8,20 @@
                     train(x, y)
 
 Lifetime: a batch's sample arrays are read-only views of the daemon's shared
-memory. They are valid until the batch is released: explicitly with
-``batch.release()`` (or leaving ``with batch:``), or implicitly when the
+memory. Their bytes are the batch's until the batch is released: explicitly
+with ``batch.release()`` (or leaving ``with batch:``), or implicitly when the
 iterator moves to the next batch (``for batch in loader`` releases the batch
 it yielded before when you ask for the next). Copy (``np.array(x)``) what you
-keep longer. Writing to a view raises (numpy) or faults (raw pointer).
+keep longer. Writing to a view raises (numpy). A view never dangles: the
+shim maps the shared memory itself and the mapping lives as long as any view
+does, also after ``close()`` or after the Loader is garbage-collected (the
+bytes of a released batch may then have been replaced by another batch).
+
+After ``close()`` (from any thread; a thread waiting in ``next_batch()``
+then gets a SeerError), every call raises SeerError instead of touching freed
+memory. Nothing here mirrors a C layout: sizes, offsets, constants and dtype
+codes come from libseer at load time, and a library that does not match the
+shim is refused with an ImportError.
 
 Uses Debian's numpy (/usr/bin/python3). Finds libseer through $SEER_LIB, the
 path recorded by `make install`, the source tree's lib/ directory, or the
@@ -21,26 +30,29 @@ system library path.
 
 import ctypes
 import ctypes.util
+import errno
+import mmap
 import os
+import threading
 
 import numpy as np
 
 __all__ = ["Loader", "Batch", "SeerError", "Sampler", "EndOfEpoch", "EndOfJob"]
 
-EEPOCH = -30801
-EEND = -30802
-ESHUTDOWN = -30803
-EBATCH = -30806
-OPT_START_AT = 1
-SAMPLER_DROP_LAST = 1
-SAMPLER_NO_SHUFFLE = 2
+_INT_MAX = 2**31 - 1
+_U32_MAX = 2**32 - 1
+_U64_MAX = 2**64 - 1
 
-# enum seer_dtype_code -> numpy dtype (BYTES is opaque uint8)
-_DTYPES = {
-    0: np.uint8, 1: np.uint8, 2: np.int8, 3: np.uint16, 4: np.int16, 5: np.uint32,
-    6: np.int32, 7: np.uint64, 8: np.int64, 9: np.float16, 10: np.float32,
-    11: np.float64, 12: np.bool_,
-}
+
+def _check_int(name, v, lo, hi):
+    """v as an int in [lo, hi], or ValueError naming the argument (ctypes
+    would silently truncate: 2**40 as a C int is 0)."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError("%s must be an integer, not %r" % (name, v))
+    v = int(v)
+    if not lo <= v <= hi:
+        raise ValueError("%s=%d is out of range [%d, %d]" % (name, v, lo, hi))
+    return v
 
 
 class SeerError(RuntimeError):
@@ -60,6 +72,7 @@ class EndOfJob(Exception):
 
 
 class _Options(ctypes.Structure):
+    # checked field by field against seer_options_offset() when loading
     _fields_ = [
         ("socket_path", ctypes.c_char_p),
         ("job_id", ctypes.c_char_p),
@@ -72,7 +85,16 @@ class _Options(ctypes.Structure):
     ]
 
 
+class _Consts:
+    """SEER_* values and dtypes, read from libseer by name."""
+
+
+_C = _Consts()
 _lib = None
+_load_lock = threading.Lock()
+_CONSTANTS = ("SEER_EEPOCH", "SEER_EEND", "SEER_ESHUTDOWN", "SEER_EBATCH", "SEER_ENOTHELD",
+              "SEER_OPT_START_AT", "SEER_SAMPLER_DROP_LAST", "SEER_SAMPLER_NO_SHUFFLE",
+              "SEER_MAX_DIMS")
 
 
 def _find_lib():
@@ -96,14 +118,10 @@ def _find_lib():
     raise OSError("libseer not found: build it with `make`, or set SEER_LIB to libseer.so")
 
 
-def _load():
-    global _lib
-    if _lib is not None:
-        return _lib
-    lib = ctypes.CDLL(_find_lib())
-    P, U64, I64, U32, I = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64,
-                           ctypes.c_uint32, ctypes.c_int)
-    sigs = {
+def _signatures():
+    P, U64, I64, U32, I, S = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64,
+                              ctypes.c_uint32, ctypes.c_int, ctypes.c_char_p)
+    return {
         "seer_connect": (I, [ctypes.POINTER(_Options), ctypes.POINTER(P)]),
         "seer_close": (None, [P]),
         "seer_next": (I, [P, I, ctypes.POINTER(P)]),
@@ -112,9 +130,9 @@ def _load():
         "seer_batch_len": (U32, [P]),
         "seer_batch_epoch": (U64, [P]),
         "seer_batch_step": (U64, [P]),
-        "seer_batch_error": (ctypes.c_char_p, [P]),
+        "seer_batch_error": (S, [P]),
         "seer_batch_export": (I, [P, P, P, P, P, P]),
-        "seer_arena_base": (P, [P]),
+        "seer_arena_fd": (I, [P]),
         "seer_arena_size": (U64, [P]),
         "seer_type_count": (U32, [P]),
         "seer_type_info": (I, [P, U32, ctypes.POINTER(I), ctypes.POINTER(U64), I]),
@@ -125,19 +143,77 @@ def _load():
         "seer_batches_per_epoch": (U64, [P]),
         "seer_batch_size": (U32, [P]),
         "seer_seed": (U64, [P]),
-        "seer_strerror": (ctypes.c_char_p, [I]),
-        "seer_errmsg": (ctypes.c_char_p, []),
+        "seer_strerror": (S, [I]),
+        "seer_errmsg": (S, []),
+        "seer_options_size": (ctypes.c_size_t, []),
+        "seer_options_offset": (I64, [S]),
+        "seer_constant": (I, [S, ctypes.POINTER(I64)]),
+        "seer_dtype_name": (S, [I]),
         "seer_sampler_new": (P, [U64, U64, U32, U32, ctypes.c_uint]),
         "seer_sampler_free": (None, [P]),
         "seer_sampler_batches_per_epoch": (U64, [P]),
         "seer_sampler_batch": (I, [P, U64, U32, U64, ctypes.POINTER(U64)]),
+        # checkpoint records and elastic resume
+        "seer_sampler_resume": (I, [U64, U64, U32, U32, ctypes.c_uint, U64, P,
+                                    ctypes.POINTER(P)]),
+        "seer_sampler_start": (None, [P, ctypes.POINTER(U64), ctypes.POINTER(U64)]),
+        "seer_sampler_epoch_batches": (U64, [P, U64]),
+        "seer_sampler_record": (I, [P, U32, U64, U64, ctypes.POINTER(P)]),
+        "seer_record_check": (I, [P, P]),
+        "seer_record_encode": (I64, [P, P, ctypes.c_size_t]),
+        "seer_record_decode": (I, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(P)]),
+        "seer_record_merge": (I, [ctypes.POINTER(P), ctypes.c_size_t, ctypes.POINTER(P)]),
+        "seer_record_free": (None, [P]),
     }
-    for name, (res, args) in sigs.items():
-        f = getattr(lib, name)
-        f.restype = res
-        f.argtypes = args
-    _lib = lib
-    return lib
+
+
+def _introspect(lib, path):
+    """Constants and dtypes from libseer; refuse a library whose options
+    layout differs from _Options."""
+    want = lib.seer_options_size()
+    if ctypes.sizeof(_Options) != want:
+        raise ImportError("libseer at %s has a %d-byte seer_options_t, this shim %d: install "
+                          "the shim that came with it" % (path, want, ctypes.sizeof(_Options)))
+    for name, _ in _Options._fields_:
+        off = lib.seer_options_offset(name.encode())
+        if off != getattr(_Options, name).offset:
+            raise ImportError("libseer at %s puts seer_options_t.%s at %d, this shim at %d: "
+                              "install the shim that came with it" %
+                              (path, name, off, getattr(_Options, name).offset))
+    v = ctypes.c_int64()
+    for name in _CONSTANTS:
+        if lib.seer_constant(name.encode(), ctypes.byref(v)) != 0:
+            raise ImportError("libseer at %s does not know %s: too old for this shim" %
+                              (path, name))
+        setattr(_C, name[len("SEER_"):], v.value)
+    _C.DTYPES = {}  # dtype code -> numpy dtype (None: opaque bytes)
+    code = 0
+    while True:
+        name = lib.seer_dtype_name(code)
+        if name is None:
+            break
+        name = name.decode()
+        _C.DTYPES[code] = None if name == "bytes" else np.dtype(name)
+        code += 1
+
+
+def _load():
+    global _lib
+    with _load_lock:
+        if _lib is not None:
+            return _lib
+        path = _find_lib()
+        lib = ctypes.CDLL(path)
+        for name, (res, args) in _signatures().items():
+            try:
+                f = getattr(lib, name)
+            except AttributeError:
+                raise ImportError("libseer at %s lacks %s: too old for this shim" % (path, name))
+            f.restype = res
+            f.argtypes = args
+        _introspect(lib, path)
+        _lib = lib
+        return lib
 
 
 def _error(code):
@@ -148,11 +224,15 @@ def _error(code):
     return SeerError(code, msg)
 
 
+def _closed(what):
+    return SeerError(-errno.EBADF, "%s: the Loader is closed" % what)
+
+
 class Batch:
     """One mini-batch. ``samples[i]`` is a read-only numpy view (dtype and
-    shape from the dataset format; uint8 bytes for opaque samples), valid
-    until the batch is released. ``labels`` and ``ids`` are numpy int64 /
-    uint64 copies and stay valid."""
+    shape from the dataset format; uint8 bytes for opaque samples) whose bytes
+    are the batch's until it is released. ``labels`` and ``ids`` are numpy
+    int64 / uint64 copies and stay valid."""
 
     __slots__ = ("_loader", "_ptr", "epoch", "step", "ids", "labels", "sizes", "_offsets",
                  "_types", "_samples", "error")
@@ -169,9 +249,12 @@ class Batch:
         self.labels = np.empty(n, np.int64)
         self.ids = np.empty(n, np.uint64)
         self._types = np.empty(n, np.uint32)
-        lib.seer_batch_export(ptr, self._offsets.ctypes.data, self.sizes.ctypes.data,
-                              self.labels.ctypes.data, self.ids.ctypes.data,
-                              self._types.ctypes.data)
+        rc = lib.seer_batch_export(ptr, self._offsets.ctypes.data, self.sizes.ctypes.data,
+                                   self.labels.ctypes.data, self.ids.ctypes.data,
+                                   self._types.ctypes.data)
+        if rc != n:  # closed by another thread meanwhile
+            self._ptr = None
+            raise _error(rc if rc < 0 else -errno.EBADF)
         err = lib.seer_batch_error(ptr)
         self.error = err.decode(errors="replace") if err else None
         self._samples = None
@@ -187,13 +270,19 @@ class Batch:
     def samples(self):
         """List of read-only numpy views, one per sample."""
         if self._ptr is None:
-            raise SeerError(-1, "batch already released: its views are gone")
+            raise SeerError(-errno.ESTALE, "batch %d:%d already released: its views are gone" %
+                            (self.epoch, self.step))
         if self._samples is None:
             arena = self._loader._arena
+            if arena is None:
+                raise _closed("batch %d:%d" % (self.epoch, self.step))
             types = self._loader._types
             out = []
             for off, size, t in zip(self._offsets.tolist(), self.sizes.tolist(),
                                     self._types.tolist()):
+                if off + size > len(arena) or t >= len(types):
+                    raise SeerError(-errno.EPROTO, "batch %d:%d: sample outside the arena" %
+                                    (self.epoch, self.step))
                 v = arena[off:off + size]
                 dt, shape = types[t]
                 if dt is not None:
@@ -206,13 +295,17 @@ class Batch:
         return self.samples[i]
 
     def release(self):
-        """Give the batch back; its sample views must not be used afterwards."""
-        if self._ptr is not None:
-            self._samples = None
-            rc = self._loader._lib.seer_release(self._loader._c, self._ptr)
-            self._ptr = None
-            if rc < 0:
-                raise _error(rc)
+        """Give the batch back; its sample views then no longer hold its bytes.
+        Nothing happens when the Loader was closed (that released it)."""
+        if self._ptr is None:
+            return
+        ptr, self._ptr, self._samples = self._ptr, None, None
+        c = self._loader._c
+        if c is None:
+            return
+        rc = self._loader._lib.seer_release(c, ptr)
+        if rc < 0 and rc != -errno.EBADF:
+            raise _error(rc)
 
     def __enter__(self):
         return self
@@ -229,76 +322,125 @@ class Loader:
     job id), job_id (else $SEER_JOB_ID / $SLURM_JOB_ID), rank and world_size
     (else from the launcher's environment), start=(epoch, step) to start
     there instead of where this rank left off, timeout in seconds for each
-    batch (None: wait forever), connect_timeout in seconds.
+    batch (None: wait forever), connect_timeout in seconds (every step of
+    connecting and of a seek ends within it).
     """
 
     def __init__(self, socket=None, job_id=None, rank=None, world_size=None, start=None,
                  timeout=None, connect_timeout=30.0):
-        self._lib = _load()
         self._c = None
+        self._arena = None
+        self._lib = _load()
         self._held = None
-        self._timeout_ms = -1 if timeout is None else int(timeout * 1000)
+        self._timeout_ms = self._ms("timeout", timeout)
         o = _Options()
-        o.socket_path = socket.encode() if socket else None
+        o.socket_path = os.fsencode(socket) if socket else None
         o.job_id = job_id.encode() if job_id else None
         if world_size is not None:
             if rank is None:
                 raise ValueError("rank is required with world_size")
-            o.rank, o.world_size = int(rank), int(world_size)
+            o.world_size = _check_int("world_size", world_size, 1, _INT_MAX)
+            o.rank = _check_int("rank", rank, 0, o.world_size - 1)
+        elif rank is not None:
+            raise ValueError("world_size is required with rank")
         if start is not None:
-            o.flags |= OPT_START_AT
-            o.start_epoch, o.start_step = int(start[0]), int(start[1])
-        o.connect_timeout_ms = int(connect_timeout * 1000)
+            o.flags |= _C.OPT_START_AT
+            o.start_epoch = _check_int("start epoch", start[0], 0, _U64_MAX)
+            o.start_step = _check_int("start step", start[1], 0, _U64_MAX)
+        o.connect_timeout_ms = self._ms("connect_timeout", connect_timeout)
+        if o.connect_timeout_ms < 0:
+            raise ValueError("connect_timeout must be a number of seconds, not None")
         c = ctypes.c_void_p()
         rc = self._lib.seer_connect(ctypes.byref(o), ctypes.byref(c))
         if rc < 0:
             raise _error(rc)
-        self._c = c
+        self._c = c.value
+        try:
+            self._map_arena()
+        except BaseException:
+            self.close()
+            raise
         lib = self._lib
-        base, size = lib.seer_arena_base(c), lib.seer_arena_size(c)
-        buf = (ctypes.c_uint8 * size).from_address(base)
-        self._arena = np.frombuffer(buf, dtype=np.uint8)
-        self._arena.flags.writeable = False
+        self.rank = lib.seer_rank(self._c)
+        self.world_size = lib.seer_world_size(self._c)
+        self.num_samples = lib.seer_num_samples(self._c)
+        self.epochs = lib.seer_epochs(self._c)
+        self.batches_per_epoch = lib.seer_batches_per_epoch(self._c)
+        self.batch_size = lib.seer_batch_size(self._c)
+        self.seed = lib.seer_seed(self._c)
+
+    @staticmethod
+    def _ms(name, seconds):
+        """Seconds (None: forever) as the int milliseconds C takes (-1: forever)."""
+        if seconds is None:
+            return -1
+        ms = int(float(seconds) * 1000)
+        if not 0 <= ms <= _INT_MAX:
+            raise ValueError("%s=%r seconds is out of range [0, %d]" % (name, seconds,
+                                                                         _INT_MAX // 1000))
+        return ms
+
+    def _map_arena(self):
+        """Map the arena ourselves: numpy views then hold the mapping, which
+        stays valid after close() for as long as any view exists."""
+        lib = self._lib
+        fd = lib.seer_arena_fd(self._c)
+        if fd < 0:
+            raise _error(fd)
+        try:
+            size = lib.seer_arena_size(self._c)
+            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self._arena = np.frombuffer(mm, dtype=np.uint8)
         self._types = []
-        dims = (ctypes.c_uint64 * 8)()
+        dims = (ctypes.c_uint64 * _C.MAX_DIMS)()
         dt = ctypes.c_int()
-        for t in range(lib.seer_type_count(c)):
-            nd = lib.seer_type_info(c, t, ctypes.byref(dt), dims, 8)
-            if dt.value == 0 or dt.value not in _DTYPES:
+        for t in range(lib.seer_type_count(self._c)):
+            nd = lib.seer_type_info(self._c, t, ctypes.byref(dt), dims, _C.MAX_DIMS)
+            npdt = _C.DTYPES.get(dt.value)
+            if nd < 0 or npdt is None:
                 self._types.append((None, None))
             else:
-                self._types.append((np.dtype(_DTYPES[dt.value]), tuple(dims[i] for i in range(nd))))
-        self.rank = lib.seer_rank(c)
-        self.world_size = lib.seer_world_size(c)
-        self.num_samples = lib.seer_num_samples(c)
-        self.epochs = lib.seer_epochs(c)
-        self.batches_per_epoch = lib.seer_batches_per_epoch(c)
-        self.batch_size = lib.seer_batch_size(c)
-        self.seed = lib.seer_seed(c)
+                self._types.append((npdt, tuple(dims[i] for i in range(nd))))
+
+    @property
+    def closed(self):
+        return self._c is None
 
     def next_batch(self, timeout=None):
         """The next batch (you release it). Raises EndOfEpoch once after each
         epoch's last batch, EndOfJob after the job's last, SeerError on
         failure (a batch that failed to load is returned with .error set)."""
-        ms = self._timeout_ms if timeout is None else int(timeout * 1000)
+        c = self._c
+        if c is None:
+            raise _closed("next_batch")
+        ms = self._timeout_ms if timeout is None else self._ms("timeout", timeout)
         p = ctypes.c_void_p()
-        rc = self._lib.seer_next(self._c, ms, ctypes.byref(p))
-        if rc == EEPOCH:
+        rc = self._lib.seer_next(c, ms, ctypes.byref(p))
+        if rc == _C.EEPOCH:
             raise EndOfEpoch()
-        if rc == EEND:
+        if rc == _C.EEND:
             raise EndOfJob()
-        if rc < 0 and rc != EBATCH:
+        if rc < 0 and rc != _C.EBATCH:
+            if self._c is None:
+                raise _closed("next_batch (closed while waiting)")
             raise _error(rc)
         return Batch(self, p.value)
+
+    def _drop_held(self):
+        if self._held is not None:
+            held, self._held = self._held, None
+            held.release()
 
     def __iter__(self):
         """Iterate one epoch. Each batch yielded is released when the next is
         requested or the loop ends."""
+        if self._c is None:
+            raise _closed("iterating")
         try:
             while True:
-                if self._held is not None:
-                    self._held.release()
-                    self._held = None
+                self._drop_held()
                 try:
                     b = self.next_batch()
                 except (EndOfEpoch, EndOfJob):
@@ -306,31 +448,35 @@ class Loader:
                 if b.error is not None:
                     msg = b.error
                     b.release()
-                    raise SeerError(EBATCH, "batch %d:%d failed: %s" % (b.epoch, b.step, msg))
+                    raise SeerError(_C.EBATCH, "batch %d:%d failed: %s" % (b.epoch, b.step, msg))
                 self._held = b
                 yield b
         finally:
-            if self._held is not None:
-                self._held.release()
-                self._held = None
+            self._drop_held()
 
     def seek(self, epoch, step):
         """Restart this rank's stream at (epoch, step); releases held batches."""
-        if self._held is not None:
-            self._held.release()
-            self._held = None
-        rc = self._lib.seer_seek(self._c, int(epoch), int(step))
+        epoch = _check_int("epoch", epoch, 0, _U64_MAX)
+        step = _check_int("step", step, 0, _U64_MAX)
+        c = self._c
+        if c is None:
+            raise _closed("seek")
+        self._drop_held()
+        rc = self._lib.seer_seek(c, epoch, step)
         if rc < 0:
             raise _error(rc)
 
     def close(self):
-        if self._c is not None:
-            if self._held is not None:
-                self._held._ptr = None  # seer_close releases it
-                self._held = None
-            self._arena = None
-            self._lib.seer_close(self._c)
-            self._c = None
+        """Disconnect (held batches are released). Safe to call twice and from
+        another thread: a next_batch() waiting there raises SeerError."""
+        c, self._c = self._c, None
+        if c is None:
+            return
+        held, self._held = self._held, None
+        if held is not None:
+            held._ptr = None  # seer_close releases it
+        self._arena = None  # views keep the mapping alive
+        self._lib.seer_close(c)
 
     def __enter__(self):
         return self
@@ -350,15 +496,24 @@ class Sampler:
     """The access sequence as a pure function (same as seerd serves)."""
 
     def __init__(self, num_samples, seed, world_size, batch_size, drop_last=False, shuffle=True):
+        self._s = None
         self._lib = _load()
-        flags = (SAMPLER_DROP_LAST if drop_last else 0) | (0 if shuffle else SAMPLER_NO_SHUFFLE)
+        num_samples = _check_int("num_samples", num_samples, 1, _U64_MAX)
+        seed = _check_int("seed", seed, 0, _U64_MAX)
+        world_size = _check_int("world_size", world_size, 1, _U32_MAX)
+        batch_size = _check_int("batch_size", batch_size, 1, _U32_MAX)
+        flags = ((_C.SAMPLER_DROP_LAST if drop_last else 0) |
+                 (0 if shuffle else _C.SAMPLER_NO_SHUFFLE))
         self._s = self._lib.seer_sampler_new(num_samples, seed, world_size, batch_size, flags)
         if not self._s:
-            raise _error(-22)
+            raise _error(-errno.EINVAL)
         self.batch_size = batch_size
         self.batches_per_epoch = self._lib.seer_sampler_batches_per_epoch(self._s)
 
     def batch(self, epoch, rank, step):
+        epoch = _check_int("epoch", epoch, 0, _U64_MAX)
+        rank = _check_int("rank", rank, 0, _U32_MAX)
+        step = _check_int("step", step, 0, _U64_MAX)
         out = (ctypes.c_uint64 * self.batch_size)()
         n = self._lib.seer_sampler_batch(self._s, epoch, rank, step, out)
         if n < 0:
@@ -406,33 +561,8 @@ _REC_DROP_LAST, _REC_SHUFFLE = 1, 2
 _REC_MAX_SEGS, _REC_MAX_WORLD = 64, 1 << 20
 _U32, _U64 = (1 << 32) - 1, (1 << 64) - 1
 
-_rec_lib = None
-
-
 def _load_records():
-    global _rec_lib
-    if _rec_lib is not None:
-        return _rec_lib
-    lib = _load()
-    P, PP, U64, U32, I = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64,
-                          ctypes.c_uint32, ctypes.c_int)
-    sigs = {
-        "seer_sampler_resume": (I, [U64, U64, U32, U32, ctypes.c_uint, U64, P, PP]),
-        "seer_sampler_start": (None, [P, ctypes.POINTER(U64), ctypes.POINTER(U64)]),
-        "seer_sampler_epoch_batches": (U64, [P, U64]),
-        "seer_sampler_record": (I, [P, U32, U64, U64, PP]),
-        "seer_record_check": (I, [P, P]),
-        "seer_record_encode": (ctypes.c_int64, [P, P, ctypes.c_size_t]),
-        "seer_record_decode": (I, [ctypes.c_char_p, ctypes.c_size_t, PP]),
-        "seer_record_merge": (I, [PP, ctypes.c_size_t, PP]),
-        "seer_record_free": (None, [P]),
-    }
-    for name, (res, args) in sigs.items():
-        f = getattr(lib, name)
-        f.restype = res
-        f.argtypes = args
-    _rec_lib = lib
-    return lib
+    return _load()
 
 
 def _bad(msg):
@@ -569,7 +699,7 @@ def record_merge(states):
 
 
 def _flags(drop_last, shuffle):
-    return (SAMPLER_DROP_LAST if drop_last else 0) | (0 if shuffle else SAMPLER_NO_SHUFFLE)
+    return (_C.SAMPLER_DROP_LAST if drop_last else 0) | (0 if shuffle else _C.SAMPLER_NO_SHUFFLE)
 
 
 def record_check(state, num_samples, seed, batch_size, drop_last=False, shuffle=True,

@@ -1,0 +1,116 @@
+/* libseer internals: the client object, its batch slots, and the handle
+ * table that turns both into tokens.
+ *
+ * Handles. seer_client_t * and seer_batch_t * given to the caller are never
+ * pointers: they are 64-bit tokens decoded against a process-wide table, so a
+ * stale, closed, forged or NULL handle is recognised (-EBADF, -ESTALE,
+ * -EINVAL) instead of dereferenced. A client token carries its table index
+ * and the entry's generation (odd while live, bumped at close); a batch token
+ * carries the client's index, the slot and the delivery number (a process-wide
+ * counter), so a batch handle kept after its slot was reused is stale.
+ *
+ * Threads. Every call holds a reference on the table entry while it runs
+ * (handle_acquire/handle_release); seer_close waits until the last reference
+ * is gone before it frees, so a close from another thread never pulls memory
+ * from under a running call. seer_next/seer_seek are single-consumer (the
+ * `busy` flag detects a second thread); releases and accessors may run on any
+ * thread (`lock` guards the slots' held state and the release ring).
+ *
+ * Fork. A pthread_atfork child handler closes every client's socket and
+ * eventfd in the child and marks it forked: only the parent holds the rank. */
+#ifndef SEER_CLIENT_INTERNAL_H
+#define SEER_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../proto/seer_proto.h"
+#include "../src/ring.h"
+#include "seer.h"
+
+_Static_assert(sizeof(void *) == 8, "handles are 64-bit tokens: libseer needs a 64-bit platform");
+
+#define HANDLE_MAX 1024u     /* clients open at once in one process */
+#define HANDLE_MAX_SLOTS 4096u /* batch slots per client a token can name */
+
+/* Per-slot state, private to this process (the shared slot is re-read only
+ * for sample descriptors, which are bounds-checked on every access). */
+struct slot {
+	_Atomic uint64_t delivery; /* delivery number of the batch now in the slot */
+	_Atomic bool held;
+	uint32_t n;                /* samples, checked <= batch_size at delivery */
+	uint64_t epoch, step;
+	int32_t status;
+	char msg[SEER_ERRMSG_MAX]; /* copied at delivery when status != 0 */
+};
+
+struct seer_client {
+	uint32_t hidx;             /* handle table index */
+	int sock, efd, arena_fd;
+	int rank, world;
+	int timeout_ms;            /* the connect timeout, for every blocking step */
+	pid_t owner;               /* the process that connected */
+	const uint8_t *arena;
+	size_t arena_size;
+	const struct seer_wire_type *types;
+	uint32_t ntypes;
+	const struct seer_ctrl_out *co;
+	size_t co_size;
+	struct seer_ctrl_in *ci;
+	size_t ci_size;
+	struct ring out;           /* daemon -> us: popped by the consumer thread */
+	struct ring rel;           /* us -> daemon: pushed under `lock` */
+	struct slot *slots;
+	const struct seer_wire_slot **wslots;
+	uint32_t nslots;
+	uint32_t nheld;            /* under `lock` */
+	struct seer_msg_welcome w;
+	uint64_t total;            /* epochs * batches_per_epoch */
+	uint64_t next_global;      /* the batch we expect next (consumer thread) */
+	bool epoch_marker;         /* return SEER_EEPOCH before the next batch */
+	char sock_path[108];
+	pthread_mutex_t lock;
+	_Atomic int busy;          /* a thread is in seer_next or seer_seek */
+	_Atomic bool closing;      /* seer_close started: waiting calls return */
+	_Atomic bool forked;       /* we are a fork child: the connection is the parent's */
+	_Atomic bool broken;       /* a seek timed out: the stream position is unknown */
+};
+
+/* ---- handle table (handle.c) ------------------------------------------------ */
+/* Enter c into the table; 0 with *token, or -EMFILE. Registers the atfork
+ * handler on first use. */
+int handle_register(struct seer_client *c, seer_client_t **token);
+/* Take a reference on the client a client token names: 0 with *c, -EINVAL
+ * (NULL or not a client token) or -EBADF (closed, or the parent's after
+ * fork). Sets seer_errmsg() on failure, naming `fn`. */
+int handle_acquire(const seer_client_t *token, const char *fn, struct seer_client **c);
+void handle_release(struct seer_client *c);
+/* Take a reference on the client and slot a batch token names: 0, -EINVAL,
+ * -EBADF, or -ESTALE (the slot was released or reused since). */
+int handle_acquire_batch(const seer_batch_t *b, const char *fn, struct seer_client **c,
+			 struct slot **s);
+/* Split a batch token: 0, or -EINVAL (NULL or not a batch token). */
+int handle_batch_decode(const seer_batch_t *b, const char *fn, uint32_t *hidx, uint32_t *slot,
+			uint64_t *delivery);
+/* The token of the batch delivered into slot idx (delivery number d). */
+seer_batch_t *handle_batch_token(const struct seer_client *c, uint32_t idx, uint64_t d);
+/* Process-wide delivery numbers (never 0). */
+uint64_t handle_next_delivery(void);
+/* seer_close's part: mark the entry closed so new calls fail, wake a waiter,
+ * drop our own reference and wait for the others. Returns false when another
+ * close got there first (the caller then just returns). */
+bool handle_close_begin(struct seer_client *c);
+/* Free the entry for reuse (after the client's memory is gone). */
+void handle_close_end(uint32_t hidx);
+
+/* ---- the client (client.c) ---------------------------------------------------- */
+/* Free everything; with `tell_daemon`, hand held batches back first. */
+void client_destroy(struct seer_client *c, bool tell_daemon);
+/* The client has failed for good (fork child, lost seek): -EBADF or
+ * -EPIPE with seer_errmsg() set, else 0. */
+int client_unusable(struct seer_client *c, const char *fn);
+
+#endif /* SEER_CLIENT_INTERNAL_H */

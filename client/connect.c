@@ -1,0 +1,427 @@
+/* connect.c: seer_connect — options, the socket (with the daemon's
+ * credentials checked), the handshake, and mapping the shared segments.
+ *
+ * Runs on the caller's thread. Every blocking step (connect retries, sending
+ * the hello, waiting for the welcome) ends by one deadline, the connect
+ * timeout. On failure everything set up so far is undone and the return
+ * value plus seer_errmsg() say why; nothing aborts. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../src/base.h"
+#include "../src/paths.h"
+#include "../src/shm.h"
+#include "client.h"
+
+#define DEFAULT_CONNECT_TIMEOUT_MS 30000
+#define SUN_PATH_SIZE sizeof(((struct sockaddr_un *)0)->sun_path)
+
+struct params {
+	int rank, world;
+	const char *job;
+	char sock[SUN_PATH_SIZE];
+	int timeout_ms;
+	uint64_t epoch, step;
+};
+
+/* A non-negative int from the environment: 0, 1 (unset) or -EINVAL. */
+static int env_int(const char *name, int *out)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return 1;
+	char *end;
+	errno = 0;
+	long x = strtol(v, &end, 10);
+	if (errno || *end || x < 0 || x > INT_MAX)
+		return -EINVAL;
+	*out = (int)x;
+	return 0;
+}
+
+static void rank_from_env(int *rank, int *world)
+{
+	static const char *pairs[][2] = {
+		{ "SEER_RANK", "SEER_WORLD_SIZE" },
+		{ "RANK", "WORLD_SIZE" },
+		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE" },
+		{ "PMI_RANK", "PMI_SIZE" },
+		{ "SLURM_PROCID", "SLURM_NTASKS" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(pairs); i++)
+		if (env_int(pairs[i][0], rank) == 0 && env_int(pairs[i][1], world) == 0)
+			return;
+	*rank = 0;
+	*world = 1;
+}
+
+/* Options (NULL: all defaults) -> checked parameters. */
+static int resolve(const seer_options_t *o, struct params *p)
+{
+	static const seer_options_t zero;
+	if (!o)
+		o = &zero;
+	if (o->flags & ~SEER_OPT_START_AT) {
+		err_set("seer_connect: unknown flags 0x%x in seer_options_t", o->flags);
+		return -EINVAL;
+	}
+	if (o->world_size < 0 || o->connect_timeout_ms < 0) {
+		err_set("seer_connect: negative %s", o->world_size < 0 ? "world_size" :
+			"connect_timeout_ms");
+		return -EINVAL;
+	}
+	if (o->world_size > 0) {
+		p->rank = o->rank;
+		p->world = o->world_size;
+	} else {
+		rank_from_env(&p->rank, &p->world);
+	}
+	if (p->rank < 0 || p->rank >= p->world) {
+		err_set("rank %d is not in [0, world size %d)", p->rank, p->world);
+		return -EINVAL;
+	}
+	p->job = o->job_id ? o->job_id : seer_env_job_id();
+	if (!*p->job || strlen(p->job) >= SEER_JOBID_MAX) {
+		err_set("job id '%.80s%s' must be 1-%d characters", p->job,
+			strlen(p->job) > 80 ? "..." : "", SEER_JOBID_MAX - 1);
+		return -EINVAL;
+	}
+	const char *sock = o->socket_path ? o->socket_path : getenv("SEER_SOCKET");
+	if (sock && *sock) {
+		size_t len = strlen(sock);
+		if (len >= SUN_PATH_SIZE) {
+			err_set("socket path %.200s%s is %zu bytes, longer than the %zu a unix socket "
+				"address holds: use a shorter path", sock, len > 200 ? "..." : "", len,
+				SUN_PATH_SIZE - 1);
+			return -ENAMETOOLONG;
+		}
+		memcpy(p->sock, sock, len + 1);
+	} else {
+		char why[768];
+		int rc = path_default_socket(p->sock, sizeof(p->sock), p->job, false, why,
+					     sizeof(why));
+		if (rc != 0) {
+			err_set("%s", why);
+			return rc;
+		}
+	}
+	p->timeout_ms = o->connect_timeout_ms;
+	if (p->timeout_ms == 0 &&
+	    (env_int("SEER_CONNECT_TIMEOUT_MS", &p->timeout_ms) != 0 || p->timeout_ms == 0))
+		p->timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
+	bool at = o->flags & SEER_OPT_START_AT;
+	p->epoch = at ? o->start_epoch : SEER_POS_RESUME;
+	p->step = at ? o->start_step : 0;
+	return 0;
+}
+
+/* Wait for `events` on fd until the deadline: 0, -ETIMEDOUT or -errno. */
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+	for (;;) {
+		uint64_t now = now_ns();
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		uint64_t ms = (deadline - now + 999999) / 1000000;
+		struct pollfd pf = { .fd = fd, .events = events };
+		int r = poll(&pf, 1, (int)MIN(ms, (uint64_t)INT_MAX));
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/* The daemon must be us or root: anyone else listening there may be posing
+ * as seerd to feed us its bytes. */
+static int check_peer(int fd, const char *path)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
+		err_set("cannot learn who serves %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (cr.uid != geteuid() && cr.uid != 0) {
+		err_set("refusing the seerd at %s: it runs as uid %u (pid %d), not as you (uid %u) or "
+			"root, so it may be another user posing as seerd. Start your own seerd, or set "
+			"SEER_SOCKET to its socket", path, (unsigned)cr.uid, (int)cr.pid,
+			(unsigned)geteuid());
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* Connect, retrying while the daemon may still be starting. */
+static int open_socket(const char *path, uint64_t deadline)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	_Static_assert(sizeof(sa.sun_path) == SUN_PATH_SIZE, "sun_path");
+	memcpy(sa.sun_path, path, strlen(path) + 1); /* resolve() checked the length */
+	for (;;) {
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0) {
+			err_set("socket(): %s", strerror(errno));
+			return -errno;
+		}
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			int rc = check_peer(fd, path);
+			if (rc == 0)
+				return fd;
+			close(fd);
+			return rc;
+		}
+		int e = errno;
+		close(fd);
+		if (e == EACCES || e == EPERM) {
+			err_set("cannot connect to seerd at %s: %s (the socket or its directory belongs "
+				"to another user: seerd serves only the user that started it)", path,
+				strerror(e));
+			return -e;
+		}
+		bool retry = e == ENOENT || e == ECONNREFUSED || e == EAGAIN;
+		if (!retry || now_ns() >= deadline) {
+			if (e == EAGAIN)
+				err_set("seerd at %s accepts no connection (stopped or overloaded?)", path);
+			else
+				err_set("no seerd at %s (%s): start seerd for this job, or set SEER_SOCKET "
+					"or SEER_JOB_ID to match it", path, strerror(e));
+			return retry && e == EAGAIN ? -ETIMEDOUT : -e;
+		}
+		/* the daemon may still be starting */
+		sleep_ns(MIN(20 * 1000000ull, deadline - now_ns() + 1));
+	}
+}
+
+/* One packet (with up to SEER_WELCOME_NFDS fds) before the deadline. */
+static ssize_t recv_until(int fd, void *buf, size_t len, int *fds, int *nfds, uint64_t deadline)
+{
+	for (;;) {
+		ssize_t n = sock_recv(fd, buf, len, fds, nfds, fds ? SEER_WELCOME_NFDS : 0);
+		if (n != -EAGAIN)
+			return n;
+		int rc = wait_fd(fd, POLLIN, deadline);
+		if (rc != 0)
+			return rc;
+	}
+}
+
+static ssize_t send_until(int fd, const void *buf, size_t len, uint64_t deadline)
+{
+	for (;;) {
+		ssize_t n = sock_send(fd, buf, len, NULL, 0);
+		if (n != -EAGAIN)
+			return n;
+		int rc = wait_fd(fd, POLLOUT, deadline);
+		if (rc != 0)
+			return rc;
+	}
+}
+
+static void close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+static int timed_out(const struct params *p, const char *step)
+{
+	err_set("seerd at %s did not %s within the connect timeout (%d ms): is it stopped "
+		"(SIGSTOP) or overloaded?", p->sock, step, p->timeout_ms);
+	return -ETIMEDOUT;
+}
+
+/* HELLO -> WELCOME (+4 fds) or ERROR. */
+static int handshake(struct seer_client *c, const struct params *p, uint64_t deadline,
+		     int fds[SEER_WELCOME_NFDS])
+{
+	struct seer_msg_hello h = {
+		.magic = SEER_MAGIC_HELLO, .kind = SEER_MSG_HELLO, .version = SEER_PROTO_VERSION,
+		.rank = (uint32_t)c->rank, .world = (uint32_t)c->world,
+		.epoch = p->epoch, .step = p->step,
+	};
+	snprintf(h.job_id, sizeof(h.job_id), "%s", p->job);
+	ssize_t n = send_until(c->sock, &h, sizeof(h), deadline);
+	if (n == -ETIMEDOUT)
+		return timed_out(p, "take the handshake");
+	int nfds = 0;
+	bool sent = n == (ssize_t)sizeof(h);
+	/* unsent: the daemon may have answered (a refusal) before closing */
+	n = recv_until(c->sock, &c->w, sizeof(c->w), fds, &nfds, deadline);
+	if (n == -ETIMEDOUT)
+		return timed_out(p, "answer the handshake");
+	bool refusal = n >= (ssize_t)offsetof(struct seer_msg_welcome, nsamples) &&
+		       c->w.kind == SEER_MSG_ERROR;
+	if (!sent && !refusal) {
+		close_fds(fds, nfds);
+		err_set("sending the handshake to %s: %s", p->sock, strerror(EPIPE));
+		return -EPIPE;
+	}
+	if (n <= 0) {
+		err_set("seerd at %s closed the connection during the handshake (%s)", p->sock,
+			n < 0 ? strerror((int)-n) : "EOF");
+		return n < 0 ? (int)n : SEER_EPROTO;
+	}
+	if (refusal) {
+		close_fds(fds, nfds);
+		c->w.msg[sizeof(c->w.msg) - 1] = '\0';
+		err_set("seerd refused rank %d: %s", c->rank, c->w.msg);
+		return c->w.status < 0 ? c->w.status : SEER_EREFUSED;
+	}
+	if (n != (ssize_t)sizeof(c->w) || c->w.kind != SEER_MSG_WELCOME ||
+	    nfds != SEER_WELCOME_NFDS) {
+		close_fds(fds, nfds);
+		err_set("malformed welcome from seerd at %s (protocol version mismatch?)", p->sock);
+		return SEER_EPROTO;
+	}
+	return 0;
+}
+
+static int fd_size_is(int fd, uint64_t size)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && (uint64_t)st.st_size == size;
+}
+
+static int map_segments(struct seer_client *c, const int fds[SEER_WELCOME_NFDS])
+{
+	const struct seer_msg_welcome *w = &c->w;
+	void *p;
+	int rc;
+	if (!fd_size_is(fds[0], w->arena_size) || !fd_size_is(fds[1], w->ctrl_out_size) ||
+	    !fd_size_is(fds[2], w->ctrl_in_size) || w->nslots == 0 ||
+	    w->nslots > HANDLE_MAX_SLOTS || (w->nslots & (w->nslots - 1)) != 0 ||
+	    w->batch_size == 0 || w->arena_size < sizeof(struct seer_arena_hdr) ||
+	    w->ctrl_out_size < sizeof(struct seer_ctrl_out) ||
+	    w->ctrl_in_size < sizeof(struct seer_ctrl_in) || w->batches_per_epoch == 0 ||
+	    w->epochs > UINT64_MAX / w->batches_per_epoch) {
+		err_set("daemon sent segments that do not match its welcome message");
+		return SEER_EPROTO;
+	}
+	if ((rc = shm_map(fds[0], w->arena_size, 0, &p)) != 0)
+		goto map_fail;
+	c->arena = p;
+	c->arena_size = w->arena_size;
+	if ((rc = shm_map(fds[1], w->ctrl_out_size, 0, &p)) != 0)
+		goto map_fail;
+	c->co = p;
+	c->co_size = w->ctrl_out_size;
+	if ((rc = shm_map(fds[2], w->ctrl_in_size, 1, &p)) != 0)
+		goto map_fail;
+	c->ci = p;
+	c->ci_size = w->ctrl_in_size;
+	return 0;
+map_fail:
+	err_set("cannot map the daemon's shared memory: %s", strerror(-rc));
+	return rc;
+}
+
+/* Check the segments' headers and set up rings and slots. */
+static int attach(struct seer_client *c)
+{
+	const struct seer_msg_welcome *w = &c->w;
+	const struct seer_arena_hdr *ah = (const void *)c->arena;
+	const struct seer_ctrl_out *co = c->co;
+	uint64_t stride = seer_slot_stride(w->batch_size);
+	if (ah->magic != SEER_MAGIC_ARENA || ah->version != SEER_PROTO_VERSION ||
+	    ah->size != w->arena_size || ah->types_off > w->arena_size ||
+	    ah->ntypes > (w->arena_size - ah->types_off) / sizeof(struct seer_wire_type) ||
+	    co->magic != SEER_MAGIC_CTOUT || co->version != SEER_PROTO_VERSION ||
+	    co->nslots != w->nslots || co->batch_size != w->batch_size ||
+	    co->slot_stride != stride || co->ring_off > w->ctrl_out_size ||
+	    4ull * w->nslots > w->ctrl_out_size - co->ring_off ||
+	    co->slots_off > w->ctrl_out_size ||
+	    stride * w->nslots > w->ctrl_out_size - co->slots_off ||
+	    c->ci->ring_off > w->ctrl_in_size || 4ull * w->nslots > w->ctrl_in_size - c->ci->ring_off ||
+	    co->ring_off % 4 || c->ci->ring_off % 4 || co->slots_off % 8) {
+		err_set("daemon's shared segments fail their layout checks (version mismatch?)");
+		return SEER_EPROTO;
+	}
+	c->types = (const void *)(c->arena + ah->types_off);
+	c->ntypes = ah->ntypes;
+	c->nslots = w->nslots;
+	c->out = (struct ring){
+		.prod = (_Atomic uint32_t *)&co->prod, .cons = &c->ci->cons,
+		.entries = (uint32_t *)((uintptr_t)co + co->ring_off), .mask = w->nslots - 1,
+	};
+	c->rel = (struct ring){
+		.prod = &c->ci->rel_prod, .cons = (_Atomic uint32_t *)&co->rel_cons,
+		.entries = (uint32_t *)((uintptr_t)c->ci + c->ci->ring_off), .mask = w->nslots - 1,
+	};
+	c->slots = calloc(w->nslots, sizeof(*c->slots));
+	c->wslots = calloc(w->nslots, sizeof(*c->wslots));
+	if (!c->slots || !c->wslots) {
+		err_set("out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < w->nslots; i++)
+		c->wslots[i] = (const void *)((const uint8_t *)co + co->slots_off + stride * i);
+	c->total = w->epochs * w->batches_per_epoch;
+	c->next_global = w->start;
+	return 0;
+}
+
+static struct seer_client *client_new(const struct params *p)
+{
+	struct seer_client *c = calloc(1, sizeof(*c));
+	if (!c) {
+		err_set("out of memory");
+		return NULL;
+	}
+	c->sock = c->efd = c->arena_fd = -1;
+	c->rank = p->rank;
+	c->world = p->world;
+	c->timeout_ms = p->timeout_ms;
+	c->owner = getpid();
+	_Static_assert(sizeof(c->sock_path) == sizeof(p->sock), "socket path size");
+	memcpy(c->sock_path, p->sock, sizeof(p->sock));
+	pthread_mutex_init(&c->lock, NULL);
+	return c;
+}
+
+SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out)
+{
+	if (!out) {
+		err_set("seer_connect: out is NULL (pass the address of a seer_client_t *)");
+		return -EINVAL;
+	}
+	*out = NULL;
+	struct params p;
+	int rc = resolve(opts, &p);
+	if (rc != 0)
+		return rc;
+	struct seer_client *c = client_new(&p);
+	if (!c)
+		return -ENOMEM;
+	uint64_t deadline = now_ns() + (uint64_t)p.timeout_ms * 1000000ull;
+	int fds[SEER_WELCOME_NFDS];
+	c->sock = open_socket(p.sock, deadline);
+	if (c->sock < 0) {
+		rc = c->sock;
+		goto fail;
+	}
+	if ((rc = handshake(c, &p, deadline, fds)) != 0)
+		goto fail;
+	rc = map_segments(c, fds);
+	c->arena_fd = fds[0]; /* kept for seer_arena_fd() */
+	close(fds[1]);
+	close(fds[2]);
+	c->efd = fds[3];
+	if (rc != 0 || (rc = attach(c)) != 0 || (rc = handle_register(c, out)) != 0)
+		goto fail;
+	err_clear();
+	return 0;
+fail:
+	client_destroy(c, false);
+	return rc;
+}

@@ -1,0 +1,51 @@
+/* The small helpers libseer links (and the daemon and tools with it): macros,
+ * time, the thread's error text, error names and the CPU spin hint.
+ *
+ * Nothing here allocates, logs, aborts or exits: this is what the client
+ * library may contain (the daemon-only helpers, logging and the allocators
+ * that abort on out of memory, live in util.c). Thread-safe; the error text
+ * is per thread. */
+#ifndef SEER_BASE_H
+#define SEER_BASE_H
+
+#include <stdint.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define UNUSED __attribute__((unused))
+#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- time ---------------------------------------------------------------- */
+uint64_t now_ns(void);          /* CLOCK_MONOTONIC */
+double now_s(void);
+void sleep_ns(uint64_t ns);
+
+/* ---- spinning -------------------------------------------------------------
+ * A hint to the CPU that this thread busy-waits (x86 PAUSE, aarch64 ISB,
+ * 32-bit Arm YIELD); a compiler barrier elsewhere. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	/* ISB rather than YIELD: YIELD is a no-op on most Arm server cores, ISB
+	 * waits a few tens of cycles (what Rust's spin_loop hint does) */
+	__asm__ __volatile__("isb sy" ::: "memory");
+#elif defined(__arm__)
+	__asm__ __volatile__("yield" ::: "memory");
+#else
+	__asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* ---- error text ------------------------------------------------------------ */
+/* Thread-local "last error" message (what seer_errmsg() returns). */
+void err_set(const char *fmt, ...) PRINTF_LIKE(1, 2);
+const char *err_get(void);
+void err_clear(void);
+
+#endif /* SEER_BASE_H */
