@@ -48,8 +48,9 @@ LDFLAGS := $(filter -fsanitize=%,$(OPT))
 LIBS := $(PKG_LIBS) -lpthread -lm
 
 # modules shared by the daemon, the tools and the tests
-CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
-	src/plan.c src/plansim.c src/topo.c src/ctrl.c $(wildcard src/fmt_*.c)
+CORE_SRC := src/util.c src/sampler.c src/catalog.c src/catalog_walk.c src/catalog_image.c \
+	src/catalog_read.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
+	src/plan.c src/plansim.c src/topo.c src/ctrl.c $(wildcard src/fmt/*.c)
 CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
 DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c daemon/cluster.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)

@@ -173,6 +173,5 @@ void cat_builder_error(struct cat_builder *b, const char *fmt, ...)
 int cat_read_error(struct cat_reader *rd, uint64_t id, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
-extern const struct fmt_ops fmt_files;
 
 #endif /* SEER_CATALOG_H */

@@ -25,7 +25,7 @@
 #include <xxhash.h>
 
 #include "../src/catalog.h"
-#include "../src/fmt.h"
+#include "../src/fmt/fmt.h"
 #include "../src/util.h"
 
 struct job {

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "../../src/catalog.h"
-#include "../../src/fmt.h"
+#include "../../src/fmt/fmt.h"
 #include "../../src/util.h"
 #include "seer.h"
 

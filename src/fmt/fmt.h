@@ -1,11 +1,12 @@
-/* Dataset formats (src/fmt_*.c): the catalog plug-ins and the parsers behind
- * them.
+/* Dataset formats (src/fmt/): the catalog's plug-ins and the parsers behind
+ * them. The list of formats is fmt/registry.h; each format lives in its own
+ * file(s) and defines `const struct fmt_ops fmt_<name>`.
  *
  * Every parser here reads only the (buffer, length) it is given, whatever the
  * bytes say, so tests and fuzz harnesses can call it directly. On malformed
  * input it returns SEER_EDATASET and writes why into err[errlen] (always
- * terminated); it never aborts. See docs/formats.md for what each format
- * delivers as a sample. */
+ * terminated); it never aborts. Parsers are pure functions: any thread. See
+ * docs/formats.md for what each format delivers as a sample. */
 #ifndef SEER_FMT_H
 #define SEER_FMT_H
 
@@ -13,18 +14,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "catalog.h"
+#include "../catalog.h"
+#include "crc32c.h"
+#include "registry.h"
 
-extern const struct fmt_ops fmt_npz;      /* fmt_npz.c */
-extern const struct fmt_ops fmt_npy;      /* fmt_npz.c */
-extern const struct fmt_ops fmt_hdf5;     /* fmt_hdf5.c */
-extern const struct fmt_ops fmt_tfrecord; /* fmt_tfrecord.c */
-extern const struct fmt_ops fmt_indexed;  /* fmt_indexed.c */
+#define FMT_DECLARE(name, desc) extern const struct fmt_ops fmt_##name;
+FMT_LIST(FMT_DECLARE)
+#undef FMT_DECLARE
 
 /* Write why into err (printf-style) and return SEER_EDATASET. */
 int fmt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* accept() for formats whose directories also hold *.idx index files. */
 bool fmt_not_index(const struct cat_params *p, const char *relpath);
+/* Does s end with suf (case-insensitive), with at least one byte before it? */
+bool fmt_has_suffix(const char *s, const char *suf);
 
 /* Bytes per element of a seer dtype (1 for BYTES); 0 for an invalid code. */
 static inline uint32_t fmt_dtype_size(uint32_t dtype)
@@ -123,13 +126,6 @@ int zip_local_data_off(const void *buf, size_t len, const struct zip_entry *e,
 #define TFR_HDR_LEN 12    /* u64 length + u32 masked CRC32C of it */
 #define TFR_FOOTER_LEN 4  /* u32 masked CRC32C of the payload */
 
-/* CRC32C (Castagnoli) of buf continuing crc (0 to start). Uses SSE4.2 when the
- * CPU has it. */
-uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
-static inline uint32_t tfr_mask_crc(uint32_t crc)
-{
-	return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
 /* Payload length of the record whose header starts buf, its CRC checked. */
 int tfr_parse_header(const void *buf, size_t len, uint64_t *payload_len, char *err,
 		     size_t errlen);

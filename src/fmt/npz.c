@@ -24,7 +24,7 @@
 #include <zlib.h>
 
 #include "seer.h"
-#include "util.h"
+#include "../util.h"
 
 #define fail fmt_fail
 

@@ -1,9 +1,12 @@
-/* Small pieces every format shares. */
+/* Small pieces every format shares: error text, file-name filters.
+ * Pure functions: any thread. */
+#define _GNU_SOURCE
 #include "fmt.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "seer.h"
 
@@ -14,6 +17,12 @@ int fmt_fail(char *err, size_t errlen, const char *fmt, ...)
 	vsnprintf(err, errlen, fmt, ap);
 	va_end(ap);
 	return SEER_EDATASET;
+}
+
+bool fmt_has_suffix(const char *s, const char *suf)
+{
+	size_t n = strlen(s), m = strlen(suf);
+	return n > m && strcasecmp(s + n - m, suf) == 0;
 }
 
 bool fmt_not_index(const struct cat_params *p, const char *relpath)
