@@ -197,6 +197,27 @@ void cat_finish_totals(struct catalog *c)
 	}
 }
 
+const char *cat_path_abbrev(char *buf, size_t len, const char *path)
+{
+	size_t n = strlen(path);
+	if (n < len || len < 16) {
+		snprintf(buf, len, "%s", path);
+		return buf;
+	}
+	size_t keep = len - 4, head = keep / 3, tail = keep - head; /* head + "..." + tail + NUL */
+	snprintf(buf, len, "%.*s...%s", (int)head, path, path + n - tail);
+	return buf;
+}
+
+/* root/rel for a message, abbreviated. */
+static const char *file_abbrev(char *buf, size_t len, const char *root, const char *rel)
+{
+	char *full = xasprintf("%s/%s", root, rel);
+	cat_path_abbrev(buf, len, full);
+	free(full);
+	return buf;
+}
+
 static void builder_free(struct cat_builder *b)
 {
 	for (uint32_t i = 0; i < b->nclasses; i++)
@@ -242,8 +263,11 @@ static int scan_files(struct cat_builder *b, char **paths, char *err, size_t err
 		const char *rel = paths[i];
 		int fd = openat(dfd, rel, O_RDONLY | O_CLOEXEC);
 		struct stat st;
+		char show[CAT_PATH_SHOW];
 		if (fd < 0 || fstat(fd, &st) != 0) {
-			snprintf(err, errlen, "dataset file %s/%s: %s", c->root, rel, strerror(errno));
+			int e = errno;
+			snprintf(err, errlen, "dataset file %s: %s",
+				 file_abbrev(show, sizeof(show), c->root, rel), strerror(e));
 			if (fd >= 0)
 				close(fd);
 			rc = SEER_EDATASET;
@@ -256,7 +280,8 @@ static int scan_files(struct cat_builder *b, char **paths, char *err, size_t err
 		rc = c->fmt->scan(b, i, fd, (uint64_t)st.st_size);
 		close(fd);
 		if (rc != 0) {
-			snprintf(err, errlen, "dataset file %s/%s: %s", c->root, rel,
+			snprintf(err, errlen, "dataset file %s: %s",
+				 file_abbrev(show, sizeof(show), c->root, rel),
 				 b->err[0] ? b->err : seer_strerror(rc));
 			rc = rc == -ENOMEM ? rc : SEER_EDATASET;
 		}
@@ -307,6 +332,8 @@ static int cat_build(const struct cat_opts *o, const struct fmt_ops *fmt, const 
 	int rc = cat_walk_tree(root, fmt, &o->params, o->progress, &b.pool, &w, err, errlen);
 	if (rc == 0)
 		rc = list_files(&b, &w, err, errlen);
+	if (rc == 0)
+		c->skipped_links = w.skipped_links;
 	if (rc == 0 && (o->progress || w.n >= 100000))
 		log_info("catalog: %zu files under %s listed in %.1f s", w.n, root,
 			 (double)(now_ns() - t0) / 1e9);

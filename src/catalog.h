@@ -75,6 +75,7 @@ struct catalog {
 	uint64_t params_hash;      /* hash of format name + params */
 	uint64_t hash;             /* content hash: files, samples, types */
 	bool from_cache;           /* loaded from the cache file, not scanned */
+	uint64_t skipped_links;    /* scan: links to directories walked before, not followed */
 	int64_t scan_ns;           /* wall-clock time the scan started */
 	char *cache_path;          /* its cache file (removed when a read finds the
 				      dataset changed), or NULL */
@@ -93,6 +94,11 @@ static inline const char *cat_path(const struct catalog *c, uint32_t file)
 {
 	return c->strpool + c->files[file].path_off;
 }
+
+/* A path for a message: as is when it fits buf, else its head and tail around
+ * "...", so the file name and the reason after it survive. Returns buf. */
+#define CAT_PATH_SHOW 128
+const char *cat_path_abbrev(char *buf, size_t len, const char *path);
 
 /* Build (or load from the cache) the catalog. On failure returns a negative
  * errno or SEER_EDATASET with a message naming the path and what to do in err. */

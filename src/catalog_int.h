@@ -28,6 +28,7 @@ struct cat_walk {
 	size_t n, cap;
 	struct cat_dir *dirs;
 	size_t ndirs, capdirs;
+	uint64_t skipped_links;  /* links to directories walked before, not followed */
 };
 /* Walk root. 0, or SEER_EDATASET / -errno with why in err (naming the path).
  * w holds what was found so far either way: free it with cat_walk_free. */

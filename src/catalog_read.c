@@ -96,8 +96,12 @@ int cat_read_error(struct cat_reader *rd, uint64_t id, int code, const char *fmt
 {
 	const struct catalog *c = rd->cat;
 	const struct cat_sample *s = &c->samples[id];
-	int n = snprintf(rd->err, sizeof(rd->err), "sample %llu (%s/%s): ", (unsigned long long)id,
-			 c->root, cat_path(c, s->file));
+	/* the path abbreviated (the message reaches trainers in 256 bytes): the
+	 * reason after it always survives */
+	char full[2 * PATH_MAX], show[CAT_PATH_SHOW];
+	snprintf(full, sizeof(full), "%s/%s", c->root, cat_path(c, s->file));
+	int n = snprintf(rd->err, sizeof(rd->err), "sample %llu (%s): ", (unsigned long long)id,
+			 cat_path_abbrev(show, sizeof(show), full));
 	if (n < 0 || n >= (int)sizeof(rd->err))
 		return code;
 	va_list ap;
