@@ -7,6 +7,7 @@
  * catalog_image.c, reading samples catalog_read.c, the formats src/fmt/. */
 #define _GNU_SOURCE
 #include "catalog_int.h"
+#include "fmt/fmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -337,8 +338,10 @@ static int cat_build(const struct cat_opts *o, const struct fmt_ops *fmt, const 
 	if (rc == 0 && (o->progress || w.n >= 100000))
 		log_info("catalog: %zu files under %s listed in %.1f s", w.n, root,
 			 (double)(now_ns() - t0) / 1e9);
+	uint64_t b0 = fmt_thread_bytes();
 	if (rc == 0)
 		rc = scan_files(&b, w.paths, err, errlen);
+	c->scan_bytes = fmt_thread_bytes() - b0;
 	if (rc == 0 && c->nsamples == 0) {
 		snprintf(err, errlen, "dataset %s: its %u %s files hold no samples", root, c->nfiles,
 			 fmt->name);
@@ -353,6 +356,9 @@ static int cat_build(const struct cat_opts *o, const struct fmt_ops *fmt, const 
 		b.pool.buf = NULL;
 		cat_finish_totals(c);
 		c->hash = cat_hash_content(c);
+		rc = cat_attach_shared(c, err, errlen);
+	}
+	if (rc == 0) {
 		*out = c;
 		c = NULL;
 	}
@@ -373,7 +379,20 @@ void cat_free(struct catalog *c)
 	free(c->dirs);
 	free(c->strpool);
 	free(c->cache_path);
+	if (c->fmt_shared)
+		c->fmt->shared_free(c->fmt_shared);
 	free(c);
+}
+
+int cat_attach_shared(struct catalog *c, char *err, size_t errlen)
+{
+	if (!c->fmt->shared_new)
+		return 0;
+	c->fmt_shared = c->fmt->shared_new(c);
+	if (c->fmt_shared)
+		return 0;
+	snprintf(err, errlen, "out of memory for the %s readers' shared state", c->fmt->name);
+	return -ENOMEM;
 }
 
 /* The directories still look as when the catalog was built? */

@@ -55,6 +55,7 @@ struct cat_params {
 };
 
 struct fmt_ops;
+struct fmt_mem_stats;
 
 struct catalog {
 	char *root;                /* absolute dataset path, no trailing '/' */
@@ -79,6 +80,10 @@ struct catalog {
 	int64_t scan_ns;           /* wall-clock time the scan started */
 	char *cache_path;          /* its cache file (removed when a read finds the
 				      dataset changed), or NULL */
+	uint64_t scan_bytes;       /* bytes the scan read from dataset files (0 when
+				      loaded from the cache file) */
+	void *fmt_shared;          /* the format's state shared by all readers (its
+				      decoded-data cache), or NULL; see fmt_ops */
 };
 
 struct cat_opts {
@@ -127,6 +132,10 @@ struct cat_reader {
 	uint64_t fd_used[CAT_FD_CACHE];
 	uint64_t tick;
 	void *fmt_state;           /* owned by the format */
+	uint64_t last_bytes;       /* bytes the last cat_read read from the file system
+				      (its own reads; a sample another reader had
+				      already decoded costs 0) */
+	uint64_t bytes_read;       /* the sum over this reader's life */
 	char err[512];             /* why the last read failed */
 };
 
@@ -134,7 +143,9 @@ int cat_reader_init(struct cat_reader *rd, const struct catalog *c);
 void cat_reader_fini(struct cat_reader *rd);
 /* Read sample `id` into dst (catalog length bytes). 0, or a negative errno
  * (I/O: -EIO, -ENOENT, ...) or SEER_EDATASET (content does not match the
- * catalog or the format's checks), with rd->err naming file, sample and why. */
+ * catalog or the format's checks), with rd->err naming file, sample and why.
+ * Either way rd->last_bytes says how many bytes it read from the files (the
+ * PFS bytes of this read: headers, whole members, retries of its own). */
 int cat_read(struct cat_reader *rd, uint64_t id, void *dst);
 /* An fd on the catalog's file `file`, kept open by the reader (do not close). */
 int cat_reader_fd(struct cat_reader *rd, uint32_t file);
@@ -156,6 +167,12 @@ struct fmt_ops {
 	int (*read)(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst);
 	/* Free the reader's fmt_state (may be NULL). */
 	void (*reader_fini)(struct cat_reader *rd);
+	/* State shared by all readers of a catalog (may be NULL): created when the
+	 * catalog is built or loaded (NULL: out of memory), freed with it; must be
+	 * safe to use from every reader thread at once. */
+	void *(*shared_new)(const struct catalog *c);
+	void (*shared_free)(void *shared);
+	void (*mem_stats)(void *shared, struct fmt_mem_stats *st);
 };
 
 /* Append a sample of the file being scanned; returns 0 or -ENOMEM/-EOVERFLOW. */

@@ -221,6 +221,8 @@ int cat_deserialize(const void *buf, size_t len, struct catalog **out, char *err
 		if (cat_hash_content(c) != h.hash)
 			rc = hash_mismatch(err, errlen);
 	}
+	if (rc == 0)
+		rc = cat_attach_shared(c, err, errlen);
 	if (rc) {
 		cat_free(c);
 		return rc;

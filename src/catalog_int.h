@@ -38,6 +38,8 @@ void cat_walk_free(struct cat_walk *w);
 
 uint64_t cat_hash_params(const struct cat_opts *o);
 uint64_t cat_hash_content(const struct catalog *c);
+/* Give c its format's shared reader state (fmt_ops.shared_new). 0 or -ENOMEM. */
+int cat_attach_shared(struct catalog *c, char *err, size_t errlen);
 /* total_bytes and max_len from the samples. */
 void cat_finish_totals(struct catalog *c);
 

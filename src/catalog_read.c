@@ -6,6 +6,7 @@
  * turns any failure into a message naming the sample, its file and why. */
 #define _GNU_SOURCE
 #include "catalog_int.h"
+#include "fmt/fmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -114,11 +115,15 @@ int cat_read_error(struct cat_reader *rd, uint64_t id, int code, const char *fmt
 int cat_read(struct cat_reader *rd, uint64_t id, void *dst)
 {
 	const struct catalog *c = rd->cat;
+	rd->last_bytes = 0;
 	if (id >= c->nsamples)
 		return -ERANGE;
 	rd->err[0] = '\0';
 	const struct cat_sample *s = &c->samples[id];
+	uint64_t b0 = fmt_thread_bytes();
 	int rc = c->fmt->read(rd, id, s, dst);
+	rd->last_bytes = fmt_thread_bytes() - b0;
+	rd->bytes_read += rd->last_bytes;
 	if (rc != 0) {
 		if (rc == -ESTALE && c->cache_path) {
 			/* the cache describes files that are gone: the next start

@@ -89,6 +89,9 @@ static const struct cfg_key keys[] = {
 
 	{ "prefetch", "io_threads", CFG_U64, F(io_threads), "16", 1, 1024, NULL, false,
 	  "threads reading samples (reads in flight)" },
+	{ "prefetch", "format_memory", CFG_SIZE, F(format_memory), "32MiB", 0, U64MAX, NULL, false,
+	  "memory the format readers share for decoded data (npz/npy members that must be "
+	  "decoded or transposed whole, HDF5 chunk caches); 0: keep nothing decoded" },
 	{ "prefetch", "lookahead", CFG_U64, F(lookahead), "8", 1, 4096, NULL, false,
 	  "batches prepared ahead of each trainer" },
 	{ "prefetch", "retries", CFG_U64, F(retries), "3", 0, 100, NULL, false,

@@ -41,6 +41,7 @@ struct seer_config {
 	char *policy;           /* "seer" or "nopfs" */
 	/* [prefetch] */
 	uint64_t io_threads;
+	uint64_t format_memory;  /* bytes the formats may keep decoded */
 	uint64_t lookahead;
 	uint64_t retries;
 	double retry_backoff_ms;

@@ -57,7 +57,7 @@ static int files_read(struct cat_reader *rd, uint64_t id, const struct cat_sampl
 	int fd = cat_reader_fd(rd, s->file);
 	if (fd < 0)
 		return fd;
-	int rc = pread_full(fd, dst, s->length, s->offset);
+	int rc = fmt_pread(fd, dst, s->length, s->offset);
 	if (rc == -ENODATA)
 		return cat_read_error(rd, id, SEER_EDATASET,
 				      "file shorter than its catalogued %llu bytes: restart seerd "

@@ -106,9 +106,9 @@ static int idx_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 	char err[512];
 	for (uint64_t i = 0; i < n; i += IDX_CHUNK) {
 		uint64_t cnt = MIN(n - i, (uint64_t)IDX_CHUNK);
-		rc = pread_full(fo.fd, bo, cnt * 8, i * 8);
+		rc = fmt_pread(fo.fd, bo, cnt * 8, i * 8);
 		if (rc == 0)
-			rc = pread_full(fs.fd, bs, cnt * 8, i * 8);
+			rc = fmt_pread(fs.fd, bs, cnt * 8, i * 8);
 		if (rc == -ENODATA) {
 			cat_builder_error(b, "index files of %s shrank while being read", rel);
 			rc = SEER_EDATASET;
@@ -141,7 +141,7 @@ static int idx_read(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 	int fd = cat_reader_fd(rd, s->file);
 	if (fd < 0)
 		return fd;
-	int rc = pread_full(fd, dst, (size_t)s->length, s->offset);
+	int rc = fmt_pread(fd, dst, (size_t)s->length, s->offset);
 	if (rc == -ENODATA)
 		return cat_read_error(rd, id, SEER_EDATASET, "data file shorter than its index "
 				      "(offset %llu + %llu bytes): restart seerd to rescan",

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "seer.h"
@@ -175,7 +174,7 @@ static int tfr_walk(int fd, uint64_t size, const struct tfr_extent *ix, uint64_t
 		}
 		if (pos < wpos || pos + TFR_HDR_LEN > wpos + wlen) {
 			wlen = MIN(size - pos, (uint64_t)SCAN_WIN);
-			rc = pread_full(fd, win, (size_t)wlen, pos);
+			rc = fmt_pread(fd, win, (size_t)wlen, pos);
 			if (rc == -ENODATA)
 				rc = fail(err, errlen, "file shrank while being scanned");
 			if (rc)
@@ -264,7 +263,7 @@ static int read_small_file(const char *path, char **buf, size_t *len)
 	if (rc == 0) {
 		*len = (size_t)st.st_size;
 		*buf = malloc(MAX(*len, (size_t)1));
-		rc = *buf ? pread_full(fd, *buf, *len, 0) : -ENOMEM;
+		rc = *buf ? fmt_pread(fd, *buf, *len, 0) : -ENOMEM;
 		if (rc) {
 			free(*buf);
 			*buf = NULL;
@@ -329,31 +328,6 @@ static int tfr_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 
 /* ---- reading ------------------------------------------------------------------------ */
 
-static int preadv_full(int fd, struct iovec *iov, int cnt, uint64_t off)
-{
-	while (cnt > 0) {
-		ssize_t n = preadv(fd, iov, cnt, (off_t)off);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -ENODATA;
-		off += (uint64_t)n;
-		while (cnt > 0 && (size_t)n >= iov->iov_len) {
-			n -= (ssize_t)iov->iov_len;
-			iov++;
-			cnt--;
-		}
-		if (cnt > 0) {
-			iov->iov_base = (uint8_t *)iov->iov_base + n;
-			iov->iov_len -= (size_t)n;
-		}
-	}
-	return 0;
-}
-
 static int tfr_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
 {
 	int fd = cat_reader_fd(rd, s->file);
@@ -363,7 +337,7 @@ static int tfr_read(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 	struct iovec iov[3] = {
 		{ hdr, sizeof(hdr) }, { dst, (size_t)s->length }, { foot, sizeof(foot) },
 	};
-	int rc = preadv_full(fd, iov, 3, s->offset);
+	int rc = fmt_preadv(fd, iov, 3, s->offset);
 	if (rc == -ENODATA)
 		return cat_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
 				      "records: restart seerd to rescan");
