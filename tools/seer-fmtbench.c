@@ -86,6 +86,63 @@ static void usage(void)
 	exit(2);
 }
 
+/* ids 0..n-1, in order or in one fixed shuffled order (malloc'd). */
+static uint64_t *order(uint64_t n, bool shuffle)
+{
+	uint64_t *ids = xmalloc(MAX(n, (uint64_t)1) * sizeof(*ids));
+	for (uint64_t i = 0; i < n; i++)
+		ids[i] = i;
+	uint64_t s = 0x9e3779b97f4a7c15ull;
+	for (uint64_t i = n; shuffle && i > 1; i--) {
+		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+		uint64_t k = s % i, t = ids[i - 1];
+		ids[i - 1] = ids[k];
+		ids[k] = t;
+	}
+	return ids;
+}
+
+/* One pass over every sample with `threads` readers; prints its line. 0 or 1. */
+static int run_pass(const struct catalog *c, const uint64_t *ids, int threads, const char *label,
+		    const char *name, bool shuffle)
+{
+	struct job jobs[64];
+	pthread_t th[64];
+	struct fmt_mem_stats m0, m1;
+	fmt_memory_stats(c, &m0);
+	uint64_t t0 = now_ns();
+	for (int t = 0; t < threads; t++) {
+		uint64_t lo = c->nsamples * (uint64_t)t / (uint64_t)threads;
+		uint64_t hi = c->nsamples * (uint64_t)(t + 1) / (uint64_t)threads;
+		jobs[t] = (struct job){ .c = c, .ids = ids + lo, .n = hi - lo };
+		pthread_create(&th[t], NULL, run_reader, &jobs[t]);
+	}
+	uint64_t bytes = 0, sum = 0, read = 0;
+	int rc = 0;
+	for (int t = 0; t < threads; t++) {
+		pthread_join(th[t], NULL);
+		if (jobs[t].rc && !rc) {
+			fprintf(stderr, "%s: %s\n", label, jobs[t].err);
+			rc = 1;
+		}
+		bytes += jobs[t].bytes;
+		sum += jobs[t].sum;
+		read += jobs[t].read;
+	}
+	if (rc)
+		return rc;
+	double s = (double)(now_ns() - t0) / 1e9;
+	fmt_memory_stats(c, &m1);
+	printf("%-12s %-6s %-7s %8llu %9.1f %9.1f %8.3f %11.0f %9.1f %7llu  %016llx\n", label, name,
+	       shuffle ? "shuffle" : "seq", (unsigned long long)c->nsamples,
+	       (double)bytes / (1 << 20), (double)read / (1 << 20), s, (double)c->nsamples / s,
+	       (double)bytes / (1 << 20) / s,
+	       (unsigned long long)(m1.loads - m0.loads + m1.streamed - m0.streamed),
+	       (unsigned long long)sum);
+	fflush(stdout);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int threads = 1, repeats = 3, opt;
@@ -126,58 +183,17 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s: %s\n", argv[a], err);
 			return 1;
 		}
-		uint64_t *ids = xmalloc(c->nsamples * sizeof(*ids));
-		for (uint64_t i = 0; i < c->nsamples; i++)
-			ids[i] = i;
-		if (shuffle) {
-			uint64_t s = 0x9e3779b97f4a7c15ull;
-			for (uint64_t i = c->nsamples; i > 1; i--) {
-				s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-				uint64_t k = s % i, t = ids[i - 1];
-				ids[i - 1] = ids[k];
-				ids[k] = t;
-			}
-		}
-		for (int pass = cold ? 0 : 1; pass <= repeats; pass++) {
-			const char *name = "warm";
-			if (pass == 0)
-				name = drop_caches() ? "cold" : "cold?";
-			struct job jobs[64];
-			pthread_t th[64];
-			struct fmt_mem_stats m0, m1;
-			fmt_memory_stats(c, &m0);
-			uint64_t t0 = now_ns();
-			for (int t = 0; t < threads; t++) {
-				uint64_t lo = c->nsamples * (uint64_t)t / (uint64_t)threads;
-				uint64_t hi = c->nsamples * (uint64_t)(t + 1) / (uint64_t)threads;
-				jobs[t] = (struct job){ .c = c, .ids = ids + lo, .n = hi - lo };
-				pthread_create(&th[t], NULL, run_reader, &jobs[t]);
-			}
-			uint64_t bytes = 0, sum = 0, read = 0;
-			for (int t = 0; t < threads; t++) {
-				pthread_join(th[t], NULL);
-				if (jobs[t].rc) {
-					fprintf(stderr, "%s: %s\n", argv[a], jobs[t].err);
-					return 1;
-				}
-				bytes += jobs[t].bytes;
-				sum += jobs[t].sum;
-				read += jobs[t].read;
-			}
-			double s = (double)(now_ns() - t0) / 1e9;
-			fmt_memory_stats(c, &m1);
-			printf("%-12s %-6s %-7s %8llu %9.1f %9.1f %8.3f %11.0f %9.1f %7llu  %016llx\n",
-			       label, name, shuffle ? "shuffle" : "seq", (unsigned long long)c->nsamples,
-			       (double)bytes / (1 << 20), (double)read / (1 << 20), s,
-			       (double)c->nsamples / s, (double)bytes / (1 << 20) / s,
-			       (unsigned long long)(m1.loads - m0.loads + m1.streamed - m0.streamed),
-			       (unsigned long long)sum);
-			fflush(stdout);
-		}
+		uint64_t *ids = order(c->nsamples, shuffle);
+		int rc = 0;
+		for (int pass = cold ? 0 : 1; pass <= repeats && rc == 0; pass++)
+			rc = run_pass(c, ids, threads, label,
+				      pass ? "warm" : drop_caches() ? "cold" : "cold?", shuffle);
 		free(ids);
 		cat_free(c);
 		free(label);
 		free(spec);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
