@@ -299,7 +299,7 @@ static int list_files(struct cat_builder *b, struct cat_walk *w, char *err, size
 	struct catalog *c = b->c;
 	if (w->n == 0) {
 		snprintf(err, errlen,
-			 "dataset %s holds no %s sample files: point dataset.path at the data "
+			 "dataset %s holds no files of format %s: point dataset.path at the data "
 			 "directory or set dataset.format (one of %s)",
 			 c->root, c->fmt->name, cat_format_names());
 		return SEER_EDATASET;

@@ -250,7 +250,8 @@ static int walk_one(struct walk *w, const char *rel)
 			 *rel ? cat_path_abbrev(a, sizeof(a), rel) : ".", strerror(-rc));
 		rc = rc == -ENOMEM ? rc : SEER_EDATASET;
 	}
-	qsort(ents, n, sizeof(*ents), cmp_entry);
+	if (n > 1)
+		qsort(ents, n, sizeof(*ents), cmp_entry);
 	size_t room = PATH_MAX - strlen(w->root) - 1; /* "root/" + rel + NUL fits PATH_MAX */
 	for (size_t i = n; rc == 0 && i-- > 0;) { /* reversed: the stack pops them in order */
 		char *child = *rel ? xasprintf("%s/%s", rel, ents[i].name) : xstrdup(ents[i].name);

@@ -135,7 +135,8 @@ Test(catalog, empty_dataset)
 	struct cat_opts o = opts(true);
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, data);
-	assert_has(err, "no");
+	assert_has(err, "holds no files of format files"); /* once "no files sample files" */
+	assert_has(err, "dataset.format");
 }
 
 Test(catalog, missing_dataset)
