@@ -197,6 +197,17 @@ struct h5_info {
 	int64_t *labels;           /* n, or NULL */
 };
 
+/* Close a dataset with its space and type (either may be < 0); returns rc. Lock held. */
+static int close_dset(hid_t d, hid_t sp, hid_t t, int rc)
+{
+	if (t >= 0)
+		H5Tclose(t);
+	if (sp >= 0)
+		H5Sclose(sp);
+	H5Dclose(d);
+	return rc;
+}
+
 /* The shape and type of a sample dataset: the sample type (stacked for a
  * split record), the bytes of one row. Lock held. */
 static int dset_shape(const char *name, hid_t sp, hid_t t, const struct h5_info *in,
@@ -295,12 +306,7 @@ static int probe_dset(hid_t fid, const char *name, uint64_t fsize, struct h5_inf
 	H5Eclear2(H5E_DEFAULT);
 	if (dcpl >= 0)
 		H5Pclose(dcpl);
-	if (t >= 0)
-		H5Tclose(t);
-	if (sp >= 0)
-		H5Sclose(sp);
-	H5Dclose(d);
-	return rc;
+	return close_dset(d, sp, t, rc);
 }
 
 /* n labels as int64 from dataset d of class cls (integral floats accepted).
@@ -375,12 +381,7 @@ static int probe_labels(hid_t fid, const char *name, struct h5_info *in, char *e
 			  class_name(cls));
 	if (rc == 0)
 		rc = read_labels(d, cls, name, in, err, errlen);
-	if (t >= 0)
-		H5Tclose(t);
-	if (sp >= 0)
-		H5Sclose(sp);
-	H5Dclose(d);
-	return rc;
+	return close_dset(d, sp, t, rc);
 }
 
 static int h5_probe(const char *path, const struct cat_params *p, uint64_t fsize,

@@ -29,26 +29,6 @@ void fmt_count_bytes(uint64_t n)
 	thread_bytes += n;
 }
 
-int fmt_pread(int fd, void *buf, size_t len, uint64_t off)
-{
-	char *p = buf;
-	while (len > 0) {
-		ssize_t r = pread(fd, p, len, (off_t)off);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (r == 0)
-			return -ENODATA;
-		thread_bytes += (uint64_t)r;
-		p += r;
-		len -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
 int fmt_preadv(int fd, struct iovec *iov, int cnt, uint64_t off)
 {
 	while (cnt > 0) {
@@ -73,6 +53,12 @@ int fmt_preadv(int fd, struct iovec *iov, int cnt, uint64_t off)
 		}
 	}
 	return 0;
+}
+
+int fmt_pread(int fd, void *buf, size_t len, uint64_t off)
+{
+	struct iovec iov = { buf, len };
+	return fmt_preadv(fd, &iov, 1, off);
 }
 
 /* This thread's rchar, -1 when not available. The kernel adds the bytes of
