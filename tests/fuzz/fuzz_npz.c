@@ -17,11 +17,20 @@
 
 static char dir[64];
 
+static void cleanup(void)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/a.npz", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 static void setup(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/seer-fuzz-npz-XXXXXX");
 	if (!mkdtemp(dir))
 		abort();
+	atexit(cleanup);
 	log_set_level(LOG_ERROR);
 	fmt_set_memory(256 << 10); /* ranges and streaming both reachable */
 }
