@@ -121,6 +121,7 @@ struct etask {
 	struct waiter *w;
 	struct waiter w_inline[2];
 	uint32_t attempts;
+	uint64_t pfs_read;    /* TK_PFS: bytes cat_read read from the files, all attempts */
 	char err[SEER_ERRMSG_MAX];
 	struct etask *free_next;
 };
@@ -512,8 +513,10 @@ static void worker_exec(struct io_task *io, void *tls, void *ctx)
 		return;
 	}
 	double backoff_ms = e->cfg->retry_backoff_ms;
+	uint64_t read0 = rd->bytes_read;
 	for (uint32_t attempt = 0;; attempt++) {
 		rc = cat_read(rd, t->sample, dst);
+		t->pfs_read = rd->bytes_read - read0;
 		t->attempts = attempt + 1;
 		if (rc == 0 || !transient(rc) || attempt >= e->cfg->retries ||
 		    atomic_load_explicit(&e->stopping, memory_order_relaxed))
@@ -2042,7 +2045,7 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 			es->nvme_bytes += tk->len;
 		} else {
 			es->pfs_samples++;
-			es->pfs_bytes += tk->len;
+			es->pfs_bytes += tk->pfs_read; /* what the format read, not the sample */
 		}
 	} else if (status != -ECANCELED) {
 		log_warn("%s", tk->err[0] ? tk->err : seer_strerror(status));

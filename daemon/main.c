@@ -9,6 +9,7 @@
 
 #include "../src/catalog.h"
 #include "../src/config.h"
+#include "../src/fmt/fmt.h"
 #include "../src/util.h"
 #include "seer.h"
 #include "cluster.h"
@@ -104,6 +105,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	fmt_set_memory(cfg.format_memory); /* before the catalog: its readers share it */
 	char cache_dir[4096];
 	snprintf(cache_dir, sizeof(cache_dir), "%s", cfg.state_dir);
 	struct cat_opts co = {

@@ -55,6 +55,7 @@ struct cat_params {
 };
 
 struct fmt_ops;
+struct fmt_mem_stats;
 
 struct catalog {
 	char *root;                /* absolute dataset path, no trailing '/' */
@@ -75,9 +76,14 @@ struct catalog {
 	uint64_t params_hash;      /* hash of format name + params */
 	uint64_t hash;             /* content hash: files, samples, types */
 	bool from_cache;           /* loaded from the cache file, not scanned */
+	uint64_t skipped_links;    /* scan: links to directories walked before, not followed */
 	int64_t scan_ns;           /* wall-clock time the scan started */
 	char *cache_path;          /* its cache file (removed when a read finds the
 				      dataset changed), or NULL */
+	uint64_t scan_bytes;       /* bytes the scan read from dataset files (0 when
+				      loaded from the cache file) */
+	void *fmt_shared;          /* the format's state shared by all readers (its
+				      decoded-data cache), or NULL; see fmt_ops */
 };
 
 struct cat_opts {
@@ -93,6 +99,11 @@ static inline const char *cat_path(const struct catalog *c, uint32_t file)
 {
 	return c->strpool + c->files[file].path_off;
 }
+
+/* A path for a message: as is when it fits buf, else its head and tail around
+ * "...", so the file name and the reason after it survive. Returns buf. */
+#define CAT_PATH_SHOW 128
+const char *cat_path_abbrev(char *buf, size_t len, const char *path);
 
 /* Build (or load from the cache) the catalog. On failure returns a negative
  * errno or SEER_EDATASET with a message naming the path and what to do in err. */
@@ -121,6 +132,10 @@ struct cat_reader {
 	uint64_t fd_used[CAT_FD_CACHE];
 	uint64_t tick;
 	void *fmt_state;           /* owned by the format */
+	uint64_t last_bytes;       /* bytes the last cat_read read from the file system
+				      (its own reads; a sample another reader had
+				      already decoded costs 0) */
+	uint64_t bytes_read;       /* the sum over this reader's life */
 	char err[512];             /* why the last read failed */
 };
 
@@ -128,7 +143,9 @@ int cat_reader_init(struct cat_reader *rd, const struct catalog *c);
 void cat_reader_fini(struct cat_reader *rd);
 /* Read sample `id` into dst (catalog length bytes). 0, or a negative errno
  * (I/O: -EIO, -ENOENT, ...) or SEER_EDATASET (content does not match the
- * catalog or the format's checks), with rd->err naming file, sample and why. */
+ * catalog or the format's checks), with rd->err naming file, sample and why.
+ * Either way rd->last_bytes says how many bytes it read from the files (the
+ * PFS bytes of this read: headers, whole members, retries of its own). */
 int cat_read(struct cat_reader *rd, uint64_t id, void *dst);
 /* An fd on the catalog's file `file`, kept open by the reader (do not close). */
 int cat_reader_fd(struct cat_reader *rd, uint32_t file);
@@ -150,6 +167,12 @@ struct fmt_ops {
 	int (*read)(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst);
 	/* Free the reader's fmt_state (may be NULL). */
 	void (*reader_fini)(struct cat_reader *rd);
+	/* State shared by all readers of a catalog (may be NULL): created when the
+	 * catalog is built or loaded (NULL: out of memory), freed with it; must be
+	 * safe to use from every reader thread at once. */
+	void *(*shared_new)(const struct catalog *c);
+	void (*shared_free)(void *shared);
+	void (*mem_stats)(void *shared, struct fmt_mem_stats *st);
 };
 
 /* Append a sample of the file being scanned; returns 0 or -ENOMEM/-EOVERFLOW. */
@@ -173,6 +196,5 @@ void cat_builder_error(struct cat_builder *b, const char *fmt, ...)
 int cat_read_error(struct cat_reader *rd, uint64_t id, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
-extern const struct fmt_ops fmt_files;
 
 #endif /* SEER_CATALOG_H */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "fmt/registry.h"
 #include "util.h"
 
 enum cfg_type { CFG_STR, CFG_U64, CFG_SIZE, CFG_BOOL, CFG_DOUBLE, CFG_ENUM, CFG_LOGLEVEL };
@@ -24,7 +25,9 @@ struct cfg_key {
 	const char *help;
 };
 
-static const char *const formats[] = { "files", "npz", "npy", "hdf5", "tfrecord", "indexed", NULL };
+#define FMT_NAME(name, desc) #name,
+static const char *const formats[] = { FMT_LIST(FMT_NAME) NULL };
+#undef FMT_NAME
 static const char *const corrupt_policies[] = { "fail", "skip", NULL };
 static const char *const axes[] = { "last", "first", NULL };
 static const char *const policies[] = { "seer", "nopfs", NULL };
@@ -36,7 +39,7 @@ static const struct cfg_key keys[] = {
 	{ "dataset", "path", CFG_STR, F(dataset_path), "", 0, 0, NULL, false,
 	  "directory holding the dataset (required)" },
 	{ "dataset", "format", CFG_ENUM, F(dataset_format), "files", 0, 0, formats, true,
-	  "files (root/<class>/<file>, one sample per file), npz, npy, hdf5, tfrecord, indexed" },
+	  FMT_HELP },
 	{ "dataset", "extensions", CFG_STR, F(extensions), "", 0, 0, NULL, true,
 	  "files format: comma list of extensions to include (empty: all files)" },
 	{ "dataset", "hdf5_data", CFG_STR, F(hdf5_data), "records", 0, 0, NULL, true,
@@ -90,6 +93,9 @@ static const struct cfg_key keys[] = {
 
 	{ "prefetch", "io_threads", CFG_U64, F(io_threads), "16", 1, 1024, NULL, false,
 	  "threads reading samples (reads in flight)" },
+	{ "prefetch", "format_memory", CFG_SIZE, F(format_memory), "32MiB", 0, U64MAX, NULL, false,
+	  "memory the format readers share for decoded data (npz/npy members that must be "
+	  "decoded or transposed whole, HDF5 chunk caches); 0: keep nothing decoded" },
 	{ "prefetch", "lookahead", CFG_U64, F(lookahead), "8", 1, 4096, NULL, false,
 	  "batches prepared ahead of each trainer" },
 	{ "prefetch", "retries", CFG_U64, F(retries), "3", 0, 100, NULL, false,

@@ -42,6 +42,7 @@ struct seer_config {
 	bool replicas;          /* spare RAM/NVMe holds replicas (src/plan.h) */
 	/* [prefetch] */
 	uint64_t io_threads;
+	uint64_t format_memory;  /* bytes the formats may keep decoded */
 	uint64_t lookahead;
 	uint64_t retries;
 	double retry_backoff_ms;

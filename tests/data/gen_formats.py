@@ -28,6 +28,7 @@ import os
 import struct
 import sys
 import time
+import warnings
 import zipfile
 import zlib
 
@@ -481,6 +482,17 @@ def gen_bad(out, rng):
              y=np.arange(3))
     np.savez(path("bad_npz_labels", "a.npz"), x=x, y=np.arange(6))
     np.savez(path("bad_npz_nox", "a.npz"), a=x, b=y)
+    # two members named x.npy: numpy reads the last copy, other readers the first
+    p = path("bad_npz_dup", "a.npz")
+    np.savez(p, x=x, y=y)
+    second = io.BytesIO()
+    np.save(second, x + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile: "Duplicate name"
+        with zipfile.ZipFile(p, "a") as z:
+            z.writestr("x.npy", second.getvalue())
+    with zipfile.ZipFile(p) as z:
+        assert [i.filename for i in z.infolist()].count("x.npy") == 2
     p = path("bad_npz_deflate", "a.npz")
     np.savez_compressed(p, x=np.tile(np.arange(64, dtype=np.uint8), (64, 1))[:, :, None]
                         .repeat(4, axis=2), y=np.arange(4))

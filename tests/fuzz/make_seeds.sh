@@ -5,7 +5,7 @@
 set -euo pipefail
 out="$1"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-mkdir -p "$out"/{fuzz_config,fuzz_catalog,fuzz_npy,fuzz_zip,fuzz_tfrecord,fuzz_ctrl,fuzz_client}
+mkdir -p "$out"/{fuzz_config,fuzz_catalog,fuzz_npy,fuzz_zip,fuzz_npz,fuzz_tfrecord,fuzz_ctrl,fuzz_client}
 cp "$root/config/example.ini" "$out/fuzz_config/example.ini"
 printf '[dataset]\npath = ${HOME:-/x}/d\n[job]\nseed=0x10\nepochs = 3\n[cache]\nram = 1.5GiB\n' \
   > "$out/fuzz_config/small.ini"
@@ -26,6 +26,8 @@ save("f32f.npy", np.asfortranarray(np.ones((3, 5), dtype=">f4")))
 save("scalar.npy", np.array(7, dtype=np.int64))
 for name, f in (("stored.npz", np.savez), ("deflated.npz", np.savez_compressed)):
     b = io.BytesIO(); f(b, x=np.zeros((4, 4, 3), np.uint8), y=np.arange(3)); open(os.path.join(out, "fuzz_zip", name), "wb").write(b.getvalue())
+    b = io.BytesIO(); f(b, x=np.arange(4 * 5 * 6, dtype="<u2").reshape(4, 5, 6), y=np.arange(6)); open(os.path.join(out, "fuzz_npz", name), "wb").write(b.getvalue())
+b = io.BytesIO(); np.savez(b, x=np.asfortranarray(np.arange(60, dtype=">i4").reshape(3, 4, 5)), y=np.arange(5)); open(os.path.join(out, "fuzz_npz", "fortran.npz"), "wb").write(b.getvalue())
 def crc32c(data, crc=0):
     crc ^= 0xffffffff
     for b in data:

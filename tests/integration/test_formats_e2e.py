@@ -4,18 +4,24 @@ trainer (Python: every numpy view's dtype, shape, bytes and label compared
 with what numpy/h5py read), a C trainer is the other (bytes checked against
 the same expectation). A corrupted record fails exactly its batch with a
 message naming the file (on_corrupt = fail) or is substituted by the next
-valid sample and counted (on_corrupt = skip)."""
+valid sample and counted (on_corrupt = skip). Resident memory of seerd stays
+within cache.ram + cache.staging + 64 MiB on multi-sample npz and chunked HDF5
+datasets (VmHWM from /proc, read while the trainer holds the job open), and
+the PFS bytes seerd reports are the bytes the PFS emulator served (every
+format, the decoded-member cache on and off)."""
 
+import json
 import os
 import struct
 import subprocess
 import threading
+import time
 import zlib
 
 import h5py
 import numpy as np
 
-from seertest import (BIN, Daemon, check, cleanup, log, read_log, run_tests, seer, tmpdir)
+from seertest import (BIN, ROOT, Daemon, check, cleanup, log, read_log, run_tests, seer, tmpdir)
 
 RNG = np.random.default_rng(5)
 
@@ -240,6 +246,164 @@ def test_corrupt_file_at_catalog_time():
         cleanup(tmp)
 
 
+# ---- memory and bytes ------------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+def vm_hwm(pid):
+    """Peak resident set of a process, bytes."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM for pid %d" % pid)
+
+
+def make_big(tmp, kind, files=70, n=128, d=64):
+    """DLIO-like multi-sample files, 64x64 uint8 samples: 'npz' (x of shape
+    (d, d, n), np.savez), 'npz_deflate' (np.savez_compressed), 'hdf5_gzip'
+    (records (n, d, d), one gzip chunk per sample). Returns (root, expected
+    arrays in catalog order)."""
+    root = os.path.join(tmp, kind, "train")
+    os.makedirs(root)
+    rng = np.random.default_rng(7)
+    exp = []
+    for i in range(files):
+        x = rng.integers(0, 255, size=(d, d, n), dtype=np.uint8)
+        name = os.path.join(root, "img_%03d_of_%d" % (i, files))
+        if kind == "hdf5_gzip":
+            rec = np.ascontiguousarray(np.moveaxis(x, 2, 0))
+            with h5py.File(name + ".h5", "w") as h:
+                h.create_dataset("records", data=rec, chunks=(1, d, d), compression="gzip")
+                h.create_dataset("labels", data=np.arange(n))
+            exp += [rec[k] for k in range(n)]
+        else:
+            save = np.savez_compressed if kind == "npz_deflate" else np.savez
+            save(name + ".npz", x=x, y=np.arange(n))
+            exp += [np.ascontiguousarray(x[:, :, k]) for k in range(n)]
+    return root, exp
+
+
+def test_memory_bounded_multi_sample():
+    """seerd's peak RSS <= cache.ram + cache.staging + 64 MiB with the default
+    io_threads (16) and format memory (32 MiB), on ~37 MB multi-sample
+    datasets whose samples must be decoded (interleaved npz, compressed npz,
+    chunked gzip HDF5); every delivered sample checked."""
+    asan = os.environ.get("V", "release") != "release"
+    tmp = tmpdir("seer-fmt-")
+    try:
+        for kind, epochs in (("npz", 2), ("npz_deflate", 1), ("hdf5_gzip", 1)):
+            root, exp = make_big(tmp, kind)
+            ram, staging = 8 * MIB, 4 * MIB
+            s = {"dataset.path": root, "dataset.format": "hdf5" if kind == "hdf5_gzip" else "npz",
+                 "job.epochs": epochs, "job.batch_size": 64, "cache.ram": "8MiB",
+                 "cache.staging": "4MiB"}
+            with Daemon(os.path.join(tmp, kind), s) as d:
+                checked = 0
+                with seer.Loader(socket=d.sock, rank=0, world_size=1) as ld:
+                    for _ in range(ld.epochs):
+                        for b in ld:
+                            for sid, x in zip(b.ids.tolist(), b.samples):
+                                check(np.array_equal(x, exp[sid]),
+                                      "%s: sample %d differs" % (kind, sid))
+                                checked += 1
+                    hwm = vm_hwm(d.proc.pid)  # the job is still open: seerd is alive
+                check(d.wait(60) == 0, "%s: seerd failed:\n%s" % (kind, d.log()))
+                pfs = sum(e["pfs_bytes"] for e in d.stats()["epochs"])
+            bound = ram + staging + 64 * MIB
+            size = sum(os.path.getsize(os.path.join(root, f)) for f in os.listdir(root))
+            log("%-11s %5d samples checked, dataset %.1f MB, PFS read %.1f MB over %d epochs; "
+                "seerd VmHWM %.1f MiB (bound %.0f MiB%s)" %
+                (kind, checked, size / 1e6, pfs / 1e6, epochs, hwm / MIB, bound / MIB,
+                 ", not enforced under sanitizers" if asan else ""))
+            check(checked == epochs * len(exp), "%s: %d samples delivered" % (kind, checked))
+            check(asan or hwm <= bound, "%s: seerd reached %.1f MiB resident, bound %.0f MiB" %
+                  (kind, hwm / MIB, bound / MIB))
+            cleanup(os.path.join(tmp, kind))
+    finally:
+        cleanup(tmp)
+
+
+def pfsemu_available():
+    return (os.path.exists(os.path.join(BIN, "seer-pfsemu")) and os.path.exists("/dev/fuse") and
+            os.path.exists(os.path.join(ROOT, "scripts", "pfsemu-mount.sh")))
+
+
+def emu_bytes(mnt):
+    with open(os.path.join(mnt, ".pfsemu", "stats")) as f:
+        return json.load(f)["totals"]["bytes"]
+
+
+def age_tree(root):
+    """Directory mtimes an hour old: the catalog cache is trusted (racy-mtime rule)."""
+    past = time.time() - 3600
+    for d, _, _ in os.walk(root):
+        os.utime(d, (past, past))
+
+
+def test_pfs_bytes_are_bytes_read():
+    """The PFS bytes seerd reports equal the bytes the PFS emulator served to
+    it (seer-pfsemu's count of bytes returned), per format: npz stored and
+    compressed through the decoded-member cache and without it, TFRecord
+    (headers and CRCs are read too), chunked HDF5 (read by the HDF5 library),
+    indexed. The catalog is built first (seerd --check) and the emulator's
+    counters reset, so the job's reads are all it counts."""
+    check(pfsemu_available(), "this test needs bin/seer-pfsemu and /dev/fuse")
+    tmp = tmpdir("seer-fmt-")
+    cases = [("npz", {}), ("npz", {"prefetch.format_memory": "1KiB"}), ("tfrecord", {}),
+             ("hdf5", {}), ("indexed", {})]
+    try:
+        for i, (fmt, extra) in enumerate(cases):
+            work = os.path.join(tmp, "case%d" % i)
+            os.makedirs(work)
+            root, more, exp = make(work, fmt)
+            age_tree(os.path.join(work, fmt))
+            mnt = os.path.join(work, "pfs")
+            os.makedirs(mnt)
+            os.environ["PFSEMU_LOG"] = os.path.join(work, "pfsemu.log")
+            out = subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-mount.sh"),
+                                  os.path.join(work, fmt), mnt], capture_output=True, text=True,
+                                 timeout=60)
+            check(out.returncode == 0, "pfsemu mount failed: %s %s" % (out.stdout, out.stderr))
+            try:
+                s = {"dataset.path": os.path.join(mnt, "train"), "dataset.format": fmt,
+                     "job.epochs": 2, "job.batch_size": 3, "cache.ram": "0",
+                     "cache.staging": "4MiB", "daemon.state_dir": os.path.join(work, "state")}
+                s.update(more)
+                s.update(extra)
+                args = [os.path.join(BIN, "seerd"), "--check"]
+                for k, v in s.items():
+                    args += ["--set", "%s=%s" % (k, v)]
+                c = subprocess.run(args, capture_output=True, text=True, timeout=60)
+                check(c.returncode == 0, "seerd --check: %s" % c.stderr)
+                with open(os.path.join(mnt, ".pfsemu", "reset")) as f:
+                    check(f.read().strip() == "ok", "pfsemu reset")
+                with Daemon(work, s) as d:
+                    clog = os.path.join(work, "c.log")
+                    t = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0",
+                                        "--world", "1", "--socket", d.sock, "--log", clog,
+                                        "--quiet"], capture_output=True, text=True, timeout=120)
+                    check(t.returncode == 0, "%s: trainer failed: %s\n%s" % (fmt, t.stderr, d.log()))
+                    check(d.wait(30) == 0, "%s: seerd failed" % fmt)
+                    check("loaded from" in d.log(), "%s: the catalog was scanned again" % fmt)
+                    st = d.stats()
+                n = c_expect_ok(clog, exp)
+                reported = sum(e["pfs_bytes"] for e in st["epochs"])
+                served = emu_bytes(mnt)
+                log("%-8s %-30s %3d samples: seerd reports %7d PFS bytes, the emulator served %7d" %
+                    (fmt, json.dumps(extra), n, reported, served))
+                check(n == 2 * len(exp), "%s: %d samples delivered" % (fmt, n))
+                check(reported == served, "%s %s: seerd reports %d PFS bytes, the emulator served %d"
+                      % (fmt, extra, reported, served))
+            finally:
+                subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-umount.sh"), mnt],
+                               capture_output=True, text=True, timeout=60)
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_every_format, test_corrupt_record_fail_and_skip,
-               test_corrupt_file_at_catalog_time])
+               test_corrupt_file_at_catalog_time, test_memory_bounded_multi_sample,
+               test_pfs_bytes_are_bytes_read])

@@ -1,205 +1,11 @@
 /* catalog: the files format on real trees in a temporary directory (ids,
- * labels, lengths, bytes), its error messages, the cache file (reuse,
- * invalidation, corruption), cat_deserialize on hostile input, and reads of
- * files that changed after cataloguing. */
+ * labels, lengths, bytes), its error messages, the tree walk (symbolic links,
+ * loops, depth, long paths), and reads of files that changed after
+ * cataloguing. The cache file is test_catalog_image.c. */
 #define _GNU_SOURCE
-#include <criterion/criterion.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <limits.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
-#include <xxhash.h>
-
-#include "seer.h"
-#include "../../src/catalog.h"
-#include "../../src/util.h"
-
-
-static char base[64];            /* the fixture's temporary directory */
-static char data[PATH_MAX];      /* dataset root (realpath) */
-static char cache[PATH_MAX];     /* catalog cache directory */
-static char err[1024];
-
-static void setup(void)
-{
-	log_set_level(LOG_ERROR);
-	snprintf(base, sizeof(base), "/tmp/seer-cat-XXXXXX");
-	cr_assert_not_null(mkdtemp(base));
-	char tmp[PATH_MAX];
-	snprintf(tmp, sizeof(tmp), "%s/data", base);
-	cr_assert_eq(mkdir(tmp, 0755), 0);
-	cr_assert_not_null(realpath(tmp, data));
-	snprintf(cache, sizeof(cache), "%s/cache", base);
-	err[0] = '\0';
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st, (void)flag, (void)ftw;
-	return remove(path);
-}
-
-static void teardown(void)
-{
-	nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+#include "catalog_fixture.h"
 
 TestSuite(catalog, .init = setup, .fini = teardown, .timeout = 60);
-
-/* ---- helpers ----------------------------------------------------------------- */
-
-static uint8_t content_byte(unsigned seed, uint64_t i)
-{
-	return (uint8_t)(seed * 131u + i * 7u + (i >> 8) + 1u);
-}
-
-/* Writes data/<rel> (creating directories) with `len` bytes of pattern `seed`. */
-static void mkfile(const char *rel, size_t len, unsigned seed)
-{
-	char path[PATH_MAX * 2];
-	snprintf(path, sizeof(path), "%s/%s", data, rel);
-	char *slash = strrchr(path, '/');
-	*slash = '\0';
-	cr_assert_eq(mkdir_p(path, 0755), 0, "mkdir -p %s", path);
-	*slash = '/';
-	uint8_t *buf = malloc(len + 1);
-	for (size_t i = 0; i < len; i++)
-		buf[i] = content_byte(seed, i);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	cr_assert_geq(fd, 0, "create %s: %s", path, strerror(errno));
-	cr_assert_eq(write_full(fd, buf, len), 0);
-	close(fd);
-	free(buf);
-}
-
-static void rmfile(const char *rel)
-{
-	char path[PATH_MAX * 2];
-	snprintf(path, sizeof(path), "%s/%s", data, rel);
-	cr_assert_eq(unlink(path), 0, "unlink %s", path);
-}
-
-static void truncate_file(const char *rel, off_t len)
-{
-	char path[PATH_MAX * 2];
-	snprintf(path, sizeof(path), "%s/%s", data, rel);
-	cr_assert_eq(truncate(path, len), 0, "truncate %s", path);
-}
-
-/* Directory mtimes are what tells a stale cache apart; on file systems
- * with a coarse clock, a change right after the scan could keep the same
- * mtime (see racy_mtime below). Tests of invalidation step past that. */
-static void settle(void)
-{
-	struct timespec ts = { 0, 25000000 };
-	nanosleep(&ts, NULL);
-}
-
-/* A real dataset's directories were written long before the job: put the
- * tree's directory mtimes a minute in the past, out of the racy window in
- * which a cache is not trusted (see racy_mtime). */
-static int age_dir(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)st;
-	(void)f;
-	if (flag == FTW_D || flag == FTW_DP) {
-		struct timespec now;
-		clock_gettime(CLOCK_REALTIME, &now);
-		now.tv_sec -= 60;
-		struct timespec ts[2] = { now, now };
-		utimensat(AT_FDCWD, p, ts, 0);
-	}
-	return 0;
-}
-
-static void age_tree(void)
-{
-	nftw(data, age_dir, 16, FTW_PHYS);
-}
-
-static struct cat_opts opts(bool with_cache)
-{
-	return (struct cat_opts){ .root = data, .format = "files",
-				  .cache_dir = with_cache ? cache : NULL };
-}
-
-static struct catalog *open_ok(const struct cat_opts *o)
-{
-	struct catalog *c = NULL;
-	err[0] = '\0';
-	int rc = cat_open(o, &c, err, sizeof(err));
-	cr_assert_eq(rc, 0, "cat_open(%s): %d %s", o->root, rc, err);
-	cr_assert_not_null(c);
-	return c;
-}
-
-static int open_fails(const struct cat_opts *o)
-{
-	struct catalog *c = NULL;
-	err[0] = '\0';
-	int rc = cat_open(o, &c, err, sizeof(err));
-	cr_assert_neq(rc, 0, "cat_open(%s) succeeded", o->root);
-	cr_assert_null(c);
-	return rc;
-}
-
-static void assert_has(const char *msg, const char *needle)
-{
-	cr_assert(strstr(msg, needle) != NULL, "message lacks \"%s\": %s", needle, msg);
-}
-
-struct expect {
-	const char *path;
-	int64_t label;
-	size_t len;
-	unsigned seed;
-};
-
-/* The catalog holds exactly `want`, in that order, and reads back the bytes. */
-static void assert_catalog(const struct catalog *c, const struct expect *want, size_t n)
-{
-	cr_assert_eq(c->nsamples, n, "%llu samples, want %zu", (unsigned long long)c->nsamples, n);
-	cr_assert_eq(c->nfiles, n);
-	cr_assert_str_eq(c->root, data);
-	uint64_t total = 0, maxlen = 0;
-	struct cat_reader rd;
-	cr_assert_eq(cat_reader_init(&rd, c), 0);
-	for (size_t id = 0; id < n; id++) {
-		const struct cat_sample *s = &c->samples[id];
-		cr_assert_str_eq(cat_path(c, s->file), want[id].path, "sample %zu", id);
-		cr_assert_eq(s->label, want[id].label, "%s: label %lld, want %lld", want[id].path,
-			     (long long)s->label, (long long)want[id].label);
-		cr_assert_eq(s->length, want[id].len, "%s: length", want[id].path);
-		cr_assert_eq(c->files[s->file].size, want[id].len);
-		cr_assert_eq(c->files[s->file].first, id);
-		cr_assert_eq(c->files[s->file].nsamples, 1);
-		total += want[id].len;
-		maxlen = want[id].len > maxlen ? want[id].len : maxlen;
-		/* the bytes, with a guard after them */
-		uint8_t *buf = malloc(want[id].len + 16);
-		memset(buf, 0x5a, want[id].len + 16);
-		int rc = cat_read(&rd, id, buf);
-		cr_assert_eq(rc, 0, "cat_read %zu: %d %s", id, rc, rd.err);
-		for (size_t i = 0; i < want[id].len; i++)
-			cr_assert_eq(buf[i], content_byte(want[id].seed, i), "%s byte %zu",
-				     want[id].path, i);
-		for (size_t i = 0; i < 16; i++)
-			cr_assert_eq(buf[want[id].len + i], 0x5a, "cat_read wrote past the sample");
-		free(buf);
-	}
-	cr_assert_eq(c->total_bytes, total);
-	cr_assert_eq(c->max_len, maxlen);
-	uint8_t one;
-	cr_assert_eq(cat_read(&rd, n, &one), -ERANGE);
-	cat_reader_fini(&rd);
-}
 
 /* ---- layouts ------------------------------------------------------------------- */
 
@@ -329,7 +135,8 @@ Test(catalog, empty_dataset)
 	struct cat_opts o = opts(true);
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, data);
-	assert_has(err, "no");
+	assert_has(err, "holds no files of format files"); /* once "no files sample files" */
+	assert_has(err, "dataset.format");
 }
 
 Test(catalog, missing_dataset)
@@ -368,427 +175,207 @@ Test(catalog, unknown_format)
 	assert_has(err, "files");
 }
 
-/* ---- the cache file -------------------------------------------------------------- */
+/* ---- the tree walk: symbolic links, loops, depth, long paths --------------------- */
 
-static void make_tree(void)
+static void mklink(const char *target, const char *rel)
 {
-	mkfile("cat/1", 100, 1);
-	mkfile("cat/2", 200, 2);
-	mkfile("dog/1", 300, 3);
-	mkfile("dog/puppies/1", 400, 4);
+	char path[PATH_MAX * 2];
+	snprintf(path, sizeof(path), "%s/%s", data, rel);
+	cr_assert_eq(symlink(target, path), 0, "symlink %s: %s", path, strerror(errno));
 }
 
-static char *cache_file(void)
+/* Catalogued paths, in order, joined by spaces. */
+static const char *paths_of(const struct catalog *c)
 {
-	struct cat_opts o = opts(true);
-	return cat_cache_path(&o);
-}
-
-static void assert_same_catalog(const struct catalog *a, const struct catalog *b)
-{
-	cr_assert_str_eq(a->root, b->root);
-	cr_assert_eq(a->fmt, b->fmt);
-	cr_assert_eq(a->nfiles, b->nfiles);
-	cr_assert_eq(a->nsamples, b->nsamples);
-	cr_assert_eq(a->nclasses, b->nclasses);
-	cr_assert_eq(a->ntypes, b->ntypes);
-	cr_assert_eq(a->hash, b->hash);
-	cr_assert_eq(a->params_hash, b->params_hash);
-	cr_assert_eq(a->total_bytes, b->total_bytes);
-	cr_assert_eq(a->max_len, b->max_len);
-	for (uint32_t i = 0; i < a->nfiles; i++) {
-		cr_assert_str_eq(cat_path(a, i), cat_path(b, i));
-		cr_assert_eq(a->files[i].size, b->files[i].size);
-	}
-	cr_assert_arr_eq(a->samples, b->samples, a->nsamples * sizeof(*a->samples));
-	cr_assert_arr_eq(a->types, b->types, a->ntypes * sizeof(*a->types));
-}
-
-Test(catalog, cache_is_reused)
-{
-	make_tree();
-	age_tree();
-	struct cat_opts o = opts(true);
-	struct catalog *c1 = open_ok(&o);
-	cr_assert_eq(c1->from_cache, false);
-	char *cf = cache_file();
-	cr_assert_eq(access(cf, R_OK), 0, "no cache file %s", cf);
-	struct catalog *c2 = open_ok(&o);
-	cr_assert_eq(c2->from_cache, true, "second open rescanned");
-	assert_same_catalog(c1, c2);
-	static const struct expect want[] = {
-		{ "cat/1", 0, 100, 1 }, { "cat/2", 0, 200, 2 },
-		{ "dog/1", 1, 300, 3 }, { "dog/puppies/1", 1, 400, 4 },
-	};
-	assert_catalog(c2, want, 4);
-	/* rebuild ignores a good cache */
-	o.rebuild = true;
-	struct catalog *c3 = open_ok(&o);
-	cr_assert_eq(c3->from_cache, false);
-	assert_same_catalog(c1, c3);
-	/* other parameters: another cache file, not this one */
-	o.rebuild = false;
-	o.params.extensions = "bin";
-	char *cf2 = cat_cache_path(&o);
-	cr_assert_str_neq(cf, cf2);
-	mkfile("cat/3.bin", 7, 9);
-	struct catalog *c4 = open_ok(&o);
-	cr_assert_eq(c4->from_cache, false);
-	cr_assert_eq(c4->nsamples, 1);
-	cat_free(c4);
-	free(cf2);
-	free(cf);
-	cat_free(c1);
-	cat_free(c2);
-	cat_free(c3);
-}
-
-/* Any change of the tree's directories (a file added or removed, in a class
- * or deeper, a class added) makes the next open rescan. */
-Test(catalog, cache_invalidated_by_changes)
-{
-	make_tree();
-	age_tree();
-	struct cat_opts o = opts(true);
-	struct catalog *c = open_ok(&o);
-	cr_assert_eq(c->nsamples, 4);
-	cat_free(c);
-
-	static const struct {
-		const char *add, *remove;
-		uint64_t nsamples;
-	} steps[] = {
-		{ "cat/0", NULL, 5 },
-		{ NULL, "cat/2", 4 },
-		{ "dog/puppies/2", NULL, 5 },
-		{ "dog/puppies/kittens/1", NULL, 6 },
-		{ "emu/1", NULL, 7 },
-		{ NULL, "dog/puppies/1", 6 },
-	};
-	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
-		settle();
-		if (steps[i].add)
-			mkfile(steps[i].add, 10 + i, (unsigned)i);
-		if (steps[i].remove)
-			rmfile(steps[i].remove);
-		age_tree();
-		c = open_ok(&o);
-		cr_assert_eq(c->from_cache, false, "step %zu: stale cache used", i);
-		cr_assert_eq(c->nsamples, steps[i].nsamples, "step %zu", i);
-		cat_free(c);
-		c = open_ok(&o);
-		cr_assert_eq(c->from_cache, true, "step %zu: the rescan was not saved", i);
-		cr_assert_eq(c->nsamples, steps[i].nsamples);
-		cat_free(c);
-	}
-	/* the new class shifted nothing before it and got the next label */
-	c = open_ok(&o);
-	cr_assert_eq(c->nclasses, 3);
-	cr_assert_str_eq(cat_path(c, c->nfiles - 1), "emu/1");
-	cr_assert_eq(c->samples[c->nsamples - 1].label, 2);
-	cat_free(c);
-}
-
-/* A directory changed within the file system's timestamp granularity of the
- * scan keeps its mtime (1 s on some parallel file systems; a clock tick on
- * kernels without fine-grained timestamps): simulated here by putting the
- * old mtime back. A cache must not be trusted for directories whose mtime
- * was that close to the scan (git's "racy clean" problem). */
-Test(catalog, racy_mtime)
-{
-	make_tree();
-	struct cat_opts o = opts(true);
-	struct catalog *c = open_ok(&o);
-	char dir[PATH_MAX + 8];
-	snprintf(dir, sizeof(dir), "%s/cat", data);
-	struct stat st;
-	cr_assert_eq(stat(dir, &st), 0);
-	mkfile("cat/3", 5, 5);
-	struct timespec ts[2] = { st.st_atim, st.st_mtim };
-	cr_assert_eq(utimensat(AT_FDCWD, dir, ts, 0), 0);
-	cat_free(c);
-	c = open_ok(&o);
-	cr_assert_eq(c->from_cache, false, "a change in the scan's last tick went unseen");
-	cr_assert_eq(c->nsamples, 5);
-	cat_free(c);
-}
-
-static void *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	cr_assert_not_null(f, "%s", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	void *buf = malloc((size_t)n + 1);
-	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*len = (size_t)n;
+	static char buf[4096];
+	size_t used = 0;
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < c->nfiles && used < sizeof(buf); i++)
+		used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s", i ? " " : "",
+					 cat_path(c, i));
 	return buf;
 }
 
-static void spit(const char *path, const void *buf, size_t len)
+/* loop1/self -> ../loop1 once made the scan recurse until it ran out of
+ * memory or stack: a directory already walked is not entered again. */
+Test(catalog, symlink_loop)
 {
-	FILE *f = fopen(path, "wb");
-	cr_assert_not_null(f);
-	cr_assert_eq(fwrite(buf, 1, len, f), len);
-	fclose(f);
-}
-
-/* Put a valid checksum on an image whose bytes were changed. */
-static void fix_checksum(uint8_t *img, size_t len)
-{
-	if (len < 8)
-		return;
-	uint64_t sum = XXH64(img, len - 8, 0);
-	memcpy(img + len - 8, &sum, 8);
-}
-
-enum damage { FLIP_MIDDLE, FLIP_HEADER, FLIP_CHECKSUM, TRUNCATE, EXTEND, EMPTY, GARBAGE,
-	      FORGED_LENGTH, FORGED_PATH };
-
-static void damage_cache(const char *cf, enum damage how, const struct catalog *c)
-{
-	size_t len;
-	uint8_t *img = slurp(cf, &len);
-	size_t hdr = 88;
-	size_t samples_at = hdr + c->nfiles * sizeof(struct cat_file);
-	switch (how) {
-	case FLIP_MIDDLE:
-		img[len / 2] ^= 0x10;
-		break;
-	case FLIP_HEADER:
-		img[40] ^= 0x01; /* a count */
-		break;
-	case FLIP_CHECKSUM:
-		img[len - 1] ^= 0x80;
-		break;
-	case TRUNCATE:
-		len -= 9;
-		break;
-	case EXTEND:
-		img = realloc(img, len + 8);
-		memset(img + len, 0, 8);
-		len += 8;
-		break;
-	case EMPTY:
-		len = 0;
-		break;
-	case GARBAGE:
-		for (size_t i = 0; i < len; i++)
-			img[i] = (uint8_t)(i * 151 + 7);
-		break;
-	case FORGED_LENGTH: {
-		/* a sample length changed and the checksum made to match: the
-		 * content hash still catches it */
-		uint64_t l;
-		size_t at = samples_at + offsetof(struct cat_sample, length);
-		memcpy(&l, img + at, 8);
-		l += 1;
-		memcpy(img + at, &l, 8);
-		fix_checksum(img, len);
-		break;
-	}
-	case FORGED_PATH: {
-		/* a file path changed ("cat/1" -> "cat/9"), checksum fixed */
-		uint8_t *p = memmem(img, len, "cat/1", 6);
-		cr_assert_not_null(p);
-		p[4] = '9';
-		fix_checksum(img, len);
-		break;
-	}
-	}
-	spit(cf, img, len);
-	free(img);
-}
-
-Test(catalog, damaged_cache_is_rebuilt)
-{
-	make_tree();
-	age_tree();
-	struct cat_opts o = opts(true);
-	struct catalog *good = open_ok(&o);
-	char *cf = cache_file();
-	static const enum damage all[] = { FLIP_MIDDLE, FLIP_HEADER, FLIP_CHECKSUM, TRUNCATE,
-					   EXTEND, EMPTY, GARBAGE, FORGED_LENGTH, FORGED_PATH };
-	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-		damage_cache(cf, all[i], good);
-		struct catalog *c = open_ok(&o);
-		cr_assert_eq(c->from_cache, false, "damage %zu: the damaged cache was trusted", i);
-		assert_same_catalog(good, c);
-		cat_free(c);
-		/* and the rebuilt catalog was saved again */
-		c = open_ok(&o);
-		cr_assert_eq(c->from_cache, true, "damage %zu: cache not rewritten", i);
-		assert_same_catalog(good, c);
-		cat_free(c);
-	}
-	free(cf);
-	cat_free(good);
-}
-
-/* ---- cat_deserialize on hostile bytes ------------------------------------------- */
-
-static void *serialize(const struct catalog *c, size_t *len)
-{
-	void *img = NULL;
-	cr_assert_eq(cat_serialize(c, &img, len), 0);
-	return img;
-}
-
-/* An accepted image must describe a catalog every reader can walk. */
-static void assert_consistent(const struct catalog *c)
-{
-	cr_assert_not_null(c->root);
-	cr_assert_gt(c->nsamples, 0);
-	for (uint32_t i = 0; i < c->nfiles; i++) {
-		cr_assert_lt(c->files[i].path_off, c->strpool_len);
-		cr_assert_lt(strnlen(cat_path(c, i), c->strpool_len - c->files[i].path_off),
-			     c->strpool_len - c->files[i].path_off);
-	}
-	for (uint64_t i = 0; i < c->nsamples; i++) {
-		cr_assert_lt(c->samples[i].file, c->nfiles);
-		cr_assert_lt(c->samples[i].type, c->ntypes);
-	}
-	for (uint32_t i = 0; i < c->ndirs; i++)
-		cr_assert_lt(c->dirs[i].path_off, c->strpool_len);
-}
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_rand(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
-/* Feed one buffer, copied to an exact-size allocation so that ASan sees
- * any read beyond it. Returns whether it was accepted. */
-static bool feed(const uint8_t *buf, size_t len)
-{
-	uint8_t *copy = malloc(len ? len : 1);
-	memcpy(copy, buf, len);
-	struct catalog *c = NULL;
-	char e[256];
-	int rc = cat_deserialize(copy, len, &c, e, sizeof(e));
-	free(copy);
-	if (rc != 0) {
-		cr_assert_null(c);
-		cr_assert_eq(rc, SEER_EDATASET, "rc %d", rc);
-		cr_assert_gt(strlen(e), 0, "rejected without a reason");
-		return false;
-	}
-	cr_assert_not_null(c);
-	assert_consistent(c);
-	cat_free(c);
-	return true;
-}
-
-Test(catalog, deserialize_round_trip_and_every_flip)
-{
-	make_tree();
+	mkfile("loop1/a", 10, 1);
+	mkfile("loop1/b", 20, 2);
+	mklink("../loop1", "loop1/self");
 	struct cat_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
-	size_t len;
-	uint8_t *img = serialize(c, &len);
-	struct catalog *back = NULL;
-	cr_assert_eq(cat_deserialize(img, len, &back, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(back->from_cache, true);
-	assert_same_catalog(c, back);
-	cat_free(back);
-	/* every single-bit change anywhere is rejected */
-	for (size_t i = 0; i < len; i++) {
-		img[i] ^= (uint8_t)(1u << (i % 8));
-		cr_assert(!feed(img, len), "flip of bit %zu of byte %zu accepted", i % 8, i);
-		img[i] ^= (uint8_t)(1u << (i % 8));
-	}
-	/* every truncation is rejected */
-	for (size_t n = 0; n < len; n++)
-		cr_assert(!feed(img, n), "image cut to %zu of %zu bytes accepted", n, len);
-	free(img);
+	cr_assert_str_eq(paths_of(c), "loop1/a loop1/b");
+	cr_assert_eq(c->skipped_links, 1);
+	static const struct expect want[] = { { "loop1/a", 0, 10, 1 }, { "loop1/b", 0, 20, 2 } };
+	assert_catalog(c, want, 2);
 	cat_free(c);
 }
 
-Test(catalog, deserialize_garbage_never_crashes)
+/* Two loops, one of them back to the root, and a link across to the other
+ * loop: once made the scan never finish. Each real file appears once. */
+Test(catalog, two_loops)
 {
-	uint8_t buf[4096];
-	/* plain random bytes and lengths */
-	for (int k = 0; k < 3000; k++) {
-		size_t len = next_rand() % sizeof(buf);
-		for (size_t i = 0; i < len; i++)
-			buf[i] = (uint8_t)next_rand();
-		feed(buf, len);
-	}
-	/* a plausible header (magic, version, size) with random counts and a
-	 * matching checksum: gets past the first checks */
-	for (int k = 0; k < 3000; k++) {
-		size_t len = 96 + next_rand() % 2048;
-		for (size_t i = 0; i < len; i++)
-			buf[i] = (uint8_t)next_rand();
-		memcpy(buf, "SEERCAT", 8);
-		uint32_t ver = 1, hs = 88;
-		memcpy(buf + 8, &ver, 4);
-		memcpy(buf + 12, &hs, 4);
-		/* small counts in the header most of the time */
-		for (size_t off = 32; off < 72; off += 4) {
-			uint32_t v = next_rand() % 4 ? (uint32_t)(next_rand() % 8) : (uint32_t)next_rand();
-			memcpy(buf + off, &v, 4);
-		}
-		memcpy(buf + 72, "files", 6);
-		fix_checksum(buf, len);
-		feed(buf, len);
-	}
-}
-
-/* Mutations of a real image with the checksum repaired each time, so the
- * structural checks behind it are what decides. */
-Test(catalog, deserialize_mutations_never_crash)
-{
-	make_tree();
+	mkfile("l1/f", 1, 1);
+	mkfile("l2/g", 2, 2);
+	mkfile("l2/sub/h", 3, 3);
+	mklink("../l1", "l1/self");
+	mklink("../..", "l2/sub/root");
+	mklink("../l1", "l2/other");
 	struct cat_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
-	size_t len;
-	uint8_t *img = serialize(c, &len);
-	uint8_t *m = malloc(len);
-	int accepted = 0;
-	for (int k = 0; k < 20000; k++) {
-		memcpy(m, img, len);
-		int nmut = 1 + (int)(next_rand() % 4);
-		for (int j = 0; j < nmut; j++) {
-			size_t at = next_rand() % (len - 8);
-			switch (next_rand() % 4) {
-			case 0:
-				m[at] ^= (uint8_t)(1u << (next_rand() % 8));
-				break;
-			case 1:
-				m[at] = (uint8_t)next_rand();
-				break;
-			case 2: /* a 32-bit field to an extreme */
-				at &= ~(size_t)3;
-				if (at + 4 <= len - 8) {
-					uint32_t v = next_rand() % 2 ? UINT32_MAX : (uint32_t)next_rand() % 64;
-					memcpy(m + at, &v, 4);
-				}
-				break;
-			case 3: /* a 64-bit field to an extreme */
-				at &= ~(size_t)7;
-				if (at + 8 <= len - 8) {
-					uint64_t v = next_rand() % 2 ? UINT64_MAX : next_rand() % 64;
-					memcpy(m + at, &v, 8);
-				}
-				break;
-			}
-		}
-		fix_checksum(m, len);
-		accepted += feed(m, len);
-	}
-	cr_log_info("%d of 20000 repaired mutations accepted (fields outside the content hash)",
-		    accepted);
-	free(m);
-	free(img);
+	cr_assert_str_eq(paths_of(c), "l1/f l2/g l2/sub/h");
+	cr_assert_eq(c->skipped_links, 3);
 	cat_free(c);
+}
+
+/* The policy: links to files are followed (each name a sample), a link to a
+ * directory is followed once (the first path in name order names its files),
+ * dangling links are skipped. */
+Test(catalog, symlinks_followed_once)
+{
+	mkfile("real/x", 5, 5);
+	mkfile("real/y", 6, 6);
+	mkfile("other/z", 7, 7);
+	mklink("real", "alias");            /* "alias" < "real": walked first */
+	mklink("../real/x", "other/x_link"); /* a file under a second name */
+	mklink("nowhere", "other/dangling");
+	mklink("../real", "other/real_again");
+	struct cat_opts o = opts(false);
+	struct catalog *c = open_ok(&o);
+	cr_assert_str_eq(paths_of(c), "alias/x alias/y other/x_link other/z");
+	cr_assert_eq(c->skipped_links, 2, "real and other/real_again are the directory of alias");
+	static const struct expect want[] = {
+		{ "alias/x", 0, 5, 5 }, { "alias/y", 0, 6, 6 },
+		{ "other/x_link", 1, 5, 5 }, { "other/z", 1, 7, 7 },
+	};
+	assert_catalog(c, want, 4);
+	cat_free(c);
+}
+
+/* A tree deeper than a recursive walk survives on a small stack. */
+#define DEEP 1900 /* "d/" per level: the deepest path stays under PATH_MAX */
+
+struct deep_run {
+	int rc;
+	struct catalog *c;
+};
+
+static void *open_in_thread(void *arg)
+{
+	struct deep_run *r = arg;
+	struct cat_opts o = opts(false);
+	r->rc = cat_open(&o, &r->c, err, sizeof(err));
+	return NULL;
+}
+
+Test(catalog, deep_tree_small_stack)
+{
+	int fd = open(data, O_RDONLY | O_DIRECTORY);
+	cr_assert_geq(fd, 0);
+	for (int i = 0; i < DEEP; i++) {
+		cr_assert_eq(mkdirat(fd, "d", 0755), 0, "level %d: %s", i, strerror(errno));
+		int next = openat(fd, "d", O_RDONLY | O_DIRECTORY);
+		cr_assert_geq(next, 0);
+		close(fd);
+		fd = next;
+	}
+	int f = openat(fd, "leaf", O_WRONLY | O_CREAT, 0644);
+	cr_assert_geq(f, 0);
+	cr_assert_eq(write(f, "deep", 4), 4);
+	close(f);
+	close(fd);
+	mkfile("e/top", 3, 1);
+	/* 128 KiB: a recursive walk needs a few hundred bytes per level */
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, 128 << 10);
+	struct deep_run r = { 0 };
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, &at, open_in_thread, &r), 0);
+	pthread_join(th, NULL);
+	cr_assert_eq(r.rc, 0, "%s", err);
+	cr_assert_eq(r.c->nfiles, 2);
+	const char *leaf = cat_path(r.c, 0);
+	cr_assert_eq(strlen(leaf), DEEP * 2 + 4, "%zu", strlen(leaf));
+	cr_assert_str_eq(cat_path(r.c, 1), "e/top");
+	cr_assert_eq(r.c->ndirs, DEEP + 2);
+	struct cat_reader rd;
+	cat_reader_init(&rd, r.c);
+	char buf[4];
+	cr_assert_eq(cat_read(&rd, 0, buf), 0, "%s", rd.err);
+	cr_assert(memcmp(buf, "deep", 4) == 0);
+	cat_reader_fini(&rd);
+	cat_free(r.c);
+}
+
+/* Creates nested directories of `n` names of `len` bytes under data, the
+ * first starting with `first`; returns the relative path (static). */
+static const char *long_dirs(int n, size_t len, char first)
+{
+	static char rel[PATH_MAX * 2];
+	char name[256];
+	memset(name, 'x', len);
+	name[len] = '\0';
+	int fd = open(data, O_RDONLY | O_DIRECTORY);
+	size_t used = 0;
+	for (int i = 0; i < n; i++) {
+		name[0] = i ? (char)('a' + i % 26) : first;
+		cr_assert_eq(mkdirat(fd, name, 0755), 0, "%s", strerror(errno));
+		int next = openat(fd, name, O_RDONLY | O_DIRECTORY);
+		close(fd);
+		fd = next;
+		used += (size_t)snprintf(rel + used, sizeof(rel) - used, "%s%s", i ? "/" : "", name);
+	}
+	close(fd);
+	return rel;
+}
+
+/* Errors about long paths keep their reason: the path is shortened in the
+ * middle, never the message at its end. */
+Test(catalog, long_paths)
+{
+	/* 1.5 KiB deep: catalogued, and a read error still says why */
+	const char *rel = long_dirs(6, 250, 'A');
+	char file[PATH_MAX * 2];
+	snprintf(file, sizeof(file), "%s/sample.bin", rel);
+	mkfile(file, 100, 9);
+	struct cat_opts o = opts(false);
+	struct catalog *c = open_ok(&o);
+	cr_assert_str_eq(cat_path(c, 0), file);
+	truncate_file(file, 10);
+	struct cat_reader rd;
+	cat_reader_init(&rd, c);
+	uint8_t buf[100];
+	cr_assert_neq(cat_read(&rd, 0, buf), 0);
+	assert_has(rd.err, "sample 0 (");
+	assert_has(rd.err, "sample.bin");
+	assert_has(rd.err, "restart seerd to rescan");
+	cr_assert_lt(strlen(rd.err), 256, "a trainer receives 256 bytes: %s", rd.err);
+	cat_reader_fini(&rd);
+	cat_free(c);
+
+	/* past PATH_MAX: no reader could open it; the scan says so, and what to do */
+	rel = long_dirs(18, 250, 'B');
+	snprintf(file, sizeof(file), "%s/sample.bin", rel);
+	int fd = open(data, O_RDONLY | O_DIRECTORY);
+	cr_assert_eq(fchdir(fd), 0);
+	close(fd);
+	char here[PATH_MAX * 2];
+	snprintf(here, sizeof(here), "%s", rel);
+	for (char *s = here, *slash; (slash = strchr(s, '/')); s = slash + 1) {
+		*slash = '\0';
+		cr_assert_eq(chdir(s), 0, "%s", strerror(errno));
+	}
+	cr_assert_eq(chdir(strrchr(rel, '/') + 1), 0);
+	fd = open("sample.bin", O_WRONLY | O_CREAT, 0644);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(chdir("/"), 0);
+	cr_assert_eq(open_fails(&o), SEER_EDATASET);
+	assert_has(err, "longer than PATH_MAX");
+	assert_has(err, "point dataset.path deeper");
+	cr_assert_lt(strlen(err), 600, "%s", err);
 }
 
 /* ---- files that change after cataloguing --------------------------------------- */
@@ -864,3 +451,4 @@ Test(catalog, reader_fd_cache)
 	cat_reader_fini(&rd);
 	cat_free(c);
 }
+

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "seer.h"
-#include "util.h"
+#include "../util.h"
 
 #define fail fmt_fail
 
@@ -47,7 +47,8 @@ struct idxfile {
 	uint64_t size;
 };
 
-static int idx_open(struct cat_builder *b, struct idxfile *f, const char *rel, const char *suffix)
+static int idx_open(struct cat_builder *b, struct idxfile *f, const char *rel, const char *base,
+		    const char *suffix)
 {
 	f->fd = -1;
 	if (snprintf(f->path, sizeof(f->path), "%s/%s%s", cat_builder_root(b), rel, suffix) >=
@@ -57,14 +58,14 @@ static int idx_open(struct cat_builder *b, struct idxfile *f, const char *rel, c
 	struct stat st;
 	if (f->fd < 0 || fstat(f->fd, &st) != 0) {
 		cat_builder_error(b, "index file %s%s: %s (DLIO indexed_binary needs %s.off.idx and "
-				  "%s.sz.idx beside each data file)", rel, suffix, strerror(errno),
-				  rel, rel);
+				  "%s.sz.idx beside each data file)", base, suffix, strerror(errno),
+				  base, base);
 		return SEER_EDATASET;
 	}
 	f->size = (uint64_t)st.st_size;
 	if (f->size % 8 != 0) {
 		cat_builder_error(b, "index file %s%s holds %llu bytes, not a whole number of u64 "
-				  "entries", rel, suffix, (unsigned long long)f->size);
+				  "entries", base, suffix, (unsigned long long)f->size);
 		return SEER_EDATASET;
 	}
 	return 0;
@@ -76,19 +77,22 @@ static int idx_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 {
 	(void)fd;
 	const char *rel = cat_builder_path(b, file);
+	/* messages name the index files by the data file's base name: the scan
+	 * error already starts with the data file's (abbreviated) path */
+	const char *base = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
 	struct idxfile fo, fs;
 	uint8_t *bo = NULL, *bs = NULL;
-	int rc = idx_open(b, &fo, rel, ".off.idx");
+	int rc = idx_open(b, &fo, rel, base, ".off.idx");
 	if (rc == 0)
-		rc = idx_open(b, &fs, rel, ".sz.idx");
+		rc = idx_open(b, &fs, rel, base, ".sz.idx");
 	else
 		fs.fd = -1;
 	if (rc)
 		goto out;
 	if (fo.size != fs.size) {
 		cat_builder_error(b, "index files disagree: %s.off.idx lists %llu offsets, "
-				  "%s.sz.idx %llu sizes", rel, (unsigned long long)(fo.size / 8),
-				  rel, (unsigned long long)(fs.size / 8));
+				  "%s.sz.idx %llu sizes", base, (unsigned long long)(fo.size / 8),
+				  base, (unsigned long long)(fs.size / 8));
 		rc = SEER_EDATASET;
 		goto out;
 	}
@@ -106,17 +110,17 @@ static int idx_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 	char err[512];
 	for (uint64_t i = 0; i < n; i += IDX_CHUNK) {
 		uint64_t cnt = MIN(n - i, (uint64_t)IDX_CHUNK);
-		rc = pread_full(fo.fd, bo, cnt * 8, i * 8);
+		rc = fmt_pread(fo.fd, bo, cnt * 8, i * 8);
 		if (rc == 0)
-			rc = pread_full(fs.fd, bs, cnt * 8, i * 8);
+			rc = fmt_pread(fs.fd, bs, cnt * 8, i * 8);
 		if (rc == -ENODATA) {
-			cat_builder_error(b, "index files of %s shrank while being read", rel);
+			cat_builder_error(b, "index files of %s shrank while being read", base);
 			rc = SEER_EDATASET;
 		}
 		if (rc)
 			goto out;
 		if ((rc = idx_check(bo, bs, cnt, size, i, err, sizeof(err))) != 0) {
-			cat_builder_error(b, "%s.off.idx / .sz.idx: %s", rel, err);
+			cat_builder_error(b, "%s.off.idx / .sz.idx: %s", base, err);
 			goto out;
 		}
 		for (uint64_t j = 0; j < cnt && rc == 0; j++)
@@ -141,7 +145,7 @@ static int idx_read(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 	int fd = cat_reader_fd(rd, s->file);
 	if (fd < 0)
 		return fd;
-	int rc = pread_full(fd, dst, (size_t)s->length, s->offset);
+	int rc = fmt_pread(fd, dst, (size_t)s->length, s->offset);
 	if (rc == -ENODATA)
 		return cat_read_error(rd, id, SEER_EDATASET, "data file shorter than its index "
 				      "(offset %llu + %llu bytes): restart seerd to rescan",

@@ -1,30 +1,86 @@
-/* Dataset formats (src/fmt_*.c): the catalog plug-ins and the parsers behind
- * them.
+/* Dataset formats (src/fmt/): the catalog's plug-ins and the parsers behind
+ * them. The list of formats is fmt/registry.h; each format lives in its own
+ * file(s) and defines `const struct fmt_ops fmt_<name>`.
  *
  * Every parser here reads only the (buffer, length) it is given, whatever the
  * bytes say, so tests and fuzz harnesses can call it directly. On malformed
  * input it returns SEER_EDATASET and writes why into err[errlen] (always
- * terminated); it never aborts. See docs/formats.md for what each format
- * delivers as a sample. */
+ * terminated); it never aborts. Parsers are pure functions: any thread. See
+ * docs/formats.md for what each format delivers as a sample. */
 #ifndef SEER_FMT_H
 #define SEER_FMT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
-#include "catalog.h"
+#include "../catalog.h"
+#include "crc32c.h"
+#include "registry.h"
 
-extern const struct fmt_ops fmt_npz;      /* fmt_npz.c */
-extern const struct fmt_ops fmt_npy;      /* fmt_npz.c */
-extern const struct fmt_ops fmt_hdf5;     /* fmt_hdf5.c */
-extern const struct fmt_ops fmt_tfrecord; /* fmt_tfrecord.c */
-extern const struct fmt_ops fmt_indexed;  /* fmt_indexed.c */
+#define FMT_DECLARE(name, desc) extern const struct fmt_ops fmt_##name;
+FMT_LIST(FMT_DECLARE)
+#undef FMT_DECLARE
 
 /* Write why into err (printf-style) and return SEER_EDATASET. */
 int fmt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* accept() for formats whose directories also hold *.idx index files. */
 bool fmt_not_index(const struct cat_params *p, const char *relpath);
+/* Does s end with suf (case-insensitive), with at least one byte before it? */
+bool fmt_has_suffix(const char *s, const char *suf);
+/* Byte-swap elements of isz (2, 4 or 8) bytes in place; other sizes: no-op. */
+void fmt_swap(uint8_t *p, uint64_t bytes, uint32_t isz);
+
+/* ---- reading dataset files: every byte counted ------------------------------
+ * Formats read dataset files only through fmt_pread/fmt_preadv (or count what
+ * a library read with fmt_lib_io_*), so the bytes taken from the file system
+ * are known exactly: a running count per thread, which cat_read turns into
+ * cat_reader.last_bytes and the catalog scan into catalog.scan_bytes. */
+
+/* As pread/preadv until done: 0, -ENODATA at the end of the file, -errno.
+ * Counts every byte returned, also when the call then fails. */
+int fmt_pread(int fd, void *buf, size_t len, uint64_t off);
+int fmt_preadv(int fd, struct iovec *iov, int cnt, uint64_t off);
+/* Bytes this thread has read through the two above (and counted). */
+uint64_t fmt_thread_bytes(void);
+void fmt_count_bytes(uint64_t n);
+
+/* Bytes read by a library doing its own I/O (HDF5) between begin and end, on
+ * this thread: the change of the thread's read(2) count (/proc/thread-self/io,
+ * rchar, less what the accounting itself read from /proc, nested pairs
+ * included). end() adds them to the thread's count and returns them; when the
+ * kernel does not account per-thread I/O it returns UINT64_MAX and counts
+ * nothing (the caller counts what it knows). */
+struct fmt_lib_io {
+	int64_t start;       /* rchar at begin, -1: unavailable */
+	uint64_t self;       /* the thread's /proc bytes at begin (excluded) */
+};
+void fmt_lib_io_begin(struct fmt_lib_io *io);
+uint64_t fmt_lib_io_end(struct fmt_lib_io *io);
+
+/* ---- memory -----------------------------------------------------------------
+ * The bytes a catalog's format may hold for decoded data (npz/npy decoded
+ * members, the HDF5 chunk caches), shared by all its readers: the process-wide
+ * setting (prefetch.format_memory) when the catalog is opened. 0: none kept,
+ * every sample decoded on its own. */
+#define FMT_MEMORY_DEFAULT (32ull << 20)
+void fmt_set_memory(uint64_t bytes);
+uint64_t fmt_memory(void);
+
+struct fmt_mem_stats {
+	uint64_t limit;        /* the budget */
+	uint64_t held, peak;   /* bytes held now, at most */
+	uint64_t loads;        /* decoded-cache entries loaded */
+	uint64_t loaded_bytes; /* and their bytes */
+	uint64_t hits;         /* samples served from a loaded entry */
+	uint64_t waits;        /* times a reader waited for another's load or for room */
+	uint64_t streamed;     /* samples decoded without the cache */
+	uint64_t lib_reads;    /* samples read through a format library (HDF5) */
+	uint64_t evictions;
+};
+/* The catalog's format memory so far (zeros when its format keeps none). */
+void fmt_memory_stats(const struct catalog *c, struct fmt_mem_stats *st);
 
 /* Bytes per element of a seer dtype (1 for BYTES); 0 for an invalid code. */
 static inline uint32_t fmt_dtype_size(uint32_t dtype)
@@ -123,13 +179,6 @@ int zip_local_data_off(const void *buf, size_t len, const struct zip_entry *e,
 #define TFR_HDR_LEN 12    /* u64 length + u32 masked CRC32C of it */
 #define TFR_FOOTER_LEN 4  /* u32 masked CRC32C of the payload */
 
-/* CRC32C (Castagnoli) of buf continuing crc (0 to start). Uses SSE4.2 when the
- * CPU has it. */
-uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
-static inline uint32_t tfr_mask_crc(uint32_t crc)
-{
-	return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
 /* Payload length of the record whose header starts buf, its CRC checked. */
 int tfr_parse_header(const void *buf, size_t len, uint64_t *payload_len, char *err,
 		     size_t errlen);
@@ -150,17 +199,6 @@ int tfr_parse_index(const char *buf, size_t len, struct tfr_extent **out, uint64
  * first is the index of off[0] (for messages). */
 int idx_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
 	      char *err, size_t errlen);
-
-/* ---- the decoded-member cache (npz, npy) ----------------------------------
- * A reader keeps the members it had to decode whole (inflated, or read whole
- * to gather strided samples) in an LRU bounded in bytes, so serving all
- * samples of a file decodes it once while it stays cached. */
-#define FMT_CACHE_DEFAULT (256ull << 20)
-/* Bytes per reader; 0 restores the default. Readers created afterwards use it. */
-void fmt_set_cache_limit(uint64_t bytes);
-uint64_t fmt_cache_limit(void);
-/* Members this (npz or npy) reader decoded whole so far. */
-uint64_t fmt_member_loads(const struct cat_reader *rd);
 
 /* ---- HDF5 ---------------------------------------------------------------------
  * Debian's HDF5 is built without thread safety: every H5* call in the process

@@ -1,0 +1,33 @@
+/* Internals of the hdf5 format, shared by hdf5.c (the scan, errors, types)
+ * and hdf5_read.c (reading). Every H5* call holds fmt_h5_lock() (Debian's
+ * HDF5 is not thread-safe); functions marked "lock held" expect it. */
+#ifndef SEER_FMT_HDF5_H
+#define SEER_FMT_HDF5_H
+
+#include <hdf5.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fmt.h"
+
+#define H5_MAX_SPLIT 4096  /* records_0 .. records_4095 */
+#define PREAD_MAX_SPLIT 3  /* datasets whose offsets fit the file's aux words */
+
+enum { H5_MODE_PREAD = 1, H5_MODE_LIB = 2 };
+
+/* aux[0]: mode | swap << 4 | k << 32; PREAD: aux[1 + j] = data offset of
+ * dataset j; LIB: aux[1] = object address of the first dataset. */
+#define AUX_SWAP (1ull << 4)
+
+/* The innermost message of HDF5's error stack, which is then cleared. Lock held. */
+const char *h5_errmsg(char *buf, size_t len);
+/* File access properties: no file locking (PFS without locks), a chunk cache
+ * of chunk_bytes per dataset. Lock held. */
+hid_t h5_fapl(uint64_t chunk_bytes);
+
+int h5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst);
+void *h5_shared_new(const struct catalog *c);
+void h5_shared_free(void *shared);
+void h5_mem_stats(void *shared, struct fmt_mem_stats *st);
+
+#endif /* SEER_FMT_HDF5_H */

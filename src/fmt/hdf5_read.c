@@ -1,0 +1,320 @@
+/* Reading hdf5 samples.
+ *
+ * Contiguous datasets: plain pread at the offsets the scan found, no HDF5
+ * call, no lock. Chunked or compressed ones: row by row through HDF5, under
+ * the process-wide HDF5 lock. Since every HDF5 call is serialised anyway, the
+ * open files are shared by all readers of the catalog (not one set per
+ * reader thread): H5_OPEN_FILES files at most, each dataset with a chunk
+ * cache of its share of the format memory, so HDF5's memory is bounded by
+ * prefetch.format_memory whatever the number of I/O threads. The bytes HDF5
+ * reads (chunks, metadata) are counted from the kernel's per-thread count
+ * (fmt_lib_io), with the lock held so that they are this read's.
+ *
+ * Reader threads; the shared handles only under fmt_h5_lock(). */
+#define _GNU_SOURCE
+#include "hdf5.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "seer.h"
+#include "../util.h"
+
+#define fail fmt_fail
+#define H5_OPEN_FILES 8
+#define H5_CHUNK_MIN (1u << 20) /* per dataset, when the budget is smaller */
+
+struct h5_handle {
+	bool open;
+	uint32_t file;
+	uint64_t used;
+	hid_t fid;
+	uint32_t k;
+	hid_t *dset;
+	hid_t *mtype;
+};
+
+/* The catalog's open files, shared by its readers. Lock held for all of it. */
+struct h5_shared {
+	struct h5_handle h[H5_OPEN_FILES];
+	uint64_t tick;
+	uint64_t budget;
+	uint64_t opens, reads;
+};
+
+/* Lock held. */
+static void handle_close(struct h5_handle *h)
+{
+	if (!h->open)
+		return;
+	for (uint32_t j = 0; j < h->k; j++) {
+		if (h->mtype[j] >= 0)
+			H5Tclose(h->mtype[j]);
+		if (h->dset[j] >= 0)
+			H5Dclose(h->dset[j]);
+	}
+	free(h->dset);
+	free(h->mtype);
+	H5Fclose(h->fid);
+	H5Eclear2(H5E_DEFAULT);
+	memset(h, 0, sizeof(*h));
+}
+
+struct find_addr {
+	haddr_t addr;
+	char path[1024];
+	bool found;
+};
+
+static herr_t visit_find(hid_t o, const char *name, const H5O_info_t *info, void *ctx)
+{
+	(void)o;
+	struct find_addr *fa = ctx;
+	if (info->addr == fa->addr && info->type == H5O_TYPE_DATASET) {
+		str_copy(fa->path, sizeof(fa->path), name);
+		fa->found = true;
+		return 1;
+	}
+	return 0;
+}
+
+
+/* A split record's other parts, named like the first (found by its address)
+ * with _1.._{k-1}. Lock held. */
+static int open_siblings(struct h5_handle *h, haddr_t addr, char *err, size_t errlen)
+{
+	char h5e[256];
+	struct find_addr fa = { .addr = addr };
+	H5Ovisit2(h->fid, H5_INDEX_NAME, H5_ITER_NATIVE, visit_find, &fa, H5O_INFO_BASIC);
+	size_t n = strlen(fa.path);
+	if (!fa.found || n < 2 || strcmp(fa.path + n - 2, "_0") != 0)
+		return fail(err, errlen, "cannot find the split datasets <name>_0..%u", h->k - 1);
+	fa.path[n - 1] = '\0';
+	for (uint32_t j = 1; j < h->k; j++) {
+		char name[1100];
+		snprintf(name, sizeof(name), "%s%u", fa.path, j);
+		h->dset[j] = H5Dopen2(h->fid, name, H5P_DEFAULT);
+		if (h->dset[j] < 0)
+			return fail(err, errlen, "dataset '%s' does not open: %s", name,
+				    h5_errmsg(h5e, sizeof(h5e)));
+	}
+	return 0;
+}
+
+/* The stored types in little-endian order: HDF5 converts, nothing else. Lock held. */
+static int memory_types(struct h5_handle *h, char *err, size_t errlen)
+{
+	char h5e[256];
+	for (uint32_t j = 0; j < h->k; j++) {
+		hid_t t = H5Dget_type(h->dset[j]);
+		h->mtype[j] = t >= 0 ? H5Tcopy(t) : -1;
+		if (t >= 0)
+			H5Tclose(t);
+		if (h->mtype[j] < 0 ||
+		    (H5Tget_class(h->mtype[j]) != H5T_ENUM && H5Tget_size(h->mtype[j]) > 1 &&
+		     H5Tset_order(h->mtype[j], H5T_ORDER_LE) < 0))
+			return fail(err, errlen, "dataset type: %s", h5_errmsg(h5e, sizeof(h5e)));
+	}
+	return 0;
+}
+
+/* Open the file's sample datasets: the first by address, its split siblings by
+ * the name it has in the file. Lock held. */
+static int handle_open(struct h5_handle *h, const struct catalog *c, uint32_t file,
+		       uint64_t chunk_bytes, char *err, size_t errlen)
+{
+	char path[PATH_MAX], h5e[256];
+	const uint64_t *aux = c->files[file].aux;
+	uint32_t k = (uint32_t)(aux[0] >> 32);
+	if (k == 0 || k > H5_MAX_SPLIT)
+		return fail(err, errlen, "catalog entry damaged (%u datasets)", k);
+	snprintf(path, sizeof(path), "%s/%s", c->root, cat_path(c, file));
+	memset(h, 0, sizeof(*h));
+	hid_t fapl = h5_fapl(chunk_bytes / k);
+	h->fid = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+	if (h->fid < 0)
+		h5_errmsg(h5e, sizeof(h5e));
+	H5Pclose(fapl);
+	if (h->fid < 0)
+		return fail(err, errlen, "HDF5 open failed: %s", h5e);
+	h->open = true;
+	h->file = file;
+	h->k = k;
+	h->dset = malloc(k * sizeof(hid_t));
+	h->mtype = malloc(k * sizeof(hid_t));
+	if (!h->dset || !h->mtype) {
+		handle_close(h);
+		return -ENOMEM;
+	}
+	for (uint32_t j = 0; j < k; j++)
+		h->dset[j] = h->mtype[j] = -1;
+	int rc = 0;
+	h->dset[0] = H5Oopen_by_addr(h->fid, (haddr_t)aux[1]);
+	if (h->dset[0] < 0 || H5Iget_type(h->dset[0]) != H5I_DATASET)
+		rc = fail(err, errlen, "the sample dataset is gone from the file (changed since the "
+			  "catalog was built?): %s", h5_errmsg(h5e, sizeof(h5e)));
+	if (rc == 0 && k > 1)
+		rc = open_siblings(h, (haddr_t)aux[1], err, errlen);
+	if (rc == 0)
+		rc = memory_types(h, err, errlen);
+	if (rc)
+		handle_close(h);
+	return rc;
+}
+
+/* Read row `row` of every dataset into dst. Lock held. */
+static int handle_read(struct h5_handle *h, uint64_t row, uint64_t part, uint8_t *dst,
+		       char *err, size_t errlen)
+{
+	char h5e[256];
+	for (uint32_t j = 0; j < h->k; j++) {
+		hid_t fs = H5Dget_space(h->dset[j]);
+		int rank = fs >= 0 ? H5Sget_simple_extent_ndims(fs) : -1;
+		hsize_t dims[H5S_MAX_RANK], start[H5S_MAX_RANK] = { 0 }, count[H5S_MAX_RANK];
+		if (rank < 1) {
+			if (fs >= 0)
+				H5Sclose(fs);
+			return fail(err, errlen, "dataset space: %s", h5_errmsg(h5e, sizeof(h5e)));
+		}
+		H5Sget_simple_extent_dims(fs, dims, NULL);
+		uint64_t elems = 1;
+		for (int i = 0; i < rank; i++) {
+			count[i] = i == 0 ? 1 : dims[i];
+			elems *= count[i];
+		}
+		start[0] = row;
+		if (row >= dims[0] || elems * H5Tget_size(h->mtype[j]) != part) {
+			H5Sclose(fs);
+			return fail(err, errlen, "dataset shape changed since the catalog was built: "
+					 "restart seerd to rescan");
+		}
+		/* the memory space has the selection's shape: HDF5 then maps chunks
+		 * directly instead of element by element */
+		hid_t ms = H5Screate_simple(rank, count, NULL);
+		herr_t r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+		if (ms >= 0 && r >= 0)
+			r = H5Dread(h->dset[j], h->mtype[j], ms, fs, H5P_DEFAULT, dst + j * part);
+		if (ms < 0 || r < 0)
+			h5_errmsg(h5e, sizeof(h5e)); /* before the next call clears the stack */
+		if (ms >= 0)
+			H5Sclose(ms);
+		H5Sclose(fs);
+		if (ms < 0 || r < 0)
+			return fail(err, errlen, "HDF5 read of row %llu failed: %s (damaged chunk?)",
+				    (unsigned long long)row, h5e);
+	}
+	return 0;
+}
+
+/* The shared handle of the file, opened (evicting the least recently used)
+ * when needed. Lock held. */
+static int handle_get(struct h5_shared *st, const struct catalog *c, uint32_t file,
+		      struct h5_handle **out, char *err, size_t errlen)
+{
+	struct h5_handle *victim = &st->h[0];
+	for (int i = 0; i < H5_OPEN_FILES; i++) {
+		if (st->h[i].open && st->h[i].file == file) {
+			*out = &st->h[i];
+			return 0;
+		}
+		if (!st->h[i].open || (victim->open && st->h[i].used < victim->used))
+			victim = &st->h[i];
+	}
+	handle_close(victim);
+	uint64_t chunk = MAX(st->budget / H5_OPEN_FILES, (uint64_t)H5_CHUNK_MIN);
+	int rc = handle_open(victim, c, file, chunk, err, errlen);
+	if (rc == 0) {
+		st->opens++;
+		*out = victim;
+	}
+	return rc;
+}
+
+static int h5_read_lib(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+		       void *dst)
+{
+	struct h5_shared *st = rd->cat->fmt_shared;
+	const struct cat_file *f = &rd->cat->files[s->file];
+	uint32_t k = (uint32_t)(f->aux[0] >> 32);
+	char err[512];
+	struct h5_handle *h = NULL;
+	struct fmt_lib_io io;
+	fmt_h5_lock();
+	fmt_lib_io_begin(&io);
+	int rc = handle_get(st, rd->cat, s->file, &h, err, sizeof(err));
+	if (rc == 0) {
+		h->used = ++st->tick;
+		st->reads++;
+		rc = handle_read(h, id - f->first, s->length / k, dst, err, sizeof(err));
+		if (rc)
+			handle_close(h);
+	}
+	if (fmt_lib_io_end(&io) == UINT64_MAX)
+		fmt_count_bytes(s->length); /* no per-thread accounting: at least the sample */
+	fmt_h5_unlock();
+	if (rc == SEER_EDATASET)
+		return cat_read_error(rd, id, rc, "%s", err);
+	return rc;
+}
+
+int h5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+{
+	const struct cat_file *f = &rd->cat->files[s->file];
+	uint32_t mode = f->aux[0] & 0xf, k = (uint32_t)(f->aux[0] >> 32);
+	if (k == 0 || s->length % k != 0 || (mode == H5_MODE_PREAD && k > PREAD_MAX_SPLIT) ||
+	    (mode != H5_MODE_PREAD && mode != H5_MODE_LIB))
+		return cat_read_error(rd, id, SEER_EDATASET, "catalog entry damaged: rebuild the "
+				      "catalog");
+	int fd = cat_reader_fd(rd, s->file); /* also notices a file that changed size */
+	if (fd < 0)
+		return fd;
+	if (mode == H5_MODE_LIB)
+		return h5_read_lib(rd, id, s, dst);
+	uint64_t part = s->length / k;
+	for (uint32_t j = 0; j < k; j++) {
+		int rc = fmt_pread(fd, (uint8_t *)dst + j * part, (size_t)part,
+				   f->aux[1 + j] + s->offset);
+		if (rc == -ENODATA)
+			return cat_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
+					      "layout: restart seerd to rescan");
+		if (rc)
+			return rc;
+	}
+	if (f->aux[0] & AUX_SWAP)
+		fmt_swap(dst, s->length, fmt_dtype_size(rd->cat->types[s->type].dtype));
+	return 0;
+}
+
+void *h5_shared_new(const struct catalog *c)
+{
+	(void)c;
+	struct h5_shared *st = calloc(1, sizeof(*st));
+	if (st)
+		st->budget = fmt_memory();
+	return st;
+}
+
+void h5_shared_free(void *shared)
+{
+	struct h5_shared *st = shared;
+	fmt_h5_lock();
+	for (int i = 0; i < H5_OPEN_FILES; i++)
+		handle_close(&st->h[i]);
+	fmt_h5_unlock();
+	free(st);
+}
+
+void h5_mem_stats(void *shared, struct fmt_mem_stats *st)
+{
+	struct h5_shared *s = shared;
+	fmt_h5_lock();
+	uint64_t chunk = MAX(s->budget / H5_OPEN_FILES, (uint64_t)H5_CHUNK_MIN), held = 0;
+	for (int i = 0; i < H5_OPEN_FILES; i++)
+		held += s->h[i].open ? chunk : 0;
+	*st = (struct fmt_mem_stats){ .limit = MAX(s->budget, chunk * H5_OPEN_FILES),
+				      .held = held, .loads = s->opens, .lib_reads = s->reads };
+	fmt_h5_unlock();
+}
