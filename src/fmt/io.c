@@ -31,7 +31,13 @@ void fmt_count_bytes(uint64_t n)
 
 int fmt_preadv(int fd, struct iovec *iov, int cnt, uint64_t off)
 {
-	while (cnt > 0) {
+	for (;;) {
+		while (cnt > 0 && iov->iov_len == 0) { /* an empty sample reads nothing */
+			iov++;
+			cnt--;
+		}
+		if (cnt == 0)
+			break;
 		ssize_t n = preadv(fd, iov, cnt, (off_t)off);
 		if (n < 0) {
 			if (errno == EINTR)
