@@ -37,7 +37,7 @@ endif
 
 SONAME := libseer.so.0
 SOVER := 0.1.0
-PKGS := libxxhash inih zlib hdf5-openmpi hwloc libfabric
+PKGS := libxxhash inih zlib hdf5-openmpi hwloc libfabric libturbojpeg libjpeg libpng
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CRIT_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
@@ -49,8 +49,8 @@ LIBS := $(PKG_LIBS) -lpthread -lm
 
 # modules shared by the daemon, the tools and the tests
 CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
-	src/plan.c src/plansim.c src/topo.c src/ctrl.c $(wildcard src/fmt_*.c)
-CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
+	src/plan.c src/plansim.c src/topo.c src/ctrl.c $(wildcard src/fmt_*.c) $(wildcard src/xform/*.c)
+CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c src/xform/xf_crop.c src/xform/xf_config.c
 DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c daemon/cluster.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
@@ -86,7 +86,7 @@ $(BIN)/seerd: $(DAEMON_OBJ) $(B)/libcore.a
 $(LIB)/libseer.so.$(SOVER): $(CLIENT_OBJ) client/libseer.map
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=client/libseer.map \
-		-Wl,--no-undefined -o $@ $(CLIENT_OBJ) -lpthread
+		-Wl,--no-undefined -o $@ $(CLIENT_OBJ) -lpthread -lm
 
 $(LIB)/libseer.so: $(LIB)/libseer.so.$(SOVER)
 	ln -sf libseer.so.$(SOVER) $(LIB)/$(SONAME)
