@@ -5,7 +5,7 @@
 set -euo pipefail
 out="$1"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-mkdir -p "$out"/{fuzz_config,fuzz_catalog,fuzz_npy,fuzz_zip,fuzz_tfrecord,fuzz_ctrl}
+mkdir -p "$out"/{fuzz_config,fuzz_catalog,fuzz_npy,fuzz_zip,fuzz_tfrecord,fuzz_ctrl,fuzz_image}
 cp "$root/config/example.ini" "$out/fuzz_config/example.ini"
 printf '[dataset]\npath = ${HOME:-/x}/d\n[job]\nseed=0x10\nepochs = 3\n[cache]\nram = 1.5GiB\n' \
   > "$out/fuzz_config/small.ini"
@@ -43,5 +43,27 @@ open(os.path.join(out, "fuzz_tfrecord", "three.tfrecord"), "wb").write(rec)
 open(os.path.join(out, "fuzz_tfrecord", "three.idx"), "w").write(idx)
 ring = bytes([3]) + struct.pack("<QII", 0b1011, 3, 0) + struct.pack("<8I", 0, 1, 3, 0, 0, 0, 0, 0)
 open(os.path.join(out, "fuzz_ctrl", "three.bin"), "wb").write(ring)
+PY
+# fuzz_image: small JPEGs and PNGs of each kind (the first byte picks the
+# harness's parameters)
+mkdir -p "$out/fuzz_image"
+/usr/bin/python3 - "$out/fuzz_image" <<'PY'
+import io, os, sys
+import numpy as np
+from PIL import Image
+out = sys.argv[1]
+rng = np.random.default_rng(3)
+rgb = Image.fromarray(rng.integers(0, 255, (23, 37, 3), dtype=np.uint8))
+def save(name, im, sel, **kw):
+    b = io.BytesIO(); im.save(b, **kw); open(os.path.join(out, name), "wb").write(bytes([sel]) + b.getvalue())
+save("420.jpg", rgb, 0, format="JPEG", quality=90)
+save("prog.jpg", rgb, 9, format="JPEG", quality=80, progressive=True)
+save("gray.jpg", rgb.convert("L"), 2, format="JPEG")
+save("cmyk.jpg", rgb.convert("CMYK"), 132, format="JPEG")
+save("444.jpg", rgb, 17, format="JPEG", subsampling=0)
+save("rgba.png", rgb.convert("RGBA"), 1, format="PNG")
+save("pal.png", rgb.convert("P"), 34, format="PNG", transparency=3)
+save("gray.png", rgb.convert("L"), 128, format="PNG")
+save("rgb.png", rgb, 5, format="PNG")
 PY
 echo "seeds in $out"
