@@ -166,7 +166,9 @@ demo: all
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t --jobs 1; done
 	@if [ "$(V)" = release ]; then echo "== sampler vs torch DistributedSampler"; \
-		$(PY) tests/unit/sampler_vs_torch.py $(LIB)/libseer.so; fi
+		$(PY) tests/unit/sampler_vs_torch.py $(LIB)/libseer.so; \
+		echo "== transform vs PIL + torchvision"; \
+		$(PY) tests/unit/xform_vs_torch.py $(LIB)/libseer.so $(BIN)/seer-xform; fi
 
 integration: all
 	@V=$(V) BIN=$(BIN) LIB=$(LIB) SEER_TESTS="$(SEER_TESTS)" tests/integration/run.sh
@@ -208,7 +210,7 @@ install: all
 	install -m 0644 include/seer.h $(DESTDIR)$(PREFIX)/include/
 	sed 's|@PREFIX@|$(PREFIX)|' client/seer.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/seer.pc
 	install -m 0644 docs/man/seerd.1 docs/man/seerctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
-	install -m 0644 client/python/seer/__init__.py client/python/seer/torch.py \
+	install -m 0644 client/python/seer/__init__.py client/python/seer/torch.py client/python/seer/xform.py \
 		$(DESTDIR)$(PYDIR)/seer/
 	echo 'LIB = "$(PREFIX)/lib/$(SONAME)"' > $(DESTDIR)$(PYDIR)/seer/_libpath.py
 	@echo "installed under $(DESTDIR)$(PREFIX); Python shim in $(DESTDIR)$(PYDIR)"
