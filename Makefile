@@ -83,6 +83,9 @@ $(BIN)/seerd: $(DAEMON_OBJ) $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# the resampler's widening multiply-add loops vectorise only under -O3's cost model
+$(B)/obj/src/xform/xf_resample.o: CFLAGS += -O3
+
 $(LIB)/libseer.so.$(SOVER): $(CLIENT_OBJ) client/libseer.map
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=client/libseer.map \

@@ -22,13 +22,19 @@ struct xf_buf {
 int xf_buf_reserve(struct xf_buf *b, size_t n);
 
 /* Pixels [x0, x0 + w) x [y0, y0 + h) of a decoded image of iw x ih, RGB
- * uint8, row r at px + r * stride. Points into scratch memory or a blob. */
+ * uint8, row r at px + r * stride. Points into scratch memory or a blob;
+ * `slack` bytes past the last row may be read (never used). */
 struct xf_region {
 	const uint8_t *px;
 	size_t stride;
 	int32_t x0, y0, w, h;
 	int32_t iw, ih;
+	size_t slack;
 };
+
+/* What decoders leave readable past their regions: the SIMD horizontal pass
+ * loads 4 bytes at a pixel and at the next one. */
+#define XF_SLACK 16
 
 /* A rectangle [x0, x1) x [y0, y1) of a decoded image. */
 struct xf_rect {
@@ -99,6 +105,10 @@ struct xf_taps {
 	int32_t n, first, count, ksize;
 	int32_t need_lo, need_hi; /* decoded pixels read: [need_lo, need_hi) */
 	int32_t *lo, *len, *k;
+	/* the same weights for pmaddwd: per output, per pair of taps, 8 int16
+	 * of (k >> 11) then 8 of (k & 2047), each pair repeated 4 times */
+	int16_t *k16;
+	int32_t npairs;
 };
 
 /* Compute the taps of ax (PIL ImagingResample, bilinear filter, 22-bit

@@ -249,7 +249,7 @@ static int decode_partial(struct xf_scratch *s, struct xf_jpeg *j, const uint8_t
 		jpeg_crop_scanline(ci, &xo, &xw);
 	size_t stride = (size_t)xw * 3;
 	int32_t rows = want->y1 - want->y0;
-	if (xf_buf_reserve(&s->region, stride * (size_t)rows + 1)) {
+	if (xf_buf_reserve(&s->region, stride * (size_t)rows + XF_SLACK)) {
 		jpeg_abort_decompress(ci);
 		return xf_fail(err, errlen, -ENOMEM, "out of memory for %ux%d decoded pixels", xw,
 			       rows);
@@ -260,7 +260,7 @@ static int decode_partial(struct xf_scratch *s, struct xf_jpeg *j, const uint8_t
 		return xf_fail(err, errlen, rc, "JPEG decoder stopped early (%s)", strerror(-rc));
 	*out = (struct xf_region){ .px = s->region.p, .stride = stride, .x0 = (int32_t)xo,
 				   .y0 = want->y0, .w = (int32_t)xw, .h = rows,
-				   .iw = (int32_t)W, .ih = (int32_t)H };
+				   .iw = (int32_t)W, .ih = (int32_t)H, .slack = XF_SLACK };
 	return 0;
 }
 
@@ -280,7 +280,7 @@ static int decode_turbo(struct xf_scratch *s, struct xf_jpeg *j, const uint8_t *
 	int W = TJSCALED(w, sf), H = TJSCALED(h, sf);
 	int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
 	size_t px = (size_t)W * (size_t)H;
-	if (xf_buf_reserve(&s->region, px * 3 + 1) || (cmyk && xf_buf_reserve(&s->row, px * 4)))
+	if (xf_buf_reserve(&s->region, px * 3 + XF_SLACK) || (cmyk && xf_buf_reserve(&s->row, px * 4)))
 		return xf_fail(err, errlen, -ENOMEM, "out of memory for %dx%d pixels", W, H);
 	uint8_t *dst = cmyk ? s->row.p : s->region.p;
 	if (tjDecompress2(j->tj, src, (unsigned long)len, dst, W, 0, H, cmyk ? TJPF_CMYK : TJPF_RGB,
@@ -289,7 +289,7 @@ static int decode_turbo(struct xf_scratch *s, struct xf_jpeg *j, const uint8_t *
 	if (cmyk)
 		cmyk_to_rgb(s->row.p, s->region.p, px);
 	*out = (struct xf_region){ .px = s->region.p, .stride = (size_t)W * 3, .x0 = 0, .y0 = 0,
-				   .w = W, .h = H, .iw = W, .ih = H };
+				   .w = W, .h = H, .iw = W, .ih = H, .slack = XF_SLACK };
 	return 0;
 }
 

@@ -102,7 +102,7 @@ static int read_pixels(struct xf_scratch *s, png_structp png, png_infop info,
 		return xf_fail(err, errlen, -EINVAL, "PNG decoder gave %zu bytes per row for %ux%u",
 			       rb, W, H);
 	if (passes > 1) { /* interlaced: the whole image */
-		if (xf_buf_reserve(&s->region, rb * H + 1) ||
+		if (xf_buf_reserve(&s->region, rb * H + XF_SLACK) ||
 		    xf_buf_reserve(&s->row, sizeof(png_bytep) * H))
 			return xf_fail(err, errlen, -ENOMEM, "out of memory for %ux%u pixels", W, H);
 		png_bytepp rows = s->row.p;
@@ -110,12 +110,13 @@ static int read_pixels(struct xf_scratch *s, png_structp png, png_infop info,
 			rows[y] = (png_bytep)s->region.p + (size_t)y * rb;
 		png_read_image(png, rows);
 		*out = (struct xf_region){ .px = s->region.p, .stride = rb, .w = (int32_t)W,
-					   .h = (int32_t)H, .iw = (int32_t)W, .ih = (int32_t)H };
+					   .h = (int32_t)H, .iw = (int32_t)W, .ih = (int32_t)H,
+					   .slack = XF_SLACK };
 		return 0;
 	}
 	size_t cols = (size_t)(want->x1 - want->x0) * 3;
 	int32_t nrows = want->y1 - want->y0;
-	if (xf_buf_reserve(&s->region, cols * (size_t)nrows + 1) || xf_buf_reserve(&s->row, rb))
+	if (xf_buf_reserve(&s->region, cols * (size_t)nrows + XF_SLACK) || xf_buf_reserve(&s->row, rb))
 		return xf_fail(err, errlen, -ENOMEM, "out of memory for %ux%u pixels", W, H);
 	for (int32_t y = 0; y < want->y1; y++) {
 		png_read_row(png, s->row.p, NULL);
@@ -125,7 +126,7 @@ static int read_pixels(struct xf_scratch *s, png_structp png, png_infop info,
 	}
 	*out = (struct xf_region){ .px = s->region.p, .stride = cols, .x0 = want->x0,
 				   .y0 = want->y0, .w = want->x1 - want->x0, .h = nrows,
-				   .iw = (int32_t)W, .ih = (int32_t)H };
+				   .iw = (int32_t)W, .ih = (int32_t)H, .slack = XF_SLACK };
 	return 0;
 }
 

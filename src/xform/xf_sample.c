@@ -163,8 +163,9 @@ int xf_probe(struct xf_scratch *s, const void *src, size_t len, enum xf_format *
 /* The smallest TurboJPEG scaling factor num/8 <= 1 at which every (span,
  * target) pair keeps span * num/8 >= target: the crop still covers the
  * output at that scale. */
-static uint32_t pick_scale(const uint32_t span[2], const uint32_t target[2])
+static uint32_t pick_scale(uint32_t allowed, const uint32_t span[2], const uint32_t target[2])
 {
+	allowed = allowed ? allowed : XF_DCT_SCALES_DEFAULT;
 	int n = 0;
 	const tjscalingfactor *f = tjGetScalingFactors(&n);
 	uint32_t best = 8;
@@ -172,7 +173,7 @@ static uint32_t pick_scale(const uint32_t span[2], const uint32_t target[2])
 		if (f[i].num <= 0 || f[i].denom <= 0 || (8 * f[i].num) % f[i].denom != 0)
 			continue;
 		uint32_t m = (uint32_t)(8 * f[i].num / f[i].denom);
-		if (m == 0 || m >= best)
+		if (m == 0 || m >= best || !(allowed & (1u << m)))
 			continue;
 		if ((uint64_t)span[0] * m >= (uint64_t)target[0] * 8 &&
 		    (uint64_t)span[1] * m >= (uint64_t)target[1] * 8)
@@ -253,7 +254,7 @@ static void choose_geom(const struct xf_params *p, enum xf_format fmt, const str
 		span[0] = (uint32_t)b->width, span[1] = (uint32_t)b->height;
 		target[0] = p->out_w, target[1] = p->out_h;
 	}
-	g->num = pick_scale(span, target);
+	g->num = pick_scale(p->dct_scales, span, target);
 	g->dw = (int32_t)xf_scaled(W, g->num);
 	g->dh = (int32_t)xf_scaled(H, g->num);
 	g->sx = g->sy = g->num / 8.0;
@@ -389,7 +390,7 @@ static int blob_pixels(const struct xf_params *p, struct xf_scratch *s, enum xf_
 {
 	uint32_t num = 8;
 	if (fmt == XF_FMT_JPEG && !p->exact && (bw != W || bh != H))
-		num = pick_scale((uint32_t[2]){ W, H }, (uint32_t[2]){ bw, bh });
+		num = pick_scale(p->dct_scales, (uint32_t[2]){ W, H }, (uint32_t[2]){ bw, bh });
 	struct xf_rect all = { 0, 0, (int32_t)xf_scaled(W, num), (int32_t)xf_scaled(H, num) };
 	struct xf_region reg;
 	int rc = decode_region(p, s, fmt, b, len, NULL, num, &all, &reg, err, errlen);

@@ -37,6 +37,13 @@ enum xf_output { XF_OUT_UINT8_HWC = 0, XF_OUT_FLOAT16_CHW, XF_OUT_FLOAT32_CHW };
 enum xf_cache { XF_CACHE_ENCODED = 0, XF_CACHE_DECODED };
 enum xf_jpeg_path { XF_JPEG_PARTIAL = 0, XF_JPEG_TURBO_FULL };
 
+/* JPEG DCT scales M/8 the decoder may pick from (bit M). Default 1/8, 1/4,
+ * 1/2 (and 8/8): libjpeg-turbo has SIMD IDCTs for these; 3/8 and 5/8..7/8
+ * use plain C kernels that make the whole pipeline slower than decoding at
+ * full size (measured: docs/transform.md). */
+#define XF_DCT_SCALES_ALL 0x1feu
+#define XF_DCT_SCALES_DEFAULT 0x116u
+
 struct xf_params {
 	enum xf_decode decode;   /* decode = none | image */
 	enum xf_crop crop;       /* crop = none | random_resized | center */
@@ -54,6 +61,7 @@ struct xf_params {
 	/* Not configuration keys (tests and benchmarks): */
 	bool exact;              /* never DCT-scale: JPEG tensors bit-equal PIL's */
 	enum xf_jpeg_path jpeg_path;
+	uint32_t dct_scales;     /* bit M: M/8 may be used (0: XF_DCT_SCALES_DEFAULT) */
 };
 
 /* The defaults: decode=none, crop=random_resized, size=224, scale=0.08,1.0,

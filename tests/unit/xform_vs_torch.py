@@ -296,11 +296,15 @@ def compare(xf, files, kinds, spec, flags=(), exact=False, label=None, tol_mean=
         d = np.abs(to_255(g.reshape(dims)[..., None], t) - to_255(ref.reshape(dims)[..., None], t))
         mads[kind].append((float(d.mean()), float(d.max()), os.path.basename(f), v[10]))
     photo = [m[0] for m in mads["photo"]]
+    scaled = [m[0] for m in mads["photo"] if m[3] != "8"]
     worst = max(mads["photo"] + mads["noise"])
-    print("%-58s MAD photos mean %.3f max %.3f | noise %.3f | max abs %.0f (%s at %s/8)" % (
-        label or spec + " " + " ".join(flags), sum(photo) / len(photo), max(photo),
-        mads["noise"][0][0] if mads["noise"] else 0, max(m[1] for m in mads["photo"] + mads["noise"]),
-        worst[2], worst[3]))
+    print("%-50s MAD photos mean %.3f max %.3f, DCT-scaled %d: mean %.3f | noise %.3f (%s/8) | "
+          "max abs %.0f" % (
+              label or spec + " " + " ".join(flags), sum(photo) / len(photo), max(photo),
+              len(scaled), sum(scaled) / max(len(scaled), 1),
+              mads["noise"][0][0] if mads["noise"] else 0,
+              mads["noise"][0][3] if mads["noise"] else "-",
+              max(m[1] for m in mads["photo"] + mads["noise"])))
     if not exact:
         noise = [m[0] for m in mads["noise"]]
         check(sum(photo) / len(photo) <= tol_mean, "%s: mean MAD %.3f > %.1f" % (
