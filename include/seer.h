@@ -294,6 +294,42 @@ SEER_API uint64_t seer_record_epoch(const seer_record_t *rec);
 SEER_API void seer_record_describe(const seer_record_t *rec, char *buf, size_t len);
 SEER_API void seer_record_free(seer_record_t *rec);
 /* ==== end of checkpoint records and elastic resume ======================= */
+/* ---- transforms: the random choices of seerd's image transform ----------
+ * With a [transform] section, seerd decodes each image and delivers a tensor:
+ * crop, resize to `size`, flip, normalise. Every random choice is a pure
+ * function of (job seed, epoch, sample id), the same on every node, thread
+ * count and restart. These functions give the choices, so a trainer can
+ * rebuild any tensor with PIL + torchvision (docs/transform.md). */
+typedef struct seer_xform seer_xform_t;
+
+#define SEER_XFORM_CROP_FIELDS 8
+
+/* spec: the [transform] keys as "key=value" items separated by blanks, ';'
+ * or newlines, e.g. "crop=random_resized size=224 scale=0.08,1.0 hflip=0.5"
+ * (unset keys take seerd's defaults). Returns NULL with seer_errmsg() set on
+ * a bad spec. Free with seer_xform_free. Thread-safe once created. */
+SEER_API seer_xform_t *seer_xform_new(const char *spec);
+SEER_API void seer_xform_free(seer_xform_t *x);
+/* Crop and flip of sample `id` in `epoch` for an image of width x height
+ * pixels (as decoded, before any EXIF rotation, which seer does not apply).
+ * out[] = { top, left, height, width, flip, resized_height, resized_width,
+ * tries }:
+ *   crop = random_resized: the box in the image (RandomResizedCrop's
+ *     i, j, h, w); tries = the accepted attempt 1..10, 0 for the fallback
+ *     central crop;
+ *   crop = center: the image is first resized to resized_height x
+ *     resized_width (shorter side = `resize`), the box is in that image
+ *     (negative top/left: zero padding, as CenterCrop pads);
+ *   crop = none: the whole image;
+ *   flip = 1: mirror left-right after resizing.
+ * Returns 0, or -EINVAL for a size outside [1, 2^30). */
+SEER_API int seer_xform_crop(const seer_xform_t *x, uint64_t seed, uint64_t epoch, uint64_t id,
+			     uint32_t width, uint32_t height, int32_t out[SEER_XFORM_CROP_FIELDS]);
+/* Raw 64-bit draw `index` of the stream of (seed, epoch, id) (for
+ * re-implementations; docs/transform.md says which index decides what). */
+SEER_API uint64_t seer_xform_draw(uint64_t seed, uint64_t epoch, uint64_t id, uint32_t index);
+/* The effective spec (every key) into buf; 0 or -EINVAL. */
+SEER_API int seer_xform_describe(const seer_xform_t *x, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

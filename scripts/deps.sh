@@ -10,7 +10,7 @@ pkgs=(
   liburing-dev libnuma-dev libfuse3-dev fuse3
   clang libclang-rt-14-dev
   python3-numpy python3-h5py python3-torch python3-mpi4py python3-matplotlib
-  libturbojpeg0-dev libpng-dev libjansson-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libjpeg-turbo-progs libpng-dev libjansson-dev
   python3-pil python3-torchvision stress-ng
   gcc-aarch64-linux-gnu
   slurm-wlm munge strace procps

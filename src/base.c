@@ -3,7 +3,10 @@
 #define _GNU_SOURCE
 #include "base.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -62,4 +65,68 @@ SEER_API const char *seer_strerror(int err)
 	if (err < 0 && err > -4096)
 		return strerror(-err);
 	return "unknown error";
+}
+
+/* ---- numbers (util.h documents them; here so libseer can parse too) ---- */
+
+const char *str_skip_ws(const char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	return s;
+}
+
+bool str_only_ws(const char *s) { return *str_skip_ws(s) == '\0'; }
+
+/* Integers are decimal, or hex with 0x; a leading zero is not octal
+ * ("010" is ten, as a user writing a config file means). */
+static int int_base(const char *s)
+{
+	if (*s == '+' || *s == '-')
+		s++;
+	return s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && isxdigit((unsigned char)s[2]) ? 16 : 10;
+}
+
+int parse_u64(const char *s, uint64_t *out)
+{
+	s = str_skip_ws(s);
+	if (*s == '\0' || *s == '-')
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, int_base(s));
+	if (errno == ERANGE)
+		return -ERANGE;
+	if (end == s || !str_only_ws(end))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int parse_i64(const char *s, int64_t *out)
+{
+	s = str_skip_ws(s);
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, int_base(s));
+	if (errno == ERANGE)
+		return -ERANGE;
+	if (end == s || !str_only_ws(end))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int parse_double(const char *s, double *out)
+{
+	s = str_skip_ws(s);
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno == ERANGE || !isfinite(v))
+		return -ERANGE;
+	if (end == s || !str_only_ws(end))
+		return -EINVAL;
+	*out = v;
+	return 0;
 }

@@ -8,6 +8,7 @@
 #ifndef SEER_BASE_H
 #define SEER_BASE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -47,5 +48,15 @@ static inline void cpu_relax(void)
 void err_set(const char *fmt, ...) PRINTF_LIKE(1, 2);
 const char *err_get(void);
 void err_clear(void);
+
+/* Numbers from text: 0, or -EINVAL (malformed) / -ERANGE (out of range),
+ * *out untouched on failure. Integers are decimal (a leading 0 is not octal)
+ * or 0x hex; blanks around the number are allowed. */
+int parse_u64(const char *s, uint64_t *out);
+int parse_i64(const char *s, int64_t *out);
+int parse_double(const char *s, double *out);
+/* s past leading blanks; whether s is blanks only. */
+const char *str_skip_ws(const char *s);
+bool str_only_ws(const char *s);
 
 #endif /* SEER_BASE_H */

@@ -10,6 +10,7 @@
 
 #include "fmt/registry.h"
 #include "util.h"
+#include "xform/xform.h"
 
 enum cfg_type { CFG_STR, CFG_U64, CFG_SIZE, CFG_BOOL, CFG_DOUBLE, CFG_ENUM, CFG_LOGLEVEL };
 
@@ -31,6 +32,10 @@ static const char *const formats[] = { FMT_LIST(FMT_NAME) NULL };
 static const char *const corrupt_policies[] = { "fail", "skip", NULL };
 static const char *const axes[] = { "last", "first", NULL };
 static const char *const policies[] = { "seer", "nopfs", NULL };
+static const char *const xf_decodes[] = { "none", "image", NULL };
+static const char *const xf_crops[] = { "none", "random_resized", "center", NULL };
+static const char *const xf_outputs[] = { "uint8_hwc", "float16_chw", "float32_chw", NULL };
+static const char *const xf_caches[] = { "encoded", "decoded", NULL };
 
 #define F(field) offsetof(struct seer_config, field)
 #define U64MAX UINT64_MAX
@@ -127,6 +132,32 @@ static const struct cfg_key keys[] = {
 	  "peer stopped answering)" },
 	{ "daemon", "connect_timeout_s", CFG_DOUBLE, F(connect_timeout_s), "600", 1, 1e7, NULL,
 	  false, "how long to wait for every trainer to connect before warning" },
+
+	{ "transform", "decode", CFG_ENUM, F(xf_decode), "none", 0, 0, xf_decodes, true,
+	  "none: deliver file bytes; image: decode JPEG/PNG and deliver tensors" },
+	{ "transform", "crop", CFG_ENUM, F(xf_crop), "random_resized", 0, 0, xf_crops, true,
+	  "random_resized (RandomResizedCrop), center (Resize(resize) + CenterCrop), none "
+	  "(whole image resized to size)" },
+	{ "transform", "size", CFG_STR, F(xf_size), "224", 0, 0, NULL, true,
+	  "output size: N or HxW" },
+	{ "transform", "scale", CFG_STR, F(xf_scale), "0.08,1.0", 0, 0, NULL, true,
+	  "random_resized: min,max fraction of the image area" },
+	{ "transform", "ratio", CFG_STR, F(xf_ratio), "0.75,1.3333333333333333", 0, 0, NULL, true,
+	  "random_resized: min,max aspect ratio (width/height)" },
+	{ "transform", "resize", CFG_U64, F(xf_resize), "256", 0, 16384, NULL, true,
+	  "center: shorter side before the crop (0: no resize)" },
+	{ "transform", "hflip", CFG_DOUBLE, F(xf_hflip), "0.5", 0, 1, NULL, true,
+	  "probability of a horizontal flip" },
+	{ "transform", "normalize", CFG_STR, F(xf_normalize), "imagenet", 0, 0, NULL, true,
+	  "none, imagenet, or m0,m1,m2/s0,s1,s2 (of pixels scaled to [0, 1])" },
+	{ "transform", "output", CFG_ENUM, F(xf_output), "float32_chw", 0, 0, xf_outputs, true,
+	  "uint8_hwc (normalize = none), float16_chw or float32_chw" },
+	{ "transform", "threads", CFG_U64, F(xf_threads), "0", 0, 1024, NULL, false,
+	  "transform threads (0: the cores the trainers do not use)" },
+	{ "transform", "cache", CFG_ENUM, F(xf_cache), "encoded", 0, 0, xf_caches, true,
+	  "what the cache tiers hold: encoded file bytes, or decoded images" },
+	{ "transform", "cache_size", CFG_U64, F(xf_cache_size), "0", 0, 16384, NULL, true,
+	  "decoded: shorter side of cached images (0: full size)" },
 };
 
 #define NKEYS ARRAY_SIZE(keys)
@@ -402,7 +433,7 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
 		else
 			snprintf(x->msg, sizeof(x->msg),
 				 "key '%s' in unknown section [%s] (sections: dataset, job, cache, "
-				 "prefetch, net, daemon)", name, section);
+				 "prefetch, net, daemon, transform)", name, section);
 		x->failed = true;
 		x->fail_line = x->line;
 		return 0;
@@ -533,6 +564,10 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 			 (unsigned long long)c->nvme);
 		return -EINVAL;
 	}
+	struct xf_params xp;
+	int xrc = cfg_transform(c, &xp, err, errlen);
+	if (xrc)
+		return xrc;
 	if (!*c->socket) {
 		char buf[4096], why[768];
 		if (path_default_socket(buf, sizeof(buf), c->job_id, true, why, sizeof(why)) != 0) {
@@ -548,6 +583,31 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 			 "could plant a forged catalog or resume record there: set [daemon] "
 			 "state_dir (or HOME / XDG_CACHE_HOME) to a directory only you can write",
 			 c->state_dir, why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int cfg_transform(const struct seer_config *c, struct xf_params *p, char *err, size_t errlen)
+{
+	static const char *const names[] = { "decode", "crop", "size", "scale", "ratio",
+					     "normalize", "output", "cache" };
+	const char *vals[] = { c->xf_decode, c->xf_crop, c->xf_size, c->xf_scale, c->xf_ratio,
+			       c->xf_normalize, c->xf_output, c->xf_cache };
+	char why[300];
+	xf_params_default(p);
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		if (xf_params_set(p, names[i], vals[i] ? vals[i] : "", why, sizeof(why)) != 0) {
+			snprintf(err, errlen, "[transform] %s: %s", names[i], why);
+			return -EINVAL;
+		}
+	}
+	p->resize = (uint32_t)c->xf_resize;
+	p->hflip = c->xf_hflip;
+	p->threads = (uint32_t)c->xf_threads;
+	p->cache_size = (uint32_t)c->xf_cache_size;
+	if (xf_params_check(p, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "[transform] %s", why);
 		return -EINVAL;
 	}
 	return 0;

@@ -57,6 +57,19 @@ struct seer_config {
 	char *cpuset;
 	double connect_timeout_s;
 	double done_timeout_s;
+	/* [transform] (src/xform/xform.h parses and checks the values) */
+	char *xf_decode;
+	char *xf_crop;
+	char *xf_size;
+	char *xf_scale;
+	char *xf_ratio;
+	uint64_t xf_resize;
+	double xf_hflip;
+	char *xf_normalize;
+	char *xf_output;
+	uint64_t xf_threads;
+	char *xf_cache;
+	uint64_t xf_cache_size;
 	/* where each key was last set ("default", "job.ini:12", "--set") */
 	char **origin;
 };
@@ -88,6 +101,11 @@ uint64_t cfg_job_hash(const struct seer_config *c);
 /* Expand ${VAR} and ${VAR:-default} in s. Returns a malloc'd string, or NULL
  * with the reason in err. */
 char *cfg_expand(const char *s, char *err, size_t errlen);
+
+/* The [transform] section as checked transform parameters. 0, or -EINVAL
+ * with "[transform] key: reason" in err. */
+struct xf_params;
+int cfg_transform(const struct seer_config *c, struct xf_params *p, char *err, size_t errlen);
 
 /* [job] resume as (epoch, step); -ENOENT when unset or "auto". */
 int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step);

@@ -65,74 +65,12 @@ void log_msg(enum log_level lvl, const char *fmt, ...)
 	ssize_t w UNUSED = write(STDERR_FILENO, line, (size_t)n);
 }
 
-static const char *skip_ws(const char *s)
-{
-	while (isspace((unsigned char)*s))
-		s++;
-	return s;
-}
-
-static bool only_ws(const char *s) { return *skip_ws(s) == '\0'; }
-
-/* Integers are decimal, or hex with 0x; a leading zero is not octal
- * ("010" is ten, as a user writing a config file means). */
-static int int_base(const char *s)
-{
-	if (*s == '+' || *s == '-')
-		s++;
-	return s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && isxdigit((unsigned char)s[2]) ? 16 : 10;
-}
-
-int parse_u64(const char *s, uint64_t *out)
-{
-	s = skip_ws(s);
-	if (*s == '\0' || *s == '-')
-		return -EINVAL;
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, int_base(s));
-	if (errno == ERANGE)
-		return -ERANGE;
-	if (end == s || !only_ws(end))
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-int parse_i64(const char *s, int64_t *out)
-{
-	s = skip_ws(s);
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, int_base(s));
-	if (errno == ERANGE)
-		return -ERANGE;
-	if (end == s || !only_ws(end))
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-int parse_double(const char *s, double *out)
-{
-	s = skip_ws(s);
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno == ERANGE || !isfinite(v))
-		return -ERANGE;
-	if (end == s || !only_ws(end))
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 int parse_size(const char *s, uint64_t *out)
 {
 	/* Exact decimal arithmetic, no floating point: every count up to
 	 * 2^64 - 1 reads back exactly and "1.001kB" is 1001 bytes. */
 	enum { FRAC_DIGITS = 24 }; /* 10^24 * 2^40 still fits 128 bits */
-	s = skip_ws(s);
+	s = str_skip_ws(s);
 	if (*s == '+')
 		s++;
 	unsigned __int128 ip = 0, fp = 0, fscale = 1;
@@ -154,7 +92,7 @@ int parse_size(const char *s, uint64_t *out)
 	}
 	if (!any)
 		return -EINVAL;
-	const char *u = skip_ws(s);
+	const char *u = str_skip_ws(s);
 	static const struct { const char *sfx; uint64_t mul; } units[] = {
 		{ "", 1 }, { "b", 1 },
 		{ "k", 1ull << 10 }, { "ki", 1ull << 10 }, { "kib", 1ull << 10 }, { "kb", 1000ull },
@@ -168,7 +106,7 @@ int parse_size(const char *s, uint64_t *out)
 	while (*u && !isspace((unsigned char)*u) && n < sizeof(unit) - 1)
 		unit[n++] = (char)tolower((unsigned char)*u++);
 	unit[n] = '\0';
-	if (!only_ws(u))
+	if (!str_only_ws(u))
 		return -EINVAL;
 	for (size_t i = 0; i < ARRAY_SIZE(units); i++) {
 		if (strcmp(unit, units[i].sfx) == 0) {
@@ -189,13 +127,13 @@ int parse_bool(const char *s, bool *out)
 {
 	static const char *yes[] = { "1", "true", "yes", "on" };
 	static const char *no[] = { "0", "false", "no", "off" };
-	s = skip_ws(s);
+	s = str_skip_ws(s);
 	char w[8];
 	size_t n = 0;
 	while (*s && !isspace((unsigned char)*s) && n < sizeof(w) - 1)
 		w[n++] = *s++;
 	w[n] = '\0';
-	if (!only_ws(s))
+	if (!str_only_ws(s))
 		return -EINVAL;
 	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
 		if (strcasecmp(w, yes[i]) == 0) {

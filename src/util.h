@@ -34,10 +34,7 @@ void log_msg(enum log_level lvl, const char *fmt, ...) PRINTF_LIKE(2, 3);
 /* ---- parsing ------------------------------------------------------------
  * All return 0 or -EINVAL (malformed) / -ERANGE (out of range), and leave
  * *out alone on failure. Integers are decimal (a leading 0 is not octal) or
- * 0x hex. */
-int parse_u64(const char *s, uint64_t *out);
-int parse_i64(const char *s, int64_t *out);
-int parse_double(const char *s, double *out);
+ * 0x hex. parse_u64, parse_i64 and parse_double are in base.h. */
 /* "64GiB", "512MB", "4k", "1.5G", "0": binary for Ki/Mi/Gi/Ti and for bare
  * K/M/G/T, decimal for kB/MB/GB/TB. The number is decimal digits with an
  * optional fraction, computed exactly; a result that is not a whole number

@@ -5,7 +5,7 @@
 set -euo pipefail
 out="$1"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-mkdir -p "$out"/{fuzz_config,fuzz_catalog,fuzz_npy,fuzz_zip,fuzz_npz,fuzz_tfrecord,fuzz_ctrl,fuzz_client}
+mkdir -p "$out"/{fuzz_config,fuzz_catalog,fuzz_npy,fuzz_zip,fuzz_npz,fuzz_tfrecord,fuzz_ctrl,fuzz_client,fuzz_image}
 cp "$root/config/example.ini" "$out/fuzz_config/example.ini"
 printf '[dataset]\npath = ${HOME:-/x}/d\n[job]\nseed=0x10\nepochs = 3\n[cache]\nram = 1.5GiB\n' \
   > "$out/fuzz_config/small.ini"
@@ -50,5 +50,27 @@ ops = bytes([0, 2, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0]) + bytes([1, 0, 0, 2, 
 ops += bytes([2, 0, 0, 4, 0, 1, 3, 1, 0, 5, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 8])
 open(os.path.join(out, "fuzz_client", "session.bin"), "wb").write(bytes([1]) + ops)
 open(os.path.join(out, "fuzz_client", "nodaemon.bin"), "wb").write(bytes([0, 40, 1, 5, 0, 0, 0, 2, 0, 0, 0, 3, 1, 9]))
+PY
+# fuzz_image: small JPEGs and PNGs of each kind (the first byte picks the
+# harness's parameters)
+mkdir -p "$out/fuzz_image"
+/usr/bin/python3 - "$out/fuzz_image" <<'PY'
+import io, os, sys
+import numpy as np
+from PIL import Image
+out = sys.argv[1]
+rng = np.random.default_rng(3)
+rgb = Image.fromarray(rng.integers(0, 255, (23, 37, 3), dtype=np.uint8))
+def save(name, im, sel, **kw):
+    b = io.BytesIO(); im.save(b, **kw); open(os.path.join(out, name), "wb").write(bytes([sel]) + b.getvalue())
+save("420.jpg", rgb, 0, format="JPEG", quality=90)
+save("prog.jpg", rgb, 9, format="JPEG", quality=80, progressive=True)
+save("gray.jpg", rgb.convert("L"), 2, format="JPEG")
+save("cmyk.jpg", rgb.convert("CMYK"), 132, format="JPEG")
+save("444.jpg", rgb, 17, format="JPEG", subsampling=0)
+save("rgba.png", rgb.convert("RGBA"), 1, format="PNG")
+save("pal.png", rgb.convert("P"), 34, format="PNG", transparency=3)
+save("gray.png", rgb.convert("L"), 128, format="PNG")
+save("rgb.png", rgb, 5, format="PNG")
 PY
 echo "seeds in $out"
