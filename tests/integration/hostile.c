@@ -18,9 +18,9 @@
  *                closes the connection (must be within --seconds)
  *   flood        open --count connections at once, send nothing, hold them
  *                for --seconds; reports how many the daemon dropped
- *   ctl-slow     ask for `status` like seerctl, read nothing for --seconds,
- *                then the whole reply must arrive (the daemon serves others
- *                meanwhile)
+ *   ctl-slow     ask for `status` like seerctl (printing "SENT" once asked),
+ *                read nothing for --seconds, then the whole reply must arrive
+ *                (the daemon serves others meanwhile)
  * Session modes (attach properly as --rank, then misbehave):
  *   rel-garbage  random entries in the release ring, producer index advanced
  *   rel-ahead    release producer index far ahead of anything held
@@ -226,6 +226,8 @@ static int mode_ctl_slow(const struct opts *o, struct seer_msg_hello *h)
 		close(fd);
 		return 1;
 	}
+	printf("SENT\n"); /* the test asks the daemon for more only after this */
+	fflush(stdout);
 	sleep_ns((uint64_t)(o->seconds * 1e9));
 	static char buf[sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK];
 	size_t total = 0;
