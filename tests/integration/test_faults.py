@@ -709,11 +709,14 @@ class Bystanders:
         self.gate, self.last = Gate(tmp), (epochs - 1, 0)
         self.procs = [start_py(r, 3, self.d.sock, self.logs[r], "--compute-ms", "10",
                                "--pace-file", self.pace, "--times", self.times[r],
-                               *self.gate.args(self.last))
+                               *self.gate.args((0, 0), self.last))
                       for r in range(2)]
-        wait_for(lambda: len([t for t in self.d.status()["trainers"] if t["attached"]]) == 2,
-                 LONG, "the two bystanders to attach")
+        # both attached, holding their first batch: the daemon's descriptors
+        # now (no `seerctl status` connection still being closed among them)
+        # are what it must come back to
+        self.gate.wait(range(2), (0, 0), self.procs)
         self.fds = fd_count(self.d.proc.pid)
+        self.gate.go((0, 0))
         self.problems = []
 
     def alive(self):
