@@ -35,6 +35,14 @@ import seer  # noqa: E402
 # A deadline for something that takes milliseconds on an idle machine: it only
 # bounds a failure, so it is generous enough for a loaded one.
 LONG = 120.0
+# Sanitizer builds (BIN=build/asan/bin, build/tsan/bin) run several times
+# slower, their seerctl included: each `seerctl status` a test polls with
+# takes 0.3-0.7 s just to start on a busy machine.
+SANITIZER = os.path.basename(os.path.dirname(BIN)) in ("asan", "tsan")
+# A killed trainer's staging is reclaimed within this (a measurement that
+# includes the status polls that see it: 30-120 ms in release builds beside
+# CPU hogs; in sanitizer builds the polls alone can take a second).
+RECLAIM_BOUND_S = 3.0 if SANITIZER else 1.0
 
 
 class Fail(AssertionError):
