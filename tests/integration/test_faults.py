@@ -65,9 +65,9 @@ def trainer_main(argv):
     seer.SeerError raised by iterating the Loader); --times gets "E S wait_s
     ok|failed gap_s" per batch (wait: since this trainer asked for it, after
     its work on the one before; gap: since the one before was delivered, or
-    for the first since the trainer began connecting). Exit 1 if any batch failed. With --hold it releases
-    --release-first batches, takes --hold more without releasing, writes them to
-    --marker and waits to be killed."""
+    for the first since the trainer began connecting). Exit 1 if any batch
+    failed. With --hold it releases --release-first batches, takes --hold more
+    without releasing, writes them to --marker and waits to be killed."""
     ap = argparse.ArgumentParser(prog="test_faults.py trainer")
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
