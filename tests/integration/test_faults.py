@@ -26,7 +26,6 @@ This file is also the Python trainer those tests start:
 """
 
 import argparse
-import json
 import os
 import pwd
 import re
@@ -527,9 +526,12 @@ def test_killed_holding_batches():
 
 # ---- a peer daemon dies ------------------------------------------------------------------------
 
-def peer_death(mca):
+def peer_death(mca, survivors_hold_last=False):
     """Three seerd under mpirun (extra `mca` options), six trainers, node 2's
-    seerd SIGKILLed in epoch 1. Returns what happened."""
+    seerd SIGKILLed in epoch 1. With survivors_hold_last, the other nodes'
+    trainers hold their last batch until their daemons' status is taken (once
+    their trainers are done, they leave 5 s later: the dead node never
+    answers). Returns what happened."""
     import test_multi_node as mn
 
     class MpiCluster(mn.Cluster):
@@ -567,12 +569,16 @@ def peer_death(mca):
              "cache.ram": "1MiB", "cache.staging": "2MiB", "prefetch.io_threads": 4,
              "prefetch.lookahead": 2, "net.peer_timeout_ms": 300}
         cl = MpiCluster(tmp, s)
-        gate, at = Gate(tmp), (1, 3)
+        sampler = seer.Sampler(len(cat), 9, mn.WORLD, 4)
+        gate, at, last = Gate(tmp), (1, 3), (epochs - 1, sampler.batches_per_epoch - 1)
         try:
             nodes = mn.placement("block")
             logs = [os.path.join(tmp, "r%d.log" % r) for r in range(mn.WORLD)]
+            survivors = [r for r in range(mn.WORLD) if nodes[r] != 2]
             procs = [start_trainer("c", r, mn.WORLD, cl.socket(nodes[r]), logs[r],
-                                   ["--compute-ms", "15"] + gate.args(at))
+                                   ["--compute-ms", "15"] +
+                                   gate.args(at, *([last] if survivors_hold_last and
+                                                   r in survivors else [])))
                      for r in range(mn.WORLD)]
             # every trainer holds its batch 1:3 (the caches are filled), then all
             # go on and node 2's seerd is killed while they run: 29 epochs remain
@@ -582,10 +588,24 @@ def peer_death(mca):
             os.kill(pids[2], signal.SIGKILL)
             t_kill = time.time()
             ends, bound = {}, LONG
-            while len(ends) < mn.WORLD and time.time() - t_kill < bound:
+
+            def poll_ends():
                 for r, p in enumerate(procs):
                     if r not in ends and p.poll() is not None:
                         ends[r] = time.time() - t_kill
+            survivors_status, holding = {}, False
+            if survivors_hold_last:
+                while time.time() - t_kill < bound:
+                    poll_ends()
+                    holding = all(gate.held(r, last) for r in survivors)
+                    if holding or any(r in ends for r in survivors):
+                        break
+                    time.sleep(0.01)
+                if holding:  # every read of the job is done; the daemons still run
+                    survivors_status = {k: cl.status(k) for k in (0, 1)}
+                gate.go(last)
+            while len(ends) < mn.WORLD and time.time() - t_kill < bound:
+                poll_ends()
                 time.sleep(0.01)
             hung = [r for r in range(mn.WORLD) if r not in ends]
             for r in hung:
@@ -598,23 +618,13 @@ def peer_death(mca):
             except subprocess.TimeoutExpired:
                 mpirun_rc = None
             out.update(nodes=nodes, ends=ends, hung=hung, res=res, pids=pids,
-                       mpirun_rc=mpirun_rc,
+                       survivors_status=survivors_status, mpirun_rc=mpirun_rc,
                        mpirun_s=time.time() - t_kill, exit_after_trainers=time.time() - t_done,
                        alive=[k for k in range(mn.NODES) if os.path.exists("/proc/%d" % pids[k])
                               and open("/proc/%d/stat" % pids[k]).read().split()[2] != "Z"])
         finally:
             cl.kill()
             out["log"] = cl.log()
-        # what the surviving daemons counted, from the stats files they write as
-        # they exit (a status query would race their exit)
-        out["survivors_stats"] = {}
-        for k in (0, 1):
-            try:
-                with open(cl.stats.replace("%n", str(k))) as f:
-                    out["survivors_stats"][k] = json.load(f)
-            except (OSError, ValueError):
-                pass
-        sampler = seer.Sampler(len(cat), 9, mn.WORLD, 4)
         out["verified"] = [verify_prefix(cat, sampler, r, read_log(logs[r]))
                            for r in range(mn.WORLD)]
         out["epochs"] = epochs
@@ -661,7 +671,7 @@ def test_peer_daemon_killed_survivors_finish():
     fetches fall back to the PFS), the dead node's trainers get an error at
     once, and the surviving daemons must then exit rather than wait forever
     for the dead one."""
-    out = peer_death([("orte_abort_on_non_zero_status", "0")])
+    out = peer_death([("orte_abort_on_non_zero_status", "0")], survivors_hold_last=True)
     describe(out)
     check(not out["hung"], "trainers %s hung > %.0f s after a daemon died" % (out["hung"], LONG))
     full = out["epochs"] * out["bpe"]
@@ -674,9 +684,8 @@ def test_peer_daemon_killed_survivors_finish():
             check(rc == 0 and out["verified"][r] == full,
                   "rank %d on a surviving node: exit %d, %d of %d batches: %s" %
                   (r, rc, out["verified"][r], full, err))
-    check(sorted(out["survivors_stats"]) == [0, 1], "the surviving daemons wrote stats files "
-          "for nodes %s only" % sorted(out["survivors_stats"]))
-    fb = sum(e["peer_fallbacks"] for st in out["survivors_stats"].values()
+    check(sorted(out["survivors_status"]) == [0, 1], "no status of the surviving daemons")
+    fb = sum(e["peer_fallbacks"] for st in out["survivors_status"].values()
              for e in st["epochs"])
     log("surviving daemons: %d peer fetches fell back to the PFS" % fb)
     check(fb > 0, "no fallback to the PFS after a peer died")
