@@ -30,6 +30,7 @@ def shm_entries():
 
 def test_sigterm_mid_epoch_then_resume():
     tmp = tmpdir("seer-ops-")
+    daemons = []  # stopped at the end, whatever happened
     try:
         root, cat = dataset(tmp)
         nvme = os.path.join(tmp, "nvme")
@@ -39,6 +40,7 @@ def test_sigterm_mid_epoch_then_resume():
         world = 3
         shm_before = shm_entries()
         d = Daemon(tmp, s, name="first")
+        daemons.append(d)
         first = [os.path.join(tmp, "a%d.log" % r) for r in range(world)]
         # SIGTERM mid-epoch 1, every trainer holding its batch 1:2 (as a trainer
         # computing on it does)
@@ -70,6 +72,7 @@ def test_sigterm_mid_epoch_then_resume():
         # restart: resume = auto continues every rank where it stopped
         s["job.resume"] = "auto"
         d2 = Daemon(tmp, s, name="second")
+        daemons.append(d2)
         second = [os.path.join(tmp, "b%d.log" % r) for r in range(world)]
         procs = [start_trainer("c", r, world, d2.sock, second[r]) for r in range(world)]
         for rc, _, err in finish(procs):
@@ -93,6 +96,7 @@ def test_sigterm_mid_epoch_then_resume():
         # an explicit position
         s["job.resume"] = "2:3"
         d3 = Daemon(tmp, s, name="third")
+        daemons.append(d3)
         third = [os.path.join(tmp, "c%d.log" % r) for r in range(world)]
         procs = [start_trainer("c", r, world, d3.sock, third[r]) for r in range(world)]
         for rc, _, err in finish(procs):
@@ -101,6 +105,8 @@ def test_sigterm_mid_epoch_then_resume():
         for r in range(world):
             verify_rank(cat, sampler, r, read_log(third[r]), 6, first=(2, 3))
     finally:
+        for x in daemons:
+            x.stop()
         cleanup(tmp)
 
 
@@ -205,14 +211,17 @@ def test_status_of_a_long_job():
 
 def test_two_jobs_on_one_node():
     tmp = tmpdir("seer-ops-")
+    daemons = []  # stopped at the end, whatever happened
     try:
         ra, ca = dataset(os.path.join(tmp, "A"), per_class=8, seed=1)
         rb, cb = dataset(os.path.join(tmp, "B"), per_class=9, seed=2)
         env = {"SEER_RUNTIME_DIR": tmp}
         da = Daemon(tmp, {"dataset.path": ra, "job.id": "jobA", "daemon.socket": "",
                           "job.epochs": 2}, name="A", env=env, wait=False)
+        daemons.append(da)
         db = Daemon(tmp, {"dataset.path": rb, "job.id": "jobB", "daemon.socket": "",
                           "job.epochs": 2}, name="B", env=env, wait=False)
+        daemons.append(db)
         user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
         da.sock = os.path.join(tmp, "seer-%s-jobA.sock" % user)
         db.sock = os.path.join(tmp, "seer-%s-jobB.sock" % user)
@@ -238,6 +247,8 @@ def test_two_jobs_on_one_node():
         log("jobs jobA and jobB served side by side from sockets %s, %s (0600)" %
             (os.path.basename(da.sock), os.path.basename(db.sock)))
     finally:
+        for x in daemons:
+            x.stop()
         cleanup(tmp)
 
 
