@@ -5,6 +5,8 @@
 #   make           build bin/ and lib/ (release)
 #   make asan      ASan+UBSan build, unit and integration tests under it
 #   make tsan      TSan build, unit tests and the ring/prefetcher stress under it
+#   make test-stress  the integration tests beside CPU hogs (stress-ng): no test
+#                  may race the job it observes
 #
 # Variants build into build/<variant>/; the release variant also fills bin/ and lib/.
 
@@ -78,7 +80,7 @@ PFSEMU_OBJ := $(call obj,$(wildcard tools/pfsemu/*.c))
 
 .SECONDARY:
 .PHONY: all setup deps demo test unit integration asan tsan sanitize clean install fuzz fuzz-run \
-	bench check-aarch64
+	bench check-aarch64 test-stress
 all: $(BIN)/seerd $(LIB)/libseer.so $(TOOLS)
 
 $(B)/obj/%.o: %.c
@@ -218,6 +220,21 @@ unit: $(UNIT_BIN) $(LIB)/libseer.so
 
 integration: all
 	@V=$(V) BIN=$(BIN) LIB=$(LIB) SEER_TESTS="$(SEER_TESTS)" tests/integration/run.sh
+
+# The integration tests (release build, or SEER_TESTS="...") on a busy machine:
+# STRESS_CPUS stress-ng CPU hogs run beside them, started here and always
+# stopped, whatever the outcome (docs/faults.md, "Tests on a busy machine").
+STRESS_CPUS ?= 2
+test-stress: all
+	@command -v stress-ng >/dev/null || { echo "test-stress needs stress-ng (make deps)"; exit 1; }
+	@stress-ng --cpu $(STRESS_CPUS) --timeout 2h --quiet & hog=$$!; \
+	trap 'kill $$hog 2>/dev/null; wait $$hog 2>/dev/null; exit 130' INT TERM HUP; \
+	sleep 1; kill -0 $$hog 2>/dev/null || { echo "stress-ng did not start"; exit 1; }; \
+	echo "== integration tests beside stress-ng --cpu $(STRESS_CPUS) (pid $$hog), load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	start=$$(date +%s); rc=0; \
+	V=release BIN=bin LIB=lib SEER_TESTS="$(SEER_TESTS)" tests/integration/run.sh || rc=$$?; \
+	echo "== test-stress: $$([ $$rc -eq 0 ] && echo passed || echo FAILED) in $$(( $$(date +%s) - start )) s, load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	kill $$hog 2>/dev/null; wait $$hog 2>/dev/null; exit $$rc
 
 # README step 2
 test: all

@@ -81,7 +81,7 @@ static int make_listener(struct server *s, char *err, size_t errlen)
 		snprintf(err, errlen, "socket(): %s", strerror(errno));
 		return -errno;
 	}
-	mode_t old = umask(0077); /* the socket is created 0600 */
+	mode_t old = umask(0177); /* the socket is created 0600 (bind: 0777 & ~umask) */
 	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
 	if (rc != 0 || chmod(s->sock_path, 0600) != 0 || listen(fd, 128) != 0) {

@@ -18,9 +18,9 @@
  *                closes the connection (must be within --seconds)
  *   flood        open --count connections at once, send nothing, hold them
  *                for --seconds; reports how many the daemon dropped
- *   ctl-slow     ask for `status` like seerctl, read nothing for --seconds,
- *                then the whole reply must arrive (the daemon serves others
- *                meanwhile)
+ *   ctl-slow     ask for `status` like seerctl (printing "SENT" once asked),
+ *                read nothing for --seconds, then the whole reply must arrive
+ *                (the daemon serves others meanwhile)
  * Session modes (attach properly as --rank, then misbehave):
  *   rel-garbage  random entries in the release ring, producer index advanced
  *   rel-ahead    release producer index far ahead of anything held
@@ -63,6 +63,10 @@
 #include "../../src/shm.h"
 #include "../../src/util.h"
 #include "seer.h"
+
+/* How long to wait for the daemon's answer before calling it missing: only a
+ * failure waits this long, so it is generous for a loaded machine. */
+#define DEADLINE_S 60.0
 
 struct opts {
 	const char *sock, *job, *mode;
@@ -184,7 +188,7 @@ static int send_hello_expect(const struct opts *o, const struct seer_msg_hello *
 		close(fd);
 		return 1;
 	}
-	int rc = expect_refusal(fd, want_status, want_text, 10.0);
+	int rc = expect_refusal(fd, want_status, want_text, DEADLINE_S);
 	close(fd);
 	return rc;
 }
@@ -226,12 +230,14 @@ static int mode_ctl_slow(const struct opts *o, struct seer_msg_hello *h)
 		close(fd);
 		return 1;
 	}
+	printf("SENT\n"); /* the test asks the daemon for more only after this */
+	fflush(stdout);
 	sleep_ns((uint64_t)(o->seconds * 1e9));
 	static char buf[sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK];
 	size_t total = 0;
 	char first = 0, last = 0;
 	for (unsigned packets = 0;; packets++) {
-		if (!wait_readable(fd, 10.0)) {
+		if (!wait_readable(fd, DEADLINE_S)) {
 			printf("RESULT stalled after %zu bytes\n", total);
 			close(fd);
 			return 1;
@@ -430,7 +436,7 @@ static int report_eviction(const struct sess *s, double timeout_s)
 
 static int mode_rel(const struct opts *o, struct sess *s)
 {
-	if (wait_published(s, 1, 10) != 0) {
+	if (wait_published(s, 1, DEADLINE_S) != 0) {
 		printf("RESULT no-batch-published\n");
 		return 1;
 	}
@@ -450,7 +456,7 @@ static int mode_rel(const struct opts *o, struct sess *s)
 		atomic_store_explicit(&s->ci->rel_prod, rp + 1, memory_order_release);
 	} else { /* rel-double */
 		uint32_t idx;
-		if (take(s, &idx, 10) != 0) {
+		if (take(s, &idx, DEADLINE_S) != 0) {
 			printf("RESULT no-batch\n");
 			return 1;
 		}
@@ -463,12 +469,12 @@ static int mode_rel(const struct opts *o, struct sess *s)
 		release(s, idx);
 	}
 	wake_daemon(s);
-	return report_eviction(s, 5);
+	return report_eviction(s, DEADLINE_S);
 }
 
 static int mode_cons(const struct opts *o, struct sess *s)
 {
-	if (wait_published(s, 1, 10) != 0) {
+	if (wait_published(s, 1, DEADLINE_S) != 0) {
 		printf("RESULT no-batch-published\n");
 		return 1;
 	}
@@ -487,7 +493,7 @@ static int mode_cons(const struct opts *o, struct sess *s)
 	uint64_t g = UINT64_MAX;
 	for (unsigned i = 0; i < o->count; i++) {
 		uint32_t idx;
-		if (take(s, &idx, 10) != 0) {
+		if (take(s, &idx, DEADLINE_S) != 0) {
 			printf("RESULT stalled after %u batches once the consumer index was restored\n", i);
 			return 1;
 		}
@@ -514,7 +520,7 @@ static int mode_sock_garbage(struct sess *s)
 		printf("RESULT send-failed\n");
 		return 1;
 	}
-	return report_eviction(s, 5);
+	return report_eviction(s, DEADLINE_S);
 }
 
 static int mode_seek_range(const struct opts *o, struct sess *s)
@@ -523,7 +529,7 @@ static int mode_seek_range(const struct opts *o, struct sess *s)
 	struct seer_msg_seek m = { .kind = SEER_MSG_SEEK, .epoch = 1ull << 60, .step = 0 };
 	if (sock_send(s->fd, &m, sizeof(m), NULL, 0) != (ssize_t)sizeof(m))
 		return 1;
-	if (!wait_readable(s->fd, 5)) {
+	if (!wait_readable(s->fd, DEADLINE_S)) {
 		printf("RESULT no-seek-answer\n");
 		return 1;
 	}
@@ -535,7 +541,7 @@ static int mode_seek_range(const struct opts *o, struct sess *s)
 		return 1;
 	}
 	uint32_t idx;
-	if (take(s, &idx, 10) != 0) {
+	if (take(s, &idx, DEADLINE_S) != 0) {
 		printf("RESULT refused-seek but no batch afterwards\n");
 		return 1;
 	}
@@ -621,7 +627,7 @@ static int mode_write(const struct opts *o, struct sess *s)
 
 static int mode_truncate_in(const struct opts *o, struct sess *s)
 {
-	if (wait_published(s, 1, 10) != 0) {
+	if (wait_published(s, 1, DEADLINE_S) != 0) {
 		printf("RESULT no-batch-published\n");
 		return 1;
 	}

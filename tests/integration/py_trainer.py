@@ -1,5 +1,6 @@
 """A Python trainer for the integration tests: same options and log format as
-seer-trainer (C), through the seer ctypes shim. Run with /usr/bin/python3."""
+seer-trainer (C), through the seer ctypes shim, pause points included
+(--sync DIR --pause-at E:S, seertest.Gate). Run with /usr/bin/python3."""
 
 import argparse
 import os
@@ -11,6 +12,7 @@ import zlib
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
 import seer  # noqa: E402
+from seertest import Pauses  # noqa: E402
 
 
 def main():
@@ -23,6 +25,8 @@ def main():
     ap.add_argument("--kill-after", type=int, default=-1)
     ap.add_argument("--torch", action="store_true", help="iterate through seer.torch")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--sync")
+    ap.add_argument("--pause-at", action="append")
     a = ap.parse_args()
     log = open(a.log, "w") if a.log else None
     kw = {}
@@ -36,6 +40,7 @@ def main():
     else:
         loader = seer.Loader(socket=a.socket, **kw)
     with loader:
+        pauses = Pauses(a.sync, a.pause_at, loader.rank)
         for _ in range(loader.epochs):
             it = iter(loader)
             while True:
@@ -51,6 +56,7 @@ def main():
                         labels = batch.labels.tolist()
                 except StopIteration:
                     break
+                pauses.at(batch.epoch, batch.step)
                 for i, (v, sid, label) in enumerate(zip(views, batch.ids.tolist(), labels)):
                     crc = zlib.crc32(v.reshape(-1).view("u1"))
                     nbytes += v.nbytes

@@ -4,6 +4,13 @@ The expectations here are computed independently of seerd: the catalog order
 is rebuilt from the directory tree (sorted relative paths, class = top-level
 directory), bytes are hashed from the files themselves; only the access
 sequence comes from libseer's sampler (the function under contract).
+
+Tests never race the job they observe (they pass on a machine busy with
+other work: `make test-stress`): a test that must act while a job runs holds
+the job open with pause points (Gate below; seer-trainer --sync/--pause-at,
+py_trainer.py and test_faults.py's trainer take the same options) and waits
+for states (files, log lines, `seerctl status`) with generous deadlines
+(LONG), never for a sleep to pass.
 """
 
 import json
@@ -24,6 +31,18 @@ sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 os.environ.setdefault("SEER_LIB", os.path.join(ROOT, "lib", "libseer.so.0"))
 
 import seer  # noqa: E402
+
+# A deadline for something that takes milliseconds on an idle machine: it only
+# bounds a failure, so it is generous enough for a loaded one.
+LONG = 120.0
+# Sanitizer builds (BIN=build/asan/bin, build/tsan/bin) run several times
+# slower, their seerctl included: each `seerctl status` a test polls with
+# takes 0.3-0.7 s just to start on a busy machine.
+SANITIZER = os.path.basename(os.path.dirname(BIN)) in ("asan", "tsan")
+# A killed trainer's staging is reclaimed within this (a measurement that
+# includes the status polls that see it: 30-120 ms in release builds beside
+# CPU hogs; in sanitizer builds the polls alone can take a second).
+RECLAIM_BOUND_S = 3.0 if SANITIZER else 1.0
 
 
 class Fail(AssertionError):
@@ -92,7 +111,7 @@ class Daemon:
         if wait:
             self.wait_socket()
 
-    def wait_socket(self, timeout=30):
+    def wait_socket(self, timeout=LONG):
         t0 = time.time()
         while not os.path.exists(self.sock):
             if self.proc.poll() is not None:
@@ -110,7 +129,7 @@ class Daemon:
 
     def status(self):
         out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", self.sock, "--json",
-                              "status"], capture_output=True, text=True, timeout=10)
+                              "status"], capture_output=True, text=True, timeout=LONG)
         if out.returncode != 0:
             raise Fail("seerctl status failed: %s" % out.stderr)
         return json.loads(out.stdout)
@@ -253,6 +272,80 @@ def cleanup(d):
     shutil.rmtree(d, ignore_errors=True)
 
 
+class Gate:
+    """Pause points: trainers started with gate.args((E, S), ...) hold the first
+    batch at or after each point, announce it and wait for go() (see
+    seer-trainer's header). The job cannot end, nor pass the point, before the
+    test says so."""
+
+    def __init__(self, tmp, name="sync"):
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir, exist_ok=True)
+
+    def args(self, *points):
+        out = ["--sync", self.dir]
+        for e, s in points:
+            out += ["--pause-at", "%d:%d" % (e, s)]
+        return out
+
+    def held(self, rank, point):
+        """(epoch, step) of the batch rank holds at point, or None."""
+        try:
+            with open(os.path.join(self.dir, "paused-%d-%d-%d" % (rank, point[0], point[1]))) as f:
+                e, s = f.read().split()
+            return int(e), int(s)
+        except FileNotFoundError:
+            return None
+
+    def wait(self, ranks, point, procs=(), timeout=LONG):
+        """Wait until every rank in `ranks` is paused at point; a process of
+        `procs` exiting meanwhile fails at once. Returns {rank: held}."""
+        def ready():
+            for p in procs:
+                if p.poll() is not None:
+                    raise Fail("a trainer (pid %d) exited %s before its pause at %d:%d: %s" %
+                               (p.pid, p.returncode, point[0], point[1],
+                                p.stderr.read() if p.stderr else ""))
+            got = {r: self.held(r, point) for r in ranks}
+            return got if all(got.values()) else None
+        return wait_for(ready, timeout, "ranks %s to pause at %d:%d" % (list(ranks), point[0],
+                                                                        point[1]), step=0.01)
+
+    def go(self, point, rank=None):
+        name = "go-%d-%d" % point if rank is None else "go-%d-%d-%d" % (rank, point[0], point[1])
+        open(os.path.join(self.dir, name), "w").close()
+
+
+class Pauses:
+    """The trainer side of Gate for the Python trainers (--sync DIR --pause-at
+    E:S ...): at(epoch, step) is called holding each delivered batch."""
+
+    def __init__(self, sync_dir, points, rank, timeout=900.0):
+        if points and not sync_dir:
+            raise SystemExit("--pause-at needs --sync DIR")
+        self.dir, self.rank, self.timeout = sync_dir, rank, timeout
+        self.points = sorted(tuple(int(x) for x in p.split(":")) for p in points or [])
+
+    def at(self, epoch, step):
+        while self.points and self.points[0] <= (epoch, step):
+            pe, ps = self.points.pop(0)
+            name = os.path.join(self.dir, "paused-%d-%d-%d" % (self.rank, pe, ps))
+            with open(name + ".tmp", "w") as f:
+                f.write("%d %d\n" % (epoch, step))
+            os.rename(name + ".tmp", name)
+            go = [os.path.join(self.dir, "go-%d-%d" % (pe, ps)),
+                  os.path.join(self.dir, "go-%d-%d-%d" % (self.rank, pe, ps))]
+            t0 = time.monotonic()
+            while not any(os.path.exists(g) for g in go):
+                if not os.path.isdir(self.dir):
+                    raise SystemExit("trainer %d: %s was removed while paused at %d:%d" %
+                                     (self.rank, self.dir, pe, ps))
+                if time.monotonic() - t0 > self.timeout:
+                    raise SystemExit("trainer %d: no go for the pause at %d:%d within %.0f s" %
+                                     (self.rank, pe, ps, self.timeout))
+                time.sleep(0.002)
+
+
 def wait_for(pred, timeout, what, step=0.005):
     """Poll pred() until it returns something true (returned), or Fail."""
     t0 = time.time()
@@ -266,9 +359,14 @@ def wait_for(pred, timeout, what, step=0.005):
 
 
 def run_tests(tests):
-    """Run test functions; print PASS/FAIL; exit non-zero on any failure."""
+    """Run test functions (those named on the command line, default all);
+    print PASS/FAIL; exit non-zero on any failure."""
+    only = [a for a in sys.argv[1:] if a.startswith("test_")]
+    unknown = set(only) - {t.__name__ for t in tests}
+    if unknown:
+        raise SystemExit("no such test: %s" % ", ".join(sorted(unknown)))
     failed = 0
-    for t in tests:
+    for t in [t for t in tests if not only or t.__name__ in only]:
         t0 = time.time()
         print("-- %s" % t.__name__, flush=True)
         try:

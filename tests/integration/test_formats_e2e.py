@@ -21,7 +21,8 @@ import zlib
 import h5py
 import numpy as np
 
-from seertest import (BIN, ROOT, Daemon, check, cleanup, log, read_log, run_tests, seer, tmpdir)
+from seertest import (BIN, LONG, ROOT, Daemon, check, cleanup, log, read_log, run_tests, seer,
+                      tmpdir)
 
 RNG = np.random.default_rng(5)
 
@@ -156,13 +157,14 @@ def test_every_format():
                 clog = os.path.join(tmp, fmt, "c.log")
                 c = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world",
                                     "2", "--socket", d.sock, "--log", clog, "--quiet"],
-                                   capture_output=True, text=True, timeout=120)
-                th.join(120)
+                                   capture_output=True, text=True, timeout=300)
+                th.join(300)
+                check(not th.is_alive(), "%s: the Python trainer did not finish" % fmt)
                 check(c.returncode == 0, "%s: C trainer failed: %s\n%s" % (fmt, c.stderr, d.log()))
                 if isinstance(out[0], Exception):
                     raise out[0]
                 n_c = c_expect_ok(clog, exp)
-                check(d.wait(30) == 0, "%s: seerd failed" % fmt)
+                check(d.wait(LONG) == 0, "%s: seerd failed" % fmt)
             log("%-8s %2d samples: Python checked %d views (dtype, shape, bytes, label), C %d" %
                 (fmt, len(exp), out[0], n_c))
     finally:
@@ -189,7 +191,7 @@ def test_corrupt_record_fail_and_skip():
             clog = os.path.join(tmp, "fail-trainer.log")
             c = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
                                 "--socket", d.sock, "--log", clog], capture_output=True,
-                               text=True, timeout=60)
+                               text=True, timeout=LONG)
         lg = read_log(clog)
         failed = {k: v for k, v in lg.items() if isinstance(v, str)}
         check(c.returncode != 0 and list(failed) == [(0, bad // 3)],
@@ -213,9 +215,9 @@ def test_corrupt_record_fail_and_skip():
             clog = os.path.join(tmp, "skip-trainer.log")
             c = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
                                 "--socket", d.sock, "--log", clog], capture_output=True,
-                               text=True, timeout=60)
+                               text=True, timeout=LONG)
             check(c.returncode == 0, "skip: trainer failed: " + c.stderr)
-            check(d.wait(30) == 0, "skip: seerd failed")
+            check(d.wait(LONG) == 0, "skip: seerd failed")
         lg = read_log(clog)
         ids = [x[1] for k in sorted(lg) for x in sorted(lg[k])]
         check(bad not in ids and ids.count(bad + 1) == 2 and len(ids) == len(exp),
@@ -238,7 +240,7 @@ def test_corrupt_file_at_catalog_time():
         out = subprocess.run([os.path.join(BIN, "seerd"), "--set", "dataset.path=" + root,
                               "--set", "dataset.format=npz", "--set",
                               "daemon.state_dir=" + os.path.join(tmp, "st")],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=LONG)
         check(out.returncode != 0 and "img_2_of_4.npz" in out.stderr,
               "a truncated npz must stop seerd naming it: %s" % out.stderr)
         log("truncated npz: %s" % out.stderr.strip().splitlines()[-1][-150:])

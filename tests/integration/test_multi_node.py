@@ -6,7 +6,12 @@ epoch delivers every sample exactly once with the files' bytes, that from
 the second epoch on nothing is read from the PFS (the daemons' counters and,
 independently, the PFS emulator's count of bytes read through its mount when
 available), and that a peer stopped with SIGSTOP makes the others fall back
-to the PFS with correct data."""
+to the PFS with correct data.
+
+Nothing here races the job: the SIGSTOP lands while every trainer holds a
+batch of epoch 1 (seertest.Gate), and the job cannot end before the test says
+so; a peer is only given up for dead after a deadline no loaded machine
+reaches where the test asserts that nothing was read from the PFS."""
 
 import json
 import os
@@ -14,9 +19,9 @@ import signal
 import subprocess
 import time
 
-from seertest import (BIN, ROOT, Fail, catalog, check, cleanup, finish, log, make_classes,
-                      read_log, run_tests, seer, start_trainer, tmpdir, verify_exactly_once,
-                      verify_rank)
+from seertest import (BIN, LONG, ROOT, Fail, Gate, catalog, check, cleanup, finish, log,
+                      make_classes, read_log, run_tests, seer, start_trainer, tmpdir,
+                      verify_exactly_once, verify_rank)
 
 NODES = 3
 WORLD = 6
@@ -50,8 +55,8 @@ class Cluster:
         while not all(os.path.exists(self.socket(k)) for k in range(NODES)):
             if self.proc.poll() is not None:
                 raise Fail("mpirun seerd exited %d:\n%s" % (self.proc.returncode, self.log()))
-            if time.time() - t0 > 60:
-                raise Fail("daemons did not listen within 60 s:\n" + self.log())
+            if time.time() - t0 > LONG:
+                raise Fail("daemons did not listen within %.0f s:\n%s" % (LONG, self.log()))
             time.sleep(0.05)
 
     def socket(self, node):
@@ -65,7 +70,7 @@ class Cluster:
 
     def status(self, node):
         out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", self.socket(node),
-                              "--json", "status"], capture_output=True, text=True, timeout=10)
+                              "--json", "status"], capture_output=True, text=True, timeout=LONG)
         if out.returncode != 0:
             raise Fail("seerctl status on node %d: %s" % (node, out.stderr))
         return json.loads(out.stdout)
@@ -74,7 +79,7 @@ class Cluster:
         with open(self.stats.replace("%n", str(node))) as f:
             return json.load(f)
 
-    def wait(self, timeout=120):
+    def wait(self, timeout=300):
         try:
             rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -138,9 +143,11 @@ def run_placement(kind):
             mnt = os.path.join(tmp, "pfs")
             mount_pfs(src, mnt, "--latency-ms", "0")
             root = mnt
+        # a peer answering late on a loaded machine must not be taken for a dead
+        # one (its samples would then come from the PFS): a generous timeout
         s = {"dataset.path": root, "job.seed": 5, "job.epochs": 3, "job.batch_size": 4,
              "cache.ram": "1MiB", "cache.staging": "2MiB", "prefetch.io_threads": 4,
-             "prefetch.lookahead": 4}
+             "prefetch.lookahead": 4, "net.peer_timeout_ms": 60000}
         cl = Cluster(tmp, s)
         try:
             nodes = placement(kind)
@@ -201,33 +208,39 @@ def test_sigstop_peer():
         s = {"dataset.path": src, "job.seed": 9, "job.epochs": 3, "job.batch_size": 4,
              "cache.ram": "1MiB", "cache.staging": "2MiB", "prefetch.io_threads": 4,
              "prefetch.lookahead": 2, "net.peer_timeout_ms": 300}
+        sampler = seer.Sampler(len(cat), 9, WORLD, 4)
         cl = Cluster(tmp, s)
+        gate, mid, last = Gate(tmp), (1, 3), (2, sampler.batches_per_epoch - 1)
         stopped = None
         try:
             nodes = placement("block")
             logs = [os.path.join(tmp, "r%d.log" % r) for r in range(WORLD)]
             procs = [start_trainer("c", r, WORLD, cl.socket(nodes[r]), logs[r],
-                                   ["--compute-ms", "15"]) for r in range(WORLD)]
-            # let the first epoch fill the caches, then stop node 2 mid-epoch 1
-            def in_epoch1():
-                st = cl.status(0)
-                return any(t["epoch"] >= 1 and t["step"] >= 3 for t in st["trainers"])
-            t0 = time.time()
-            while not in_epoch1():
-                check(time.time() - t0 < 60, "epoch 1 never started")
-                time.sleep(0.05)
+                                   ["--compute-ms", "15"] + gate.args(mid, last))
+                     for r in range(WORLD)]
+            # the first epoch filled the caches; node 2 stops while every trainer
+            # holds its batch 1:3
+            gate.wait(range(WORLD), mid, procs)
             stopped = cl.status(2)["pid"]
             os.kill(stopped, signal.SIGSTOP)
             log("node 2 (pid %d) stopped with SIGSTOP in epoch 1" % stopped)
-            # the trainers of nodes 0 and 1 finish without it
-            others = [p for r, p in enumerate(procs) if nodes[r] != 2]
-            for r, (rc, _, err) in enumerate(finish(others, timeout=120)):
-                check(rc == 0, "trainer failed while node 2 was stopped: %s" % err)
+            # the trainers of nodes 0 and 1 take every batch without it; they hold
+            # the last one, so their daemons cannot finish (and give up on node 2)
+            # before it is back
+            others = [r for r in range(WORLD) if nodes[r] != 2]
+            mine = [r for r in range(WORLD) if nodes[r] == 2]
+            for r in others:
+                gate.go(mid, r)
+            gate.wait(others, last, [procs[r] for r in others], timeout=300)
             st0 = [cl.status(k) for k in (0, 1)]
             os.kill(stopped, signal.SIGCONT)
             stopped = None
-            for rc, _, err in finish([p for r, p in enumerate(procs) if nodes[r] == 2]):
-                check(rc == 0, "node 2's trainer failed after SIGCONT: %s" % err)
+            for r in mine:
+                gate.go(mid, r)
+            gate.wait(mine, last, [procs[r] for r in mine], timeout=300)
+            gate.go(last)
+            for r, (rc, _, err) in enumerate(finish(procs, timeout=300)):
+                check(rc == 0, "rank %d (node %d) failed: %s" % (r, nodes[r], err))
             check(cl.wait() == 0, "daemons failed:\n" + cl.log())
         finally:
             if stopped:
@@ -236,7 +249,6 @@ def test_sigstop_peer():
         fallbacks = sum(e["peer_fallbacks"] for st in st0 for e in st["epochs"])
         log("peer fetches that fell back to the PFS while node 2 was stopped: %d" % fallbacks)
         check(fallbacks > 0, "no fallback to the PFS while a peer was stopped")
-        sampler = seer.Sampler(len(cat), 9, WORLD, 4)
         all_logs = [read_log(p) for p in logs]
         for r in range(WORLD):
             verify_rank(cat, sampler, r, all_logs[r], 3)

@@ -4,15 +4,19 @@ gone from the directory; a corrupted on-disk copy is detected by its
 checksum and re-read, never delivered; a tier that does not fit (ENOSPC) is
 disabled with one warning and the job still delivers exact data; so is a
 tier whose disk fails mid-job (EIO, injected) and whose directory is
-removed."""
+removed.
+
+The tests that act on the tier mid-job hold every trainer at batch 1:0 (the
+first epoch's copies are written, the later epochs not yet read) until the
+fault is in place: on a busy machine the job cannot outrun them."""
 
 import os
 import shutil
 import subprocess
 
-from seertest import (BIN, ROOT, Daemon, Fail, catalog, check, cleanup, finish, log, make_classes,
-                      read_log, run_tests, seer, start_trainer, tmpdir, verify_exactly_once,
-                      verify_rank, wait_for)
+from seertest import (BIN, LONG, ROOT, Daemon, Fail, Gate, catalog, check, cleanup, finish, log,
+                      make_classes, read_log, run_tests, seer, start_trainer, tmpdir,
+                      verify_exactly_once, verify_rank, wait_for)
 
 
 def dataset(tmp, seed=3):
@@ -35,7 +39,7 @@ def nvme_written(d):
         st = d.status()
         c = st["cache"]
         return st if c["nvme_loaded_samples"] >= c["nvme_planned_samples"] > 0 else None
-    return wait_for(done, 60, "the NVMe copies to be written", step=0.02)
+    return wait_for(done, LONG, "the NVMe copies to be written", step=0.02)
 
 
 def run(tmp, s, world=2, compute="1"):
@@ -45,7 +49,7 @@ def run(tmp, s, world=2, compute="1"):
                                ["--compute-ms", compute]) for r in range(world)]
         for rc, _, err in finish(procs):
             check(rc == 0, "trainer failed: %s\n%s" % (err, d.log()))
-        check(d.wait(30) == 0, "seerd failed:\n" + d.log())
+        check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
     return d, [read_log(p) for p in logs]
 
 
@@ -99,11 +103,15 @@ def test_corrupt_nvme_copy_is_never_delivered():
         nvme = os.path.join(tmp, "nvme")
         s = settings(root, nvme, **{"job.epochs": 3})
         world = 2
+        gate, at = Gate(tmp), (1, 0)
         with Daemon(tmp, s) as d:
             logs = [os.path.join(tmp, "c%d.log" % r) for r in range(world)]
-            procs = [start_trainer("c", r, world, d.sock, logs[r], ["--compute-ms", "12"])
+            procs = [start_trainer("c", r, world, d.sock, logs[r],
+                                   ["--compute-ms", "12"] + gate.args(at))
                      for r in range(world)]
-            # wait until epoch 0 wrote the NVMe copies, then scribble over all of them
+            # once epoch 0 wrote the NVMe copies (the trainers hold 1:0, so epochs
+            # 1 and 2 are still to be read), scribble over all of them
+            gate.wait(range(world), at, procs)
             st = nvme_written(d)
             path = nvme_fd_path(d.proc.pid)
             check(path is not None, "the daemon's NVMe file is not open")
@@ -113,9 +121,10 @@ def test_corrupt_nvme_copy_is_never_delivered():
                     f.seek(off)
                     f.write(b"\xde\xad\xbe\xef" * 16)
             log("overwrote the start of every 4 KiB block of the NVMe copy (%d B)" % size)
+            gate.go(at)
             for rc, _, err in finish(procs):
                 check(rc == 0, "trainer failed: " + err)
-            check(d.wait(30) == 0, "seerd failed:\n" + d.log())
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
         st = d.stats()
         bad = sum(e["nvme_corrupt"] for e in st["epochs"])
         log("checksum failures detected and re-read from the PFS: %d" % bad)
@@ -174,19 +183,24 @@ def test_nvme_fails_mid_job():
         s = settings(root, nvme, **{"job.epochs": 4})
         world = 2
         env = {"LD_PRELOAD": shim, "SEER_EIO_DIR": nvme, "SEER_EIO_TRIGGER": trigger}
+        gate, at = Gate(tmp), (1, 0)
         with Daemon(tmp, s, env=env) as d:
             logs = [os.path.join(tmp, "f%d.log" % r) for r in range(world)]
             procs = [start_trainer("c" if r == 0 else "py", r, world, d.sock, logs[r],
-                                   ["--compute-ms", "12"]) for r in range(world)]
+                                   ["--compute-ms", "12"] + gate.args(at))
+                     for r in range(world)]
+            # the disk fails while the trainers hold 1:0: epochs 1 to 3 come after
+            gate.wait(range(world), at, procs)
             st = nvme_written(d)
             before = sum(e["nvme_samples"] for e in st["epochs"])
             shutil.rmtree(nvme)
             open(trigger, "w").close()
             log("after epoch %d: NVMe directory removed, its file fails with EIO" %
                 st["trainers"][0]["epoch"])
+            gate.go(at)
             for rc, _, err in finish(procs):
                 check(rc == 0, "trainer failed: %s\n%s" % (err, d.log()))
-            check(d.wait(30) == 0, "seerd failed:\n" + d.log())
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
         out = d.log()
         warnings = [ln for ln in out.splitlines() if "NVMe" in ln and "WARN" in ln]
         check(len(warnings) == 1 and "NVMe tier disabled" in warnings[0] and

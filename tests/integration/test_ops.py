@@ -1,5 +1,9 @@
 """Running seer like HPC software: clean stop, restart and resume, seerctl,
-several jobs on one node, and an installed copy used through pkg-config."""
+several jobs on one node, and an installed copy used through pkg-config.
+
+Whatever a test does to a running job (SIGTERM, seerctl, reading the threads'
+placement) happens while its trainers hold a batch at a pause point
+(seertest.Gate): on a busy machine the job cannot finish first."""
 
 import glob
 import os
@@ -9,7 +13,7 @@ import stat
 import subprocess
 import time
 
-from seertest import (BIN, ROOT, Daemon, Fail, catalog, check, cleanup, finish, log,
+from seertest import (BIN, LONG, ROOT, Daemon, Fail, Gate, catalog, check, cleanup, finish, log,
                       make_classes, read_log, run_tests, seer, start_trainer, tmpdir, verify_rank,
                       wait_for)
 
@@ -26,6 +30,7 @@ def shm_entries():
 
 def test_sigterm_mid_epoch_then_resume():
     tmp = tmpdir("seer-ops-")
+    daemons = []  # stopped at the end, whatever happened
     try:
         root, cat = dataset(tmp)
         nvme = os.path.join(tmp, "nvme")
@@ -35,18 +40,23 @@ def test_sigterm_mid_epoch_then_resume():
         world = 3
         shm_before = shm_entries()
         d = Daemon(tmp, s, name="first")
+        daemons.append(d)
         first = [os.path.join(tmp, "a%d.log" % r) for r in range(world)]
+        # SIGTERM mid-epoch 1, every trainer holding its batch 1:2 (as a trainer
+        # computing on it does)
+        gate, at = Gate(tmp), (1, 2)
         procs = [start_trainer("c" if r != 1 else "py", r, world, d.sock, first[r],
-                               ["--compute-ms", "40"]) for r in range(world)]
-        time.sleep(0.6)
+                               ["--compute-ms", "40"] + gate.args(at)) for r in range(world)]
+        gate.wait(range(world), at, procs)
         t0 = time.time()
         d.proc.send_signal(signal.SIGTERM)
-        res = finish(procs, timeout=20)
+        gate.go(at)
+        res = finish(procs, timeout=LONG)
         dt = time.time() - t0
         for rc, _, err in res:
             check(rc != 0 and "shutting down" in err,
                   "a trainer should stop with 'shutting down': rc %d, %s" % (rc, err))
-        check(d.wait(20) == 0, "seerd exit code after SIGTERM:\n" + d.log())
+        check(d.wait(LONG) == 0, "seerd exit code after SIGTERM:\n" + d.log())
         log("SIGTERM: trainers told and exited, daemon gone in %.2f s" % dt)
         check(dt < 10, "stopping took %.1f s" % dt)
         check(not os.path.exists(d.sock), "the socket %s was left behind" % d.sock)
@@ -62,11 +72,12 @@ def test_sigterm_mid_epoch_then_resume():
         # restart: resume = auto continues every rank where it stopped
         s["job.resume"] = "auto"
         d2 = Daemon(tmp, s, name="second")
+        daemons.append(d2)
         second = [os.path.join(tmp, "b%d.log" % r) for r in range(world)]
         procs = [start_trainer("c", r, world, d2.sock, second[r]) for r in range(world)]
         for rc, _, err in finish(procs):
             check(rc == 0, "trainer failed after the restart: " + err)
-        check(d2.wait(30) == 0, "second seerd failed:\n" + d2.log())
+        check(d2.wait(LONG) == 0, "second seerd failed:\n" + d2.log())
         for r in range(world):
             after = read_log(second[r])
             start = min(after)
@@ -85,6 +96,7 @@ def test_sigterm_mid_epoch_then_resume():
         # an explicit position
         s["job.resume"] = "2:3"
         d3 = Daemon(tmp, s, name="third")
+        daemons.append(d3)
         third = [os.path.join(tmp, "c%d.log" % r) for r in range(world)]
         procs = [start_trainer("c", r, world, d3.sock, third[r]) for r in range(world)]
         for rc, _, err in finish(procs):
@@ -93,12 +105,14 @@ def test_sigterm_mid_epoch_then_resume():
         for r in range(world):
             verify_rank(cat, sampler, r, read_log(third[r]), 6, first=(2, 3))
     finally:
+        for x in daemons:
+            x.stop()
         cleanup(tmp)
 
 
 def seerctl(*args, env=None):
     return subprocess.run([os.path.join(BIN, "seerctl")] + list(args), capture_output=True,
-                          text=True, timeout=20, env=env)
+                          text=True, timeout=LONG, env=env)
 
 
 def test_seerctl():
@@ -106,16 +120,24 @@ def test_seerctl():
     try:
         root, cat = dataset(tmp, per_class=10)
         s = {"dataset.path": root, "job.epochs": 50, "job.batch_size": 4, "cache.ram": "64KiB"}
+        gate, at = Gate(tmp), (1, 0)
         with Daemon(tmp, s) as d:
-            p = start_trainer("c", 0, 1, d.sock, os.path.join(tmp, "t.log"), ["--compute-ms", "5"])
-            time.sleep(0.5)
+            # the trainer holds batch 1:0 until seerctl is done with the job
+            p = start_trainer("c", 0, 1, d.sock, os.path.join(tmp, "t.log"),
+                              ["--compute-ms", "5"] + gate.args(at))
+            gate.wait([0], at, [p])
             st = seerctl("--socket", d.sock, "status")
             check(st.returncode == 0, "status failed: " + st.stderr)
             for w in ("rank", "RAM", "sources", "epoch", "topology"):
                 check(w in st.stdout, "status lacks %r:\n%s" % (w, st.stdout))
-            js = d.status()
-            t = js["trainers"][0]
+            t = d.status()["trainers"][0]
             check(t["attached"] and t["batches"] > 0, "status JSON: %s" % t)
+            # the daemon prefetches past the held batch: wait for it to be reported
+            try:
+                t = wait_for(lambda: (lambda x: x if x["prefetch_lead"] >= 1 else None)(
+                    d.status()["trainers"][0]), LONG, "a prefetch lead", step=0.02)
+            except Fail:
+                pass
             check(t["prefetch_lead"] >= 1, "no prefetch lead reported: %s" % t)
             cf = seerctl("--socket", d.sock, "config")
             check(cf.returncode == 0 and "job.epochs" not in cf.stdout and "epochs = 50" in cf.stdout
@@ -125,12 +147,14 @@ def test_seerctl():
             dr = seerctl("--socket", d.sock, "drain")
             check(dr.returncode == 0 and "draining" in dr.stdout, "drain: " + dr.stdout + dr.stderr)
             late = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
-                                   "--socket", d.sock], capture_output=True, text=True, timeout=20)
+                                   "--socket", d.sock], capture_output=True, text=True,
+                                  timeout=LONG)
             check(late.returncode != 0 and "shutting down" in late.stderr,
                   "a draining daemon must refuse new trainers: " + late.stderr)
-            rc, _, err = finish([p], timeout=60)[0]
+            gate.go(at)
+            rc, _, err = finish([p], timeout=LONG)[0]
             check(rc == 0, "the attached trainer must finish during a drain: " + err)
-            check(d.wait(20) == 0, "seerd did not exit after the drain:\n" + d.log())
+            check(d.wait(LONG) == 0, "seerd did not exit after the drain:\n" + d.log())
         gone = seerctl("--socket", os.path.join(tmp, "nope.sock"), "status")
         check(gone.returncode == 1 and "no seerd at" in gone.stderr, "missing daemon: " + gone.stderr)
     finally:
@@ -144,15 +168,18 @@ def test_status_of_a_long_job():
         root, cat = dataset(tmp, per_class=2)  # 6 samples: 2 batches of 4 per epoch
         epochs = 600
         s = {"dataset.path": root, "job.epochs": epochs, "job.batch_size": 4}
+        gate, at = Gate(tmp), (150, 0)
         with Daemon(tmp, s) as d:
             logf = os.path.join(tmp, "t.log")
-            p = start_trainer("c", 0, 1, d.sock, logf, ["--compute-ms", "5"])
-            wait_for(lambda: len(d.status()["epochs"]) + d.status()["epochs_omitted"] > 100, 30,
-                     "the job to pass 100 epochs")
+            # the trainer holds batch 150:0 while the test looks: 150 epochs are
+            # in the daemon's stats, 450 to go
+            p = start_trainer("c", 0, 1, d.sock, logf, ["--compute-ms", "5"] + gate.args(at))
+            gate.wait([0], at, [p], timeout=300)
             slow = subprocess.Popen([os.path.join(BIN, "seer-hostile"), "--socket", d.sock,
                                      "--mode", "ctl-slow", "--seconds", "1.5"],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            time.sleep(0.3)
+            sent = slow.stdout.readline()  # it asked for its status and reads nothing
+            check(sent.strip() == "SENT", "the slow status reader: %r" % sent)
             t0 = time.time()
             js = d.status()
             dt = time.time() - t0
@@ -165,11 +192,12 @@ def test_status_of_a_long_job():
             m = re.search(r"\((\d+) earlier epochs not shown", human.stdout)
             check(m and int(m.group(1)) >= js["epochs_omitted"],
                   "seerctl status does not say epochs were left out:\n" + human.stdout[:1500])
-            out, err = slow.communicate(timeout=30)
+            out, err = slow.communicate(timeout=LONG)
             check(slow.returncode == 0, "the slow status reader: %s %s" % (out, err))
-            rc, _, err = finish([p], timeout=120)[0]
+            gate.go(at)
+            rc, _, err = finish([p], timeout=300)[0]
             check(rc == 0, "trainer failed: " + err)
-            check(d.wait(30) == 0, "seerd failed:\n" + d.log())
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
         st = d.stats()
         check(st["epochs_omitted"] == 0 and [e["epoch"] for e in st["epochs"]] ==
               list(range(epochs)), "the stats file must list all %d epochs" % epochs)
@@ -183,14 +211,17 @@ def test_status_of_a_long_job():
 
 def test_two_jobs_on_one_node():
     tmp = tmpdir("seer-ops-")
+    daemons = []  # stopped at the end, whatever happened
     try:
         ra, ca = dataset(os.path.join(tmp, "A"), per_class=8, seed=1)
         rb, cb = dataset(os.path.join(tmp, "B"), per_class=9, seed=2)
         env = {"SEER_RUNTIME_DIR": tmp}
         da = Daemon(tmp, {"dataset.path": ra, "job.id": "jobA", "daemon.socket": "",
                           "job.epochs": 2}, name="A", env=env, wait=False)
+        daemons.append(da)
         db = Daemon(tmp, {"dataset.path": rb, "job.id": "jobB", "daemon.socket": "",
                           "job.epochs": 2}, name="B", env=env, wait=False)
+        daemons.append(db)
         user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
         da.sock = os.path.join(tmp, "seer-%s-jobA.sock" % user)
         db.sock = os.path.join(tmp, "seer-%s-jobB.sock" % user)
@@ -208,14 +239,16 @@ def test_two_jobs_on_one_node():
         pb = subprocess.Popen([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
                                "--log", lb], env=env_b, stderr=subprocess.PIPE, text=True)
         for p in (pa, pb):
-            _, err = p.communicate(timeout=60)
+            _, err = p.communicate(timeout=LONG)
             check(p.returncode == 0, "trainer failed: " + err)
         verify_rank(ca, seer.Sampler(len(ca), 0, 1, 32), 0, read_log(la), 2)
         verify_rank(cb, seer.Sampler(len(cb), 0, 1, 32), 0, read_log(lb), 2)
-        check(da.wait(20) == 0 and db.wait(20) == 0, "a daemon failed")
+        check(da.wait(LONG) == 0 and db.wait(LONG) == 0, "a daemon failed")
         log("jobs jobA and jobB served side by side from sockets %s, %s (0600)" %
             (os.path.basename(da.sock), os.path.basename(db.sock)))
     finally:
+        for x in daemons:
+            x.stop()
         cleanup(tmp)
 
 
@@ -249,7 +282,7 @@ def test_installed_copy():
         root, cat = dataset(tmp, per_class=5)
         with Daemon(tmp, {"dataset.path": root, "job.epochs": 1}, name="inst",
                     binary=os.path.join(prefix, "bin", "seerd")) as d:
-            run = subprocess.run([exe], capture_output=True, text=True, timeout=60,
+            run = subprocess.run([exe], capture_output=True, text=True, timeout=LONG,
                                  env=dict(os.environ, SEER_SOCKET=d.sock))
             check(run.returncode == 0 and run.stdout.strip() == str(len(cat)),
                   "installed client delivered %r: %s" % (run.stdout, run.stderr))
@@ -293,7 +326,7 @@ def daemon_threads(pid):
     return out
 
 
-def wait_placement(d, want, what, timeout=10):
+def wait_placement(d, want, what, timeout=LONG):
     t0 = time.time()
     while True:
         got = daemon_threads(d.proc.pid)
@@ -329,15 +362,19 @@ def test_thread_placement():
             logf = os.path.join(tmp, "t.log")
             mine = os.sched_getaffinity(0)
             os.sched_setaffinity(0, {cpus[0]})
+            gate, at = Gate(tmp), (1, 0)
             try:
-                p = start_trainer("c", 0, 1, d.sock, logf, ["--compute-ms", "20"])
+                # attached until the placement is seen: it holds batch 1:0
+                p = start_trainer("c", 0, 1, d.sock, logf, ["--compute-ms", "20"] + gate.args(at))
             finally:
                 os.sched_setaffinity(0, mine)
             rest = set(cpus) - {cpus[0]}
+            gate.wait([0], at, [p])
             got = wait_placement(d, rest, "trainer bound to CPU %d" % cpus[0])
+            gate.go(at)
             for rc, _, err in finish([p]):
                 check(rc == 0, "trainer failed: " + err)
-            check(d.wait(30) == 0, "seerd failed:\n" + d.log())
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
             check("cores the trainers do not use" in d.log(), "placement not logged:\n" + d.log())
         verify_rank(cat, seer.Sampler(len(cat), 0, 1, 4), 0, read_log(logf), 3)
         log("trainer on CPU %d: seerd's %d threads moved to CPUs %s; 3 epochs exact" %

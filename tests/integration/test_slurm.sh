@@ -6,12 +6,16 @@
 #
 # The cluster is left running afterwards (scripts/slurm-down.sh stops it);
 # set SEER_SLURM_TEST_DOWN=1 to stop it at the end of the test.
+#
+# The Slurm is shared and the machine may be busy: the overlapping steps hold
+# each other with files (no sleep decides the order) and every deadline only
+# bounds a failure.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PATH="/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}"
 export SLURM_CONF=/etc/slurm/slurm.conf
-LIMIT=60 # seconds for the whole test
+LIMIT=600 # seconds for the whole test (~10 s on an idle machine)
 T0=$SECONDS
 TMP=$(mktemp -d /tmp/seer-slurm-test.XXXXXX)
 TAG="seer-test-$$" # job name, to cancel only our jobs on failure
@@ -47,7 +51,7 @@ ok "cluster up"
 
 # ------------------------------------------------------------------ srun
 step "srun -n 2 hostname"
-out=$(timeout 20 srun -J "$TAG" -n 2 hostname) || fail "srun -n 2 hostname failed"
+out=$(timeout 120 srun -J "$TAG" -n 2 hostname) || fail "srun -n 2 hostname failed"
 indent <<<"$out"
 [ "$(grep -cx "$host" <<<"$out")" -eq 2 ] || fail "expected 2 lines '$host', got: $out"
 ok "2 tasks ran on $host"
@@ -75,7 +79,7 @@ int main(int argc, char **argv)
 EOF
 mpicc -O1 -o "$TMP/mpi_hello" "$TMP/mpi_hello.c" || fail "mpicc failed"
 out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-  timeout 30 srun -J "$TAG" --mpi=pmix -n 2 "$TMP/mpi_hello") ||
+  timeout 120 srun -J "$TAG" --mpi=pmix -n 2 "$TMP/mpi_hello") ||
   fail "srun --mpi=pmix -n 2 mpi_hello failed"
 indent <<<"$out"
 for r in 0 1; do
@@ -87,27 +91,30 @@ ok "ranks 0 and 1 report world size 2 (allreduce ok)"
 # ------------------------------------------------------------------ --overlap
 # Inside one allocation: a long step (the "daemon", one task per node) runs in
 # the background; a second step (the "trainer") must start and finish while
-# the first one is still running.
+# the first one is still running. The first step runs until the second one is
+# done (a file), so "still running" does not depend on how fast srun starts.
 step "two overlapping steps in one salloc -n 2"
 cat >"$TMP/overlap.sh" <<'EOF'
 set -euo pipefail
 d=$1
 # -n must be given: SLURM_NTASKS=2 from the allocation would otherwise
 # override --ntasks-per-node=1 (srun warns and starts 2 tasks).
-srun --overlap --ntasks-per-node=1 -n "$SLURM_JOB_NUM_NODES" \
-  bash -c "touch $d/daemon.started; sleep 5; touch $d/daemon.finished" &
+srun --overlap --ntasks-per-node=1 -n "$SLURM_JOB_NUM_NODES" bash -c "touch $d/daemon.started
+  for _ in \$(seq 1200); do [ -e $d/trainer.done ] && break; sleep 0.1; done
+  touch $d/daemon.finished" &
 daemon=$!
-for _ in $(seq 100); do [ -e "$d/daemon.started" ] && break; sleep 0.1; done
+for _ in $(seq 1200); do [ -e "$d/daemon.started" ] && break; sleep 0.1; done
 [ -e "$d/daemon.started" ] || { echo "first step did not start"; exit 1; }
-timeout 15 srun --overlap -n 2 hostname >"$d/trainer.out"
+timeout 120 srun --overlap -n 2 hostname >"$d/trainer.out"
 if [ -e "$d/daemon.finished" ]; then echo "second step did not run beside the first"; exit 1; fi
 echo "second step finished while the first was running"
+touch "$d/trainer.done"
 wait "$daemon"
 [ -e "$d/daemon.finished" ] || { echo "first step did not finish"; exit 1; }
 echo "first step finished"
 EOF
 t=$SECONDS
-out=$(timeout 40 salloc -J "$TAG" -n 2 bash "$TMP/overlap.sh" "$TMP" 2>&1) ||
+out=$(timeout 300 salloc -J "$TAG" -n 2 bash "$TMP/overlap.sh" "$TMP" 2>&1) ||
   fail "overlap test failed: $out"
 indent <<<"$out"
 [ "$(grep -cx "$host" "$TMP/trainer.out")" -eq 2 ] || fail "second step output: $(cat "$TMP/trainer.out")"
@@ -129,11 +136,11 @@ EOF
 jobid=$(sbatch --parsable "$TMP/job.sh") || fail "sbatch failed"
 jobid=${jobid%%;*}
 echo "   submitted job $jobid"
-for _ in $(seq 150); do
+for _ in $(seq 1500); do
   squeue -h -j "$jobid" 2>/dev/null | grep -q . || break
   sleep 0.2
 done
-squeue -h -j "$jobid" 2>/dev/null | grep -q . && fail "job $jobid still queued/running after 30s"
+squeue -h -j "$jobid" 2>/dev/null | grep -q . && fail "job $jobid still queued/running after 300s"
 outf="$TMP/job-$jobid.out"
 [ -f "$outf" ] || fail "no output file $outf"
 indent <"$outf"

@@ -6,9 +6,17 @@
  *
  *   seer-trainer [--rank R --world W] [--socket PATH] [--log FILE]
  *                [--compute-ms MS] [--kill-after N] [--seek E:S] [--quiet]
+ *                [--sync DIR --pause-at E:S [--pause-at E:S ...]]
  *
  * Log lines: "<epoch> <step> <index> <id> <label> <length> <crc32 hex>".
- * Exit 0 after the job's last batch; 1 on any error (message on stderr). */
+ * Exit 0 after the job's last batch; 1 on any error (message on stderr).
+ *
+ * Pauses hold the job open for a test that must act while it runs (never a
+ * sleep as synchronisation): on taking the first batch at or after E:S the
+ * trainer keeps it unread and unreleased, creates DIR/paused-R-E-S (atomically;
+ * it holds "epoch step" of the batch held) and waits until DIR/go-E-S or
+ * DIR/go-R-E-S exists, then goes on. It gives up with exit 1 if DIR is removed
+ * (the test ended) or after --pause-timeout seconds (default 900). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -17,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -39,8 +48,77 @@ static void sleep_ms(double ms)
 	}
 }
 
+#define MAX_PAUSES 16
+
+struct pauses {
+	const char *dir;
+	double timeout_s;
+	unsigned n, done; /* pauses are sorted; the first `done` have been taken */
+	unsigned long long at[MAX_PAUSES][2];
+};
+
+static int pause_add(struct pauses *p, const char *arg)
+{
+	unsigned long long e, s;
+	if (p->n == MAX_PAUSES || sscanf(arg, "%llu:%llu", &e, &s) != 2)
+		return -1;
+	unsigned i = p->n++;
+	for (; i > 0 && (p->at[i - 1][0] > e || (p->at[i - 1][0] == e && p->at[i - 1][1] > s)); i--) {
+		p->at[i][0] = p->at[i - 1][0];
+		p->at[i][1] = p->at[i - 1][1];
+	}
+	p->at[i][0] = e;
+	p->at[i][1] = s;
+	return 0;
+}
+
+static int exists(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0;
+}
+
+/* Holding batch (e, s): announce every pause point it reached and wait for
+ * the test's go on each. 0, or -1 (message printed) when nobody said go. */
+static int pause_maybe(struct pauses *p, int rank, unsigned long long e, unsigned long long s)
+{
+	while (p->done < p->n && (p->at[p->done][0] < e ||
+				  (p->at[p->done][0] == e && p->at[p->done][1] <= s))) {
+		unsigned long long pe = p->at[p->done][0], ps = p->at[p->done][1];
+		char name[4096], tmp[4200], go[4096], go_r[4096];
+		snprintf(name, sizeof(name), "%s/paused-%d-%llu-%llu", p->dir, rank, pe, ps);
+		snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+		snprintf(go, sizeof(go), "%s/go-%llu-%llu", p->dir, pe, ps);
+		snprintf(go_r, sizeof(go_r), "%s/go-%d-%llu-%llu", p->dir, rank, pe, ps);
+		FILE *f = fopen(tmp, "w");
+		if (!f || fprintf(f, "%llu %llu\n", e, s) < 0 || fclose(f) != 0 ||
+		    rename(tmp, name) != 0) {
+			fprintf(stderr, "seer-trainer %d: cannot announce the pause at %llu:%llu "
+				"in %s: %s\n", rank, pe, ps, p->dir, strerror(errno));
+			return -1;
+		}
+		double t0 = now();
+		while (!exists(go) && !exists(go_r)) {
+			if (!exists(p->dir)) {
+				fprintf(stderr, "seer-trainer %d: %s was removed while paused at "
+					"%llu:%llu (the test ended)\n", rank, p->dir, pe, ps);
+				return -1;
+			}
+			if (now() - t0 > p->timeout_s) {
+				fprintf(stderr, "seer-trainer %d: no go for the pause at %llu:%llu "
+					"within %.0f s (%s)\n", rank, pe, ps, p->timeout_s, go);
+				return -1;
+			}
+			sleep_ms(2);
+		}
+		p->done++;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	struct pauses pauses = { .timeout_s = 900 };
 	seer_options_t o = { 0 };
 	const char *log_path = NULL;
 	double compute_ms = 0;
@@ -58,6 +136,9 @@ int main(int argc, char **argv)
 		{ "start", required_argument, NULL, 't' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "show", required_argument, NULL, 'w' + 256 },
+		{ "sync", required_argument, NULL, 'y' + 256 },
+		{ "pause-at", required_argument, NULL, 'p' + 256 },
+		{ "pause-timeout", required_argument, NULL, 'T' + 256 },
 		{ 0 },
 	};
 	int c;
@@ -87,12 +168,26 @@ int main(int argc, char **argv)
 			break;
 		case 'q': quiet = 1; break;
 		case 'w' + 256: show = atoi(optarg); break;
+		case 'y' + 256: pauses.dir = optarg; break;
+		case 'p' + 256:
+			if (pause_add(&pauses, optarg) != 0) {
+				fprintf(stderr, "seer-trainer: --pause-at takes EPOCH:STEP (at most %d)\n",
+					MAX_PAUSES);
+				return 2;
+			}
+			break;
+		case 'T' + 256: pauses.timeout_s = atof(optarg); break;
 		default:
 			fprintf(stderr, "usage: seer-trainer [--rank R --world W] [--socket PATH] "
 					"[--log FILE] [--compute-ms MS] [--kill-after N] [--seek E:S] "
-					"[--start E:S] [--show N] [--quiet]\n");
+					"[--start E:S] [--show N] [--quiet] "
+					"[--sync DIR --pause-at E:S ... [--pause-timeout S]]\n");
 			return 2;
 		}
+	}
+	if (pauses.n && !pauses.dir) {
+		fprintf(stderr, "seer-trainer: --pause-at needs --sync DIR\n");
+		return 2;
 	}
 	FILE *log = NULL;
 	if (log_path && !(log = fopen(log_path, "w"))) {
@@ -135,6 +230,11 @@ int main(int argc, char **argv)
 		}
 		if (rc < 0) {
 			fprintf(stderr, "seer-trainer %d: %s: %s\n", rank, seer_strerror(rc), seer_errmsg());
+			seer_close(cl);
+			return 1;
+		}
+		if (pause_maybe(&pauses, rank, (unsigned long long)seer_batch_epoch(b),
+				(unsigned long long)seer_batch_step(b)) != 0) {
 			seer_close(cl);
 			return 1;
 		}
