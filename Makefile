@@ -51,7 +51,9 @@ LIBS := $(PKG_LIBS) -lpthread -lm
 CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
 	src/plan.c src/plansim.c src/topo.c src/ctrl.c $(wildcard src/fmt_*.c)
 CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
-DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c daemon/cluster.c
+DAEMON_SRC := $(wildcard daemon/*.c)
+# daemon modules the unit tests drive directly, without a daemon
+UNIT_DAEMON_SRC := daemon/staging.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
@@ -118,7 +120,8 @@ $(BIN)/%: $(B)/obj/tools/%.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-$(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/obj/tests/unit/sanitizer_shim.o $(B)/libcore.a
+$(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/obj/tests/unit/sanitizer_shim.o \
+		$(call obj,$(UNIT_DAEMON_SRC)) $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(LIBS)
 

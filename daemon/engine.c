@@ -26,6 +26,7 @@
 #include "../src/topo.h"
 #include "../src/util.h"
 #include "seer.h"
+#include "staging.h"
 
 /* per-sample cache state: ABSENT, READY, or loading by task (index + 2) */
 enum { CS_ABSENT = 0, CS_READY = 1, CS_TASK0 = 2 };
@@ -39,14 +40,6 @@ struct tslot {
 	int32_t status;     /* first error of the batch */
 	uint64_t g;         /* global batch index */
 	uint64_t vend;      /* staging head after this batch's allocation */
-};
-
-/* A trainer's staging: a ring allocator over [base, base + cap) of the arena,
- * in virtual positions that only grow (physical = v % cap). Batches allocate
- * in order and are reclaimed in order. */
-struct stg {
-	uint64_t base, cap;
-	uint64_t vhead, vtail;
 };
 
 struct trainer {
@@ -537,27 +530,6 @@ static void worker_exec(struct io_task *io, void *tls, void *ctx)
 	io->status = rc;
 }
 
-/* ---- staging ------------------------------------------------------------------- */
-
-static int stg_alloc(struct stg *s, uint64_t need, uint64_t *off)
-{
-	if (need == 0) {
-		*off = s->base;
-		return 0;
-	}
-	if (need > s->cap)
-		return -1;
-	uint64_t phys = s->vhead % s->cap;
-	uint64_t pad = phys + need > s->cap ? s->cap - phys : 0;
-	if (s->vhead + pad + need - s->vtail > s->cap)
-		return -1;
-	*off = s->base + (s->vhead + pad) % s->cap;
-	s->vhead += pad + need;
-	return 0;
-}
-
-static uint64_t stg_used(const struct stg *s) { return s->vhead - s->vtail; }
-
 /* ---- helpers ---------------------------------------------------------------------- */
 
 static struct seer_wire_slot *wslot(struct trainer *t, uint32_t idx)
@@ -753,7 +725,7 @@ static void make_plan(struct engine *e)
 	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(NVME_ALIGN - 1);
 	for (uint32_t i = 0; i < e->nlocal; i++) {
 		struct trainer *t = &e->tr[e->local_ranks[i]];
-		t->stg = (struct stg){ .base = e->stage_base + per * i, .cap = per };
+		stg_init(&t->stg, e->stage_base + per * i, per);
 	}
 	/* requests peers sent before this node had its plan */
 	struct deferred_req *early = e->early;
@@ -1255,7 +1227,7 @@ static void reset_stream(struct trainer *t, uint64_t start)
 {
 	for (uint32_t i = 0; t->slots && i < t->nslots; i++)
 		t->slots[i] = (struct tslot){ 0 };
-	t->stg.vhead = t->stg.vtail = 0;
+	stg_reset(&t->stg);
 	t->next_prep = t->next_pub = t->tail_g = start;
 	t->resetting = false;
 	t->blocked = false;
@@ -1556,7 +1528,7 @@ static void reclaim(struct trainer *t)
 		struct tslot *sl = &t->slots[t->tail_g & (t->nslots - 1)];
 		if (sl->st != SL_REL || sl->pins)
 			break; /* held, or an NVMe write still reads its staging */
-		t->stg.vtail = sl->vend;
+		stg_reclaim(&t->stg, sl->vend);
 		sl->st = SL_FREE;
 		t->tail_g++;
 	}
@@ -1764,7 +1736,7 @@ static bool prepare(struct engine *e, struct trainer *t)
 		return false;
 	uint32_t idx = (uint32_t)(g & (t->nslots - 1));
 	struct tslot *sl = &t->slots[idx];
-	*sl = (struct tslot){ .st = SL_PREP, .g = g, .vend = t->stg.vhead };
+	*sl = (struct tslot){ .st = SL_PREP, .g = g, .vend = stg_mark(&t->stg) };
 	struct seer_wire_slot *ws = wslot(t, idx);
 	ws->global = g;
 	ws->epoch = epoch;
