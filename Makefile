@@ -49,7 +49,7 @@ LIBS := $(PKG_LIBS) -lpthread -lm
 
 # modules shared by the daemon, the tools and the tests
 CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/iopool.c src/net_fabric.c \
-	src/plan.c src/plansim.c src/topo.c src/ctrl.c $(wildcard src/fmt_*.c)
+	src/plan.c src/plan_nopfs.c src/plansim.c src/topo.c src/ctrl.c $(wildcard src/fmt_*.c)
 CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
 DAEMON_SRC := $(wildcard daemon/*.c)
 # daemon modules the unit tests drive directly, without a daemon

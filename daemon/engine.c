@@ -20,6 +20,7 @@
 #include "../src/iopool.h"
 #include "../src/net.h"
 #include "../src/plan.h"
+#include "../src/plan_nopfs.h"
 #include "../src/ring.h"
 #include "../src/sampler.h"
 #include "../src/shm.h"
@@ -197,12 +198,10 @@ struct engine {
 	uint64_t cache_base, cache_cap, stage_base, stage_cap;
 	_Atomic uint32_t *cstate; /* release-stored READY: the network thread reads it */
 	uint8_t *bad;            /* samples that failed their format checks (skip policy) */
-	/* cache.policy = nopfs: each local trainer's own cached samples (sorted),
-	 * keyed nsamples + key0 + position; cstate and np_off cover the keys */
+	/* cache.policy = nopfs: each local trainer's own cached samples, keyed
+	 * nsamples + their plan_nopfs key; cstate covers the keys */
 	bool nopfs;
-	struct np_share { uint32_t *samples; uint32_t n, key0; } *np;
-	uint64_t *np_off;
-	uint32_t np_keys;
+	struct plan_nopfs np;
 	uint32_t *local_idx;     /* rank -> index among the local ranks */
 	bool skip_corrupt;
 	uint64_t cache_planned, cache_loaded, cache_loaded_bytes;
@@ -301,23 +300,14 @@ static uint32_t ram_key(const struct engine *e, uint32_t rank, uint32_t s)
 {
 	if (!e->nopfs)
 		return local_ram(e, s) ? s : NOKEY;
-	const struct np_share *sh = &e->np[e->local_idx[rank]];
-	uint32_t lo = 0, hi = sh->n;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		if (sh->samples[mid] < s)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < sh->n && sh->samples[lo] == s ? (uint32_t)e->cat->nsamples + sh->key0 + lo
-						   : NOKEY;
+	uint32_t k = plan_nopfs_key(&e->np, e->local_idx[rank], s);
+	return k == PLAN_NOPFS_NONE ? NOKEY : (uint32_t)e->cat->nsamples + k;
 }
 
 static uint64_t key_off(const struct engine *e, uint32_t key)
 {
 	uint64_t n = e->cat->nsamples;
-	return e->cache_base + (key < n ? e->plan.off[key] : e->np_off[key - n]);
+	return e->cache_base + (key < n ? e->plan.off[key] : e->np.off[key - n]);
 }
 
 #define BOUNCE_COOKIE(b) ((void *)(intptr_t)((b) + 1))
@@ -588,94 +578,20 @@ static int check_staging(struct engine *e, char *err, size_t errlen)
 	return 0;
 }
 
-struct np_cand {
-	uint32_t sample, count, first;
-};
-
-static int np_cmp_cand(const void *a, const void *b)
-{
-	const struct np_cand *x = a, *y = b;
-	if (x->count != y->count)
-		return x->count > y->count ? -1 : 1;
-	return x->first < y->first ? -1 : x->first > y->first;
-}
-
-static int np_cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* cache.policy = nopfs: each local trainer caches, in its own 1/nlocal share
- * of the RAM cache, the samples its own stream reads most often over the job
- * (ties: first read first), filled on first read, never evicted, shared with
- * nobody. A model of NoPFS's per-rank placement, to measure what node-wide
- * planning gains. */
+/* cache.policy = nopfs: the private copies (src/plan_nopfs.c) and their
+ * cache states, after the samples' */
 static void np_build(struct engine *e)
 {
-	uint64_t n = e->cat->nsamples;
-	uint64_t share = (e->cache_cap / MAX(e->nlocal, 1u)) & ~(uint64_t)(PLAN_RAM_ALIGN - 1);
-	uint32_t *count = xcalloc(n, sizeof(uint32_t));
-	uint32_t *first = xcalloc(n, sizeof(uint32_t));
-	uint32_t *ids = xcalloc(e->sh.batch, sizeof(uint32_t));
-	struct np_cand *cand = xcalloc(n, sizeof(*cand));
-	e->np = xcalloc(MAX(e->nlocal, 1u), sizeof(*e->np));
-	uint64_t cap_keys = 0;
-	for (uint32_t k = 0; k < e->nlocal; k++) {
-		uint32_t rank = e->local_ranks[k];
-		memset(count, 0, n * sizeof(uint32_t));
-		uint32_t pos = 0, ncand = 0;
-		for (uint64_t g = e->first_epoch * e->sh.bpe; g < e->end; g++) {
-			int m = smp_batch(&e->smp, g / e->sh.bpe, rank, g % e->sh.bpe, ids);
-			for (int i = 0; i < m; i++) {
-				if (count[ids[i]]++ == 0) {
-					first[ids[i]] = pos++;
-					cand[ncand++].sample = ids[i];
-				}
-			}
-		}
-		for (uint32_t i = 0; i < ncand; i++) {
-			cand[i].count = count[cand[i].sample];
-			cand[i].first = first[cand[i].sample];
-		}
-		qsort(cand, ncand, sizeof(*cand), np_cmp_cand);
-		uint64_t used = 0;
-		uint32_t take = 0;
-		while (take < ncand) {
-			uint64_t a = ALIGN_UP(e->cat->samples[cand[take].sample].length,
-					      (uint64_t)PLAN_RAM_ALIGN);
-			if (share - used < a)
-				break; /* the first that does not fit ends the list */
-			used += a;
-			take++;
-		}
-		struct np_share *sh = &e->np[k];
-		sh->n = take;
-		sh->key0 = e->np_keys;
-		sh->samples = xcalloc(MAX(take, 1u), sizeof(uint32_t));
-		for (uint32_t i = 0; i < take; i++)
-			sh->samples[i] = cand[i].sample;
-		qsort(sh->samples, take, sizeof(uint32_t), np_cmp_u32);
-		if (e->np_keys + (uint64_t)take > cap_keys) {
-			cap_keys = MAX(cap_keys * 2, e->np_keys + (uint64_t)take);
-			e->np_off = xrealloc(e->np_off, cap_keys * sizeof(uint64_t));
-		}
-		uint64_t off = share * k;
-		for (uint32_t i = 0; i < take; i++) {
-			e->np_off[e->np_keys + i] = off;
-			off += ALIGN_UP(e->cat->samples[sh->samples[i]].length, (uint64_t)PLAN_RAM_ALIGN);
-			e->local_cached_bytes += e->cat->samples[sh->samples[i]].length;
-		}
-		e->np_keys += take;
+	if (plan_nopfs_build(&e->np, e->cat, &e->smp, &e->sh, e->local_ranks, e->nlocal,
+			     e->first_epoch * e->sh.bpe, e->end, e->cache_cap) != 0) {
+		log_error("out of memory placing the nopfs copies");
+		abort();
 	}
-	free(count);
-	free(first);
-	free(ids);
-	free(cand);
-	/* cstate covers the samples and then the trainers' copies */
-	e->cstate = xrealloc((void *)e->cstate, (n + e->np_keys) * sizeof(uint32_t));
-	memset((void *)(e->cstate + n), 0, e->np_keys * sizeof(uint32_t));
-	e->cache_planned = e->np_keys;
+	uint64_t n = e->cat->nsamples;
+	e->local_cached_bytes += e->np.bytes;
+	e->cstate = xrealloc((void *)e->cstate, (n + e->np.nkeys) * sizeof(uint32_t));
+	memset((void *)(e->cstate + n), 0, e->np.nkeys * sizeof(uint32_t));
+	e->cache_planned = e->np.nkeys;
 }
 
 static void make_plan(struct engine *e)
@@ -707,7 +623,7 @@ static void make_plan(struct engine *e)
 	e->fill_left = e->cache_planned;
 	if (e->nopfs)
 		log_info("cache.policy = nopfs: %u private copies in %u trainer shares of %llu bytes",
-			 e->np_keys, e->nlocal,
+			 e->np.nkeys, e->nlocal,
 			 (unsigned long long)(e->cache_cap / MAX(e->nlocal, 1u)));
 	e->fill_g = e->first_epoch * e->sh.bpe;
 	char a[32], b[32], c[32];
@@ -1020,13 +936,7 @@ static void shape_free(struct engine *e)
 	e->step_done = NULL;
 	e->step_stall = NULL;
 	e->step_count = NULL;
-	for (uint32_t k = 0; e->np && k < MAX(e->nlocal, 1u); k++)
-		free(e->np[k].samples);
-	free(e->np);
-	free(e->np_off);
-	e->np = NULL;
-	e->np_off = NULL;
-	e->np_keys = 0;
+	plan_nopfs_free(&e->np);
 	plan_free(&e->plan);
 	if (e->shape_ready)
 		smp_cache_free(&e->smp);
