@@ -26,11 +26,9 @@
 #include "../src/shm.h"
 #include "../src/topo.h"
 #include "../src/util.h"
+#include "route.h"
 #include "seer.h"
 #include "staging.h"
-
-/* per-sample cache state: ABSENT, READY, or loading by task (index + 2) */
-enum { CS_ABSENT = 0, CS_READY = 1, CS_TASK0 = 2 };
 
 enum sl_state { SL_FREE = 0, SL_PREP, SL_READY, SL_PUB, SL_REL };
 
@@ -249,7 +247,9 @@ struct engine {
 	uint64_t retries_unreported;
 	char last_retry[SEER_ERRMSG_MAX];
 	double t_last_resume_save;
-	uint32_t *ids;           /* batch scratch */
+	uint32_t *ids;           /* batch scratch: sample ids */
+	uint32_t *keys;          /* batch scratch: RAM keys (ROUTE_RAM) */
+	uint8_t *routes;         /* batch scratch: enum route_src */
 	char fatal[SEER_ERRMSG_MAX];
 };
 
@@ -265,43 +265,48 @@ static struct epoch_stats *estats(struct engine *e, uint64_t epoch)
 	return &e->es[epoch];
 }
 
-static bool local_ram(const struct engine *e, uint32_t s)
+#define NVME_ALIGN 4096ull
+
+static bool peer_ok(void *ctx, uint32_t node)
 {
-	return e->plan.tier[s] == PLAN_RAM && e->plan.owner[s] == e->node;
+	const struct engine *e = ctx;
+	return !net_peer_suspect(e->net, node);
 }
 
-#define NVME_ALIGN 4096ull
+/* What tier routing (route.h) reads of the engine, as it is now. */
+static struct route_view route_view(const struct engine *e)
+{
+	return (struct route_view){
+		.node = e->node, .nsamples = e->cat->nsamples, .tier = e->plan.tier,
+		.owner = e->plan.owner, .nvme_ok = e->nvme_ok, .np = e->nopfs ? &e->np : NULL,
+		.local_idx = e->local_idx, .peer_ok = e->net ? peer_ok : NULL,
+		.peer_ctx = (void *)e,
+	};
+}
+
+static bool local_ram(const struct engine *e, uint32_t s)
+{
+	struct route_view v = route_view(e);
+	return route_local_ram(&v, s);
+}
 
 static bool local_nvme(const struct engine *e, uint32_t s)
 {
-	return e->nvme_ok && e->plan.tier[s] == PLAN_NVME && e->plan.owner[s] == e->node;
+	struct route_view v = route_view(e);
+	return route_local_nvme(&v, s);
 }
 
-/* Staging bytes a sample reserves: NVMe transfers need 4 KiB-aligned
- * buffers and lengths (O_DIRECT), hence the slack. */
-static uint64_t stage_need(const struct engine *e, uint32_t s)
+/* Staging bytes a sample of `len` bytes reserves: NVMe transfers need
+ * aligned buffers and lengths (O_DIRECT), hence the slack. */
+static uint64_t stage_bytes(const struct engine *e, uint64_t len, bool nvme)
 {
-	uint64_t len = e->cat->samples[s].length;
-	return local_nvme(e, s) ? ALIGN_UP(len, (uint64_t)e->nvme_align) + e->nvme_align
-				: ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
+	return nvme ? ALIGN_UP(len, (uint64_t)e->nvme_align) + e->nvme_align
+		    : ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
 }
 
 static uint64_t nvme_io_len(const struct engine *e, uint64_t len)
 {
 	return e->nvme_direct ? ALIGN_UP(len, (uint64_t)e->nvme_align) : len;
-}
-
-#define NOKEY UINT32_MAX
-
-/* The RAM cache slot serving `rank`'s need of s, as a key into cstate, or
- * NOKEY. seer: one slot per planned sample of this node (key = s), shared by
- * every local trainer; nopfs: the rank's own copy. */
-static uint32_t ram_key(const struct engine *e, uint32_t rank, uint32_t s)
-{
-	if (!e->nopfs)
-		return local_ram(e, s) ? s : NOKEY;
-	uint32_t k = plan_nopfs_key(&e->np, e->local_idx[rank], s);
-	return k == PLAN_NOPFS_NONE ? NOKEY : (uint32_t)e->cat->nsamples + k;
 }
 
 static uint64_t key_off(const struct engine *e, uint32_t key)
@@ -560,8 +565,7 @@ static int check_staging(struct engine *e, char *err, size_t errlen)
 {
 	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
 	per &= ~(NVME_ALIGN - 1);
-	uint64_t one = e->nvme_ok ? ALIGN_UP(e->cat->max_len, (uint64_t)e->nvme_align) + e->nvme_align
-				  : ALIGN_UP(e->cat->max_len, (uint64_t)PLAN_RAM_ALIGN);
+	uint64_t one = stage_bytes(e, e->cat->max_len, e->nvme_ok);
 	uint64_t need = (uint64_t)e->sh.batch * one;
 	if (e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1)
 		return 0; /* every sample lives in the RAM cache: staging stays unused */
@@ -781,6 +785,8 @@ static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen
 	e->local_ranks = xcalloc(world, sizeof(uint32_t));
 	e->local_idx = xcalloc(world, sizeof(uint32_t));
 	e->ids = xcalloc(e->sh.batch, sizeof(uint32_t));
+	e->keys = xcalloc(e->sh.batch, sizeof(uint32_t));
+	e->routes = xcalloc(e->sh.batch, 1);
 	for (uint32_t r = 0; r < world; r++) {
 		e->tr[r].rank = r;
 		e->tr[r].sock = e->tr[r].efd = e->tr[r].pending_sock = -1;
@@ -928,11 +934,14 @@ static void shape_free(struct engine *e)
 	free(e->local_ranks);
 	free(e->local_idx);
 	free(e->ids);
+	free(e->keys);
+	free(e->routes);
 	free(e->step_done);
 	free(e->step_stall);
 	free(e->step_count);
 	e->tr = NULL;
-	e->rank_node = e->local_ranks = e->local_idx = e->ids = NULL;
+	e->rank_node = e->local_ranks = e->local_idx = e->ids = e->keys = NULL;
+	e->routes = NULL;
 	e->step_done = NULL;
 	e->step_stall = NULL;
 	e->step_count = NULL;
@@ -1563,7 +1572,7 @@ static bool retarget_corrupt(struct engine *e, struct etask *tk)
 	}
 	uint64_t room = tk->to_cache ? ALIGN_UP(tk->len, (uint64_t)PLAN_RAM_ALIGN) : tk->len;
 	if (tk->stage_rank >= 0)
-		room = stage_need(e, s);
+		room = stage_bytes(e, e->cat->samples[s].length, local_nvme(e, s));
 	uint32_t x = substitute(e, s, UINT64_MAX);
 	if (x != s && e->cat->samples[x].length > room) {
 		/* the next valid sample is bigger: give it fresh staging when the
@@ -1621,127 +1630,178 @@ static bool retarget_corrupt(struct engine *e, struct etask *tk)
 	return true;
 }
 
-/* Prepare batch next_prep of t; false when staging is full. */
-static bool prepare(struct engine *e, struct trainer *t)
+/* The task loading RAM key `key` (sample s) for global batch g (0: now):
+ * the one loading it already, made at least that urgent, or a new PFS read
+ * into the slot. fill: a load ahead of need, counted in fill's budget. The
+ * one way a RAM-cache load starts (prepare, fill, a peer's request). */
+static struct etask *ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill)
+{
+	uint32_t st = e->cstate[key];
+	struct etask *tk;
+	if (st >= CS_TASK0) {
+		tk = task_get(e, st - CS_TASK0);
+		task_need(e, tk, g);
+		return tk;
+	}
+	tk = task_new(e);
+	tk->sample = s;
+	tk->to_cache = true;
+	tk->ckey = key;
+	tk->fill = fill;
+	tk->dst_off = key_off(e, key);
+	tk->len = e->cat->samples[s].length;
+	e->cstate[key] = CS_TASK0 + tk->id;
+	e->fill_left--;
+	if (fill)
+		e->fill_inflight++;
+	task_submit(e, tk, g);
+	return tk;
+}
+
+/* Point tk at the written NVMe copy of its sample (its one way to read it). */
+static void nvme_read_copy(struct engine *e, struct etask *tk)
+{
+	tk->kind = TK_NVME_READ;
+	tk->nvme_off = e->plan.off[tk->sample];
+	tk->sum = e->nvme_sum[tk->sample];
+}
+
+/* tk reads s, which this node keeps on NVMe: from the copy when it is
+ * written, else from the PFS writing the copy afterwards (tk then loads it).
+ * When another task is loading the copy, returns that task and leaves tk
+ * as it is. */
+static struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s)
+{
+	uint32_t st = e->cstate[s];
+	if (st == CS_READY) {
+		nvme_read_copy(e, tk);
+	} else if (st == CS_ABSENT) {
+		tk->to_nvme = true; /* this node's one PFS read of it, kept on NVMe */
+		e->cstate[s] = CS_TASK0 + tk->id;
+	} else {
+		return task_get(e, st - CS_TASK0);
+	}
+	return NULL;
+}
+
+/* The samples of t's batch g (corrupt ones substituted) and where each is
+ * served from, into the batch scratch; returns the staging bytes they need. */
+static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t g, uint32_t n)
 {
 	const struct smp_shape *sh = &e->sh;
-	uint64_t g = t->next_prep, epoch = g / sh->bpe, step = g % sh->bpe;
+	uint64_t epoch = g / sh->bpe, step = g % sh->bpe;
 	const uint32_t *order = smp_cache_epoch(&e->smp, epoch);
 	if (!order) {
 		log_error("out of memory computing epoch %llu's order", (unsigned long long)epoch);
 		abort();
 	}
-	uint32_t n = smp_batch_len(sh, step);
+	struct route_view v = route_view(e);
 	uint64_t need = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
 		if (UNLIKELY(e->bad[s]))
 			s = substitute(e, s, UINT64_MAX);
 		e->ids[i] = s;
-		if (ram_key(e, t->rank, s) == NOKEY)
-			need += stage_need(e, s);
+		e->routes[i] = (uint8_t)route_sample(&v, t->rank, s, &e->keys[i]);
+		if (e->routes[i] != ROUTE_RAM)
+			need += stage_bytes(e, e->cat->samples[s].length, e->routes[i] == ROUTE_NVME);
 	}
-	uint64_t off;
-	if (stg_alloc(&t->stg, need, &off) != 0)
-		return false;
-	uint32_t idx = (uint32_t)(g & (t->nslots - 1));
-	struct tslot *sl = &t->slots[idx];
-	*sl = (struct tslot){ .st = SL_PREP, .g = g, .vend = stg_mark(&t->stg) };
+	return need;
+}
+
+/* Slot idx's header for batch g of n samples; returns its descriptors. */
+static struct seer_wire_sample *slot_begin(struct trainer *t, uint32_t idx, const struct smp_shape *sh,
+					   uint64_t g, uint32_t n)
+{
 	struct seer_wire_slot *ws = wslot(t, idx);
 	ws->global = g;
-	ws->epoch = epoch;
-	ws->step = step;
+	ws->epoch = g / sh->bpe;
+	ws->step = g % sh->bpe;
 	ws->n = n;
 	ws->flags = 0;
 	ws->status = 0;
 	ws->msg[0] = '\0';
-	struct seer_wire_sample *d = (struct seer_wire_sample *)(ws + 1);
-	struct epoch_stats *es = estats(e, epoch);
+	return (struct seer_wire_sample *)(ws + 1);
+}
+
+/* Sample i of t's batch g is in the RAM cache: point at its slot, and wait
+ * for its load unless it is loaded. */
+static void prep_ram(struct engine *e, struct trainer *t, struct tslot *sl, struct seer_wire_sample *d,
+		     uint32_t key, uint32_t s, uint32_t i)
+{
+	d->offset = key_off(e, key);
+	if (e->cstate[key] == CS_READY) {
+		struct epoch_stats *es = estats(e, sl->g / e->sh.bpe);
+		es->ram_samples++;
+		es->ram_bytes += d->length;
+		return;
+	}
+	struct etask *tk = ram_load(e, key, s, sl->g, false);
+	task_wait(tk, t->rank, t->gen, sl->g, i);
+	sl->pending++;
+}
+
+/* Sample i of t's batch comes through its staging at d->offset: the read
+ * (from NVMe, a peer or the PFS) that puts it there. */
+static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
+			const struct seer_wire_sample *d, enum route_src src, uint32_t s, uint32_t i)
+{
+	struct etask *tk = task_new(e);
+	tk->sample = s;
+	tk->dst_off = d->offset;
+	tk->len = d->length;
+	tk->need_g = sl->g;
+	tk->stage_rank = (int32_t)t->rank;
+	task_wait(tk, t->rank, t->gen, sl->g, i);
+	t->inflight++;
+	sl->pending++;
+	if (src == ROUTE_NVME) {
+		struct etask *ld = nvme_claim(e, tk, s);
+		if (ld) {
+			/* being loaded for someone else: read its NVMe copy once
+			 * written, rather than the PFS a second time */
+			task_need(e, ld, sl->g);
+			tk->kind = TK_NVME_READ;
+			tk->next_follower = ld->followers;
+			ld->followers = tk;
+			return;
+		}
+	} else if (src == ROUTE_PEER) {
+		tk->kind = TK_PEER;
+		net_fetch(e->net, e->plan.owner[s], s, e->abase + tk->dst_off, tk->len, tk);
+		return;
+	}
+	task_submit(e, tk, sl->g);
+}
+
+/* Prepare batch next_prep of t; false when staging is full. */
+static bool prepare(struct engine *e, struct trainer *t)
+{
+	uint64_t g = t->next_prep;
+	uint32_t n = smp_batch_len(&e->sh, g % e->sh.bpe);
+	uint64_t off;
+	if (stg_alloc(&t->stg, batch_route(e, t, g, n), &off) != 0)
+		return false;
+	uint32_t idx = (uint32_t)(g & (t->nslots - 1));
+	struct tslot *sl = &t->slots[idx];
+	*sl = (struct tslot){ .st = SL_PREP, .g = g, .vend = stg_mark(&t->stg) };
+	struct seer_wire_sample *d = slot_begin(t, idx, &e->sh, g, n);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = e->ids[i];
 		const struct cat_sample *cs = &e->cat->samples[s];
 		d[i] = (struct seer_wire_sample){
 			.id = s, .length = cs->length, .label = cs->label, .type = cs->type,
 		};
-		uint32_t key = ram_key(e, t->rank, s);
-		if (key != NOKEY) {
-			d[i].offset = key_off(e, key);
-			uint32_t st = e->cstate[key];
-			if (st == CS_READY) {
-				es->ram_samples++;
-				es->ram_bytes += cs->length;
-				continue;
-			}
-			struct etask *tk;
-			if (st >= CS_TASK0) {
-				tk = task_get(e, st - CS_TASK0);
-				task_need(e, tk, g);
-			} else {
-				tk = task_new(e);
-				tk->sample = s;
-				tk->to_cache = true;
-				tk->ckey = key;
-				tk->dst_off = d[i].offset;
-				tk->len = cs->length;
-				e->cstate[key] = CS_TASK0 + tk->id;
-				e->fill_left--;
-				task_submit(e, tk, g);
-			}
-			task_wait(tk, t->rank, t->gen, g, i);
-			sl->pending++;
-		} else if (local_nvme(e, s)) {
-			d[i].offset = ALIGN_UP(off, (uint64_t)e->nvme_align);
-			off = d[i].offset + ALIGN_UP(cs->length, (uint64_t)e->nvme_align);
-			struct etask *tk = task_new(e);
-			tk->sample = s;
-			tk->dst_off = d[i].offset;
-			tk->len = cs->length;
-			tk->stage_rank = (int32_t)t->rank;
-			uint32_t st = e->cstate[s];
-			task_wait(tk, t->rank, t->gen, g, i);
-			t->inflight++;
-			sl->pending++;
-			tk->need_g = g;
-			if (st == CS_READY) {
-				tk->kind = TK_NVME_READ;
-				tk->nvme_off = e->plan.off[s];
-				tk->sum = e->nvme_sum[s];
-			} else if (st == CS_ABSENT) {
-				/* first read: from the PFS, then written to NVMe */
-				tk->to_nvme = true;
-				e->cstate[s] = CS_TASK0 + tk->id;
-			} else {
-				/* being loaded for someone else: read its NVMe copy once
-				 * written, rather than the PFS a second time */
-				struct etask *ld = task_get(e, st - CS_TASK0);
-				task_need(e, ld, g);
-				tk->kind = TK_NVME_READ;
-				tk->next_follower = ld->followers;
-				ld->followers = tk;
-				continue;
-			}
-			task_submit(e, tk, g);
-		} else {
-			d[i].offset = off;
-			off += ALIGN_UP(cs->length, (uint64_t)PLAN_RAM_ALIGN);
-			struct etask *tk = task_new(e);
-			tk->sample = s;
-			tk->dst_off = d[i].offset;
-			tk->len = cs->length;
-			tk->need_g = g;
-			tk->stage_rank = (int32_t)t->rank;
-			task_wait(tk, t->rank, t->gen, g, i);
-			t->inflight++;
-			sl->pending++;
-			uint32_t owner = e->plan.owner[s];
-			if (e->plan.tier[s] != PLAN_NONE && owner != e->node && e->net &&
-			    !net_peer_suspect(e->net, owner)) {
-				tk->kind = TK_PEER;
-				net_fetch(e->net, owner, s, e->abase + tk->dst_off, tk->len, tk);
-			} else {
-				task_submit(e, tk, g);
-			}
+		enum route_src src = e->routes[i];
+		if (src == ROUTE_RAM) {
+			prep_ram(e, t, sl, &d[i], e->keys[i], s, i);
+			continue;
 		}
+		/* staging: NVMe transfers at the tier's alignment */
+		uint64_t align = src == ROUTE_NVME ? e->nvme_align : PLAN_RAM_ALIGN;
+		d[i].offset = ALIGN_UP(off, align);
+		off = d[i].offset + ALIGN_UP((uint64_t)cs->length, align);
+		prep_staged(e, t, sl, &d[i], src, s, i);
 	}
 	if (sl->pending == 0)
 		sl->st = SL_READY;
@@ -1792,9 +1852,7 @@ static void release_followers(struct engine *e, struct etask *tk, bool ok)
 		struct etask *next = f->next_follower;
 		f->next_follower = NULL;
 		if (ok) {
-			f->kind = TK_NVME_READ;
-			f->nvme_off = e->plan.off[f->sample];
-			f->sum = e->nvme_sum[f->sample];
+			nvme_read_copy(e, f);
 		} else {
 			f->kind = TK_PFS;
 		}
@@ -2029,15 +2087,8 @@ static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, 
 	tk->bounce = b;
 	tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
 	tk->len = len;
-	uint32_t st = e->cstate[s];
-	if (st == CS_READY) {
-		tk->kind = TK_NVME_READ;
-		tk->nvme_off = e->plan.off[s];
-		tk->sum = e->nvme_sum[s];
-	} else if (st == CS_ABSENT) {
-		tk->to_nvme = true; /* this node owns it: its one PFS read, kept on NVMe */
-		e->cstate[s] = CS_TASK0 + tk->id;
-	}
+	/* being loaded meanwhile: read from the PFS (not following the load) */
+	nvme_claim(e, tk, s);
 	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
 	task_submit(e, tk, 0);
 }
@@ -2076,22 +2127,9 @@ static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint3
 		es->served_bytes += len;
 		return;
 	}
-	struct etask *tk;
-	if (st >= CS_TASK0) {
-		tk = task_get(e, st - CS_TASK0);
-		task_need(e, tk, 0); /* a peer is waiting now */
-	} else {
-		/* this node owns it and nobody read it yet: the one PFS read of it */
-		tk = task_new(e);
-		tk->sample = s;
-		tk->to_cache = true;
-		tk->ckey = s;
-		tk->dst_off = src;
-		tk->len = len;
-			e->cstate[s] = CS_TASK0 + tk->id;
-		e->fill_left--;
-		task_submit(e, tk, 0); /* a peer is waiting now */
-	}
+	/* this node owns it: the load under way, or the one PFS read of it,
+	 * now (a peer is waiting) */
+	struct etask *tk = ram_load(e, s, s, 0, false);
 	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
 }
 
@@ -2164,6 +2202,7 @@ static void fill(struct engine *e)
 	}
 	uint32_t budget = (uint32_t)e->cfg->io_threads;
 	const struct smp_shape *sh = &e->sh;
+	struct route_view v = route_view(e);
 	while (e->fill_inflight < budget && e->fill_g < e->end && e->fill_left > 0) {
 		uint64_t g = e->fill_g, epoch = g / sh->bpe, step = g % sh->bpe;
 		uint32_t rank = e->local_ranks[e->fill_r];
@@ -2180,20 +2219,9 @@ static void fill(struct engine *e)
 		uint32_t n = smp_batch_len(sh, step);
 		for (uint32_t i = 0; i < n; i++) {
 			uint32_t s = smp_at(sh, order, smp_position(sh, rank, step, i));
-			uint32_t key = ram_key(e, rank, s);
-			if (key == NOKEY || e->cstate[key] != CS_ABSENT)
-				continue;
-			struct etask *tk = task_new(e);
-			tk->sample = s;
-			tk->to_cache = true;
-			tk->ckey = key;
-			tk->fill = true;
-			tk->dst_off = key_off(e, key);
-			tk->len = e->cat->samples[s].length;
-			e->cstate[key] = CS_TASK0 + tk->id;
-			e->fill_left--;
-			e->fill_inflight++;
-			task_submit(e, tk, g);
+			uint32_t key = route_ram_key(&v, rank, s);
+			if (key != ROUTE_NOKEY && e->cstate[key] == CS_ABSENT)
+				ram_load(e, key, s, g, true);
 		}
 	}
 }
