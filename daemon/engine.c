@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "engine.h"
+#include "engine_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,275 +30,38 @@
 #include "seer.h"
 #include "staging.h"
 
-enum sl_state { SL_FREE = 0, SL_PREP, SL_READY, SL_PUB, SL_REL };
-
-struct tslot {
-	uint8_t st;
-	uint32_t pending;   /* samples still loading */
-	uint32_t pins;      /* NVMe writes still reading this batch's staging */
-	int32_t status;     /* first error of the batch */
-	uint64_t g;         /* global batch index */
-	uint64_t vend;      /* staging head after this batch's allocation */
-};
-
-struct trainer {
-	uint32_t rank;
-	bool known;           /* connected at least once */
-	bool attached;        /* a live session */
-	bool resetting;       /* waiting for in-flight reads before a restart */
-	bool seek_pending;
-	bool done;            /* released the job's last batch */
-	uint64_t restart_g;   /* where the stream restarts after the reset */
-	int pending_sock;     /* a reconnect waiting for the reset, or -1 */
-	struct seer_msg_hello pending_hello;
-	pid_t pending_pid;
-
-	uint32_t gen;         /* session generation: stale completions are ignored */
-	int sock, efd;
-	pid_t pid;
-	struct shm_seg out_seg, in_seg;
-	struct seer_ctrl_out *co;
-	struct seer_ctrl_in *ci;
-	struct ring out, rel;
-	struct tslot *slots;
-	uint32_t nslots;
-
-	uint64_t next_prep, next_pub, tail_g;
-	uint64_t resume_g;
-	struct stg stg;
-	uint32_t inflight;    /* reads in flight into this trainer's staging */
-
-	uint64_t batches, samples, bytes;
-	uint64_t attach_ns;
-	uint64_t last_release_ns;
-	uint64_t last_stall_ns;  /* the trainer's stall counter at its last release */
-	bool blocked;         /* could not prepare: waits for a release or take */
-};
-
-/* Who waits for a task: a trainer's batch (rank, session gen, global batch)
- * or a peer daemon's request (node, request id). */
-struct waiter {
-	bool peer;
-	uint32_t a, b;
-	uint64_t c;
-	uint32_t i;           /* trainer: the sample's index in the batch */
-};
-
-enum tk_kind {
-	TK_PFS = 0,        /* read from the dataset (the PFS) */
-	TK_PEER = 1,       /* fetch from the owning daemon */
-	TK_NVME_READ = 2,  /* read this node's NVMe copy, check its checksum */
-	TK_NVME_WRITE = 3, /* write bytes already in memory to the NVMe tier */
-};
-
-struct etask {
-	struct io_task io;    /* first: the pool hands back io pointers */
-	uint32_t id;
-	uint32_t sample;
-	uint8_t kind;         /* enum tk_kind: where the bytes come from */
-	bool to_cache;
-	uint32_t ckey;        /* to_cache: the RAM slot (key into cstate) it fills */
-	bool to_nvme;         /* TK_PFS: write to the NVMe tier afterwards */
-	bool fill;
-	int32_t bounce;       /* bounce slot the bytes live in, or -1 */
-	uint64_t nvme_off;    /* TK_NVME_*: offset in the NVMe file */
-	uint64_t sum;         /* TK_NVME_*: xxh64 of the sample */
-	struct waiter pin;    /* TK_NVME_WRITE: the batch whose staging it reads */
-	struct etask *followers; /* NVMe reads waiting for this load's copy */
-	struct etask *next_follower;
-	int32_t stage_rank;   /* staging owner, or -1 */
-	uint64_t dst_off, len;
-	uint64_t need_g;      /* global batch that needs it (priority) */
-	uint32_t nw, capw;
-	struct waiter *w;
-	struct waiter w_inline[2];
-	uint32_t attempts;
-	char err[SEER_ERRMSG_MAX];
-	struct etask *free_next;
-};
-
-/* Per-epoch counters. Deliveries (samples, bytes, ram_*) count in the epoch
- * of the batch. Reads from a source (pfs_*, nvme_*, peer_*, served_*, ...)
- * count in the epoch the job was in when they completed: the oldest epoch
- * not yet finished by every local trainer, which is what a PFS monitor sees
- * (trainers in lockstep, as under DDP, make both the same). */
-struct epoch_stats {
-	uint64_t samples, bytes;             /* delivered */
-	uint64_t ram_samples, ram_bytes;     /* served from the RAM cache */
-	uint64_t pfs_samples, pfs_bytes;     /* read from the PFS */
-	uint64_t peer_samples, peer_bytes;   /* fetched from other daemons */
-	uint64_t nvme_samples, nvme_bytes;   /* read from the local NVMe tier */
-	uint64_t nvme_written, nvme_corrupt;
-	uint64_t served_samples, served_bytes; /* sent to other daemons */
-	uint64_t fallbacks;                  /* peer fetches that fell back to the PFS */
-	uint64_t skipped;                    /* corrupt samples substituted (on_corrupt = skip) */
-	uint64_t retries;                    /* failed reads that were tried again */
-	uint64_t failed;
-	double t_done;                       /* when the last local trainer finished it */
-};
-
-#define TASK_CHUNK 1024
-#define SEER_MAX_WORLD (1u << 20) /* trainers per job */
-
-/* Running estimates of a source, from completed reads (no tables). */
-struct src_est {
-	double lat_s;      /* EWMA of one read's service time */
-	double bps;        /* EWMA of one read's bytes / service time */
-	uint64_t n;
-};
-enum { SRC_PFS, SRC_NVME, SRC_PEER, SRC_COUNT };
-static const char *const src_names[SRC_COUNT] = { "pfs", "nvme", "peer" };
-
-struct engine {
-	const struct seer_config *cfg;
-	struct catalog *cat;
-	uint32_t node, nnodes;
-	int epfd;
-
-	struct smp_shape sh;
-	struct smp_cache smp;
-	uint32_t world;
-	uint64_t end;            /* epochs * bpe */
-	uint64_t default_start;  /* from [job] resume */
-	bool shape_ready;
-
-	struct plan plan;
-	bool plan_ready;
-	_Atomic bool plan_published;  /* the network thread may read the plan */
-	struct plan_cap *caps;   /* per node */
-	bool roll_dirty;         /* local ranks changed before the map */
-	struct net *net;
-	struct deferred_req { uint32_t peer, sample; uint64_t req_id, len; } *early;
-	uint32_t nearly, capearly;
-	uint64_t local_cached_bytes;
-	uint64_t first_epoch;
-	uint32_t *rank_node;     /* world entries */
-	uint32_t nlocal;
-	uint32_t *local_ranks;
-
-	struct shm_seg arena;
-	uint8_t *abase;
-	/* NVMe tier: one file per node, unlinked as soon as it is open */
-	int nvme_fd;
-	bool nvme_ok, nvme_direct;
-	uint32_t nvme_align;     /* slot and transfer alignment (O_DIRECT's, or 64) */
-	uint64_t nvme_cap;
-	uint64_t *nvme_sum;      /* per sample, valid when READY */
-	uint64_t nvme_loaded, nvme_loaded_bytes, nvme_planned;
-	/* bounce slots in the arena, for NVMe samples sent to peers */
-	uint64_t bounce_base, bounce_size;
-	uint32_t nbounce;
-	int32_t *bounce_free;    /* stack of free slot indices */
-	uint32_t nbounce_free;
-	uint32_t *bounce_refs;
-	struct deferred_req *bwait;   /* requests waiting for a bounce slot */
-	uint32_t nbwait, capbwait;
-	uint64_t cache_base, cache_cap, stage_base, stage_cap;
-	_Atomic uint32_t *cstate; /* release-stored READY: the network thread reads it */
-	uint8_t *bad;            /* samples that failed their format checks (skip policy) */
-	/* cache.policy = nopfs: each local trainer's own cached samples, keyed
-	 * nsamples + their plan_nopfs key; cstate covers the keys */
-	bool nopfs;
-	struct plan_nopfs np;
-	uint32_t *local_idx;     /* rank -> index among the local ranks */
-	bool skip_corrupt;
-	uint64_t cache_planned, cache_loaded, cache_loaded_bytes;
-
-	struct iopool pool;
-	bool pool_started;
-	struct topo *topo;
-	char topo_desc[512];
-	char pin_desc[160];
-	pthread_t dispatcher;    /* the thread running engine_work */
-	_Atomic bool stopping;   /* read by workers between retries */
-	bool draining;
-	struct etask **chunks;
-	uint32_t nchunks;
-	struct etask *free_tasks;
-	struct io_task **sub;
-	uint32_t nsub, capsub;
-
-	struct trainer *tr;      /* world entries once known */
-	uint32_t nslots;
-
-	uint64_t fill_g;
-	uint32_t fill_r;
-	uint32_t fill_inflight;
-	uint64_t fill_left;
-
-	struct epoch_stats *es;
-	uint64_t nes;            /* allocated */
-	uint64_t nes_used;       /* epochs that have any activity */
-	struct src_est src[SRC_COUNT];
-	double step_s;           /* EWMA of a trainer's time per batch */
-	/* per-step series for the stats file: every `step_stride`-th global
-	 * batch, when the last local trainer released it and the trainers'
-	 * summed wait for it */
-	uint64_t step_stride, nsteps;
-	double *step_done;
-	float *step_stall;
-	uint16_t *step_count;
-	uint64_t epochs_done;
-	double t_plan;
-	double t_start;
-	double t_last_progress;
-	double t_last_wait_warn;
-	double t_last_retry_warn;
-	uint64_t retries_unreported;
-	char last_retry[SEER_ERRMSG_MAX];
-	double t_last_resume_save;
-	uint32_t *ids;           /* batch scratch: sample ids */
-	uint32_t *keys;          /* batch scratch: RAM keys (ROUTE_RAM) */
-	uint8_t *routes;         /* batch scratch: enum route_src */
-	char fatal[SEER_ERRMSG_MAX];
-};
-
-static struct epoch_stats *estats(struct engine *e, uint64_t epoch)
-{
-	if (epoch >= e->nes) {
-		uint64_t n = MAX(epoch + 1, e->nes * 2);
-		e->es = xrealloc(e->es, n * sizeof(*e->es));
-		memset(e->es + e->nes, 0, (n - e->nes) * sizeof(*e->es));
-		e->nes = n;
-	}
-	e->nes_used = MAX(e->nes_used, epoch + 1);
-	return &e->es[epoch];
-}
-
-#define NVME_ALIGN 4096ull
-
-static bool peer_ok(void *ctx, uint32_t node)
+static bool place_peer_ok(void *ctx, uint32_t node)
 {
 	const struct engine *e = ctx;
 	return !net_peer_suspect(e->net, node);
 }
 
 /* What tier routing (route.h) reads of the engine, as it is now. */
-static struct route_view route_view(const struct engine *e)
+static struct route_view place_view(const struct engine *e)
 {
 	return (struct route_view){
 		.node = e->node, .nsamples = e->cat->nsamples, .tier = e->plan.tier,
 		.owner = e->plan.owner, .nvme_ok = e->nvme_ok, .np = e->nopfs ? &e->np : NULL,
-		.local_idx = e->local_idx, .peer_ok = e->net ? peer_ok : NULL,
+		.local_idx = e->local_idx, .peer_ok = e->net ? place_peer_ok : NULL,
 		.peer_ctx = (void *)e,
 	};
 }
 
-static bool local_ram(const struct engine *e, uint32_t s)
+static bool place_local_ram(const struct engine *e, uint32_t s)
 {
-	struct route_view v = route_view(e);
+	struct route_view v = place_view(e);
 	return route_local_ram(&v, s);
 }
 
-static bool local_nvme(const struct engine *e, uint32_t s)
+static bool place_local_nvme(const struct engine *e, uint32_t s)
 {
-	struct route_view v = route_view(e);
+	struct route_view v = place_view(e);
 	return route_local_nvme(&v, s);
 }
 
 /* Staging bytes a sample of `len` bytes reserves: NVMe transfers need
  * aligned buffers and lengths (O_DIRECT), hence the slack. */
-static uint64_t stage_bytes(const struct engine *e, uint64_t len, bool nvme)
+static uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme)
 {
 	return nvme ? ALIGN_UP(len, (uint64_t)e->nvme_align) + e->nvme_align
 		    : ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
@@ -309,7 +72,7 @@ static uint64_t nvme_io_len(const struct engine *e, uint64_t len)
 	return e->nvme_direct ? ALIGN_UP(len, (uint64_t)e->nvme_align) : len;
 }
 
-static uint64_t key_off(const struct engine *e, uint32_t key)
+static uint64_t arena_key_off(const struct engine *e, uint32_t key)
 {
 	uint64_t n = e->cat->nsamples;
 	return e->cache_base + (key < n ? e->plan.off[key] : e->np.off[key - n]);
@@ -378,22 +141,6 @@ static void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, 
 	task_wait_w(t, (struct waiter){ .peer = false, .a = rank, .b = gen, .c = g, .i = i });
 }
 
-static void src_observe(struct engine *e, int src, double seconds, uint64_t bytes)
-{
-	struct src_est *x = &e->src[src];
-	const double a = 0.05;
-	if (seconds <= 0)
-		return;
-	double bps = (double)bytes / seconds;
-	if (x->n++ == 0) {
-		x->lat_s = seconds;
-		x->bps = bps;
-	} else {
-		x->lat_s += a * (seconds - x->lat_s);
-		x->bps += a * (bps - x->bps);
-	}
-}
-
 /* Priority of a read needed by global batch g from `src`, in 1/1024ths of a
  * batch: the batch itself for the PFS, the slowest source; a faster source
  * (NVMe) waits the difference of the measured service times, in batches of
@@ -439,7 +186,7 @@ static void task_need(struct engine *e, struct etask *tk, uint64_t g)
 	iopool_boost(&e->pool, &tk->io, g == 0 ? 0 : read_key(e, g, task_src(tk)));
 }
 
-static void flush_submissions(struct engine *e)
+static void task_flush(struct engine *e)
 {
 	iopool_submit(&e->pool, e->sub, e->nsub);
 	e->nsub = 0;
@@ -525,28 +272,21 @@ static void worker_exec(struct io_task *io, void *tls, void *ctx)
 	io->status = rc;
 }
 
-/* ---- helpers ---------------------------------------------------------------------- */
-
-static struct seer_wire_slot *wslot(struct trainer *t, uint32_t idx)
-{
-	return (struct seer_wire_slot *)((uint8_t *)t->co + t->co->slots_off + t->co->slot_stride * idx);
-}
 
 
-
-static void ep_add(struct engine *e, int fd, uint64_t tag)
+static void engine_ep_add(struct engine *e, int fd, uint64_t tag)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
 	if (epoll_ctl(e->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
 		log_error("epoll_ctl add: %s", strerror(errno));
 }
 
-static void ep_del(struct engine *e, int fd)
+static void engine_ep_del(struct engine *e, int fd)
 {
 	epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
-static void ring_doorbell(struct trainer *t)
+static void sess_doorbell(struct trainer *t)
 {
 	atomic_fetch_add_explicit(&t->co->doorbell, 1, memory_order_release);
 	/* pairs with the trainer's fence between setting `waiting` and its
@@ -561,11 +301,11 @@ static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint3
 
 /* ---- the plan ------------------------------------------------------------------------ */
 
-static int check_staging(struct engine *e, char *err, size_t errlen)
+static int arena_check_staging(struct engine *e, char *err, size_t errlen)
 {
 	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
 	per &= ~(NVME_ALIGN - 1);
-	uint64_t one = stage_bytes(e, e->cat->max_len, e->nvme_ok);
+	uint64_t one = arena_stage_bytes(e, e->cat->max_len, e->nvme_ok);
 	uint64_t need = (uint64_t)e->sh.batch * one;
 	if (e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1)
 		return 0; /* every sample lives in the RAM cache: staging stays unused */
@@ -598,7 +338,7 @@ static void np_build(struct engine *e)
 	e->cache_planned = e->np.nkeys;
 }
 
-static void make_plan(struct engine *e)
+static void place_plan(struct engine *e)
 {
 	uint64_t t0 = now_ns();
 	struct plan_cap none[e->nnodes];
@@ -614,10 +354,10 @@ static void make_plan(struct engine *e)
 	e->plan_ready = true;
 	e->t_plan = now_s();
 	for (uint64_t s = 0; s < e->cat->nsamples; s++) {
-		if (local_ram(e, (uint32_t)s)) {
+		if (place_local_ram(e, (uint32_t)s)) {
 			e->cache_planned++;
 			e->local_cached_bytes += e->cat->samples[s].length;
-		} else if (local_nvme(e, (uint32_t)s)) {
+		} else if (place_local_nvme(e, (uint32_t)s)) {
 			e->nvme_planned++;
 			e->local_cached_bytes += e->cat->samples[s].length;
 		}
@@ -657,97 +397,9 @@ static void make_plan(struct engine *e)
 	free(early);
 }
 
-static uint64_t first_unreleased(const struct trainer *t);
-
-static char *resume_path(const struct engine *e)
-{
-	return xasprintf("%s/resume-%s-n%u.txt", e->cfg->state_dir, e->cfg->job_id, e->node);
-}
-
-/* [job] resume = auto: where every rank stopped last time. The file holds
- * the job's shape so a changed job is not resumed by mistake. */
-static void resume_load(struct engine *e)
-{
-	char *path = resume_path(e);
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		log_info("resume = auto: no saved position in %s; starting at the beginning", path);
-		free(path);
-		return;
-	}
-	unsigned long long n, seed, world, batch, bpe, rank, g;
-	int ok = fscanf(f, "seer-resume 1 samples %llu seed %llu world %llu batch %llu bpe %llu",
-			&n, &seed, &world, &batch, &bpe) == 5 && n == e->sh.n && seed == e->sh.seed &&
-		 world == e->world && batch == e->sh.batch && bpe == e->sh.bpe;
-	uint64_t lo = UINT64_MAX, hi = 0;
-	uint32_t count = 0;
-	while (ok && fscanf(f, " rank %llu at %llu", &rank, &g) == 2) {
-		if (rank >= e->world || g > e->end) {
-			ok = 0;
-			break;
-		}
-		e->tr[rank].resume_g = g;
-		lo = MIN(lo, g);
-		hi = MAX(hi, g);
-		count++;
-	}
-	fclose(f);
-	if (!ok) {
-		log_warn("resume = auto: %s is for another job shape or damaged; starting at the "
-			 "beginning", path);
-		for (uint32_t r = 0; r < e->world; r++)
-			e->tr[r].resume_g = e->default_start;
-	} else if (count) {
-		e->default_start = lo;
-		log_info("resume = auto: %u ranks resume between epoch %llu step %llu and epoch %llu "
-			 "step %llu (%s)", count, (unsigned long long)(lo / e->sh.bpe),
-			 (unsigned long long)(lo % e->sh.bpe), (unsigned long long)(hi / e->sh.bpe),
-			 (unsigned long long)(hi % e->sh.bpe), path);
-	}
-	free(path);
-}
-
-/* Record every rank's resume position (or remove the record when the job
- * is complete). */
-static void resume_save(struct engine *e, bool quiet)
-{
-	if (!e->shape_ready)
-		return;
-	char *path = resume_path(e);
-	bool all_done = true;
-	for (uint32_t r = 0; r < e->world; r++)
-		all_done &= e->tr[r].done || (e->plan_ready && e->rank_node[r] != e->node);
-	if (all_done) {
-		unlink(path);
-		free(path);
-		return;
-	}
-	size_t cap = 256 + (size_t)e->world * 48, n = 0;
-	char *buf = xmalloc(cap);
-	n += (size_t)snprintf(buf, cap, "seer-resume 1 samples %llu seed %llu world %u batch %u bpe %llu\n",
-			      (unsigned long long)e->sh.n, (unsigned long long)e->sh.seed, e->world,
-			      e->sh.batch, (unsigned long long)e->sh.bpe);
-	for (uint32_t r = 0; r < e->world; r++) {
-		const struct trainer *t = &e->tr[r];
-		if (!t->known)
-			continue;
-		uint64_t g = t->attached ? first_unreleased(t) : t->resume_g;
-		n += (size_t)snprintf(buf + n, cap - n, "rank %u at %llu\n", r, (unsigned long long)g);
-	}
-	int rc = mkdir_p(e->cfg->state_dir, 0700);
-	if (rc == 0)
-		rc = write_file_atomic(path, buf, n);
-	if (rc != 0)
-		log_warn("cannot save the resume positions to %s: %s", path, strerror(-rc));
-	else if (!quiet)
-		log_info("resume positions saved to %s (restart with [job] resume = auto)", path);
-	free(buf);
-	free(path);
-}
-
 /* Shape and plan once the world size is known (single node: at the first
  * trainer; the multi-node path agrees on the rank map first). */
-static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
+static int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
 {
 	const struct seer_config *cfg = e->cfg;
 	int rc = smp_shape_init(&e->sh, e->cat->nsamples, cfg->seed, world, (uint32_t)cfg->batch_size,
@@ -806,8 +458,8 @@ static int shape_init(struct engine *e, uint32_t world, char *err, size_t errlen
 		for (uint32_t r = 0; r < world; r++)
 			e->local_ranks[r] = e->local_idx[r] = r;
 		e->first_epoch = e->default_start / e->sh.bpe;
-		make_plan(e);
-		if (check_staging(e, err, errlen) != 0)
+		place_plan(e);
+		if (arena_check_staging(e, err, errlen) != 0)
 			return SEER_ECONFIG;
 	}
 	return 0;
@@ -907,7 +559,7 @@ static void nvme_open(struct engine *e)
 
 /* Place the daemon's threads -- the I/O threads, the dispatcher and the
  * network thread -- away from the trainers (see src/topo.h for the policy). */
-static void repin(struct engine *e)
+static void engine_repin(struct engine *e)
 {
 	if (!e->topo || !e->pool_started)
 		return;
@@ -926,8 +578,8 @@ static void repin(struct engine *e)
 	}
 }
 
-/* Undo shape_init (and the plan it may have made). */
-static void shape_free(struct engine *e)
+/* Undo place_shape_init (and the plan it may have made). */
+static void place_shape_free(struct engine *e)
 {
 	free(e->tr);
 	free(e->rank_node);
@@ -1049,9 +701,9 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	}
 	e->pool_started = true;
 	e->dispatcher = pthread_self();
-	ep_add(e, e->pool.done_efd, EP_TAG(EP_POOL, 0));
-	repin(e);
-	if (o->cfg->world_size > 0 && (rc = shape_init(e, (uint32_t)o->cfg->world_size, err, errlen)))
+	engine_ep_add(e, e->pool.done_efd, EP_TAG(EP_POOL, 0));
+	engine_repin(e);
+	if (o->cfg->world_size > 0 && (rc = place_shape_init(e, (uint32_t)o->cfg->world_size, err, errlen)))
 		goto fail;
 	char a[32], b[32];
 	log_info("arena: %s RAM cache + %s staging, %llu I/O threads, lookahead %llu batches",
@@ -1064,15 +716,15 @@ fail:
 	return rc;
 }
 
-static void trainer_close_session(struct engine *e, struct trainer *t)
+static void sess_close(struct engine *e, struct trainer *t)
 {
 	if (t->sock >= 0) {
-		ep_del(e, t->sock);
+		engine_ep_del(e, t->sock);
 		close(t->sock);
 		t->sock = -1;
 	}
 	if (t->efd >= 0) {
-		ep_del(e, t->efd);
+		engine_ep_del(e, t->efd);
 		close(t->efd);
 		t->efd = -1;
 	}
@@ -1099,7 +751,7 @@ void engine_destroy(struct engine *e)
 		iopool_destroy(&e->pool);
 	}
 	for (uint32_t r = 0; e->tr && r < e->world; r++) {
-		trainer_close_session(e, &e->tr[r]);
+		sess_close(e, &e->tr[r]);
 		if (e->tr[r].pending_sock >= 0)
 			close(e->tr[r].pending_sock);
 	}
@@ -1111,7 +763,7 @@ void engine_destroy(struct engine *e)
 	}
 	free(e->chunks);
 	free(e->sub);
-	shape_free(e);
+	place_shape_free(e);
 	free((void *)e->cstate);
 	free(e->bad);
 	free(e->es);
@@ -1152,7 +804,7 @@ static void reset_stream(struct trainer *t, uint64_t start)
 	t->blocked = false;
 }
 
-static uint64_t first_unreleased(const struct trainer *t)
+uint64_t sess_first_unreleased(const struct trainer *t)
 {
 	for (uint64_t g = t->tail_g; g < t->next_pub; g++)
 		if (t->slots[g & (t->nslots - 1)].st == SL_PUB)
@@ -1230,16 +882,16 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 	t->gen++;
 	t->attach_ns = now_ns();
 	reset_stream(t, start);
-	ep_add(e, sock, EP_TAG(EP_TSOCK, t->rank));
-	ep_add(e, t->efd, EP_TAG(EP_TEFD, t->rank));
+	engine_ep_add(e, sock, EP_TAG(EP_TSOCK, t->rank));
+	engine_ep_add(e, t->efd, EP_TAG(EP_TEFD, t->rank));
 	if (e->topo && topo_add_trainer(e->topo, pid))
-		repin(e);
+		engine_repin(e);
 	log_info("trainer rank %u/%u (pid %d) attached at epoch %llu step %llu", t->rank, e->world,
 		 (int)pid, (unsigned long long)(start / e->sh.bpe),
 		 (unsigned long long)(start % e->sh.bpe));
 	return 0;
 fail:
-	trainer_close_session(e, t); /* sock is still the caller's: t->sock is -1 */
+	sess_close(e, t); /* sock is still the caller's: t->sock is -1 */
 	return rc;
 }
 
@@ -1276,9 +928,9 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pi
 				     h->world, SEER_MAX_WORLD);
 			return -EINVAL;
 		}
-		int rc = shape_init(e, h->world, err, sizeof(err));
+		int rc = place_shape_init(e, h->world, err, sizeof(err));
 		if (rc != 0) {
-			shape_free(e);
+			place_shape_free(e);
 			send_refusal(sock, rc, "%s", err);
 			return rc;
 		}
@@ -1331,31 +983,31 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pi
 	return rc;
 }
 
-static void finish_reset(struct engine *e, struct trainer *t);
+static void sess_finish_reset(struct engine *e, struct trainer *t);
 
-static void detach(struct engine *e, struct trainer *t, bool evicted, const char *why)
+static void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *why)
 {
-	uint64_t resume = first_unreleased(t);
+	uint64_t resume = sess_first_unreleased(t);
 	t->resume_g = resume;
 	if (evicted && t->co) {
 		atomic_store_explicit(&t->co->state, SEER_STATE_EVICTED, memory_order_release);
-		ring_doorbell(t);
+		sess_doorbell(t);
 	}
 	if (!t->done || evicted)
 		log_info("trainer rank %u (pid %d) %s: %s; it resumes at epoch %llu step %llu",
 			 t->rank, (int)t->pid, evicted ? "evicted" : "detached", why,
 			 (unsigned long long)(resume / e->sh.bpe),
 			 (unsigned long long)(resume % e->sh.bpe));
-	trainer_close_session(e, t);
+	sess_close(e, t);
 	t->attached = false;
 	t->gen++;
 	t->restart_g = resume;
 	t->resetting = true;
 	if (t->inflight == 0)
-		finish_reset(e, t);
+		sess_finish_reset(e, t);
 }
 
-static void finish_reset(struct engine *e, struct trainer *t)
+static void sess_finish_reset(struct engine *e, struct trainer *t)
 {
 	reset_stream(t, t->restart_g);
 	if (t->seek_pending && t->attached) {
@@ -1365,7 +1017,7 @@ static void finish_reset(struct engine *e, struct trainer *t)
 			.prod = atomic_load_explicit(&t->co->prod, memory_order_relaxed),
 		};
 		if (sock_send(t->sock, &r, sizeof(r), NULL, 0) != (ssize_t)sizeof(r))
-			detach(e, t, false, "connection lost during seek");
+			sess_detach(e, t, false, "connection lost during seek");
 		return;
 	}
 	if (t->pending_sock >= 0) {
@@ -1378,18 +1030,18 @@ static void finish_reset(struct engine *e, struct trainer *t)
 	}
 }
 
-static void evict(struct engine *e, struct trainer *t, const char *why)
+static void sess_evict(struct engine *e, struct trainer *t, const char *why)
 {
 	log_warn("trainer rank %u (pid %d) sent invalid control data (%s): disconnecting it",
 		 t->rank, (int)t->pid, why);
-	detach(e, t, true, why);
+	sess_detach(e, t, true, why);
 }
 
 static void handle_seek(struct engine *e, struct trainer *t, const struct seer_msg_seek *m);
 
-static void releases(struct engine *e, struct trainer *t);
+static void pf_releases(struct engine *e, struct trainer *t);
 
-static void on_trainer_sock(struct engine *e, struct trainer *t)
+static void sess_on_sock(struct engine *e, struct trainer *t)
 {
 	union {
 		struct seer_msg_seek seek;
@@ -1397,26 +1049,26 @@ static void on_trainer_sock(struct engine *e, struct trainer *t)
 	} m;
 	ssize_t n = sock_recv(t->sock, &m, sizeof(m), NULL, NULL, 0);
 	if (n == 0 || n == -ECONNRESET) {
-		releases(e, t); /* what it released before leaving counts */
+		pf_releases(e, t); /* what it released before leaving counts */
 		if (t->attached)
-			detach(e, t, false, t->done ? "job finished" : "connection closed");
+			sess_detach(e, t, false, t->done ? "job finished" : "connection closed");
 		return;
 	}
 	if (n < 0) {
 		if (n != -EAGAIN)
-			detach(e, t, false, strerror((int)-n));
+			sess_detach(e, t, false, strerror((int)-n));
 		return;
 	}
 	if (n == (ssize_t)sizeof(m.seek) && m.seek.kind == SEER_MSG_SEEK) {
 		handle_seek(e, t, &m.seek);
 		return;
 	}
-	evict(e, t, "unknown message on the socket");
+	sess_evict(e, t, "unknown message on the socket");
 }
 
 static void handle_seek(struct engine *e, struct trainer *t, const struct seer_msg_seek *m)
 {
-	releases(e, t); /* the client released everything before asking */
+	pf_releases(e, t); /* the client released everything before asking */
 	if (!t->attached)
 		return;
 	struct seer_msg_seek r = { .kind = SEER_MSG_SEEK_OK };
@@ -1436,12 +1088,12 @@ static void handle_seek(struct engine *e, struct trainer *t, const struct seer_m
 	log_info("trainer rank %u seeks to epoch %llu step %llu", t->rank,
 		 (unsigned long long)m->epoch, (unsigned long long)m->step);
 	if (t->inflight == 0)
-		finish_reset(e, t);
+		sess_finish_reset(e, t);
 }
 
 /* ---- releases, preparation, publication ---------------------------------------------- */
 
-static void reclaim(struct trainer *t)
+static void pf_reclaim(struct trainer *t)
 {
 	while (t->tail_g < t->next_pub) {
 		struct tslot *sl = &t->slots[t->tail_g & (t->nslots - 1)];
@@ -1457,24 +1109,11 @@ static void reclaim(struct trainer *t)
  * pinned by NVMe writes: that is reclaim's business, not the trainer's). */
 static void check_done(struct engine *e, struct trainer *t)
 {
-	if (!t->done && t->next_pub == e->end && first_unreleased(t) == e->end) {
+	if (!t->done && t->next_pub == e->end && sess_first_unreleased(t) == e->end) {
 		t->done = true;
 		log_info("trainer rank %u finished the job (%llu batches)", t->rank,
 			 (unsigned long long)t->batches);
 	}
-}
-
-static void step_record(struct engine *e, struct trainer *t, uint64_t g)
-{
-	uint64_t stall = atomic_load_explicit(&t->ci->stall_ns, memory_order_relaxed);
-	double waited = stall >= t->last_stall_ns ? (double)(stall - t->last_stall_ns) / 1e9 : 0.0;
-	t->last_stall_ns = stall;
-	if (!e->step_done || g % e->step_stride != 0 || g / e->step_stride >= e->nsteps)
-		return;
-	uint64_t k = g / e->step_stride;
-	e->step_done[k] = MAX(e->step_done[k], now_s() - e->t_start);
-	e->step_stall[k] += (float)waited;
-	e->step_count[k]++;
 }
 
 struct rel_ctx {
@@ -1493,7 +1132,7 @@ static void slot_release(void *ctx, uint32_t idx)
 	struct rel_ctx *x = ctx;
 	struct trainer *t = x->t;
 	t->slots[idx].st = SL_REL;
-	step_record(x->e, t, t->slots[idx].g);
+	stats_step(x->e, t, t->slots[idx].g);
 	uint64_t now = now_ns();
 	if (t->last_release_ns) {
 		double dt = (double)(now - t->last_release_ns) / 1e9;
@@ -1502,7 +1141,7 @@ static void slot_release(void *ctx, uint32_t idx)
 	t->last_release_ns = now;
 }
 
-static void releases(struct engine *e, struct trainer *t)
+static void pf_releases(struct engine *e, struct trainer *t)
 {
 	if (!t->attached || t->resetting)
 		return;
@@ -1514,23 +1153,16 @@ static void releases(struct engine *e, struct trainer *t)
 	int n = ctrl_take_releases(prod, &cons, t->rel.entries, t->nslots, &ops, &why);
 	atomic_store_explicit(t->rel.cons, cons, memory_order_release);
 	if (n < 0) {
-		evict(e, t, why);
+		sess_evict(e, t, why);
 		return;
 	}
 	if (n > 0) {
-		reclaim(t);
+		pf_reclaim(t);
 		check_done(e, t);
 	}
 }
 
-static void count_delivery(struct engine *e, uint64_t epoch, uint64_t bytes, uint32_t n)
-{
-	struct epoch_stats *s = estats(e, epoch);
-	s->samples += n;
-	s->bytes += bytes;
-}
-
-static bool can_prepare(struct engine *e, struct trainer *t)
+static bool pf_can_prepare(struct engine *e, struct trainer *t)
 {
 	if (!t->attached || t->resetting || t->next_prep >= e->end || atomic_load(&e->stopping))
 		return false;
@@ -1545,11 +1177,11 @@ static bool can_prepare(struct engine *e, struct trainer *t)
 	return t->next_prep < taken + e->cfg->lookahead;
 }
 
-static void release_followers(struct engine *e, struct etask *tk, bool ok);
+static void nvme_release_followers(struct engine *e, struct etask *tk, bool ok);
 
 /* on_corrupt = skip: the first sample after s (cyclically) not known to be
  * corrupt and at most `room` bytes long; s itself when there is none. */
-static uint32_t substitute(const struct engine *e, uint32_t s, uint64_t room)
+static uint32_t pf_substitute(const struct engine *e, uint32_t s, uint64_t room)
 {
 	uint64_t n = e->cat->nsamples;
 	for (uint64_t k = 1; k < n; k++) {
@@ -1563,7 +1195,7 @@ static uint32_t substitute(const struct engine *e, uint32_t s, uint64_t room)
 /* A read failed its format checks under on_corrupt = skip: read the
  * substitute into the same place instead and fix the waiting batches'
  * descriptors (not yet published). Returns false when nothing fits. */
-static bool retarget_corrupt(struct engine *e, struct etask *tk)
+static bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 {
 	uint32_t s = tk->sample;
 	if (!e->bad[s]) {
@@ -1572,8 +1204,8 @@ static bool retarget_corrupt(struct engine *e, struct etask *tk)
 	}
 	uint64_t room = tk->to_cache ? ALIGN_UP(tk->len, (uint64_t)PLAN_RAM_ALIGN) : tk->len;
 	if (tk->stage_rank >= 0)
-		room = stage_bytes(e, e->cat->samples[s].length, local_nvme(e, s));
-	uint32_t x = substitute(e, s, UINT64_MAX);
+		room = arena_stage_bytes(e, e->cat->samples[s].length, place_local_nvme(e, s));
+	uint32_t x = pf_substitute(e, s, UINT64_MAX);
 	if (x != s && e->cat->samples[x].length > room) {
 		/* the next valid sample is bigger: give it fresh staging when the
 		 * read's batch is a trainer's (the span is freed in order, after a
@@ -1585,10 +1217,10 @@ static bool retarget_corrupt(struct engine *e, struct etask *tk)
 			      &off) == 0) {
 			tk->dst_off = off;
 			struct seer_wire_sample *d = (struct seer_wire_sample *)(
-				wslot(t, (uint32_t)(tk->w[0].c & (t->nslots - 1))) + 1);
+				trainer_wslot(t, (uint32_t)(tk->w[0].c & (t->nslots - 1))) + 1);
 			d[tk->w[0].i].offset = off;
 		} else {
-			x = substitute(e, s, room);
+			x = pf_substitute(e, s, room);
 		}
 	}
 	if (x == s)
@@ -1602,7 +1234,7 @@ static bool retarget_corrupt(struct engine *e, struct etask *tk)
 		if (t->gen != w->b || !t->attached)
 			continue;
 		struct seer_wire_sample *d =
-			(struct seer_wire_sample *)(wslot(t, (uint32_t)(w->c & (t->nslots - 1))) + 1);
+			(struct seer_wire_sample *)(trainer_wslot(t, (uint32_t)(w->c & (t->nslots - 1))) + 1);
 		d[w->i].id = x;
 		d[w->i].length = cs->length;
 		d[w->i].label = cs->label;
@@ -1620,13 +1252,13 @@ static bool retarget_corrupt(struct engine *e, struct etask *tk)
 		/* s will never get an NVMe copy: whoever followed this load reads
 		 * (and substitutes) on its own */
 		e->cstate[s] = CS_ABSENT;
-		release_followers(e, tk, false);
+		nvme_release_followers(e, tk, false);
 	}
 	tk->to_nvme = false;
 	tk->sample = x;
 	tk->len = cs->length;
 	tk->err[0] = '\0';
-	estats(e, e->epochs_done)->skipped++;
+	stats_epoch(e, e->epochs_done)->skipped++;
 	return true;
 }
 
@@ -1634,7 +1266,7 @@ static bool retarget_corrupt(struct engine *e, struct etask *tk)
  * the one loading it already, made at least that urgent, or a new PFS read
  * into the slot. fill: a load ahead of need, counted in fill's budget. The
  * one way a RAM-cache load starts (prepare, fill, a peer's request). */
-static struct etask *ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill)
+static struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill)
 {
 	uint32_t st = e->cstate[key];
 	struct etask *tk;
@@ -1648,7 +1280,7 @@ static struct etask *ram_load(struct engine *e, uint32_t key, uint32_t s, uint64
 	tk->to_cache = true;
 	tk->ckey = key;
 	tk->fill = fill;
-	tk->dst_off = key_off(e, key);
+	tk->dst_off = arena_key_off(e, key);
 	tk->len = e->cat->samples[s].length;
 	e->cstate[key] = CS_TASK0 + tk->id;
 	e->fill_left--;
@@ -1695,16 +1327,16 @@ static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t 
 		log_error("out of memory computing epoch %llu's order", (unsigned long long)epoch);
 		abort();
 	}
-	struct route_view v = route_view(e);
+	struct route_view v = place_view(e);
 	uint64_t need = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
 		if (UNLIKELY(e->bad[s]))
-			s = substitute(e, s, UINT64_MAX);
+			s = pf_substitute(e, s, UINT64_MAX);
 		e->ids[i] = s;
 		e->routes[i] = (uint8_t)route_sample(&v, t->rank, s, &e->keys[i]);
 		if (e->routes[i] != ROUTE_RAM)
-			need += stage_bytes(e, e->cat->samples[s].length, e->routes[i] == ROUTE_NVME);
+			need += arena_stage_bytes(e, e->cat->samples[s].length, e->routes[i] == ROUTE_NVME);
 	}
 	return need;
 }
@@ -1713,7 +1345,7 @@ static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t 
 static struct seer_wire_sample *slot_begin(struct trainer *t, uint32_t idx, const struct smp_shape *sh,
 					   uint64_t g, uint32_t n)
 {
-	struct seer_wire_slot *ws = wslot(t, idx);
+	struct seer_wire_slot *ws = trainer_wslot(t, idx);
 	ws->global = g;
 	ws->epoch = g / sh->bpe;
 	ws->step = g % sh->bpe;
@@ -1729,14 +1361,14 @@ static struct seer_wire_sample *slot_begin(struct trainer *t, uint32_t idx, cons
 static void prep_ram(struct engine *e, struct trainer *t, struct tslot *sl, struct seer_wire_sample *d,
 		     uint32_t key, uint32_t s, uint32_t i)
 {
-	d->offset = key_off(e, key);
+	d->offset = arena_key_off(e, key);
 	if (e->cstate[key] == CS_READY) {
-		struct epoch_stats *es = estats(e, sl->g / e->sh.bpe);
+		struct epoch_stats *es = stats_epoch(e, sl->g / e->sh.bpe);
 		es->ram_samples++;
 		es->ram_bytes += d->length;
 		return;
 	}
-	struct etask *tk = ram_load(e, key, s, sl->g, false);
+	struct etask *tk = pf_ram_load(e, key, s, sl->g, false);
 	task_wait(tk, t->rank, t->gen, sl->g, i);
 	sl->pending++;
 }
@@ -1775,7 +1407,7 @@ static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
 }
 
 /* Prepare batch next_prep of t; false when staging is full. */
-static bool prepare(struct engine *e, struct trainer *t)
+static bool pf_prepare(struct engine *e, struct trainer *t)
 {
 	uint64_t g = t->next_prep;
 	uint32_t n = smp_batch_len(&e->sh, g % e->sh.bpe);
@@ -1809,7 +1441,7 @@ static bool prepare(struct engine *e, struct trainer *t)
 	return true;
 }
 
-static void publish(struct engine *e, struct trainer *t)
+static void pf_publish(struct engine *e, struct trainer *t)
 {
 	bool any = false;
 	while (t->next_pub < t->next_prep) {
@@ -1817,7 +1449,7 @@ static void publish(struct engine *e, struct trainer *t)
 		struct tslot *sl = &t->slots[idx];
 		if (sl->st != SL_READY)
 			break;
-		struct seer_wire_slot *ws = wslot(t, idx);
+		struct seer_wire_slot *ws = trainer_wslot(t, idx);
 		ws->status = sl->status;
 		if (ring_push(&t->out, idx) != 0)
 			break; /* only a trainer that corrupts its consumer index gets here */
@@ -1830,21 +1462,21 @@ static void publish(struct engine *e, struct trainer *t)
 		for (uint32_t i = 0; i < ws->n; i++)
 			bytes += d[i].length;
 		t->bytes += bytes;
-		count_delivery(e, ws->epoch, bytes, ws->n);
+		stats_delivered(e, ws->epoch, bytes, ws->n);
 		if (sl->status)
-			estats(e, ws->epoch)->failed++;
+			stats_epoch(e, ws->epoch)->failed++;
 		any = true;
 	}
 	if (any)
-		ring_doorbell(t);
+		sess_doorbell(t);
 }
 
 /* A task's bytes are in place (status 0) or it failed: wake its waiters. */
-static void bounce_unref(struct engine *e, int32_t b);
+static void peer_bounce_unref(struct engine *e, int32_t b);
 static void nvme_disable(struct engine *e, const char *why);
 
 /* A load ended: its followers read the fresh NVMe copy (ok) or the PFS. */
-static void release_followers(struct engine *e, struct etask *tk, bool ok)
+static void nvme_release_followers(struct engine *e, struct etask *tk, bool ok)
 {
 	struct etask *f = tk->followers;
 	tk->followers = NULL;
@@ -1869,24 +1501,24 @@ static void nvme_write_done(struct engine *e, struct etask *tk, int status)
 		atomic_store_explicit(&e->cstate[tk->sample], CS_READY, memory_order_release);
 		e->nvme_loaded++;
 		e->nvme_loaded_bytes += tk->len;
-		estats(e, e->epochs_done)->nvme_written++;
+		stats_epoch(e, e->epochs_done)->nvme_written++;
 	} else {
 		e->cstate[tk->sample] = CS_ABSENT;
 		nvme_disable(e, tk->err[0] ? tk->err : strerror(-status));
 	}
-	release_followers(e, tk, status == 0);
+	nvme_release_followers(e, tk, status == 0);
 	if (!tk->pin.peer && tk->stage_rank >= 0) {
 		struct trainer *t = &e->tr[tk->pin.a];
 		if (t->gen == tk->pin.b && t->slots) {
 			struct tslot *sl = &t->slots[tk->pin.c & (t->nslots - 1)];
 			if (sl->g == tk->pin.c && sl->pins > 0) {
 				sl->pins--;
-				reclaim(t);
+				pf_reclaim(t);
 			}
 		}
 	}
 	if (tk->bounce >= 0)
-		bounce_unref(e, tk->bounce);
+		peer_bounce_unref(e, tk->bounce);
 }
 
 /* A PFS read that must also land on NVMe: queue the write, pinning the
@@ -1926,7 +1558,7 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 			struct trainer *t = &e->tr[tk->stage_rank];
 			t->inflight--;
 			if (t->resetting && t->inflight == 0)
-				finish_reset(e, t);
+				sess_finish_reset(e, t);
 		}
 		tk->bounce = -1;
 		task_free(e, tk);
@@ -1934,13 +1566,13 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 	}
 	if (tk->attempts > 1) {
 		/* transient read errors that retries absorbed (or not) */
-		estats(e, e->epochs_done)->retries += tk->attempts - 1;
+		stats_epoch(e, e->epochs_done)->retries += tk->attempts - 1;
 		e->retries_unreported += tk->attempts - 1;
 		str_copy(e->last_retry, sizeof(e->last_retry), tk->err);
 		tk->attempts = 1;
 	}
 	if (status == SEER_EDATASET && e->skip_corrupt && tk->kind == TK_PFS &&
-	    retarget_corrupt(e, tk)) {
+	    pf_retarget_corrupt(e, tk)) {
 		task_submit(e, tk, tk->need_g);
 		return;
 	}
@@ -1948,7 +1580,7 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 		/* a bad or unreadable NVMe copy is never delivered: read the PFS,
 		 * and write a fresh copy */
 		if (status == SEER_EDATASET) {
-			estats(e, e->epochs_done)->nvme_corrupt++;
+			stats_epoch(e, e->epochs_done)->nvme_corrupt++;
 			log_warn("%s: reading sample %u from the PFS instead", tk->err, tk->sample);
 		} else {
 			/* the device fails: said once, and no batch plans on it again */
@@ -1963,10 +1595,10 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 		return;
 	}
 	if (status == 0) {
-		src_observe(e, tk->kind == TK_PEER ? SRC_PEER : tk->kind == TK_NVME_READ ? SRC_NVME : SRC_PFS,
+		stats_observe(e, tk->kind == TK_PEER ? SRC_PEER : tk->kind == TK_NVME_READ ? SRC_NVME : SRC_PFS,
 			    tk->io.t_end > tk->io.t_start ? (double)(tk->io.t_end - tk->io.t_start) / 1e9
 							  : 0.0, tk->len);
-		struct epoch_stats *es = estats(e, e->epochs_done);
+		struct epoch_stats *es = stats_epoch(e, e->epochs_done);
 		if (tk->kind == TK_PEER) {
 			es->peer_samples++;
 			es->peer_bytes += tk->len;
@@ -1985,7 +1617,7 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 			nvme_write_after(e, tk);
 		} else {
 			e->cstate[tk->sample] = CS_ABSENT;
-			release_followers(e, tk, false);
+			nvme_release_followers(e, tk, false);
 		}
 	}
 	if (tk->to_cache) {
@@ -2008,13 +1640,13 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 				/* a bounce slot stays referenced until REPLY_DONE */
 				net_reply(e->net, w->a, w->c, e->abase + tk->dst_off, tk->len,
 					  tk->bounce >= 0 ? BOUNCE_COOKIE(tk->bounce) : NULL);
-				struct epoch_stats *es = estats(e, e->epochs_done);
+				struct epoch_stats *es = stats_epoch(e, e->epochs_done);
 				es->served_samples++;
 				es->served_bytes += tk->len;
 			} else {
 				net_reply_error(e->net, w->a, w->c, status < 0 && status > -4096 ? status : -EIO);
 				if (tk->bounce >= 0)
-					bounce_unref(e, tk->bounce);
+					peer_bounce_unref(e, tk->bounce);
 			}
 			continue;
 		}
@@ -2027,7 +1659,7 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 			continue;
 		if (status != 0 && sl->status == 0) {
 			sl->status = status == -ECANCELED ? SEER_ESHUTDOWN : status;
-			str_copy(wslot(t, idx)->msg, SEER_ERRMSG_MAX,
+			str_copy(trainer_wslot(t, idx)->msg, SEER_ERRMSG_MAX,
 				 tk->err[0] ? tk->err : seer_strerror(status));
 		}
 		if (--sl->pending == 0)
@@ -2037,12 +1669,12 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 		struct trainer *t = &e->tr[tk->stage_rank];
 		t->inflight--;
 		if (t->resetting && t->inflight == 0)
-			finish_reset(e, t);
+			sess_finish_reset(e, t);
 	}
 	task_free(e, tk);
 }
 
-static void completions(struct engine *e)
+static void task_completions(struct engine *e)
 {
 	struct io_task *io = iopool_take_done(&e->pool);
 	while (io) {
@@ -2054,7 +1686,7 @@ static void completions(struct engine *e)
 
 /* ---- bounce slots: NVMe samples on their way to a peer ------------------ */
 
-static void bounce_unref(struct engine *e, int32_t b)
+static void peer_bounce_unref(struct engine *e, int32_t b)
 {
 	if (b < 0 || (uint32_t)b >= e->nbounce || e->bounce_refs[b] == 0)
 		return;
@@ -2105,12 +1737,12 @@ static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint3
 		e->early[e->nearly++] = (struct deferred_req){ peer, s, req_id, len };
 		return;
 	}
-	if (s < e->cat->nsamples && local_nvme(e, s) && len == e->cat->samples[s].length &&
+	if (s < e->cat->nsamples && place_local_nvme(e, s) && len == e->cat->samples[s].length &&
 	    e->nbounce > 0) {
 		peer_request_nvme(e, peer, req_id, s, len);
 		return;
 	}
-	if (s >= e->cat->nsamples || !local_ram(e, s) || len != e->cat->samples[s].length) {
+	if (s >= e->cat->nsamples || !place_local_ram(e, s) || len != e->cat->samples[s].length) {
 		net_reply_error(e->net, peer, req_id, -ENOENT);
 		return;
 	}
@@ -2122,18 +1754,18 @@ static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint3
 	uint64_t src = e->cache_base + e->plan.off[s];
 	if (st == CS_READY) {
 		net_reply(e->net, peer, req_id, e->abase + src, len, NULL);
-		struct epoch_stats *es = estats(e, e->epochs_done);
+		struct epoch_stats *es = stats_epoch(e, e->epochs_done);
 		es->served_samples++;
 		es->served_bytes += len;
 		return;
 	}
 	/* this node owns it: the load under way, or the one PFS read of it,
 	 * now (a peer is waiting) */
-	struct etask *tk = ram_load(e, s, s, 0, false);
+	struct etask *tk = pf_ram_load(e, s, s, 0, false);
 	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
 }
 
-static void net_events(struct engine *e)
+static void peer_events(struct engine *e)
 {
 	if (!e->net)
 		return;
@@ -2143,11 +1775,11 @@ static void net_events(struct engine *e)
 		if (ev->kind == NET_FETCH_DONE) {
 			struct etask *tk = ev->user;
 			if (ev->status == 0) {
-				src_observe(e, SRC_PEER, ev->seconds, tk->len);
+				stats_observe(e, SRC_PEER, ev->seconds, tk->len);
 				task_finish(e, tk, 0);
 			} else {
 				/* the peer did not deliver: read the PFS instead */
-				estats(e, e->epochs_done)->fallbacks++;
+				stats_epoch(e, e->epochs_done)->fallbacks++;
 				log_debug("sample %u from node %u failed (%s): reading the PFS", tk->sample,
 					  ev->peer, strerror(-ev->status));
 				tk->kind = TK_PFS;
@@ -2156,7 +1788,7 @@ static void net_events(struct engine *e)
 		} else if (ev->kind == NET_REQUEST) {
 			peer_request(e, ev->peer, ev->req_id, ev->sample, ev->len);
 		} else if (ev->kind == NET_REPLY_DONE && ev->user) {
-			bounce_unref(e, COOKIE_BOUNCE(ev->user));
+			peer_bounce_unref(e, COOKIE_BOUNCE(ev->user));
 		}
 		net_event_free(ev);
 		ev = next;
@@ -2164,7 +1796,7 @@ static void net_events(struct engine *e)
 }
 
 /* Network thread: answer at once from RAM when the sample is loaded. */
-static int net_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src)
+static int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src)
 {
 	(void)peer;
 	struct engine *e = ctx;
@@ -2184,7 +1816,7 @@ static int net_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const 
 /* Load cached samples ahead of need when the I/O threads have room: the
  * first epoch's PFS reads then run at full speed even when the trainers
  * are slower, and later epochs find them in RAM. */
-static void fill(struct engine *e)
+static void pf_fill(struct engine *e)
 {
 	if (!e->plan_ready || e->fill_left == 0 || atomic_load(&e->stopping) || e->nlocal == 0)
 		return;
@@ -2202,7 +1834,7 @@ static void fill(struct engine *e)
 	}
 	uint32_t budget = (uint32_t)e->cfg->io_threads;
 	const struct smp_shape *sh = &e->sh;
-	struct route_view v = route_view(e);
+	struct route_view v = place_view(e);
 	while (e->fill_inflight < budget && e->fill_g < e->end && e->fill_left > 0) {
 		uint64_t g = e->fill_g, epoch = g / sh->bpe, step = g % sh->bpe;
 		uint32_t rank = e->local_ranks[e->fill_r];
@@ -2221,48 +1853,15 @@ static void fill(struct engine *e)
 			uint32_t s = smp_at(sh, order, smp_position(sh, rank, step, i));
 			uint32_t key = route_ram_key(&v, rank, s);
 			if (key != ROUTE_NOKEY && e->cstate[key] == CS_ABSENT)
-				ram_load(e, key, s, g, true);
+				pf_ram_load(e, key, s, g, true);
 		}
-	}
-}
-
-static void check_epochs(struct engine *e)
-{
-	if (!e->plan_ready || e->nlocal == 0)
-		return;
-	uint64_t min_tail = UINT64_MAX;
-	for (uint32_t i = 0; i < e->nlocal; i++) {
-		const struct trainer *t = &e->tr[e->local_ranks[i]];
-		if (!t->known)
-			return;
-		min_tail = MIN(min_tail, t->attached ? t->tail_g : t->resume_g);
-	}
-	uint64_t done = min_tail / e->sh.bpe;
-	while (e->epochs_done < done) {
-		uint64_t ep = e->epochs_done++;
-		struct epoch_stats *s = estats(e, ep);
-		s->t_done = now_s();
-		if (s->samples == 0)
-			continue; /* skipped by a resume */
-		double t0 = ep > 0 && e->es[ep - 1].t_done > 0 ? e->es[ep - 1].t_done : e->t_plan;
-		double dt = s->t_done - t0;
-		char a[32], b[32], c[32];
-		log_info("epoch %llu done in %.2f s: %llu samples (%.0f/s, %s/s), RAM hits %.1f%%, "
-			 "peers %s in %llu, PFS %s in %llu reads%s",
-			 (unsigned long long)ep, dt, (unsigned long long)s->samples,
-			 (double)s->samples / MAX(dt, 1e-9),
-			 fmt_size(a, sizeof(a), (uint64_t)((double)s->bytes / MAX(dt, 1e-9))),
-			 100.0 * (double)s->ram_samples / (double)MAX(s->samples, 1ull),
-			 fmt_size(c, sizeof(c), s->peer_bytes), (unsigned long long)s->peer_samples,
-			 fmt_size(b, sizeof(b), s->pfs_bytes), (unsigned long long)s->pfs_samples,
-			 s->failed ? ", SOME BATCHES FAILED" : "");
 	}
 }
 
 void engine_work(struct engine *e)
 {
-	completions(e);
-	net_events(e);
+	task_completions(e);
+	peer_events(e);
 	if (!e->shape_ready)
 		return;
 	/* awake now: trainers need not ring until engine_arm asks again */
@@ -2270,7 +1869,7 @@ void engine_work(struct engine *e)
 		if (e->tr[r].attached)
 			atomic_store_explicit(&e->tr[r].co->need_wakeup, 0, memory_order_relaxed);
 	for (uint32_t r = 0; r < e->world; r++)
-		releases(e, &e->tr[r]);
+		pf_releases(e, &e->tr[r]);
 	if (e->plan_ready) {
 		bool progress = true;
 		while (progress) {
@@ -2278,21 +1877,21 @@ void engine_work(struct engine *e)
 			for (uint32_t i = 0; i < e->nlocal; i++) {
 				struct trainer *t = &e->tr[e->local_ranks[i]];
 				t->blocked = false;
-				if (!can_prepare(e, t))
+				if (!pf_can_prepare(e, t))
 					continue;
-				if (prepare(e, t))
+				if (pf_prepare(e, t))
 					progress = true;
 				else
 					t->blocked = true;
 			}
 		}
-		fill(e);
-		flush_submissions(e);
+		pf_fill(e);
+		task_flush(e);
 	}
 	for (uint32_t r = 0; r < e->world; r++)
 		if (e->tr[r].attached && !e->tr[r].resetting)
-			publish(e, &e->tr[r]);
-	check_epochs(e);
+			pf_publish(e, &e->tr[r]);
+	stats_check_epochs(e);
 }
 
 bool engine_arm(struct engine *e)
@@ -2316,7 +1915,7 @@ bool engine_arm(struct engine *e)
 		if (atomic_load_explicit(t->rel.prod, memory_order_relaxed) !=
 		    atomic_load_explicit(t->rel.cons, memory_order_relaxed))
 			sleep_ok = false;
-		else if (e->plan_ready && can_prepare(e, t) && !t->blocked)
+		else if (e->plan_ready && pf_can_prepare(e, t) && !t->blocked)
 			sleep_ok = false;
 	}
 	return sleep_ok;
@@ -2336,7 +1935,7 @@ void engine_on_event(struct engine *e, uint64_t tag, uint32_t events)
 	}
 	case EP_TSOCK:
 		if (e->shape_ready && id < e->world && e->tr[id].attached)
-			on_trainer_sock(e, &e->tr[id]);
+			sess_on_sock(e, &e->tr[id]);
 		break;
 	case EP_TEFD:
 		if (e->shape_ready && id < e->world && e->tr[id].attached) {
@@ -2360,7 +1959,7 @@ void engine_stop(struct engine *e, bool now)
 		if (!t->attached)
 			continue;
 		atomic_store_explicit(&t->co->state, SEER_STATE_STOPPING, memory_order_release);
-		ring_doorbell(t);
+		sess_doorbell(t);
 	}
 }
 
@@ -2452,7 +2051,7 @@ void engine_net_opts(struct engine *e, struct net_opts *o)
 {
 	o->region = e->abase;
 	o->region_len = e->arena.size;
-	o->lookup = net_lookup;
+	o->lookup = peer_lookup;
 	o->lookup_ctx = e;
 }
 
@@ -2460,9 +2059,9 @@ void engine_set_net(struct engine *e, struct net *n)
 {
 	e->net = n;
 	if (n) {
-		ep_add(e, net_event_fd(n), EP_TAG(EP_NET, 0));
+		engine_ep_add(e, net_event_fd(n), EP_TAG(EP_NET, 0));
 		e->pin_desc[0] = '\0'; /* log the placement again, network thread included */
-		repin(e);
+		engine_repin(e);
 	}
 }
 
@@ -2483,7 +2082,7 @@ bool engine_roll(struct engine *e, uint32_t *world, uint32_t **ranks, uint32_t *
 int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node)
 {
 	char err[SEER_ERRMSG_MAX];
-	if (!e->shape_ready && shape_init(e, world, err, sizeof(err)) != 0) {
+	if (!e->shape_ready && place_shape_init(e, world, err, sizeof(err)) != 0) {
 		str_copy(e->fatal, sizeof(e->fatal), err);
 		return -EINVAL;
 	}
@@ -2504,180 +2103,11 @@ int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node)
 		}
 	}
 	e->first_epoch = (start == UINT64_MAX ? e->default_start : start) / e->sh.bpe;
-	make_plan(e);
-	if (check_staging(e, err, sizeof(err)) != 0) {
+	place_plan(e);
+	if (arena_check_staging(e, err, sizeof(err)) != 0) {
 		str_copy(e->fatal, sizeof(e->fatal), err);
 		return -ENOSPC;
 	}
 	log_info("rank map agreed: %u trainers on %u nodes, %u here", world, e->nnodes, e->nlocal);
 	return 0;
-}
-
-/* ---- status and statistics ---------------------------------------------------------- */
-
-struct sbuf {
-	char *p;
-	size_t len, cap;
-};
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...) PRINTF_LIKE(2, 3);
-static void sb_printf(struct sbuf *b, const char *fmt, ...)
-{
-	for (;;) {
-		va_list ap;
-		va_start(ap, fmt);
-		int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-		va_end(ap);
-		if (b->p && (size_t)n < b->cap - b->len) {
-			b->len += (size_t)n;
-			return;
-		}
-		b->cap = MAX(b->cap * 2, b->len + (size_t)n + 4096);
-		b->p = xrealloc(b->p, b->cap);
-	}
-}
-
-static void json_epochs(struct engine *e, struct sbuf *b, uint64_t max_epochs)
-{
-	uint64_t last = MIN(e->nes_used, e->cfg->epochs);
-	uint64_t from = max_epochs && last > max_epochs ? last - max_epochs : 0;
-	sb_printf(b, "\"epochs_omitted\":%llu,\"epochs\":[", (unsigned long long)from);
-	for (uint64_t i = from; i < last; i++) {
-		const struct epoch_stats *s = &e->es[i];
-		double t0 = i > 0 && e->es[i - 1].t_done > 0 ? e->es[i - 1].t_done : e->t_plan;
-		sb_printf(b, "%s{\"epoch\":%llu,\"samples\":%llu,\"bytes\":%llu,\"ram_samples\":%llu,"
-			  "\"ram_bytes\":%llu,\"nvme_samples\":%llu,\"nvme_bytes\":%llu,"
-			  "\"nvme_written\":%llu,\"nvme_corrupt\":%llu,\"peer_samples\":%llu,"
-			  "\"peer_bytes\":%llu,\"pfs_samples\":%llu,\"pfs_bytes\":%llu,"
-			  "\"served_samples\":%llu,\"served_bytes\":%llu,\"peer_fallbacks\":%llu,"
-			  "\"skipped\":%llu,\"retries\":%llu,"
-			  "\"failed_batches\":%llu,\"seconds\":%.6f}",
-			  i > from ? "," : "", (unsigned long long)i, (unsigned long long)s->samples,
-			  (unsigned long long)s->bytes, (unsigned long long)s->ram_samples,
-			  (unsigned long long)s->ram_bytes, (unsigned long long)s->nvme_samples,
-			  (unsigned long long)s->nvme_bytes, (unsigned long long)s->nvme_written,
-			  (unsigned long long)s->nvme_corrupt, (unsigned long long)s->peer_samples,
-			  (unsigned long long)s->peer_bytes, (unsigned long long)s->pfs_samples,
-			  (unsigned long long)s->pfs_bytes, (unsigned long long)s->served_samples,
-			  (unsigned long long)s->served_bytes, (unsigned long long)s->fallbacks,
-			  (unsigned long long)s->skipped, (unsigned long long)s->retries,
-			  (unsigned long long)s->failed,
-			  s->t_done > 0 ? s->t_done - t0 : -1.0);
-	}
-	sb_printf(b, "]");
-}
-
-char *engine_status_json(struct engine *e, uint64_t max_epochs)
-{
-	struct sbuf b = { 0 };
-	sb_printf(&b, "{\"node\":%u,\"nodes\":%u,\"pid\":%d,\"job_id\":\"%s\",\"uptime_s\":%.3f,",
-		  e->node, e->nnodes, (int)getpid(), e->cfg->job_id, now_s() - e->t_start);
-	sb_printf(&b, "\"state\":\"%s\",\"world\":%u,\"batches_per_epoch\":%llu,\"job_epochs\":%llu,",
-		  atomic_load(&e->stopping) ? "stopping" : e->draining ? "draining"
-		  : e->plan_ready ? "serving" : "waiting",
-		  e->world, (unsigned long long)(e->shape_ready ? e->sh.bpe : 0),
-		  (unsigned long long)e->cfg->epochs);
-	sb_printf(&b, "\"dataset\":{\"samples\":%llu,\"bytes\":%llu,\"files\":%u,\"format\":\"%s\"},",
-		  (unsigned long long)e->cat->nsamples, (unsigned long long)e->cat->total_bytes,
-		  e->cat->nfiles, e->cat->fmt->name);
-	sb_printf(&b, "\"cache\":{\"ram_capacity\":%llu,\"ram_planned_samples\":%llu,"
-		  "\"ram_planned_bytes\":%llu,\"ram_loaded_samples\":%llu,\"ram_loaded_bytes\":%llu,"
-		  "\"staging_capacity\":%llu,\"nvme_enabled\":%s,\"nvme_capacity\":%llu,"
-		  "\"nvme_planned_samples\":%llu,\"nvme_loaded_samples\":%llu,"
-		  "\"nvme_loaded_bytes\":%llu},",
-		  (unsigned long long)e->cache_cap, (unsigned long long)e->cache_planned,
-		  (unsigned long long)e->local_cached_bytes,
-		  (unsigned long long)e->cache_loaded, (unsigned long long)e->cache_loaded_bytes,
-		  (unsigned long long)e->stage_cap, e->nvme_ok ? "true" : "false",
-		  (unsigned long long)e->nvme_cap, (unsigned long long)e->nvme_planned,
-		  (unsigned long long)e->nvme_loaded, (unsigned long long)e->nvme_loaded_bytes);
-	sb_printf(&b, "\"io\":{\"threads\":%llu,\"pending\":%u,\"placement\":\"%s\"},"
-		  "\"topology\":\"%s\",",
-		  (unsigned long long)e->cfg->io_threads, iopool_pending(&e->pool), e->pin_desc,
-		  e->topo_desc);
-	sb_printf(&b, "\"sources\":{");
-	for (int k = 0; k < SRC_COUNT; k++)
-		sb_printf(&b, "%s\"%s\":{\"reads\":%llu,\"latency_ms\":%.3f,\"mb_per_s\":%.1f}",
-			  k ? "," : "", src_names[k], (unsigned long long)e->src[k].n,
-			  e->src[k].lat_s * 1e3, e->src[k].bps / 1e6);
-	sb_printf(&b, "},\"step_ms\":%.3f,", e->step_s * 1e3);
-	sb_printf(&b, "\"trainers\":[");
-	bool first = true;
-	for (uint32_t r = 0; e->shape_ready && r < e->world; r++) {
-		struct trainer *t = &e->tr[r];
-		if (!t->known)
-			continue;
-		uint64_t pos = t->attached ? t->next_pub : t->resume_g;
-		uint32_t unread = 0, held = 0;
-		uint64_t stall_ns = 0, stalls = 0;
-		if (t->attached) {
-			unread = ctrl_unread(atomic_load(&t->co->prod), atomic_load(&t->ci->cons),
-					     t->nslots);
-			for (uint32_t i = 0; i < t->nslots; i++)
-				held += t->slots[i].st == SL_PUB;
-			held = held >= unread ? held - unread : 0;
-			stall_ns = atomic_load(&t->ci->stall_ns);
-			stalls = atomic_load(&t->ci->stalls);
-		}
-		sb_printf(&b, "%s{\"rank\":%u,\"pid\":%d,\"attached\":%s,\"done\":%s,\"epoch\":%llu,"
-			  "\"step\":%llu,\"prefetch_lead\":%llu,\"ready_unread\":%u,\"held\":%u,"
-			  "\"staging_used\":%llu,\"staging_capacity\":%llu,\"inflight\":%u,"
-			  "\"batches\":%llu,\"samples\":%llu,\"bytes\":%llu,\"stall_s\":%.6f,"
-			  "\"stalls\":%llu}",
-			  first ? "" : ",", r, (int)t->pid, t->attached ? "true" : "false",
-			  t->done ? "true" : "false", (unsigned long long)(pos / e->sh.bpe),
-			  (unsigned long long)(pos % e->sh.bpe),
-			  (unsigned long long)(t->attached ? t->next_prep - (t->next_pub - unread) : 0),
-			  unread, held, (unsigned long long)stg_used(&t->stg),
-			  (unsigned long long)t->stg.cap, t->inflight, (unsigned long long)t->batches,
-			  (unsigned long long)t->samples, (unsigned long long)t->bytes,
-			  (double)stall_ns / 1e9, (unsigned long long)stalls);
-		first = false;
-	}
-	sb_printf(&b, "],");
-	json_epochs(e, &b, max_epochs);
-	sb_printf(&b, "}");
-	return b.p;
-}
-
-void engine_write_stats(struct engine *e)
-{
-	resume_save(e, false);
-	if (!e->cfg->stats_file || !*e->cfg->stats_file)
-		return;
-	char *status = engine_status_json(e, 0);
-	/* the status plus the per-step series */
-	struct sbuf sb = { 0 };
-	sb_printf(&sb, "%.*s,\"step_stride\":%llu,\"steps\":[", (int)strlen(status) - 1, status,
-		  (unsigned long long)e->step_stride);
-	free(status);
-	bool first = true;
-	for (uint64_t k = 0; k < e->nsteps; k++) {
-		if (!e->step_count || !e->step_count[k])
-			continue;
-		sb_printf(&sb, "%s[%llu,%.6f,%.6f]", first ? "" : ",",
-			  (unsigned long long)(k * e->step_stride), e->step_done[k],
-			  (double)e->step_stall[k]);
-		first = false;
-	}
-	sb_printf(&sb, "]}");
-	char *json = sb.p;
-	char path[4096];
-	const char *p = e->cfg->stats_file;
-	size_t n = 0;
-	for (; *p && n + 16 < sizeof(path); p++) {
-		if (p[0] == '%' && p[1] == 'n') {
-			n += (size_t)snprintf(path + n, sizeof(path) - n, "%u", e->node);
-			p++;
-		} else {
-			path[n++] = *p;
-		}
-	}
-	path[n] = '\0';
-	int rc = write_file_atomic(path, json, strlen(json));
-	if (rc != 0)
-		log_warn("cannot write the stats file %s: %s", path, strerror(-rc));
-	else
-		log_info("statistics written to %s", path);
-	free(json);
 }
