@@ -47,13 +47,13 @@ static struct route_view place_view(const struct engine *e)
 	};
 }
 
-static bool place_local_ram(const struct engine *e, uint32_t s)
+bool place_local_ram(const struct engine *e, uint32_t s)
 {
 	struct route_view v = place_view(e);
 	return route_local_ram(&v, s);
 }
 
-static bool place_local_nvme(const struct engine *e, uint32_t s)
+bool place_local_nvme(const struct engine *e, uint32_t s)
 {
 	struct route_view v = place_view(e);
 	return route_local_nvme(&v, s);
@@ -61,34 +61,26 @@ static bool place_local_nvme(const struct engine *e, uint32_t s)
 
 /* Staging bytes a sample of `len` bytes reserves: NVMe transfers need
  * aligned buffers and lengths (O_DIRECT), hence the slack. */
-static uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme)
+uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme)
 {
 	return nvme ? ALIGN_UP(len, (uint64_t)e->nvme_align) + e->nvme_align
 		    : ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
 }
 
-static uint64_t nvme_io_len(const struct engine *e, uint64_t len)
-{
-	return e->nvme_direct ? ALIGN_UP(len, (uint64_t)e->nvme_align) : len;
-}
-
-static uint64_t arena_key_off(const struct engine *e, uint32_t key)
+uint64_t arena_key_off(const struct engine *e, uint32_t key)
 {
 	uint64_t n = e->cat->nsamples;
 	return e->cache_base + (key < n ? e->plan.off[key] : e->np.off[key - n]);
 }
 
-#define BOUNCE_COOKIE(b) ((void *)(intptr_t)((b) + 1))
-#define COOKIE_BOUNCE(p) ((int32_t)(intptr_t)(p) - 1)
-
 /* ---- tasks ------------------------------------------------------------------ */
 
-static struct etask *task_get(struct engine *e, uint32_t id)
+struct etask *task_get(struct engine *e, uint32_t id)
 {
 	return &e->chunks[id / TASK_CHUNK][id % TASK_CHUNK];
 }
 
-static struct etask *task_new(struct engine *e)
+struct etask *task_new(struct engine *e)
 {
 	if (!e->free_tasks) {
 		e->chunks = xrealloc(e->chunks, (e->nchunks + 1) * sizeof(*e->chunks));
@@ -113,7 +105,7 @@ static struct etask *task_new(struct engine *e)
 	return t;
 }
 
-static void task_free(struct engine *e, struct etask *t)
+void task_free(struct engine *e, struct etask *t)
 {
 	if (t->w != t->w_inline)
 		free(t->w);
@@ -122,7 +114,7 @@ static void task_free(struct engine *e, struct etask *t)
 	e->free_tasks = t;
 }
 
-static void task_wait_w(struct etask *t, struct waiter w)
+void task_wait_w(struct etask *t, struct waiter w)
 {
 	if (t->nw == t->capw) {
 		uint32_t cap = t->capw * 2;
@@ -136,7 +128,7 @@ static void task_wait_w(struct etask *t, struct waiter w)
 	t->w[t->nw++] = w;
 }
 
-static void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i)
+void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i)
 {
 	task_wait_w(t, (struct waiter){ .peer = false, .a = rank, .b = gen, .c = g, .i = i });
 }
@@ -162,7 +154,7 @@ static int task_src(const struct etask *t)
 }
 
 /* Queue a read needed by global batch g (0: as soon as possible). */
-static void task_submit(struct engine *e, struct etask *t, uint64_t g)
+void task_submit(struct engine *e, struct etask *t, uint64_t g)
 {
 	uint64_t key = g == 0 ? 0 : read_key(e, g, task_src(t));
 	t->need_g = g;
@@ -178,7 +170,7 @@ static void task_submit(struct engine *e, struct etask *t, uint64_t g)
  * behind less urgent reads: make it at least that urgent (priority
  * inversion otherwise: a trainer attaching late waits behind the others'
  * next epoch). */
-static void task_need(struct engine *e, struct etask *tk, uint64_t g)
+void task_need(struct engine *e, struct etask *tk, uint64_t g)
 {
 	if (g >= tk->need_g)
 		return;
@@ -296,9 +288,6 @@ static void sess_doorbell(struct trainer *t)
 		futex_wake_all(&t->co->doorbell);
 }
 
-static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s,
-			 uint64_t len);
-
 /* ---- the plan ------------------------------------------------------------------------ */
 
 static int arena_check_staging(struct engine *e, char *err, size_t errlen)
@@ -338,7 +327,7 @@ static void np_build(struct engine *e)
 	e->cache_planned = e->np.nkeys;
 }
 
-static void place_plan(struct engine *e)
+void place_plan(struct engine *e)
 {
 	uint64_t t0 = now_ns();
 	struct plan_cap none[e->nnodes];
@@ -463,98 +452,6 @@ static int place_shape_init(struct engine *e, uint32_t world, char *err, size_t 
 			return SEER_ECONFIG;
 	}
 	return 0;
-}
-
-/* ---- the NVMe tier ------------------------------------------------------------------ */
-
-static void nvme_disable(struct engine *e, const char *why)
-{
-	if (!e->nvme_ok)
-		return;
-	e->nvme_ok = false; /* its samples are read from the PFS from now on */
-	log_warn("NVMe tier disabled (%s): serving from RAM, peers and the PFS", why);
-}
-
-/* Open this node's NVMe cache file, reserve its space and unlink it at once:
- * it disappears with the daemon whatever way the daemon ends. A tier that
- * cannot be set up is reported once and left out. */
-static void nvme_open(struct engine *e)
-{
-	const struct seer_config *cfg = e->cfg;
-	e->nvme_fd = -1;
-	if (cfg->nvme == 0 || !cfg->nvme_dir || !*cfg->nvme_dir)
-		return;
-	char dir[4096], path[4200], why[512];
-	size_t n = 0;
-	for (const char *p = cfg->nvme_dir; *p && n + 12 < sizeof(dir); p++) {
-		if (p[0] == '%' && p[1] == 'n') {
-			n += (size_t)snprintf(dir + n, sizeof(dir) - n, "%u", e->node);
-			p++;
-		} else {
-			dir[n++] = *p;
-		}
-	}
-	dir[n] = '\0';
-	e->nvme_ok = true; /* so nvme_disable reports */
-	int rc = mkdir_p(dir, 0700);
-	if (rc != 0) {
-		snprintf(why, sizeof(why), "cannot create %.300s: %s", dir, strerror(-rc));
-		nvme_disable(e, why);
-		return;
-	}
-	snprintf(path, sizeof(path), "%s/.seer-%s-n%u-%d.cache", dir, cfg->job_id, e->node,
-		 (int)getpid());
-	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		snprintf(why, sizeof(why), "cannot create %.300s: %s", path, strerror(errno));
-		nvme_disable(e, why);
-		return;
-	}
-	unlink(path);
-	uint64_t cap = cfg->nvme & ~(NVME_ALIGN - 1);
-	rc = posix_fallocate(fd, 0, (off_t)cap);
-	if (rc == EOPNOTSUPP || rc == EINVAL) {
-		rc = ftruncate(fd, (off_t)cap) == 0 ? 0 : errno;
-	}
-	if (rc != 0) {
-		char a[32];
-		snprintf(why, sizeof(why), "%.300s has no room for %s: %s; lower [cache] nvme", dir,
-			 fmt_size(a, sizeof(a), cap), strerror(rc));
-		close(fd);
-		nvme_disable(e, why);
-		return;
-	}
-	/* O_DIRECT when the file system has it, at the alignment it asks for
-	 * (statx STATX_DIOALIGN, Linux 6.1+; 4 KiB when it does not say) */
-	char self[64];
-	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
-	e->nvme_align = PLAN_RAM_ALIGN;
-	int dfd = open(self, O_RDWR | O_DIRECT | O_CLOEXEC);
-	if (dfd >= 0) {
-		uint32_t align = (uint32_t)NVME_ALIGN;
-		struct statx sx;
-		if (syscall(SYS_statx, dfd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&
-		    (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align > 0)
-			align = MAX(MAX(sx.stx_dio_offset_align, sx.stx_dio_mem_align), 64u);
-		void *probe = NULL;
-		if (align <= NVME_ALIGN && posix_memalign(&probe, NVME_ALIGN, NVME_ALIGN) == 0 &&
-		    pread(dfd, probe, align, 0) == (ssize_t)align) {
-			close(fd);
-			fd = dfd;
-			e->nvme_direct = true;
-			e->nvme_align = align;
-		} else {
-			close(dfd);
-		}
-		free(probe);
-	}
-	e->nvme_fd = fd;
-	e->nvme_cap = cap;
-	e->nvme_sum = xcalloc(e->cat->nsamples, sizeof(uint64_t));
-	char a[32];
-	log_info("NVMe tier: %s in %s (%s, %u-byte slots)", fmt_size(a, sizeof(a), cap), dir,
-		 e->nvme_direct ? "O_DIRECT" : "buffered: the file system has no O_DIRECT",
-		 e->nvme_align);
 }
 
 /* Place the daemon's threads -- the I/O threads, the dispatcher and the
@@ -983,8 +880,6 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pi
 	return rc;
 }
 
-static void sess_finish_reset(struct engine *e, struct trainer *t);
-
 static void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *why)
 {
 	uint64_t resume = sess_first_unreleased(t);
@@ -1007,7 +902,7 @@ static void sess_detach(struct engine *e, struct trainer *t, bool evicted, const
 		sess_finish_reset(e, t);
 }
 
-static void sess_finish_reset(struct engine *e, struct trainer *t)
+void sess_finish_reset(struct engine *e, struct trainer *t)
 {
 	reset_stream(t, t->restart_g);
 	if (t->seek_pending && t->attached) {
@@ -1093,7 +988,7 @@ static void handle_seek(struct engine *e, struct trainer *t, const struct seer_m
 
 /* ---- releases, preparation, publication ---------------------------------------------- */
 
-static void pf_reclaim(struct trainer *t)
+void pf_reclaim(struct trainer *t)
 {
 	while (t->tail_g < t->next_pub) {
 		struct tslot *sl = &t->slots[t->tail_g & (t->nslots - 1)];
@@ -1176,8 +1071,6 @@ static bool pf_can_prepare(struct engine *e, struct trainer *t)
 	uint64_t taken = t->next_pub - unread;
 	return t->next_prep < taken + e->cfg->lookahead;
 }
-
-static void nvme_release_followers(struct engine *e, struct etask *tk, bool ok);
 
 /* on_corrupt = skip: the first sample after s (cyclically) not known to be
  * corrupt and at most `room` bytes long; s itself when there is none. */
@@ -1266,7 +1159,7 @@ static bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
  * the one loading it already, made at least that urgent, or a new PFS read
  * into the slot. fill: a load ahead of need, counted in fill's budget. The
  * one way a RAM-cache load starts (prepare, fill, a peer's request). */
-static struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill)
+struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill)
 {
 	uint32_t st = e->cstate[key];
 	struct etask *tk;
@@ -1288,32 +1181,6 @@ static struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uin
 		e->fill_inflight++;
 	task_submit(e, tk, g);
 	return tk;
-}
-
-/* Point tk at the written NVMe copy of its sample (its one way to read it). */
-static void nvme_read_copy(struct engine *e, struct etask *tk)
-{
-	tk->kind = TK_NVME_READ;
-	tk->nvme_off = e->plan.off[tk->sample];
-	tk->sum = e->nvme_sum[tk->sample];
-}
-
-/* tk reads s, which this node keeps on NVMe: from the copy when it is
- * written, else from the PFS writing the copy afterwards (tk then loads it).
- * When another task is loading the copy, returns that task and leaves tk
- * as it is. */
-static struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s)
-{
-	uint32_t st = e->cstate[s];
-	if (st == CS_READY) {
-		nvme_read_copy(e, tk);
-	} else if (st == CS_ABSENT) {
-		tk->to_nvme = true; /* this node's one PFS read of it, kept on NVMe */
-		e->cstate[s] = CS_TASK0 + tk->id;
-	} else {
-		return task_get(e, st - CS_TASK0);
-	}
-	return NULL;
 }
 
 /* The samples of t's batch g (corrupt ones substituted) and where each is
@@ -1471,86 +1338,7 @@ static void pf_publish(struct engine *e, struct trainer *t)
 		sess_doorbell(t);
 }
 
-/* A task's bytes are in place (status 0) or it failed: wake its waiters. */
-static void peer_bounce_unref(struct engine *e, int32_t b);
-static void nvme_disable(struct engine *e, const char *why);
-
-/* A load ended: its followers read the fresh NVMe copy (ok) or the PFS. */
-static void nvme_release_followers(struct engine *e, struct etask *tk, bool ok)
-{
-	struct etask *f = tk->followers;
-	tk->followers = NULL;
-	while (f) {
-		struct etask *next = f->next_follower;
-		f->next_follower = NULL;
-		if (ok) {
-			nvme_read_copy(e, f);
-		} else {
-			f->kind = TK_PFS;
-		}
-		task_submit(e, f, f->need_g);
-		f = next;
-	}
-}
-
-/* An NVMe write finished: the copy is usable, or the tier is not. */
-static void nvme_write_done(struct engine *e, struct etask *tk, int status)
-{
-	if (status == 0) {
-		e->nvme_sum[tk->sample] = tk->sum;
-		atomic_store_explicit(&e->cstate[tk->sample], CS_READY, memory_order_release);
-		e->nvme_loaded++;
-		e->nvme_loaded_bytes += tk->len;
-		stats_epoch(e, e->epochs_done)->nvme_written++;
-	} else {
-		e->cstate[tk->sample] = CS_ABSENT;
-		nvme_disable(e, tk->err[0] ? tk->err : strerror(-status));
-	}
-	nvme_release_followers(e, tk, status == 0);
-	if (!tk->pin.peer && tk->stage_rank >= 0) {
-		struct trainer *t = &e->tr[tk->pin.a];
-		if (t->gen == tk->pin.b && t->slots) {
-			struct tslot *sl = &t->slots[tk->pin.c & (t->nslots - 1)];
-			if (sl->g == tk->pin.c && sl->pins > 0) {
-				sl->pins--;
-				pf_reclaim(t);
-			}
-		}
-	}
-	if (tk->bounce >= 0)
-		peer_bounce_unref(e, tk->bounce);
-}
-
-/* A PFS read that must also land on NVMe: queue the write, pinning the
- * memory it reads (the batch's staging, or a bounce slot). */
-static void nvme_write_after(struct engine *e, struct etask *tk)
-{
-	struct etask *w = task_new(e);
-	w->kind = TK_NVME_WRITE;
-	w->sample = tk->sample;
-	w->dst_off = tk->dst_off;
-	w->len = tk->len;
-	w->nvme_off = e->plan.off[tk->sample];
-	e->cstate[tk->sample] = CS_TASK0 + w->id;
-	w->followers = tk->followers;
-	tk->followers = NULL;
-	if (tk->bounce >= 0) {
-		w->bounce = tk->bounce;
-		e->bounce_refs[tk->bounce]++;
-	} else {
-		/* the one trainer waiter of a staging read */
-		w->pin = tk->w[0];
-		w->stage_rank = tk->stage_rank;
-		struct trainer *t = &e->tr[w->pin.a];
-		t->inflight++;
-		struct tslot *sl = &t->slots[w->pin.c & (t->nslots - 1)];
-		if (t->gen == w->pin.b && sl->g == w->pin.c)
-			sl->pins++;
-	}
-	task_submit(e, w, tk->need_g);
-}
-
-static void task_finish(struct engine *e, struct etask *tk, int status)
+void task_finish(struct engine *e, struct etask *tk, int status)
 {
 	if (tk->kind == TK_NVME_WRITE) {
 		nvme_write_done(e, tk, status);
@@ -1636,18 +1424,7 @@ static void task_finish(struct engine *e, struct etask *tk, int status)
 	for (uint32_t i = 0; i < tk->nw; i++) {
 		const struct waiter *w = &tk->w[i];
 		if (w->peer) {
-			if (status == 0) {
-				/* a bounce slot stays referenced until REPLY_DONE */
-				net_reply(e->net, w->a, w->c, e->abase + tk->dst_off, tk->len,
-					  tk->bounce >= 0 ? BOUNCE_COOKIE(tk->bounce) : NULL);
-				struct epoch_stats *es = stats_epoch(e, e->epochs_done);
-				es->served_samples++;
-				es->served_bytes += tk->len;
-			} else {
-				net_reply_error(e->net, w->a, w->c, status < 0 && status > -4096 ? status : -EIO);
-				if (tk->bounce >= 0)
-					peer_bounce_unref(e, tk->bounce);
-			}
+			peer_answer(e, tk, w, status);
 			continue;
 		}
 		struct trainer *t = &e->tr[w->a];
@@ -1682,135 +1459,6 @@ static void task_completions(struct engine *e)
 		task_finish(e, (struct etask *)io, io->status);
 		io = next;
 	}
-}
-
-/* ---- bounce slots: NVMe samples on their way to a peer ------------------ */
-
-static void peer_bounce_unref(struct engine *e, int32_t b)
-{
-	if (b < 0 || (uint32_t)b >= e->nbounce || e->bounce_refs[b] == 0)
-		return;
-	if (--e->bounce_refs[b] > 0)
-		return;
-	e->bounce_free[e->nbounce_free++] = b;
-	/* a request waiting for a slot can go now */
-	if (e->nbwait > 0) {
-		struct deferred_req r = e->bwait[0];
-		memmove(e->bwait, e->bwait + 1, --e->nbwait * sizeof(*e->bwait));
-		peer_request(e, r.peer, r.req_id, r.sample, r.len);
-	}
-}
-
-static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s,
-			      uint64_t len)
-{
-	if (e->nbounce_free == 0) {
-		if (e->nbwait == e->capbwait) {
-			e->capbwait = MAX(e->capbwait * 2, 64);
-			e->bwait = xrealloc(e->bwait, e->capbwait * sizeof(*e->bwait));
-		}
-		e->bwait[e->nbwait++] = (struct deferred_req){ peer, s, req_id, len };
-		return;
-	}
-	int32_t b = e->bounce_free[--e->nbounce_free];
-	e->bounce_refs[b] = 1; /* the reply's */
-	struct etask *tk = task_new(e);
-	tk->sample = s;
-	tk->bounce = b;
-	tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
-	tk->len = len;
-	/* being loaded meanwhile: read from the PFS (not following the load) */
-	nvme_claim(e, tk, s);
-	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
-	task_submit(e, tk, 0);
-}
-
-/* Owner side: a peer asked for a sample the network thread could not send
- * at once (not loaded yet, on NVMe, or the plan was not ready then). */
-static void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, uint64_t len)
-{
-	if (!e->plan_ready) {
-		if (e->nearly == e->capearly) {
-			e->capearly = MAX(e->capearly * 2, 64);
-			e->early = xrealloc(e->early, e->capearly * sizeof(*e->early));
-		}
-		e->early[e->nearly++] = (struct deferred_req){ peer, s, req_id, len };
-		return;
-	}
-	if (s < e->cat->nsamples && place_local_nvme(e, s) && len == e->cat->samples[s].length &&
-	    e->nbounce > 0) {
-		peer_request_nvme(e, peer, req_id, s, len);
-		return;
-	}
-	if (s >= e->cat->nsamples || !place_local_ram(e, s) || len != e->cat->samples[s].length) {
-		net_reply_error(e->net, peer, req_id, -ENOENT);
-		return;
-	}
-	if (e->bad[s]) {
-		net_reply_error(e->net, peer, req_id, -EBADMSG); /* it fails its checks */
-		return;
-	}
-	uint32_t st = e->cstate[s];
-	uint64_t src = e->cache_base + e->plan.off[s];
-	if (st == CS_READY) {
-		net_reply(e->net, peer, req_id, e->abase + src, len, NULL);
-		struct epoch_stats *es = stats_epoch(e, e->epochs_done);
-		es->served_samples++;
-		es->served_bytes += len;
-		return;
-	}
-	/* this node owns it: the load under way, or the one PFS read of it,
-	 * now (a peer is waiting) */
-	struct etask *tk = pf_ram_load(e, s, s, 0, false);
-	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
-}
-
-static void peer_events(struct engine *e)
-{
-	if (!e->net)
-		return;
-	struct net_event *ev = net_take_events(e->net);
-	while (ev) {
-		struct net_event *next = ev->next;
-		if (ev->kind == NET_FETCH_DONE) {
-			struct etask *tk = ev->user;
-			if (ev->status == 0) {
-				stats_observe(e, SRC_PEER, ev->seconds, tk->len);
-				task_finish(e, tk, 0);
-			} else {
-				/* the peer did not deliver: read the PFS instead */
-				stats_epoch(e, e->epochs_done)->fallbacks++;
-				log_debug("sample %u from node %u failed (%s): reading the PFS", tk->sample,
-					  ev->peer, strerror(-ev->status));
-				tk->kind = TK_PFS;
-				task_submit(e, tk, tk->need_g);
-			}
-		} else if (ev->kind == NET_REQUEST) {
-			peer_request(e, ev->peer, ev->req_id, ev->sample, ev->len);
-		} else if (ev->kind == NET_REPLY_DONE && ev->user) {
-			peer_bounce_unref(e, COOKIE_BOUNCE(ev->user));
-		}
-		net_event_free(ev);
-		ev = next;
-	}
-}
-
-/* Network thread: answer at once from RAM when the sample is loaded. */
-static int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src)
-{
-	(void)peer;
-	struct engine *e = ctx;
-	if (!atomic_load_explicit(&e->plan_published, memory_order_acquire))
-		return 0; /* the dispatcher keeps it until the plan exists */
-	if (s >= e->cat->nsamples || e->plan.tier[s] == PLAN_NONE || e->plan.owner[s] != e->node ||
-	    len != e->cat->samples[s].length)
-		return -ENOENT;
-	if (e->plan.tier[s] == PLAN_RAM &&
-	    atomic_load_explicit(&e->cstate[s], memory_order_acquire) == CS_READY) {
-		*src = e->abase + e->cache_base + e->plan.off[s];
-		return 1;
-	}
-	return 0;
 }
 
 /* Load cached samples ahead of need when the I/O threads have room: the

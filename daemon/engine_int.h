@@ -327,6 +327,41 @@ void resume_load(struct engine *e);
 void resume_save(struct engine *e, bool quiet);
 
 /* ---- engine.c: not yet in their stage file */
+bool place_local_ram(const struct engine *e, uint32_t s);
+bool place_local_nvme(const struct engine *e, uint32_t s);
+uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
+uint64_t arena_key_off(const struct engine *e, uint32_t key);
+struct etask *task_get(struct engine *e, uint32_t id);
+struct etask *task_new(struct engine *e);
+void task_free(struct engine *e, struct etask *t);
+void task_wait_w(struct etask *t, struct waiter w);
+void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i);
+void task_submit(struct engine *e, struct etask *t, uint64_t g);
+void task_need(struct engine *e, struct etask *tk, uint64_t g);
+void place_plan(struct engine *e);
+void sess_finish_reset(struct engine *e, struct trainer *t);
+void pf_reclaim(struct trainer *t);
+struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
+void task_finish(struct engine *e, struct etask *tk, int status);
 uint64_t sess_first_unreleased(const struct trainer *t);
+
+/* ---- nvme.c: the NVMe tier */
+
+uint64_t nvme_io_len(const struct engine *e, uint64_t len);
+void nvme_disable(struct engine *e, const char *why);
+void nvme_open(struct engine *e);
+void nvme_read_copy(struct engine *e, struct etask *tk);
+struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s);
+void nvme_release_followers(struct engine *e, struct etask *tk, bool ok);
+void nvme_write_done(struct engine *e, struct etask *tk, int status);
+void nvme_write_after(struct engine *e, struct etask *tk);
+
+/* ---- peer.c: peer serving */
+
+void peer_bounce_unref(struct engine *e, int32_t b);
+void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *w, int status);
+void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, uint64_t len);
+void peer_events(struct engine *e);
+int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src);
 
 #endif /* SEERD_ENGINE_INT_H */
