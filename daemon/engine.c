@@ -73,197 +73,6 @@ uint64_t arena_key_off(const struct engine *e, uint32_t key)
 	return e->cache_base + (key < n ? e->plan.off[key] : e->np.off[key - n]);
 }
 
-/* ---- tasks ------------------------------------------------------------------ */
-
-struct etask *task_get(struct engine *e, uint32_t id)
-{
-	return &e->chunks[id / TASK_CHUNK][id % TASK_CHUNK];
-}
-
-struct etask *task_new(struct engine *e)
-{
-	if (!e->free_tasks) {
-		e->chunks = xrealloc(e->chunks, (e->nchunks + 1) * sizeof(*e->chunks));
-		struct etask *c = xcalloc(TASK_CHUNK, sizeof(*c));
-		e->chunks[e->nchunks] = c;
-		for (uint32_t i = TASK_CHUNK; i-- > 0;) {
-			c[i].id = e->nchunks * TASK_CHUNK + i;
-			c[i].free_next = e->free_tasks;
-			e->free_tasks = &c[i];
-		}
-		e->nchunks++;
-	}
-	struct etask *t = e->free_tasks;
-	e->free_tasks = t->free_next;
-	uint32_t id = t->id;
-	memset(t, 0, sizeof(*t));
-	t->id = id;
-	t->w = t->w_inline;
-	t->capw = ARRAY_SIZE(t->w_inline);
-	t->stage_rank = -1;
-	t->bounce = -1;
-	return t;
-}
-
-void task_free(struct engine *e, struct etask *t)
-{
-	if (t->w != t->w_inline)
-		free(t->w);
-	t->w = NULL;
-	t->free_next = e->free_tasks;
-	e->free_tasks = t;
-}
-
-void task_wait_w(struct etask *t, struct waiter w)
-{
-	if (t->nw == t->capw) {
-		uint32_t cap = t->capw * 2;
-		struct waiter *nw = xmalloc(cap * sizeof(*nw));
-		memcpy(nw, t->w, t->nw * sizeof(*nw));
-		if (t->w != t->w_inline)
-			free(t->w);
-		t->w = nw;
-		t->capw = cap;
-	}
-	t->w[t->nw++] = w;
-}
-
-void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i)
-{
-	task_wait_w(t, (struct waiter){ .peer = false, .a = rank, .b = gen, .c = g, .i = i });
-}
-
-/* Priority of a read needed by global batch g from `src`, in 1/1024ths of a
- * batch: the batch itself for the PFS, the slowest source; a faster source
- * (NVMe) waits the difference of the measured service times, in batches of
- * the trainers' pace (at most 2), so the PFS read of a later batch is not
- * queued behind it. Within a source, reads are served strictly in batch
- * order whatever the pace did between two submissions. */
-static uint64_t read_key(const struct engine *e, uint64_t g, int src)
-{
-	uint64_t key = (1ull << 40) + g * 1024;
-	if (src == SRC_PFS || !e->src[src].n || !e->src[SRC_PFS].n || e->step_s <= 0)
-		return key;
-	double d = (e->src[SRC_PFS].lat_s - e->src[src].lat_s) / e->step_s;
-	return key + (uint64_t)(MAX(0.0, MIN(d, 2.0)) * 1024);
-}
-
-static int task_src(const struct etask *t)
-{
-	return t->kind == TK_NVME_READ || t->kind == TK_NVME_WRITE ? SRC_NVME : SRC_PFS;
-}
-
-/* Queue a read needed by global batch g (0: as soon as possible). */
-void task_submit(struct engine *e, struct etask *t, uint64_t g)
-{
-	uint64_t key = g == 0 ? 0 : read_key(e, g, task_src(t));
-	t->need_g = g;
-	t->io.key = key;
-	if (e->nsub == e->capsub) {
-		e->capsub = MAX(e->capsub * 2, 256);
-		e->sub = xrealloc(e->sub, e->capsub * sizeof(*e->sub));
-	}
-	e->sub[e->nsub++] = &t->io;
-}
-
-/* A need at global batch g (0: now) joined task tk, which may be queued
- * behind less urgent reads: make it at least that urgent (priority
- * inversion otherwise: a trainer attaching late waits behind the others'
- * next epoch). */
-void task_need(struct engine *e, struct etask *tk, uint64_t g)
-{
-	if (g >= tk->need_g)
-		return;
-	tk->need_g = g;
-	iopool_boost(&e->pool, &tk->io, g == 0 ? 0 : read_key(e, g, task_src(tk)));
-}
-
-static void task_flush(struct engine *e)
-{
-	iopool_submit(&e->pool, e->sub, e->nsub);
-	e->nsub = 0;
-}
-
-/* ---- worker side --------------------------------------------------------------- */
-
-static bool transient(int rc)
-{
-	return rc < 0 && rc > -4096 && rc != -ESTALE && rc != -ENAMETOOLONG && rc != -ERANGE;
-}
-
-static void *worker_init(void *ctx, unsigned idx)
-{
-	(void)idx;
-	struct engine *e = ctx;
-	struct cat_reader *rd = xmalloc(sizeof(*rd));
-	cat_reader_init(rd, e->cat);
-	return rd;
-}
-
-static void worker_fini(void *tls, void *ctx)
-{
-	(void)ctx;
-	cat_reader_fini(tls);
-	free(tls);
-}
-
-static void worker_exec(struct io_task *io, void *tls, void *ctx)
-{
-	struct engine *e = ctx;
-	struct etask *t = (struct etask *)io;
-	struct cat_reader *rd = tls;
-	uint8_t *dst = e->abase + t->dst_off;
-	int rc;
-	if (t->kind == TK_NVME_READ) {
-		rc = pread_full(e->nvme_fd, dst, nvme_io_len(e, t->len), t->nvme_off);
-		if (rc == -ENODATA)
-			rc = -EIO;
-		if (rc == 0 && XXH64(dst, t->len, 0) != t->sum) {
-			rc = SEER_EDATASET;
-			snprintf(t->err, sizeof(t->err), "NVMe copy of sample %u failed its checksum",
-				 t->sample);
-		} else if (rc != 0) {
-			snprintf(t->err, sizeof(t->err), "NVMe read of sample %u: %s", t->sample,
-				 strerror(-rc));
-		}
-		io->status = rc;
-		return;
-	}
-	if (t->kind == TK_NVME_WRITE) {
-		t->sum = XXH64(dst, t->len, 0);
-		rc = pwrite_full(e->nvme_fd, dst, nvme_io_len(e, t->len), t->nvme_off);
-		if (rc != 0)
-			snprintf(t->err, sizeof(t->err), "NVMe write of sample %u: %s", t->sample,
-				 strerror(-rc));
-		io->status = rc;
-		return;
-	}
-	double backoff_ms = e->cfg->retry_backoff_ms;
-	for (uint32_t attempt = 0;; attempt++) {
-		rc = cat_read(rd, t->sample, dst);
-		t->attempts = attempt + 1;
-		if (rc == 0 || !transient(rc) || attempt >= e->cfg->retries ||
-		    atomic_load_explicit(&e->stopping, memory_order_relaxed))
-			break;
-		sleep_ns((uint64_t)(backoff_ms * 1e6));
-		backoff_ms *= 2;
-	}
-	if (t->attempts > 1 && rc == 0)
-		str_copy(t->err, sizeof(t->err), rd->err); /* why it had to retry, for the log */
-	if (rc != 0) {
-		str_copy(t->err, sizeof(t->err), rd->err);
-		if (t->attempts > 1) {
-			char tail[40];
-			snprintf(tail, sizeof(tail), " (after %u attempts)", t->attempts);
-			size_t n = strlen(t->err), m = strlen(tail);
-			if (n + m >= sizeof(t->err))
-				n = sizeof(t->err) - m - 1;
-			memcpy(t->err + n, tail, m + 1);
-		}
-	}
-	io->status = rc;
-}
-
 
 
 static void engine_ep_add(struct engine *e, int fd, uint64_t tag)
@@ -652,14 +461,7 @@ void engine_destroy(struct engine *e)
 		if (e->tr[r].pending_sock >= 0)
 			close(e->tr[r].pending_sock);
 	}
-	for (uint32_t i = 0; i < e->nchunks; i++) {
-		for (uint32_t k = 0; k < TASK_CHUNK; k++)
-			if (e->chunks[i][k].w && e->chunks[i][k].w != e->chunks[i][k].w_inline)
-				free(e->chunks[i][k].w);
-		free(e->chunks[i]);
-	}
-	free(e->chunks);
-	free(e->sub);
+	task_free_all(e);
 	place_shape_free(e);
 	free((void *)e->cstate);
 	free(e->bad);
@@ -1088,7 +890,7 @@ static uint32_t pf_substitute(const struct engine *e, uint32_t s, uint64_t room)
 /* A read failed its format checks under on_corrupt = skip: read the
  * substitute into the same place instead and fix the waiting batches'
  * descriptors (not yet published). Returns false when nothing fits. */
-static bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
+bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 {
 	uint32_t s = tk->sample;
 	if (!e->bad[s]) {
@@ -1337,128 +1139,40 @@ static void pf_publish(struct engine *e, struct trainer *t)
 	if (any)
 		sess_doorbell(t);
 }
-
-void task_finish(struct engine *e, struct etask *tk, int status)
+/* A RAM-cache load ended: the slot is READY (the release store publishes
+ * the bytes to the network thread's lookup), or ABSENT again for the next
+ * need to retry. */
+void pf_ram_loaded(struct engine *e, struct etask *tk, int status)
 {
-	if (tk->kind == TK_NVME_WRITE) {
-		nvme_write_done(e, tk, status);
-		if (tk->stage_rank >= 0) {
-			struct trainer *t = &e->tr[tk->stage_rank];
-			t->inflight--;
-			if (t->resetting && t->inflight == 0)
-				sess_finish_reset(e, t);
-		}
-		tk->bounce = -1;
-		task_free(e, tk);
-		return;
-	}
-	if (tk->attempts > 1) {
-		/* transient read errors that retries absorbed (or not) */
-		stats_epoch(e, e->epochs_done)->retries += tk->attempts - 1;
-		e->retries_unreported += tk->attempts - 1;
-		str_copy(e->last_retry, sizeof(e->last_retry), tk->err);
-		tk->attempts = 1;
-	}
-	if (status == SEER_EDATASET && e->skip_corrupt && tk->kind == TK_PFS &&
-	    pf_retarget_corrupt(e, tk)) {
-		task_submit(e, tk, tk->need_g);
-		return;
-	}
-	if (tk->kind == TK_NVME_READ && status != 0) {
-		/* a bad or unreadable NVMe copy is never delivered: read the PFS,
-		 * and write a fresh copy */
-		if (status == SEER_EDATASET) {
-			stats_epoch(e, e->epochs_done)->nvme_corrupt++;
-			log_warn("%s: reading sample %u from the PFS instead", tk->err, tk->sample);
-		} else {
-			/* the device fails: said once, and no batch plans on it again */
-			nvme_disable(e, tk->err[0] ? tk->err : strerror(-status));
-		}
-		tk->kind = TK_PFS;
-		tk->err[0] = '\0';
-		tk->to_nvme = e->nvme_ok && e->cstate[tk->sample] == CS_READY;
-		if (tk->to_nvme)
-			e->cstate[tk->sample] = CS_TASK0 + tk->id;
-		task_submit(e, tk, tk->need_g);
-		return;
-	}
 	if (status == 0) {
-		stats_observe(e, tk->kind == TK_PEER ? SRC_PEER : tk->kind == TK_NVME_READ ? SRC_NVME : SRC_PFS,
-			    tk->io.t_end > tk->io.t_start ? (double)(tk->io.t_end - tk->io.t_start) / 1e9
-							  : 0.0, tk->len);
-		struct epoch_stats *es = stats_epoch(e, e->epochs_done);
-		if (tk->kind == TK_PEER) {
-			es->peer_samples++;
-			es->peer_bytes += tk->len;
-		} else if (tk->kind == TK_NVME_READ) {
-			es->nvme_samples++;
-			es->nvme_bytes += tk->len;
-		} else {
-			es->pfs_samples++;
-			es->pfs_bytes += tk->len;
-		}
-	} else if (status != -ECANCELED) {
-		log_warn("%s", tk->err[0] ? tk->err : seer_strerror(status));
+		atomic_store_explicit(&e->cstate[tk->ckey], CS_READY, memory_order_release);
+		e->cache_loaded++;
+		e->cache_loaded_bytes += tk->len;
+	} else {
+		e->cstate[tk->ckey] = CS_ABSENT;
+		e->fill_left++;
 	}
-	if (tk->to_nvme) {
-		if (status == 0 && e->nvme_ok) {
-			nvme_write_after(e, tk);
-		} else {
-			e->cstate[tk->sample] = CS_ABSENT;
-			nvme_release_followers(e, tk, false);
-		}
-	}
-	if (tk->to_cache) {
-		if (status == 0) {
-			/* publishes the bytes to the network thread's lookup */
-			atomic_store_explicit(&e->cstate[tk->ckey], CS_READY, memory_order_release);
-			e->cache_loaded++;
-			e->cache_loaded_bytes += tk->len;
-		} else {
-			e->cstate[tk->ckey] = CS_ABSENT; /* the next need retries */
-			e->fill_left++;
-		}
-		if (tk->fill)
-			e->fill_inflight--;
-	}
-	for (uint32_t i = 0; i < tk->nw; i++) {
-		const struct waiter *w = &tk->w[i];
-		if (w->peer) {
-			peer_answer(e, tk, w, status);
-			continue;
-		}
-		struct trainer *t = &e->tr[w->a];
-		if (t->gen != w->b || !t->attached)
-			continue;
-		uint32_t idx = (uint32_t)(w->c & (t->nslots - 1));
-		struct tslot *sl = &t->slots[idx];
-		if (sl->st != SL_PREP || sl->g != w->c)
-			continue;
-		if (status != 0 && sl->status == 0) {
-			sl->status = status == -ECANCELED ? SEER_ESHUTDOWN : status;
-			str_copy(trainer_wslot(t, idx)->msg, SEER_ERRMSG_MAX,
-				 tk->err[0] ? tk->err : seer_strerror(status));
-		}
-		if (--sl->pending == 0)
-			sl->st = SL_READY;
-	}
-	if (tk->stage_rank >= 0) {
-		struct trainer *t = &e->tr[tk->stage_rank];
-		t->inflight--;
-		if (t->resetting && t->inflight == 0)
-			sess_finish_reset(e, t);
-	}
-	task_free(e, tk);
+	if (tk->fill)
+		e->fill_inflight--;
 }
 
-static void task_completions(struct engine *e)
+/* A read that trainer batch w waits for ended: the batch is ready once its
+ * last sample is; the first error is the batch's. */
+void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err)
 {
-	struct io_task *io = iopool_take_done(&e->pool);
-	while (io) {
-		struct io_task *next = io->next;
-		task_finish(e, (struct etask *)io, io->status);
-		io = next;
+	struct trainer *t = &e->tr[w->a];
+	if (t->gen != w->b || !t->attached)
+		return;
+	uint32_t idx = (uint32_t)(w->c & (t->nslots - 1));
+	struct tslot *sl = &t->slots[idx];
+	if (sl->st != SL_PREP || sl->g != w->c)
+		return;
+	if (status != 0 && sl->status == 0) {
+		sl->status = status == -ECANCELED ? SEER_ESHUTDOWN : status;
+		str_copy(trainer_wslot(t, idx)->msg, SEER_ERRMSG_MAX, err[0] ? err : seer_strerror(status));
 	}
+	if (--sl->pending == 0)
+		sl->st = SL_READY;
 }
 
 /* Load cached samples ahead of need when the I/O threads have room: the

@@ -317,6 +317,7 @@ static inline struct seer_wire_slot *trainer_wslot(struct trainer *t, uint32_t i
 
 struct epoch_stats *stats_epoch(struct engine *e, uint64_t epoch);
 void stats_observe(struct engine *e, int src, double seconds, uint64_t bytes);
+void stats_read(struct engine *e, int src, uint64_t bytes);
 void stats_delivered(struct engine *e, uint64_t epoch, uint64_t bytes, uint32_t n);
 void stats_step(struct engine *e, struct trainer *t, uint64_t g);
 void stats_check_epochs(struct engine *e);
@@ -327,22 +328,17 @@ void resume_load(struct engine *e);
 void resume_save(struct engine *e, bool quiet);
 
 /* ---- engine.c: not yet in their stage file */
+bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
+void pf_ram_loaded(struct engine *e, struct etask *tk, int status);
+void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
 bool place_local_ram(const struct engine *e, uint32_t s);
 bool place_local_nvme(const struct engine *e, uint32_t s);
 uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
 uint64_t arena_key_off(const struct engine *e, uint32_t key);
-struct etask *task_get(struct engine *e, uint32_t id);
-struct etask *task_new(struct engine *e);
-void task_free(struct engine *e, struct etask *t);
-void task_wait_w(struct etask *t, struct waiter w);
-void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i);
-void task_submit(struct engine *e, struct etask *t, uint64_t g);
-void task_need(struct engine *e, struct etask *tk, uint64_t g);
 void place_plan(struct engine *e);
 void sess_finish_reset(struct engine *e, struct trainer *t);
 void pf_reclaim(struct trainer *t);
 struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
-void task_finish(struct engine *e, struct etask *tk, int status);
 uint64_t sess_first_unreleased(const struct trainer *t);
 
 /* ---- nvme.c: the NVMe tier */
@@ -355,6 +351,8 @@ struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s);
 void nvme_release_followers(struct engine *e, struct etask *tk, bool ok);
 void nvme_write_done(struct engine *e, struct etask *tk, int status);
 void nvme_write_after(struct engine *e, struct etask *tk);
+void nvme_load_done(struct engine *e, struct etask *tk, int status);
+void nvme_read_failed(struct engine *e, struct etask *tk, int status);
 
 /* ---- peer.c: peer serving */
 
@@ -363,5 +361,25 @@ void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *
 void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, uint64_t len);
 void peer_events(struct engine *e);
 int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src);
+
+/* ---- task.c: tasks */
+
+struct etask *task_get(struct engine *e, uint32_t id);
+struct etask *task_new(struct engine *e);
+void task_free(struct engine *e, struct etask *t);
+void task_wait_w(struct etask *t, struct waiter w);
+void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i);
+void task_submit(struct engine *e, struct etask *t, uint64_t g);
+void task_need(struct engine *e, struct etask *tk, uint64_t g);
+void task_flush(struct engine *e);
+void task_finish(struct engine *e, struct etask *tk, int status);
+void task_free_all(struct engine *e);
+void task_completions(struct engine *e);
+
+/* ---- worker.c: I/O threads */
+
+void *worker_init(void *ctx, unsigned idx);
+void worker_fini(void *tls, void *ctx);
+void worker_exec(struct io_task *io, void *tls, void *ctx);
 
 #endif /* SEERD_ENGINE_INT_H */

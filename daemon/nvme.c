@@ -21,6 +21,7 @@
 
 #include "../src/util.h"
 #include "engine_int.h"
+#include "seer.h"
 
 uint64_t nvme_io_len(const struct engine *e, uint64_t len)
 {
@@ -216,4 +217,35 @@ void nvme_write_after(struct engine *e, struct etask *tk)
 			sl->pins++;
 	}
 	task_submit(e, w, tk->need_g);
+}
+
+/* A PFS read that was to give this node its NVMe copy ended: the copy is
+ * written next, or (failed, or the tier is off) whoever followed the load
+ * reads on its own. */
+void nvme_load_done(struct engine *e, struct etask *tk, int status)
+{
+	if (status == 0 && e->nvme_ok) {
+		nvme_write_after(e, tk);
+	} else {
+		e->cstate[tk->sample] = CS_ABSENT;
+		nvme_release_followers(e, tk, false);
+	}
+}
+
+/* tk's NVMe copy was bad or unreadable: it is never delivered. tk reads the
+ * PFS instead and, while the tier works, writes a fresh copy. */
+void nvme_read_failed(struct engine *e, struct etask *tk, int status)
+{
+	if (status == SEER_EDATASET) {
+		stats_epoch(e, e->epochs_done)->nvme_corrupt++;
+		log_warn("%s: reading sample %u from the PFS instead", tk->err, tk->sample);
+	} else {
+		/* the device fails: said once, and no batch plans on it again */
+		nvme_disable(e, tk->err[0] ? tk->err : strerror(-status));
+	}
+	tk->kind = TK_PFS;
+	tk->err[0] = '\0';
+	tk->to_nvme = e->nvme_ok && e->cstate[tk->sample] == CS_READY;
+	if (tk->to_nvme)
+		e->cstate[tk->sample] = CS_TASK0 + tk->id;
 }

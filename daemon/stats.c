@@ -48,6 +48,22 @@ void stats_observe(struct engine *e, int src, double seconds, uint64_t bytes)
 	}
 }
 
+/* A read from src (SRC_*) delivered `bytes`, in the job's current epoch. */
+void stats_read(struct engine *e, int src, uint64_t bytes)
+{
+	struct epoch_stats *es = stats_epoch(e, e->epochs_done);
+	if (src == SRC_PEER) {
+		es->peer_samples++;
+		es->peer_bytes += bytes;
+	} else if (src == SRC_NVME) {
+		es->nvme_samples++;
+		es->nvme_bytes += bytes;
+	} else {
+		es->pfs_samples++;
+		es->pfs_bytes += bytes;
+	}
+}
+
 void stats_delivered(struct engine *e, uint64_t epoch, uint64_t bytes, uint32_t n)
 {
 	struct epoch_stats *s = stats_epoch(e, epoch);
