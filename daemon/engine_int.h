@@ -328,18 +328,17 @@ void resume_load(struct engine *e);
 void resume_save(struct engine *e, bool quiet);
 
 /* ---- engine.c: not yet in their stage file */
-bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
-void pf_ram_loaded(struct engine *e, struct etask *tk, int status);
-void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
+struct route_view place_view(const struct engine *e);
+void engine_ep_add(struct engine *e, int fd, uint64_t tag);
+void engine_ep_del(struct engine *e, int fd);
+int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen);
+void engine_repin(struct engine *e);
+void place_shape_free(struct engine *e);
 bool place_local_ram(const struct engine *e, uint32_t s);
 bool place_local_nvme(const struct engine *e, uint32_t s);
 uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
 uint64_t arena_key_off(const struct engine *e, uint32_t key);
 void place_plan(struct engine *e);
-void sess_finish_reset(struct engine *e, struct trainer *t);
-void pf_reclaim(struct trainer *t);
-struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
-uint64_t sess_first_unreleased(const struct trainer *t);
 
 /* ---- nvme.c: the NVMe tier */
 
@@ -381,5 +380,28 @@ void task_completions(struct engine *e);
 void *worker_init(void *ctx, unsigned idx);
 void worker_fini(void *tls, void *ctx);
 void worker_exec(struct io_task *io, void *tls, void *ctx);
+
+/* ---- session.c: trainer sessions */
+
+void sess_doorbell(struct trainer *t);
+void sess_close(struct engine *e, struct trainer *t);
+uint64_t sess_first_unreleased(const struct trainer *t);
+void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *why);
+void sess_finish_reset(struct engine *e, struct trainer *t);
+void sess_evict(struct engine *e, struct trainer *t, const char *why);
+void sess_on_sock(struct engine *e, struct trainer *t);
+
+/* ---- prefetch.c: batches from sampling to release */
+
+void pf_reclaim(struct trainer *t);
+void pf_releases(struct engine *e, struct trainer *t);
+bool pf_can_prepare(struct engine *e, struct trainer *t);
+bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
+struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
+bool pf_prepare(struct engine *e, struct trainer *t);
+void pf_publish(struct engine *e, struct trainer *t);
+void pf_ram_loaded(struct engine *e, struct etask *tk, int status);
+void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
+void pf_fill(struct engine *e);
 
 #endif /* SEERD_ENGINE_INT_H */
