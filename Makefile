@@ -53,7 +53,7 @@ CORE_SRC := src/util.c src/sampler.c src/catalog.c src/config.c src/shm.c src/io
 CLIENT_SRC := client/client.c src/util.c src/sampler.c src/shm.c
 DAEMON_SRC := $(wildcard daemon/*.c)
 # daemon modules the unit tests drive directly, without a daemon
-UNIT_DAEMON_SRC := daemon/staging.c daemon/route.c
+UNIT_DAEMON_SRC := daemon/staging.c daemon/route.c daemon/paths.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))

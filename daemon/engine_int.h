@@ -327,18 +327,10 @@ void stats_check_epochs(struct engine *e);
 void resume_load(struct engine *e);
 void resume_save(struct engine *e, bool quiet);
 
-/* ---- engine.c: not yet in their stage file */
-struct route_view place_view(const struct engine *e);
+/* ---- engine.c: the loop, creation, the engine's fds and threads */
 void engine_ep_add(struct engine *e, int fd, uint64_t tag);
 void engine_ep_del(struct engine *e, int fd);
-int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen);
 void engine_repin(struct engine *e);
-void place_shape_free(struct engine *e);
-bool place_local_ram(const struct engine *e, uint32_t s);
-bool place_local_nvme(const struct engine *e, uint32_t s);
-uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
-uint64_t arena_key_off(const struct engine *e, uint32_t key);
-void place_plan(struct engine *e);
 
 /* ---- nvme.c: the NVMe tier */
 
@@ -360,6 +352,8 @@ void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *
 void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, uint64_t len);
 void peer_events(struct engine *e);
 int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src);
+void peer_bounce_init(struct engine *e);
+void peer_replay_early(struct engine *e);
 
 /* ---- task.c: tasks */
 
@@ -403,5 +397,23 @@ void pf_publish(struct engine *e, struct trainer *t);
 void pf_ram_loaded(struct engine *e, struct etask *tk, int status);
 void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
 void pf_fill(struct engine *e);
+
+/* ---- arena.c: the arena and its parts */
+
+uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
+uint64_t arena_key_off(const struct engine *e, uint32_t key);
+int arena_check_staging(struct engine *e, char *err, size_t errlen);
+uint64_t arena_layout(struct engine *e);
+int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen);
+void arena_split_staging(struct engine *e);
+
+/* ---- placement.c: shape and plan */
+
+struct route_view place_view(const struct engine *e);
+bool place_local_ram(const struct engine *e, uint32_t s);
+bool place_local_nvme(const struct engine *e, uint32_t s);
+void place_plan(struct engine *e);
+int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen);
+void place_shape_free(struct engine *e);
 
 #endif /* SEERD_ENGINE_INT_H */

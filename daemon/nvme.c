@@ -21,6 +21,7 @@
 
 #include "../src/util.h"
 #include "engine_int.h"
+#include "paths.h"
 #include "seer.h"
 
 uint64_t nvme_io_len(const struct engine *e, uint64_t len)
@@ -46,18 +47,14 @@ void nvme_open(struct engine *e)
 	if (cfg->nvme == 0 || !cfg->nvme_dir || !*cfg->nvme_dir)
 		return;
 	char dir[4096], path[4200], why[512];
-	size_t n = 0;
-	for (const char *p = cfg->nvme_dir; *p && n + 12 < sizeof(dir); p++) {
-		if (p[0] == '%' && p[1] == 'n') {
-			n += (size_t)snprintf(dir + n, sizeof(dir) - n, "%u", e->node);
-			p++;
-		} else {
-			dir[n++] = *p;
-		}
-	}
-	dir[n] = '\0';
 	e->nvme_ok = true; /* so nvme_disable reports */
-	int rc = mkdir_p(dir, 0700);
+	int rc = node_path(dir, sizeof(dir), cfg->nvme_dir, e->node);
+	if (rc != 0) {
+		snprintf(why, sizeof(why), "[cache] nvme_dir %.300s is too long", cfg->nvme_dir);
+		nvme_disable(e, why);
+		return;
+	}
+	rc = mkdir_p(dir, 0700);
 	if (rc != 0) {
 		snprintf(why, sizeof(why), "cannot create %.300s: %s", dir, strerror(-rc));
 		nvme_disable(e, why);

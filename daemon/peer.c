@@ -169,3 +169,25 @@ int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void *
 	}
 	return 0;
 }
+
+/* The bounce slots' free stack (arena_layout sized them). */
+void peer_bounce_init(struct engine *e)
+{
+	e->bounce_free = xcalloc(MAX(e->nbounce, 1u), sizeof(int32_t));
+	e->bounce_refs = xcalloc(MAX(e->nbounce, 1u), sizeof(uint32_t));
+	for (uint32_t b = 0; b < e->nbounce; b++)
+		e->bounce_free[e->nbounce_free++] = (int32_t)(e->nbounce - 1 - b);
+}
+
+/* The plan exists: answer the requests peers sent before it did. */
+void peer_replay_early(struct engine *e)
+{
+	struct deferred_req *early = e->early;
+	uint32_t nearly = e->nearly;
+	e->early = NULL;
+	e->nearly = e->capearly = 0;
+	for (uint32_t i = 0; i < nearly; i++)
+		peer_request(e, early[i].peer, early[i].req_id, early[i].sample, early[i].len);
+	free(early);
+}
+

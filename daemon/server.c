@@ -18,6 +18,7 @@
 #include "../src/util.h"
 #include "cluster.h"
 #include "engine.h"
+#include "paths.h"
 #include "seer.h"
 
 #define MAX_PENDING 256
@@ -400,16 +401,11 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	int rc = 1;
 
 	/* the socket path may carry the node rank (several daemons on one host) */
-	size_t n = 0;
-	for (const char *p = cfg->socket; *p && n + 12 < sizeof(s.sock_path); p++) {
-		if (p[0] == '%' && p[1] == 'n') {
-			n += (size_t)snprintf(s.sock_path + n, sizeof(s.sock_path) - n, "%u", node);
-			p++;
-		} else {
-			s.sock_path[n++] = *p;
-		}
+	if (node_path(s.sock_path, sizeof(s.sock_path), cfg->socket, node) != 0) {
+		log_error("[daemon] socket %s is longer than %zu bytes with the node rank: set a "
+			  "shorter path", cfg->socket, sizeof(s.sock_path) - 1);
+		goto out;
 	}
-	s.sock_path[n] = '\0';
 
 	sigset_t mask;
 	sigemptyset(&mask);

@@ -17,6 +17,7 @@
 #include "../src/ctrl.h"
 #include "../src/util.h"
 #include "engine_int.h"
+#include "paths.h"
 
 static const char *const src_names[SRC_COUNT] = { "pfs", "nvme", "peer" };
 
@@ -266,18 +267,11 @@ void engine_write_stats(struct engine *e)
 	sb_printf(&sb, "]}");
 	char *json = sb.p;
 	char path[4096];
-	const char *p = e->cfg->stats_file;
-	size_t n = 0;
-	for (; *p && n + 16 < sizeof(path); p++) {
-		if (p[0] == '%' && p[1] == 'n') {
-			n += (size_t)snprintf(path + n, sizeof(path) - n, "%u", e->node);
-			p++;
-		} else {
-			path[n++] = *p;
-		}
-	}
-	path[n] = '\0';
-	int rc = write_file_atomic(path, json, strlen(json));
+	int rc = node_path(path, sizeof(path), e->cfg->stats_file, e->node);
+	if (rc == 0)
+		rc = write_file_atomic(path, json, strlen(json));
+	else
+		str_copy(path, sizeof(path), e->cfg->stats_file);
 	if (rc != 0)
 		log_warn("cannot write the stats file %s: %s", path, strerror(-rc));
 	else
