@@ -37,7 +37,7 @@ endif
 
 SONAME := libseer.so.0
 SOVER := 0.1.0
-PKGS := libxxhash inih zlib hdf5-openmpi hwloc libfabric
+PKGS := libxxhash inih zlib hdf5-openmpi hwloc libfabric jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CRIT_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)

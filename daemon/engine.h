@@ -86,5 +86,11 @@ int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node);
 char *engine_status_json(struct engine *e, uint64_t max_epochs);
 /* Write the stats file (JSON) if configured. */
 void engine_write_stats(struct engine *e);
+/* `seerctl config` (malloc'd JSON): {"config": {section: {key: value}},
+ * "origin": {"section.key": where it was set}, "ini": the same as INI text
+ * that seerd -c reads back}. */
+char *engine_config_json(const struct seer_config *cfg);
+/* `seerctl stop` / `drain` (malloc'd JSON): {"ok": true, "state": state}. */
+char *engine_ack_json(const char *state);
 
 #endif /* SEERD_ENGINE_H */

@@ -204,7 +204,7 @@ static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *
 	if (strcmp(cmd, "status") == 0) {
 		ctl_reply(s, slot, 0, engine_status_json(s->e, SEER_STATUS_EPOCHS));
 	} else if (strcmp(cmd, "config") == 0) {
-		ctl_reply(s, slot, 0, cfg_dump(s->cfg));
+		ctl_reply(s, slot, 0, engine_config_json(s->cfg));
 	} else if (strcmp(cmd, "stop") == 0) {
 		log_info("stop requested by seerctl");
 		engine_stop(s->e, true);
@@ -213,11 +213,11 @@ static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *
 			s->stop_sent = true;
 		}
 		s->stop_deadline = now_s() + STOP_GRACE_S;
-		ctl_reply(s, slot, 0, xstrdup("{\"ok\":true,\"state\":\"stopping\"}"));
+		ctl_reply(s, slot, 0, engine_ack_json("stopping"));
 	} else if (strcmp(cmd, "drain") == 0) {
 		log_info("drain requested by seerctl: no new trainers; exit when the attached finish");
 		engine_stop(s->e, false);
-		ctl_reply(s, slot, 0, xstrdup("{\"ok\":true,\"state\":\"draining\"}"));
+		ctl_reply(s, slot, 0, engine_ack_json("draining"));
 	} else {
 		char msg[256];
 		snprintf(msg, sizeof(msg), "unknown command '%s' (status, config, drain, stop)", cmd);
