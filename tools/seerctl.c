@@ -167,6 +167,62 @@ static int render_config(const char *text, FILE *out)
 	return ini ? 0 : -1;
 }
 
+/* Send cmd to the seerd at sock and read its reply: *text (malloc'd) and
+ * *status. 0, or the exit code after saying why on stderr. */
+static int ask(const char *sock, const char *cmd, char **out, int *status)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(sock) >= sizeof(sa.sun_path)) {
+		fprintf(stderr, "seerctl: socket path %s too long\n", sock);
+		return 2;
+	}
+	strcpy(sa.sun_path, sock);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		fprintf(stderr, "seerctl: no seerd at %s: %s\n", sock, strerror(errno));
+		return 1;
+	}
+	struct seer_msg_hello h = { .magic = SEER_MAGIC_HELLO, .kind = SEER_MSG_CTL,
+				    .version = SEER_PROTO_VERSION };
+	snprintf(h.ctl, sizeof(h.ctl), "%s", cmd);
+	if (sock_send(fd, &h, sizeof(h), NULL, 0) != (ssize_t)sizeof(h)) {
+		fprintf(stderr, "seerctl: sending to %s failed\n", sock);
+		return 1;
+	}
+	size_t cap = 1 << 16, len = 0;
+	char *text = xmalloc(cap);
+	char *pkt = xmalloc(sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK);
+	*status = 0;
+	for (;;) {
+		ssize_t n = sock_recv(fd, pkt, sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK,
+				      NULL, NULL, 0);
+		struct seer_msg_ctl_reply r;
+		if (n < (ssize_t)sizeof(r)) {
+			fprintf(stderr, "seerctl: the daemon closed the connection without an answer\n");
+			return 1;
+		}
+		memcpy(&r, pkt, sizeof(r));
+		if (r.kind != SEER_MSG_CTL_REPLY || r.len > (size_t)n - sizeof(r)) {
+			fprintf(stderr, "seerctl: malformed reply (daemon of another version?)\n");
+			return 1;
+		}
+		if (len + r.len + 1 > cap) {
+			cap = (len + r.len + 1) * 2;
+			text = xrealloc(text, cap);
+		}
+		memcpy(text + len, pkt + sizeof(r), r.len);
+		len += r.len;
+		*status = r.status;
+		if (!r.more)
+			break;
+	}
+	text[len] = '\0';
+	close(fd);
+	free(pkt);
+	*out = text;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *sock = getenv("SEER_SOCKET");
@@ -206,57 +262,16 @@ int main(int argc, char **argv)
 		}
 		sock = path;
 	}
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(sock) >= sizeof(sa.sun_path)) {
-		fprintf(stderr, "seerctl: socket path %s too long\n", sock);
-		return 2;
-	}
-	strcpy(sa.sun_path, sock);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		fprintf(stderr, "seerctl: no seerd at %s: %s\n", sock, strerror(errno));
-		return 1;
-	}
-	struct seer_msg_hello h = { .magic = SEER_MAGIC_HELLO, .kind = SEER_MSG_CTL,
-				    .version = SEER_PROTO_VERSION };
-	snprintf(h.ctl, sizeof(h.ctl), "%s", cmd);
-	if (sock_send(fd, &h, sizeof(h), NULL, 0) != (ssize_t)sizeof(h)) {
-		fprintf(stderr, "seerctl: sending to %s failed\n", sock);
-		return 1;
-	}
-	size_t cap = 1 << 16, len = 0;
-	char *text = xmalloc(cap);
-	char *pkt = xmalloc(sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK);
-	int status = 0;
-	for (;;) {
-		ssize_t n = sock_recv(fd, pkt, sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK,
-				      NULL, NULL, 0);
-		struct seer_msg_ctl_reply r;
-		if (n < (ssize_t)sizeof(r)) {
-			fprintf(stderr, "seerctl: the daemon closed the connection without an answer\n");
-			return 1;
-		}
-		memcpy(&r, pkt, sizeof(r));
-		if (r.kind != SEER_MSG_CTL_REPLY || r.len > (size_t)n - sizeof(r)) {
-			fprintf(stderr, "seerctl: malformed reply (daemon of another version?)\n");
-			return 1;
-		}
-		if (len + r.len + 1 > cap) {
-			cap = (len + r.len + 1) * 2;
-			text = xrealloc(text, cap);
-		}
-		memcpy(text + len, pkt + sizeof(r), r.len);
-		len += r.len;
-		status = r.status;
-		if (!r.more)
-			break;
-	}
-	text[len] = '\0';
-	close(fd);
+	char *text;
+	int status, rc = ask(sock, cmd, &text, &status);
+	if (rc != 0)
+		return rc;
 	if (status != 0) {
 		fprintf(stderr, "seerctl: %s\n", text);
+		free(text);
 		return 1;
 	}
+	size_t len = strlen(text);
 	if (!json && strcmp(cmd, "status") == 0 && render_status(text, stdout) == 0) {
 		/* rendered */
 	} else if (!json && strcmp(cmd, "config") == 0 && render_config(text, stdout) == 0) {
@@ -266,6 +281,5 @@ int main(int argc, char **argv)
 		fputs(len && text[len - 1] == '\n' ? "" : "\n", stdout);
 	}
 	free(text);
-	free(pkt);
 	return 0;
 }
