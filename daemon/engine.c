@@ -152,13 +152,8 @@ void engine_destroy(struct engine *e)
 	free(e->bad);
 	free(e->es);
 	free(e->caps);
-	free(e->early);
-	free(e->bwait);
-	free(e->bounce_free);
-	free(e->bounce_refs);
-	free(e->nvme_sum);
-	if (e->nvme_fd >= 0)
-		close(e->nvme_fd);
+	peer_free(e);
+	nvme_close(e);
 	topo_close(e->topo);
 	shm_destroy(&e->arena);
 	free(e);

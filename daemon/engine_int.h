@@ -337,6 +337,7 @@ void engine_repin(struct engine *e);
 uint64_t nvme_io_len(const struct engine *e, uint64_t len);
 void nvme_disable(struct engine *e, const char *why);
 void nvme_open(struct engine *e);
+void nvme_close(struct engine *e);
 void nvme_read_copy(struct engine *e, struct etask *tk);
 struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s);
 void nvme_release_followers(struct engine *e, struct etask *tk, bool ok);
@@ -354,6 +355,7 @@ void peer_events(struct engine *e);
 int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src);
 void peer_bounce_init(struct engine *e);
 void peer_replay_early(struct engine *e);
+void peer_free(struct engine *e);
 
 /* ---- task.c: tasks */
 

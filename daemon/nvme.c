@@ -216,6 +216,17 @@ void nvme_write_after(struct engine *e, struct etask *tk)
 	task_submit(e, w, tk->need_g);
 }
 
+/* Close the tier (engine_destroy, after the I/O threads stopped). */
+void nvme_close(struct engine *e)
+{
+	free(e->nvme_sum);
+	e->nvme_sum = NULL;
+	if (e->nvme_fd >= 0)
+		close(e->nvme_fd);
+	e->nvme_fd = -1;
+	e->nvme_ok = false;
+}
+
 /* A PFS read that was to give this node its NVMe copy ended: the copy is
  * written next, or (failed, or the tier is off) whoever followed the load
  * reads on its own. */

@@ -191,3 +191,14 @@ void peer_replay_early(struct engine *e)
 	free(early);
 }
 
+/* Free what peer serving holds (engine_destroy, after the network thread). */
+void peer_free(struct engine *e)
+{
+	free(e->early);
+	free(e->bwait);
+	free(e->bounce_free);
+	free(e->bounce_refs);
+	e->early = e->bwait = NULL;
+	e->bounce_free = NULL;
+	e->bounce_refs = NULL;
+}
