@@ -175,13 +175,13 @@ struct deferred_req {
 
 struct engine {
 	/* == Fixed at creation: written by engine_create before the I/O threads
-	 * start (pthread_create orders it) and before the network thread exists;
-	 * read-only afterwards, so any thread may read them. The I/O threads
-	 * read exactly cfg (retries, retry_backoff_ms), cat (their readers),
-	 * abase, nvme_fd, nvme_direct and nvme_align (worker.c). nvme_fd stays
-	 * open until engine_destroy, after the pool is stopped, even when the
-	 * tier is disabled. The network thread reads cat, node, abase and
-	 * cache_base (peer_lookup). */
+	 * start (pthread_create orders that; pool_started and dispatcher are set
+	 * just after, and only the dispatcher reads them) and before the network
+	 * thread exists; read-only afterwards. The I/O threads read exactly cfg
+	 * (retries, retry_backoff_ms), cat (their readers), abase, nvme_fd,
+	 * nvme_direct and nvme_align (worker.c); nvme_fd stays open, even when
+	 * the tier is disabled, until engine_destroy has stopped the pool. The
+	 * network thread reads cat, node, abase and cache_base (peer_lookup). */
 	const struct seer_config *cfg;
 	struct catalog *cat;
 	uint32_t node, nnodes;
@@ -212,10 +212,12 @@ struct engine {
 	_Atomic bool plan_published;
 	struct plan plan;
 	/* Per RAM key (see route.h) / NVMe sample: CS_ABSENT, CS_READY, or the
-	 * loading task. The network thread acquire-loads a RAM key's state;
-	 * READY is release-stored after the bytes landed and is terminal for
-	 * RAM keys, so the bytes it then sends stay put. Every other access is
-	 * the dispatcher's. */
+	 * loading task. The network thread acquire-loads a RAM key's state
+	 * (only after plan_published, and only for samples the plan puts in
+	 * RAM here); READY is release-stored after the bytes landed and is
+	 * terminal for RAM keys, so the bytes it then sends stay put. The array
+	 * is reallocated only before plan_published (nopfs keys). Every other
+	 * access is the dispatcher's. */
 	_Atomic uint32_t *cstate;
 
 	/* == Everything below: the dispatcher's alone. */
@@ -313,8 +315,95 @@ static inline struct seer_wire_slot *trainer_wslot(struct trainer *t, uint32_t i
 					 t->co->slot_stride * idx);
 }
 
-/* ---- stats.c: counters, estimates, status and the stats file */
+/* ---- the stages, in the order a sample flows through them ---------------------
+ * Every function below runs on the dispatcher unless it says otherwise.
+ * The contract of each is at its definition; the one-liners here map them. */
 
+/* engine.c: the loop, creation, the engine's fds and threads */
+void engine_ep_add(struct engine *e, int fd, uint64_t tag);
+void engine_ep_del(struct engine *e, int fd);
+void engine_repin(struct engine *e);          /* place the daemon's threads again */
+
+/* placement.c: the job's shape and the plan */
+int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen);
+void place_shape_free(struct engine *e);
+void place_plan(struct engine *e);            /* plan, publish, split staging */
+struct route_view place_view(const struct engine *e); /* what routing reads, now */
+bool place_local_ram(const struct engine *e, uint32_t s);
+bool place_local_nvme(const struct engine *e, uint32_t s);
+
+/* arena.c: the shared segment and its parts */
+uint64_t arena_layout(struct engine *e);      /* returns the arena's size */
+int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen);
+void arena_split_staging(struct engine *e);
+int arena_check_staging(struct engine *e, char *err, size_t errlen);
+uint64_t arena_key_off(const struct engine *e, uint32_t key);   /* a RAM slot's offset */
+uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
+
+/* session.c: trainer sessions (engine_attach is in engine.h) */
+void sess_on_sock(struct engine *e, struct trainer *t);
+void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *why);
+void sess_evict(struct engine *e, struct trainer *t, const char *why);
+void sess_finish_reset(struct engine *e, struct trainer *t); /* last staged read landed */
+void sess_close(struct engine *e, struct trainer *t);
+void sess_doorbell(struct trainer *t);
+uint64_t sess_first_unreleased(const struct trainer *t);
+
+/* prefetch.c: each trainer's batches, from sampling to release; fill */
+bool pf_can_prepare(struct engine *e, struct trainer *t);
+bool pf_prepare(struct engine *e, struct trainer *t);    /* false: staging is full */
+struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
+void pf_fill(struct engine *e);
+void pf_ram_loaded(struct engine *e, struct etask *tk, int status);
+void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
+bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
+void pf_publish(struct engine *e, struct trainer *t);
+void pf_releases(struct engine *e, struct trainer *t);
+void pf_reclaim(struct trainer *t);
+
+/* task.c: tasks, submission and completion */
+struct etask *task_new(struct engine *e);
+struct etask *task_get(struct engine *e, uint32_t id);
+void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i);
+void task_wait_w(struct etask *t, struct waiter w);
+void task_submit(struct engine *e, struct etask *t, uint64_t g); /* g 0: now */
+void task_need(struct engine *e, struct etask *tk, uint64_t g);  /* at least as urgent */
+void task_flush(struct engine *e);
+void task_completions(struct engine *e);
+void task_finish(struct engine *e, struct etask *tk, int status);
+void task_free(struct engine *e, struct etask *t);
+void task_free_all(struct engine *e);
+
+/* worker.c: the I/O threads' side (run on the I/O threads) */
+void *worker_init(void *ctx, unsigned idx);
+void worker_fini(void *tls, void *ctx);
+void worker_exec(struct io_task *io, void *tls, void *ctx);
+
+/* nvme.c: the NVMe tier */
+void nvme_open(struct engine *e);
+void nvme_close(struct engine *e);
+void nvme_disable(struct engine *e, const char *why);
+uint64_t nvme_io_len(const struct engine *e, uint64_t len); /* any thread */
+void nvme_read_copy(struct engine *e, struct etask *tk);
+struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s);
+void nvme_load_done(struct engine *e, struct etask *tk, int status);
+void nvme_write_after(struct engine *e, struct etask *tk);
+void nvme_write_done(struct engine *e, struct etask *tk, int status);
+void nvme_read_failed(struct engine *e, struct etask *tk, int status);
+void nvme_release_followers(struct engine *e, struct etask *tk, bool ok);
+
+/* peer.c: serving other nodes, and their events */
+void peer_bounce_init(struct engine *e);
+void peer_free(struct engine *e);
+void peer_events(struct engine *e);
+void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, uint64_t len);
+void peer_replay_early(struct engine *e);
+void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *w, int status);
+void peer_bounce_unref(struct engine *e, int32_t b);
+/* the network thread's lookup (src/net.h): 1 with *src set when s is in RAM */
+int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src);
+
+/* stats.c: counters and estimates (status.c renders them) */
 struct epoch_stats *stats_epoch(struct engine *e, uint64_t epoch);
 void stats_observe(struct engine *e, int src, double seconds, uint64_t bytes);
 void stats_read(struct engine *e, int src, uint64_t bytes);
@@ -322,100 +411,8 @@ void stats_delivered(struct engine *e, uint64_t epoch, uint64_t bytes, uint32_t 
 void stats_step(struct engine *e, struct trainer *t, uint64_t g);
 void stats_check_epochs(struct engine *e);
 
-/* ---- resume.c: resume records */
-
+/* resume.c: resume records */
 void resume_load(struct engine *e);
 void resume_save(struct engine *e, bool quiet);
-
-/* ---- engine.c: the loop, creation, the engine's fds and threads */
-void engine_ep_add(struct engine *e, int fd, uint64_t tag);
-void engine_ep_del(struct engine *e, int fd);
-void engine_repin(struct engine *e);
-
-/* ---- nvme.c: the NVMe tier */
-
-uint64_t nvme_io_len(const struct engine *e, uint64_t len);
-void nvme_disable(struct engine *e, const char *why);
-void nvme_open(struct engine *e);
-void nvme_close(struct engine *e);
-void nvme_read_copy(struct engine *e, struct etask *tk);
-struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s);
-void nvme_release_followers(struct engine *e, struct etask *tk, bool ok);
-void nvme_write_done(struct engine *e, struct etask *tk, int status);
-void nvme_write_after(struct engine *e, struct etask *tk);
-void nvme_load_done(struct engine *e, struct etask *tk, int status);
-void nvme_read_failed(struct engine *e, struct etask *tk, int status);
-
-/* ---- peer.c: peer serving */
-
-void peer_bounce_unref(struct engine *e, int32_t b);
-void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *w, int status);
-void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, uint64_t len);
-void peer_events(struct engine *e);
-int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src);
-void peer_bounce_init(struct engine *e);
-void peer_replay_early(struct engine *e);
-void peer_free(struct engine *e);
-
-/* ---- task.c: tasks */
-
-struct etask *task_get(struct engine *e, uint32_t id);
-struct etask *task_new(struct engine *e);
-void task_free(struct engine *e, struct etask *t);
-void task_wait_w(struct etask *t, struct waiter w);
-void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i);
-void task_submit(struct engine *e, struct etask *t, uint64_t g);
-void task_need(struct engine *e, struct etask *tk, uint64_t g);
-void task_flush(struct engine *e);
-void task_finish(struct engine *e, struct etask *tk, int status);
-void task_free_all(struct engine *e);
-void task_completions(struct engine *e);
-
-/* ---- worker.c: I/O threads */
-
-void *worker_init(void *ctx, unsigned idx);
-void worker_fini(void *tls, void *ctx);
-void worker_exec(struct io_task *io, void *tls, void *ctx);
-
-/* ---- session.c: trainer sessions */
-
-void sess_doorbell(struct trainer *t);
-void sess_close(struct engine *e, struct trainer *t);
-uint64_t sess_first_unreleased(const struct trainer *t);
-void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *why);
-void sess_finish_reset(struct engine *e, struct trainer *t);
-void sess_evict(struct engine *e, struct trainer *t, const char *why);
-void sess_on_sock(struct engine *e, struct trainer *t);
-
-/* ---- prefetch.c: batches from sampling to release */
-
-void pf_reclaim(struct trainer *t);
-void pf_releases(struct engine *e, struct trainer *t);
-bool pf_can_prepare(struct engine *e, struct trainer *t);
-bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
-struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
-bool pf_prepare(struct engine *e, struct trainer *t);
-void pf_publish(struct engine *e, struct trainer *t);
-void pf_ram_loaded(struct engine *e, struct etask *tk, int status);
-void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
-void pf_fill(struct engine *e);
-
-/* ---- arena.c: the arena and its parts */
-
-uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
-uint64_t arena_key_off(const struct engine *e, uint32_t key);
-int arena_check_staging(struct engine *e, char *err, size_t errlen);
-uint64_t arena_layout(struct engine *e);
-int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen);
-void arena_split_staging(struct engine *e);
-
-/* ---- placement.c: shape and plan */
-
-struct route_view place_view(const struct engine *e);
-bool place_local_ram(const struct engine *e, uint32_t s);
-bool place_local_nvme(const struct engine *e, uint32_t s);
-void place_plan(struct engine *e);
-int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen);
-void place_shape_free(struct engine *e);
 
 #endif /* SEERD_ENGINE_INT_H */
