@@ -180,6 +180,8 @@ static int ask(const char *sock, const char *cmd, char **out, int *status)
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
 		fprintf(stderr, "seerctl: no seerd at %s: %s\n", sock, strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		return 1;
 	}
 	struct seer_msg_hello h = { .magic = SEER_MAGIC_HELLO, .kind = SEER_MSG_CTL,
@@ -187,24 +189,28 @@ static int ask(const char *sock, const char *cmd, char **out, int *status)
 	snprintf(h.ctl, sizeof(h.ctl), "%s", cmd);
 	if (sock_send(fd, &h, sizeof(h), NULL, 0) != (ssize_t)sizeof(h)) {
 		fprintf(stderr, "seerctl: sending to %s failed\n", sock);
+		close(fd);
 		return 1;
 	}
 	size_t cap = 1 << 16, len = 0;
 	char *text = xmalloc(cap);
 	char *pkt = xmalloc(sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK);
 	*status = 0;
+	int rc = 0;
 	for (;;) {
 		ssize_t n = sock_recv(fd, pkt, sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK,
 				      NULL, NULL, 0);
 		struct seer_msg_ctl_reply r;
 		if (n < (ssize_t)sizeof(r)) {
 			fprintf(stderr, "seerctl: the daemon closed the connection without an answer\n");
-			return 1;
+			rc = 1;
+			break;
 		}
 		memcpy(&r, pkt, sizeof(r));
 		if (r.kind != SEER_MSG_CTL_REPLY || r.len > (size_t)n - sizeof(r)) {
 			fprintf(stderr, "seerctl: malformed reply (daemon of another version?)\n");
-			return 1;
+			rc = 1;
+			break;
 		}
 		if (len + r.len + 1 > cap) {
 			cap = (len + r.len + 1) * 2;
@@ -219,6 +225,10 @@ static int ask(const char *sock, const char *cmd, char **out, int *status)
 	text[len] = '\0';
 	close(fd);
 	free(pkt);
+	if (rc != 0) {
+		free(text);
+		return rc;
+	}
 	*out = text;
 	return 0;
 }
