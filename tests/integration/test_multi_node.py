@@ -206,11 +206,15 @@ def test_sigstop_peer():
         try:
             nodes = placement("block")
             logs = [os.path.join(tmp, "r%d.log" % r) for r in range(WORLD)]
+            # 60 ms a step: an epoch lasts longer than the status polls that
+            # look for it, also under ASan on a busy machine
             procs = [start_trainer("c", r, WORLD, cl.socket(nodes[r]), logs[r],
-                                   ["--compute-ms", "15"]) for r in range(WORLD)]
+                                   ["--compute-ms", "60"]) for r in range(WORLD)]
             # let the first epoch fill the caches, then stop node 2 mid-epoch 1
             def in_epoch1():
                 st = cl.status(0)
+                check(not any(t["done"] for t in st["trainers"]),
+                      "node 0's trainers finished before node 2 could be stopped")
                 return any(t["epoch"] >= 1 and t["step"] >= 3 for t in st["trainers"])
             t0 = time.time()
             while not in_epoch1():
