@@ -41,7 +41,7 @@ endif
 
 SONAME := libseer.so.0
 SOVER := 0.1.0
-PKGS := libxxhash inih zlib hdf5-openmpi hwloc libfabric libturbojpeg libjpeg libpng
+PKGS := libxxhash inih zlib hdf5-openmpi hwloc libfabric libturbojpeg libjpeg libpng jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CRIT_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)
@@ -54,12 +54,14 @@ LIBS := $(PKG_LIBS) -lpthread -lm
 # modules shared by the daemon, the tools and the tests
 CORE_SRC := src/util.c src/base.c src/paths.c src/sampler.c src/sampler_record.c src/sampler_elastic.c \
 	src/catalog.c src/catalog_walk.c src/catalog_image.c src/catalog_read.c src/config.c src/shm.c \
-	src/iopool.c src/net_fabric.c src/plan.c src/plansim.c src/forecast.c src/dessim.c src/topo.c \
-	src/ctrl.c $(wildcard src/fmt/*.c) $(wildcard src/xform/*.c)
+	src/iopool.c src/net_fabric.c src/plan.c src/plan_nopfs.c src/plansim.c src/forecast.c \
+	src/dessim.c src/topo.c src/ctrl.c $(wildcard src/fmt/*.c) $(wildcard src/xform/*.c)
 # libseer: client code only (no logging, no allocator that aborts: see base.h)
 CLIENT_SRC := $(wildcard client/*.c) src/base.c src/paths.c src/sampler.c src/sampler_record.c \
 	src/sampler_elastic.c src/shm.c src/xform/xf_crop.c src/xform/xf_config.c
-DAEMON_SRC := daemon/main.c daemon/server.c daemon/engine.c daemon/cluster.c
+DAEMON_SRC := $(wildcard daemon/*.c)
+# daemon modules the unit tests drive directly, without a daemon
+UNIT_DAEMON_SRC := daemon/staging.c daemon/route.c daemon/node_path.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
@@ -136,11 +138,19 @@ $(BIN)/seer-bench: $(B)/obj/tools/seer-bench.o $(call obj,$(wildcard client/*.c)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# seerctl needs none of the daemon's large libraries (MPI, HDF5, libfabric,
+# hwloc): --as-needed leaves them out, so it starts in a tenth of the time
+# (1.35 s -> 0.25 s under ASan, which the status-polling tests feel)
+$(BIN)/seerctl: $(B)/obj/tools/seerctl.o $(B)/libcore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ -Wl,--as-needed $(LIBS)
+
 $(BIN)/%: $(B)/obj/tools/%.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-$(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/obj/tests/unit/sanitizer_shim.o $(B)/libcore.a
+$(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/obj/tests/unit/sanitizer_shim.o \
+		$(call obj,$(UNIT_DAEMON_SRC)) $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(LIBS)
 # the emulator's timing model, tested on its own

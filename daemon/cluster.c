@@ -1,3 +1,8 @@
+/* The control plane over MPI (see cluster.h for the messages): start-up
+ * collectives, then non-blocking roll/map/abort/stop messages and the
+ * completion barrier, all on the dispatcher thread. Failure: start-up
+ * disagreements are one message on every node; a fatal message from any
+ * node stops them all with its text. */
 #define _GNU_SOURCE
 #include "cluster.h"
 

@@ -1,10 +1,15 @@
-/* The engine: seerd's state and its one dispatcher thread.
+/* The engine: seerd's data plane, as the server (server.c) drives it.
  *
  * It owns the arena (RAM cache + staging), the placement plan, one stream
- * per trainer rank (batch slots, staging ring, control segments) and the I/O
- * pool. Every function here runs on the dispatcher (event-loop) thread; only
- * the I/O workers run elsewhere and they touch nothing but their task and
- * the arena bytes it names. */
+ * per trainer rank (batch slots, staging ring, control segments), the NVMe
+ * tier, peer serving and the I/O pool; each is a stage file of its own
+ * (docs/design.md has the map, engine_int.h the shared state).
+ *
+ * Threads: every function declared here is called on the dispatcher (the
+ * server's event-loop thread). The engine also runs code elsewhere: the I/O
+ * threads run worker.c on the tasks handed to them, and with several nodes
+ * the network thread calls the lookup that engine_net_opts installs
+ * (peer_lookup). engine_int.h lists exactly which fields those read. */
 #ifndef SEERD_ENGINE_H
 #define SEERD_ENGINE_H
 
@@ -81,5 +86,11 @@ int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node);
 char *engine_status_json(struct engine *e, uint64_t max_epochs);
 /* Write the stats file (JSON) if configured. */
 void engine_write_stats(struct engine *e);
+/* `seerctl config` (malloc'd JSON): {"config": {section: {key: value}},
+ * "origin": {"section.key": where it was set}, "ini": the same as INI text
+ * that seerd -c reads back}. */
+char *engine_config_json(const struct seer_config *cfg);
+/* `seerctl stop` / `drain` (malloc'd JSON): {"ok": true, "state": state}. */
+char *engine_ack_json(const char *state);
 
 #endif /* SEERD_ENGINE_H */

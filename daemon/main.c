@@ -33,15 +33,16 @@ static void usage(FILE *out)
 	cfg_help(out);
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for. */
+struct args {
+	const char **files, **sets;
+	int nfiles, nsets, check, print;
+};
+
+/* Options into a; -1 to go on, else the exit code (--help, --version, a
+ * usage error). */
+static int parse_args(int argc, char **argv, struct args *a)
 {
-	log_set_prog("seerd");
-	struct cluster *cl = NULL;
-	uint32_t node = 0, nnodes = 1;
-	if (cluster_init(&cl, &argc, &argv, &node, &nnodes) != 0) {
-		fprintf(stderr, "seerd: MPI initialisation failed (launched by mpirun/srun?)\n");
-		return 1;
-	}
 	static const struct option opts[] = {
 		{ "config", required_argument, NULL, 'c' },
 		{ "set", required_argument, NULL, 's' },
@@ -51,76 +52,63 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	const char **files = calloc((size_t)argc + 1, sizeof(char *));
-	const char **sets = calloc((size_t)argc + 1, sizeof(char *));
-	int nfiles = 0, nsets = 0, check = 0, print = 0, c;
+	int c;
 	while ((c = getopt_long(argc, argv, "c:s:hV", opts, NULL)) != -1) {
 		switch (c) {
-		case 'c': files[nfiles++] = optarg; break;
-		case 's': sets[nsets++] = optarg; break;
-		case 'k': check = 1; break;
-		case 'p': print = 1; break;
-		case 'h': usage(stdout); cluster_fini(cl, 0); return 0;
+		case 'c': a->files[a->nfiles++] = optarg; break;
+		case 's': a->sets[a->nsets++] = optarg; break;
+		case 'k': a->check = 1; break;
+		case 'p': a->print = 1; break;
+		case 'h': usage(stdout); return 0;
 		case 'V': printf("seerd %d.%d (protocol %u)\n", SEER_VERSION_MAJOR, SEER_VERSION_MINOR,
-				  SEER_PROTO_VERSION); cluster_fini(cl, 0); return 0;
-		default: usage(stderr); cluster_fini(cl, 2); return 2;
+				  SEER_PROTO_VERSION); return 0;
+		default: usage(stderr); return 2;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "seerd: unexpected argument '%s' (see seerd --help)\n", argv[optind]);
-		cluster_fini(cl, 2);
 		return 2;
 	}
-	struct seer_config cfg;
-	char err[1024];
-	if (cfg_init(&cfg, err, sizeof(err)) != 0)
-		goto config_error;
-	for (int i = 0; i < nfiles; i++)
-		if (cfg_load_file(&cfg, files[i], err, sizeof(err)) != 0)
-			goto config_error;
-	for (int i = 0; i < nsets; i++)
-		if (cfg_set(&cfg, sets[i], err, sizeof(err)) != 0)
-			goto config_error;
-	if (cfg_finish(&cfg, err, sizeof(err)) != 0)
-		goto config_error;
-	free(files);
-	free(sets);
-	enum log_level lvl = LOG_INFO;
-	log_parse_level(cfg.log_level, &lvl);
-	log_set_level(lvl);
-	log_set_node((int)node);
-	if (print) {
-		char *d = cfg_dump(&cfg);
-		fputs(d, stdout);
-		free(d);
-		cfg_free(&cfg);
-		cluster_fini(cl, 0);
-		return 0;
-	}
-	if (cluster_agree_config(cl, &cfg, err, sizeof(err)) != 0) {
-		if (node == 0)
-			log_error("%s", err);
-		cfg_free(&cfg);
-		cluster_fini(cl, 0);
-		return 1;
-	}
+	return -1;
+}
 
-	fmt_set_memory(cfg.format_memory); /* before the catalog: its readers share it */
+/* Defaults, then the files, then --set, then the cross-key checks. 0, or
+ * the error in err. */
+static int load_config(struct seer_config *cfg, const struct args *a, char *err, size_t errlen)
+{
+	if (cfg_init(cfg, err, errlen) != 0)
+		return -EINVAL;
+	for (int i = 0; i < a->nfiles; i++)
+		if (cfg_load_file(cfg, a->files[i], err, errlen) != 0)
+			return -EINVAL;
+	for (int i = 0; i < a->nsets; i++)
+		if (cfg_set(cfg, a->sets[i], err, errlen) != 0)
+			return -EINVAL;
+	return cfg_finish(cfg, err, errlen);
+}
+
+/* The catalog (shared by node 0), then --check's summary or the job itself.
+ * Returns the exit code; *fini the code for cluster_fini (the job's, which
+ * makes MPI abort the others when it failed; 0 before it ran). */
+static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t node,
+		 uint32_t nnodes, bool check, int *fini)
+{
+	*fini = 0;
+	char err[1024];
+	fmt_set_memory(cfg->format_memory); /* before the catalog: its readers share it */
 	char cache_dir[4096];
-	snprintf(cache_dir, sizeof(cache_dir), "%s", cfg.state_dir);
+	snprintf(cache_dir, sizeof(cache_dir), "%s", cfg->state_dir);
 	struct cat_opts co = {
-		.root = cfg.dataset_path, .format = cfg.dataset_format,
-		.params = { .hdf5_data = cfg.hdf5_data, .hdf5_labels = cfg.hdf5_labels,
-			    .npz_data = cfg.npz_data, .npz_labels = cfg.npz_labels,
-			    .npz_sample_axis = cfg.npz_sample_axis, .extensions = cfg.extensions },
-		.cache_dir = cache_dir, .rebuild = cfg.catalog_rebuild, .progress = true,
+		.root = cfg->dataset_path, .format = cfg->dataset_format,
+		.params = { .hdf5_data = cfg->hdf5_data, .hdf5_labels = cfg->hdf5_labels,
+			    .npz_data = cfg->npz_data, .npz_labels = cfg->npz_labels,
+			    .npz_sample_axis = cfg->npz_sample_axis, .extensions = cfg->extensions },
+		.cache_dir = cache_dir, .rebuild = cfg->catalog_rebuild, .progress = true,
 	};
 	struct catalog *cat;
 	int rc = cluster_share_catalog(cl, &co, &cat, err, sizeof(err));
 	if (rc != 0) {
 		log_error("%s", err);
-		cfg_free(&cfg);
-		cluster_fini(cl, 0);
 		return 1;
 	}
 	if (check) {
@@ -129,22 +117,58 @@ int main(int argc, char **argv)
 		       cat->root, (unsigned long long)cat->nsamples,
 		       fmt_size(a, sizeof(a), cat->total_bytes), cat->nfiles, cat->fmt->name,
 		       (unsigned long long)cat->hash);
-		cat_free(cat);
-		cfg_free(&cfg);
-		cluster_fini(cl, 0);
-		return 0;
+		rc = 0;
+	} else {
+		rc = *fini = server_run(cfg, cat, cl, node, nnodes);
 	}
-	rc = server_run(&cfg, cat, cl, node, nnodes);
 	cat_free(cat);
-	cfg_free(&cfg);
-	cluster_fini(cl, rc);
 	return rc;
+}
 
-config_error:
-	fprintf(stderr, "seerd: %s\n", err);
+int main(int argc, char **argv)
+{
+	log_set_prog("seerd");
+	struct cluster *cl = NULL;
+	uint32_t node = 0, nnodes = 1;
+	if (cluster_init(&cl, &argc, &argv, &node, &nnodes) != 0) {
+		fprintf(stderr, "seerd: MPI initialisation failed (launched by mpirun/srun?)\n");
+		return 1;
+	}
+	struct args a = { .files = xcalloc((size_t)argc + 1, sizeof(char *)),
+			  .sets = xcalloc((size_t)argc + 1, sizeof(char *)) };
+	struct seer_config cfg;
+	char err[1024];
+	int rc = parse_args(argc, argv, &a), fini = rc;
+	if (rc < 0 && load_config(&cfg, &a, err, sizeof(err)) != 0) {
+		fprintf(stderr, "seerd: %s\n", err);
+		cfg_free(&cfg);
+		rc = 2;
+		fini = 0; /* every node reports it: no MPI abort */
+	}
+	free(a.files);
+	free(a.sets);
+	if (rc >= 0) {
+		cluster_fini(cl, fini);
+		return rc;
+	}
+	enum log_level lvl = LOG_INFO;
+	log_parse_level(cfg.log_level, &lvl);
+	log_set_level(lvl);
+	log_set_node((int)node);
+	fini = 0;
+	if (a.print) {
+		char *d = cfg_dump(&cfg);
+		fputs(d, stdout);
+		free(d);
+		rc = 0;
+	} else if (cluster_agree_config(cl, &cfg, err, sizeof(err)) != 0) {
+		if (node == 0)
+			log_error("%s", err);
+		rc = 1;
+	} else {
+		rc = serve(&cfg, cl, node, nnodes, a.check, &fini);
+	}
 	cfg_free(&cfg);
-	free(files);
-	free(sets);
-	cluster_fini(cl, 0);
-	return 2;
+	cluster_fini(cl, fini);
+	return rc;
 }

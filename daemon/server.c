@@ -1,3 +1,12 @@
+/* The server: seerd's event loop (the dispatcher thread) around the engine.
+ *
+ * Owns the listening socket, the connections before their handshake (and
+ * seerctl's, until its reply is sent), signals, the 1 s timer, the data
+ * plane's start-up with the other nodes (join_peers) and the round the
+ * loop runs: engine work, control-plane messages, the end of the job.
+ * Everything here runs on the dispatcher thread. Failure: set-up errors are
+ * logged and the daemon exits 1; a bad connection is answered with the
+ * reason and closed; a fatal engine or cluster error stops every node. */
 #define _GNU_SOURCE
 #include "server.h"
 
@@ -18,6 +27,7 @@
 #include "../src/util.h"
 #include "cluster.h"
 #include "engine.h"
+#include "node_path.h"
 #include "seer.h"
 
 #define MAX_PENDING 256
@@ -195,6 +205,18 @@ static void ctl_reply(struct server *s, int i, int status, char *text)
 	ctl_flush(s, i);
 }
 
+/* Stop now (SIGTERM, seerctl stop, another node's stop), trainers told;
+ * the loop gives them STOP_GRACE_S. `all`: ask the other nodes too. */
+static void stop_job(struct server *s, bool all)
+{
+	engine_stop(s->e, true);
+	s->stop_deadline = now_s() + STOP_GRACE_S;
+	if (all && !s->stop_sent) {
+		cluster_stop_all(s->cl);
+		s->stop_sent = true;
+	}
+}
+
 static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *h)
 {
 	char cmd[sizeof(h->ctl) + 1];
@@ -203,20 +225,15 @@ static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *
 	if (strcmp(cmd, "status") == 0) {
 		ctl_reply(s, slot, 0, engine_status_json(s->e, SEER_STATUS_EPOCHS));
 	} else if (strcmp(cmd, "config") == 0) {
-		ctl_reply(s, slot, 0, cfg_dump(s->cfg));
+		ctl_reply(s, slot, 0, engine_config_json(s->cfg));
 	} else if (strcmp(cmd, "stop") == 0) {
 		log_info("stop requested by seerctl");
-		engine_stop(s->e, true);
-		if (!s->stop_sent) {
-			cluster_stop_all(s->cl);
-			s->stop_sent = true;
-		}
-		s->stop_deadline = now_s() + STOP_GRACE_S;
-		ctl_reply(s, slot, 0, xstrdup("{\"ok\":true,\"state\":\"stopping\"}"));
+		stop_job(s, true);
+		ctl_reply(s, slot, 0, engine_ack_json("stopping"));
 	} else if (strcmp(cmd, "drain") == 0) {
 		log_info("drain requested by seerctl: no new trainers; exit when the attached finish");
 		engine_stop(s->e, false);
-		ctl_reply(s, slot, 0, xstrdup("{\"ok\":true,\"state\":\"draining\"}"));
+		ctl_reply(s, slot, 0, engine_ack_json("draining"));
 	} else {
 		char msg[256];
 		snprintf(msg, sizeof(msg), "unknown command '%s' (status, config, drain, stop)", cmd);
@@ -315,13 +332,8 @@ static void on_signal(struct server *s)
 			}
 			log_info("%s: stopping (trainers are told; shared memory and socket are "
 				 "removed)", strsignal((int)si.ssi_signo));
-			engine_stop(s->e, true);
-			s->stop_deadline = now_s() + STOP_GRACE_S;
+			stop_job(s, true);
 			s->exit_code = 0;
-			if (!s->stop_sent) {
-				cluster_stop_all(s->cl);
-				s->stop_sent = true;
-			}
 		}
 	}
 }
@@ -389,6 +401,162 @@ static int join_peers(struct server *s, char *err, size_t errlen)
 	return rc;
 }
 
+/* The loop's own fds: SIGTERM/SIGINT through a signalfd (blocked before
+ * any thread starts, so only it sees them), epoll, and the 1 s timer. */
+static int loop_open(struct server *s)
+{
+	sigset_t mask;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	s->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (s->sfd < 0 || s->epfd < 0 || s->tfd < 0) {
+		log_error("cannot set up the event loop: %s", strerror(errno));
+		return -errno;
+	}
+	struct itimerspec its = { { 1, 0 }, { 1, 0 } };
+	timerfd_settime(s->tfd, 0, &its, NULL);
+	ep_add(s->epfd, s->sfd, EP_TAG(EP_SIGNAL, 0));
+	ep_add(s->epfd, s->tfd, EP_TAG(EP_TIMER, 0));
+	return 0;
+}
+
+/* The control plane's part of a round: local ranks to node 0, the agreed
+ * rank map, stop requests and fatal errors. false: leave the loop. */
+static bool cluster_round(struct server *s)
+{
+	uint32_t world, *ranks, nranks;
+	if (engine_roll(s->e, &world, &ranks, &nranks)) {
+		cluster_roll(s->cl, world, ranks, nranks);
+		free(ranks);
+	}
+	const char *fatal = NULL;
+	uint32_t *map;
+	if (cluster_poll(s->cl, &world, &map, &fatal)) {
+		engine_set_map(s->e, world, map);
+		free(map);
+		engine_work(s->e);
+	}
+	if (fatal) {
+		log_error("stopping: %s", fatal);
+		engine_stop(s->e, true);
+		s->exit_code = 1;
+		return false;
+	}
+	if (cluster_stop_requested(s->cl) && s->stop_deadline == 0) {
+		log_info("another node stopped the job: stopping");
+		stop_job(s, false);
+	}
+	if (engine_fatal(s->e) && !s->fatal_sent) {
+		cluster_abort_all(s->cl, engine_fatal(s->e));
+		s->fatal_sent = true;
+	}
+	return true;
+}
+
+/* The local trainers are done (or the engine stopped): one node leaves;
+ * several keep serving peers until every node is done, bounded in case a
+ * node died (shorter once a peer stopped answering the data plane).
+ * false: leave the loop. */
+static bool finished_round(struct server *s)
+{
+	if (s->nnodes == 1 || engine_fatal(s->e))
+		return false;
+	if (!s->done_sent) {
+		log_info("local trainers done; serving peers until every node is done");
+		cluster_local_done(s->cl);
+		s->done_sent = true;
+		s->done_since = now_s();
+		for (uint32_t k = 0; s->net && k < s->nnodes; k++)
+			if (k != s->node && net_peer_suspect(s->net, k))
+				s->peer_trouble = true;
+	}
+	if (cluster_all_done(s->cl))
+		return false;
+	double limit = s->cfg->done_timeout_s;
+	if (s->peer_trouble)
+		limit = MIN(limit, MAX(5.0, 10 * s->cfg->peer_timeout_ms / 1000.0));
+	if (now_s() - s->done_since > limit) {
+		log_error("other nodes did not finish within %.0f s of this one (a daemon died?): "
+			  "leaving without them", limit);
+		s->exit_code = 1;
+		return false;
+	}
+	return true;
+}
+
+/* Sleep until an event (not at all when the engine has work, briefly while
+ * the cluster needs polling) and hand each to its owner. false: leave. */
+static bool dispatch(struct server *s)
+{
+	int timeout = engine_arm(s->e) ? (cluster_busy(s->cl) ? 10 : 1000) : 0;
+	struct epoll_event evs[64];
+	int k = epoll_wait(s->epfd, evs, 64, timeout);
+	if (k < 0 && errno != EINTR) {
+		log_error("epoll_wait: %s", strerror(errno));
+		s->exit_code = 1;
+		return false;
+	}
+	for (int i = 0; i < k; i++) {
+		uint64_t tag = evs[i].data.u64;
+		switch (EP_KIND(tag)) {
+		case EP_LISTEN:
+			accept_all(s);
+			break;
+		case EP_CONN:
+			if (EP_ID(tag) < MAX_PENDING)
+				on_conn(s, EP_ID(tag));
+			break;
+		case EP_SIGNAL:
+			on_signal(s);
+			break;
+		case EP_TIMER: {
+			uint64_t v;
+			ssize_t r UNUSED = read(s->tfd, &v, sizeof(v));
+			expire_pending(s);
+			engine_tick(s->e);
+			break;
+		}
+		default:
+			engine_on_event(s->e, tag, evs[i].events);
+			break;
+		}
+	}
+	return true;
+}
+
+/* Everything after the loop: the stats file, then the data plane before the
+ * arena it sends from, then the engine, the socket and the loop's fds. */
+static void server_close(struct server *s, int rc)
+{
+	if (s->e) {
+		if (engine_fatal(s->e))
+			log_error("stopping: %s", engine_fatal(s->e));
+		else if (rc == 0 && s->stop_deadline == 0 && engine_finished(s->e))
+			log_info("job finished: all trainers done");
+		engine_write_stats(s->e);
+		if (s->net)
+			net_destroy(s->net);
+		engine_destroy(s->e);
+	}
+	if (s->lfd >= 0) {
+		close(s->lfd);
+		unlink(s->sock_path);
+	}
+	for (int i = 0; i < MAX_PENDING; i++)
+		pend_close(s, i);
+	if (s->tfd >= 0)
+		close(s->tfd);
+	if (s->sfd >= 0)
+		close(s->sfd);
+	if (s->epfd >= 0)
+		close(s->epfd);
+}
+
 int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluster *cl,
 	       unsigned node, unsigned nnodes)
 {
@@ -398,174 +566,41 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		s.pend[i].fd = -1;
 	char err[1024];
 	int rc = 1;
-
 	/* the socket path may carry the node rank (several daemons on one host) */
-	size_t n = 0;
-	for (const char *p = cfg->socket; *p && n + 12 < sizeof(s.sock_path); p++) {
-		if (p[0] == '%' && p[1] == 'n') {
-			n += (size_t)snprintf(s.sock_path + n, sizeof(s.sock_path) - n, "%u", node);
-			p++;
-		} else {
-			s.sock_path[n++] = *p;
-		}
-	}
-	s.sock_path[n] = '\0';
-
-	sigset_t mask;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	/* blocked before any thread starts, so only the signalfd sees them */
-	pthread_sigmask(SIG_BLOCK, &mask, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	s.sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	s.epfd = epoll_create1(EPOLL_CLOEXEC);
-	s.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (s.sfd < 0 || s.epfd < 0 || s.tfd < 0) {
-		log_error("cannot set up the event loop: %s", strerror(errno));
+	if (node_path(s.sock_path, sizeof(s.sock_path), cfg->socket, node) != 0) {
+		log_error("[daemon] socket %s is longer than %zu bytes with the node rank: set a "
+			  "shorter path", cfg->socket, sizeof(s.sock_path) - 1);
 		goto out;
 	}
-	struct itimerspec its = { { 1, 0 }, { 1, 0 } };
-	timerfd_settime(s.tfd, 0, &its, NULL);
-	ep_add(s.epfd, s.sfd, EP_TAG(EP_SIGNAL, 0));
-	ep_add(s.epfd, s.tfd, EP_TAG(EP_TIMER, 0));
-
+	if (loop_open(&s) != 0)
+		goto out;
 	struct engine_opts eo = { .cfg = cfg, .cat = cat, .node = node, .nnodes = nnodes,
 				  .epfd = s.epfd };
-	if (engine_create(&s.e, &eo, err, sizeof(err)) != 0) {
-		log_error("%s", err);
-		goto out;
-	}
-	if (nnodes > 1 && join_peers(&s, err, sizeof(err)) != 0) {
-		log_error("%s", err);
-		goto out;
-	}
-	if (make_listener(&s, err, sizeof(err)) != 0) {
+	if (engine_create(&s.e, &eo, err, sizeof(err)) != 0 ||
+	    (nnodes > 1 && join_peers(&s, err, sizeof(err)) != 0) ||
+	    make_listener(&s, err, sizeof(err)) != 0) {
 		log_error("%s", err);
 		goto out;
 	}
 	ep_add(s.epfd, s.lfd, EP_TAG(EP_LISTEN, 0));
-	log_info("serving job '%s' on %s", cfg->job_id, s.sock_path);
 	/* launch scripts wait for this line's file */
+	log_info("serving job '%s' on %s", cfg->job_id, s.sock_path);
 	s.exit_code = 0;
 	for (;;) {
 		engine_work(s.e);
-		uint32_t world, *ranks, nranks;
-		if (engine_roll(s.e, &world, &ranks, &nranks)) {
-			cluster_roll(cl, world, ranks, nranks);
-			free(ranks);
-		}
-		const char *fatal = NULL;
-		uint32_t *map;
-		if (cluster_poll(cl, &world, &map, &fatal)) {
-			engine_set_map(s.e, world, map);
-			free(map);
-			engine_work(s.e);
-		}
-		if (fatal) {
-			log_error("stopping: %s", fatal);
-			engine_stop(s.e, true);
-			s.exit_code = 1;
+		if (!cluster_round(&s))
 			break;
-		}
-		if (cluster_stop_requested(cl) && s.stop_deadline == 0) {
-			log_info("another node stopped the job: stopping");
-			engine_stop(s.e, true);
-			s.stop_deadline = now_s() + STOP_GRACE_S;
-		}
-		if (engine_fatal(s.e) && !s.fatal_sent) {
-			cluster_abort_all(cl, engine_fatal(s.e));
-			s.fatal_sent = true;
-		}
-		if (engine_finished(s.e)) {
-			if (nnodes == 1 || engine_fatal(s.e))
-				break;
-			/* keep serving peers until every node is done */
-			if (!s.done_sent) {
-				log_info("local trainers done; serving peers until every node is done");
-				cluster_local_done(cl);
-				s.done_sent = true;
-				s.done_since = now_s();
-				for (uint32_t k = 0; s.net && k < nnodes; k++)
-					if (k != node && net_peer_suspect(s.net, k))
-						s.peer_trouble = true;
-			}
-			if (cluster_all_done(cl))
-				break;
-			/* a node that died (and a launcher that let us live) would keep
-			 * us here forever: bounded, shorter once a peer stopped
-			 * answering the data plane */
-			double limit = cfg->done_timeout_s;
-			if (s.peer_trouble)
-				limit = MIN(limit, MAX(5.0, 10 * cfg->peer_timeout_ms / 1000.0));
-			if (now_s() - s.done_since > limit) {
-				log_error("other nodes did not finish within %.0f s of this one (a daemon died?): "
-					  "leaving without them", limit);
-				s.exit_code = 1;
-				break;
-			}
-		}
+		if (engine_finished(s.e) && !finished_round(&s))
+			break;
 		if (s.stop_deadline > 0 && now_s() >= s.stop_deadline && !s.done_sent) {
 			log_warn("trainers still attached after %.0f s; exiting anyway", STOP_GRACE_S);
 			break;
 		}
-		int timeout = engine_arm(s.e) ? (cluster_busy(cl) ? 10 : 1000) : 0;
-		struct epoll_event evs[64];
-		int k = epoll_wait(s.epfd, evs, 64, timeout);
-		if (k < 0 && errno != EINTR) {
-			log_error("epoll_wait: %s", strerror(errno));
-			s.exit_code = 1;
+		if (!dispatch(&s))
 			break;
-		}
-		for (int i = 0; i < k; i++) {
-			uint64_t tag = evs[i].data.u64;
-			switch (EP_KIND(tag)) {
-			case EP_LISTEN:
-				accept_all(&s);
-				break;
-			case EP_CONN:
-				if (EP_ID(tag) < MAX_PENDING)
-					on_conn(&s, EP_ID(tag));
-				break;
-			case EP_SIGNAL:
-				on_signal(&s);
-				break;
-			case EP_TIMER: {
-				uint64_t v;
-				ssize_t r UNUSED = read(s.tfd, &v, sizeof(v));
-				expire_pending(&s);
-				engine_tick(s.e);
-				break;
-			}
-			default:
-				engine_on_event(s.e, tag, evs[i].events);
-				break;
-			}
-		}
 	}
 	rc = engine_fatal(s.e) ? 1 : s.exit_code;
 out:
-	if (s.e) {
-		if (engine_fatal(s.e))
-			log_error("stopping: %s", engine_fatal(s.e));
-		else if (rc == 0 && s.stop_deadline == 0 && engine_finished(s.e))
-			log_info("job finished: all trainers done");
-		engine_write_stats(s.e);
-		if (s.net)
-			net_destroy(s.net); /* before the arena it sends from goes away */
-		engine_destroy(s.e);
-	}
-	if (s.lfd >= 0) {
-		close(s.lfd);
-		unlink(s.sock_path);
-	}
-	for (int i = 0; i < MAX_PENDING; i++)
-		pend_close(&s, i);
-	if (s.tfd >= 0)
-		close(s.tfd);
-	if (s.sfd >= 0)
-		close(s.sfd);
-	if (s.epfd >= 0)
-		close(s.epfd);
+	server_close(&s, rc);
 	return rc;
 }

@@ -738,3 +738,19 @@ char *cfg_dump_job(const struct seer_config *c)
 	}
 	return out;
 }
+
+bool cfg_item(const struct seer_config *c, size_t i, struct cfg_item *out)
+{
+	if (i >= NKEYS)
+		return false;
+	const struct cfg_key *k = &keys[i];
+	static const char kinds[] = { [CFG_STR] = 's', [CFG_U64] = 'u', [CFG_SIZE] = 'u',
+				      [CFG_BOOL] = 'b', [CFG_DOUBLE] = 'd', [CFG_ENUM] = 's',
+				      [CFG_LOGLEVEL] = 's' };
+	out->section = k->section;
+	out->name = k->name;
+	out->origin = c->origin && c->origin[i] ? c->origin[i] : "default";
+	out->kind = kinds[k->type];
+	value_str(c, k, out->value, sizeof(out->value));
+	return true;
+}

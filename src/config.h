@@ -110,4 +110,16 @@ int cfg_transform(const struct seer_config *c, struct xf_params *p, char *err, s
 /* [job] resume as (epoch, step); -ENOENT when unset or "auto". */
 int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step);
 
+/* Key i of the table (0, 1, ... in --help order) with its effective value
+ * as text (as cfg_dump writes it, '$' not doubled) and where it was set.
+ * kind: 's' text, 'u' unsigned integer (sizes in bytes), 'b' true/false,
+ * 'd' number. false past the last key. section/name/origin stay valid as
+ * long as c. */
+struct cfg_item {
+	const char *section, *name, *origin;
+	char kind;
+	char value[1024];
+};
+bool cfg_item(const struct seer_config *c, size_t i, struct cfg_item *out);
+
 #endif /* SEER_CONFIG_H */

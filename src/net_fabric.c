@@ -770,6 +770,12 @@ static void slot_post(struct net *n, uint32_t i)
 	n->repost[n->nrepost++] = i;
 }
 
+/* id names a data fetch this node issued (answers to anything else are bogus). */
+static bool own_fetch_id(const struct net *n, uint64_t id)
+{
+	return (id & ID_DATA_BIT) && ((id & ~ID_DATA_BIT) >> ID_NODE_SHIFT) == n->o.node;
+}
+
 static void on_ctrl(struct net *n, const uint8_t *buf, size_t len, uint64_t now)
 {
 	struct wire_msg m;
@@ -799,16 +805,14 @@ static void on_ctrl(struct net *n, const uint8_t *buf, size_t len, uint64_t now)
 		on_request(n, &m, now);
 		break;
 	case MSG_NAK:
-		if (((m.id & ~ID_DATA_BIT) >> ID_NODE_SHIFT) != n->o.node || !(m.id & ID_DATA_BIT) ||
-		    m.arg == 0 || m.arg >= 4096 || m.budget_ms != 0) {
+		if (!own_fetch_id(n, m.id) || m.arg == 0 || m.arg >= 4096 || m.budget_ms != 0) {
 			count_bad(n, "NAK fields", m.id);
 			return;
 		}
 		on_nak(n, &m, now);
 		break;
 	case MSG_QUEUED:
-		if (((m.id & ~ID_DATA_BIT) >> ID_NODE_SHIFT) != n->o.node || !(m.id & ID_DATA_BIT) ||
-		    m.arg != 0 || m.budget_ms == 0) {
+		if (!own_fetch_id(n, m.id) || m.arg != 0 || m.budget_ms == 0) {
 			count_bad(n, "QUEUED fields", m.id);
 			return;
 		}
@@ -1345,18 +1349,16 @@ void net_destroy(struct net *n)
 	free(n);
 }
 
-int net_create(struct net **out, const struct net_opts *o, void **addr, size_t *addrlen,
-	       char *err, size_t errlen)
+/* A libfabric call `what` failed with rc (negative or positive). */
+static int fi_failed(const struct net *n, int rc, const char *what, char *err, size_t errlen)
 {
-	*out = NULL;
-	if (addr)
-		*addr = NULL;
-	if (!o || !o->lookup || o->nnodes == 0 || o->node >= o->nnodes || o->nnodes > ID_NODE_MAX ||
-	    !addr || !addrlen || (o->region_len && !o->region))
-		return fail(err, errlen, -EINVAL,
-			    "net: invalid options (node %u of %u nodes, lookup %s, region %p+%zu)",
-			    o ? o->node : 0, o ? o->nnodes : 0, o && o->lookup ? "set" : "missing",
-			    o ? o->region : NULL, o ? o->region_len : 0);
+	return fail(err, errlen, rc < 0 ? rc : -rc, "libfabric provider '%s': %s failed: %s", n->prov,
+		    what, fi_strerror(rc < 0 ? -rc : rc));
+}
+
+/* The net object: options, locks, maps, per-peer state; no fabric yet. */
+static struct net *net_alloc(const struct net_opts *o)
+{
 	struct net *n = xcalloc(1, sizeof(*n));
 	n->o = *o;
 	str_copy(n->prov, sizeof(n->prov), o->provider && o->provider[0] ? o->provider
@@ -1373,158 +1375,167 @@ int net_create(struct net **out, const struct net_opts *o, void **addr, size_t *
 	n->suspect_until = xcalloc(o->nnodes, sizeof(*n->suspect_until));
 	n->peer_blocked = xcalloc(o->nnodes, 1);
 	n->blocked = xcalloc(o->nnodes, sizeof(*n->blocked));
+	return n;
+}
 
-	int rc;
-	const char *what;
+/* The provider's description (fi_getinfo), and whether it can carry seer's
+ * control messages. */
+static int open_info(struct net *n, char *err, size_t errlen)
+{
 	struct fi_info *hints = make_hints(n->prov);
-	if (!hints) {
-		rc = fail(err, errlen, -ENOMEM, "net: out of memory");
-		goto out;
-	}
-	rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, hints,
-			&n->info);
+	if (!hints)
+		return fail(err, errlen, -ENOMEM, "net: out of memory");
+	int rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, hints,
+			    &n->info);
 	fi_freeinfo(hints);
 	if (rc) {
 		char avail[512];
 		list_providers(avail, sizeof(avail));
 		const char *env = getenv("FI_PROVIDER");
-		rc = fail(err, errlen, rc,
-			  "libfabric provider '%s' not available here (fi_getinfo: %s): set [net] "
-			  "provider or FI_PROVIDER to one of: %s%s%s%s",
-			  n->prov, fi_strerror(-rc), avail, env ? " (FI_PROVIDER=" : "",
-			  env ? env : "", env ? " is set and limits this list)" : "");
-		goto out;
+		return fail(err, errlen, rc,
+			    "libfabric provider '%s' not available here (fi_getinfo: %s): set [net] "
+			    "provider or FI_PROVIDER to one of: %s%s%s%s",
+			    n->prov, fi_strerror(-rc), avail, env ? " (FI_PROVIDER=" : "",
+			    env ? env : "", env ? " is set and limits this list)" : "");
 	}
-	if (n->info->tx_attr->inject_size < sizeof(struct wire_msg)) {
-		rc = fail(err, errlen, -ENOTSUP,
-			  "libfabric provider '%s' injects only %zu bytes, seer's control "
-			  "messages need %zu: choose another [net] provider",
-			  n->info->fabric_attr->prov_name, n->info->tx_attr->inject_size,
-			  sizeof(struct wire_msg));
-		goto out;
-	}
+	if (n->info->tx_attr->inject_size < sizeof(struct wire_msg))
+		return fail(err, errlen, -ENOTSUP,
+			    "libfabric provider '%s' injects only %zu bytes, seer's control "
+			    "messages need %zu: choose another [net] provider",
+			    n->info->fabric_attr->prov_name, n->info->tx_attr->inject_size,
+			    sizeof(struct wire_msg));
 	n->max_len = MIN(NET_MAX_LEN, (uint64_t)n->info->ep_attr->max_msg_size);
 	n->mr_local = (n->info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+	return 0;
+}
 
-	what = "fi_fabric";
-	rc = fi_fabric(n->info->fabric_attr, &n->fabric, NULL);
+/* Fabric, domain, completion queue, address vector and the endpoint bound
+ * to them, enabled. */
+static int open_endpoint(struct net *n, char *err, size_t errlen)
+{
+	int rc = fi_fabric(n->info->fabric_attr, &n->fabric, NULL);
 	if (rc)
-		goto fi_fail;
-	what = "fi_domain";
-	rc = fi_domain(n->fabric, n->info, &n->domain, NULL);
-	if (rc)
-		goto fi_fail;
-
+		return fi_failed(n, rc, "fi_fabric", err, errlen);
+	if ((rc = fi_domain(n->fabric, n->info, &n->domain, NULL)))
+		return fi_failed(n, rc, "fi_domain", err, errlen);
 	struct fi_cq_attr cqa = {
 		.format = FI_CQ_FORMAT_TAGGED,
 		.wait_obj = FI_WAIT_UNSPEC,
 		/* room for every operation that can be outstanding, and then some */
 		.size = MAX(n->info->tx_attr->size + n->info->rx_attr->size, 8192),
 	};
-	what = "fi_cq_open";
 	rc = fi_cq_open(n->domain, &cqa, &n->cq, NULL);
 	if (rc) {
 		cqa.size = 0; /* the provider's default */
 		rc = fi_cq_open(n->domain, &cqa, &n->cq, NULL);
 	}
 	if (rc)
-		goto fi_fail;
-	struct fi_av_attr ava = { .type = FI_AV_TABLE, .count = o->nnodes };
-	what = "fi_av_open";
-	rc = fi_av_open(n->domain, &ava, &n->av, NULL);
-	if (rc)
-		goto fi_fail;
-	what = "fi_endpoint";
-	rc = fi_endpoint(n->domain, n->info, &n->ep, NULL);
-	if (rc)
-		goto fi_fail;
-	what = "fi_ep_bind (address vector)";
-	rc = fi_ep_bind(n->ep, &n->av->fid, 0);
-	if (rc)
-		goto fi_fail;
-	what = "fi_ep_bind (completion queue)";
-	rc = fi_ep_bind(n->ep, &n->cq->fid, FI_TRANSMIT | FI_RECV);
-	if (rc)
-		goto fi_fail;
-	what = "fi_enable";
-	rc = fi_enable(n->ep);
-	if (rc)
-		goto fi_fail;
+		return fi_failed(n, rc, "fi_cq_open", err, errlen);
+	struct fi_av_attr ava = { .type = FI_AV_TABLE, .count = n->o.nnodes };
+	if ((rc = fi_av_open(n->domain, &ava, &n->av, NULL)))
+		return fi_failed(n, rc, "fi_av_open", err, errlen);
+	if ((rc = fi_endpoint(n->domain, n->info, &n->ep, NULL)))
+		return fi_failed(n, rc, "fi_endpoint", err, errlen);
+	if ((rc = fi_ep_bind(n->ep, &n->av->fid, 0)))
+		return fi_failed(n, rc, "fi_ep_bind (address vector)", err, errlen);
+	if ((rc = fi_ep_bind(n->ep, &n->cq->fid, FI_TRANSMIT | FI_RECV)))
+		return fi_failed(n, rc, "fi_ep_bind (completion queue)", err, errlen);
+	if ((rc = fi_enable(n->ep)))
+		return fi_failed(n, rc, "fi_enable", err, errlen);
+	return 0;
+}
 
+/* The control receive slots and the region, registered with the provider
+ * (required under FI_MR_LOCAL, else used when it works). */
+static int register_memory(struct net *n, char *err, size_t errlen)
+{
 	/* control receive slots: a quarter of the receive queue at most */
 	n->nslots = (uint32_t)MIN((size_t)CTRL_SLOTS_MAX, MAX(n->info->rx_attr->size / 4, 8));
 	n->slots = xcalloc(n->nslots, sizeof(*n->slots));
 	n->repost = xcalloc(n->nslots, sizeof(*n->repost));
 	for (uint32_t i = 0; i < n->nslots; i++)
 		n->slots[i].c.kind = CTX_SLOT;
-	what = "fi_mr_reg (control buffers)";
 	/* keys are ignored under FI_MR_PROV_KEY, else they must differ */
-	rc = fi_mr_reg(n->domain, n->slots, n->nslots * sizeof(*n->slots), FI_SEND | FI_RECV, 0, 1, 0,
-		       &n->ctrl_mr, NULL);
+	int rc = fi_mr_reg(n->domain, n->slots, n->nslots * sizeof(*n->slots), FI_SEND | FI_RECV, 0,
+			   1, 0, &n->ctrl_mr, NULL);
 	if (rc && n->mr_local)
-		goto fi_fail;
-	if (rc) {
+		return fi_failed(n, rc, "fi_mr_reg (control buffers)", err, errlen);
+	if (rc)
 		n->ctrl_mr = NULL;
-	} else {
+	else
 		n->ctrl_desc = fi_mr_desc(n->ctrl_mr);
+	if (!n->o.region_len)
+		return 0;
+	rc = fi_mr_reg(n->domain, n->o.region, n->o.region_len, FI_SEND | FI_RECV, 0, 2, 0,
+		       &n->region_mr, NULL);
+	if (rc == 0) {
+		n->region_desc = fi_mr_desc(n->region_mr);
+		return 0;
 	}
-	if (o->region_len) {
-		rc = fi_mr_reg(n->domain, o->region, o->region_len, FI_SEND | FI_RECV, 0, 2, 0,
-			       &n->region_mr, NULL);
-		if (rc) {
-			n->region_mr = NULL;
-			if (n->mr_local) {
-				rc = fail(err, errlen, rc,
-					  "libfabric provider '%s' could not register the %zu-byte "
-					  "region (fi_mr_reg: %s): check the locked-memory limit "
-					  "(ulimit -l) or choose another [net] provider",
-					  n->info->fabric_attr->prov_name, o->region_len,
-					  fi_strerror(-rc));
-				goto out;
-			}
-			log_warn("net: registering the region with '%s' failed (%s); continuing "
-				 "without (the provider does not need it)",
-				 n->info->fabric_attr->prov_name, fi_strerror(-rc));
-		} else {
-			n->region_desc = fi_mr_desc(n->region_mr);
-		}
-	}
+	n->region_mr = NULL;
+	if (n->mr_local)
+		return fail(err, errlen, rc,
+			    "libfabric provider '%s' could not register the %zu-byte region "
+			    "(fi_mr_reg: %s): check the locked-memory limit (ulimit -l) or choose "
+			    "another [net] provider",
+			    n->info->fabric_attr->prov_name, n->o.region_len, fi_strerror(-rc));
+	log_warn("net: registering the region with '%s' failed (%s); continuing without (the "
+		 "provider does not need it)", n->info->fabric_attr->prov_name, fi_strerror(-rc));
+	return 0;
+}
 
+/* The endpoint's address (malloc'd, for the other nodes) and the event fd. */
+static int local_address(struct net *n, void **addr, size_t *addrlen, char *err, size_t errlen)
+{
 	size_t alen = 0;
-	rc = fi_getname(&n->ep->fid, NULL, &alen);
-	if (rc != -FI_ETOOSMALL || alen == 0) {
-		what = "fi_getname";
-		rc = rc ? rc : -FI_EOTHER;
-		goto fi_fail;
-	}
+	int rc = fi_getname(&n->ep->fid, NULL, &alen);
+	if (rc != -FI_ETOOSMALL || alen == 0)
+		return fi_failed(n, rc ? rc : -FI_EOTHER, "fi_getname", err, errlen);
 	void *a = xmalloc(alen);
-	what = "fi_getname";
-	rc = fi_getname(&n->ep->fid, a, &alen);
-	if (rc) {
+	if ((rc = fi_getname(&n->ep->fid, a, &alen))) {
 		free(a);
-		goto fi_fail;
+		return fi_failed(n, rc, "fi_getname", err, errlen);
 	}
 	n->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (n->efd < 0) {
 		free(a);
-		rc = fail(err, errlen, -errno, "net: eventfd: %s", strerror(errno));
-		goto out;
+		return fail(err, errlen, -errno, "net: eventfd: %s", strerror(errno));
 	}
 	*addr = a;
 	*addrlen = alen;
+	return 0;
+}
+
+int net_create(struct net **out, const struct net_opts *o, void **addr, size_t *addrlen,
+	       char *err, size_t errlen)
+{
+	*out = NULL;
+	if (addr)
+		*addr = NULL;
+	if (!o || !o->lookup || o->nnodes == 0 || o->node >= o->nnodes || o->nnodes > ID_NODE_MAX ||
+	    !addr || !addrlen || (o->region_len && !o->region))
+		return fail(err, errlen, -EINVAL,
+			    "net: invalid options (node %u of %u nodes, lookup %s, region %p+%zu)",
+			    o ? o->node : 0, o ? o->nnodes : 0, o && o->lookup ? "set" : "missing",
+			    o ? o->region : NULL, o ? o->region_len : 0);
+	struct net *n = net_alloc(o);
+	int rc = open_info(n, err, errlen);
+	if (rc == 0)
+		rc = open_endpoint(n, err, errlen);
+	if (rc == 0)
+		rc = register_memory(n, err, errlen);
+	if (rc == 0)
+		rc = local_address(n, addr, addrlen, err, errlen);
+	if (rc != 0) {
+		net_destroy(n);
+		return rc;
+	}
 	*out = n;
 	log_debug("net: node %u on '%s' (%s, domain %s), mr_mode %#x, inject %zu, %u control slots",
 		  n->o.node, n->info->fabric_attr->prov_name, n->info->fabric_attr->name,
 		  n->info->domain_attr->name, (unsigned)n->info->domain_attr->mr_mode,
 		  n->info->tx_attr->inject_size, n->nslots);
 	return 0;
-
-fi_fail:
-	rc = fail(err, errlen, rc < 0 ? rc : -rc, "libfabric provider '%s': %s failed: %s",
-		  n->prov, what, fi_strerror(rc < 0 ? -rc : rc));
-out:
-	net_destroy(n);
-	return rc;
 }
 
 int net_start(struct net *n, const void *addrs, size_t addrlen, char *err, size_t errlen)

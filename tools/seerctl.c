@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,132 +33,23 @@ static void usage(FILE *out)
 		"$SEER_JOB_ID or $SLURM_JOB_ID (as seerd and libseer derive it).\n");
 }
 
-/* ---- a small JSON reader for rendering `status` ----------------------- */
+/* ---- reading the replies (JSON, libjansson) ------------------------------------ */
 
-enum jt { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
-
-struct jv {
-	enum jt t;
-	double num;
-	bool b;
-	char *str;              /* J_STR; also the key of an object member */
-	struct jv *kids;        /* J_ARR / J_OBJ */
-	size_t n;
-	char *key;
-};
-
-static void jskip(const char **p)
+static double jnum(const json_t *o, const char *key)
 {
-	while (**p == ' ' || **p == '\n' || **p == '\t' || **p == '\r')
-		(*p)++;
+	json_t *v = json_object_get(o, key);
+	return json_is_number(v) ? json_number_value(v) : 0;
 }
 
-static char *jstr(const char **p)
+static const char *jtext(const json_t *o, const char *key)
 {
-	size_t cap = 32, n = 0;
-	char *out = xmalloc(cap);
-	(*p)++; /* opening quote */
-	while (**p && **p != '"') {
-		char c = *(*p)++;
-		if (c == '\\' && **p) {
-			c = *(*p)++;
-			c = c == 'n' ? '\n' : c == 't' ? '\t' : c;
-		}
-		if (n + 2 > cap)
-			out = xrealloc(out, cap *= 2);
-		out[n++] = c;
-	}
-	if (**p == '"')
-		(*p)++;
-	out[n] = '\0';
-	return out;
+	const char *t = json_string_value(json_object_get(o, key));
+	return t ? t : "";
 }
 
-static bool jparse(const char **p, struct jv *v, int depth)
+static bool jbool(const json_t *o, const char *key)
 {
-	memset(v, 0, sizeof(*v));
-	jskip(p);
-	if (depth > 32)
-		return false;
-	char c = **p;
-	if (c == '{' || c == '[') {
-		v->t = c == '{' ? J_OBJ : J_ARR;
-		(*p)++;
-		size_t cap = 0;
-		for (;;) {
-			jskip(p);
-			if (**p == (v->t == J_OBJ ? '}' : ']')) {
-				(*p)++;
-				return true;
-			}
-			if (v->n == cap)
-				v->kids = xrealloc(v->kids, (cap = cap ? cap * 2 : 8) * sizeof(*v->kids));
-			char *key = NULL;
-			if (v->t == J_OBJ) {
-				if (**p != '"')
-					return false;
-				key = jstr(p);
-				jskip(p);
-				if (**p != ':')
-					return false;
-				(*p)++;
-			}
-			if (!jparse(p, &v->kids[v->n], depth + 1))
-				return false;
-			v->kids[v->n++].key = key;
-			jskip(p);
-			if (**p == ',')
-				(*p)++;
-		}
-	}
-	if (c == '"') {
-		v->t = J_STR;
-		v->str = jstr(p);
-		return true;
-	}
-	if (!strncmp(*p, "true", 4) || !strncmp(*p, "false", 5)) {
-		v->t = J_BOOL;
-		v->b = **p == 't';
-		*p += v->b ? 4 : 5;
-		return true;
-	}
-	if (!strncmp(*p, "null", 4)) {
-		*p += 4;
-		return true;
-	}
-	char *end;
-	v->t = J_NUM;
-	v->num = strtod(*p, &end);
-	if (end == *p)
-		return false;
-	*p = end;
-	return true;
-}
-
-static void jfree(struct jv *v)
-{
-	for (size_t i = 0; i < v->n; i++) {
-		free(v->kids[i].key);
-		jfree(&v->kids[i]);
-	}
-	free(v->kids);
-	free(v->str);
-}
-
-static const struct jv *jget(const struct jv *o, const char *key)
-{
-	static const struct jv none;
-	for (size_t i = 0; o && o->t == J_OBJ && i < o->n; i++)
-		if (!strcmp(o->kids[i].key, key))
-			return &o->kids[i];
-	return &none;
-}
-
-static double jnum(const struct jv *o, const char *key) { return jget(o, key)->num; }
-static const char *jtext(const struct jv *o, const char *key)
-{
-	const struct jv *v = jget(o, key);
-	return v->t == J_STR ? v->str : "";
+	return json_is_true(json_object_get(o, key));
 }
 
 static const char *sz(char *buf, double bytes)
@@ -164,29 +57,23 @@ static const char *sz(char *buf, double bytes)
 	return fmt_size(buf, 32, (uint64_t)(bytes < 0 ? 0 : bytes));
 }
 
-/* `seerctl status` for people */
-static int render_status(const char *text, FILE *out)
+/* `seerctl status` for people: the daemon, its caches and sources */
+static void render_head(const json_t *root, FILE *out)
 {
-	struct jv root;
-	const char *p = text;
-	if (!jparse(&p, &root, 0) || root.t != J_OBJ) {
-		jfree(&root);
-		return -1;
-	}
 	char a[32], b[32], c[32];
-	const struct jv *ds = jget(&root, "dataset"), *ca = jget(&root, "cache");
-	const struct jv *io = jget(&root, "io"), *src = jget(&root, "sources");
+	const json_t *ds = json_object_get(root, "dataset"), *ca = json_object_get(root, "cache");
+	const json_t *io = json_object_get(root, "io"), *src = json_object_get(root, "sources");
 	fprintf(out, "seerd node %g of %g  pid %g  job %s  %s  up %.1f s  (%g trainers, %g epochs of "
-		"%g steps)\n", jnum(&root, "node"), jnum(&root, "nodes"), jnum(&root, "pid"),
-		jtext(&root, "job_id"), jtext(&root, "state"), jnum(&root, "uptime_s"),
-		jnum(&root, "world"), jnum(&root, "job_epochs"), jnum(&root, "batches_per_epoch"));
+		"%g steps)\n", jnum(root, "node"), jnum(root, "nodes"), jnum(root, "pid"),
+		jtext(root, "job_id"), jtext(root, "state"), jnum(root, "uptime_s"),
+		jnum(root, "world"), jnum(root, "job_epochs"), jnum(root, "batches_per_epoch"));
 	fprintf(out, "dataset   %g samples, %s, %g files, format %s\n", jnum(ds, "samples"),
 		sz(a, jnum(ds, "bytes")), jnum(ds, "files"), jtext(ds, "format"));
 	fprintf(out, "RAM       %g of %g planned samples loaded (%s, capacity %s); staging %s\n",
 		jnum(ca, "ram_loaded_samples"), jnum(ca, "ram_planned_samples"),
 		sz(a, jnum(ca, "ram_loaded_bytes")), sz(b, jnum(ca, "ram_capacity")),
 		sz(c, jnum(ca, "staging_capacity")));
-	if (jget(ca, "nvme_enabled")->b)
+	if (jbool(ca, "nvme_enabled"))
 		fprintf(out, "NVMe      %g of %g planned samples written (%s, capacity %s)\n",
 			jnum(ca, "nvme_loaded_samples"), jnum(ca, "nvme_planned_samples"),
 			sz(a, jnum(ca, "nvme_loaded_bytes")), sz(b, jnum(ca, "nvme_capacity")));
@@ -194,39 +81,51 @@ static int render_status(const char *text, FILE *out)
 		fprintf(out, "NVMe      off\n");
 	fprintf(out, "I/O       %g threads, %g reads pending; %s\n", jnum(io, "threads"),
 		jnum(io, "pending"), jtext(io, "placement"));
-	fprintf(out, "topology  %s\n", jtext(&root, "topology"));
+	fprintf(out, "topology  %s\n", jtext(root, "topology"));
 	fprintf(out, "sources  ");
-	for (size_t i = 0; i < src->n; i++) {
-		const struct jv *x = &src->kids[i];
+	const char *name;
+	const json_t *x;
+	json_object_foreach((json_t *)src, name, x) {
 		if (jnum(x, "reads") > 0)
-			fprintf(out, " %s: %g reads, %.2f ms, %.0f MB/s;", x->key, jnum(x, "reads"),
+			fprintf(out, " %s: %g reads, %.2f ms, %.0f MB/s;", name, jnum(x, "reads"),
 				jnum(x, "latency_ms"), jnum(x, "mb_per_s"));
 		else
-			fprintf(out, " %s: -;", x->key);
+			fprintf(out, " %s: -;", name);
 	}
-	fprintf(out, "  step %.2f ms\n", jnum(&root, "step_ms"));
-	const struct jv *tr = jget(&root, "trainers");
+	fprintf(out, "  step %.2f ms\n", jnum(root, "step_ms"));
+}
+
+static void render_trainers(const json_t *root, FILE *out)
+{
+	char a[32], b[32];
+	const json_t *tr = json_object_get(root, "trainers");
 	fprintf(out, "\n%-5s %-8s %-9s %-11s %-5s %-5s %-21s %s\n", "rank", "pid", "state",
 		"epoch:step", "lead", "held", "staging", "stall (count)");
-	for (size_t i = 0; i < tr->n; i++) {
-		const struct jv *t = &tr->kids[i];
+	size_t i;
+	const json_t *t;
+	json_array_foreach(tr, i, t) {
 		char pos[32], stg[64];
 		snprintf(pos, sizeof(pos), "%g:%g", jnum(t, "epoch"), jnum(t, "step"));
 		snprintf(stg, sizeof(stg), "%s / %s", sz(a, jnum(t, "staging_used")),
 			 sz(b, jnum(t, "staging_capacity")));
 		fprintf(out, "%-5g %-8g %-9s %-11s %-5g %-5g %-21s %.3f s (%g)\n", jnum(t, "rank"),
-			jnum(t, "pid"), jget(t, "done")->b ? "done" : jget(t, "attached")->b ? "attached"
+			jnum(t, "pid"), jbool(t, "done") ? "done" : jbool(t, "attached") ? "attached"
 			: "gone", pos, jnum(t, "prefetch_lead"), jnum(t, "held"), stg,
 			jnum(t, "stall_s"), jnum(t, "stalls"));
 	}
-	const struct jv *ep = jget(&root, "epochs");
-	if (jnum(&root, "epochs_omitted") > 0)
+}
+
+static void render_epochs(const json_t *root, FILE *out)
+{
+	const json_t *ep = json_object_get(root, "epochs");
+	if (jnum(root, "epochs_omitted") > 0)
 		fprintf(out, "\n(%g earlier epochs not shown: every epoch is in the stats file)",
-			jnum(&root, "epochs_omitted"));
+			jnum(root, "epochs_omitted"));
 	fprintf(out, "\n%-6s %-9s %-9s %-7s %-11s %-11s %-11s %s\n", "epoch", "samples", "seconds",
 		"RAM %", "NVMe", "peers", "PFS", "failed");
-	for (size_t i = 0; i < ep->n; i++) {
-		const struct jv *e = &ep->kids[i];
+	size_t i;
+	const json_t *e;
+	json_array_foreach(ep, i, e) {
 		char nv[32], pe[32], pf[32];
 		double secs = jnum(e, "seconds");
 		char sec[32];
@@ -240,7 +139,97 @@ static int render_status(const char *text, FILE *out)
 			sz(nv, jnum(e, "nvme_bytes")), sz(pe, jnum(e, "peer_bytes")),
 			sz(pf, jnum(e, "pfs_bytes")), jnum(e, "failed_batches"));
 	}
-	jfree(&root);
+}
+
+/* `seerctl status` for people; -1 when the reply is not a JSON object. */
+static int render_status(const char *text, FILE *out)
+{
+	json_t *root = json_loads(text, 0, NULL);
+	if (!json_is_object(root)) {
+		json_decref(root);
+		return -1;
+	}
+	render_head(root, out);
+	render_trainers(root, out);
+	render_epochs(root, out);
+	json_decref(root);
+	return 0;
+}
+
+/* `seerctl config` for people: the INI text of the reply. */
+static int render_config(const char *text, FILE *out)
+{
+	json_t *root = json_loads(text, 0, NULL);
+	const char *ini = json_string_value(json_object_get(root, "ini"));
+	if (ini)
+		fputs(ini, out);
+	json_decref(root);
+	return ini ? 0 : -1;
+}
+
+/* Send cmd to the seerd at sock and read its reply: *text (malloc'd) and
+ * *status. 0, or the exit code after saying why on stderr. */
+static int ask(const char *sock, const char *cmd, char **out, int *status)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(sock) >= sizeof(sa.sun_path)) {
+		fprintf(stderr, "seerctl: socket path %s too long\n", sock);
+		return 2;
+	}
+	strcpy(sa.sun_path, sock);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		fprintf(stderr, "seerctl: no seerd at %s: %s\n", sock, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return 1;
+	}
+	struct seer_msg_hello h = { .magic = SEER_MAGIC_HELLO, .kind = SEER_MSG_CTL,
+				    .version = SEER_PROTO_VERSION };
+	snprintf(h.ctl, sizeof(h.ctl), "%s", cmd);
+	if (sock_send(fd, &h, sizeof(h), NULL, 0) != (ssize_t)sizeof(h)) {
+		fprintf(stderr, "seerctl: sending to %s failed\n", sock);
+		close(fd);
+		return 1;
+	}
+	size_t cap = 1 << 16, len = 0;
+	char *text = xmalloc(cap);
+	char *pkt = xmalloc(sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK);
+	*status = 0;
+	int rc = 0;
+	for (;;) {
+		ssize_t n = sock_recv(fd, pkt, sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK,
+				      NULL, NULL, 0);
+		struct seer_msg_ctl_reply r;
+		if (n < (ssize_t)sizeof(r)) {
+			fprintf(stderr, "seerctl: the daemon closed the connection without an answer\n");
+			rc = 1;
+			break;
+		}
+		memcpy(&r, pkt, sizeof(r));
+		if (r.kind != SEER_MSG_CTL_REPLY || r.len > (size_t)n - sizeof(r)) {
+			fprintf(stderr, "seerctl: malformed reply (daemon of another version?)\n");
+			rc = 1;
+			break;
+		}
+		if (len + r.len + 1 > cap) {
+			cap = (len + r.len + 1) * 2;
+			text = xrealloc(text, cap);
+		}
+		memcpy(text + len, pkt + sizeof(r), r.len);
+		len += r.len;
+		*status = r.status;
+		if (!r.more)
+			break;
+	}
+	text[len] = '\0';
+	close(fd);
+	free(pkt);
+	if (rc != 0) {
+		free(text);
+		return rc;
+	}
+	*out = text;
 	return 0;
 }
 
@@ -283,64 +272,24 @@ int main(int argc, char **argv)
 		}
 		sock = path;
 	}
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(sock) >= sizeof(sa.sun_path)) {
-		fprintf(stderr, "seerctl: socket path %s too long\n", sock);
-		return 2;
-	}
-	strcpy(sa.sun_path, sock);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		fprintf(stderr, "seerctl: no seerd at %s: %s\n", sock, strerror(errno));
-		return 1;
-	}
-	struct seer_msg_hello h = { .magic = SEER_MAGIC_HELLO, .kind = SEER_MSG_CTL,
-				    .version = SEER_PROTO_VERSION };
-	snprintf(h.ctl, sizeof(h.ctl), "%s", cmd);
-	if (sock_send(fd, &h, sizeof(h), NULL, 0) != (ssize_t)sizeof(h)) {
-		fprintf(stderr, "seerctl: sending to %s failed\n", sock);
-		return 1;
-	}
-	size_t cap = 1 << 16, len = 0;
-	char *text = xmalloc(cap);
-	char *pkt = xmalloc(sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK);
-	int status = 0;
-	for (;;) {
-		ssize_t n = sock_recv(fd, pkt, sizeof(struct seer_msg_ctl_reply) + SEER_CTL_CHUNK,
-				      NULL, NULL, 0);
-		struct seer_msg_ctl_reply r;
-		if (n < (ssize_t)sizeof(r)) {
-			fprintf(stderr, "seerctl: the daemon closed the connection without an answer\n");
-			return 1;
-		}
-		memcpy(&r, pkt, sizeof(r));
-		if (r.kind != SEER_MSG_CTL_REPLY || r.len > (size_t)n - sizeof(r)) {
-			fprintf(stderr, "seerctl: malformed reply (daemon of another version?)\n");
-			return 1;
-		}
-		if (len + r.len + 1 > cap) {
-			cap = (len + r.len + 1) * 2;
-			text = xrealloc(text, cap);
-		}
-		memcpy(text + len, pkt + sizeof(r), r.len);
-		len += r.len;
-		status = r.status;
-		if (!r.more)
-			break;
-	}
-	text[len] = '\0';
-	close(fd);
+	char *text;
+	int status, rc = ask(sock, cmd, &text, &status);
+	if (rc != 0)
+		return rc;
 	if (status != 0) {
 		fprintf(stderr, "seerctl: %s\n", text);
+		free(text);
 		return 1;
 	}
+	size_t len = strlen(text);
 	if (!json && strcmp(cmd, "status") == 0 && render_status(text, stdout) == 0) {
+		/* rendered */
+	} else if (!json && strcmp(cmd, "config") == 0 && render_config(text, stdout) == 0) {
 		/* rendered */
 	} else {
 		fputs(text, stdout);
 		fputs(len && text[len - 1] == '\n' ? "" : "\n", stdout);
 	}
 	free(text);
-	free(pkt);
 	return 0;
 }

@@ -215,6 +215,8 @@ def test_sigstop_peer():
         try:
             nodes = placement("block")
             logs = [os.path.join(tmp, "r%d.log" % r) for r in range(WORLD)]
+            # 60 ms a step: an epoch lasts longer than the status polls that
+            # look for it, also under ASan on a busy machine
             procs = [start_trainer("c", r, WORLD, cl.socket(nodes[r]), logs[r],
                                    ["--compute-ms", "15"] + gate.args(mid, last))
                      for r in range(WORLD)]

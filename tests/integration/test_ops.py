@@ -6,6 +6,7 @@ placement) happens while its trainers hold a batch at a pause point
 (seertest.Gate): on a busy machine the job cannot finish first."""
 
 import glob
+import json
 import os
 import re
 import signal
@@ -159,6 +160,57 @@ def test_seerctl():
         check(gone.returncode == 1 and "no seerd at" in gone.stderr, "missing daemon: " + gone.stderr)
     finally:
         cleanup(tmp)
+
+def test_json_job_id():
+    """A job id holding a double quote, a backslash and a newline: the stats
+    file, `seerctl --json status` and `--json config` stay valid JSON that
+    gives the id back exactly, and scripts/plot_stats.py draws the file."""
+    tmp = tmpdir("seer-ops-")
+    jid = 'exp"1\\run\nsecond line'
+    try:
+        root, cat = dataset(tmp, per_class=8)
+        s = {"dataset.path": root, "job.id": jid, "job.epochs": 3, "job.batch_size": 4,
+             "cache.ram": "32KiB"}
+        env = {"SEER_JOB_ID": jid}
+        with Daemon(tmp, s) as d:
+            # world 2: rank 1 joins only after the checks, so the job (and the
+            # daemon) stays open while they run
+            first = start_trainer("c", 0, 2, d.sock, os.path.join(tmp, "r0.log"), env=env)
+            wait_for(lambda: any(t["done"] for t in d.status()["trainers"]), 30,
+                     "rank 0 to finish its part", step=0.05)
+            st = d.status()
+            check(st["job_id"] == jid, "status job_id %r, want %r" % (st["job_id"], jid))
+            human = seerctl("--socket", d.sock, "status")
+            check(human.returncode == 0 and "second line" in human.stdout,
+                  "seerctl status: " + human.stdout + human.stderr)
+            cf = seerctl("--socket", d.sock, "--json", "config")
+            check(cf.returncode == 0, "seerctl --json config: " + cf.stderr)
+            conf = json.loads(cf.stdout)
+            check(conf["config"]["job"]["id"] == jid and conf["origin"]["job.id"] == "--set"
+                  and conf["config"]["job"]["epochs"] == 3, "config JSON: %s" % conf["config"]["job"])
+            ini = seerctl("--socket", d.sock, "config")
+            check(ini.returncode == 0 and ini.stdout == conf["ini"],
+                  "seerctl config prints the reply's INI text:\n" + ini.stdout)
+            last = start_trainer("c", 1, 2, d.sock, os.path.join(tmp, "r1.log"), env=env)
+            for rc, _, err in finish([first, last]):
+                check(rc == 0, "trainer failed: " + err)
+            check(d.wait(30) == 0, "seerd failed:\n" + d.log())
+        n = sum(verify_rank(cat, seer.Sampler(len(cat), 0, 2, 4), r,
+                            read_log(os.path.join(tmp, "r%d.log" % r)), 3) for r in (0, 1))
+        stats = d.stats()
+        check(stats["job_id"] == jid, "stats file job_id %r" % stats["job_id"])
+        check(n == 2 * 3 * 3 and sum(e["samples"] for e in stats["epochs"]) == n * 4,
+              "%d batches verified; stats file epochs: %s" % (n, stats["epochs"]))
+        png = os.path.join(tmp, "stats.png")
+        pl = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "plot_stats.py"),
+                             d.stats_file, "-o", png], capture_output=True, text=True, timeout=120)
+        check(pl.returncode == 0 and os.path.getsize(png) > 1000,
+              "plot_stats.py: " + pl.stdout + pl.stderr)
+        log("job id %r: status, config and the stats file parse; %d batches exact; plot drawn"
+            % (jid, n))
+    finally:
+        cleanup(tmp)
+
 
 def test_status_of_a_long_job():
     """status lists the last 64 epochs (the stats file has them all), and a
@@ -384,6 +436,7 @@ def test_thread_placement():
 
 
 if __name__ == "__main__":
-    run_tests([test_sigterm_mid_epoch_then_resume, test_seerctl, test_status_of_a_long_job,
+    run_tests([test_sigterm_mid_epoch_then_resume, test_seerctl, test_json_job_id,
+               test_status_of_a_long_job,
                test_two_jobs_on_one_node,
                test_thread_placement, test_installed_copy])

@@ -1,0 +1,125 @@
+/* The arena: the one shared-memory segment per daemon that every local
+ * trainer maps read-only, and how it is cut up.
+ *
+ *   header | sample type table | RAM cache | staging | bounce slots
+ *
+ * The RAM cache holds the planned samples at the plan's offsets (keys, see
+ * route.h); staging is split evenly among the node's trainers (each share a
+ * staging.c ring, 4 KiB-aligned for O_DIRECT); bounce slots carry NVMe
+ * samples on their way to peers (several nodes with an NVMe tier only).
+ * Set up on the dispatcher before any other thread exists; afterwards its
+ * bytes are written by the I/O threads (each into the span its task names)
+ * and the network thread (peer fetches into staging), and read by trainers
+ * and the network thread. Failure: an arena that cannot be created or
+ * sealed stops the daemon with the reason; staging too small for one batch
+ * of the largest samples is refused with the size to set. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/topo.h"
+#include "../src/util.h"
+#include "engine_int.h"
+
+/* Staging bytes a sample of `len` bytes reserves: NVMe transfers need
+ * aligned buffers and lengths (O_DIRECT), hence the slack. */
+uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme)
+{
+	return nvme ? ALIGN_UP(len, (uint64_t)e->nvme_align) + e->nvme_align
+		    : ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
+}
+
+uint64_t arena_key_off(const struct engine *e, uint32_t key)
+{
+	uint64_t n = e->cat->nsamples;
+	return e->cache_base + (key < n ? e->plan.off[key] : e->np.off[key - n]);
+}
+
+int arena_check_staging(struct engine *e, char *err, size_t errlen)
+{
+	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
+	per &= ~(NVME_ALIGN - 1);
+	uint64_t one = arena_stage_bytes(e, e->cat->max_len, e->nvme_ok);
+	uint64_t need = (uint64_t)e->sh.batch * one;
+	if (e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1)
+		return 0; /* every sample lives in the RAM cache: staging stays unused */
+	if (per < need) {
+		char a[32], b[32], c[32], d[32];
+		snprintf(err, errlen,
+			 "[cache] staging = %s gives each of the node's %u trainers %s, less than one "
+			 "batch of the largest samples (%u x %s): set staging to at least %s",
+			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
+			 e->sh.batch, fmt_size(c, sizeof(c), e->cat->max_len),
+			 fmt_size(d, sizeof(d), need * e->nlocal));
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+/* Capacities and offsets of the arena's parts (after nvme_open: bounce
+ * slots exist only with a working NVMe tier on several nodes). Returns the
+ * arena's size. */
+uint64_t arena_layout(struct engine *e)
+{
+	const struct catalog *cat = e->cat;
+	/* no point reserving more cache than the dataset (with alignment) */
+	uint64_t ds = cat->total_bytes + cat->nsamples * PLAN_RAM_ALIGN;
+	e->cache_cap = ALIGN_UP(MIN(e->cfg->ram, ds), 4096ull);
+	e->stage_cap = ALIGN_UP(e->cfg->staging, 4096ull);
+	if (e->nvme_ok && e->nnodes > 1) {
+		e->nbounce = (uint32_t)MIN(e->cfg->io_threads, 16ull);
+		e->bounce_size = ALIGN_UP(cat->max_len, (uint64_t)e->nvme_align);
+	}
+	uint64_t types_off = ALIGN_UP(sizeof(struct seer_arena_hdr), 64ull);
+	e->cache_base = ALIGN_UP(types_off + (uint64_t)cat->ntypes * sizeof(struct seer_wire_type),
+				 4096ull);
+	e->stage_base = e->cache_base + e->cache_cap;
+	e->bounce_base = e->stage_base + e->stage_cap;
+	return e->bounce_base + (uint64_t)e->nbounce * e->bounce_size;
+}
+
+/* The segment itself: created, bound to the NIC's NUMA node when known,
+ * header and type table written, then sealed read-only for trainers. */
+int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen)
+{
+	const struct catalog *cat = e->cat;
+	int rc = shm_create(&e->arena, "seer-arena", size);
+	if (rc != 0) {
+		snprintf(err, errlen, "cannot create the %llu-byte arena: %s",
+			 (unsigned long long)size, strerror(-rc));
+		return rc;
+	}
+	e->abase = e->arena.base;
+	if (e->topo) {
+		int numa = topo_bind_memory(e->topo, e->abase, size);
+		if (numa >= 0)
+			log_info("arena bound to NUMA node %d (the NIC's)", numa);
+	}
+	uint64_t types_off = ALIGN_UP(sizeof(struct seer_arena_hdr), 64ull);
+	struct seer_arena_hdr *h = (void *)e->abase;
+	*h = (struct seer_arena_hdr){
+		.magic = SEER_MAGIC_ARENA, .version = SEER_PROTO_VERSION,
+		.creator_pid = (uint32_t)getpid(), .size = size, .types_off = types_off,
+		.ntypes = cat->ntypes, .data_off = e->cache_base,
+	};
+	memcpy(e->abase + types_off, cat->types, cat->ntypes * sizeof(struct seer_wire_type));
+	if ((rc = shm_seal_readonly(&e->arena)) != 0) {
+		snprintf(err, errlen, "cannot seal the arena read-only for trainers: %s",
+			 strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+/* Each local trainer's share of staging (once the local ranks are known). */
+void arena_split_staging(struct engine *e)
+{
+	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(NVME_ALIGN - 1);
+	for (uint32_t i = 0; i < e->nlocal; i++) {
+		struct trainer *t = &e->tr[e->local_ranks[i]];
+		stg_init(&t->stg, e->stage_base + per * i, per);
+	}
+}
+

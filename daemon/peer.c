@@ -1,0 +1,204 @@
+/* Peer serving: this node's side of the data plane (src/net_fabric.c).
+ *
+ * Owns the answers to other daemons' requests for samples this node caches:
+ * from RAM at once when loaded (on the network thread, peer_lookup), else
+ * here on the dispatcher once the load ends; NVMe samples through bounce
+ * slots of the arena; requests that came before the plan, replayed once it
+ * exists. Also takes the network thread's events (fetches of ours that
+ * ended, requests, replies sent). Threads: peer_lookup runs on the network
+ * thread and reads only what engine_int.h says; everything else runs on the
+ * dispatcher. Failure: a request for a sample this node does not hold, or
+ * of the wrong length, gets -ENOENT; a sample failing its checks -EBADMSG;
+ * a failed fetch of ours falls back to the PFS. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/util.h"
+#include "engine_int.h"
+
+#define BOUNCE_COOKIE(b) ((void *)(intptr_t)((b) + 1))
+
+#define COOKIE_BOUNCE(p) ((int32_t)(intptr_t)(p) - 1)
+
+void peer_bounce_unref(struct engine *e, int32_t b)
+{
+	if (b < 0 || (uint32_t)b >= e->nbounce || e->bounce_refs[b] == 0)
+		return;
+	if (--e->bounce_refs[b] > 0)
+		return;
+	e->bounce_free[e->nbounce_free++] = b;
+	/* a request waiting for a slot can go now */
+	if (e->nbwait > 0) {
+		struct deferred_req r = e->bwait[0];
+		memmove(e->bwait, e->bwait + 1, --e->nbwait * sizeof(*e->bwait));
+		peer_request(e, r.peer, r.req_id, r.sample, r.len);
+	}
+}
+
+/* Send the bytes at arena offset off for a peer's request, counted as
+ * served; a bounce slot stays referenced until the network thread reports
+ * REPLY_DONE. */
+static void peer_send(struct engine *e, uint32_t peer, uint64_t req_id, uint64_t off, uint64_t len,
+		      int32_t bounce)
+{
+	net_reply(e->net, peer, req_id, e->abase + off, len,
+		  bounce >= 0 ? BOUNCE_COOKIE(bounce) : NULL);
+	struct epoch_stats *es = stats_epoch(e, e->epochs_done);
+	es->served_samples++;
+	es->served_bytes += len;
+}
+
+/* tk, which the peer request w waits for, ended with status: the bytes or
+ * the error go to the peer. */
+void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *w, int status)
+{
+	if (status == 0) {
+		peer_send(e, w->a, w->c, tk->dst_off, tk->len, tk->bounce);
+		return;
+	}
+	net_reply_error(e->net, w->a, w->c, status < 0 && status > -4096 ? status : -EIO);
+	if (tk->bounce >= 0)
+		peer_bounce_unref(e, tk->bounce);
+}
+
+static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s,
+			      uint64_t len)
+{
+	if (e->nbounce_free == 0) {
+		if (e->nbwait == e->capbwait) {
+			e->capbwait = MAX(e->capbwait * 2, 64);
+			e->bwait = xrealloc(e->bwait, e->capbwait * sizeof(*e->bwait));
+		}
+		e->bwait[e->nbwait++] = (struct deferred_req){ peer, s, req_id, len };
+		return;
+	}
+	int32_t b = e->bounce_free[--e->nbounce_free];
+	e->bounce_refs[b] = 1; /* the reply's */
+	struct etask *tk = task_new(e);
+	tk->sample = s;
+	tk->bounce = b;
+	tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
+	tk->len = len;
+	/* being loaded meanwhile: read from the PFS (not following the load) */
+	nvme_claim(e, tk, s);
+	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
+	task_submit(e, tk, 0);
+}
+
+/* Owner side: a peer asked for a sample the network thread could not send
+ * at once (not loaded yet, on NVMe, or the plan was not ready then). */
+void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, uint64_t len)
+{
+	if (!e->plan_ready) {
+		if (e->nearly == e->capearly) {
+			e->capearly = MAX(e->capearly * 2, 64);
+			e->early = xrealloc(e->early, e->capearly * sizeof(*e->early));
+		}
+		e->early[e->nearly++] = (struct deferred_req){ peer, s, req_id, len };
+		return;
+	}
+	if (s < e->cat->nsamples && place_local_nvme(e, s) && len == e->cat->samples[s].length &&
+	    e->nbounce > 0) {
+		peer_request_nvme(e, peer, req_id, s, len);
+		return;
+	}
+	if (s >= e->cat->nsamples || !place_local_ram(e, s) || len != e->cat->samples[s].length) {
+		net_reply_error(e->net, peer, req_id, -ENOENT);
+		return;
+	}
+	if (e->bad[s]) {
+		net_reply_error(e->net, peer, req_id, -EBADMSG); /* it fails its checks */
+		return;
+	}
+	if (e->cstate[s] == CS_READY) {
+		peer_send(e, peer, req_id, arena_key_off(e, s), len, -1);
+		return;
+	}
+	/* this node owns it: the load under way, or the one PFS read of it,
+	 * now (a peer is waiting) */
+	struct etask *tk = pf_ram_load(e, s, s, 0, false);
+	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
+}
+
+void peer_events(struct engine *e)
+{
+	if (!e->net)
+		return;
+	struct net_event *ev = net_take_events(e->net);
+	while (ev) {
+		struct net_event *next = ev->next;
+		if (ev->kind == NET_FETCH_DONE) {
+			struct etask *tk = ev->user;
+			if (ev->status == 0) {
+				stats_observe(e, SRC_PEER, ev->seconds, tk->len);
+				task_finish(e, tk, 0);
+			} else {
+				/* the peer did not deliver: read the PFS instead */
+				stats_epoch(e, e->epochs_done)->fallbacks++;
+				log_debug("sample %u from node %u failed (%s): reading the PFS", tk->sample,
+					  ev->peer, strerror(-ev->status));
+				tk->kind = TK_PFS;
+				task_submit(e, tk, tk->need_g);
+			}
+		} else if (ev->kind == NET_REQUEST) {
+			peer_request(e, ev->peer, ev->req_id, ev->sample, ev->len);
+		} else if (ev->kind == NET_REPLY_DONE && ev->user) {
+			peer_bounce_unref(e, COOKIE_BOUNCE(ev->user));
+		}
+		net_event_free(ev);
+		ev = next;
+	}
+}
+
+/* Network thread: answer at once from RAM when the sample is loaded. */
+int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src)
+{
+	(void)peer;
+	struct engine *e = ctx;
+	if (!atomic_load_explicit(&e->plan_published, memory_order_acquire))
+		return 0; /* the dispatcher keeps it until the plan exists */
+	if (s >= e->cat->nsamples || e->plan.tier[s] == PLAN_NONE || e->plan.owner[s] != e->node ||
+	    len != e->cat->samples[s].length)
+		return -ENOENT;
+	if (e->plan.tier[s] == PLAN_RAM &&
+	    atomic_load_explicit(&e->cstate[s], memory_order_acquire) == CS_READY) {
+		*src = e->abase + e->cache_base + e->plan.off[s];
+		return 1;
+	}
+	return 0;
+}
+
+/* The bounce slots' free stack (arena_layout sized them). */
+void peer_bounce_init(struct engine *e)
+{
+	e->bounce_free = xcalloc(MAX(e->nbounce, 1u), sizeof(int32_t));
+	e->bounce_refs = xcalloc(MAX(e->nbounce, 1u), sizeof(uint32_t));
+	for (uint32_t b = 0; b < e->nbounce; b++)
+		e->bounce_free[e->nbounce_free++] = (int32_t)(e->nbounce - 1 - b);
+}
+
+/* The plan exists: answer the requests peers sent before it did. */
+void peer_replay_early(struct engine *e)
+{
+	struct deferred_req *early = e->early;
+	uint32_t nearly = e->nearly;
+	e->early = NULL;
+	e->nearly = e->capearly = 0;
+	for (uint32_t i = 0; i < nearly; i++)
+		peer_request(e, early[i].peer, early[i].req_id, early[i].sample, early[i].len);
+	free(early);
+}
+
+/* Free what peer serving holds (engine_destroy, after the network thread). */
+void peer_free(struct engine *e)
+{
+	free(e->early);
+	free(e->bwait);
+	free(e->bounce_free);
+	free(e->bounce_refs);
+	e->early = e->bwait = NULL;
+	e->bounce_free = NULL;
+	e->bounce_refs = NULL;
+}

@@ -1,0 +1,459 @@
+/* Prefetch: each trainer's stream of batches, from sampling to release.
+ *
+ * Owns the batch slots (FREE -> PREP -> READY -> PUB -> REL -> FREE): which
+ * batch comes next (lookahead), its samples (corrupt ones substituted under
+ * on_corrupt = skip), where each is served from (route.c), its staging
+ * span (staging.c), its descriptors in the trainer's control region, the
+ * reads it starts or joins, publication in order, the trainer's releases
+ * and in-order reclaim. Also fill: loading planned RAM-cache samples ahead
+ * of need while the I/O threads have room. The data flow of one batch:
+ *
+ *   pf_prepare -> task.c (reads) -> worker.c (I/O threads: bytes land in
+ *   staging or a RAM slot) -> task_finish -> pf_sample_done -> pf_publish
+ *   -> the trainer -> pf_releases -> pf_reclaim
+ *
+ * Dispatcher thread only; the trainer's side of the control region is read
+ * once per value and range-checked (src/ctrl.c). Failure: a batch whose
+ * sample failed is published with the first error (the trainer sees it in
+ * the batch); full staging waits for releases (prepare returns false); a
+ * trainer sending bad releases is evicted. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/ctrl.h"
+#include "../src/util.h"
+#include "engine_int.h"
+#include "seer.h"
+
+void pf_reclaim(struct trainer *t)
+{
+	while (t->tail_g < t->next_pub) {
+		struct tslot *sl = &t->slots[t->tail_g & (t->nslots - 1)];
+		if (sl->st != SL_REL || sl->pins)
+			break; /* held, or an NVMe write still reads its staging */
+		stg_reclaim(&t->stg, sl->vend);
+		sl->st = SL_FREE;
+		t->tail_g++;
+	}
+}
+
+/* The trainer released the job's last batch (its staging may still be
+ * pinned by NVMe writes: that is reclaim's business, not the trainer's). */
+static void check_done(struct engine *e, struct trainer *t)
+{
+	if (!t->done && t->next_pub == e->end && sess_first_unreleased(t) == e->end) {
+		t->done = true;
+		log_info("trainer rank %u finished the job (%llu batches)", t->rank,
+			 (unsigned long long)t->batches);
+	}
+}
+
+struct rel_ctx {
+	struct engine *e;
+	struct trainer *t;
+};
+
+static bool slot_held(void *ctx, uint32_t idx)
+{
+	struct rel_ctx *x = ctx;
+	return x->t->slots[idx].st == SL_PUB;
+}
+
+static void slot_release(void *ctx, uint32_t idx)
+{
+	struct rel_ctx *x = ctx;
+	struct trainer *t = x->t;
+	t->slots[idx].st = SL_REL;
+	stats_step(x->e, t, t->slots[idx].g);
+	uint64_t now = now_ns();
+	if (t->last_release_ns) {
+		double dt = (double)(now - t->last_release_ns) / 1e9;
+		x->e->step_s = x->e->step_s > 0 ? x->e->step_s + 0.05 * (dt - x->e->step_s) : dt;
+	}
+	t->last_release_ns = now;
+}
+
+void pf_releases(struct engine *e, struct trainer *t)
+{
+	if (!t->attached || t->resetting)
+		return;
+	struct rel_ctx x = { e, t };
+	const struct ctrl_slots ops = { slot_held, slot_release, &x };
+	uint32_t prod = atomic_load_explicit(t->rel.prod, memory_order_acquire);
+	uint32_t cons = atomic_load_explicit(t->rel.cons, memory_order_relaxed);
+	const char *why;
+	int n = ctrl_take_releases(prod, &cons, t->rel.entries, t->nslots, &ops, &why);
+	atomic_store_explicit(t->rel.cons, cons, memory_order_release);
+	if (n < 0) {
+		sess_evict(e, t, why);
+		return;
+	}
+	if (n > 0) {
+		pf_reclaim(t);
+		check_done(e, t);
+	}
+}
+
+bool pf_can_prepare(struct engine *e, struct trainer *t)
+{
+	if (!t->attached || t->resetting || t->next_prep >= e->end || atomic_load(&e->stopping))
+		return false;
+	if (t->slots[t->next_prep & (t->nslots - 1)].st != SL_FREE)
+		return false;
+	/* stay `lookahead` batches ahead of what the trainer took; its consumer
+	 * index is a hint: clamp it to what is possible */
+	uint32_t unread = ctrl_unread(atomic_load_explicit(&t->co->prod, memory_order_relaxed),
+				      atomic_load_explicit(&t->ci->cons, memory_order_relaxed),
+				      t->nslots);
+	uint64_t taken = t->next_pub - unread;
+	return t->next_prep < taken + e->cfg->lookahead;
+}
+
+/* on_corrupt = skip: the first sample after s (cyclically) not known to be
+ * corrupt and at most `room` bytes long; s itself when there is none. */
+static uint32_t substitute(const struct engine *e, uint32_t s, uint64_t room)
+{
+	uint64_t n = e->cat->nsamples;
+	for (uint64_t k = 1; k < n; k++) {
+		uint32_t x = (uint32_t)((s + k) % n);
+		if (!e->bad[x] && e->cat->samples[x].length <= room)
+			return x;
+	}
+	return s;
+}
+
+/* A read failed its format checks under on_corrupt = skip: read the
+ * substitute into the same place instead and fix the waiting batches'
+ * descriptors (not yet published). Returns false when nothing fits. */
+bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
+{
+	uint32_t s = tk->sample;
+	if (!e->bad[s]) {
+		e->bad[s] = 1;
+		log_warn("%s: skipped (on_corrupt = skip)", tk->err);
+	}
+	uint64_t room = tk->to_cache ? ALIGN_UP(tk->len, (uint64_t)PLAN_RAM_ALIGN) : tk->len;
+	if (tk->stage_rank >= 0)
+		room = arena_stage_bytes(e, e->cat->samples[s].length, place_local_nvme(e, s));
+	uint32_t x = substitute(e, s, UINT64_MAX);
+	if (x != s && e->cat->samples[x].length > room) {
+		/* the next valid sample is bigger: give it fresh staging when the
+		 * read's batch is a trainer's (the span is freed in order, after a
+		 * later batch), else take the next one that fits */
+		uint64_t off;
+		struct trainer *t = tk->stage_rank >= 0 ? &e->tr[tk->stage_rank] : NULL;
+		if (t && tk->nw == 1 && !tk->w[0].peer && t->gen == tk->w[0].b &&
+		    stg_alloc(&t->stg, ALIGN_UP(e->cat->samples[x].length, (uint64_t)PLAN_RAM_ALIGN),
+			      &off) == 0) {
+			tk->dst_off = off;
+			struct seer_wire_sample *d = (struct seer_wire_sample *)(
+				trainer_wslot(t, (uint32_t)(tk->w[0].c & (t->nslots - 1))) + 1);
+			d[tk->w[0].i].offset = off;
+		} else {
+			x = substitute(e, s, room);
+		}
+	}
+	if (x == s)
+		return false;
+	const struct cat_sample *cs = &e->cat->samples[x];
+	for (uint32_t k = 0; k < tk->nw; k++) {
+		const struct waiter *w = &tk->w[k];
+		if (w->peer)
+			return false; /* a peer asked for s itself: it gets the error */
+		struct trainer *t = &e->tr[w->a];
+		if (t->gen != w->b || !t->attached)
+			continue;
+		struct seer_wire_sample *d =
+			(struct seer_wire_sample *)(trainer_wslot(t, (uint32_t)(w->c & (t->nslots - 1))) + 1);
+		d[w->i].id = x;
+		d[w->i].length = cs->length;
+		d[w->i].label = cs->label;
+		d[w->i].type = cs->type;
+	}
+	if (tk->to_cache) {
+		/* s's cache slot now carries x's bytes for these batches only */
+		e->cstate[tk->ckey] = CS_ABSENT;
+		tk->to_cache = false;
+		if (tk->fill)
+			e->fill_inflight--;
+		tk->fill = false;
+	}
+	if (tk->to_nvme) {
+		/* s will never get an NVMe copy: whoever followed this load reads
+		 * (and substitutes) on its own */
+		e->cstate[s] = CS_ABSENT;
+		nvme_release_followers(e, tk, false);
+	}
+	tk->to_nvme = false;
+	tk->sample = x;
+	tk->len = cs->length;
+	tk->err[0] = '\0';
+	stats_epoch(e, e->epochs_done)->skipped++;
+	return true;
+}
+
+/* The task loading RAM key `key` (sample s) for global batch g (0: now):
+ * the one loading it already, made at least that urgent, or a new PFS read
+ * into the slot. fill: a load ahead of need, counted in fill's budget. The
+ * one way a RAM-cache load starts (prepare, fill, a peer's request). */
+struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill)
+{
+	uint32_t st = e->cstate[key];
+	struct etask *tk;
+	if (st >= CS_TASK0) {
+		tk = task_get(e, st - CS_TASK0);
+		task_need(e, tk, g);
+		return tk;
+	}
+	tk = task_new(e);
+	tk->sample = s;
+	tk->to_cache = true;
+	tk->ckey = key;
+	tk->fill = fill;
+	tk->dst_off = arena_key_off(e, key);
+	tk->len = e->cat->samples[s].length;
+	e->cstate[key] = CS_TASK0 + tk->id;
+	e->fill_left--;
+	if (fill)
+		e->fill_inflight++;
+	task_submit(e, tk, g);
+	return tk;
+}
+
+/* The samples of t's batch g (corrupt ones substituted) and where each is
+ * served from, into the batch scratch; returns the staging bytes they need. */
+static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t g, uint32_t n)
+{
+	const struct smp_shape *sh = &e->sh;
+	uint64_t epoch = g / sh->bpe, step = g % sh->bpe;
+	const uint32_t *order = smp_cache_epoch(&e->smp, epoch);
+	if (!order) {
+		log_error("out of memory computing epoch %llu's order", (unsigned long long)epoch);
+		abort();
+	}
+	struct route_view v = place_view(e);
+	uint64_t need = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
+		if (UNLIKELY(e->bad[s]))
+			s = substitute(e, s, UINT64_MAX);
+		e->ids[i] = s;
+		e->routes[i] = (uint8_t)route_sample(&v, t->rank, s, &e->keys[i]);
+		if (e->routes[i] != ROUTE_RAM)
+			need += arena_stage_bytes(e, e->cat->samples[s].length, e->routes[i] == ROUTE_NVME);
+	}
+	return need;
+}
+
+/* Slot idx's header for batch g of n samples; returns its descriptors. */
+static struct seer_wire_sample *slot_begin(struct trainer *t, uint32_t idx, const struct smp_shape *sh,
+					   uint64_t g, uint32_t n)
+{
+	struct seer_wire_slot *ws = trainer_wslot(t, idx);
+	ws->global = g;
+	ws->epoch = g / sh->bpe;
+	ws->step = g % sh->bpe;
+	ws->n = n;
+	ws->flags = 0;
+	ws->status = 0;
+	ws->msg[0] = '\0';
+	return (struct seer_wire_sample *)(ws + 1);
+}
+
+/* Sample i of t's batch g is in the RAM cache: point at its slot, and wait
+ * for its load unless it is loaded. */
+static void prep_ram(struct engine *e, struct trainer *t, struct tslot *sl, struct seer_wire_sample *d,
+		     uint32_t key, uint32_t s, uint32_t i)
+{
+	d->offset = arena_key_off(e, key);
+	if (e->cstate[key] == CS_READY) {
+		struct epoch_stats *es = stats_epoch(e, sl->g / e->sh.bpe);
+		es->ram_samples++;
+		es->ram_bytes += d->length;
+		return;
+	}
+	struct etask *tk = pf_ram_load(e, key, s, sl->g, false);
+	task_wait(tk, t->rank, t->gen, sl->g, i);
+	sl->pending++;
+}
+
+/* Sample i of t's batch comes through its staging at d->offset: the read
+ * (from NVMe, a peer or the PFS) that puts it there. */
+static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
+			const struct seer_wire_sample *d, enum route_src src, uint32_t s, uint32_t i)
+{
+	struct etask *tk = task_new(e);
+	tk->sample = s;
+	tk->dst_off = d->offset;
+	tk->len = d->length;
+	tk->need_g = sl->g;
+	tk->stage_rank = (int32_t)t->rank;
+	task_wait(tk, t->rank, t->gen, sl->g, i);
+	t->inflight++;
+	sl->pending++;
+	if (src == ROUTE_NVME) {
+		struct etask *ld = nvme_claim(e, tk, s);
+		if (ld) {
+			/* being loaded for someone else: read its NVMe copy once
+			 * written, rather than the PFS a second time */
+			task_need(e, ld, sl->g);
+			tk->kind = TK_NVME_READ;
+			tk->next_follower = ld->followers;
+			ld->followers = tk;
+			return;
+		}
+	} else if (src == ROUTE_PEER) {
+		tk->kind = TK_PEER;
+		net_fetch(e->net, e->plan.owner[s], s, e->abase + tk->dst_off, tk->len, tk);
+		return;
+	}
+	task_submit(e, tk, sl->g);
+}
+
+/* Prepare batch next_prep of t; false when staging is full. */
+bool pf_prepare(struct engine *e, struct trainer *t)
+{
+	uint64_t g = t->next_prep;
+	uint32_t n = smp_batch_len(&e->sh, g % e->sh.bpe);
+	uint64_t off;
+	if (stg_alloc(&t->stg, batch_route(e, t, g, n), &off) != 0)
+		return false;
+	uint32_t idx = (uint32_t)(g & (t->nslots - 1));
+	struct tslot *sl = &t->slots[idx];
+	*sl = (struct tslot){ .st = SL_PREP, .g = g, .vend = stg_mark(&t->stg) };
+	struct seer_wire_sample *d = slot_begin(t, idx, &e->sh, g, n);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = e->ids[i];
+		const struct cat_sample *cs = &e->cat->samples[s];
+		d[i] = (struct seer_wire_sample){
+			.id = s, .length = cs->length, .label = cs->label, .type = cs->type,
+		};
+		enum route_src src = e->routes[i];
+		if (src == ROUTE_RAM) {
+			prep_ram(e, t, sl, &d[i], e->keys[i], s, i);
+			continue;
+		}
+		/* staging: NVMe transfers at the tier's alignment */
+		uint64_t align = src == ROUTE_NVME ? e->nvme_align : PLAN_RAM_ALIGN;
+		d[i].offset = ALIGN_UP(off, align);
+		off = d[i].offset + ALIGN_UP((uint64_t)cs->length, align);
+		prep_staged(e, t, sl, &d[i], src, s, i);
+	}
+	if (sl->pending == 0)
+		sl->st = SL_READY;
+	t->next_prep++;
+	return true;
+}
+
+void pf_publish(struct engine *e, struct trainer *t)
+{
+	bool any = false;
+	while (t->next_pub < t->next_prep) {
+		uint32_t idx = (uint32_t)(t->next_pub & (t->nslots - 1));
+		struct tslot *sl = &t->slots[idx];
+		if (sl->st != SL_READY)
+			break;
+		struct seer_wire_slot *ws = trainer_wslot(t, idx);
+		ws->status = sl->status;
+		if (ring_push(&t->out, idx) != 0)
+			break; /* only a trainer that corrupts its consumer index gets here */
+		sl->st = SL_PUB;
+		t->next_pub++;
+		t->batches++;
+		t->samples += ws->n;
+		uint64_t bytes = 0;
+		const struct seer_wire_sample *d = (const void *)(ws + 1);
+		for (uint32_t i = 0; i < ws->n; i++)
+			bytes += d[i].length;
+		t->bytes += bytes;
+		stats_delivered(e, ws->epoch, bytes, ws->n);
+		if (sl->status)
+			stats_epoch(e, ws->epoch)->failed++;
+		any = true;
+	}
+	if (any)
+		sess_doorbell(t);
+}
+
+/* A RAM-cache load ended: the slot is READY (the release store publishes
+ * the bytes to the network thread's lookup), or ABSENT again for the next
+ * need to retry. */
+void pf_ram_loaded(struct engine *e, struct etask *tk, int status)
+{
+	if (status == 0) {
+		atomic_store_explicit(&e->cstate[tk->ckey], CS_READY, memory_order_release);
+		e->cache_loaded++;
+		e->cache_loaded_bytes += tk->len;
+	} else {
+		e->cstate[tk->ckey] = CS_ABSENT;
+		e->fill_left++;
+	}
+	if (tk->fill)
+		e->fill_inflight--;
+}
+
+/* A read that trainer batch w waits for ended: the batch is ready once its
+ * last sample is; the first error is the batch's. */
+void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err)
+{
+	struct trainer *t = &e->tr[w->a];
+	if (t->gen != w->b || !t->attached)
+		return;
+	uint32_t idx = (uint32_t)(w->c & (t->nslots - 1));
+	struct tslot *sl = &t->slots[idx];
+	if (sl->st != SL_PREP || sl->g != w->c)
+		return;
+	if (status != 0 && sl->status == 0) {
+		sl->status = status == -ECANCELED ? SEER_ESHUTDOWN : status;
+		str_copy(trainer_wslot(t, idx)->msg, SEER_ERRMSG_MAX, err[0] ? err : seer_strerror(status));
+	}
+	if (--sl->pending == 0)
+		sl->st = SL_READY;
+}
+
+/* Load cached samples ahead of need when the I/O threads have room: the
+ * first epoch's PFS reads then run at full speed even when the trainers
+ * are slower, and later epochs find them in RAM. */
+void pf_fill(struct engine *e)
+{
+	if (!e->plan_ready || e->fill_left == 0 || atomic_load(&e->stopping) || e->nlocal == 0)
+		return;
+	uint64_t min_prep = UINT64_MAX;
+	for (uint32_t i = 0; i < e->nlocal; i++) {
+		const struct trainer *t = &e->tr[e->local_ranks[i]];
+		if (t->attached)
+			min_prep = MIN(min_prep, t->next_prep);
+	}
+	if (min_prep == UINT64_MAX)
+		return; /* nobody to fill for yet */
+	if (e->fill_g < min_prep) {
+		e->fill_g = min_prep;
+		e->fill_r = 0;
+	}
+	uint32_t budget = (uint32_t)e->cfg->io_threads;
+	const struct smp_shape *sh = &e->sh;
+	struct route_view v = place_view(e);
+	while (e->fill_inflight < budget && e->fill_g < e->end && e->fill_left > 0) {
+		uint64_t g = e->fill_g, epoch = g / sh->bpe, step = g % sh->bpe;
+		uint32_t rank = e->local_ranks[e->fill_r];
+		if (++e->fill_r == e->nlocal) {
+			e->fill_r = 0;
+			e->fill_g++;
+		}
+		const struct trainer *t = &e->tr[rank];
+		if (t->attached && g < t->next_prep)
+			continue; /* prepare has seen this batch */
+		const uint32_t *order = smp_cache_epoch(&e->smp, epoch);
+		if (!order)
+			return;
+		uint32_t n = smp_batch_len(sh, step);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t s = smp_at(sh, order, smp_position(sh, rank, step, i));
+			uint32_t key = route_ram_key(&v, rank, s);
+			if (key != ROUTE_NOKEY && e->cstate[key] == CS_ABSENT)
+				pf_ram_load(e, key, s, g, true);
+		}
+	}
+}

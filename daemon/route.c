@@ -1,0 +1,36 @@
+/* Tier routing (see route.h): pure functions, called on the dispatcher. */
+#include "route.h"
+
+#include "../src/plan.h"
+
+bool route_local_ram(const struct route_view *v, uint32_t s)
+{
+	return v->tier[s] == PLAN_RAM && v->owner[s] == v->node;
+}
+
+bool route_local_nvme(const struct route_view *v, uint32_t s)
+{
+	return v->nvme_ok && v->tier[s] == PLAN_NVME && v->owner[s] == v->node;
+}
+
+uint32_t route_ram_key(const struct route_view *v, uint32_t rank, uint32_t s)
+{
+	if (!v->np)
+		return route_local_ram(v, s) ? s : ROUTE_NOKEY;
+	uint32_t k = plan_nopfs_key(v->np, v->local_idx[rank], s);
+	return k == PLAN_NOPFS_NONE ? ROUTE_NOKEY : (uint32_t)v->nsamples + k;
+}
+
+enum route_src route_sample(const struct route_view *v, uint32_t rank, uint32_t s, uint32_t *key)
+{
+	*key = route_ram_key(v, rank, s);
+	if (*key != ROUTE_NOKEY)
+		return ROUTE_RAM;
+	if (route_local_nvme(v, s))
+		return ROUTE_NVME;
+	uint32_t owner = v->owner[s];
+	if (v->tier[s] != PLAN_NONE && owner != v->node && v->peer_ok &&
+	    v->peer_ok(v->peer_ctx, owner))
+		return ROUTE_PEER;
+	return ROUTE_PFS;
+}

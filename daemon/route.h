@@ -1,0 +1,58 @@
+/* Tier routing: where a trainer's need of a sample is served from, decided
+ * per sample from the placement plan and what this node can use now:
+ *
+ *   RAM   the sample has a slot in this node's RAM cache for this rank (the
+ *         node-wide plan's slot, or under cache.policy = nopfs the rank's own
+ *         copy); key names the slot (an index into the engine's cstate)
+ *   NVME  this node's NVMe tier holds (or will hold) it, and the tier works
+ *   PEER  another node caches it and its daemon is not suspect
+ *   PFS   anything else: the dataset itself
+ *
+ * Whether the RAM slot or NVMe copy is loaded yet is not routing's business:
+ * the prefetcher (prefetch.c) looks at the cache state after routing. Pure
+ * functions of their arguments (tests/unit/test_route.c); the dispatcher
+ * calls them. */
+#ifndef SEERD_ROUTE_H
+#define SEERD_ROUTE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../src/plan_nopfs.h"
+
+enum route_src { ROUTE_RAM = 0, ROUTE_NVME, ROUTE_PEER, ROUTE_PFS };
+
+#define ROUTE_NOKEY UINT32_MAX
+
+/* A RAM key's or NVMe sample's cache state (the engine's cstate): absent,
+ * ready, or being loaded by task (state - CS_TASK0). */
+enum { CS_ABSENT = 0, CS_READY = 1, CS_TASK0 = 2 };
+
+/* What routing reads. tier/owner are the plan's (plan.h) arrays. */
+struct route_view {
+	uint32_t node;              /* this node */
+	uint64_t nsamples;
+	const uint8_t *tier;        /* per sample: enum plan_tier */
+	const uint16_t *owner;      /* per sample: the node caching it */
+	bool nvme_ok;               /* this node's NVMe tier is usable */
+	const struct plan_nopfs *np; /* cache.policy = nopfs, else NULL */
+	const uint32_t *local_idx;  /* nopfs: rank -> its share */
+	/* whether node's daemon may be asked now; NULL: no data plane */
+	bool (*peer_ok)(void *ctx, uint32_t node);
+	void *peer_ctx;
+};
+
+/* This node caches s in RAM / on NVMe (by the node-wide plan). */
+bool route_local_ram(const struct route_view *v, uint32_t s);
+bool route_local_nvme(const struct route_view *v, uint32_t s);
+
+/* The RAM slot serving `rank`'s need of s, or ROUTE_NOKEY. seer: one slot
+ * per planned sample of this node (key = s), shared by every local trainer;
+ * nopfs: the rank's own copy (key = nsamples + its plan_nopfs key). */
+uint32_t route_ram_key(const struct route_view *v, uint32_t rank, uint32_t s);
+
+/* Where rank's need of s is served from; *key is set for ROUTE_RAM. */
+enum route_src route_sample(const struct route_view *v, uint32_t rank, uint32_t s,
+			    uint32_t *key);
+
+#endif /* SEERD_ROUTE_H */

@@ -1,0 +1,410 @@
+/* Trainer sessions: attach, detach, seek, and the reset between sessions.
+ *
+ * Owns each trainer's session: its socket, eventfd and control segments
+ * (ctrl_out sealed read-only for the trainer, ctrl_in the trainer's to
+ * write), the handshake (checks, start position, WELCOME with the fds), the
+ * reset of its stream when it leaves or seeks (after the reads still landing
+ * in its staging), and a reconnect waiting for that reset. Dispatcher thread
+ * only. Failure: a refused trainer gets the reason on its socket (and the
+ * log) and nothing of the engine changes; a trainer that breaks the
+ * protocol (bad control data, unknown message) is evicted: told EVICTED,
+ * disconnected, its batches reclaimed, its position kept for a reconnect. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "../src/topo.h"
+#include "../src/util.h"
+#include "engine_int.h"
+#include "seer.h"
+
+void sess_doorbell(struct trainer *t)
+{
+	atomic_fetch_add_explicit(&t->co->doorbell, 1, memory_order_release);
+	/* pairs with the trainer's fence between setting `waiting` and its
+	 * last look at the ring before it sleeps */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&t->ci->waiting, memory_order_relaxed))
+		futex_wake_all(&t->co->doorbell);
+}
+
+void sess_close(struct engine *e, struct trainer *t)
+{
+	if (t->sock >= 0) {
+		engine_ep_del(e, t->sock);
+		close(t->sock);
+		t->sock = -1;
+	}
+	if (t->efd >= 0) {
+		engine_ep_del(e, t->efd);
+		close(t->efd);
+		t->efd = -1;
+	}
+	shm_destroy(&t->out_seg);
+	shm_destroy(&t->in_seg);
+	t->co = NULL;
+	t->ci = NULL;
+	free(t->slots);
+	t->slots = NULL;
+}
+
+static void send_refusal(int sock, int status, const char *fmt, ...) PRINTF_LIKE(3, 4);
+
+static void send_refusal(int sock, int status, const char *fmt, ...)
+{
+	struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = status };
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(w.msg, sizeof(w.msg), fmt, ap);
+	va_end(ap);
+	log_warn("refused a trainer: %s", w.msg);
+	sock_send(sock, &w, sizeof(w), NULL, 0);
+}
+
+static void reset_stream(struct trainer *t, uint64_t start)
+{
+	for (uint32_t i = 0; t->slots && i < t->nslots; i++)
+		t->slots[i] = (struct tslot){ 0 };
+	stg_reset(&t->stg);
+	t->next_prep = t->next_pub = t->tail_g = start;
+	t->resetting = false;
+	t->blocked = false;
+}
+
+uint64_t sess_first_unreleased(const struct trainer *t)
+{
+	for (uint64_t g = t->tail_g; g < t->next_pub; g++)
+		if (t->slots[g & (t->nslots - 1)].st == SL_PUB)
+			return g;
+	return t->next_pub;
+}
+
+/* Sizes of a session's control segments (proto/seer_proto.h lays them out). */
+struct ctrl_layout {
+	uint64_t stride, ring_off, slots_off, out_size, in_ring, in_size;
+};
+
+static struct ctrl_layout ctrl_layout(const struct engine *e)
+{
+	struct ctrl_layout l = { .stride = seer_slot_stride(e->sh.batch),
+				 .ring_off = sizeof(struct seer_ctrl_out),
+				 .in_ring = sizeof(struct seer_ctrl_in) };
+	l.slots_off = ALIGN_UP(l.ring_off + 4ull * e->nslots, (uint64_t)SEER_CACHELINE);
+	l.out_size = ALIGN_UP(l.slots_off + l.stride * e->nslots, 4096ull);
+	l.in_size = ALIGN_UP(l.in_ring + 4ull * e->nslots, 4096ull);
+	return l;
+}
+
+/* t's control segments (sealed), eventfd, rings and batch slots. On
+ * failure the trainer on sock is told why; the caller closes what exists. */
+static int make_ctrl(struct engine *e, struct trainer *t, int sock, const struct ctrl_layout *l)
+{
+	uint32_t ns = e->nslots;
+	int rc = shm_create(&t->out_seg, "seer-ctrl-out", l->out_size);
+	if (rc == 0)
+		rc = shm_create(&t->in_seg, "seer-ctrl-in", l->in_size);
+	if (rc != 0) {
+		send_refusal(sock, rc, "daemon cannot create shared memory: %s", strerror(-rc));
+		return rc;
+	}
+	t->co = t->out_seg.base;
+	t->ci = t->in_seg.base;
+	t->co->magic = SEER_MAGIC_CTOUT;
+	t->co->version = SEER_PROTO_VERSION;
+	t->co->creator_pid = (uint32_t)getpid();
+	t->co->size = l->out_size;
+	t->co->nslots = ns;
+	t->co->batch_size = e->sh.batch;
+	t->co->slot_stride = l->stride;
+	t->co->ring_off = l->ring_off;
+	t->co->slots_off = l->slots_off;
+	t->ci->magic = SEER_MAGIC_CTIN;
+	t->ci->version = SEER_PROTO_VERSION;
+	t->ci->nslots = ns;
+	t->ci->ring_off = l->in_ring;
+	if ((rc = shm_seal_readonly(&t->out_seg)) != 0 || (rc = shm_seal_size(&t->in_seg)) != 0) {
+		send_refusal(sock, rc, "daemon cannot seal shared memory: %s", strerror(-rc));
+		return rc;
+	}
+	t->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (t->efd < 0) {
+		rc = -errno;
+		send_refusal(sock, rc, "daemon cannot create an eventfd: %s", strerror(errno));
+		return rc;
+	}
+	t->out = (struct ring){ .prod = &t->co->prod, .cons = &t->ci->cons,
+				.entries = (uint32_t *)((uint8_t *)t->co + l->ring_off), .mask = ns - 1 };
+	t->rel = (struct ring){ .prod = &t->ci->rel_prod, .cons = &t->co->rel_cons,
+				.entries = (uint32_t *)((uint8_t *)t->ci + l->in_ring), .mask = ns - 1 };
+	t->nslots = ns;
+	t->slots = xcalloc(ns, sizeof(*t->slots));
+	return 0;
+}
+
+/* A session for t on sock (pid) starting at global batch `start`: control
+ * segments, then the WELCOME carrying their fds. On failure the caller
+ * still owns sock. */
+static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid, uint64_t start)
+{
+	struct ctrl_layout l = ctrl_layout(e);
+	int rc = make_ctrl(e, t, sock, &l);
+	if (rc != 0)
+		goto fail;
+	struct seer_msg_welcome w = {
+		.kind = SEER_MSG_WELCOME, .nsamples = e->cat->nsamples, .epochs = e->cfg->epochs,
+		.batches_per_epoch = e->sh.bpe, .start = start, .arena_size = e->arena.size,
+		.ctrl_out_size = l.out_size, .ctrl_in_size = l.in_size, .batch_size = e->sh.batch,
+		.nslots = e->nslots, .node = e->node, .nodes = e->nnodes, .seed = e->cfg->seed,
+		.drop_last = e->cfg->drop_last,
+	};
+	int fds[SEER_WELCOME_NFDS] = { e->arena.fd, t->out_seg.fd, t->in_seg.fd, t->efd };
+	ssize_t n = sock_send(sock, &w, sizeof(w), fds, SEER_WELCOME_NFDS);
+	if (n != (ssize_t)sizeof(w)) {
+		rc = n < 0 ? (int)n : -EPIPE;
+		log_warn("trainer rank %u (pid %d) vanished during the handshake", t->rank, (int)pid);
+		goto fail;
+	}
+	t->sock = sock;
+	t->pid = pid;
+	t->attached = true;
+	t->known = true;
+	t->done = false;
+	t->gen++;
+	t->attach_ns = now_ns();
+	reset_stream(t, start);
+	engine_ep_add(e, sock, EP_TAG(EP_TSOCK, t->rank));
+	engine_ep_add(e, t->efd, EP_TAG(EP_TEFD, t->rank));
+	if (e->topo && topo_add_trainer(e->topo, pid))
+		engine_repin(e);
+	log_info("trainer rank %u/%u (pid %d) attached at epoch %llu step %llu", t->rank, e->world,
+		 (int)pid, (unsigned long long)(start / e->sh.bpe),
+		 (unsigned long long)(start % e->sh.bpe));
+	return 0;
+fail:
+	sess_close(e, t); /* sock is still the caller's: t->sock is -1 */
+	return rc;
+}
+
+/* The hello itself: protocol, job, whether the daemon takes trainers, rank
+ * range. 0, or the refusal sent. */
+static int check_hello(struct engine *e, int sock, const struct seer_msg_hello *h)
+{
+	if (h->magic != SEER_MAGIC_HELLO || h->version != SEER_PROTO_VERSION) {
+		send_refusal(sock, SEER_EPROTO,
+			     "protocol version %u, this seerd speaks %u: use the libseer of the "
+			     "same seer build", h->version, SEER_PROTO_VERSION);
+		return SEER_EPROTO;
+	}
+	char job[SEER_JOBID_MAX];
+	memcpy(job, h->job_id, sizeof(job));
+	job[sizeof(job) - 1] = '\0';
+	if (strcmp(job, e->cfg->job_id) != 0) {
+		send_refusal(sock, SEER_EREFUSED, "job id '%s' does not match this seerd's '%s'", job,
+			     e->cfg->job_id);
+		return SEER_EREFUSED;
+	}
+	if (e->draining || atomic_load(&e->stopping)) {
+		send_refusal(sock, SEER_ESHUTDOWN, "seerd is shutting down");
+		return SEER_ESHUTDOWN;
+	}
+	if (h->world == 0 || h->rank >= h->world) {
+		send_refusal(sock, -EINVAL, "rank %u is not in [0, world size %u)", h->rank, h->world);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The hello's world size: the first trainer's sets the job's shape. 0, or
+ * the refusal sent. */
+static int check_world(struct engine *e, int sock, const struct seer_msg_hello *h)
+{
+	if (!e->shape_ready) {
+		/* the first trainer sets the world size: check it before sizing
+		 * anything by it, and refuse only that trainer when it is wrong */
+		char err[SEER_ERRMSG_MAX];
+		if (h->world > SEER_MAX_WORLD) {
+			send_refusal(sock, -EINVAL, "world size %u is more than seer serves (%u)",
+				     h->world, SEER_MAX_WORLD);
+			return -EINVAL;
+		}
+		int rc = place_shape_init(e, h->world, err, sizeof(err));
+		if (rc != 0) {
+			place_shape_free(e);
+			send_refusal(sock, rc, "%s", err);
+			return rc;
+		}
+	}
+	if (h->world != e->world) {
+		send_refusal(sock, -EINVAL, "world size %u, but this job's trainers have world size %u",
+			     h->world, e->world);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Whether rank h->rank may attach here now, and where its stream starts.
+ * 0, or the refusal sent. */
+static int check_rank(struct engine *e, int sock, const struct seer_msg_hello *h, uint64_t *start)
+{
+	const struct trainer *t = &e->tr[h->rank];
+	if (e->plan_ready && e->rank_node[h->rank] != e->node) {
+		send_refusal(sock, SEER_EREFUSED, "rank %u belongs to node %u in this job's plan, "
+			     "not to node %u: start it where it first ran", h->rank,
+			     e->rank_node[h->rank], e->node);
+		return SEER_EREFUSED;
+	}
+	if (t->attached) {
+		send_refusal(sock, SEER_EREFUSED,
+			     "rank %u is already connected (pid %d): each rank connects once",
+			     h->rank, (int)t->pid);
+		return SEER_EREFUSED;
+	}
+	if (h->epoch == SEER_POS_RESUME) {
+		*start = t->resume_g; /* [job] resume, the saved position, or where it left */
+	} else {
+		if (h->epoch >= e->cfg->epochs || h->step >= e->sh.bpe) {
+			send_refusal(sock, -ERANGE, "start epoch %llu step %llu is past the job "
+				     "(%llu epochs of %llu steps)", (unsigned long long)h->epoch,
+				     (unsigned long long)h->step, (unsigned long long)e->cfg->epochs,
+				     (unsigned long long)e->sh.bpe);
+			return -ERANGE;
+		}
+		*start = h->epoch * e->sh.bpe + h->step;
+	}
+	return 0;
+}
+
+int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pid_t pid)
+{
+	uint64_t start;
+	int rc = check_hello(e, sock, h);
+	if (rc == 0)
+		rc = check_world(e, sock, h);
+	if (rc == 0)
+		rc = check_rank(e, sock, h, &start);
+	if (rc != 0)
+		return rc;
+	struct trainer *t = &e->tr[h->rank];
+	if (t->resetting) {
+		/* the previous session's reads are still landing in its staging */
+		if (t->pending_sock >= 0) {
+			send_refusal(sock, SEER_EREFUSED, "rank %u is already reconnecting", h->rank);
+			return SEER_EREFUSED;
+		}
+		t->pending_sock = sock;
+		t->pending_hello = *h;
+		t->pending_pid = pid;
+		return 0;
+	}
+	rc = open_session(e, t, sock, pid, start);
+	if (rc == 0 && !e->plan_ready)
+		e->roll_dirty = true;
+	return rc;
+}
+
+void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *why)
+{
+	uint64_t resume = sess_first_unreleased(t);
+	t->resume_g = resume;
+	if (evicted && t->co) {
+		atomic_store_explicit(&t->co->state, SEER_STATE_EVICTED, memory_order_release);
+		sess_doorbell(t);
+	}
+	if (!t->done || evicted)
+		log_info("trainer rank %u (pid %d) %s: %s; it resumes at epoch %llu step %llu",
+			 t->rank, (int)t->pid, evicted ? "evicted" : "detached", why,
+			 (unsigned long long)(resume / e->sh.bpe),
+			 (unsigned long long)(resume % e->sh.bpe));
+	sess_close(e, t);
+	t->attached = false;
+	t->gen++;
+	t->restart_g = resume;
+	t->resetting = true;
+	if (t->inflight == 0)
+		sess_finish_reset(e, t);
+}
+
+void sess_finish_reset(struct engine *e, struct trainer *t)
+{
+	reset_stream(t, t->restart_g);
+	if (t->seek_pending && t->attached) {
+		t->seek_pending = false;
+		struct seer_msg_seek r = {
+			.kind = SEER_MSG_SEEK_OK, .start = t->restart_g,
+			.prod = atomic_load_explicit(&t->co->prod, memory_order_relaxed),
+		};
+		if (sock_send(t->sock, &r, sizeof(r), NULL, 0) != (ssize_t)sizeof(r))
+			sess_detach(e, t, false, "connection lost during seek");
+		return;
+	}
+	if (t->pending_sock >= 0) {
+		int sock = t->pending_sock;
+		t->pending_sock = -1;
+		const struct seer_msg_hello h = t->pending_hello;
+		uint64_t start = h.epoch == SEER_POS_RESUME ? t->resume_g : h.epoch * e->sh.bpe + h.step;
+		if (open_session(e, t, sock, t->pending_pid, start) != 0)
+			close(sock);
+	}
+}
+
+void sess_evict(struct engine *e, struct trainer *t, const char *why)
+{
+	log_warn("trainer rank %u (pid %d) sent invalid control data (%s): disconnecting it",
+		 t->rank, (int)t->pid, why);
+	sess_detach(e, t, true, why);
+}
+
+static void handle_seek(struct engine *e, struct trainer *t, const struct seer_msg_seek *m)
+{
+	pf_releases(e, t); /* the client released everything before asking */
+	if (!t->attached)
+		return;
+	struct seer_msg_seek r = { .kind = SEER_MSG_SEEK_OK };
+	if (m->epoch >= e->cfg->epochs || m->step >= e->sh.bpe || t->seek_pending) {
+		r.status = -ERANGE;
+		sock_send(t->sock, &r, sizeof(r), NULL, 0);
+		return;
+	}
+	/* batches published after the client emptied its ring are dropped */
+	for (uint32_t i = 0; i < t->nslots; i++)
+		if (t->slots[i].st == SL_PUB)
+			t->slots[i].st = SL_REL;
+	t->gen++;
+	t->restart_g = m->epoch * e->sh.bpe + m->step;
+	t->seek_pending = true;
+	t->resetting = true;
+	log_info("trainer rank %u seeks to epoch %llu step %llu", t->rank,
+		 (unsigned long long)m->epoch, (unsigned long long)m->step);
+	if (t->inflight == 0)
+		sess_finish_reset(e, t);
+}
+
+void sess_on_sock(struct engine *e, struct trainer *t)
+{
+	union {
+		struct seer_msg_seek seek;
+		char raw[512];
+	} m;
+	ssize_t n = sock_recv(t->sock, &m, sizeof(m), NULL, NULL, 0);
+	if (n == 0 || n == -ECONNRESET) {
+		pf_releases(e, t); /* what it released before leaving counts */
+		if (t->attached)
+			sess_detach(e, t, false, t->done ? "job finished" : "connection closed");
+		return;
+	}
+	if (n < 0) {
+		if (n != -EAGAIN)
+			sess_detach(e, t, false, strerror((int)-n));
+		return;
+	}
+	if (n == (ssize_t)sizeof(m.seek) && m.seek.kind == SEER_MSG_SEEK) {
+		handle_seek(e, t, &m.seek);
+		return;
+	}
+	sess_evict(e, t, "unknown message on the socket");
+}

@@ -1,0 +1,268 @@
+/* What seerd tells the outside, as JSON (libjansson): the `seerctl status`,
+ * `config`, `stop` and `drain` replies and the stats file ([daemon]
+ * stats_file, every epoch plus the per-step series).
+ *
+ * Reads the statistics (stats.c), the trainers' sessions and the
+ * configuration; writes nothing of the engine. Dispatcher thread only.
+ * Strings are escaped by the library, so any job id, path or message
+ * parses; bytes that are not UTF-8 show as '?'. Reals carry the digits
+ * their clocks are worth (seconds to 1 us). Failure: out of memory aborts
+ * (the daemon's rule); a stats file that cannot be written is logged and
+ * the daemon goes on. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/ctrl.h"
+#include "../src/util.h"
+#include "engine_int.h"
+#include "node_path.h"
+
+static const char *const src_names[SRC_COUNT] = { "pfs", "nvme", "peer" };
+
+static _Noreturn void json_oom(void)
+{
+	log_error("out of memory writing the statistics as JSON");
+	abort();
+}
+
+static json_t *must(json_t *j)
+{
+	if (!j)
+		json_oom();
+	return j;
+}
+
+/* x rounded to `decimals` places (how far its clock is worth reading). */
+static json_t *jreal(double x, int decimals)
+{
+	if (!isfinite(x))
+		return json_null();
+	double scale = pow(10.0, decimals);
+	return json_real(round(x * scale) / scale);
+}
+
+/* Text from the configuration or the system: JSON strings are UTF-8, so
+ * other bytes are shown as '?' rather than dropping the value. */
+static json_t *jtext(const char *s)
+{
+	json_t *j = json_string(s);
+	if (j)
+		return j;
+	char *t = xstrdup(s);
+	for (char *p = t; *p; p++)
+		if ((unsigned char)*p >= 0x80)
+			*p = '?';
+	j = json_string(t);
+	free(t);
+	return j;
+}
+
+#define JU(x) ((json_int_t)(x))
+
+static json_t *epoch_json(const struct engine *e, uint64_t i)
+{
+	const struct epoch_stats *s = &e->es[i];
+	double t0 = i > 0 && e->es[i - 1].t_done > 0 ? e->es[i - 1].t_done : e->t_plan;
+	return json_pack("{sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI so}",
+			 "epoch", JU(i), "samples", JU(s->samples), "bytes", JU(s->bytes),
+			 "ram_samples", JU(s->ram_samples), "ram_bytes", JU(s->ram_bytes),
+			 "nvme_samples", JU(s->nvme_samples), "nvme_bytes", JU(s->nvme_bytes),
+			 "nvme_written", JU(s->nvme_written), "nvme_corrupt", JU(s->nvme_corrupt),
+			 "peer_samples", JU(s->peer_samples), "peer_bytes", JU(s->peer_bytes),
+			 "pfs_samples", JU(s->pfs_samples), "pfs_bytes", JU(s->pfs_bytes),
+			 "served_samples", JU(s->served_samples), "served_bytes", JU(s->served_bytes),
+			 "peer_fallbacks", JU(s->fallbacks), "skipped", JU(s->skipped),
+			 "retries", JU(s->retries), "failed_batches", JU(s->failed),
+			 "seconds", jreal(s->t_done > 0 ? s->t_done - t0 : -1.0, 6));
+}
+
+/* "epochs_omitted" and the last max_epochs epochs (0: all) into root. */
+static void epochs_json(const struct engine *e, json_t *root, uint64_t max_epochs)
+{
+	uint64_t last = MIN(e->nes_used, e->cfg->epochs);
+	uint64_t from = max_epochs && last > max_epochs ? last - max_epochs : 0;
+	json_t *list = must(json_array());
+	for (uint64_t i = from; i < last; i++)
+		json_array_append_new(list, must(epoch_json(e, i)));
+	json_object_set_new(root, "epochs_omitted", must(json_integer(JU(from))));
+	json_object_set_new(root, "epochs", list);
+}
+
+static json_t *trainer_json(const struct engine *e, const struct trainer *t)
+{
+	uint64_t pos = t->attached ? t->next_pub : t->resume_g;
+	uint32_t unread = 0, held = 0;
+	uint64_t stall_ns = 0, stalls = 0;
+	if (t->attached) {
+		unread = ctrl_unread(atomic_load(&t->co->prod), atomic_load(&t->ci->cons), t->nslots);
+		for (uint32_t i = 0; i < t->nslots; i++)
+			held += t->slots[i].st == SL_PUB;
+		held = held >= unread ? held - unread : 0;
+		stall_ns = atomic_load(&t->ci->stall_ns);
+		stalls = atomic_load(&t->ci->stalls);
+	}
+	return json_pack("{sI sI sb sb sI sI sI sI sI sI sI sI sI sI sI so sI}",
+			 "rank", JU(t->rank), "pid", JU(t->pid), "attached", t->attached,
+			 "done", t->done, "epoch", JU(pos / e->sh.bpe), "step", JU(pos % e->sh.bpe),
+			 "prefetch_lead", JU(t->attached ? t->next_prep - (t->next_pub - unread) : 0),
+			 "ready_unread", JU(unread), "held", JU(held),
+			 "staging_used", JU(stg_used(&t->stg)), "staging_capacity", JU(t->stg.cap),
+			 "inflight", JU(t->inflight), "batches", JU(t->batches),
+			 "samples", JU(t->samples), "bytes", JU(t->bytes),
+			 "stall_s", jreal((double)stall_ns / 1e9, 6), "stalls", JU(stalls));
+}
+
+static json_t *cache_json(const struct engine *e)
+{
+	return json_pack("{sI sI sI sI sI sI sb sI sI sI sI}", "ram_capacity", JU(e->cache_cap),
+			 "ram_planned_samples", JU(e->cache_planned),
+			 "ram_planned_bytes", JU(e->local_cached_bytes),
+			 "ram_loaded_samples", JU(e->cache_loaded),
+			 "ram_loaded_bytes", JU(e->cache_loaded_bytes),
+			 "staging_capacity", JU(e->stage_cap), "nvme_enabled", e->nvme_ok,
+			 "nvme_capacity", JU(e->nvme_cap), "nvme_planned_samples", JU(e->nvme_planned),
+			 "nvme_loaded_samples", JU(e->nvme_loaded),
+			 "nvme_loaded_bytes", JU(e->nvme_loaded_bytes));
+}
+
+static json_t *sources_json(const struct engine *e)
+{
+	json_t *o = must(json_object());
+	for (int k = 0; k < SRC_COUNT; k++)
+		json_object_set_new(o, src_names[k],
+				    must(json_pack("{sI so so}", "reads", JU(e->src[k].n),
+						   "latency_ms", jreal(e->src[k].lat_s * 1e3, 3),
+						   "mb_per_s", jreal(e->src[k].bps / 1e6, 1))));
+	return o;
+}
+
+static const char *state_name(struct engine *e)
+{
+	return atomic_load(&e->stopping) ? "stopping" : e->draining ? "draining"
+	       : e->plan_ready ? "serving" : "waiting";
+}
+
+/* The status as a JSON object (the stats file adds the step series). */
+static json_t *status_json(struct engine *e, uint64_t max_epochs)
+{
+	json_t *root = json_pack(
+		"{sI sI sI so so ss sI sI sI s{sI sI sI so} so s{sI sI so} so so so}",
+		"node", JU(e->node), "nodes", JU(e->nnodes), "pid", JU(getpid()),
+		"job_id", jtext(e->cfg->job_id), "uptime_s", jreal(now_s() - e->t_start, 3),
+		"state", state_name(e), "world", JU(e->world),
+		"batches_per_epoch", JU(e->shape_ready ? e->sh.bpe : 0),
+		"job_epochs", JU(e->cfg->epochs),
+		"dataset", "samples", JU(e->cat->nsamples), "bytes", JU(e->cat->total_bytes),
+		"files", JU(e->cat->nfiles), "format", jtext(e->cat->fmt->name),
+		"cache", cache_json(e),
+		"io", "threads", JU(e->cfg->io_threads), "pending", JU(iopool_pending(&e->pool)),
+		"placement", jtext(e->pin_desc),
+		"topology", jtext(e->topo_desc), "sources", sources_json(e),
+		"step_ms", jreal(e->step_s * 1e3, 3));
+	json_t *tr = must(json_array());
+	for (uint32_t r = 0; e->shape_ready && r < e->world; r++)
+		if (e->tr[r].known)
+			json_array_append_new(tr, must(trainer_json(e, &e->tr[r])));
+	json_object_set_new(must(root), "trainers", tr);
+	epochs_json(e, root, max_epochs);
+	return root;
+}
+
+static char *dump(json_t *root)
+{
+	char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(15));
+	json_decref(root);
+	if (!text)
+		json_oom();
+	return text;
+}
+
+char *engine_status_json(struct engine *e, uint64_t max_epochs)
+{
+	return dump(status_json(e, max_epochs));
+}
+
+void engine_write_stats(struct engine *e)
+{
+	resume_save(e, false);
+	if (!e->cfg->stats_file || !*e->cfg->stats_file)
+		return;
+	/* the status plus the per-step series: [global batch, done at, summed wait] */
+	json_t *root = status_json(e, 0);
+	json_t *steps = must(json_array());
+	for (uint64_t k = 0; k < e->nsteps; k++) {
+		if (!e->step_count || !e->step_count[k])
+			continue;
+		json_array_append_new(steps, must(json_pack("[I o o]", JU(k * e->step_stride),
+							     jreal(e->step_done[k], 6),
+							     jreal((double)e->step_stall[k], 6))));
+	}
+	json_object_set_new(root, "step_stride", must(json_integer(JU(e->step_stride))));
+	json_object_set_new(root, "steps", steps);
+	char *json = dump(root);
+	char path[4096];
+	int rc = node_path(path, sizeof(path), e->cfg->stats_file, e->node);
+	if (rc == 0)
+		rc = write_file_atomic(path, json, strlen(json));
+	else
+		str_copy(path, sizeof(path), e->cfg->stats_file);
+	if (rc != 0)
+		log_warn("cannot write the stats file %s: %s", path, strerror(-rc));
+	else
+		log_info("statistics written to %s", path);
+	free(json);
+}
+
+/* One configuration value as JSON: its kind's type (integers past
+ * int64 stay text, as written). */
+static json_t *config_value(const struct cfg_item *it)
+{
+	char *end;
+	errno = 0;
+	if (it->kind == 'u') {
+		unsigned long long v = strtoull(it->value, &end, 10);
+		if (errno == 0 && !*end && v <= INT64_MAX)
+			return json_integer((json_int_t)v);
+	} else if (it->kind == 'd') {
+		double v = strtod(it->value, &end);
+		if (errno == 0 && !*end && isfinite(v))
+			return json_real(v);
+	} else if (it->kind == 'b') {
+		return json_boolean(strcmp(it->value, "true") == 0);
+	}
+	return jtext(it->value);
+}
+
+/* `seerctl config`: {"config": {section: {key: value}}, "origin":
+ * {"section.key": where it was set}, "ini": the same as INI text that
+ * seerd -c reads back}. */
+char *engine_config_json(const struct seer_config *cfg)
+{
+	json_t *conf = must(json_object()), *origin = must(json_object());
+	struct cfg_item it;
+	for (size_t i = 0; cfg_item(cfg, i, &it); i++) {
+		json_t *sec = json_object_get(conf, it.section);
+		if (!sec)
+			json_object_set_new(conf, it.section, sec = must(json_object()));
+		char key[160];
+		snprintf(key, sizeof(key), "%s.%s", it.section, it.name);
+		json_object_set_new(sec, it.name, must(config_value(&it)));
+		json_object_set_new(origin, key, jtext(it.origin));
+	}
+	char *ini = cfg_dump(cfg);
+	json_t *root = json_pack("{so so so}", "config", conf, "origin", origin, "ini", jtext(ini));
+	free(ini);
+	return dump(must(root));
+}
+
+/* A small JSON reply ({"ok": true, "state": ...}). */
+char *engine_ack_json(const char *state)
+{
+	return dump(must(json_pack("{sb ss}", "ok", 1, "state", state)));
+}

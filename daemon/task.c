@@ -1,0 +1,243 @@
+/* Tasks: the engine's unit of I/O, one read (or NVMe write) of one sample,
+ * from creation to its completion.
+ *
+ * Owns the task pool (chunks of TASK_CHUNK, ids stable for the cache
+ * states that name loading tasks), submission to the I/O pool with its
+ * priority (the batch that needs the read, adjusted by each source's
+ * measured service time) and the completion path: a finished read updates
+ * the caches it loads (task_landed), then wakes its waiters (trainers'
+ * batches, peers' requests). Dispatcher thread only; between submission and
+ * completion a task belongs to the I/O thread running it (worker.c) or the
+ * network thread (TK_PEER). Failure: a read that fails is retried elsewhere
+ * when it can be (task_retry), else its error goes to every waiter: a
+ * trainer's batch carries the first error of its samples. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/util.h"
+#include "engine_int.h"
+#include "seer.h"
+
+struct etask *task_get(struct engine *e, uint32_t id)
+{
+	return &e->chunks[id / TASK_CHUNK][id % TASK_CHUNK];
+}
+
+struct etask *task_new(struct engine *e)
+{
+	if (!e->free_tasks) {
+		e->chunks = xrealloc(e->chunks, (e->nchunks + 1) * sizeof(*e->chunks));
+		struct etask *c = xcalloc(TASK_CHUNK, sizeof(*c));
+		e->chunks[e->nchunks] = c;
+		for (uint32_t i = TASK_CHUNK; i-- > 0;) {
+			c[i].id = e->nchunks * TASK_CHUNK + i;
+			c[i].free_next = e->free_tasks;
+			e->free_tasks = &c[i];
+		}
+		e->nchunks++;
+	}
+	struct etask *t = e->free_tasks;
+	e->free_tasks = t->free_next;
+	uint32_t id = t->id;
+	memset(t, 0, sizeof(*t));
+	t->id = id;
+	t->w = t->w_inline;
+	t->capw = ARRAY_SIZE(t->w_inline);
+	t->stage_rank = -1;
+	t->bounce = -1;
+	return t;
+}
+
+void task_free(struct engine *e, struct etask *t)
+{
+	if (t->w != t->w_inline)
+		free(t->w);
+	t->w = NULL;
+	t->free_next = e->free_tasks;
+	e->free_tasks = t;
+}
+
+void task_wait_w(struct etask *t, struct waiter w)
+{
+	if (t->nw == t->capw) {
+		uint32_t cap = t->capw * 2;
+		struct waiter *nw = xmalloc(cap * sizeof(*nw));
+		memcpy(nw, t->w, t->nw * sizeof(*nw));
+		if (t->w != t->w_inline)
+			free(t->w);
+		t->w = nw;
+		t->capw = cap;
+	}
+	t->w[t->nw++] = w;
+}
+
+void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i)
+{
+	task_wait_w(t, (struct waiter){ .peer = false, .a = rank, .b = gen, .c = g, .i = i });
+}
+
+/* Priority of a read needed by global batch g from `src`, in 1/1024ths of a
+ * batch: the batch itself for the PFS, the slowest source; a faster source
+ * (NVMe) waits the difference of the measured service times, in batches of
+ * the trainers' pace (at most 2), so the PFS read of a later batch is not
+ * queued behind it. Within a source, reads are served strictly in batch
+ * order whatever the pace did between two submissions. */
+static uint64_t read_key(const struct engine *e, uint64_t g, int src)
+{
+	uint64_t key = (1ull << 40) + g * 1024;
+	if (src == SRC_PFS || !e->src[src].n || !e->src[SRC_PFS].n || e->step_s <= 0)
+		return key;
+	double d = (e->src[SRC_PFS].lat_s - e->src[src].lat_s) / e->step_s;
+	return key + (uint64_t)(MAX(0.0, MIN(d, 2.0)) * 1024);
+}
+
+static int task_src(const struct etask *t)
+{
+	return t->kind == TK_NVME_READ || t->kind == TK_NVME_WRITE ? SRC_NVME : SRC_PFS;
+}
+
+/* Queue a read needed by global batch g (0: as soon as possible). */
+void task_submit(struct engine *e, struct etask *t, uint64_t g)
+{
+	uint64_t key = g == 0 ? 0 : read_key(e, g, task_src(t));
+	t->need_g = g;
+	t->io.key = key;
+	if (e->nsub == e->capsub) {
+		e->capsub = MAX(e->capsub * 2, 256);
+		e->sub = xrealloc(e->sub, e->capsub * sizeof(*e->sub));
+	}
+	e->sub[e->nsub++] = &t->io;
+}
+
+/* A need at global batch g (0: now) joined task tk, which may be queued
+ * behind less urgent reads: make it at least that urgent (priority
+ * inversion otherwise: a trainer attaching late waits behind the others'
+ * next epoch). */
+void task_need(struct engine *e, struct etask *tk, uint64_t g)
+{
+	if (g >= tk->need_g)
+		return;
+	tk->need_g = g;
+	iopool_boost(&e->pool, &tk->io, g == 0 ? 0 : read_key(e, g, task_src(tk)));
+}
+
+void task_flush(struct engine *e)
+{
+	iopool_submit(&e->pool, e->sub, e->nsub);
+	e->nsub = 0;
+}
+
+/* Retries that a failed read's worker absorbed (or not), for the stats and
+ * the periodic warning. */
+static void task_note_retries(struct engine *e, struct etask *tk)
+{
+	if (tk->attempts <= 1)
+		return;
+	stats_epoch(e, e->epochs_done)->retries += tk->attempts - 1;
+	e->retries_unreported += tk->attempts - 1;
+	str_copy(e->last_retry, sizeof(e->last_retry), tk->err);
+	tk->attempts = 1;
+}
+
+/* A failed read that is tried again elsewhere: a corrupt sample replaced by
+ * its substitute (on_corrupt = skip), a bad NVMe copy read from the PFS.
+ * True when tk went back to the pool. */
+static bool task_retry(struct engine *e, struct etask *tk, int status)
+{
+	if (status == SEER_EDATASET && e->skip_corrupt && tk->kind == TK_PFS &&
+	    pf_retarget_corrupt(e, tk)) {
+		task_submit(e, tk, tk->need_g);
+		return true;
+	}
+	if (tk->kind == TK_NVME_READ && status != 0) {
+		nvme_read_failed(e, tk, status);
+		task_submit(e, tk, tk->need_g);
+		return true;
+	}
+	return false;
+}
+
+/* The read's bytes are in place at dst_off (status 0), or will not be: the
+ * RAM slot or NVMe copy it was loading learns it. This is the dispatcher's
+ * first look at the bytes before any batch or peer sees them. */
+static void task_landed(struct engine *e, struct etask *tk, int status)
+{
+	if (status == 0) {
+		int src = tk->kind == TK_PEER ? SRC_PEER : tk->kind == TK_NVME_READ ? SRC_NVME : SRC_PFS;
+		stats_observe(e, src, tk->io.t_end > tk->io.t_start
+					      ? (double)(tk->io.t_end - tk->io.t_start) / 1e9 : 0.0,
+			      tk->len);
+		/* PFS: what the format read, not the sample's length */
+		stats_read(e, src, src == SRC_PFS ? tk->pfs_read : tk->len);
+	} else if (status != -ECANCELED) {
+		log_warn("%s", tk->err[0] ? tk->err : seer_strerror(status));
+	}
+	if (tk->to_nvme)
+		nvme_load_done(e, tk, status);
+	if (tk->to_cache)
+		pf_ram_loaded(e, tk, status);
+}
+
+/* tk no longer reads into its trainer's staging: a reset waiting for the
+ * last such read can go on. */
+static void task_unstage(struct engine *e, struct etask *tk)
+{
+	if (tk->stage_rank < 0)
+		return;
+	struct trainer *t = &e->tr[tk->stage_rank];
+	t->inflight--;
+	if (t->resetting && t->inflight == 0)
+		sess_finish_reset(e, t);
+}
+
+/* The pool (or the network thread) is done with tk: status 0 or why not. */
+void task_finish(struct engine *e, struct etask *tk, int status)
+{
+	if (tk->kind == TK_NVME_WRITE) {
+		nvme_write_done(e, tk, status);
+		task_unstage(e, tk);
+		task_free(e, tk);
+		return;
+	}
+	task_note_retries(e, tk);
+	if (task_retry(e, tk, status))
+		return;
+	task_landed(e, tk, status);
+	for (uint32_t i = 0; i < tk->nw; i++) {
+		const struct waiter *w = &tk->w[i];
+		if (w->peer)
+			peer_answer(e, tk, w, status);
+		else
+			pf_sample_done(e, w, status, tk->err);
+	}
+	task_unstage(e, tk);
+	task_free(e, tk);
+}
+
+/* Free every task (engine_destroy, after the pool stopped). */
+void task_free_all(struct engine *e)
+{
+	for (uint32_t i = 0; i < e->nchunks; i++) {
+		for (uint32_t k = 0; k < TASK_CHUNK; k++)
+			if (e->chunks[i][k].w && e->chunks[i][k].w != e->chunks[i][k].w_inline)
+				free(e->chunks[i][k].w);
+		free(e->chunks[i]);
+	}
+	free(e->chunks);
+	free(e->sub);
+	e->chunks = NULL;
+	e->sub = NULL;
+	e->nchunks = 0;
+}
+
+void task_completions(struct engine *e)
+{
+	struct io_task *io = iopool_take_done(&e->pool);
+	while (io) {
+		struct io_task *next = io->next;
+		task_finish(e, (struct etask *)io, io->status);
+		io = next;
+	}
+}

@@ -1,0 +1,121 @@
+/* The I/O threads' side of a task (src/iopool.c calls these).
+ *
+ * Each I/O thread has its own catalog reader (worker_init); worker_exec
+ * moves one task's bytes: the dataset into the arena (PFS reads, with
+ * retries of transient errors), the NVMe copy into the arena (checked), or
+ * arena bytes to the NVMe file. Runs on the I/O threads only. It reads the
+ * task it was handed and the engine fields engine_int.h lists as fixed at
+ * creation (cfg, cat, abase, nvme_fd, nvme_direct, nvme_align) plus the
+ * atomic `stopping`; it writes only the task and the arena bytes the task
+ * names. Failure: the task's status (negative errno or SEER_E*) and a
+ * message in its err. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "../src/util.h"
+#include "engine_int.h"
+#include "seer.h"
+
+static bool transient(int rc)
+{
+	return rc < 0 && rc > -4096 && rc != -ESTALE && rc != -ENAMETOOLONG && rc != -ERANGE;
+}
+
+void *worker_init(void *ctx, unsigned idx)
+{
+	(void)idx;
+	struct engine *e = ctx;
+	struct cat_reader *rd = xmalloc(sizeof(*rd));
+	cat_reader_init(rd, e->cat);
+	return rd;
+}
+
+void worker_fini(void *tls, void *ctx)
+{
+	(void)ctx;
+	cat_reader_fini(tls);
+	free(tls);
+}
+
+/* TK_NVME_READ: the copy, checked against the checksum of what was written. */
+static int worker_nvme_read(const struct engine *e, struct etask *t, uint8_t *dst)
+{
+	int rc = pread_full(e->nvme_fd, dst, nvme_io_len(e, t->len), t->nvme_off);
+	if (rc == -ENODATA)
+		rc = -EIO;
+	if (rc == 0 && XXH64(dst, t->len, 0) != t->sum) {
+		rc = SEER_EDATASET;
+		snprintf(t->err, sizeof(t->err), "NVMe copy of sample %u failed its checksum",
+			 t->sample);
+	} else if (rc != 0) {
+		snprintf(t->err, sizeof(t->err), "NVMe read of sample %u: %s", t->sample,
+			 strerror(-rc));
+	}
+	return rc;
+}
+
+/* TK_NVME_WRITE: bytes already in the arena to the tier, with their checksum. */
+static int worker_nvme_write(const struct engine *e, struct etask *t, const uint8_t *dst)
+{
+	t->sum = XXH64(dst, t->len, 0);
+	int rc = pwrite_full(e->nvme_fd, dst, nvme_io_len(e, t->len), t->nvme_off);
+	if (rc != 0)
+		snprintf(t->err, sizeof(t->err), "NVMe write of sample %u: %s", t->sample,
+			 strerror(-rc));
+	return rc;
+}
+
+/* TK_PFS: the dataset through the format's reader, transient errors tried
+ * again with a doubling back-off (not once the engine stops). */
+static int worker_pfs_read(const struct engine *e, struct etask *t, struct cat_reader *rd,
+			   uint8_t *dst)
+{
+	double backoff_ms = e->cfg->retry_backoff_ms;
+	int rc;
+	uint64_t read0 = rd->bytes_read;
+	for (uint32_t attempt = 0;; attempt++) {
+		rc = cat_read(rd, t->sample, dst);
+		t->pfs_read = rd->bytes_read - read0;
+		t->attempts = attempt + 1;
+		if (rc == 0 || !transient(rc) || attempt >= e->cfg->retries ||
+		    atomic_load_explicit(&e->stopping, memory_order_relaxed))
+			break;
+		sleep_ns((uint64_t)(backoff_ms * 1e6));
+		backoff_ms *= 2;
+	}
+	if (t->attempts > 1 && rc == 0)
+		str_copy(t->err, sizeof(t->err), rd->err); /* why it had to retry, for the log */
+	if (rc != 0) {
+		str_copy(t->err, sizeof(t->err), rd->err);
+		if (t->attempts > 1) {
+			char tail[40];
+			snprintf(tail, sizeof(tail), " (after %u attempts)", t->attempts);
+			size_t n = strlen(t->err), m = strlen(tail);
+			if (n + m >= sizeof(t->err))
+				n = sizeof(t->err) - m - 1;
+			memcpy(t->err + n, tail, m + 1);
+		}
+	}
+	return rc;
+}
+
+/* One task on an I/O thread: its bytes land at abase + dst_off (a staging
+ * span, a RAM slot or a bounce slot), or its error is in t->err. The raw
+ * bytes are complete here, on the thread that read them: a per-sample
+ * transform that must not run on the dispatcher belongs after the read. */
+void worker_exec(struct io_task *io, void *tls, void *ctx)
+{
+	const struct engine *e = ctx;
+	struct etask *t = (struct etask *)io;
+	uint8_t *dst = e->abase + t->dst_off;
+	if (t->kind == TK_NVME_READ)
+		io->status = worker_nvme_read(e, t, dst);
+	else if (t->kind == TK_NVME_WRITE)
+		io->status = worker_nvme_write(e, t, dst);
+	else
+		io->status = worker_pfs_read(e, t, tls, dst);
+}
