@@ -3,14 +3,42 @@
 
 #include "../src/plan.h"
 
+bool route_owned(const struct route_view *v, uint32_t s)
+{
+	return v->tier[s] != PLAN_NONE && v->owner[s] == v->node;
+}
+
+bool route_replica(const struct route_view *v, uint32_t s)
+{
+	return v->repl_idx && v->repl_idx[s];
+}
+
+/* The tier s sits in on this node: the owned copy's, a replica's, or none. */
+static uint8_t local_tier(const struct route_view *v, uint32_t s)
+{
+	if (route_owned(v, s))
+		return v->tier[s];
+	if (route_replica(v, s))
+		return v->repl_tier[v->repl_idx[s] - 1];
+	return PLAN_NONE;
+}
+
 bool route_local_ram(const struct route_view *v, uint32_t s)
 {
-	return v->tier[s] == PLAN_RAM && v->owner[s] == v->node;
+	return local_tier(v, s) == PLAN_RAM;
 }
 
 bool route_local_nvme(const struct route_view *v, uint32_t s)
 {
-	return v->nvme_ok && v->tier[s] == PLAN_NVME && v->owner[s] == v->node;
+	return v->nvme_ok && local_tier(v, s) == PLAN_NVME;
+}
+
+enum route_src route_fill_src(const struct route_view *v, uint32_t s, bool from_pfs)
+{
+	if (!from_pfs && v->tier[s] != PLAN_NONE && v->owner[s] != v->node && v->peer_ok &&
+	    v->peer_ok(v->peer_ctx, v->owner[s]))
+		return ROUTE_PEER;
+	return ROUTE_PFS;
 }
 
 uint32_t route_ram_key(const struct route_view *v, uint32_t rank, uint32_t s)

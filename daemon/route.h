@@ -2,11 +2,19 @@
  * per sample from the placement plan and what this node can use now:
  *
  *   RAM   the sample has a slot in this node's RAM cache for this rank (the
- *         node-wide plan's slot, or under cache.policy = nopfs the rank's own
- *         copy); key names the slot (an index into the engine's cstate)
- *   NVME  this node's NVMe tier holds (or will hold) it, and the tier works
- *   PEER  another node caches it and its daemon is not suspect
+ *         node-wide plan's slot -- the owned copy or a replica -- or under
+ *         cache.policy = nopfs the rank's own copy); key names the slot (an
+ *         index into the engine's cstate)
+ *   NVME  this node's NVMe tier holds (or will hold) it, owned or a replica,
+ *         and the tier works
+ *   PEER  another node caches it (and this node has no replica of it) and
+ *         its daemon is not suspect
  *   PFS   anything else: the dataset itself
+ *
+ * A replica (src/plan.h, plan_node) is a copy of a sample another node
+ * owns, kept in this node's spare RAM or NVMe. It routes like an owned
+ * sample; where its bytes come from the first time (its fill, or the read
+ * that finds it not filled yet) is route_fill_src's answer.
  *
  * Whether the RAM slot or NVMe copy is loaded yet is not routing's business:
  * the prefetcher (prefetch.c) looks at the cache state after routing. Pure
@@ -37,17 +45,32 @@ struct route_view {
 	bool nvme_ok;               /* this node's NVMe tier is usable */
 	const struct plan_nopfs *np; /* cache.policy = nopfs, else NULL */
 	const uint32_t *local_idx;  /* nopfs: rank -> its share */
+	/* this node's replicas (plan_node idx/tier): repl_idx[s] is 0, or 1 +
+	 * the replica's index into repl_tier; NULL: no replicas */
+	const uint32_t *repl_idx;
+	const uint8_t *repl_tier;
 	/* whether node's daemon may be asked now; NULL: no data plane */
 	bool (*peer_ok)(void *ctx, uint32_t node);
 	void *peer_ctx;
 };
 
-/* This node caches s in RAM / on NVMe (by the node-wide plan). */
+/* This node caches s in RAM / on NVMe (by the node-wide plan: the owned
+ * copy or a replica). */
 bool route_local_ram(const struct route_view *v, uint32_t s);
 bool route_local_nvme(const struct route_view *v, uint32_t s);
+/* This node owns s (holds the plan's one copy: the one peers ask for). */
+bool route_owned(const struct route_view *v, uint32_t s);
+/* s is a replica on this node. */
+bool route_replica(const struct route_view *v, uint32_t s);
+/* Where replica s's bytes come from when this node loads it (its
+ * background fill, or a read that finds it not filled yet): ROUTE_PEER (its
+ * owner) unless the fill source is the PFS (from_pfs), there is no data
+ * plane, or the owner is suspect: then ROUTE_PFS. */
+enum route_src route_fill_src(const struct route_view *v, uint32_t s, bool from_pfs);
 
 /* The RAM slot serving `rank`'s need of s, or ROUTE_NOKEY. seer: one slot
- * per planned sample of this node (key = s), shared by every local trainer;
+ * per sample this node holds in RAM, owned or replica (key = s: a node
+ * never owns and replicates the same sample), shared by every local trainer;
  * nopfs: the rank's own copy (key = nsamples + its plan_nopfs key). */
 uint32_t route_ram_key(const struct route_view *v, uint32_t rank, uint32_t s);
 

@@ -1,7 +1,8 @@
 /* Tier routing (daemon/route.c) driven directly, without a daemon: for a
  * hand-made plan of two nodes, each sample's need is served from RAM, this
  * node's NVMe, a peer or the PFS, and the answer follows what the node can
- * use now (a disabled NVMe tier, a suspect peer, no data plane, nopfs). */
+ * use now (a disabled NVMe tier, a suspect peer, no data plane, nopfs,
+ * replicas of the other node's samples and where their fills come from). */
 #include <criterion/criterion.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -100,4 +101,89 @@ Test(route, nopfs_serves_each_rank_its_own_copies)
 	cr_assert_eq(route_sample(&v, 1, 1, &key), ROUTE_PFS, "not in rank 1's share");
 	cr_assert_eq(route_sample(&v, 0, 0, &key), ROUTE_PFS);
 	cr_assert_eq(route_ram_key(&v, 1, 7), ROUTE_NOKEY);
+}
+
+/* Replicas on node 0 of samples node 1 owns: 1 (RAM there) in RAM here,
+ * 3 (NVMe there) on NVMe here. Sample 4 is cached nowhere: never a replica. */
+static const uint32_t repl_idx[8] = { 0, 1, 0, 2, 0, 0, 0, 0 };
+static const uint8_t repl_tier[2] = { PLAN_RAM, PLAN_NVME };
+
+static struct route_view view_repl(void)
+{
+	struct route_view v = view();
+	v.repl_idx = repl_idx;
+	v.repl_tier = repl_tier;
+	return v;
+}
+
+Test(route, replicas_are_read_locally)
+{
+	struct route_view v = view_repl();
+	static const enum route_src want[8] = { ROUTE_RAM, ROUTE_RAM, ROUTE_NVME, ROUTE_NVME,
+						ROUTE_PFS, ROUTE_RAM, ROUTE_NVME, ROUTE_PFS };
+	for (uint32_t s = 0; s < 8; s++) {
+		uint32_t key = 12345;
+		enum route_src got = route(&v, s, &key);
+		cr_assert_eq(got, want[s], "sample %u: route %d, want %d", s, got, want[s]);
+		cr_assert_eq(key, got == ROUTE_RAM ? s : ROUTE_NOKEY,
+			     "a replica's RAM slot is keyed by its sample like an owned one");
+	}
+	cr_assert(route_replica(&v, 1) && route_replica(&v, 3));
+	cr_assert(!route_replica(&v, 0) && !route_replica(&v, 2) && !route_replica(&v, 4));
+	cr_assert(route_local_ram(&v, 1) && !route_local_nvme(&v, 1));
+	cr_assert(route_local_nvme(&v, 3) && !route_local_ram(&v, 3));
+	/* peers ask only the owner: a replica is not this node's to serve */
+	cr_assert(route_owned(&v, 0) && route_owned(&v, 2) && route_owned(&v, 5));
+	cr_assert(!route_owned(&v, 1) && !route_owned(&v, 3), "a replica is not owned");
+	cr_assert(!route_owned(&v, 4), "a sample cached nowhere has no owner");
+}
+
+Test(route, replica_without_its_tier_asks_the_owner)
+{
+	struct route_view v = view_repl();
+	uint32_t key;
+	v.nvme_ok = false;
+	cr_assert_eq(route(&v, 3, &key), ROUTE_PEER, "NVMe replica, tier off: the owner's copy");
+	cr_assert_eq(route(&v, 1, &key), ROUTE_RAM, "the RAM replica is unaffected");
+	suspect[1] = true;
+	cr_assert_eq(route(&v, 3, &key), ROUTE_PFS, "and with the owner suspect: the PFS");
+	cr_assert_eq(route(&v, 1, &key), ROUTE_RAM,
+		     "a RAM replica stays local; its load asks route_fill_src");
+}
+
+Test(route, replica_fill_source)
+{
+	struct route_view v = view_repl();
+	cr_assert_eq(route_fill_src(&v, 1, false), ROUTE_PEER, "from the owner");
+	cr_assert_eq(route_fill_src(&v, 3, false), ROUTE_PEER, "from the owner's NVMe");
+	cr_assert_eq(route_fill_src(&v, 1, true), ROUTE_PFS, "cache.replica_fill = pfs");
+	suspect[1] = true;
+	cr_assert_eq(route_fill_src(&v, 1, false), ROUTE_PFS, "owner suspect: the PFS");
+	suspect[1] = false;
+	cr_assert_eq(route_fill_src(&v, 1, false), ROUTE_PEER, "decided per load: the owner is back");
+	cr_assert_eq(route_fill_src(&v, 0, false), ROUTE_PFS, "this node's own sample");
+	cr_assert_eq(route_fill_src(&v, 4, false), ROUTE_PFS, "cached nowhere");
+	v.peer_ok = NULL;
+	cr_assert_eq(route_fill_src(&v, 1, false), ROUTE_PFS, "no data plane");
+}
+
+Test(route, no_replica_is_the_one_copy_route)
+{
+	/* an empty replica set routes every sample as replicas = off does */
+	static const uint32_t none[8] = { 0 };
+	struct route_view off = view(), empty = view_repl();
+	empty.repl_idx = none;
+	for (int nvme = 0; nvme < 2; nvme++) {
+		for (int sus = 0; sus < 2; sus++) {
+			off.nvme_ok = empty.nvme_ok = nvme;
+			for (uint32_t s = 0; s < 8; s++) {
+				suspect[1] = sus;
+				uint32_t k1, k2;
+				cr_assert_eq(route(&off, s, &k1), route(&empty, s, &k2), "sample %u", s);
+				cr_assert_eq(k1, k2);
+				cr_assert_eq(route_local_ram(&off, s), route_local_ram(&empty, s));
+				cr_assert_eq(route_local_nvme(&off, s), route_local_nvme(&empty, s));
+			}
+		}
+	}
 }
