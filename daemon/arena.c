@@ -4,7 +4,9 @@
  *   header | sample type table | RAM cache | staging | bounce slots
  *
  * The RAM cache holds the planned samples at the plan's offsets (keys, see
- * route.h); staging is split evenly among the node's trainers (each share a
+ * route.h), this node's owned share then its replicas (src/plan.h: both
+ * within the capacity the plan was given; the segment is a memfd, so only
+ * the bytes the plan uses, nv.ram_used, ever take memory); staging is split evenly among the node's trainers (each share a
  * staging.c ring, 4 KiB-aligned for O_DIRECT); bounce slots carry NVMe
  * samples on their way to peers (several nodes with an NVMe tier only).
  * Set up on the dispatcher before any other thread exists; afterwards its
@@ -34,7 +36,8 @@ uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme)
 uint64_t arena_key_off(const struct engine *e, uint32_t key)
 {
 	uint64_t n = e->cat->nsamples;
-	return e->cache_base + (key < n ? e->plan.off[key] : e->np.off[key - n]);
+	/* key < n: the sample's slot, owned or replica (route.h) */
+	return e->cache_base + (key < n ? place_local_off(e, key) : e->np.off[key - n]);
 }
 
 int arena_check_staging(struct engine *e, char *err, size_t errlen)

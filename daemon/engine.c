@@ -187,6 +187,7 @@ void engine_work(struct engine *e)
 			}
 		}
 		pf_fill(e);
+		repl_fill(e); /* after every batch's reads: the lowest priority */
 		task_flush(e);
 	}
 	for (uint32_t r = 0; r < e->world; r++)
@@ -308,9 +309,10 @@ void engine_tick(struct engine *e)
 	if (e->shape_ready && e->plan_ready && e->fill_left > 0 && e->cache_loaded > 0 &&
 	    t - e->t_last_progress >= 10.0) {
 		e->t_last_progress = t;
+		uint64_t planned = e->cache_planned + e->repl_ram_planned;
 		log_info("warm-up: %llu of %llu cached samples loaded (%.1f%%)",
-			 (unsigned long long)e->cache_loaded, (unsigned long long)e->cache_planned,
-			 100.0 * (double)e->cache_loaded / (double)MAX(e->cache_planned, 1ull));
+			 (unsigned long long)e->cache_loaded, (unsigned long long)planned,
+			 100.0 * (double)e->cache_loaded / (double)MAX(planned, 1ull));
 	}
 	if (t - e->t_start > e->cfg->connect_timeout_s && t - e->t_last_wait_warn > 60.0) {
 		char missing[256] = "";

@@ -112,6 +112,9 @@ struct etask {
 	uint32_t ckey;        /* to_cache: the RAM slot (key into cstate) it fills */
 	bool to_nvme;         /* TK_PFS: write to the NVMe tier afterwards */
 	bool fill;
+	bool repl;            /* loads a replica of this node (replica.c) */
+	bool repl_bg;         /* ... as a background fill (counted in repl_inflight) */
+	uint64_t bg_key;      /* need_g == NEED_NONE: its pool key (background) */
 	int32_t bounce;       /* bounce slot the bytes live in, or -1 */
 	uint64_t nvme_off;    /* TK_NVME_*: offset in the NVMe file */
 	uint64_t sum;         /* TK_NVME_*: xxh64 of the sample */
@@ -130,6 +133,10 @@ struct etask {
 	char err[SEER_ERRMSG_MAX];
 	struct etask *free_next;
 };
+
+/* need_g of a task no batch waits for yet (a background replica fill): it
+ * is queued at its bg_key, after every read a batch needs. */
+#define NEED_NONE UINT64_MAX
 
 #define TASK_CHUNK 1024
 #define SEER_MAX_WORLD (1u << 20) /* trainers per job */
@@ -150,6 +157,9 @@ struct epoch_stats {
 	uint64_t nvme_samples, nvme_bytes;   /* read from the local NVMe tier */
 	uint64_t nvme_written, nvme_corrupt;
 	uint64_t served_samples, served_bytes; /* sent to other daemons */
+	uint64_t repl_samples, repl_bytes;   /* served from this node's replicas (RAM, NVMe) */
+	uint64_t fill_samples, fill_bytes;   /* replicas loaded (a background fill, or the
+						read that found it not filled yet) */
 	uint64_t fallbacks;                  /* peer fetches that fell back to the PFS */
 	uint64_t skipped;                    /* corrupt samples substituted (on_corrupt = skip) */
 	uint64_t retries;                    /* failed reads that were tried again */
@@ -249,6 +259,21 @@ struct engine {
 	uint64_t cache_planned, cache_loaded, cache_loaded_bytes;
 	uint8_t *bad;            /* samples that failed their format checks (skip policy) */
 
+	/* replicas (placement.c plans them, replica.c fills them) */
+	bool repl_on;            /* nv holds this node's replica set */
+	struct plan_node nv;     /* valid when repl_on */
+	bool repl_from_pfs;      /* cache.replica_fill = pfs */
+	uint64_t *repl_started;  /* bit per replica: its fill started or is not needed */
+	uint64_t repl_next;      /* replicas before it all have their bit */
+	uint64_t repl_scan_g;    /* progress at the last scan that found only replicas
+				    not ready (UINT64_MAX: scan) */
+	uint32_t repl_inflight, repl_max_inflight;
+	double repl_tokens;      /* cache.replica_fill_rate bucket, bytes */
+	uint64_t repl_t_ns;      /* when the bucket was last topped up */
+	uint64_t repl_ram_planned, repl_nvme_planned;
+	uint64_t repl_fills, repl_fill_bytes, repl_fills_failed;
+	uint64_t repl_fill_pfs_bytes;  /* ... of repl_fill_bytes, read from the PFS */
+
 	/* trainers (session.c, prefetch.c) */
 	struct trainer *tr;      /* world entries once known */
 	bool draining;
@@ -270,6 +295,7 @@ struct engine {
 	bool nvme_ok;            /* false once disabled: its samples come from the PFS */
 	uint64_t *nvme_sum;      /* per sample, valid when READY */
 	uint64_t nvme_loaded, nvme_loaded_bytes, nvme_planned;
+	uint64_t nvme_size;      /* the file's reserved size (nvme_fit) */
 
 	/* peers (peer.c) */
 	struct net *net;
@@ -332,6 +358,8 @@ void place_plan(struct engine *e);            /* plan, publish, split staging */
 struct route_view place_view(const struct engine *e); /* what routing reads, now */
 bool place_local_ram(const struct engine *e, uint32_t s);
 bool place_local_nvme(const struct engine *e, uint32_t s);
+bool place_is_replica(const struct engine *e, uint32_t s);
+uint64_t place_local_off(const struct engine *e, uint32_t s); /* in this node's tier region */
 
 /* arena.c: the shared segment and its parts */
 uint64_t arena_layout(struct engine *e);      /* returns the arena's size */
@@ -367,7 +395,8 @@ struct etask *task_new(struct engine *e);
 struct etask *task_get(struct engine *e, uint32_t id);
 void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i);
 void task_wait_w(struct etask *t, struct waiter w);
-void task_submit(struct engine *e, struct etask *t, uint64_t g); /* g 0: now */
+void task_submit(struct engine *e, struct etask *t, uint64_t g); /* g 0: now;
+							NEED_NONE: t->bg_key */
 void task_need(struct engine *e, struct etask *tk, uint64_t g);  /* at least as urgent */
 void task_flush(struct engine *e);
 void task_completions(struct engine *e);
@@ -383,6 +412,7 @@ void worker_exec(struct io_task *io, void *tls, void *ctx);
 /* nvme.c: the NVMe tier */
 void nvme_open(struct engine *e);
 void nvme_close(struct engine *e);
+void nvme_fit(struct engine *e, uint64_t used);   /* reserve what the plan uses */
 void nvme_disable(struct engine *e, const char *why);
 uint64_t nvme_io_len(const struct engine *e, uint64_t len); /* any thread */
 void nvme_read_copy(struct engine *e, struct etask *tk);
@@ -411,6 +441,13 @@ void stats_read(struct engine *e, int src, uint64_t bytes);
 void stats_delivered(struct engine *e, uint64_t epoch, uint64_t bytes, uint32_t n);
 void stats_step(struct engine *e, struct trainer *t, uint64_t g);
 void stats_check_epochs(struct engine *e);
+
+/* replica.c: this node's replicas, filled in the background */
+void repl_init(struct engine *e);             /* after the replica set is planned */
+void repl_free(struct engine *e);
+void repl_fill(struct engine *e);             /* background fills, lowest priority */
+bool repl_fetch(struct engine *e, struct etask *tk); /* a read that loads a replica */
+void repl_landed(struct engine *e, struct etask *tk, int status);
 
 /* resume.c: resume records */
 void resume_load(struct engine *e);

@@ -108,6 +108,7 @@ void nvme_open(struct engine *e)
 	}
 	e->nvme_fd = fd;
 	e->nvme_cap = cap;
+	e->nvme_size = cap;
 	e->nvme_sum = xcalloc(e->cat->nsamples, sizeof(uint64_t));
 	char a[32];
 	log_info("NVMe tier: %s in %s (%s, %u-byte slots)", fmt_size(a, sizeof(a), cap), dir,
@@ -119,7 +120,7 @@ void nvme_open(struct engine *e)
 void nvme_read_copy(struct engine *e, struct etask *tk)
 {
 	tk->kind = TK_NVME_READ;
-	tk->nvme_off = e->plan.off[tk->sample];
+	tk->nvme_off = place_local_off(e, tk->sample);
 	tk->sum = e->nvme_sum[tk->sample];
 }
 
@@ -196,7 +197,8 @@ void nvme_write_after(struct engine *e, struct etask *tk)
 	w->sample = tk->sample;
 	w->dst_off = tk->dst_off;
 	w->len = tk->len;
-	w->nvme_off = e->plan.off[tk->sample];
+	w->nvme_off = place_local_off(e, tk->sample);
+	w->bg_key = tk->bg_key; /* a background fill's write stays in the background */
 	e->cstate[tk->sample] = CS_TASK0 + w->id;
 	w->followers = tk->followers;
 	tk->followers = NULL;
@@ -214,6 +216,35 @@ void nvme_write_after(struct engine *e, struct etask *tk)
 			sl->pins++;
 	}
 	task_submit(e, w, tk->need_g);
+}
+
+/* The plan uses `used` bytes of the file (owned samples and replicas, at
+ * their offsets): the file keeps that much reserved and gives the rest of
+ * [cache] nvme back to the file system; a later, larger plan (a re-plan)
+ * reserves again, and a file system without room then disables the tier. */
+void nvme_fit(struct engine *e, uint64_t used)
+{
+	if (e->nvme_fd < 0 || !e->nvme_ok)
+		return;
+	uint64_t want = MIN(ALIGN_UP(used, NVME_ALIGN), e->nvme_cap);
+	if (want == e->nvme_size)
+		return;
+	int rc = 0;
+	if (want < e->nvme_size)
+		rc = ftruncate(e->nvme_fd, (off_t)want) == 0 ? 0 : errno;
+	else if ((rc = posix_fallocate(e->nvme_fd, 0, (off_t)want)) == EOPNOTSUPP || rc == EINVAL)
+		rc = ftruncate(e->nvme_fd, (off_t)want) == 0 ? 0 : errno;
+	if (rc != 0) {
+		char why[256], a[32];
+		snprintf(why, sizeof(why), "cannot size the cache file to %s: %s",
+			 fmt_size(a, sizeof(a), want), strerror(rc));
+		nvme_disable(e, why);
+		return;
+	}
+	char a[32], b[32];
+	log_info("NVMe tier: the plan uses %s of %s; the file keeps that much",
+		 fmt_size(a, sizeof(a), want), fmt_size(b, sizeof(b), e->nvme_cap));
+	e->nvme_size = want;
 }
 
 /* Close the tier (engine_destroy, after the I/O threads stopped). */

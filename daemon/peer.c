@@ -3,8 +3,9 @@
  * Owns the answers to other daemons' requests for samples this node caches:
  * from RAM at once when loaded (on the network thread, peer_lookup), else
  * here on the dispatcher once the load ends; NVMe samples through bounce
- * slots of the arena; requests that came before the plan, replayed once it
- * exists. Also takes the network thread's events (fetches of ours that
+ * slots of the arena (a request for a copy being loaded follows that load);
+ * requests that came before the plan, replayed once it exists. Only owned
+ * samples are served: replicas (replica.c) are this node's own. Also takes the network thread's events (fetches of ours that
  * ended, requests, replies sent). Threads: peer_lookup runs on the network
  * thread and reads only what engine_int.h says; everything else runs on the
  * dispatcher. Failure: a request for a sample this node does not hold, or
@@ -81,9 +82,18 @@ static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, 
 	tk->bounce = b;
 	tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
 	tk->len = len;
-	/* being loaded meanwhile: read from the PFS (not following the load) */
-	nvme_claim(e, tk, s);
 	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
+	struct etask *ld = nvme_claim(e, tk, s);
+	if (ld) {
+		/* being loaded meanwhile: read the copy once it is written (the
+		 * sample's one PFS read stays one, also when a replica fill asks
+		 * while this node loads it), now urgent */
+		task_need(e, ld, 0);
+		tk->kind = TK_NVME_READ;
+		tk->next_follower = ld->followers;
+		ld->followers = tk;
+		return;
+	}
 	task_submit(e, tk, 0);
 }
 
@@ -99,12 +109,15 @@ void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, 
 		e->early[e->nearly++] = (struct deferred_req){ peer, s, req_id, len };
 		return;
 	}
-	if (s < e->cat->nsamples && place_local_nvme(e, s) && len == e->cat->samples[s].length &&
+	/* peers ask the owner only: this node's replicas are not served */
+	struct route_view v = place_view(e);
+	bool owned = s < e->cat->nsamples && route_owned(&v, s);
+	if (owned && route_local_nvme(&v, s) && len == e->cat->samples[s].length &&
 	    e->nbounce > 0) {
 		peer_request_nvme(e, peer, req_id, s, len);
 		return;
 	}
-	if (s >= e->cat->nsamples || !place_local_ram(e, s) || len != e->cat->samples[s].length) {
+	if (!owned || !route_local_ram(&v, s) || len != e->cat->samples[s].length) {
 		net_reply_error(e->net, peer, req_id, -ENOENT);
 		return;
 	}

@@ -1,5 +1,7 @@
 /* Placement glue: the job's shape, the plan (src/plan.c, and under
- * cache.policy = nopfs src/plan_nopfs.c) and what routing reads of it.
+ * cache.policy = nopfs src/plan_nopfs.c), this node's replica set
+ * (plan_node_build, cache.replicas = on, several nodes) and what routing
+ * reads of them.
  *
  * Owns the shape (sampler, world, end of job, batch slots per trainer, the
  * batch scratch), the rank -> node map and this node's local ranks, the
@@ -34,8 +36,19 @@ struct route_view place_view(const struct engine *e)
 		.node = e->node, .nsamples = e->cat->nsamples, .tier = e->plan.tier,
 		.owner = e->plan.owner, .nvme_ok = e->nvme_ok, .np = e->nopfs ? &e->np : NULL,
 		.local_idx = e->local_idx, .peer_ok = e->net ? place_peer_ok : NULL,
-		.peer_ctx = (void *)e,
+		.peer_ctx = (void *)e, .repl_idx = e->repl_on ? e->nv.idx : NULL,
+		.repl_tier = e->repl_on ? e->nv.tier : NULL,
 	};
+}
+
+bool place_is_replica(const struct engine *e, uint32_t s)
+{
+	return e->repl_on && s < e->nv.n && e->nv.idx[s] != 0;
+}
+
+uint64_t place_local_off(const struct engine *e, uint32_t s)
+{
+	return plan_locate(&e->plan, e->repl_on ? &e->nv : NULL, e->node, s).off;
 }
 
 bool place_local_ram(const struct engine *e, uint32_t s)
@@ -66,6 +79,43 @@ static void np_build(struct engine *e)
 	e->cache_planned = e->np.nkeys;
 }
 
+/* cache.replicas = on with several nodes: the samples this node rereads
+ * most, in the RAM and NVMe its owned share leaves (src/plan.h). A job too
+ * long for the replica set's 32-bit ticks goes without, said once. */
+static void repl_plan(struct engine *e)
+{
+	e->repl_on = false;
+	e->repl_from_pfs = strcmp(e->cfg->replica_fill, "pfs") == 0;
+	if (!e->cfg->replicas || e->nopfs || e->nnodes < 2 || e->first_epoch + 1 >= e->cfg->epochs)
+		return;
+	struct plan_repl_opts ro = {
+		.on = true, .fill = e->repl_from_pfs ? PLAN_FILL_PFS : PLAN_FILL_PEER,
+	};
+	int rc = plan_node_build(&e->nv, &e->plan, e->cat, NULL, &e->sh, e->first_epoch,
+				 e->cfg->epochs - e->first_epoch, e->rank_node, e->node,
+				 &e->caps[e->node], &ro, NULL);
+	if (rc == -ENOMEM) {
+		log_error("out of memory planning this node's replicas");
+		abort();
+	}
+	if (rc != 0) {
+		log_warn("no replicas: this node's reads over %llu epochs are too many to plan "
+			 "them (%s); one copy per sample", (unsigned long long)e->cfg->epochs,
+			 strerror(-rc));
+		return;
+	}
+	e->repl_on = true;
+	for (uint64_t i = 0; i < e->nv.nrepl; i++) {
+		if (e->nv.tier[i] == PLAN_RAM)
+			e->repl_ram_planned++;
+		else
+			e->repl_nvme_planned++;
+	}
+	e->nvme_planned += e->repl_nvme_planned;
+	e->local_cached_bytes += e->nv.repl_bytes;
+	repl_init(e);
+}
+
 /* What the plan gives this node, and the PFS traffic it promises. */
 static void log_plan(const struct engine *e, uint64_t t0)
 {
@@ -84,6 +134,17 @@ static void log_plan(const struct engine *e, uint64_t t0)
 		 fmt_size(c, sizeof(c), e->cache_cap), (double)(now_ns() - t0) / 1e9,
 		 (unsigned long long)E,
 		 ((double)D + (double)(D - C) * (double)(E - e->first_epoch - 1)) / (double)D);
+	if (e->repl_on) {
+		char r[32], u[32], v[32];
+		log_info("replicas: %llu samples (%s; %llu in RAM, %llu on NVMe) this node rereads, "
+			 "filled from %s%s; RAM used %s, NVMe used %s",
+			 (unsigned long long)e->nv.nrepl, fmt_size(r, sizeof(r), e->nv.repl_bytes),
+			 (unsigned long long)e->repl_ram_planned,
+			 (unsigned long long)e->repl_nvme_planned,
+			 e->repl_from_pfs ? "the PFS" : "their owners",
+			 e->cfg->replica_fill_rate ? " (rate capped)" : "",
+			 fmt_size(u, sizeof(u), e->nv.ram_used), fmt_size(v, sizeof(v), e->nv.nvme_used));
+	}
 }
 
 void place_plan(struct engine *e)
@@ -103,6 +164,8 @@ void place_plan(struct engine *e)
 	e->t_plan = now_s();
 	struct route_view v = place_view(e);
 	for (uint64_t s = 0; s < e->cat->nsamples; s++) {
+		if (!route_owned(&v, (uint32_t)s))
+			continue;
 		if (route_local_ram(&v, (uint32_t)s)) {
 			e->cache_planned++;
 			e->local_cached_bytes += e->cat->samples[s].length;
@@ -111,6 +174,9 @@ void place_plan(struct engine *e)
 			e->local_cached_bytes += e->cat->samples[s].length;
 		}
 	}
+	repl_plan(e);
+	/* the NVMe file keeps the room this node's plan uses (owned + replicas) */
+	nvme_fit(e, e->repl_on ? e->nv.nvme_used : e->plan.nvme_used[e->node]);
 	/* the network thread may now look samples up */
 	atomic_store_explicit(&e->plan_published, true, memory_order_release);
 	e->fill_left = e->cache_planned;
@@ -208,6 +274,7 @@ void place_shape_free(struct engine *e)
 	e->step_stall = NULL;
 	e->step_count = NULL;
 	plan_nopfs_free(&e->np);
+	repl_free(e);
 	plan_free(&e->plan);
 	if (e->shape_ready)
 		smp_cache_free(&e->smp);
@@ -216,6 +283,7 @@ void place_shape_free(struct engine *e)
 	e->shape_ready = false;
 	e->world = e->nlocal = 0;
 	e->cache_planned = e->local_cached_bytes = e->fill_left = 0;
+	e->nvme_planned = 0;
 }
 
 struct plan_cap engine_cap(const struct engine *e)

@@ -214,11 +214,14 @@ struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g
 	tk->fill = fill;
 	tk->dst_off = arena_key_off(e, key);
 	tk->len = e->cat->samples[s].length;
+	tk->need_g = g;
 	e->cstate[key] = CS_TASK0 + tk->id;
-	e->fill_left--;
+	if (!place_is_replica(e, key))
+		e->fill_left--; /* (fill's budget is this node's owned samples) */
 	if (fill)
 		e->fill_inflight++;
-	task_submit(e, tk, g);
+	if (!repl_fetch(e, tk)) /* a replica comes from its owner */
+		task_submit(e, tk, g);
 	return tk;
 }
 
@@ -272,6 +275,10 @@ static void prep_ram(struct engine *e, struct trainer *t, struct tslot *sl, stru
 		struct epoch_stats *es = stats_epoch(e, sl->g / e->sh.bpe);
 		es->ram_samples++;
 		es->ram_bytes += d->length;
+		if (place_is_replica(e, key)) {
+			es->repl_samples++;
+			es->repl_bytes += d->length;
+		}
 		return;
 	}
 	struct etask *tk = pf_ram_load(e, key, s, sl->g, false);
@@ -304,6 +311,8 @@ static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
 			ld->followers = tk;
 			return;
 		}
+		if (tk->to_nvme && repl_fetch(e, tk))
+			return; /* a replica not filled yet: this read fills it */
 	} else if (src == ROUTE_PEER) {
 		tk->kind = TK_PEER;
 		net_fetch(e->net, e->plan.owner[s], s, e->abase + tk->dst_off, tk->len, tk);
@@ -388,7 +397,8 @@ void pf_ram_loaded(struct engine *e, struct etask *tk, int status)
 		e->cache_loaded_bytes += tk->len;
 	} else {
 		e->cstate[tk->ckey] = CS_ABSENT;
-		e->fill_left++;
+		if (!tk->repl)
+			e->fill_left++;
 	}
 	if (tk->fill)
 		e->fill_inflight--;
@@ -452,7 +462,9 @@ void pf_fill(struct engine *e)
 		for (uint32_t i = 0; i < n; i++) {
 			uint32_t s = smp_at(sh, order, smp_position(sh, rank, step, i));
 			uint32_t key = route_ram_key(&v, rank, s);
-			if (key != ROUTE_NOKEY && e->cstate[key] == CS_ABSENT)
+			/* (replicas have fills of their own: replica.c) */
+			if (key != ROUTE_NOKEY && e->cstate[key] == CS_ABSENT &&
+			    !place_is_replica(e, key))
 				pf_ram_load(e, key, s, g, true);
 		}
 	}

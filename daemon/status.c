@@ -69,7 +69,7 @@ static json_t *epoch_json(const struct engine *e, uint64_t i)
 {
 	const struct epoch_stats *s = &e->es[i];
 	double t0 = i > 0 && e->es[i - 1].t_done > 0 ? e->es[i - 1].t_done : e->t_plan;
-	return json_pack("{sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI so}",
+	json_t *j = json_pack("{sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI so}",
 			 "epoch", JU(i), "samples", JU(s->samples), "bytes", JU(s->bytes),
 			 "ram_samples", JU(s->ram_samples), "ram_bytes", JU(s->ram_bytes),
 			 "nvme_samples", JU(s->nvme_samples), "nvme_bytes", JU(s->nvme_bytes),
@@ -80,6 +80,13 @@ static json_t *epoch_json(const struct engine *e, uint64_t i)
 			 "peer_fallbacks", JU(s->fallbacks), "skipped", JU(s->skipped),
 			 "retries", JU(s->retries), "failed_batches", JU(s->failed),
 			 "seconds", jreal(s->t_done > 0 ? s->t_done - t0 : -1.0, 6));
+	/* replicas: reads they served (part of ram_* / nvme_*), and their loads
+	 * (part of peer_* / pfs_*) */
+	json_object_set_new(must(j), "replica_samples", must(json_integer(JU(s->repl_samples))));
+	json_object_set_new(j, "replica_bytes", must(json_integer(JU(s->repl_bytes))));
+	json_object_set_new(j, "replica_fill_samples", must(json_integer(JU(s->fill_samples))));
+	json_object_set_new(j, "replica_fill_bytes", must(json_integer(JU(s->fill_bytes))));
+	return j;
 }
 
 /* "epochs_omitted" and the last max_epochs epochs (0: all) into root. */
@@ -118,10 +125,31 @@ static json_t *trainer_json(const struct engine *e, const struct trainer *t)
 			 "stall_s", jreal((double)stall_ns / 1e9, 6), "stalls", JU(stalls));
 }
 
+/* This node's replicas (replica.c): planned, filled, how. */
+static json_t *replicas_json(const struct engine *e)
+{
+	const struct plan_node *nv = &e->nv;
+	bool on = e->repl_on;
+	uint64_t loaded = 0; /* RAM slots READY, NVMe copies written */
+	for (uint64_t i = 0; on && i < nv->nrepl; i++)
+		loaded += atomic_load_explicit(&e->cstate[nv->smp[i]], memory_order_relaxed) == CS_READY;
+	return json_pack("{sb sI ss sI sI sI sI sI sI sI sI sI sI sI sI}", "enabled", on,
+			 "loaded_samples", JU(loaded),
+			 "fill_source", e->repl_from_pfs ? "pfs" : "peer",
+			 "fill_rate", JU(e->cfg->replica_fill_rate),
+			 "samples", JU(on ? nv->nrepl : 0), "bytes", JU(on ? nv->repl_bytes : 0),
+			 "ram_samples", JU(e->repl_ram_planned), "nvme_samples", JU(e->repl_nvme_planned),
+			 "ram_used", JU(on ? nv->ram_used : e->plan_ready ? e->plan.ram_used[e->node] : 0),
+			 "nvme_used", JU(on ? nv->nvme_used : e->plan_ready ? e->plan.nvme_used[e->node] : 0),
+			 "filled_samples", JU(e->repl_fills), "filled_bytes", JU(e->repl_fill_bytes),
+			 "filled_from_pfs_bytes", JU(e->repl_fill_pfs_bytes),
+			 "fills_failed", JU(e->repl_fills_failed), "fills_inflight", JU(e->repl_inflight));
+}
+
 static json_t *cache_json(const struct engine *e)
 {
-	return json_pack("{sI sI sI sI sI sI sb sI sI sI sI}", "ram_capacity", JU(e->cache_cap),
-			 "ram_planned_samples", JU(e->cache_planned),
+	json_t *j = json_pack("{sI sI sI sI sI sI sb sI sI sI sI}", "ram_capacity", JU(e->cache_cap),
+			 "ram_planned_samples", JU(e->cache_planned + e->repl_ram_planned),
 			 "ram_planned_bytes", JU(e->local_cached_bytes),
 			 "ram_loaded_samples", JU(e->cache_loaded),
 			 "ram_loaded_bytes", JU(e->cache_loaded_bytes),
@@ -129,6 +157,8 @@ static json_t *cache_json(const struct engine *e)
 			 "nvme_capacity", JU(e->nvme_cap), "nvme_planned_samples", JU(e->nvme_planned),
 			 "nvme_loaded_samples", JU(e->nvme_loaded),
 			 "nvme_loaded_bytes", JU(e->nvme_loaded_bytes));
+	json_object_set_new(must(j), "replicas", must(replicas_json(e)));
+	return j;
 }
 
 static json_t *sources_json(const struct engine *e)

@@ -98,10 +98,11 @@ static int task_src(const struct etask *t)
 	return t->kind == TK_NVME_READ || t->kind == TK_NVME_WRITE ? SRC_NVME : SRC_PFS;
 }
 
-/* Queue a read needed by global batch g (0: as soon as possible). */
+/* Queue a read needed by global batch g (0: as soon as possible;
+ * NEED_NONE: no batch yet, at t->bg_key behind every batch's reads). */
 void task_submit(struct engine *e, struct etask *t, uint64_t g)
 {
-	uint64_t key = g == 0 ? 0 : read_key(e, g, task_src(t));
+	uint64_t key = g == 0 ? 0 : g == NEED_NONE ? t->bg_key : read_key(e, g, task_src(t));
 	t->need_g = g;
 	t->io.key = key;
 	if (e->nsub == e->capsub) {
@@ -120,6 +121,9 @@ void task_need(struct engine *e, struct etask *tk, uint64_t g)
 	if (g >= tk->need_g)
 		return;
 	tk->need_g = g;
+	if (tk->kind == TK_PEER)
+		return; /* the network thread's: no queue to move up in (a fallback
+			   to the PFS is queued at need_g) */
 	iopool_boost(&e->pool, &tk->io, g == 0 ? 0 : read_key(e, g, task_src(tk)));
 }
 
@@ -146,8 +150,10 @@ static void task_note_retries(struct engine *e, struct etask *tk)
  * True when tk went back to the pool. */
 static bool task_retry(struct engine *e, struct etask *tk, int status)
 {
+	/* (a background replica fill nobody waits for is not substituted: it
+	 * fails, and the read that needs the replica substitutes) */
 	if (status == SEER_EDATASET && e->skip_corrupt && tk->kind == TK_PFS &&
-	    pf_retarget_corrupt(e, tk)) {
+	    !(tk->repl_bg && tk->nw == 0) && pf_retarget_corrupt(e, tk)) {
 		task_submit(e, tk, tk->need_g);
 		return true;
 	}
@@ -171,6 +177,11 @@ static void task_landed(struct engine *e, struct etask *tk, int status)
 			      tk->len);
 		/* PFS: what the format read, not the sample's length */
 		stats_read(e, src, src == SRC_PFS ? tk->pfs_read : tk->len);
+		if (src == SRC_NVME && place_is_replica(e, tk->sample)) {
+			struct epoch_stats *es = stats_epoch(e, e->epochs_done);
+			es->repl_samples++;
+			es->repl_bytes += tk->len;
+		}
 	} else if (status != -ECANCELED) {
 		log_warn("%s", tk->err[0] ? tk->err : seer_strerror(status));
 	}
@@ -178,6 +189,8 @@ static void task_landed(struct engine *e, struct etask *tk, int status)
 		nvme_load_done(e, tk, status);
 	if (tk->to_cache)
 		pf_ram_loaded(e, tk, status);
+	if (tk->repl)
+		repl_landed(e, tk, status);
 }
 
 /* tk no longer reads into its trainer's staging: a reset waiting for the

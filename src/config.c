@@ -32,6 +32,7 @@ static const char *const formats[] = { FMT_LIST(FMT_NAME) NULL };
 static const char *const corrupt_policies[] = { "fail", "skip", NULL };
 static const char *const axes[] = { "last", "first", NULL };
 static const char *const policies[] = { "seer", "nopfs", NULL };
+static const char *const fill_sources[] = { "peer", "pfs", NULL };
 static const char *const xf_decodes[] = { "none", "image", NULL };
 static const char *const xf_crops[] = { "none", "random_resized", "center", NULL };
 static const char *const xf_outputs[] = { "uint8_hwc", "float16_chw", "float32_chw", NULL };
@@ -95,6 +96,12 @@ static const struct cfg_key keys[] = {
 	  "seer policy: fill the RAM and NVMe left after a node's owned share with copies of "
 	  "the samples it reads most, so later epochs read them locally (off: one copy per "
 	  "sample, as before)" },
+	{ "cache", "replica_fill", CFG_ENUM, F(replica_fill), "peer", 0, 0, fill_sources, false,
+	  "where replicas are filled from: peer (the owner, over the network: no PFS bytes) or "
+	  "pfs (no network bytes)" },
+	{ "cache", "replica_fill_rate", CFG_SIZE, F(replica_fill_rate), "0", 0, U64MAX, NULL, false,
+	  "bytes per second the background replica fills may take, e.g. 200MB (0: no cap; fills "
+	  "are always the lowest priority and at most io_threads / 4 in flight)" },
 
 	{ "prefetch", "io_threads", CFG_U64, F(io_threads), "16", 1, 1024, NULL, false,
 	  "threads reading samples (reads in flight)" },

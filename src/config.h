@@ -40,6 +40,8 @@ struct seer_config {
 	uint64_t nvme;
 	char *policy;           /* "seer" or "nopfs" */
 	bool replicas;          /* spare RAM/NVMe holds replicas (src/plan.h) */
+	char *replica_fill;     /* "peer" or "pfs" */
+	uint64_t replica_fill_rate; /* bytes/s of background fills (0: no cap) */
 	/* [prefetch] */
 	uint64_t io_threads;
 	uint64_t format_memory;  /* bytes the formats may keep decoded */

@@ -1,0 +1,226 @@
+/* Replicas: this node's copies of samples other nodes own (src/plan.h,
+ * plan_node; placement.c plans them), and how they get their bytes.
+ *
+ * Owns the background fills. Replicas are filled in the order of their
+ * deadline (this node's first read of each after the plan's first epoch),
+ * never before their owner has loaded the sample (its `ready` step of the
+ * first epoch, judged by this node's trainers' progress: nodes of a job
+ * move in step), from the owner over the data plane (cache.replica_fill =
+ * peer) or from the PFS (= pfs, or when the owner is suspect). A fill never
+ * delays a trainer's batch: it is queued behind every read a batch needs
+ * (need_g NEED_NONE, keys after every batch's), at most repl_max_inflight
+ * run at once (io_threads / 4), and cache.replica_fill_rate caps their bytes
+ * per second (a bucket of one second's worth; the loop wakes at least once
+ * a second). A trainer that reads a replica before its fill gets it from
+ * the owner and that read fills it (repl_fetch); one that reads a replica
+ * being filled joins the fill, which becomes as urgent as the read.
+ *
+ * RAM replicas land in their slot of the arena (the slot's cstate goes
+ * READY as for owned samples); NVMe replicas land in a bounce slot (half of
+ * the slots stay for serving peers) and are written to the NVMe file from
+ * there (nvme.c), checked like every copy.
+ *
+ * Dispatcher thread only. Failure: a fill that fails leaves its replica
+ * absent, and the next read of it loads it (from the PFS when the owner is
+ * gone); a peer that does not answer makes the fill fall back to the PFS
+ * (peer.c); out of memory aborts (the daemon's rule). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/util.h"
+#include "engine_int.h"
+
+/* Pool keys of background fills: after every key a batch's read can have
+ * ((1 << 40) + batch * 1024 + 2048), in deadline order among themselves. */
+#define REPL_KEY_BASE (1ull << 62)
+/* Replicas looked at past the first one not started, per round. */
+#define REPL_SCAN 1024u
+
+static bool started(const struct engine *e, uint64_t i)
+{
+	return e->repl_started[i / 64] >> (i % 64) & 1;
+}
+
+static void mark(struct engine *e, uint64_t i)
+{
+	e->repl_started[i / 64] |= 1ull << (i % 64);
+}
+
+void repl_init(struct engine *e)
+{
+	const struct plan_node *nv = &e->nv;
+	e->repl_started = xcalloc((nv->nrepl + 63) / 64 + 1, sizeof(uint64_t));
+	e->repl_next = 0;
+	e->repl_inflight = 0;
+	e->repl_max_inflight = (uint32_t)MAX(1ull, e->cfg->io_threads / 4);
+	e->repl_tokens = (double)MAX(e->cfg->replica_fill_rate, e->cat->max_len);
+	e->repl_t_ns = now_ns();
+	e->repl_scan_g = UINT64_MAX;
+}
+
+void repl_free(struct engine *e)
+{
+	if (e->repl_on)
+		plan_node_free(&e->nv);
+	free(e->repl_started);
+	e->repl_started = NULL;
+	e->repl_on = false;
+	e->repl_ram_planned = e->repl_nvme_planned = 0;
+}
+
+/* Where this node's trainers are: the earliest batch not yet published
+ * among them (UINT64_MAX when none is known yet). */
+static uint64_t progress(const struct engine *e)
+{
+	uint64_t p = UINT64_MAX;
+	for (uint32_t i = 0; i < e->nlocal; i++) {
+		const struct trainer *t = &e->tr[e->local_ranks[i]];
+		if (t->attached)
+			p = MIN(p, t->next_pub);
+		else if (t->known && !t->done)
+			p = MIN(p, t->resume_g);
+	}
+	return p;
+}
+
+/* cache.replica_fill_rate: may a fill start now? (A fill takes its bytes
+ * when it starts; the bucket may go below zero by one sample.) */
+static bool tokens_left(struct engine *e)
+{
+	double rate = (double)e->cfg->replica_fill_rate;
+	if (rate <= 0)
+		return true;
+	uint64_t now = now_ns();
+	double burst = MAX(rate, (double)e->cat->max_len);
+	e->repl_tokens = MIN(burst, e->repl_tokens + rate * (double)(now - e->repl_t_ns) / 1e9);
+	e->repl_t_ns = now;
+	return e->repl_tokens > 0;
+}
+
+/* tk loads replica s: from its owner (a peer fetch, true) or, when
+ * route_fill_src says so, from the PFS (false: the caller queues it). */
+static bool launch(struct engine *e, struct etask *tk)
+{
+	struct route_view v = place_view(e);
+	if (route_fill_src(&v, tk->sample, e->repl_from_pfs) != ROUTE_PEER)
+		return false;
+	tk->kind = TK_PEER;
+	net_fetch(e->net, e->plan.owner[tk->sample], tk->sample, e->abase + tk->dst_off, tk->len,
+		  tk);
+	return true;
+}
+
+bool repl_fetch(struct engine *e, struct etask *tk)
+{
+	if (!place_is_replica(e, tk->sample))
+		return false;
+	tk->repl = true;
+	return launch(e, tk);
+}
+
+/* Background fill of replica i. 1: started; 0: not needed (loaded, being
+ * loaded, known corrupt, or its NVMe tier is off); -EAGAIN: no bounce slot
+ * free for it now. */
+static int fill_one(struct engine *e, uint64_t i)
+{
+	const struct plan_node *nv = &e->nv;
+	uint32_t s = nv->smp[i];
+	if (e->cstate[s] != CS_ABSENT || e->bad[s] || (nv->tier[i] == PLAN_NVME && !e->nvme_ok))
+		return 0;
+	int32_t b = -1;
+	if (nv->tier[i] == PLAN_NVME) {
+		/* half the bounce slots stay free for peers' requests */
+		if (e->nbounce_free <= e->nbounce / 2)
+			return -EAGAIN;
+		b = e->bounce_free[--e->nbounce_free];
+		e->bounce_refs[b] = 1; /* the fill's */
+	}
+	uint64_t ep, step;
+	plan_node_due(nv, i, &ep, &step);
+	struct etask *tk = task_new(e);
+	tk->sample = s;
+	tk->len = e->cat->samples[s].length;
+	tk->repl = tk->repl_bg = true;
+	tk->need_g = NEED_NONE;
+	tk->bg_key = REPL_KEY_BASE + (ep * e->sh.bpe + step) * 1024;
+	if (b < 0) {
+		tk->to_cache = true;
+		tk->ckey = s;
+		tk->dst_off = arena_key_off(e, s);
+	} else {
+		tk->bounce = b;
+		tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
+		tk->to_nvme = true; /* written to its NVMe slot once here */
+	}
+	e->cstate[s] = CS_TASK0 + tk->id;
+	e->repl_inflight++;
+	if (!launch(e, tk))
+		task_submit(e, tk, NEED_NONE);
+	return 1;
+}
+
+void repl_fill(struct engine *e)
+{
+	if (!e->repl_on || !e->plan_ready || e->repl_next >= e->nv.nrepl ||
+	    atomic_load(&e->stopping) || e->repl_inflight >= e->repl_max_inflight)
+		return;
+	uint64_t at = progress(e);
+	if (at == UINT64_MAX || at == e->repl_scan_g)
+		return; /* nobody to fill for yet, or nothing became ready since */
+	const struct plan_node *nv = &e->nv;
+	while (e->repl_next < nv->nrepl && started(e, e->repl_next))
+		e->repl_next++;
+	uint64_t first = e->first_epoch * e->sh.bpe;
+	bool waiting = false, any = false;
+	uint64_t end = MIN(nv->nrepl, e->repl_next + REPL_SCAN);
+	for (uint64_t i = e->repl_next; i < end; i++) {
+		if (started(e, i))
+			continue;
+		if (first + nv->ready[i] >= at) {
+			waiting = true; /* its owner has not loaded it yet */
+			continue;
+		}
+		if (e->repl_inflight >= e->repl_max_inflight || !tokens_left(e))
+			return;
+		int rc = fill_one(e, i);
+		if (rc == -EAGAIN)
+			return;
+		mark(e, i);
+		if (rc == 1) {
+			e->repl_tokens -= (double)e->cat->samples[nv->smp[i]].length;
+			any = true;
+		}
+	}
+	/* the window holds only replicas their owners have yet to load: look
+	 * again when the trainers have moved on */
+	e->repl_scan_g = waiting && !any ? at : UINT64_MAX;
+}
+
+/* tk, which loads a replica (a background fill, or a read that found it not
+ * filled), ended; the RAM slot or NVMe copy has already learnt it (task.c). */
+void repl_landed(struct engine *e, struct etask *tk, int status)
+{
+	if (tk->repl_bg) {
+		e->repl_inflight--;
+		if (tk->bounce >= 0) {
+			/* the NVMe write, queued by now, holds the slot on its own */
+			peer_bounce_unref(e, tk->bounce);
+			tk->bounce = -1;
+		}
+	}
+	if (status != 0) {
+		e->repl_fills_failed++;
+		return;
+	}
+	if (!tk->to_cache && !tk->to_nvme)
+		return; /* substituted for a corrupt sample: not a replica's load any more */
+	struct epoch_stats *es = stats_epoch(e, e->epochs_done);
+	es->fill_samples++;
+	es->fill_bytes += tk->len;
+	e->repl_fills++;
+	e->repl_fill_bytes += tk->len;
+	if (tk->kind != TK_PEER)
+		e->repl_fill_pfs_bytes += tk->len;
+}
