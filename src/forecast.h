@@ -6,8 +6,9 @@
  *              bandwidth, NVMe bytes / NVMe bandwidth, decode time / cores)
  *
  * with the binding term named. The same code serves seer-plan (rates from the
- * command line) and, later, the daemon and `seerctl forecast` (rates it has
- * measured): everything is a function of the job and the rates.
+ * command line) and the daemon and `seerctl forecast` (rates it has
+ * measured; its own node only: fc_tally_node and fc_node_forecast below):
+ * everything is a function of the job and the rates.
  *
  * The bytes come from replaying the job's exact access sequence against the
  * plan (src/plan.h: the owner map and every node's replica set, as each
@@ -143,5 +144,80 @@ static inline bool fc_io_bound(const struct fc_epoch *e)
  * *bytes is that upper end). Capacities of every node are set alike. */
 int fc_min_capacity(const struct fc_job *job, const struct fc_rates *r, bool which_nvme,
 		    uint64_t tol, uint64_t *bytes, bool *found);
+
+/* ---- one node's forecast, for a running daemon (src/forecast_node.c) -----
+ *
+ * fc_run replays every node and keeps every epoch's order: right for the
+ * tools, too much for a daemon (461 MiB of orders at ImageNet / 90 epochs).
+ * A daemon knows the owner map and its own replica set only, so it
+ * forecasts its own node:
+ *   - its bytes by source per epoch are exact: the same replay as fc_run's,
+ *     one epoch order at a time;
+ *   - the cluster's PFS bytes are exact (first reads, spills, uncached
+ *     samples; replica fills from the PFS are this node's times nodes);
+ *   - what it sends is estimated, because the other nodes' replica sets are
+ *     not known here but are the same in distribution under uniform
+ *     shuffling: peers' reads of its samples are served by their replicas
+ *     in the proportion its own reads of theirs are by its replicas (exact
+ *     with replicas off), and they fill from it what it fills from them.
+ * Memory: one epoch order (4 n bytes) while tallying, then O(epochs).
+ *
+ * Two steps: fc_tally_node counts the bytes (no rates: once per plan,
+ * O(epochs x n) time, on a thread of its own in the daemon), and
+ * fc_node_forecast adds the rates: missed fills, fills placed in the time
+ * each epoch leaves unused, the time terms (O(epochs^2), cheap enough for
+ * every request). Epoch i of both is the job's epoch first_epoch + i. */
+
+struct fc_tally_epoch {
+	struct fc_bytes b;         /* this node, every replica filled by its deadline:
+				    * fill_* and peer_out zero (fc_node_forecast
+				    * estimates them) */
+	uint64_t peer_in1;         /* this node's reads owned elsewhere (one copy) */
+	uint64_t peer_out1;        /* peers' reads of samples this node owns (one copy) */
+	uint64_t peer_out1_nvme;   /* ... of those, owned on its NVMe */
+	uint64_t pfs_all;          /* the whole cluster's PFS bytes (no replica fills) */
+	uint64_t distinct;         /* bytes of the distinct samples read */
+	uint64_t due, due_ram;     /* replica bytes first needed this epoch (in RAM) */
+};
+
+struct fc_tally {
+	uint64_t first_epoch, epochs;
+	uint32_t node, nnodes;
+	uint64_t steps;            /* per epoch */
+	uint64_t dataset;          /* D */
+	uint64_t capacity;         /* all nodes' RAM + NVMe */
+	uint64_t owned, owned_nvme; /* bytes this node owns (one copy), on NVMe */
+	uint64_t repl_bytes;
+	bool pfs_fill;             /* replicas filled from the PFS */
+	struct fc_tally_epoch *ep; /* epochs entries */
+};
+
+/* This node's bytes over epochs first_epoch .. first_epoch + epochs - 1 of
+ * plan p (built with the same sh, first_epoch, rank_node, cap) and its
+ * replica set nv (NULL: none). len: sample sizes, or NULL to take them from
+ * catalog c. cap: every node's capacities (p->nnodes entries). 0, -EINVAL,
+ * -ENOMEM (nothing to free then). */
+int fc_tally_node(struct fc_tally *t, const struct plan *p, const struct plan_node *nv,
+		  const struct catalog *c, const uint64_t *len, const struct smp_shape *sh,
+		  uint64_t first_epoch, uint64_t epochs, const uint32_t *rank_node, uint32_t node,
+		  const struct plan_cap *cap);
+void fc_tally_free(struct fc_tally *t);
+
+struct fc_node_epoch {
+	struct fc_bytes b;         /* this node's bytes, fills and missed fills
+				    * included (peer_out, fill_out estimated) */
+	uint64_t pfs_all;          /* the cluster's PFS bytes, PFS fills included */
+	uint64_t pfs_opt;          /* the optimum's PFS bytes this epoch */
+	double t[FC_NTERMS];       /* seconds per term */
+	double time;               /* the largest */
+	enum fc_term bound;
+	double lb;                 /* max(compute, decode, pfs_opt / PFS bandwidth) */
+};
+
+/* The forecast of t with rates r into out (t->epochs entries): per epoch,
+ * fills due then that no earlier epoch had room for become the reads that
+ * need them, then the terms, then fills into the unused time (as fc_run).
+ * 0 or -ENOMEM. */
+int fc_node_forecast(const struct fc_tally *t, const struct fc_rates *r, struct fc_node_epoch *out);
 
 #endif /* SEER_FORECAST_H */
