@@ -84,6 +84,11 @@ int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node);
  * The stats file at exit has every epoch. */
 #define SEER_STATUS_EPOCHS 64
 char *engine_status_json(struct engine *e, uint64_t max_epochs);
+/* JSON for `seerctl forecast` (malloc'd): this node's bytes by source, time
+ * terms, binding term and lower bound per epoch with the rates measured so
+ * far, each epoch's actual beside it, and the seer-plan command for the
+ * capacity search; {"ready": false, "why": ...} before there is one. */
+char *engine_forecast_json(struct engine *e);
 /* Write the stats file (JSON) if configured. */
 void engine_write_stats(struct engine *e);
 /* `seerctl config` (malloc'd JSON): {"config": {section: {key: value}},

@@ -11,7 +11,11 @@
  *     listed below (never a dispatcher-owned one);
  *   - the network thread (src/net_fabric.c, several nodes only), which calls
  *     peer_lookup (peer.c): it reads the plan after `plan_published` and a
- *     sample's RAM state in `cstate`, both through acquire loads.
+ *     sample's RAM state in `cstate`, both through acquire loads;
+ *   - the forecast thread (fcast.c), started once the plan is made: it reads
+ *     the plan, the replica set, the catalog, the shape, the rank map and
+ *     the capacities (none changes until fcast_stop joins it) and writes
+ *     only `fct`, published by the release store of `fct_ready`.
  * Why that is enough is said at each group of fields. */
 #ifndef SEERD_ENGINE_INT_H
 #define SEERD_ENGINE_INT_H
@@ -26,6 +30,7 @@
 #include "../src/config.h"
 #include "../src/iopool.h"
 #include "../src/net.h"
+#include "../src/forecast.h"
 #include "../src/plan.h"
 #include "../src/plan_nopfs.h"
 #include "../src/ring.h"
@@ -165,6 +170,11 @@ struct epoch_stats {
 	uint64_t retries;                    /* failed reads that were tried again */
 	uint64_t failed;
 	double t_done;                       /* when the last local trainer finished it */
+	/* this node's forecast for the epoch, made as it began (fcast.c) */
+	bool fc_set, fc_timed;               /* made; with a measured rate */
+	uint8_t fc_bound;                    /* enum fc_term */
+	double fc_time, fc_lb;
+	uint64_t fc_ram, fc_nvme, fc_peer, fc_pfs;
 };
 
 /* Running estimates of a source, from completed reads (no tables). */
@@ -314,6 +324,8 @@ struct engine {
 	uint64_t epochs_done;
 	struct src_est src[SRC_COUNT];
 	double step_s;           /* EWMA of a trainer's time per batch */
+	double compute_s;        /* EWMA of the same less what it waited for the batch */
+	uint64_t compute_n;
 	/* per-step series for the stats file: every `step_stride`-th global
 	 * batch, when the last local trainer released it and the trainers'
 	 * summed wait for it */
@@ -323,6 +335,14 @@ struct engine {
 	uint16_t *step_count;
 	double t_plan;
 	double t_start;
+
+	/* forecast (fcast.c): this node's bytes per epoch, counted by the
+	 * forecast thread (fct until fct_ready, then the dispatcher's) */
+	pthread_t fct_thread;
+	bool fct_started, fct_warned;
+	_Atomic bool fct_ready;
+	int fct_rc;
+	struct fc_tally fct;
 
 	/* reporting (engine.c) */
 	char pin_desc[160];
@@ -448,6 +468,12 @@ void repl_free(struct engine *e);
 void repl_fill(struct engine *e);             /* background fills, lowest priority */
 bool repl_fetch(struct engine *e, struct etask *tk); /* a read that loads a replica */
 void repl_landed(struct engine *e, struct etask *tk, int status);
+
+/* fcast.c: this node's forecast against the measured rates */
+void fcast_start(struct engine *e);           /* after the plan: the tally's thread */
+void fcast_stop(struct engine *e);            /* join it (before the plan goes) */
+void fcast_note(struct engine *e);            /* the forecast of the epoch beginning */
+struct json_t *fcast_epoch_json(const struct epoch_stats *s); /* null when none */
 
 /* resume.c: resume records */
 void resume_load(struct engine *e);

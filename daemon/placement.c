@@ -184,6 +184,7 @@ void place_plan(struct engine *e)
 	log_plan(e, t0);
 	arena_split_staging(e);
 	peer_replay_early(e);
+	fcast_start(e);
 }
 
 /* Shape and plan once the world size is known (single node: at the first
@@ -257,6 +258,7 @@ int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
 /* Undo place_shape_init (and the plan it may have made). */
 void place_shape_free(struct engine *e)
 {
+	fcast_stop(e); /* its thread reads the plan */
 	free(e->tr);
 	free(e->rank_node);
 	free(e->local_ranks);

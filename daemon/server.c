@@ -226,6 +226,8 @@ static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *
 		ctl_reply(s, slot, 0, engine_status_json(s->e, SEER_STATUS_EPOCHS));
 	} else if (strcmp(cmd, "config") == 0) {
 		ctl_reply(s, slot, 0, engine_config_json(s->cfg));
+	} else if (strcmp(cmd, "forecast") == 0) {
+		ctl_reply(s, slot, 0, engine_forecast_json(s->e));
 	} else if (strcmp(cmd, "stop") == 0) {
 		log_info("stop requested by seerctl");
 		stop_job(s, true);
@@ -236,7 +238,7 @@ static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *
 		ctl_reply(s, slot, 0, engine_ack_json("draining"));
 	} else {
 		char msg[256];
-		snprintf(msg, sizeof(msg), "unknown command '%s' (status, config, drain, stop)", cmd);
+		snprintf(msg, sizeof(msg), "unknown command '%s' (status, config, forecast, drain, stop)", cmd);
 		ctl_reply(s, slot, -EINVAL, xstrdup(msg));
 	}
 }

@@ -73,6 +73,13 @@ void stats_step(struct engine *e, struct trainer *t, uint64_t g)
 	uint64_t stall = atomic_load_explicit(&t->ci->stall_ns, memory_order_relaxed);
 	double waited = stall >= t->last_stall_ns ? (double)(stall - t->last_stall_ns) / 1e9 : 0.0;
 	t->last_stall_ns = stall;
+	if (t->last_release_ns) {
+		/* the trainer's own time for the step: since its last release,
+		 * less what it waited for this batch (the forecast's compute) */
+		double dt = (double)(now_ns() - t->last_release_ns) / 1e9;
+		double c = MAX(0.0, dt - waited);
+		e->compute_s = e->compute_n++ ? e->compute_s + 0.05 * (c - e->compute_s) : c;
+	}
 	if (!e->step_done || g % e->step_stride != 0 || g / e->step_stride >= e->nsteps)
 		return;
 	uint64_t k = g / e->step_stride;
@@ -112,4 +119,5 @@ void stats_check_epochs(struct engine *e)
 			 fmt_size(b, sizeof(b), s->pfs_bytes), (unsigned long long)s->pfs_samples,
 			 s->failed ? ", SOME BATCHES FAILED" : "");
 	}
+	fcast_note(e); /* the epoch now beginning, with the rates so far */
 }

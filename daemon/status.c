@@ -86,6 +86,8 @@ static json_t *epoch_json(const struct engine *e, uint64_t i)
 	json_object_set_new(j, "replica_bytes", must(json_integer(JU(s->repl_bytes))));
 	json_object_set_new(j, "replica_fill_samples", must(json_integer(JU(s->fill_samples))));
 	json_object_set_new(j, "replica_fill_bytes", must(json_integer(JU(s->fill_bytes))));
+	/* what this node's forecast said of the epoch as it began (fcast.c) */
+	json_object_set_new(j, "forecast", fcast_epoch_json(s));
 	return j;
 }
 

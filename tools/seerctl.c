@@ -1,6 +1,6 @@
 /* seerctl: ask a running seerd.
  *
- *   seerctl [--socket PATH | --job ID] [--json] status|config|drain|stop
+ *   seerctl [--socket PATH | --job ID] [--json] status|config|forecast|drain|stop
  *
  * Exit 0 on success, 1 when the daemon is unreachable or refuses. */
 #define _GNU_SOURCE
@@ -26,6 +26,8 @@ static void usage(FILE *out)
 		"\n"
 		"  status   trainers, epoch/step, prefetch lead, cache fill, bytes by source\n"
 		"  config   the daemon's effective configuration\n"
+		"  forecast this node's bytes by source and time per epoch with the rates\n"
+		"           the daemon measured, the binding term, each epoch's actual\n"
 		"  drain    accept no new trainers; exit when the attached ones finish\n"
 		"  stop     stop now: trainers get SEER_ESHUTDOWN, the daemon cleans up\n"
 		"\n"
@@ -152,6 +154,74 @@ static int render_status(const char *text, FILE *out)
 	render_head(root, out);
 	render_trainers(root, out);
 	render_epochs(root, out);
+	json_decref(root);
+	return 0;
+}
+
+/* A time with its measurement: "-" when unknown. */
+static const char *secs(char *buf, const json_t *v)
+{
+	if (!json_is_number(v))
+		return "-";
+	snprintf(buf, 32, "%.3f", json_number_value(v));
+	return buf;
+}
+
+static void render_forecast_rates(const json_t *root, FILE *out)
+{
+	char a[32], b[32], c[32];
+	const json_t *r = json_object_get(root, "rates"), *rp = json_object_get(root, "replicas");
+	fprintf(out, "forecast of node %g of %g from epoch %g; rates measured so far:\n",
+		jnum(root, "node"), jnum(root, "nodes"), jnum(root, "first_epoch"));
+	fprintf(out, "  compute %.3f ms/step (%g steps), PFS %s/s aggregate (%g reads), network "
+		"%s/s (%g fetches), NVMe %s/s (%g reads); bandwidths: %g I/O threads x one "
+		"read's rate; 0: not measured yet, its term left out\n",
+		jnum(r, "compute_s") * 1e3, jnum(r, "steps"), sz(a, jnum(r, "pfs_bytes_per_s")),
+		jnum(r, "pfs_reads"), sz(b, jnum(r, "net_bytes_per_s")), jnum(r, "peer_reads"),
+		sz(c, jnum(r, "nvme_bytes_per_s")), jnum(r, "nvme_reads"), jnum(r, "io_threads"));
+	fprintf(out, "  replicas %s", jbool(rp, "enabled") ? "on" : "off");
+	if (jbool(rp, "enabled"))
+		fprintf(out, ": %s, filled from %s", sz(a, jnum(rp, "bytes")),
+			strcmp(jtext(rp, "fill_source"), "pfs") == 0 ? "the PFS" : "their owners");
+	fprintf(out, "\n");
+}
+
+/* `seerctl forecast` for people; -1 when the reply is not a JSON object. */
+static int render_forecast(const char *text, FILE *out)
+{
+	json_t *root = json_loads(text, 0, NULL);
+	if (!json_is_object(root)) {
+		json_decref(root);
+		return -1;
+	}
+	if (!jbool(root, "ready")) {
+		fprintf(out, "no forecast yet: %s\n", jtext(root, "why"));
+		json_decref(root);
+		return 0;
+	}
+	render_forecast_rates(root, out);
+	fprintf(out, "\n%-6s %-10s %-10s %-10s %-10s %-10s %-9s %-8s %-9s| %-9s %-10s %-10s\n",
+		"epoch", "RAM", "NVMe", "peers", "fills", "PFS", "time (s)", "bound", "bound lb",
+		"actual s", "peers", "PFS");
+	size_t i;
+	const json_t *e;
+	json_array_foreach(json_object_get(root, "epochs"), i, e) {
+		char r[32], n[32], p[32], f[32], q[32], t[32], l[32], at[32], ap[32], aq[32];
+		const json_t *a = json_object_get(e, "actual");
+		fprintf(out, "%-6g %-10s %-10s %-10s %-10s %-10s %-9s %-8s %-9s| %-9s %-10s %-10s\n",
+			jnum(e, "epoch"), sz(r, jnum(e, "ram_bytes")), sz(n, jnum(e, "nvme_bytes")),
+			sz(p, jnum(e, "peer_bytes")), sz(f, jnum(e, "fill_bytes")),
+			sz(q, jnum(e, "pfs_bytes")), secs(t, json_object_get(e, "seconds")),
+			jtext(e, "bound"), secs(l, json_object_get(e, "lower_bound")),
+			a ? secs(at, json_object_get(a, "seconds")) : "-",
+			json_is_object(a) ? sz(ap, jnum(a, "peer_bytes")) : "-",
+			json_is_object(a) ? sz(aq, jnum(a, "pfs_bytes")) : "-");
+	}
+	fprintf(out, "job    %-54s %-9.3f %-8s %-9.3f|\n", "", jnum(root, "seconds"), "",
+		jnum(root, "lower_bound"));
+	fprintf(out, "\n(forecast peers: reads other nodes serve, replica fills apart; actual "
+		"peers: both; PFS: this node's reads)\nsmallest RAM and NVMe per node with no I/O-bound epoch after the "
+		"first, with these rates:\n  %s\n", jtext(root, "seer_plan"));
 	json_decref(root);
 	return 0;
 }
@@ -285,6 +355,8 @@ int main(int argc, char **argv)
 	if (!json && strcmp(cmd, "status") == 0 && render_status(text, stdout) == 0) {
 		/* rendered */
 	} else if (!json && strcmp(cmd, "config") == 0 && render_config(text, stdout) == 0) {
+		/* rendered */
+	} else if (!json && strcmp(cmd, "forecast") == 0 && render_forecast(text, stdout) == 0) {
 		/* rendered */
 	} else {
 		fputs(text, stdout);

@@ -20,10 +20,12 @@ loaded, so "after the fills" is a state the test waits for, not a time; the
 third holds the trainers while the node is stopped, as test_sigstop_peer
 does."""
 
+import json
 import os
 import signal
+import subprocess
 
-from seertest import (Fail, Gate, catalog, check, cleanup, finish, log, make_classes, read_log,
+from seertest import (BIN, LONG, Fail, Gate, catalog, check, cleanup, finish, log, make_classes, read_log,
                       run_tests, seer, start_trainer, tmpdir, verify_exactly_once, verify_rank,
                       wait_for)
 from test_multi_node import NODES, WORLD, Cluster, placement
@@ -57,32 +59,42 @@ def replicas_loaded(cl):
     return True
 
 
-def run_job(tmp, name, s, cat, hold_first_epoch=True, compute_ms=1):
-    """One job on NODES daemons; returns (per-node stats files, logs, status
-    of every node taken while the trainers held the last batch of epoch 0)."""
+def forecast(cl, node):
+    out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", cl.socket(node), "--json",
+                          "forecast"], capture_output=True, text=True, timeout=LONG)
+    check(out.returncode == 0, "seerctl forecast on node %d: %s" % (node, out.stderr))
+    return json.loads(out.stdout)
+
+
+def run_job(tmp, name, s, cat, compute_ms=1):
+    """One job on NODES daemons, its trainers held at the last batch of epoch
+    0 until every replica is loaded and at the job's last batch. Returns (the
+    per-node stats files, every node's status at the first hold, every
+    node's status and forecast at the last)."""
     sampler = seer.Sampler(len(cat), SEED, WORLD, BATCH)
     cl = Cluster(tmp, s, name=name)
     gate = Gate(tmp, name + "-sync")
     last0 = (0, sampler.batches_per_epoch - 1)
-    held = None
+    last = (EPOCHS - 1, sampler.batches_per_epoch - 1)
     try:
         nodes = placement("block")
         logs = [os.path.join(tmp, "%s-r%d.log" % (name, r)) for r in range(WORLD)]
-        extra = ["--compute-ms", str(compute_ms)]
-        if hold_first_epoch:
-            extra += gate.args(last0)
+        extra = ["--compute-ms", str(compute_ms)] + gate.args(last0, last)
         procs = [start_trainer("c", r, WORLD, cl.socket(nodes[r]), logs[r], extra)
                  for r in range(WORLD)]
-        if hold_first_epoch:
-            gate.wait(range(WORLD), last0, procs)
-            # the fills run while every trainer holds epoch 0's last batch
-            try:
-                wait_for(lambda: replicas_loaded(cl), 120, "every node's replicas to be loaded",
-                         step=0.05)
-            except Fail as x:
-                raise Fail("%s\n%s" % (x, cl.log()))
-            held = [cl.status(k) for k in range(NODES)]
-            gate.go(last0)
+        gate.wait(range(WORLD), last0, procs)
+        # the fills run while every trainer holds epoch 0's last batch
+        try:
+            wait_for(lambda: replicas_loaded(cl), 120, "every node's replicas to be loaded",
+                     step=0.05)
+        except Fail as x:
+            raise Fail("%s\n%s" % (x, cl.log()))
+        held = [cl.status(k) for k in range(NODES)]
+        gate.go(last0)
+        # every batch of the job read: the forecast with the rates measured
+        gate.wait(range(WORLD), last, procs, timeout=300)
+        final = [(cl.status(k), forecast(cl, k)) for k in range(NODES)]
+        gate.go(last)
         for r, (rc, _, err) in enumerate(finish(procs, timeout=300)):
             check(rc == 0, "%s: trainer %d failed: %s\n%s" % (name, r, err, cl.log()))
         check(cl.wait() == 0, "%s: daemons failed:\n%s" % (name, cl.log()))
@@ -92,7 +104,44 @@ def run_job(tmp, name, s, cat, hold_first_epoch=True, compute_ms=1):
     for r in range(WORLD):
         verify_rank(cat, sampler, r, all_logs[r], EPOCHS)
     verify_exactly_once(cat, all_logs, EPOCHS, WORLD, BATCH, drop_last=False)
-    return [cl.node_stats(k) for k in range(NODES)], held
+    check_forecast(name, final)
+    stats = [cl.node_stats(k) for k in range(NODES)]
+    for k, st in enumerate(stats):
+        # the stats file: every epoch with the forecast made as it began
+        missing = [e["epoch"] for e in st["epochs"] if not e.get("forecast")]
+        check(not missing, "node %d: epochs %s have no forecast in the stats file" % (k, missing))
+    return stats, held
+
+
+def check_forecast(name, final):
+    """Each node's forecast (seerctl forecast, with the rates it measured)
+    against what the job did on that node: over the job, the bytes it
+    received from peers (replica fills included) and read from the PFS are
+    exactly those forecast; per epoch both are shown."""
+    for k, (st, fc) in enumerate(final):
+        check(fc["ready"], "node %d: no forecast: %s" % (k, fc.get("why")))
+        eps = fc["epochs"]
+        check([e["epoch"] for e in eps] == list(range(EPOCHS)), "node %d: forecast epochs %s" %
+              (k, [e["epoch"] for e in eps]))
+        act = {e["epoch"]: e for e in st["epochs"]}
+        rows = []
+        for e in eps:
+            a = act[e["epoch"]]
+            rows.append("%d: peers %d+%d/%d, PFS %d/%d, %.3f s %s/%s s" % (
+                e["epoch"], e["peer_bytes"], e["fill_bytes"], a["peer_bytes"], e["pfs_bytes"],
+                a["pfs_bytes"], e["seconds"], e["bound"],
+                "%.3f" % a["seconds"] if a["seconds"] >= 0 else "running"))
+        log("%s node %d forecast/actual per epoch: %s" % (name, k, "; ".join(rows)))
+        f_net = sum(e["peer_bytes"] + e["fill_bytes"] for e in eps)
+        f_pfs = sum(e["pfs_bytes"] for e in eps)
+        a_net = sum(a["peer_bytes"] for a in act.values())
+        a_pfs = sum(a["pfs_bytes"] for a in act.values())
+        check(f_net == a_net, "%s node %d: %d B from peers forecast, %d B received" %
+              (name, k, f_net, a_net))
+        check(f_pfs == a_pfs, "%s node %d: %d B from the PFS forecast, %d B read" %
+              (name, k, f_pfs, a_pfs))
+        check(fc["rates"]["steps"] > 0 and fc["rates"]["compute_s"] > 0,
+              "node %d: no compute time measured: %s" % (k, fc["rates"]))
 
 
 def per_epoch(stats, key):

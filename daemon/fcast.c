@@ -1,0 +1,282 @@
+/* The running daemon's forecast: this node's bytes by source and time per
+ * epoch (src/forecast.h, "one node's forecast"), with the rates the daemon
+ * has measured, against what each epoch actually did.
+ *
+ * Owns the forecast thread and its tally (e->fct): once the plan and the
+ * replica set exist (place_plan), a thread of its own counts this node's
+ * bytes per epoch (fc_tally_node: O(epochs x samples) time, one epoch order
+ * of memory) so the dispatcher never waits for it; it reads only what the
+ * plan made (plan, replica set, catalog lengths, shape, rank map,
+ * capacities: none changes until fcast_stop joins it) and writes only
+ * e->fct, published by the release store of fct_ready. Everything else
+ * here runs on the dispatcher: at the start of each epoch the forecast for
+ * it, with the rates measured so far, is kept in the epoch's statistics
+ * (fcast_note), and `seerctl forecast` gets every epoch's forecast with the
+ * current rates (engine_forecast_json).
+ *
+ * Measured rates (engine_int.h: e->src, e->compute_s): compute per step is
+ * a trainer's time between two releases less what it waited for the batch;
+ * a source's bandwidth is io_threads x the bytes per second of one read
+ * (Little's law with the pool's reads in flight); the PFS's aggregate is
+ * that times the nodes (every node reads alike). A source not read yet
+ * drops its term. Failure: no thread or no memory for the tally: no
+ * forecast ("ready": false, said once in the log); out of memory for the
+ * JSON aborts (the daemon's rule). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/util.h"
+#include "engine_int.h"
+
+static void *tally_main(void *arg)
+{
+	struct engine *e = arg;
+	e->fct_rc = fc_tally_node(&e->fct, &e->plan, e->repl_on ? &e->nv : NULL, e->cat, NULL,
+				  &e->sh, e->first_epoch, e->cfg->epochs - e->first_epoch,
+				  e->rank_node, e->node, e->caps);
+	atomic_store_explicit(&e->fct_ready, true, memory_order_release);
+	return NULL;
+}
+
+void fcast_start(struct engine *e)
+{
+	if (e->fct_started || e->nopfs || e->first_epoch >= e->cfg->epochs)
+		return;
+	atomic_store(&e->fct_ready, false);
+	int rc = pthread_create(&e->fct_thread, NULL, tally_main, e);
+	if (rc != 0) {
+		log_warn("no forecast: cannot start its thread (%s)", strerror(rc));
+		return;
+	}
+	e->fct_started = true;
+}
+
+void fcast_stop(struct engine *e)
+{
+	if (!e->fct_started)
+		return;
+	pthread_join(e->fct_thread, NULL);
+	e->fct_started = false;
+	atomic_store(&e->fct_ready, false);
+	fc_tally_free(&e->fct);
+}
+
+/* The tally, once the thread is done and it worked. */
+static const struct fc_tally *tally(struct engine *e)
+{
+	if (!e->fct_started || !atomic_load_explicit(&e->fct_ready, memory_order_acquire))
+		return NULL;
+	if (e->fct_rc != 0) {
+		if (!e->fct_warned)
+			log_warn("no forecast: tallying this node's bytes failed (%s)",
+				 strerror(-e->fct_rc));
+		e->fct_warned = true;
+		return NULL;
+	}
+	return &e->fct;
+}
+
+static double src_bw(const struct engine *e, int src)
+{
+	const struct src_est *x = &e->src[src];
+	return x->n ? x->bps * (double)e->cfg->io_threads : 0;
+}
+
+static void rates(const struct engine *e, struct fc_rates *r)
+{
+	*r = (struct fc_rates){
+		.compute_s = e->compute_n ? e->compute_s : 0,
+		.pfs_bw = src_bw(e, SRC_PFS) * e->nnodes,
+		.net_bw = src_bw(e, SRC_PEER),
+		.nvme_bw = src_bw(e, SRC_NVME),
+	};
+}
+
+/* Every epoch's forecast with the rates measured now (t->epochs entries,
+ * malloc'd), or NULL. */
+static struct fc_node_epoch *forecast(struct engine *e, const struct fc_tally *t)
+{
+	struct fc_rates r;
+	rates(e, &r);
+	struct fc_node_epoch *out = xcalloc(t->epochs, sizeof(*out));
+	if (fc_node_forecast(t, &r, out) != 0) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+void fcast_note(struct engine *e)
+{
+	uint64_t ep = e->epochs_done;
+	if (ep >= e->cfg->epochs || ep < e->first_epoch ||
+	    (ep < e->nes && e->es[ep].fc_set))
+		return;
+	const struct fc_tally *t = tally(e);
+	if (!t)
+		return;
+	struct fc_node_epoch *f = forecast(e, t);
+	if (!f)
+		return;
+	const struct fc_node_epoch *o = &f[ep - e->first_epoch];
+	struct epoch_stats *s = stats_epoch(e, ep);
+	s->fc_set = true;
+	s->fc_timed = e->compute_n || e->src[SRC_PFS].n;
+	s->fc_time = o->time;
+	s->fc_lb = o->lb;
+	s->fc_bound = (uint8_t)o->bound;
+	s->fc_ram = o->b.ram;
+	s->fc_nvme = o->b.nvme;
+	s->fc_peer = o->b.peer_in + o->b.fill_in;
+	s->fc_pfs = o->b.pfs + o->b.pfs_load;
+	free(f);
+}
+
+/* ---- JSON -------------------------------------------------------------------------- */
+
+#define JU(x) ((json_int_t)(x))
+
+static _Noreturn void oom(void)
+{
+	log_error("out of memory writing the forecast as JSON");
+	abort();
+}
+
+static json_t *must(json_t *j)
+{
+	if (!j)
+		oom();
+	return j;
+}
+
+static json_t *jreal(double x, int decimals)
+{
+	if (!isfinite(x))
+		return json_null();
+	double scale = pow(10.0, decimals);
+	return json_real(round(x * scale) / scale);
+}
+
+json_t *fcast_epoch_json(const struct epoch_stats *s)
+{
+	if (!s->fc_set)
+		return json_null();
+	return must(json_pack("{so so ss sI sI sI sI}", "seconds",
+			      s->fc_timed ? jreal(s->fc_time, 6) : json_null(), "lower_bound",
+			      s->fc_timed ? jreal(s->fc_lb, 6) : json_null(), "bound",
+			      s->fc_timed ? fc_term_name((enum fc_term)s->fc_bound) : "unknown",
+			      "ram_bytes", JU(s->fc_ram), "nvme_bytes", JU(s->fc_nvme), "peer_bytes",
+			      JU(s->fc_peer), "pfs_bytes", JU(s->fc_pfs)));
+}
+
+static json_t *actual_json(const struct engine *e, uint64_t ep)
+{
+	if (ep >= e->nes_used || e->es[ep].samples == 0)
+		return json_null();
+	const struct epoch_stats *s = &e->es[ep];
+	double t0 = ep > 0 && e->es[ep - 1].t_done > 0 ? e->es[ep - 1].t_done : e->t_plan;
+	return must(json_pack("{so sI sI sI sI sI}", "seconds",
+			      s->t_done > 0 ? jreal(s->t_done - t0, 6) : json_null(), "ram_bytes",
+			      JU(s->ram_bytes), "nvme_bytes", JU(s->nvme_bytes), "peer_bytes",
+			      JU(s->peer_bytes), "pfs_bytes", JU(s->pfs_bytes), "replica_fill_bytes",
+			      JU(s->fill_bytes)));
+}
+
+static json_t *epoch_json(const struct engine *e, uint64_t ep, const struct fc_node_epoch *o)
+{
+	const struct fc_bytes *b = &o->b;
+	json_t *terms = must(json_object());
+	for (int k = 0; k < FC_NTERMS; k++)
+		json_object_set_new(terms, fc_term_name((enum fc_term)k), must(jreal(o->t[k], 6)));
+	return must(json_pack("{sI sI sI sI sI sI sI sI sI sI so so ss so so}", "epoch", JU(ep),
+			      "ram_bytes", JU(b->ram), "nvme_bytes", JU(b->nvme), "replica_bytes",
+			      JU(b->repl), "peer_bytes", JU(b->peer_in), "fill_bytes", JU(b->fill_in),
+			      "sent_bytes", JU(b->peer_out + b->fill_out), "pfs_bytes",
+			      JU(b->pfs + b->pfs_load), "pfs_cluster_bytes", JU(o->pfs_all),
+			      "samples", JU(b->reads), "terms", terms, "seconds",
+			      must(jreal(o->time, 6)), "bound", fc_term_name(o->bound), "lower_bound",
+			      must(jreal(o->lb, 6)), "actual", actual_json(e, ep)));
+}
+
+/* The measured rates, and where they come from. */
+static json_t *rates_json(const struct engine *e, const struct fc_rates *r)
+{
+	return must(json_pack("{so so so so sI sI sI sI sI}", "compute_s", jreal(r->compute_s, 6),
+			      "pfs_bytes_per_s", jreal(r->pfs_bw, 0), "net_bytes_per_s",
+			      jreal(r->net_bw, 0), "nvme_bytes_per_s", jreal(r->nvme_bw, 0),
+			      "io_threads", JU(e->cfg->io_threads), "steps", JU(e->compute_n),
+			      "pfs_reads", JU(e->src[SRC_PFS].n), "peer_reads", JU(e->src[SRC_PEER].n),
+			      "nvme_reads", JU(e->src[SRC_NVME].n)));
+}
+
+/* The same job and rates for seer-plan, which also searches the smallest
+ * RAM and NVMe per node (every node's whole replay: a tool's job, not a
+ * daemon's). Samples of the mean size; trainers spread evenly. */
+static json_t *seer_plan_cmd(const struct engine *e, const struct fc_rates *r)
+{
+	char cmd[1024];
+	int n = snprintf(cmd, sizeof(cmd),
+			 "seer-plan --samples %llu --sample-size %llu --nodes %u "
+			 "--trainers-per-node %u --epochs %llu --batch %u --seed %llu%s --ram %llu "
+			 "--nvme %llu --replicas %s --fill %s --forecast --search",
+			 (unsigned long long)e->cat->nsamples,
+			 (unsigned long long)(e->cat->total_bytes / MAX(e->cat->nsamples, 1ull)),
+			 e->nnodes, MAX(1u, e->world / e->nnodes),
+			 (unsigned long long)(e->cfg->epochs - e->first_epoch), e->sh.batch,
+			 (unsigned long long)e->cfg->seed, e->cfg->drop_last ? " --drop-last" : "",
+			 (unsigned long long)e->cache_cap, (unsigned long long)(e->nvme_ok ? e->nvme_cap : 0),
+			 e->repl_on ? "on" : "off", e->repl_from_pfs ? "pfs" : "peer");
+	if (r->pfs_bw > 0 && n < (int)sizeof(cmd))
+		n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " --pfs-bw %.0f", r->pfs_bw);
+	if (r->net_bw > 0 && n < (int)sizeof(cmd))
+		n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " --net-bw %.0f", r->net_bw);
+	if (r->nvme_bw > 0 && n < (int)sizeof(cmd))
+		n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " --nvme-bw %.0f", r->nvme_bw);
+	if (r->compute_s > 0 && n < (int)sizeof(cmd))
+		snprintf(cmd + n, sizeof(cmd) - (size_t)n, " --compute-s %.6f", r->compute_s);
+	return must(json_string(cmd));
+}
+
+char *engine_forecast_json(struct engine *e)
+{
+	const struct fc_tally *t = e->plan_ready ? tally(e) : NULL;
+	struct fc_node_epoch *f = t ? forecast(e, t) : NULL;
+	json_t *root = must(json_pack("{sI sI sb}", "node", JU(e->node), "nodes", JU(e->nnodes),
+				      "ready", f != NULL));
+	if (!f) {
+		json_object_set_new(root, "why", must(json_string(
+			!e->plan_ready ? "no plan yet: the trainers have not all attached"
+			: e->nopfs ? "cache.policy = nopfs has no forecast"
+			: "this node's bytes are still being counted")));
+	} else {
+		struct fc_rates r;
+		rates(e, &r);
+		json_t *eps = must(json_array());
+		double time = 0, lb = 0;
+		for (uint64_t i = 0; i < t->epochs; i++) {
+			json_array_append_new(eps, epoch_json(e, t->first_epoch + i, &f[i]));
+			time += f[i].time;
+			lb += f[i].lb;
+		}
+		json_object_set_new(root, "first_epoch", must(json_integer(JU(t->first_epoch))));
+		json_object_set_new(root, "rates", rates_json(e, &r));
+		json_object_set_new(root, "replicas", must(json_pack(
+			"{sb sI ss}", "enabled", e->repl_on, "bytes", JU(t->repl_bytes),
+			"fill_source", e->repl_from_pfs ? "pfs" : "peer")));
+		json_object_set_new(root, "epochs", eps);
+		json_object_set_new(root, "seconds", must(jreal(time, 6)));
+		json_object_set_new(root, "lower_bound", must(jreal(lb, 6)));
+		json_object_set_new(root, "seer_plan", seer_plan_cmd(e, &r));
+		free(f);
+	}
+	char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(15));
+	json_decref(root);
+	if (!text)
+		oom();
+	return text;
+}
