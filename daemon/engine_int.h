@@ -277,7 +277,8 @@ struct engine {
 	uint64_t repl_next;      /* replicas before it all have their bit */
 	uint64_t repl_scan_g;    /* progress at the last scan that found only replicas
 				    not ready (UINT64_MAX: scan) */
-	uint32_t repl_inflight, repl_max_inflight;
+	uint32_t repl_inflight, repl_max_inflight;   /* background fills */
+	uint32_t repl_inflight_pfs, repl_max_pfs;    /* ... of them PFS reads (I/O threads) */
 	double repl_tokens;      /* cache.replica_fill_rate bucket, bytes */
 	uint64_t repl_t_ns;      /* when the bucket was last topped up */
 	uint64_t repl_ram_planned, repl_nvme_planned;

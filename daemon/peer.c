@@ -153,6 +153,8 @@ void peer_events(struct engine *e)
 				log_debug("sample %u from node %u failed (%s): reading the PFS", tk->sample,
 					  ev->peer, strerror(-ev->status));
 				tk->kind = TK_PFS;
+				if (tk->repl_bg)
+					e->repl_inflight_pfs++; /* a background fill now reads the PFS */
 				task_submit(e, tk, tk->need_g);
 			}
 		} else if (ev->kind == NET_REQUEST) {

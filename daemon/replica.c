@@ -8,10 +8,13 @@
  * move in step), from the owner over the data plane (cache.replica_fill =
  * peer) or from the PFS (= pfs, or when the owner is suspect). A fill never
  * delays a trainer's batch: it is queued behind every read a batch needs
- * (need_g NEED_NONE, keys after every batch's), at most repl_max_inflight
- * run at once (io_threads / 4), and cache.replica_fill_rate caps their bytes
- * per second (a bucket of one second's worth; the loop wakes at least once
- * a second). A trainer that reads a replica before its fill gets it from
+ * (need_g NEED_NONE, keys after every batch's); at most io_threads / 4 of
+ * them are PFS reads at once (they take I/O threads) and at most
+ * max(8, io_threads / 2) are in flight in all (a fetch from a peer takes no
+ * I/O thread here; its owner serves it as any peer read: from RAM on its
+ * network thread, from NVMe through its bounce slots); and
+ * cache.replica_fill_rate caps their bytes per second (a bucket of one
+ * second's worth; the loop wakes at least once a second). A trainer that reads a replica before its fill gets it from
  * the owner and that read fills it (repl_fetch); one that reads a replica
  * being filled joins the fill, which becomes as urgent as the read.
  *
@@ -54,7 +57,9 @@ void repl_init(struct engine *e)
 	e->repl_started = xcalloc((nv->nrepl + 63) / 64 + 1, sizeof(uint64_t));
 	e->repl_next = 0;
 	e->repl_inflight = 0;
-	e->repl_max_inflight = (uint32_t)MAX(1ull, e->cfg->io_threads / 4);
+	e->repl_inflight_pfs = 0;
+	e->repl_max_inflight = (uint32_t)MAX(8ull, e->cfg->io_threads / 2);
+	e->repl_max_pfs = (uint32_t)MAX(1ull, e->cfg->io_threads / 4);
 	e->repl_tokens = (double)MAX(e->cfg->replica_fill_rate, e->cat->max_len);
 	e->repl_t_ns = now_ns();
 	e->repl_scan_g = UINT64_MAX;
@@ -99,12 +104,17 @@ static bool tokens_left(struct engine *e)
 	return e->repl_tokens > 0;
 }
 
+static bool from_peer(const struct engine *e, uint32_t s)
+{
+	struct route_view v = place_view(e);
+	return route_fill_src(&v, s, e->repl_from_pfs) == ROUTE_PEER;
+}
+
 /* tk loads replica s: from its owner (a peer fetch, true) or, when
  * route_fill_src says so, from the PFS (false: the caller queues it). */
 static bool launch(struct engine *e, struct etask *tk)
 {
-	struct route_view v = place_view(e);
-	if (route_fill_src(&v, tk->sample, e->repl_from_pfs) != ROUTE_PEER)
+	if (!from_peer(e, tk->sample))
 		return false;
 	tk->kind = TK_PEER;
 	net_fetch(e->net, e->plan.owner[tk->sample], tk->sample, e->abase + tk->dst_off, tk->len,
@@ -122,13 +132,16 @@ bool repl_fetch(struct engine *e, struct etask *tk)
 
 /* Background fill of replica i. 1: started; 0: not needed (loaded, being
  * loaded, known corrupt, or its NVMe tier is off); -EAGAIN: no bounce slot
- * free for it now. */
+ * or PFS read free for it now. */
 static int fill_one(struct engine *e, uint64_t i)
 {
 	const struct plan_node *nv = &e->nv;
 	uint32_t s = nv->smp[i];
 	if (e->cstate[s] != CS_ABSENT || e->bad[s] || (nv->tier[i] == PLAN_NVME && !e->nvme_ok))
 		return 0;
+	bool peer = from_peer(e, s);
+	if (!peer && e->repl_inflight_pfs >= e->repl_max_pfs)
+		return -EAGAIN;
 	int32_t b = -1;
 	if (nv->tier[i] == PLAN_NVME) {
 		/* half the bounce slots stay free for peers' requests */
@@ -156,8 +169,10 @@ static int fill_one(struct engine *e, uint64_t i)
 	}
 	e->cstate[s] = CS_TASK0 + tk->id;
 	e->repl_inflight++;
-	if (!launch(e, tk))
+	if (!peer || !launch(e, tk)) {
+		e->repl_inflight_pfs++;
 		task_submit(e, tk, NEED_NONE);
+	}
 	return 1;
 }
 
@@ -204,6 +219,8 @@ void repl_landed(struct engine *e, struct etask *tk, int status)
 {
 	if (tk->repl_bg) {
 		e->repl_inflight--;
+		if (tk->kind != TK_PEER)
+			e->repl_inflight_pfs--; /* (counted at its start or its fallback) */
 		if (tk->bounce >= 0) {
 			/* the NVMe write, queued by now, holds the slot on its own */
 			peer_bounce_unref(e, tk->bounce);

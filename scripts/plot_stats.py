@@ -4,9 +4,12 @@
     /usr/bin/python3 scripts/plot_stats.py stats-0.json [stats-1.json ...] -o stats.png
 
 Panels: delivered samples/s per step (from the per-step completion times),
-the trainers' wait (stall) per step, and bytes per epoch by source (RAM
-cache, local NVMe, peers, PFS). Several files (one per node) are summed.
-Uses Debian's python3-matplotlib (run with /usr/bin/python3)."""
+the trainers' wait (stall) per step, bytes per epoch by source (RAM cache,
+local NVMe, peers, PFS; several files, one per node, are summed), and each
+node's forecast against the actual per epoch (the forecast seerd made as the
+epoch began, with the rates measured until then: time per epoch, and bytes
+from peers and the PFS). Uses Debian's python3-matplotlib (run with
+/usr/bin/python3)."""
 
 import argparse
 import json
@@ -26,6 +29,40 @@ def load(paths):
     return docs
 
 
+def plot_forecast(ax, docs):
+    """Forecast against actual per epoch and node: seconds (lines, left axis)
+    and network + PFS MB (markers, right axis)."""
+    mb = ax.twinx()
+    any_fc = False
+    for d in docs:
+        eps = [e for e in d.get("epochs", []) if e.get("forecast")]
+        if not eps:
+            continue
+        any_fc = True
+        node = d.get("node", 0)
+        xs = [e["epoch"] for e in eps]
+        fs = [e["forecast"]["seconds"] for e in eps]
+        acts = [e["seconds"] if e.get("seconds", -1) >= 0 else None for e in eps]
+        line, = ax.plot(xs, [f if f is not None else float("nan") for f in fs], "--",
+                        label="node %d forecast (s)" % node)
+        ax.plot(xs, [a if a is not None else float("nan") for a in acts], "-",
+                color=line.get_color(), label="node %d actual (s)" % node)
+        mb.plot(xs, [(e["forecast"]["peer_bytes"] + e["forecast"]["pfs_bytes"]) / 1e6
+                     for e in eps], "x", color=line.get_color())
+        mb.plot(xs, [(e["peer_bytes"] + e["pfs_bytes"]) / 1e6 for e in eps], "o",
+                color=line.get_color(), fillstyle="none")
+    if not any_fc:
+        ax.text(0.5, 0.5, "no forecast in these statistics", ha="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("seconds")
+    mb.set_ylabel("MB from peers + PFS (x forecast, o actual)")
+    ax.set_title("forecast (as each epoch began) against actual, per node")
+    ax.grid(alpha=0.3)
+    if any_fc:
+        ax.legend(fontsize=8)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,7 +73,7 @@ def main():
     if not docs:
         sys.exit("no statistics")
     bs = docs[0].get("dataset", {}).get("samples", 0)
-    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(10, 10))
+    fig, (ax1, ax2, ax3, ax4) = plt.subplots(4, 1, figsize=(10, 13))
     for d in docs:
         steps = d.get("steps", [])
         if len(steps) < 2:
@@ -80,6 +117,7 @@ def main():
     ax3.set_title("bytes by source per epoch (dataset: %d samples)" % bs)
     ax3.legend()
     ax3.grid(alpha=0.3, axis="y")
+    plot_forecast(ax4, docs)
     fig.tight_layout()
     fig.savefig(a.output, dpi=110)
     print("wrote %s" % a.output)
