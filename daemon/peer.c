@@ -5,8 +5,9 @@
  * here on the dispatcher once the load ends; NVMe samples through bounce
  * slots of the arena (a request for a copy being loaded follows that load);
  * requests that came before the plan, replayed once it exists. Only owned
- * samples are served: replicas (replica.c) are this node's own. Also takes the network thread's events (fetches of ours that
- * ended, requests, replies sent). Threads: peer_lookup runs on the network
+ * samples are served: replicas (replica.c) are this node's own. Also takes
+ * the network thread's events (fetches of ours that ended, requests,
+ * replies sent). Threads: peer_lookup runs on the network
  * thread and reads only what engine_int.h says; everything else runs on the
  * dispatcher. Failure: a request for a sample this node does not hold, or
  * of the wrong length, gets -ENOENT; a sample failing its checks -EBADMSG;

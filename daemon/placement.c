@@ -130,7 +130,8 @@ static void log_plan(const struct engine *e, uint64_t t0)
 		 "cap %s) in %.2f s; optimal PFS reads over %llu epochs: %.2fx the dataset",
 		 (unsigned long long)e->plan.cached_samples, (unsigned long long)e->cat->nsamples,
 		 fmt_size(a, sizeof(a), e->plan.cached_bytes), fmt_size(b, sizeof(b), D), e->nnodes,
-		 (unsigned long long)e->cache_planned, fmt_size(d, sizeof(d), e->local_cached_bytes),
+		 (unsigned long long)e->cache_planned,
+		 fmt_size(d, sizeof(d), e->local_cached_bytes - (e->repl_on ? e->nv.repl_bytes : 0)),
 		 fmt_size(c, sizeof(c), e->cache_cap), (double)(now_ns() - t0) / 1e9,
 		 (unsigned long long)E,
 		 ((double)D + (double)(D - C) * (double)(E - e->first_epoch - 1)) / (double)D);

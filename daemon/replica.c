@@ -14,9 +14,10 @@
  * I/O thread here; its owner serves it as any peer read: from RAM on its
  * network thread, from NVMe through its bounce slots); and
  * cache.replica_fill_rate caps their bytes per second (a bucket of one
- * second's worth; the loop wakes at least once a second). A trainer that reads a replica before its fill gets it from
- * the owner and that read fills it (repl_fetch); one that reads a replica
- * being filled joins the fill, which becomes as urgent as the read.
+ * second's worth; the loop wakes at least once a second). A trainer that
+ * reads a replica before its fill gets it from the owner and that read
+ * fills it (repl_fetch); one that reads a replica being filled joins the
+ * fill, which becomes as urgent as the read.
  *
  * RAM replicas land in their slot of the arena (the slot's cstate goes
  * READY as for owned samples); NVMe replicas land in a bounce slot (half of

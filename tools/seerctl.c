@@ -75,6 +75,17 @@ static void render_head(const json_t *root, FILE *out)
 		jnum(ca, "ram_loaded_samples"), jnum(ca, "ram_planned_samples"),
 		sz(a, jnum(ca, "ram_loaded_bytes")), sz(b, jnum(ca, "ram_capacity")),
 		sz(c, jnum(ca, "staging_capacity")));
+	const json_t *rp = json_object_get(ca, "replicas");
+	if (jbool(rp, "enabled"))
+		fprintf(out, "replicas  %g of %g loaded (%s; %g in RAM, %g on NVMe), filled from %s; "
+			"%s filled, %s of it from the PFS, %g failed, %g in flight\n",
+			jnum(rp, "loaded_samples"), jnum(rp, "samples"), sz(a, jnum(rp, "bytes")),
+			jnum(rp, "ram_samples"), jnum(rp, "nvme_samples"),
+			strcmp(jtext(rp, "fill_source"), "pfs") == 0 ? "the PFS" : "their owners",
+			sz(b, jnum(rp, "filled_bytes")), sz(c, jnum(rp, "filled_from_pfs_bytes")),
+			jnum(rp, "fills_failed"), jnum(rp, "fills_inflight"));
+	else
+		fprintf(out, "replicas  off\n");
 	if (jbool(ca, "nvme_enabled"))
 		fprintf(out, "NVMe      %g of %g planned samples written (%s, capacity %s)\n",
 			jnum(ca, "nvme_loaded_samples"), jnum(ca, "nvme_planned_samples"),
@@ -167,18 +178,28 @@ static const char *secs(char *buf, const json_t *v)
 	return buf;
 }
 
+/* A measured bandwidth, "-" when there is none yet. */
+static const char *rate(char *buf, double bps)
+{
+	if (bps <= 0)
+		return "-";
+	fmt_size(buf, 32, (uint64_t)bps);
+	strcat(buf, "/s");
+	return buf;
+}
+
 static void render_forecast_rates(const json_t *root, FILE *out)
 {
-	char a[32], b[32], c[32];
+	char a[40], b[40], c[40];
 	const json_t *r = json_object_get(root, "rates"), *rp = json_object_get(root, "replicas");
 	fprintf(out, "forecast of node %g of %g from epoch %g; rates measured so far:\n",
 		jnum(root, "node"), jnum(root, "nodes"), jnum(root, "first_epoch"));
-	fprintf(out, "  compute %.3f ms/step (%g steps), PFS %s/s aggregate (%g reads), network "
-		"%s/s (%g fetches), NVMe %s/s (%g reads); bandwidths: %g I/O threads x one "
-		"read's rate; 0: not measured yet, its term left out\n",
-		jnum(r, "compute_s") * 1e3, jnum(r, "steps"), sz(a, jnum(r, "pfs_bytes_per_s")),
-		jnum(r, "pfs_reads"), sz(b, jnum(r, "net_bytes_per_s")), jnum(r, "peer_reads"),
-		sz(c, jnum(r, "nvme_bytes_per_s")), jnum(r, "nvme_reads"), jnum(r, "io_threads"));
+	fprintf(out, "  compute %.3f ms/step (%g steps), PFS %s aggregate (%g reads), network "
+		"%s (%g fetches), NVMe %s (%g reads)\n  (bandwidths: %g I/O threads x one read's "
+		"rate; -: not measured yet, its term left out)\n",
+		jnum(r, "compute_s") * 1e3, jnum(r, "steps"), rate(a, jnum(r, "pfs_bytes_per_s")),
+		jnum(r, "pfs_reads"), rate(b, jnum(r, "net_bytes_per_s")), jnum(r, "peer_reads"),
+		rate(c, jnum(r, "nvme_bytes_per_s")), jnum(r, "nvme_reads"), jnum(r, "io_threads"));
 	fprintf(out, "  replicas %s", jbool(rp, "enabled") ? "on" : "off");
 	if (jbool(rp, "enabled"))
 		fprintf(out, ": %s, filled from %s", sz(a, jnum(rp, "bytes")),
@@ -220,8 +241,9 @@ static int render_forecast(const char *text, FILE *out)
 	fprintf(out, "job    %-54s %-9.3f %-8s %-9.3f|\n", "", jnum(root, "seconds"), "",
 		jnum(root, "lower_bound"));
 	fprintf(out, "\n(forecast peers: reads other nodes serve, replica fills apart; actual "
-		"peers: both; PFS: this node's reads)\nsmallest RAM and NVMe per node with no I/O-bound epoch after the "
-		"first, with these rates:\n  %s\n", jtext(root, "seer_plan"));
+		"peers: both; PFS: this node's reads)\nsmallest RAM and NVMe per node with no "
+		"I/O-bound epoch after the first, with these rates:\n  %s\n",
+		jtext(root, "seer_plan"));
 	json_decref(root);
 	return 0;
 }
