@@ -3,8 +3,9 @@
  * laid out like the `files` format: one file per sample under class
  * directories), the global owner map (plan_build) and the node's replica set
  * (plan_node_build), and prints the time each took, the bytes each holds and
- * the process's peak resident memory. docs/planner.md ("Memory at scale")
- * has the figures. */
+ * the process's peak resident memory; then the node's forecast as seerd
+ * makes it (fc_tally_node on its own thread, fc_node_forecast per request).
+ * docs/planner.md ("Memory at scale") has the figures. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -14,6 +15,7 @@
 #include <sys/resource.h>
 
 #include "../src/catalog.h"
+#include "../src/forecast.h"
 #include "../src/plan.h"
 #include "../src/sampler.h"
 #include "../src/util.h"
@@ -39,7 +41,12 @@ static struct catalog *synthetic_catalog(uint64_t n, uint64_t size, uint64_t *by
 	c->dirs = xcalloc(c->ndirs, sizeof(*c->dirs));
 	c->ntypes = 1;
 	c->types = xcalloc(1, sizeof(*c->types));
-	size_t cap = n * 32 + 1001 * 16, used = 0;
+	/* "nCCCCCCCC/nCCCCCCCC_IIIIIII.JPEG" and its NUL: 26 + the index's digits
+	 * (at least 7) + 1 bytes */
+	size_t digits = 7;
+	for (uint64_t x = n / 10000000; x; x /= 10)
+		digits++;
+	size_t cap = n * (27 + digits) + 1001 * 16, used = 0;
 	c->strpool = xmalloc(cap);
 	for (uint64_t i = 0; i < n; i++) {
 		uint32_t cls = (uint32_t)(i % 1000);
@@ -90,6 +97,39 @@ static void report(uint64_t n, uint64_t size, uint64_t nodes, uint64_t tpn, uint
 	printf("peak RSS %s (at start %s, after the catalog %s, after the owner map %s)\n",
 	       fmt_size(a, 32, (uint64_t)peak * 1024), fmt_size(b, 32, (uint64_t)rss[0] * 1024),
 	       fmt_size(d, 32, (uint64_t)rss[1] * 1024), fmt_size(e, 32, (uint64_t)rss[2] * 1024));
+}
+
+/* The node's forecast as seerd makes it: the tally (once, on a thread of its
+ * own) and the forecast with rates (per `seerctl forecast`). */
+static int report_forecast(const struct plan *p, const struct plan_node *nv,
+			   const struct catalog *cat, const struct smp_shape *sh, uint64_t epochs,
+			   const uint32_t *rank_node, uint32_t node, const struct plan_cap *cap)
+{
+	long before = peak_kib();
+	double t0 = now_s();
+	struct fc_tally ta;
+	int rc = fc_tally_node(&ta, p, nv, cat, NULL, sh, 0, epochs, rank_node, node, cap);
+	double t_tally = now_s() - t0;
+	if (rc) {
+		fprintf(stderr, "seer-planmem: fc_tally_node: %s\n", strerror(-rc));
+		return 1;
+	}
+	struct fc_node_epoch *f = xcalloc(epochs, sizeof(*f));
+	struct fc_rates r = { .compute_s = 0.05, .pfs_bw = 5.0 * (1ull << 30), .net_bw = 12.5e9 };
+	t0 = now_s();
+	rc = fc_node_forecast(&ta, &r, f);
+	double t_fc = now_s() - t0;
+	long after = peak_kib();
+	char a[32], b[32], c[32], d[32];
+	printf("forecast %s held (%llu epochs tallied) + %s while counting (one epoch order); "
+	       "counted in %.2f s, forecast with rates in %.2f ms; peak RSS %s (%s more)\n",
+	       fmt_size(a, 32, epochs * (sizeof(*ta.ep) + sizeof(*f))), (unsigned long long)epochs,
+	       fmt_size(b, 32, sh->n * sizeof(uint32_t)), t_tally, t_fc * 1e3,
+	       fmt_size(c, 32, (uint64_t)after * 1024),
+	       fmt_size(d, 32, (uint64_t)(after - before) * 1024));
+	free(f);
+	fc_tally_free(&ta);
+	return rc ? 1 : 0;
 }
 
 static void usage(FILE *f)
@@ -201,6 +241,8 @@ int main(int argc, char **argv)
 	}
 	report(n, size, nodes, tpn, epochs, batch, node, ram, nvme, replicas, cat_bytes, &p, &nv,
 	       (double[3]){ t_cat, t_plan, t_node }, (long[3]){ base, after_cat, after_plan });
+	if ((rc = report_forecast(&p, &nv, cat, &sh, epochs, rank_node, (uint32_t)node, cap)) != 0)
+		return rc;
 	plan_node_free(&nv);
 	plan_free(&p);
 	cat_free(cat);
