@@ -185,8 +185,8 @@ SEER_API int seer_sample_shape(const seer_batch_t *b, uint32_t i, uint64_t *dims
 	return rc;
 }
 
-_Static_assert((int)SEER_LAYOUT_NONE == 0 && (int)SEER_LAYOUT_NCHW == 1 &&
-	       (int)SEER_LAYOUT_NHWC == 2, "proto's and seer.h's layout codes must agree");
+_Static_assert((int)SEER_LY_NONE == SEER_LAYOUT_NONE && (int)SEER_LY_NCHW == SEER_LAYOUT_NCHW &&
+	       (int)SEER_LY_NHWC == SEER_LAYOUT_NHWC, "proto's and seer.h's layout codes must agree");
 
 SEER_API int seer_batch_tensor(const seer_batch_t *b, const void **data, int *dtype, int *layout,
 			       uint64_t *dims, int maxdims)

@@ -172,7 +172,7 @@ static bool tensor_ok(const struct seer_client *c, const struct seer_wire_tensor
 {
 	uint64_t es = dtype_size(t->dtype);
 	if (!es || t->ndim != 4 || t->dims[0] != n || t->offset % 64 != 0 ||
-	    (t->layout != SEER_LAYOUT_NCHW && t->layout != SEER_LAYOUT_NHWC) ||
+	    (t->layout != SEER_LY_NCHW && t->layout != SEER_LY_NHWC) ||
 	    t->type >= c->ntypes || t->offset > c->arena_size)
 		return false;
 	uint64_t one = es;

@@ -158,9 +158,9 @@ _Static_assert(sizeof(struct seer_wire_sample) == 40, "sample layout");
 
 /* Layouts of a batch tensor. */
 enum seer_layout {
-	SEER_LAYOUT_NONE = 0, /* no batch tensor: samples are separate byte ranges */
-	SEER_LAYOUT_NCHW = 1, /* dims [n, C, H, W] (float16/float32 outputs) */
-	SEER_LAYOUT_NHWC = 2, /* dims [n, H, W, C] (uint8 output) */
+	SEER_LY_NONE = 0, /* no batch tensor: samples are separate byte ranges */
+	SEER_LY_NCHW = 1, /* dims [n, C, H, W] (float16/float32 outputs) */
+	SEER_LY_NHWC = 2, /* dims [n, H, W, C] (uint8 output) */
 };
 
 /* A batch of fixed-shape tensors ([transform] decode = image): one C-
@@ -174,7 +174,7 @@ struct seer_wire_tensor {
 	uint64_t dims[4];      /* dims[0] = the slot's n */
 	uint32_t dtype;        /* enum seer_dtype: SEER_DT_U8, SEER_DT_F16 or SEER_DT_F32 */
 	uint32_t ndim;         /* 4 */
-	uint32_t layout;       /* enum seer_layout */
+	uint32_t layout;       /* enum seer_layout (SEER_LY_*) */
 	uint32_t type;         /* index of one sample's type ([C,H,W] or [H,W,C]) in the table */
 };
 _Static_assert(sizeof(struct seer_wire_tensor) == 64, "tensor layout");
