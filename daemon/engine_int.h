@@ -11,7 +11,10 @@
  *     listed below (never a dispatcher-owned one);
  *   - the network thread (src/net_fabric.c, several nodes only), which calls
  *     peer_lookup (peer.c): it reads the plan after `plan_published` and a
- *     sample's RAM state in `cstate`, both through acquire loads.
+ *     sample's RAM state in `cstate`, both through acquire loads;
+ *   - the transform threads (transform.c, [transform] decode = image), which
+ *     run that stage's jobs under its own lock and read the fixed-at-creation
+ *     cfg, cat and abase.
  * Why that is enough is said at each group of fields. */
 #ifndef SEERD_ENGINE_INT_H
 #define SEERD_ENGINE_INT_H
@@ -112,6 +115,8 @@ struct etask {
 	uint32_t ckey;        /* to_cache: the RAM slot (key into cstate) it fills */
 	bool to_nvme;         /* TK_PFS: write to the NVMe tier afterwards */
 	bool fill;
+	bool blob;            /* TK_PFS: decode the file into a decoded-cache entry of
+				 len bytes (transform.cache = decoded; worker.c) */
 	int32_t bounce;       /* bounce slot the bytes live in, or -1 */
 	uint64_t nvme_off;    /* TK_NVME_*: offset in the NVMe file */
 	uint64_t sum;         /* TK_NVME_*: xxh64 of the sample */
@@ -203,6 +208,8 @@ struct engine {
 	pthread_t dispatcher;    /* the thread running engine_work */
 	struct topo *topo;
 	char topo_desc[512];
+	struct xfs *xf;          /* the transform stage (transform.c), NULL for file
+				    bytes; its own threads and lock, see there */
 
 	/* == Shared through atomics. */
 	_Atomic bool stopping;   /* dispatcher stores; I/O threads load it between
@@ -403,6 +410,37 @@ void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *
 void peer_bounce_unref(struct engine *e, int32_t b);
 /* the network thread's lookup (src/net.h): 1 with *src set when s is in RAM */
 int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src);
+
+/* transform.c: decoded, augmented tensors ([transform] decode = image).
+ * Everything is a no-op or the file-bytes answer when e->xf is NULL. */
+struct json_t;
+struct xfs;
+int xfs_create(struct engine *e, char *err, size_t errlen); /* before the arena and I/O threads */
+void xfs_stop(struct engine *e);      /* threads joined; waiting I/O threads released */
+void xfs_destroy(struct engine *e);
+void xfs_log(const struct engine *e);
+int xfs_event_fd(const struct engine *e);
+unsigned xfs_threads(const struct engine *e, pthread_t *out); /* out may be NULL */
+void xfs_placed(struct engine *e, unsigned pus); /* the daemon's threads have pus CPUs (0: all) */
+bool xfs_blob(const struct engine *e, uint32_t s);            /* tiers hold s decoded */
+uint64_t xfs_src_len(const struct engine *e, uint32_t s);     /* bytes the tiers hold for s */
+const uint64_t *xfs_plan_lengths(const struct engine *e);     /* decoded: per sample, else NULL */
+uint64_t xfs_cached_total(const struct engine *e);
+uint64_t xfs_cached_max(const struct engine *e);
+uint64_t xfs_tensor_bytes(const struct engine *e, uint32_t n); /* staging of a batch tensor */
+uint32_t xfs_ntypes(const struct engine *e);                  /* types it adds to the arena's */
+void xfs_type(const struct engine *e, struct seer_wire_type *t);
+uint64_t xfs_slot_begin(struct engine *e, struct seer_wire_slot *ws, uint32_t n, uint64_t off);
+void xfs_describe(const struct engine *e, const struct seer_wire_slot *ws,
+		  struct seer_wire_sample *d, uint32_t i);
+void xfs_ram_ready(struct engine *e, struct trainer *t, struct tslot *sl, uint32_t i, uint32_t key,
+		   uint32_t s);
+void xfs_after_read(struct engine *e, const struct etask *tk, const struct waiter *w);
+void xfs_completions(struct engine *e);
+struct json_t *xfs_status_json(const struct engine *e);
+/* I/O thread: the file at enc into tk's decoded-cache entry at dst */
+int xfs_decode_blob(const struct engine *e, struct etask *tk, const void *enc, size_t len,
+		    uint8_t *dst);
 
 /* stats.c: counters and estimates (status.c renders them) */
 struct epoch_stats *stats_epoch(struct engine *e, uint64_t epoch);

@@ -81,6 +81,7 @@ static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, 
 	tk->bounce = b;
 	tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
 	tk->len = len;
+	tk->blob = xfs_blob(e, s); /* a PFS read of it makes the decoded image */
 	/* being loaded meanwhile: read from the PFS (not following the load) */
 	nvme_claim(e, tk, s);
 	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
@@ -99,12 +100,12 @@ void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, 
 		e->early[e->nearly++] = (struct deferred_req){ peer, s, req_id, len };
 		return;
 	}
-	if (s < e->cat->nsamples && place_local_nvme(e, s) && len == e->cat->samples[s].length &&
+	if (s < e->cat->nsamples && place_local_nvme(e, s) && len == xfs_src_len(e, s) &&
 	    e->nbounce > 0) {
 		peer_request_nvme(e, peer, req_id, s, len);
 		return;
 	}
-	if (s >= e->cat->nsamples || !place_local_ram(e, s) || len != e->cat->samples[s].length) {
+	if (s >= e->cat->nsamples || !place_local_ram(e, s) || len != xfs_src_len(e, s)) {
 		net_reply_error(e->net, peer, req_id, -ENOENT);
 		return;
 	}
@@ -160,7 +161,7 @@ int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void *
 	if (!atomic_load_explicit(&e->plan_published, memory_order_acquire))
 		return 0; /* the dispatcher keeps it until the plan exists */
 	if (s >= e->cat->nsamples || e->plan.tier[s] == PLAN_NONE || e->plan.owner[s] != e->node ||
-	    len != e->cat->samples[s].length)
+	    len != xfs_src_len(e, s))
 		return -ENOENT;
 	if (e->plan.tier[s] == PLAN_RAM &&
 	    atomic_load_explicit(&e->cstate[s], memory_order_acquire) == CS_READY) {
