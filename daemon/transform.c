@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../src/util.h"
@@ -777,10 +778,15 @@ json_t *xfs_status_json(const struct engine *e)
 	json_t *all = epoch_json(0, &x->all);
 	if (all)
 		json_object_del(all, "epoch");
-	return json_pack("{ss ss s[III] sI sI sI ss ss sI so so}", "decode", "image", "spec", spec,
+	/* the daemon's peak resident memory (arena pages it touched included),
+	 * to hold against its budgets */
+	struct rusage ru;
+	json_int_t rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (json_int_t)ru.ru_maxrss * 1024 : -1;
+	return json_pack("{ss ss s[III] sI sI sI ss ss sI sI so so}", "decode", "image", "spec", spec,
 			 "shape", (json_int_t)x->dims[0], (json_int_t)x->dims[1],
 			 (json_int_t)x->dims[2], "sample_bytes", (json_int_t)x->sb,
 			 "threads", (json_int_t)x->nthreads, "active_threads", (json_int_t)x->active,
 			 "cache", x->decoded ? "decoded" : "encoded", "cache_why", x->why,
-			 "pending", (json_int_t)x->inflight, "total", all, "epochs", eps);
+			 "pending", (json_int_t)x->inflight, "max_rss_bytes", rss, "total", all,
+			 "epochs", eps);
 }
