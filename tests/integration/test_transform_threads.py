@@ -6,9 +6,10 @@ xf_trainer.py). Also in the TSan list (Makefile): the transform pool, the
 I/O threads waiting for decoded-cache entries and the dispatcher, raced."""
 
 import os
+import subprocess
 
-from seertest import check, cleanup, log, run_tests, tmpdir
-from xf_common import make_images, run, same_tensors
+from seertest import Daemon, LONG, check, cleanup, finish, log, run_tests, tmpdir
+from xf_common import TRAINER, make_images, run, same_tensors
 
 N = 30
 
@@ -43,5 +44,40 @@ def test_threads_and_trainers():
         cleanup(tmp)
 
 
+def test_placement():
+    """transform.threads automatic: one per CPU the trainers do not use. A
+    trainer bound to CPU 0 (taskset) leaves the daemon's threads, the
+    transform threads among them, the other CPUs."""
+    ncpu = len(os.sched_getaffinity(0))
+    if ncpu < 2 or subprocess.run(["which", "taskset"], capture_output=True).returncode:
+        log("skipped: needs 2 CPUs and taskset")
+        return
+    tmp = tmpdir("seer-xft-")
+    try:
+        data = os.path.join(tmp, "data")
+        make_images(data, classes=1, per_class=8, seed=4)
+        spec = "decode=image size=32"
+        with Daemon(tmp, {"dataset.path": data, "job.epochs": 1, "job.batch_size": 4,
+                          "transform.decode": "image", "transform.size": 32}) as d:
+            cpu0 = min(os.sched_getaffinity(0))
+            p = subprocess.Popen(["taskset", "-c", str(cpu0), "/usr/bin/python3", TRAINER,
+                                  "--rank", "0", "--world", "1", "--socket", d.sock, "--log",
+                                  os.path.join(tmp, "r0.log"), "--spec", spec],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            rc, _, err = finish([p])[0]
+            check(rc == 0, "trainer failed: %s\n%s" % (err, d.log()))
+            check(d.wait(LONG) == 0, "seerd failed:\n%s" % d.log())
+            st = d.stats()
+        xf, where = st["transform"], st["io"]["placement"]
+        log("trainer on CPU %d: %d transform threads, %d running; daemon threads %s" %
+            (cpu0, xf["threads"], xf["active_threads"], where))
+        check(xf["threads"] >= ncpu - 1 and xf["active_threads"] == ncpu - 1,
+              "transform threads %d, running %d, with %d CPUs and the trainer on one" %
+              (xf["threads"], xf["active_threads"], ncpu))
+        check("cores the trainers do not use" in where, "placement: %s" % where)
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
-    run_tests([test_threads_and_trainers])
+    run_tests([test_threads_and_trainers, test_placement])
