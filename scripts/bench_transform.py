@@ -115,7 +115,7 @@ def seerd(a, sets, name):
     s = {"dataset.path": a.data, "job.batch_size": a.batch, "job.epochs": a.epochs,
          "job.seed": 1, "daemon.socket": sock, "daemon.stats_file": stats,
          "daemon.state_dir": os.path.join(a.dir, "state"), "cache.ram": "3GiB",
-         "cache.staging": "768MiB", "transform.decode": "image",
+         "cache.staging": a.staging, "transform.decode": "image",
          "transform.crop": "random_resized", "transform.size": 224,
          "transform.output": "float32_chw", "transform.normalize": "imagenet"}
     s.update(sets)
@@ -186,7 +186,13 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workers", type=int, default=os.cpu_count())
     ap.add_argument("--dir", default=os.environ.get("SEER_BENCH_XF", "/tmp/seer-bench-xf"))
+    ap.add_argument("--staging", default=None,
+                    help="seerd's cache.staging (default: 4 batches of tensors and files; "
+                    "fresh memory is costly to fault in, a ring that wraps sooner reuses "
+                    "its pages)")
     a = ap.parse_args()
+    if a.staging is None:
+        a.staging = "%dMiB" % (4 * a.batch * (3 * 224 * 224 * 4 + (256 << 10)) // (1 << 20))
     a.data = os.path.join(a.dir, "jpeg-%d" % a.images)
     os.makedirs(a.dir, exist_ok=True)
     t0 = time.time()
