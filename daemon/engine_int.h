@@ -185,9 +185,11 @@ struct engine {
 	 * just after, and only the dispatcher reads them) and before the network
 	 * thread exists; read-only afterwards. The I/O threads read exactly cfg
 	 * (retries, retry_backoff_ms), cat (their readers), abase, nvme_fd,
-	 * nvme_direct and nvme_align (worker.c); nvme_fd stays open, even when
-	 * the tier is disabled, until engine_destroy has stopped the pool. The
-	 * network thread reads cat, node, abase and cache_base (peer_lookup). */
+	 * nvme_direct and nvme_align (worker.c), and xf to hand a decode to the
+	 * transform pool (transform.c, under its lock); nvme_fd stays open, even
+	 * when the tier is disabled, until engine_destroy has stopped the pool.
+	 * The network thread reads cat, node, abase, cache_base and xf's fixed
+	 * cached lengths (peer_lookup). */
 	const struct seer_config *cfg;
 	struct catalog *cat;
 	uint32_t node, nnodes;

@@ -3,11 +3,13 @@
  * Each I/O thread has its own catalog reader (worker_init); worker_exec
  * moves one task's bytes: the dataset into the arena (PFS reads, with
  * retries of transient errors), the NVMe copy into the arena (checked), or
- * arena bytes to the NVMe file. Runs on the I/O threads only. It reads the
- * task it was handed and the engine fields engine_int.h lists as fixed at
- * creation (cfg, cat, abase, nvme_fd, nvme_direct, nvme_align) plus the
- * atomic `stopping`; it writes only the task and the arena bytes the task
- * names. Failure: the task's status (negative errno or SEER_E*) and a
+ * arena bytes to the NVMe file; a read into a decoded-image cache entry
+ * (task `blob`) reads the file into the thread's buffer and waits for the
+ * transform pool to decode it in place. Runs on the I/O threads only. It
+ * reads the task it was handed and the engine fields engine_int.h lists as
+ * fixed at creation (cfg, cat, abase, nvme_fd, nvme_direct, nvme_align, xf)
+ * plus the atomic `stopping`; it writes only the task, its own buffer and
+ * the arena bytes the task names. Failure: the task's status (negative errno or SEER_E*) and a
  * message in its err. */
 #define _GNU_SOURCE
 #include <errno.h>
