@@ -136,8 +136,9 @@ static int worker_blob_read(const struct engine *e, struct etask *t, struct cat_
 
 /* One task on an I/O thread: its bytes land at abase + dst_off (a staging
  * span, a RAM slot or a bounce slot), or its error is in t->err. The raw
- * bytes are complete here, on the thread that read them: a per-sample
- * transform that must not run on the dispatcher belongs after the read. */
+ * bytes are complete here, on the thread that read them; the tensors are
+ * made on the transform threads once the dispatcher saw them land
+ * (transform.c), decoded-cache entries here through worker_blob_read. */
 void worker_exec(struct io_task *io, void *tls, void *ctx)
 {
 	const struct engine *e = ctx;
