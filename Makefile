@@ -53,8 +53,9 @@ LIBS := $(PKG_LIBS) -lpthread -lm
 
 # modules shared by the daemon, the tools and the tests
 CORE_SRC := src/util.c src/base.c src/paths.c src/sampler.c src/sampler_record.c src/sampler_elastic.c \
-	src/catalog.c src/catalog_walk.c src/catalog_image.c src/catalog_read.c src/config.c src/shm.c \
-	src/iopool.c src/net_fabric.c src/plan.c src/plan_nopfs.c src/plansim.c src/forecast.c src/forecast_node.c \
+	src/catalog.c src/catalog_walk.c src/catalog_image.c src/catalog_images.c src/catalog_read.c \
+	src/config.c src/shm.c src/iopool.c src/net_fabric.c src/plan.c src/plan_nopfs.c src/plansim.c \
+	src/forecast.c src/forecast_node.c \
 	src/dessim.c src/topo.c src/ctrl.c $(wildcard src/fmt/*.c) $(wildcard src/xform/*.c)
 # libseer: client code only (no logging, no allocator that aborts: see base.h)
 CLIENT_SRC := $(wildcard client/*.c) src/base.c src/paths.c src/sampler.c src/sampler_record.c \
@@ -256,8 +257,8 @@ test: all
 # the daemon-centric integration tests again with sanitized binaries (the
 # Python trainers keep the release libseer)
 SAN_TESTS := test_single_node test_nvme test_multi_node test_ops test_formats_e2e test_faults \
-	test_client_api test_replicas
-TSAN_TESTS := test_single_node test_nvme test_formats_e2e test_client_api
+	test_client_api test_replicas test_transform test_transform_threads
+TSAN_TESTS := test_single_node test_nvme test_formats_e2e test_client_api test_transform_threads
 sanitize:
 	$(MAKE) V=asan all unit
 	$(MAKE) V=asan integration SEER_TESTS="$(SAN_TESTS)"

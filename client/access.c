@@ -185,6 +185,44 @@ SEER_API int seer_sample_shape(const seer_batch_t *b, uint32_t i, uint64_t *dims
 	return rc;
 }
 
+_Static_assert((int)SEER_LY_NONE == SEER_LAYOUT_NONE && (int)SEER_LY_NCHW == SEER_LAYOUT_NCHW &&
+	       (int)SEER_LY_NHWC == SEER_LAYOUT_NHWC, "proto's and seer.h's layout codes must agree");
+
+SEER_API int seer_batch_tensor(const seer_batch_t *b, const void **data, int *dtype, int *layout,
+			       uint64_t *dims, int maxdims)
+{
+	if (data)
+		*data = NULL;
+	if (!dims && maxdims > 0) {
+		err_set("seer_batch_tensor: dims is NULL but maxdims is %d", maxdims);
+		return -EINVAL;
+	}
+	struct seer_client *c;
+	struct slot *s = batch_get(b, "seer_batch_tensor", &c);
+	if (!s)
+		return -EINVAL;
+	int nd = 0;
+	if (s->has_tensor) {
+		const struct seer_wire_tensor *t = &s->tensor; /* checked at delivery */
+		nd = (int)t->ndim;
+		if (data)
+			*data = c->arena + t->offset;
+		if (dtype)
+			*dtype = (int)t->dtype;
+		if (layout)
+			*layout = (int)t->layout;
+		for (int k = 0; k < nd && k < maxdims; k++)
+			dims[k] = t->dims[k];
+	} else {
+		if (dtype)
+			*dtype = SEER_DTYPE_BYTES;
+		if (layout)
+			*layout = SEER_LAYOUT_NONE;
+	}
+	handle_release(c);
+	return nd;
+}
+
 SEER_API int seer_batch_export(const seer_batch_t *b, uint64_t *offsets, uint64_t *sizes,
 			       int64_t *labels, uint64_t *ids, uint32_t *types)
 {
@@ -323,7 +361,8 @@ SEER_API int seer_constant(const char *name, int64_t *value)
 		K(SEER_EREFUSED), K(SEER_EBATCH), K(SEER_ECONFIG), K(SEER_EDATASET),
 		K(SEER_ENOTHELD), K(SEER_EEVICTED), K(SEER_OPT_START_AT),
 		K(SEER_SAMPLER_DROP_LAST), K(SEER_SAMPLER_NO_SHUFFLE), K(SEER_MAX_DIMS),
-		K(SEER_VERSION_MAJOR), K(SEER_VERSION_MINOR),
+		K(SEER_VERSION_MAJOR), K(SEER_VERSION_MINOR), K(SEER_LAYOUT_NONE),
+		K(SEER_LAYOUT_NCHW), K(SEER_LAYOUT_NHWC),
 	};
 #undef K
 	for (size_t i = 0; name && value && i < ARRAY_SIZE(k); i++) {

@@ -156,6 +156,34 @@ static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 	}
 }
 
+static uint64_t dtype_size(uint32_t dt)
+{
+	switch (dt) {
+	case SEER_DT_U8: return 1;
+	case SEER_DT_F16: return 2;
+	case SEER_DT_F32: return 4;
+	default: return 0;
+	}
+}
+
+/* A batch tensor the daemon described: n samples of a whole, consistent
+ * shape inside the arena, of a dtype and layout we know. */
+static bool tensor_ok(const struct seer_client *c, const struct seer_wire_tensor *t, uint32_t n)
+{
+	uint64_t es = dtype_size(t->dtype);
+	if (!es || t->ndim != 4 || t->dims[0] != n || t->offset % 64 != 0 ||
+	    (t->layout != SEER_LY_NCHW && t->layout != SEER_LY_NHWC) ||
+	    t->type >= c->ntypes || t->offset > c->arena_size)
+		return false;
+	uint64_t one = es;
+	for (int k = 1; k < 4; k++) {
+		if (t->dims[k] == 0 || t->dims[k] > (1u << 16))
+			return false;
+		one *= t->dims[k];
+	}
+	return one == t->sample_bytes && (n == 0 || one <= (c->arena_size - t->offset) / n);
+}
+
 /* Take slot idx as the next batch: checked, copied to private state. */
 static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
 {
@@ -168,6 +196,13 @@ static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
 	struct slot *s = &c->slots[idx];
 	pthread_mutex_lock(&c->lock);
 	bool held = atomic_load(&s->held);
+	bool tensor = (ws.flags & SEER_SLOT_TENSOR) != 0;
+	if (tensor && !tensor_ok(c, &ws.tensor, ws.n)) {
+		pthread_mutex_unlock(&c->lock);
+		err_set("daemon published batch %llu with a malformed tensor descriptor",
+			(unsigned long long)ws.global);
+		return SEER_EPROTO;
+	}
 	if (held || ws.global != c->next_global || ws.n > c->w.batch_size) {
 		pthread_mutex_unlock(&c->lock);
 		err_set("daemon published batch %llu (slot %u%s, %u samples), expected %llu",
@@ -180,6 +215,8 @@ static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
 	s->epoch = ws.epoch;
 	s->step = ws.step;
 	s->status = ws.status;
+	s->has_tensor = tensor;
+	s->tensor = ws.tensor;
 	if (ws.status)
 		snprintf(s->msg, sizeof(s->msg), "%.*s", (int)sizeof(ws.msg) - 1, ws.msg);
 	atomic_store(&s->delivery, d);

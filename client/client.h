@@ -45,6 +45,8 @@ struct slot {
 	uint64_t epoch, step;
 	int32_t status;
 	char msg[SEER_ERRMSG_MAX]; /* copied at delivery when status != 0 */
+	bool has_tensor;           /* the batch is one tensor (checked at delivery) */
+	struct seer_wire_tensor tensor;
 };
 
 struct seer_client {

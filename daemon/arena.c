@@ -45,18 +45,30 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 {
 	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
 	per &= ~(NVME_ALIGN - 1);
-	uint64_t one = arena_stage_bytes(e, e->cat->max_len, e->nvme_ok);
-	uint64_t need = (uint64_t)e->sh.batch * one;
-	if (e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1)
-		return 0; /* every sample lives in the RAM cache: staging stays unused */
+	/* staged bytes: files, or decoded images from NVMe and peers */
+	uint64_t max = MAX(e->cat->max_len, xfs_cached_max(e));
+	uint64_t one = arena_stage_bytes(e, max, e->nvme_ok);
+	uint64_t tensor = xfs_tensor_bytes(e, e->sh.batch); /* the batch tensor, if any */
+	uint64_t need = (uint64_t)e->sh.batch * one + tensor;
+	if (e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1) {
+		if (!tensor)
+			return 0; /* every sample lives in the RAM cache: staging stays unused */
+		need = tensor; /* only the batch tensors are staged */
+		one = 0;
+	}
 	if (per < need) {
-		char a[32], b[32], c[32], d[32];
+		char a[32], b[32], c[32], d[32], what[96];
+		if (one == 0)
+			snprintf(what, sizeof(what), "the batch tensor (%s)",
+				 fmt_size(c, sizeof(c), tensor));
+		else
+			snprintf(what, sizeof(what), "%u x %s%s", e->sh.batch,
+				 fmt_size(c, sizeof(c), max), tensor ? " and the batch tensor" : "");
 		snprintf(err, errlen,
 			 "[cache] staging = %s gives each of the node's %u trainers %s, less than one "
-			 "batch of the largest samples (%u x %s): set staging to at least %s",
+			 "batch of the largest samples (%s): set staging to at least %s",
 			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
-			 e->sh.batch, fmt_size(c, sizeof(c), e->cat->max_len),
-			 fmt_size(d, sizeof(d), need * e->nlocal));
+			 what, fmt_size(d, sizeof(d), need * e->nlocal));
 		return -ENOSPC;
 	}
 	return 0;
@@ -69,16 +81,16 @@ uint64_t arena_layout(struct engine *e)
 {
 	const struct catalog *cat = e->cat;
 	/* no point reserving more cache than the dataset (with alignment) */
-	uint64_t ds = cat->total_bytes + cat->nsamples * PLAN_RAM_ALIGN;
+	uint64_t ds = xfs_cached_total(e) + cat->nsamples * PLAN_RAM_ALIGN;
 	e->cache_cap = ALIGN_UP(MIN(e->cfg->ram, ds), 4096ull);
 	e->stage_cap = ALIGN_UP(e->cfg->staging, 4096ull);
 	if (e->nvme_ok && e->nnodes > 1) {
 		e->nbounce = (uint32_t)MIN(e->cfg->io_threads, 16ull);
-		e->bounce_size = ALIGN_UP(cat->max_len, (uint64_t)e->nvme_align);
+		e->bounce_size = ALIGN_UP(xfs_cached_max(e), (uint64_t)e->nvme_align);
 	}
 	uint64_t types_off = ALIGN_UP(sizeof(struct seer_arena_hdr), 64ull);
-	e->cache_base = ALIGN_UP(types_off + (uint64_t)cat->ntypes * sizeof(struct seer_wire_type),
-				 4096ull);
+	uint64_t ntypes = (uint64_t)cat->ntypes + xfs_ntypes(e); /* + the tensor's */
+	e->cache_base = ALIGN_UP(types_off + ntypes * sizeof(struct seer_wire_type), 4096ull);
 	e->stage_base = e->cache_base + e->cache_cap;
 	e->bounce_base = e->stage_base + e->stage_cap;
 	return e->bounce_base + (uint64_t)e->nbounce * e->bounce_size;
@@ -106,9 +118,11 @@ int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen)
 	*h = (struct seer_arena_hdr){
 		.magic = SEER_MAGIC_ARENA, .version = SEER_PROTO_VERSION,
 		.creator_pid = (uint32_t)getpid(), .size = size, .types_off = types_off,
-		.ntypes = cat->ntypes, .data_off = e->cache_base,
+		.ntypes = cat->ntypes + xfs_ntypes(e), .data_off = e->cache_base,
 	};
 	memcpy(e->abase + types_off, cat->types, cat->ntypes * sizeof(struct seer_wire_type));
+	if (xfs_ntypes(e)) /* one sample's tensor, after the dataset's types */
+		xfs_type(e, (struct seer_wire_type *)(e->abase + types_off) + cat->ntypes);
 	if ((rc = shm_seal_readonly(&e->arena)) != 0) {
 		snprintf(err, errlen, "cannot seal the arena read-only for trainers: %s",
 			 strerror(-rc));

@@ -43,16 +43,20 @@ void engine_repin(struct engine *e)
 {
 	if (!e->topo || !e->pool_started)
 		return;
-	unsigned n = e->pool.nthreads;
-	pthread_t th[n + 2];
+	unsigned n = e->pool.nthreads, nx = xfs_threads(e, NULL);
+	pthread_t th[n + nx + 2];
 	memcpy(th, e->pool.threads, n * sizeof(pthread_t));
+	n += xfs_threads(e, th + n);
 	th[n++] = e->dispatcher;
 	bool net = e->net && net_thread(e->net, &th[n]) == 0;
 	n += net;
-	char desc[sizeof(e->pin_desc)];
-	topo_pin_threads(e->topo, e->cfg->cpuset, th, n, desc, sizeof(desc));
+	char desc[sizeof(e->pin_desc)], xd[32] = "";
+	int pus = topo_pin_threads(e->topo, e->cfg->cpuset, th, n, desc, sizeof(desc));
+	xfs_placed(e, pus > 0 ? (unsigned)pus : 0);
+	if (nx)
+		snprintf(xd, sizeof(xd), ", %u transform", nx);
 	if (strcmp(desc, e->pin_desc) != 0) {
-		log_info("daemon threads (%u I/O, dispatcher%s) %s", e->pool.nthreads,
+		log_info("daemon threads (%u I/O%s, dispatcher%s) %s", e->pool.nthreads, xd,
 			 net ? ", network" : "", desc);
 		str_copy(e->pin_desc, sizeof(e->pin_desc), desc);
 	}
@@ -75,6 +79,8 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	int rc;
 
 	nvme_open(e);
+	if ((rc = xfs_create(e, err, errlen)) != 0)
+		goto fail;
 	uint64_t size = arena_layout(e);
 	peer_bounce_init(e);
 	e->caps = xcalloc(e->nnodes, sizeof(*e->caps));
@@ -113,7 +119,10 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	e->pool_started = true;
 	e->dispatcher = pthread_self();
 	engine_ep_add(e, e->pool.done_efd, EP_TAG(EP_POOL, 0));
+	if (e->xf)
+		engine_ep_add(e, xfs_event_fd(e), EP_TAG(EP_POOL, 1));
 	engine_repin(e);
+	xfs_log(e);
 	if (o->cfg->world_size > 0 && (rc = place_shape_init(e, (uint32_t)o->cfg->world_size, err, errlen)))
 		goto fail;
 	char a[32], b[32];
@@ -132,6 +141,7 @@ void engine_destroy(struct engine *e)
 	if (!e)
 		return;
 	atomic_store(&e->stopping, true);
+	xfs_stop(e); /* first: I/O threads waiting for a decode are released */
 	if (e->pool_started) {
 		iopool_stop(&e->pool);
 		for (struct io_task *io = iopool_take_done(&e->pool); io;) {
@@ -147,6 +157,7 @@ void engine_destroy(struct engine *e)
 			close(e->tr[r].pending_sock);
 	}
 	task_free_all(e);
+	xfs_destroy(e);
 	place_shape_free(e);
 	free((void *)e->cstate);
 	free(e->bad);
@@ -162,6 +173,7 @@ void engine_destroy(struct engine *e)
 void engine_work(struct engine *e)
 {
 	task_completions(e);
+	xfs_completions(e);
 	peer_events(e);
 	if (!e->shape_ready)
 		return;

@@ -16,6 +16,9 @@
  *     the plan, the replica set, the catalog, the shape, the rank map and
  *     the capacities (none changes until fcast_stop joins it) and writes
  *     only `fct`, published by the release store of `fct_ready`.
+ *   - the transform threads (transform.c, [transform] decode = image), which
+ *     run that stage's jobs under its own lock and read the fixed-at-creation
+ *     cfg, cat and abase.
  * Why that is enough is said at each group of fields. */
 #ifndef SEERD_ENGINE_INT_H
 #define SEERD_ENGINE_INT_H
@@ -120,6 +123,8 @@ struct etask {
 	bool repl;            /* loads a replica of this node (replica.c) */
 	bool repl_bg;         /* ... as a background fill (counted in repl_inflight) */
 	uint64_t bg_key;      /* need_g == NEED_NONE: its pool key (background) */
+	bool blob;            /* TK_PFS: decode the file into a decoded-cache entry of
+				 len bytes (transform.cache = decoded; worker.c) */
 	int32_t bounce;       /* bounce slot the bytes live in, or -1 */
 	uint64_t nvme_off;    /* TK_NVME_*: offset in the NVMe file */
 	uint64_t sum;         /* TK_NVME_*: xxh64 of the sample */
@@ -200,9 +205,11 @@ struct engine {
 	 * just after, and only the dispatcher reads them) and before the network
 	 * thread exists; read-only afterwards. The I/O threads read exactly cfg
 	 * (retries, retry_backoff_ms), cat (their readers), abase, nvme_fd,
-	 * nvme_direct and nvme_align (worker.c); nvme_fd stays open, even when
-	 * the tier is disabled, until engine_destroy has stopped the pool. The
-	 * network thread reads cat, node, abase and cache_base (peer_lookup). */
+	 * nvme_direct and nvme_align (worker.c), and xf to hand a decode to the
+	 * transform pool (transform.c, under its lock); nvme_fd stays open, even
+	 * when the tier is disabled, until engine_destroy has stopped the pool.
+	 * The network thread reads cat, node, abase, cache_base and xf's fixed
+	 * cached lengths (peer_lookup). */
 	const struct seer_config *cfg;
 	struct catalog *cat;
 	uint32_t node, nnodes;
@@ -223,6 +230,8 @@ struct engine {
 	pthread_t dispatcher;    /* the thread running engine_work */
 	struct topo *topo;
 	char topo_desc[512];
+	struct xfs *xf;          /* the transform stage (transform.c), NULL for file
+				    bytes; its own threads and lock, see there */
 
 	/* == Shared through atomics. */
 	_Atomic bool stopping;   /* dispatcher stores; I/O threads load it between
@@ -454,6 +463,37 @@ void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *
 void peer_bounce_unref(struct engine *e, int32_t b);
 /* the network thread's lookup (src/net.h): 1 with *src set when s is in RAM */
 int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src);
+
+/* transform.c: decoded, augmented tensors ([transform] decode = image).
+ * Everything is a no-op or the file-bytes answer when e->xf is NULL. */
+struct json_t;
+struct xfs;
+int xfs_create(struct engine *e, char *err, size_t errlen); /* before the arena and I/O threads */
+void xfs_stop(struct engine *e);      /* threads joined; waiting I/O threads released */
+void xfs_destroy(struct engine *e);
+void xfs_log(const struct engine *e);
+int xfs_event_fd(const struct engine *e);
+unsigned xfs_threads(const struct engine *e, pthread_t *out); /* out may be NULL */
+void xfs_placed(struct engine *e, unsigned pus); /* the daemon's threads have pus CPUs (0: all) */
+bool xfs_blob(const struct engine *e, uint32_t s);            /* tiers hold s decoded */
+uint64_t xfs_src_len(const struct engine *e, uint32_t s);     /* bytes the tiers hold for s */
+const uint64_t *xfs_plan_lengths(const struct engine *e);     /* decoded: per sample, else NULL */
+uint64_t xfs_cached_total(const struct engine *e);
+uint64_t xfs_cached_max(const struct engine *e);
+uint64_t xfs_tensor_bytes(const struct engine *e, uint32_t n); /* staging of a batch tensor */
+uint32_t xfs_ntypes(const struct engine *e);                  /* types it adds to the arena's */
+void xfs_type(const struct engine *e, struct seer_wire_type *t);
+uint64_t xfs_slot_begin(struct engine *e, struct seer_wire_slot *ws, uint32_t n, uint64_t off);
+void xfs_describe(const struct engine *e, const struct seer_wire_slot *ws,
+		  struct seer_wire_sample *d, uint32_t i);
+void xfs_ram_ready(struct engine *e, struct trainer *t, struct tslot *sl, uint32_t i, uint32_t key,
+		   uint32_t s);
+void xfs_after_read(struct engine *e, const struct etask *tk, const struct waiter *w);
+void xfs_completions(struct engine *e);
+struct json_t *xfs_status_json(const struct engine *e);
+/* I/O thread: the file at enc into tk's decoded-cache entry at dst */
+int xfs_decode_blob(const struct engine *e, struct etask *tk, const void *enc, size_t len,
+		    uint8_t *dst);
 
 /* stats.c: counters and estimates (status.c renders them) */
 struct epoch_stats *stats_epoch(struct engine *e, uint64_t epoch);

@@ -104,6 +104,9 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 			    .npz_data = cfg->npz_data, .npz_labels = cfg->npz_labels,
 			    .npz_sample_axis = cfg->npz_sample_axis, .extensions = cfg->extensions },
 		.cache_dir = cache_dir, .rebuild = cfg->catalog_rebuild, .progress = true,
+		/* the decoded-image cache is planned with every image's size */
+		.image_sizes = strcmp(cfg->xf_decode, "image") == 0 &&
+			       strcmp(cfg->xf_cache, "decoded") == 0,
 	};
 	struct catalog *cat;
 	int rc = cluster_share_catalog(cl, &co, &cat, err, sizeof(err));

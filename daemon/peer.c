@@ -83,6 +83,7 @@ static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, 
 	tk->bounce = b;
 	tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
 	tk->len = len;
+	tk->blob = xfs_blob(e, s); /* a PFS read of it makes the decoded image */
 	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
 	struct etask *ld = nvme_claim(e, tk, s);
 	if (ld) {
@@ -113,12 +114,12 @@ void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, 
 	/* peers ask the owner only: this node's replicas are not served */
 	struct route_view v = place_view(e);
 	bool owned = s < e->cat->nsamples && route_owned(&v, s);
-	if (owned && route_local_nvme(&v, s) && len == e->cat->samples[s].length &&
+	if (owned && route_local_nvme(&v, s) && len == xfs_src_len(e, s) &&
 	    e->nbounce > 0) {
 		peer_request_nvme(e, peer, req_id, s, len);
 		return;
 	}
-	if (!owned || !route_local_ram(&v, s) || len != e->cat->samples[s].length) {
+	if (!owned || !route_local_ram(&v, s) || len != xfs_src_len(e, s)) {
 		net_reply_error(e->net, peer, req_id, -ENOENT);
 		return;
 	}
@@ -176,7 +177,7 @@ int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void *
 	if (!atomic_load_explicit(&e->plan_published, memory_order_acquire))
 		return 0; /* the dispatcher keeps it until the plan exists */
 	if (s >= e->cat->nsamples || e->plan.tier[s] == PLAN_NONE || e->plan.owner[s] != e->node ||
-	    len != e->cat->samples[s].length)
+	    len != xfs_src_len(e, s))
 		return -ENOENT;
 	if (e->plan.tier[s] == PLAN_RAM &&
 	    atomic_load_explicit(&e->cstate[s], memory_order_acquire) == CS_READY) {

@@ -91,7 +91,8 @@ static void repl_plan(struct engine *e)
 	struct plan_repl_opts ro = {
 		.on = true, .fill = e->repl_from_pfs ? PLAN_FILL_PFS : PLAN_FILL_PEER,
 	};
-	int rc = plan_node_build(&e->nv, &e->plan, e->cat, NULL, &e->sh, e->first_epoch,
+	/* transform.cache = decoded: replicas of decoded images, as the owners hold */
+	int rc = plan_node_build(&e->nv, &e->plan, e->cat, xfs_plan_lengths(e), &e->sh, e->first_epoch,
 				 e->cfg->epochs - e->first_epoch, e->rank_node, e->node,
 				 &e->caps[e->node], &ro, NULL);
 	if (rc == -ENOMEM) {
@@ -124,7 +125,8 @@ static void log_plan(const struct engine *e, uint64_t t0)
 			 e->np.nkeys, e->nlocal,
 			 (unsigned long long)(e->cache_cap / MAX(e->nlocal, 1u)));
 	char a[32], b[32], c[32];
-	uint64_t D = e->cat->total_bytes, C = MIN(e->plan.cached_bytes, D), E = e->cfg->epochs;
+	/* in the bytes the caches hold (decoded images with transform.cache = decoded) */
+	uint64_t D = xfs_cached_total(e), C = MIN(e->plan.cached_bytes, D), E = e->cfg->epochs;
 	char d[32];
 	log_info("plan: %llu of %llu samples (%s of %s) cached on %u node(s), %llu here (%s, "
 		 "cap %s) in %.2f s; optimal PFS reads over %llu epochs: %.2fx the dataset",
@@ -154,8 +156,12 @@ void place_plan(struct engine *e)
 	struct plan_cap none[e->nnodes];
 	memset(none, 0, sizeof(none));
 	/* nopfs: the node-wide plan caches nothing; np_build places the copies */
-	if (plan_build(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node, e->nnodes,
-		       e->nopfs ? none : e->caps) != 0) {
+	/* transform.cache = decoded: the decoded images' lengths, else the files' */
+	const uint64_t *lens = xfs_plan_lengths(e);
+	if ((lens ? plan_build_lengths(&e->plan, lens, e->cat->nsamples, &e->sh, e->first_epoch,
+				       e->rank_node, e->nnodes, e->nopfs ? none : e->caps)
+		  : plan_build(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node, e->nnodes,
+			       e->nopfs ? none : e->caps)) != 0) {
 		log_error("out of memory building the placement plan");
 		abort();
 	}
@@ -169,10 +175,10 @@ void place_plan(struct engine *e)
 			continue;
 		if (route_local_ram(&v, (uint32_t)s)) {
 			e->cache_planned++;
-			e->local_cached_bytes += e->cat->samples[s].length;
+			e->local_cached_bytes += xfs_src_len(e, (uint32_t)s);
 		} else if (route_local_nvme(&v, (uint32_t)s)) {
 			e->nvme_planned++;
-			e->local_cached_bytes += e->cat->samples[s].length;
+			e->local_cached_bytes += xfs_src_len(e, (uint32_t)s);
 		}
 	}
 	repl_plan(e);

@@ -111,14 +111,21 @@ bool pf_can_prepare(struct engine *e, struct trainer *t)
 	return t->next_prep < taken + e->cfg->lookahead;
 }
 
+/* Bytes a read of x puts in place: its decoded-cache entry (blob) or the file. */
+static uint64_t read_len(const struct engine *e, uint32_t x, bool blob)
+{
+	return blob && xfs_blob(e, x) ? xfs_src_len(e, x) : e->cat->samples[x].length;
+}
+
 /* on_corrupt = skip: the first sample after s (cyclically) not known to be
- * corrupt and at most `room` bytes long; s itself when there is none. */
-static uint32_t substitute(const struct engine *e, uint32_t s, uint64_t room)
+ * corrupt and at most `room` bytes long (as read for a blob or not); s
+ * itself when there is none. */
+static uint32_t substitute(const struct engine *e, uint32_t s, uint64_t room, bool blob)
 {
 	uint64_t n = e->cat->nsamples;
 	for (uint64_t k = 1; k < n; k++) {
 		uint32_t x = (uint32_t)((s + k) % n);
-		if (!e->bad[x] && e->cat->samples[x].length <= room)
+		if (!e->bad[x] && read_len(e, x, blob) <= room)
 			return x;
 	}
 	return s;
@@ -136,23 +143,24 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 	}
 	uint64_t room = tk->to_cache ? ALIGN_UP(tk->len, (uint64_t)PLAN_RAM_ALIGN) : tk->len;
 	if (tk->stage_rank >= 0)
-		room = arena_stage_bytes(e, e->cat->samples[s].length, place_local_nvme(e, s));
-	uint32_t x = substitute(e, s, UINT64_MAX);
-	if (x != s && e->cat->samples[x].length > room) {
+		room = arena_stage_bytes(e, read_len(e, s, tk->blob), place_local_nvme(e, s));
+	uint32_t x = substitute(e, s, UINT64_MAX, tk->blob);
+	uint64_t xlen = read_len(e, x, tk->blob);
+	if (x != s && xlen > room) {
 		/* the next valid sample is bigger: give it fresh staging when the
 		 * read's batch is a trainer's (the span is freed in order, after a
 		 * later batch), else take the next one that fits */
 		uint64_t off;
 		struct trainer *t = tk->stage_rank >= 0 ? &e->tr[tk->stage_rank] : NULL;
 		if (t && tk->nw == 1 && !tk->w[0].peer && t->gen == tk->w[0].b &&
-		    stg_alloc(&t->stg, ALIGN_UP(e->cat->samples[x].length, (uint64_t)PLAN_RAM_ALIGN),
-			      &off) == 0) {
+		    stg_alloc(&t->stg, ALIGN_UP(xlen, (uint64_t)PLAN_RAM_ALIGN), &off) == 0) {
 			tk->dst_off = off;
 			struct seer_wire_sample *d = (struct seer_wire_sample *)(
 				trainer_wslot(t, (uint32_t)(tk->w[0].c & (t->nslots - 1))) + 1);
-			d[tk->w[0].i].offset = off;
+			if (!e->xf) /* with a transform it describes the tensor */
+				d[tk->w[0].i].offset = off;
 		} else {
-			x = substitute(e, s, room);
+			x = substitute(e, s, room, tk->blob);
 		}
 	}
 	if (x == s)
@@ -168,9 +176,11 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 		struct seer_wire_sample *d =
 			(struct seer_wire_sample *)(trainer_wslot(t, (uint32_t)(w->c & (t->nslots - 1))) + 1);
 		d[w->i].id = x;
-		d[w->i].length = cs->length;
 		d[w->i].label = cs->label;
-		d[w->i].type = cs->type;
+		if (!e->xf) { /* with a transform they describe the tensor */
+			d[w->i].length = cs->length;
+			d[w->i].type = cs->type;
+		}
 	}
 	if (tk->to_cache) {
 		/* s's cache slot now carries x's bytes for these batches only */
@@ -188,7 +198,8 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 	}
 	tk->to_nvme = false;
 	tk->sample = x;
-	tk->len = cs->length;
+	tk->len = read_len(e, x, tk->blob);
+	tk->blob = tk->blob && xfs_blob(e, x);
 	tk->err[0] = '\0';
 	stats_epoch(e, e->epochs_done)->skipped++;
 	return true;
@@ -213,7 +224,8 @@ struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g
 	tk->ckey = key;
 	tk->fill = fill;
 	tk->dst_off = arena_key_off(e, key);
-	tk->len = e->cat->samples[s].length;
+	tk->len = xfs_src_len(e, s); /* the file, or its decoded image */
+	tk->blob = xfs_blob(e, s);
 	tk->need_g = g;
 	e->cstate[key] = CS_TASK0 + tk->id;
 	if (!place_is_replica(e, key))
@@ -223,6 +235,13 @@ struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g
 	if (!repl_fetch(e, tk)) /* a replica comes from its owner */
 		task_submit(e, tk, g);
 	return tk;
+}
+
+/* Bytes of s staged from `src`: NVMe copies and peers hold its decoded
+ * image under transform.cache = decoded; the PFS the file. */
+static uint64_t staged_len(const struct engine *e, uint32_t s, enum route_src src)
+{
+	return src == ROUTE_NVME || src == ROUTE_PEER ? xfs_src_len(e, s) : e->cat->samples[s].length;
 }
 
 /* The samples of t's batch g (corrupt ones substituted) and where each is
@@ -241,11 +260,12 @@ static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t 
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
 		if (UNLIKELY(e->bad[s]))
-			s = substitute(e, s, UINT64_MAX);
+			s = substitute(e, s, UINT64_MAX, false);
 		e->ids[i] = s;
 		e->routes[i] = (uint8_t)route_sample(&v, t->rank, s, &e->keys[i]);
 		if (e->routes[i] != ROUTE_RAM)
-			need += arena_stage_bytes(e, e->cat->samples[s].length, e->routes[i] == ROUTE_NVME);
+			need += arena_stage_bytes(e, staged_len(e, s, e->routes[i]),
+						  e->routes[i] == ROUTE_NVME);
 	}
 	return need;
 }
@@ -279,6 +299,8 @@ static void prep_ram(struct engine *e, struct trainer *t, struct tslot *sl, stru
 			es->repl_samples++;
 			es->repl_bytes += d->length;
 		}
+		if (e->xf) /* its tensor from the slot, read in place */
+			xfs_ram_ready(e, t, sl, i, key, s);
 		return;
 	}
 	struct etask *tk = pf_ram_load(e, key, s, sl->g, false);
@@ -295,6 +317,7 @@ static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
 	tk->sample = s;
 	tk->dst_off = d->offset;
 	tk->len = d->length;
+	tk->blob = (src == ROUTE_NVME || src == ROUTE_PEER) && xfs_blob(e, s);
 	tk->need_g = sl->g;
 	tk->stage_rank = (int32_t)t->rank;
 	task_wait(tk, t->rank, t->gen, sl->g, i);
@@ -326,13 +349,15 @@ bool pf_prepare(struct engine *e, struct trainer *t)
 {
 	uint64_t g = t->next_prep;
 	uint32_t n = smp_batch_len(&e->sh, g % e->sh.bpe);
-	uint64_t off;
-	if (stg_alloc(&t->stg, batch_route(e, t, g, n), &off) != 0)
+	uint64_t off, tensor = xfs_tensor_bytes(e, n); /* the batch tensor, first */
+	if (stg_alloc(&t->stg, batch_route(e, t, g, n) + tensor, &off) != 0)
 		return false;
 	uint32_t idx = (uint32_t)(g & (t->nslots - 1));
 	struct tslot *sl = &t->slots[idx];
 	*sl = (struct tslot){ .st = SL_PREP, .g = g, .vend = stg_mark(&t->stg) };
 	struct seer_wire_sample *d = slot_begin(t, idx, &e->sh, g, n);
+	if (tensor)
+		off = xfs_slot_begin(e, trainer_wslot(t, idx), n, off) + tensor - 64;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = e->ids[i];
 		const struct cat_sample *cs = &e->cat->samples[s];
@@ -342,13 +367,16 @@ bool pf_prepare(struct engine *e, struct trainer *t)
 		enum route_src src = e->routes[i];
 		if (src == ROUTE_RAM) {
 			prep_ram(e, t, sl, &d[i], e->keys[i], s, i);
-			continue;
+		} else {
+			/* staging: NVMe transfers at the tier's alignment */
+			uint64_t align = src == ROUTE_NVME ? e->nvme_align : PLAN_RAM_ALIGN;
+			d[i].length = staged_len(e, s, src);
+			d[i].offset = ALIGN_UP(off, align);
+			off = d[i].offset + ALIGN_UP(d[i].length, align);
+			prep_staged(e, t, sl, &d[i], src, s, i);
 		}
-		/* staging: NVMe transfers at the tier's alignment */
-		uint64_t align = src == ROUTE_NVME ? e->nvme_align : PLAN_RAM_ALIGN;
-		d[i].offset = ALIGN_UP(off, align);
-		off = d[i].offset + ALIGN_UP((uint64_t)cs->length, align);
-		prep_staged(e, t, sl, &d[i], src, s, i);
+		if (tensor) /* the sample's place in the batch tensor */
+			xfs_describe(e, trainer_wslot(t, idx), &d[i], i);
 	}
 	if (sl->pending == 0)
 		sl->st = SL_READY;

@@ -155,7 +155,8 @@ static int fill_one(struct engine *e, uint64_t i)
 	plan_node_due(nv, i, &ep, &step);
 	struct etask *tk = task_new(e);
 	tk->sample = s;
-	tk->len = e->cat->samples[s].length;
+	tk->len = xfs_src_len(e, s); /* the file, or its decoded image */
+	tk->blob = xfs_blob(e, s);
 	tk->repl = tk->repl_bg = true;
 	tk->need_g = NEED_NONE;
 	tk->bg_key = REPL_KEY_BASE + (ep * e->sh.bpe + step) * 1024;
@@ -205,7 +206,7 @@ void repl_fill(struct engine *e)
 			return;
 		mark(e, i);
 		if (rc == 1) {
-			e->repl_tokens -= (double)e->cat->samples[nv->smp[i]].length;
+			e->repl_tokens -= (double)xfs_src_len(e, nv->smp[i]);
 			any = true;
 		}
 	}

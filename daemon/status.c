@@ -202,6 +202,7 @@ static json_t *status_json(struct engine *e, uint64_t max_epochs)
 		if (e->tr[r].known)
 			json_array_append_new(tr, must(trainer_json(e, &e->tr[r])));
 	json_object_set_new(must(root), "trainers", tr);
+	json_object_set_new(root, "transform", must(xfs_status_json(e)));
 	epochs_json(e, root, max_epochs);
 	return root;
 }

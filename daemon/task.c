@@ -222,6 +222,8 @@ void task_finish(struct engine *e, struct etask *tk, int status)
 		const struct waiter *w = &tk->w[i];
 		if (w->peer)
 			peer_answer(e, tk, w, status);
+		else if (e->xf && status == 0)
+			xfs_after_read(e, tk, w); /* the bytes are in place: its tensor next */
 		else
 			pf_sample_done(e, w, status, tk->err);
 	}

@@ -3,11 +3,13 @@
  * Each I/O thread has its own catalog reader (worker_init); worker_exec
  * moves one task's bytes: the dataset into the arena (PFS reads, with
  * retries of transient errors), the NVMe copy into the arena (checked), or
- * arena bytes to the NVMe file. Runs on the I/O threads only. It reads the
- * task it was handed and the engine fields engine_int.h lists as fixed at
- * creation (cfg, cat, abase, nvme_fd, nvme_direct, nvme_align) plus the
- * atomic `stopping`; it writes only the task and the arena bytes the task
- * names. Failure: the task's status (negative errno or SEER_E*) and a
+ * arena bytes to the NVMe file; a read into a decoded-image cache entry
+ * (task `blob`) reads the file into the thread's buffer and waits for the
+ * transform pool to decode it in place. Runs on the I/O threads only. It
+ * reads the task it was handed and the engine fields engine_int.h lists as
+ * fixed at creation (cfg, cat, abase, nvme_fd, nvme_direct, nvme_align, xf)
+ * plus the atomic `stopping`; it writes only the task, its own buffer and
+ * the arena bytes the task names. Failure: the task's status (negative errno or SEER_E*) and a
  * message in its err. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,6 +27,10 @@ static bool transient(int rc)
 	return rc < 0 && rc > -4096 && rc != -ESTALE && rc != -ENAMETOOLONG && rc != -ERANGE;
 }
 
+/* worker_blob_read's buffer: this I/O thread's, freed by worker_fini */
+static _Thread_local uint8_t *blob_buf;
+static _Thread_local size_t blob_cap;
+
 void *worker_init(void *ctx, unsigned idx)
 {
 	(void)idx;
@@ -39,6 +45,9 @@ void worker_fini(void *tls, void *ctx)
 	(void)ctx;
 	cat_reader_fini(tls);
 	free(tls);
+	free(blob_buf); /* worker_blob_read's, on this same thread */
+	blob_buf = NULL;
+	blob_cap = 0;
 }
 
 /* TK_NVME_READ: the copy, checked against the checksum of what was written. */
@@ -103,10 +112,33 @@ static int worker_pfs_read(const struct engine *e, struct etask *t, struct cat_r
 	return rc;
 }
 
+/* TK_PFS into a decoded-cache entry (transform.cache = decoded): the file
+ * into this thread's buffer, then a transform thread decodes it into dst
+ * (this thread waits: each I/O thread holds at most one file, in a buffer
+ * as large as the largest it read, freed with the thread). */
+static int worker_blob_read(const struct engine *e, struct etask *t, struct cat_reader *rd,
+			    uint8_t *dst)
+{
+	uint64_t len = e->cat->samples[t->sample].length;
+	if (len > blob_cap) {
+		free(blob_buf);
+		blob_cap = 0;
+		blob_buf = malloc(MAX(len, 1ull));
+		if (!blob_buf) {
+			snprintf(t->err, sizeof(t->err), "out of memory reading sample %u", t->sample);
+			return -ENOMEM;
+		}
+		blob_cap = len;
+	}
+	int rc = worker_pfs_read(e, t, rd, blob_buf);
+	return rc == 0 ? xfs_decode_blob(e, t, blob_buf, len, dst) : rc;
+}
+
 /* One task on an I/O thread: its bytes land at abase + dst_off (a staging
  * span, a RAM slot or a bounce slot), or its error is in t->err. The raw
- * bytes are complete here, on the thread that read them: a per-sample
- * transform that must not run on the dispatcher belongs after the read. */
+ * bytes are complete here, on the thread that read them; the tensors are
+ * made on the transform threads once the dispatcher saw them land
+ * (transform.c), decoded-cache entries here through worker_blob_read. */
 void worker_exec(struct io_task *io, void *tls, void *ctx)
 {
 	const struct engine *e = ctx;
@@ -116,6 +148,8 @@ void worker_exec(struct io_task *io, void *tls, void *ctx)
 		io->status = worker_nvme_read(e, t, dst);
 	else if (t->kind == TK_NVME_WRITE)
 		io->status = worker_nvme_write(e, t, dst);
+	else if (t->blob)
+		io->status = worker_blob_read(e, t, tls, dst);
 	else
 		io->status = worker_pfs_read(e, t, tls, dst);
 }

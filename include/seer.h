@@ -172,6 +172,26 @@ SEER_API int seer_sample_dtype(const seer_batch_t *b, uint32_t i);
 /* Writes up to maxdims dims; returns ndim (0 for opaque bytes). */
 SEER_API int seer_sample_shape(const seer_batch_t *b, uint32_t i, uint64_t *dims, int maxdims);
 
+/* The batch as one tensor, when the job decodes images ([transform] decode =
+ * image): the whole batch is one C-contiguous, read-only block of
+ * seer_batch_len(b) fixed-shape samples, `*data` its first byte:
+ *   layout SEER_LAYOUT_NCHW: dims [n, 3, H, W], dtype SEER_DTYPE_F32 or F16;
+ *   layout SEER_LAYOUT_NHWC: dims [n, H, W, 3], dtype SEER_DTYPE_U8.
+ * Sample i starts at data + i * (dims[1] * dims[2] * dims[3] * element size),
+ * which is also seer_sample_data(b, i) (its shape and dtype are the
+ * per-sample type's: seer_sample_shape/dtype); labels and ids as for any
+ * batch. Returns ndim (4) and writes up to maxdims dims; 0 with *data NULL,
+ * *dtype SEER_DTYPE_BYTES and *layout SEER_LAYOUT_NONE when the batch is file
+ * bytes (no transform); a negative code for a bad handle. Any output pointer
+ * may be NULL. The pointer is valid until the batch is released; a failed
+ * batch's (SEER_EBATCH) tensor bytes are undefined. A binding that maps the
+ * arena itself takes the offset data - seer_arena_base(c). */
+#define SEER_LAYOUT_NONE 0
+#define SEER_LAYOUT_NCHW 1
+#define SEER_LAYOUT_NHWC 2
+SEER_API int seer_batch_tensor(const seer_batch_t *b, const void **data, int *dtype, int *layout,
+			       uint64_t *dims, int maxdims);
+
 /* Bulk export for bindings: fills n = seer_batch_len(b) entries of each
  * non-NULL array with arena offsets, sizes, labels, ids and type indices. */
 SEER_API int seer_batch_export(const seer_batch_t *b, uint64_t *offsets, uint64_t *sizes,

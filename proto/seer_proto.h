@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEER_PROTO_VERSION 1u
+#define SEER_PROTO_VERSION 2u /* 2: the batch tensor in struct seer_wire_slot */
 #define SEER_CACHELINE 64
 
 #define SEER_MAGIC_HELLO 0x4f4c4c4548524553ull /* "SERHELLO" */
@@ -156,18 +156,45 @@ struct seer_wire_sample {
 };
 _Static_assert(sizeof(struct seer_wire_sample) == 40, "sample layout");
 
+/* Layouts of a batch tensor. */
+enum seer_layout {
+	SEER_LY_NONE = 0, /* no batch tensor: samples are separate byte ranges */
+	SEER_LY_NCHW = 1, /* dims [n, C, H, W] (float16/float32 outputs) */
+	SEER_LY_NHWC = 2, /* dims [n, H, W, C] (uint8 output) */
+};
+
+/* A batch of fixed-shape tensors ([transform] decode = image): one C-
+ * contiguous block in the arena, sample i at offset + i * sample_bytes.
+ * Every sample descriptor of the batch points into it (offset + i *
+ * sample_bytes, length sample_bytes, type = the per-sample type), so the
+ * per-sample view and the batch view are the same bytes. */
+struct seer_wire_tensor {
+	uint64_t offset;       /* arena offset of sample 0, 64-byte aligned */
+	uint64_t sample_bytes; /* bytes of one sample's tensor = product(dims[1..]) * dtype size */
+	uint64_t dims[4];      /* dims[0] = the slot's n */
+	uint32_t dtype;        /* enum seer_dtype: SEER_DT_U8, SEER_DT_F16 or SEER_DT_F32 */
+	uint32_t ndim;         /* 4 */
+	uint32_t layout;       /* enum seer_layout (SEER_LY_*) */
+	uint32_t type;         /* index of one sample's type ([C,H,W] or [H,W,C]) in the table */
+};
+_Static_assert(sizeof(struct seer_wire_tensor) == 64, "tensor layout");
+
+#define SEER_SLOT_TENSOR 1u /* seer_wire_slot.flags: `tensor` describes the batch */
+
 struct seer_wire_slot {
 	uint64_t global;   /* epoch * batches_per_epoch + step */
 	uint64_t epoch;
 	uint64_t step;
 	uint32_t n;        /* samples in this batch */
-	uint32_t flags;    /* reserved, 0 */
+	uint32_t flags;    /* SEER_SLOT_* */
 	int32_t status;    /* 0, or a negative seer error: the batch failed */
 	uint32_t pad_;
 	char msg[SEER_ERRMSG_MAX]; /* why, when status != 0 */
+	struct seer_wire_tensor tensor; /* valid when flags & SEER_SLOT_TENSOR */
 	/* struct seer_wire_sample samples[batch_size] follows */
 };
-_Static_assert(sizeof(struct seer_wire_slot) == 296, "slot layout");
+_Static_assert(sizeof(struct seer_wire_slot) == 360, "slot layout");
+_Static_assert(offsetof(struct seer_wire_slot, tensor) == 296, "slot tensor offset");
 _Static_assert(sizeof(struct seer_wire_slot) % 8 == 0, "slot alignment");
 
 enum seer_daemon_state {

@@ -379,6 +379,7 @@ void cat_free(struct catalog *c)
 	free(c->dirs);
 	free(c->strpool);
 	free(c->cache_path);
+	free(c->images);
 	if (c->fmt_shared)
 		c->fmt->shared_free(c->fmt_shared);
 	free(c);
@@ -450,6 +451,41 @@ static struct catalog *cat_try_load(const struct cat_opts *o, const char *root, 
 	return NULL;
 }
 
+/* Save c as the catalog cache file cpath (a failure is logged: the next
+ * start rescans). */
+static void cat_save(const struct catalog *c, const char *cache_dir, const char *cpath)
+{
+	void *img;
+	size_t len;
+	int mk = mkdir_p(cache_dir, 0700);
+	if (mk == 0 && (mk = cat_serialize(c, &img, &len)) == 0) {
+		mk = write_file_atomic(cpath, img, len);
+		free(img);
+	}
+	if (mk != 0)
+		log_warn("cannot save the catalog to %s: %s (the next start rescans)", cpath,
+			 strerror(-mk));
+}
+
+/* cat_opts.image_sizes: each sample's image size, read from its header. */
+static int cat_add_images(struct catalog *c, char *err, size_t errlen)
+{
+	uint64_t t0 = now_ns(), bad = 0;
+	char first[512] = "";
+	if (cat_probe_images(c, &bad, first, sizeof(first)) != 0) {
+		snprintf(err, errlen, "out of memory recording the image sizes of %llu samples",
+			 (unsigned long long)c->nsamples);
+		return -ENOMEM;
+	}
+	log_info("catalog: image sizes of %llu samples read from their headers in %.2f s%s%s",
+		 (unsigned long long)c->nsamples, (double)(now_ns() - t0) / 1e9,
+		 bad ? "; not JPEG/PNG images: " : "", bad ? first : "");
+	if (bad > 1)
+		log_info("catalog: %llu samples in all are not JPEG/PNG images",
+			 (unsigned long long)bad);
+	return 0;
+}
+
 int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t errlen)
 {
 	const struct fmt_ops *fmt = cat_find_format(o->format);
@@ -478,6 +514,15 @@ int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t e
 		if (c) {
 			log_info("catalog: %llu samples in %u files loaded from %s",
 				 (unsigned long long)c->nsamples, c->nfiles, cpath);
+			if (o->image_sizes && !c->images) {
+				int rc = cat_add_images(c, err, errlen);
+				if (rc != 0) {
+					cat_free(c);
+					free(cpath);
+					return rc;
+				}
+				cat_save(c, o->cache_dir, cpath);
+			}
 			c->cache_path = cpath;
 			*out = c;
 			return 0;
@@ -486,28 +531,22 @@ int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t e
 	struct catalog *c = NULL;
 	uint64_t t0 = now_ns();
 	int rc = cat_build(&ro, fmt, root, &c, err, errlen);
+	if (rc == 0) {
+		char sz[32];
+		log_info("catalog: %llu samples (%s) in %u files scanned in %.2f s",
+			 (unsigned long long)c->nsamples, fmt_size(sz, sizeof(sz), c->total_bytes),
+			 c->nfiles, (double)(now_ns() - t0) / 1e9);
+		if (o->image_sizes)
+			rc = cat_add_images(c, err, errlen);
+	}
 	if (rc != 0) {
+		cat_free(c);
 		free(cpath);
 		return rc;
 	}
-	char sz[32];
-	log_info("catalog: %llu samples (%s) in %u files scanned in %.2f s",
-		 (unsigned long long)c->nsamples, fmt_size(sz, sizeof(sz), c->total_bytes), c->nfiles,
-		 (double)(now_ns() - t0) / 1e9);
-	if (cpath) {
-		void *img;
-		size_t len;
-		int mk = mkdir_p(o->cache_dir, 0700);
-		if (mk == 0 && cat_serialize(c, &img, &len) == 0) {
-			mk = write_file_atomic(cpath, img, len);
-			free(img);
-		}
-		if (mk != 0)
-			log_warn("cannot save the catalog to %s: %s (the next start rescans)", cpath,
-				 strerror(-mk));
-	}
+	if (cpath)
+		cat_save(c, o->cache_dir, cpath);
 	c->cache_path = cpath;
 	*out = c;
 	return 0;
 }
-

@@ -38,6 +38,12 @@ struct cat_sample {
 };
 _Static_assert(sizeof(struct cat_sample) == 32, "catalog entry stays compact");
 
+/* An image sample's size in pixels, read from its header at catalog build
+ * (cat_probe_images); 0 x 0 when the sample is not a JPEG or PNG image. */
+struct cat_image {
+	uint32_t width, height;
+};
+
 struct cat_dir {
 	uint32_t path_off;   /* "" for the root */
 	uint32_t pad_;
@@ -84,6 +90,8 @@ struct catalog {
 				      loaded from the cache file) */
 	void *fmt_shared;          /* the format's state shared by all readers (its
 				      decoded-data cache), or NULL; see fmt_ops */
+	struct cat_image *images;  /* per sample, when probed (cat_opts.image_sizes),
+				      else NULL; saved with the catalog */
 };
 
 struct cat_opts {
@@ -93,6 +101,8 @@ struct cat_opts {
 	const char *cache_dir;     /* where the catalog cache lives; NULL = none */
 	bool rebuild;              /* ignore an existing cache file */
 	bool progress;             /* log progress of long scans */
+	bool image_sizes;          /* also record each sample's image size (the
+				      decoded-image cache plans with it) */
 };
 
 static inline const char *cat_path(const struct catalog *c, uint32_t file)
@@ -118,6 +128,12 @@ const char *cat_format_names(void); /* "files, npz, ..." for messages */
  * the catalog. cat_deserialize validates every field; it never trusts buf. */
 int cat_serialize(const struct catalog *c, void **buf, size_t *len);
 int cat_deserialize(const void *buf, size_t len, struct catalog **out, char *err, size_t errlen);
+/* Read each sample's image size from its header (the first 64 KiB of a
+ * file of the files format, else the whole sample) into c->images. A sample
+ * that is not a JPEG or PNG image, or cannot be read now, gets 0 x 0 (its
+ * read or transform reports it later); *nonimage counts them and `first`
+ * (may be NULL) gets the first one's file and reason. 0, or -ENOMEM. */
+int cat_probe_images(struct catalog *c, uint64_t *nonimage, char *first, size_t firstlen);
 /* Path of the cache file for these options (malloc'd). */
 char *cat_cache_path(const struct cat_opts *o);
 

@@ -1,7 +1,8 @@
 /* The catalog's cache file: a self-checking image of a built catalog.
  *
- * cat_serialize writes header, files, samples, types, directories, string pool
- * (with the root appended) and an XXH64 of all of it; cat_deserialize checks
+ * cat_serialize writes header, files, samples, the image sizes when the
+ * catalog has them (flag CAT_IMG_F_IMAGES; version 3), types, directories,
+ * string pool (with the root appended) and an XXH64 of all of it; cat_deserialize checks
  * every field and index before use, so a damaged or hostile file gives an
  * error, never a catalog that reads out of bounds. Pure functions of their
  * arguments (no shared state): any thread; the daemon calls them on its main
@@ -19,7 +20,10 @@
 #include "util.h"
 
 #define CAT_IMG_MAGIC "SEERCAT"
-#define CAT_IMG_VERSION 2u
+#define CAT_IMG_VERSION 3u /* 3: optional image sizes */
+#define CAT_IMG_F_IMAGES 1u /* struct cat_image[nsamples] follows the samples */
+/* no image side wider than this is recorded (JPEG's limit is 65500) */
+#define CAT_IMG_MAX_SIDE (1u << 24)
 
 struct cat_img_hdr {
 	char magic[8];
@@ -34,7 +38,7 @@ struct cat_img_hdr {
 	uint32_t ndirs;
 	uint32_t nclasses;
 	uint32_t root_off;
-	uint32_t pad_;
+	uint32_t flags;       /* CAT_IMG_F_* */
 	char format[16];
 	int64_t scan_ns;      /* wall-clock start of the scan */
 };
@@ -42,11 +46,13 @@ _Static_assert(sizeof(struct cat_img_hdr) == 96, "catalog image header");
 
 /* Every count is bounded by the header's field widths: no overflow in u64. */
 static uint64_t img_size(uint64_t nfiles, uint64_t nsamples, uint64_t ntypes, uint64_t ndirs,
-			 uint64_t pool)
+			 uint64_t pool, uint32_t flags)
 {
 	uint64_t n = sizeof(struct cat_img_hdr);
 	n += nfiles * sizeof(struct cat_file);
 	n += nsamples * sizeof(struct cat_sample);
+	if (flags & CAT_IMG_F_IMAGES)
+		n += nsamples * sizeof(struct cat_image);
 	n += ntypes * sizeof(struct seer_wire_type);
 	n += ndirs * sizeof(struct cat_dir);
 	n += ALIGN_UP(pool, 8);
@@ -59,7 +65,8 @@ int cat_serialize(const struct catalog *c, void **buf, size_t *len)
 	/* the root goes into a copy of the pool so the image is self-contained */
 	uint64_t root_len = strlen(c->root) + 1;
 	uint64_t pool = c->strpool_len + root_len;
-	uint64_t n = img_size(c->nfiles, c->nsamples, c->ntypes, c->ndirs, pool);
+	uint32_t flags = c->images ? CAT_IMG_F_IMAGES : 0;
+	uint64_t n = img_size(c->nfiles, c->nsamples, c->ntypes, c->ndirs, pool, flags);
 	char *p = calloc(1, n);
 	if (!p)
 		return -ENOMEM;
@@ -68,6 +75,7 @@ int cat_serialize(const struct catalog *c, void **buf, size_t *len)
 		.params_hash = c->params_hash, .hash = c->hash, .nsamples = c->nsamples,
 		.strpool_len = pool, .nfiles = c->nfiles, .ntypes = c->ntypes, .ndirs = c->ndirs,
 		.nclasses = c->nclasses, .root_off = (uint32_t)c->strpool_len, .scan_ns = c->scan_ns,
+		.flags = flags,
 	};
 	snprintf(h.format, sizeof(h.format), "%s", c->fmt->name);
 	char *q = p;
@@ -77,6 +85,10 @@ int cat_serialize(const struct catalog *c, void **buf, size_t *len)
 	q += c->nfiles * sizeof(*c->files);
 	memcpy(q, c->samples, c->nsamples * sizeof(*c->samples));
 	q += c->nsamples * sizeof(*c->samples);
+	if (c->images) {
+		memcpy(q, c->images, c->nsamples * sizeof(*c->images));
+		q += c->nsamples * sizeof(*c->images);
+	}
 	memcpy(q, c->types, c->ntypes * sizeof(*c->types));
 	q += c->ntypes * sizeof(*c->types);
 	memcpy(q, c->dirs, c->ndirs * sizeof(*c->dirs));
@@ -106,7 +118,10 @@ static int img_check(const char *p, size_t len, struct cat_img_hdr *h,
 		BAD("catalog cache version %u, expected %u", h->version, CAT_IMG_VERSION);
 	if (h->nsamples > UINT32_MAX || h->strpool_len > UINT32_MAX || h->strpool_len == 0)
 		BAD("catalog cache counts out of range");
-	uint64_t need = img_size(h->nfiles, h->nsamples, h->ntypes, h->ndirs, h->strpool_len);
+	if (h->flags & ~CAT_IMG_F_IMAGES)
+		BAD("catalog cache has unknown flags %#x", h->flags);
+	uint64_t need = img_size(h->nfiles, h->nsamples, h->ntypes, h->ndirs, h->strpool_len,
+				 h->flags);
 	if (need != len)
 		BAD("catalog cache size %zu, header implies %llu", len, (unsigned long long)need);
 	uint64_t sum;
@@ -138,7 +153,10 @@ static int img_copy(const char *p, const struct cat_img_hdr *h, struct catalog *
 	c->types = malloc(MAX(1, (size_t)h->ntypes * sizeof(*c->types)));
 	c->dirs = malloc(MAX(1, (size_t)h->ndirs * sizeof(*c->dirs)));
 	c->strpool = malloc((size_t)h->strpool_len);
-	if (!c->files || !c->samples || !c->types || !c->dirs || !c->strpool) {
+	if (h->flags & CAT_IMG_F_IMAGES)
+		c->images = malloc(MAX(1, (size_t)h->nsamples * sizeof(*c->images)));
+	if (!c->files || !c->samples || !c->types || !c->dirs || !c->strpool ||
+	    (!c->images && (h->flags & CAT_IMG_F_IMAGES))) {
 		cat_free(c);
 		return -ENOMEM;
 	}
@@ -147,6 +165,10 @@ static int img_copy(const char *p, const struct cat_img_hdr *h, struct catalog *
 	q += h->nfiles * sizeof(*c->files);
 	memcpy(c->samples, q, h->nsamples * sizeof(*c->samples));
 	q += h->nsamples * sizeof(*c->samples);
+	if (c->images) {
+		memcpy(c->images, q, h->nsamples * sizeof(*c->images));
+		q += h->nsamples * sizeof(*c->images);
+	}
 	memcpy(c->types, q, h->ntypes * sizeof(*c->types));
 	q += h->ntypes * sizeof(*c->types);
 	memcpy(c->dirs, q, h->ndirs * sizeof(*c->dirs));
@@ -189,6 +211,11 @@ static int img_validate(const struct catalog *c, uint32_t root_off, char *err, s
 			BAD("catalog cache sample %llu not inside its file's range",
 			    (unsigned long long)i);
 	}
+	for (uint64_t i = 0; c->images && i < c->nsamples; i++)
+		if (c->images[i].width > CAT_IMG_MAX_SIDE || c->images[i].height > CAT_IMG_MAX_SIDE ||
+		    (c->images[i].width == 0) != (c->images[i].height == 0))
+			BAD("catalog cache image size of sample %llu out of range",
+			    (unsigned long long)i);
 	if (c->nsamples == 0)
 		BAD("catalog cache holds no samples");
 	return 0;

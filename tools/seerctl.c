@@ -94,6 +94,20 @@ static void render_head(const json_t *root, FILE *out)
 		fprintf(out, "NVMe      off\n");
 	fprintf(out, "I/O       %g threads, %g reads pending; %s\n", jnum(io, "threads"),
 		jnum(io, "pending"), jtext(io, "placement"));
+	const json_t *xf = json_object_get(root, "transform");
+	if (xf && strcmp(jtext(xf, "decode"), "image") == 0) {
+		const json_t *tot = json_object_get(xf, "total");
+		const json_t *sh = json_object_get(xf, "shape");
+		fprintf(out, "transform %g threads (%g running), tensors %gx%gx%g; %g made: %g decoded "
+			"(%.2f s) + %g from decoded images, resize %.2f s, %g failed, %g skipped\n",
+			jnum(xf, "threads"), jnum(xf, "active_threads"),
+			json_number_value(json_array_get(sh, 0)), json_number_value(json_array_get(sh, 1)),
+			json_number_value(json_array_get(sh, 2)), jnum(tot, "samples"),
+			jnum(tot, "decoded"), jnum(tot, "decode_s"), jnum(tot, "from_decoded_cache"),
+			jnum(tot, "resize_s"), jnum(tot, "failed"), jnum(tot, "skipped"));
+		fprintf(out, "          cache: %s; %g images decoded into the caches (%.2f s)\n",
+			jtext(xf, "cache_why"), jnum(tot, "cache_decodes"), jnum(tot, "cache_decode_s"));
+	}
 	fprintf(out, "topology  %s\n", jtext(root, "topology"));
 	fprintf(out, "sources  ");
 	const char *name;

@@ -21,8 +21,11 @@
 #define PRECISION_BITS (32 - 8 - 2)
 
 /* The vectorisable loops get an AVX2 clone beside the baseline x86-64 one,
- * chosen at load time (GCC function multi-versioning). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * chosen at load time (GCC function multi-versioning). Not under TSan: the
+ * ifunc resolver runs during relocation, before the TSan runtime exists, and
+ * crashes in its instrumentation (seerd under TSan died at start). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+	!defined(__SANITIZE_THREAD__)
 #define XF_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define XF_CLONES

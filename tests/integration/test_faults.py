@@ -46,7 +46,10 @@ EBATCH = -30806
 # a well-behaved trainer must never wait longer than this for a batch while
 # another client misbehaves (the daemon's own work per batch is ~1 ms here)
 BYSTANDER_MAX_WAIT_S = 2.0
-SEER_EPROTO_TEXT = "this seerd speaks 1"
+# the daemon names its own protocol version (proto/seer_proto.h)
+with open(os.path.join(HERE, "..", "..", "proto", "seer_proto.h")) as _f:
+    SEER_EPROTO_TEXT = "this seerd speaks %s" % re.search(
+        r"#define SEER_PROTO_VERSION (\d+)u", _f.read()).group(1)
 # libinfinipath (loaded with Open MPI's PSM support) catches SIGSEGV, SIGBUS
 # and SIGABRT, prints "terminated with signal N" and exits 1; without it a
 # crashed seerd dies by its signal, which is what these tests look for

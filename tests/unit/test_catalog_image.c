@@ -419,3 +419,91 @@ Test(catalog, deserialize_mutations_never_crash)
 	free(img);
 	cat_free(c);
 }
+
+/* ---- image sizes (transform.cache = decoded plans with them) -------------------- */
+
+#include <turbojpeg.h>
+
+/* data/<rel>: a w x h JPEG, with `pad` bytes of APP15 segments before the
+ * frame header (so the header lies past the first 64 KiB when pad is large). */
+static void mkjpeg(const char *rel, int w, int h, size_t pad)
+{
+	tjhandle tj = tjInitCompress();
+	uint8_t *px = calloc((size_t)w * h * 3, 1), *jpg = NULL;
+	unsigned long n = 0;
+	cr_assert_eq(tjCompress2(tj, px, w, 0, h, TJPF_RGB, &jpg, &n, TJSAMP_420, 90, 0), 0);
+	size_t segs = (pad + 65532) / 65533, total = n + segs * 65537;
+	uint8_t *out = malloc(total), *q = out;
+	memcpy(q, jpg, 2); /* SOI */
+	q += 2;
+	for (size_t i = 0; i < segs; i++) {
+		*q++ = 0xff, *q++ = 0xef, *q++ = 0xff, *q++ = 0xff; /* APP15, length 65535 */
+		memset(q, 'x', 65533);
+		q += 65533;
+	}
+	memcpy(q, jpg + 2, n - 2);
+	q += n - 2;
+	char path[PATH_MAX * 2];
+	snprintf(path, sizeof(path), "%s/%s", data, rel);
+	char *slash = strrchr(path, '/');
+	*slash = '\0';
+	cr_assert_eq(mkdir_p(path, 0755), 0);
+	*slash = '/';
+	FILE *f = fopen(path, "wb");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(out, 1, (size_t)(q - out), f), (size_t)(q - out));
+	fclose(f);
+	free(out);
+	free(px);
+	tjFree(jpg);
+	tjDestroy(tj);
+}
+
+Test(catalog, image_sizes_probed_saved_and_reloaded)
+{
+	mkjpeg("a/small.jpg", 40, 30, 0);
+	mkjpeg("a/exif.jpg", 17, 23, 150000); /* header after 150 KB of APP segments */
+	mkfile("b/notes.txt", 100, 3);
+	mkjpeg("b/wide.jpg", 640, 8, 0);
+	age_tree();
+	struct cat_opts o = opts(true);
+	/* first without sizes: none recorded */
+	struct catalog *plain = open_ok(&o);
+	cr_assert_null(plain->images);
+	cat_free(plain);
+	/* asked for: the cached catalog gains them and is saved again */
+	o.image_sizes = true;
+	struct catalog *c = open_ok(&o);
+	cr_assert_eq(c->from_cache, true);
+	cr_assert_not_null(c->images);
+	static const struct { const char *path; uint32_t w, h; } want[] = {
+		{ "a/exif.jpg", 17, 23 }, { "a/small.jpg", 40, 30 }, { "b/notes.txt", 0, 0 },
+		{ "b/wide.jpg", 640, 8 },
+	};
+	cr_assert_eq(c->nsamples, 4);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_str_eq(cat_path(c, c->samples[i].file), want[i].path);
+		cr_assert_eq(c->images[i].width, want[i].w, "%s: width %u", want[i].path,
+			     c->images[i].width);
+		cr_assert_eq(c->images[i].height, want[i].h, "%s: height %u", want[i].path,
+			     c->images[i].height);
+	}
+	/* the saved file carries them: a plain open now gets them too */
+	o.image_sizes = false;
+	struct catalog *again = open_ok(&o);
+	cr_assert_eq(again->from_cache, true);
+	cr_assert_not_null(again->images);
+	cr_assert_arr_eq(again->images, c->images, 4 * sizeof(*c->images));
+	/* and the image round-trips through cat_serialize, every flip rejected */
+	size_t len;
+	uint8_t *img = serialize(again, &len);
+	for (size_t i = 0; i < len; i += 7) {
+		img[i] ^= 0x10;
+		cr_assert(!feed(img, len), "flip at byte %zu accepted", i);
+		img[i] ^= 0x10;
+	}
+	cr_assert(feed(img, len));
+	free(img);
+	cat_free(again);
+	cat_free(c);
+}
