@@ -44,6 +44,17 @@ const char *err_get(void) { return err_buf; }
 
 void err_clear(void) { err_buf[0] = '\0'; }
 
+int err_fmt(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	if (err && errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rc;
+}
+
 SEER_API const char *seer_errmsg(void) { return err_buf; }
 
 SEER_API const char *seer_strerror(int err)

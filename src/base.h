@@ -9,6 +9,7 @@
 #define SEER_BASE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -48,6 +49,9 @@ static inline void cpu_relax(void)
 void err_set(const char *fmt, ...) PRINTF_LIKE(1, 2);
 const char *err_get(void);
 void err_clear(void);
+/* Format a message into the caller's buffer err (when err and errlen are
+ * given) and return rc: `return err_fmt(err, errlen, -EINVAL, "...")`. */
+int err_fmt(char *err, size_t errlen, int rc, const char *fmt, ...) PRINTF_LIKE(4, 5);
 
 /* Numbers from text: 0, or -EINVAL (malformed) / -ERANGE (out of range),
  * *out untouched on failure. Integers are decimal (a leading 0 is not octal)

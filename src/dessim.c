@@ -719,12 +719,9 @@ int des_run(const struct des_params *p, struct des_result *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (!p || !p->len || !p->sh || !p->rank_node || (p->policy == DES_SEER && !p->cap) ||
-	    p->nnodes == 0 || p->nnodes > UINT16_MAX || p->epochs == 0 ||
-	    p->sim_epochs > p->epochs || p->policy >= DES_NPOLICIES || p->sh->per_rank == 0)
+	    p->epochs == 0 || p->sim_epochs > p->epochs || p->policy >= DES_NPOLICIES ||
+	    p->sh->per_rank == 0 || plan_check_nodes(p->sh, p->rank_node, p->nnodes) != 0)
 		return -EINVAL;
-	for (uint32_t r = 0; r < p->sh->world; r++)
-		if (p->rank_node[r] >= p->nnodes)
-			return -EINVAL;
 	struct sim x = { .p = p, .out = out, .sh = p->sh, .K = p->nnodes, .L = p->lookahead,
 			 .n = p->sh->n, .E = p->epochs };
 	x.words = (x.n + 63) / 64;

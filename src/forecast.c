@@ -44,12 +44,7 @@ const uint32_t *fc_order(struct fc_orders *o, uint64_t epoch)
 			o->failed = true;
 			return NULL;
 		}
-		if (sh->shuffle) {
-			smp_permute(sh->seed, epoch, sh->n, *slot);
-		} else {
-			for (uint64_t i = 0; i < sh->n; i++)
-				(*slot)[i] = (uint32_t)i;
-		}
+		smp_epoch_order(sh, epoch, *slot);
 	}
 	return *slot;
 }
@@ -114,12 +109,9 @@ static inline struct fc_bytes *nb(const struct run *x, uint64_t e, uint32_t k)
 static int job_check(const struct fc_job *j)
 {
 	if (!j || !j->len || !j->sh || !j->rank_node || !j->cap || j->epochs == 0 ||
-	    j->nnodes == 0 || j->nnodes > UINT16_MAX || j->sh->n == 0 || j->sh->per_rank == 0)
+	    j->sh->n == 0 || j->sh->per_rank == 0)
 		return -EINVAL;
-	for (uint32_t r = 0; r < j->sh->world; r++)
-		if (j->rank_node[r] >= j->nnodes)
-			return -EINVAL;
-	return 0;
+	return plan_check_nodes(j->sh, j->rank_node, j->nnodes);
 }
 
 /* One read of sample s (position pos of epoch e's padded order) by node k. */

@@ -2,6 +2,7 @@
 #include "iopool.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -64,20 +65,12 @@ static struct io_task *heap_pop(struct iopool *p)
 	return top;
 }
 
+_Static_assert(offsetof(struct io_task, link) == 0, "a done task is its hand-off node");
+
 static void push_done(struct iopool *p, struct io_task *t)
 {
 	/* caller holds p->mu */
-	t->next = NULL;
-	bool was_empty = p->done_head == NULL;
-	if (p->done_tail)
-		p->done_tail->next = t;
-	else
-		p->done_head = t;
-	p->done_tail = t;
-	if (was_empty) {
-		uint64_t one = 1;
-		ssize_t r UNUSED = write(p->done_efd, &one, sizeof(one));
-	}
+	handoff_push(&p->done, &t->link, p->done_efd);
 }
 
 struct worker_arg {
@@ -178,13 +171,7 @@ void iopool_boost(struct iopool *p, struct io_task *t, uint64_t key)
 
 struct io_task *iopool_take_done(struct iopool *p)
 {
-	uint64_t v;
-	ssize_t r UNUSED = read(p->done_efd, &v, sizeof(v));
-	pthread_mutex_lock(&p->mu);
-	struct io_task *h = p->done_head;
-	p->done_head = p->done_tail = NULL;
-	pthread_mutex_unlock(&p->mu);
-	return h;
+	return (struct io_task *)handoff_take(&p->done, &p->mu, p->done_efd);
 }
 
 uint32_t iopool_pending(struct iopool *p)

@@ -12,8 +12,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "handoff.h"
+
 struct io_task {
-	struct io_task *next;   /* done-list link */
+	union {
+		struct io_task *next;     /* done-list link */
+		struct handoff_node link; /* the same, as the done list sees it */
+	};
 	uint64_t key;           /* priority: smaller runs first */
 	uint64_t seq;           /* FIFO tie-break, set by submit */
 	int32_t heap_idx;       /* position while queued, -1 otherwise (pool's) */
@@ -33,7 +38,7 @@ struct iopool {
 	struct io_task **heap;
 	uint32_t nheap, capheap;
 	uint64_t seq;
-	struct io_task *done_head, *done_tail;
+	struct handoff done;    /* finished tasks, under mu */
 	int done_efd;           /* eventfd: readable when done tasks wait */
 	unsigned nthreads;
 	unsigned running;       /* tasks being executed */

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "handoff.h"
+
 struct net;
 
 enum net_event_kind {
@@ -35,7 +37,10 @@ enum net_event_kind {
 };
 
 struct net_event {
-	struct net_event *next;
+	union {
+		struct net_event *next;   /* the list net_take_events returns */
+		struct handoff_node link; /* the same, as the event list sees it */
+	};
 	enum net_event_kind kind;
 	int status;          /* FETCH_DONE / REPLY_DONE: 0 or -errno */
 	uint32_t peer;       /* node */

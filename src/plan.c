@@ -39,16 +39,23 @@ static int place(struct plan *p, uint32_t s, uint64_t len, uint32_t node,
 	return 1;
 }
 
+int plan_check_nodes(const struct smp_shape *sh, const uint32_t *rank_node, uint32_t nnodes)
+{
+	if (nnodes == 0 || nnodes > UINT16_MAX)
+		return -EINVAL;
+	for (uint32_t r = 0; r < sh->world; r++)
+		if (rank_node[r] >= nnodes)
+			return -EINVAL;
+	return 0;
+}
+
 static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, uint64_t n,
 		 const struct smp_shape *sh, uint64_t first_epoch, const uint32_t *rank_node,
 		 uint32_t nnodes, const struct plan_cap *cap)
 {
 	memset(p, 0, sizeof(*p));
-	if (nnodes == 0 || nnodes > UINT16_MAX || n != sh->n)
+	if (n != sh->n || plan_check_nodes(sh, rank_node, nnodes) != 0)
 		return -EINVAL;
-	for (uint32_t r = 0; r < sh->world; r++)
-		if (rank_node[r] >= nnodes)
-			return -EINVAL;
 	p->n = n;
 	p->nnodes = nnodes;
 	p->tier = calloc(n, 1);
@@ -68,11 +75,7 @@ static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, 
 		plan_free(p);
 		return -ENOMEM;
 	}
-	if (sh->shuffle)
-		smp_permute(sh->seed, first_epoch, n, order);
-	else
-		for (uint64_t i = 0; i < n; i++)
-			order[i] = (uint32_t)i;
+	smp_epoch_order(sh, first_epoch, order); /* n == sh->n, checked above */
 
 	/* pass 1: walk the first epoch in order of need (step-major, then rank),
 	 * give each sample to the node that reads it first while it has room */
@@ -191,12 +194,7 @@ static const uint32_t *epoch_order(const struct plan_orders *o, const struct smp
 {
 	if (o && o->get)
 		return o->get(o->ctx, epoch);
-	if (sh->shuffle) {
-		smp_permute(sh->seed, epoch, sh->n, scratch);
-	} else {
-		for (uint64_t i = 0; i < sh->n; i++)
-			scratch[i] = (uint32_t)i;
-	}
+	smp_epoch_order(sh, epoch, scratch);
 	return scratch;
 }
 

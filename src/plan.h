@@ -58,6 +58,10 @@ int plan_build(struct plan *p, const struct catalog *c, const struct smp_shape *
 	       const struct plan_cap *cap);
 void plan_free(struct plan *p);
 
+/* Whether nnodes nodes can carry a plan (1 .. UINT16_MAX: owners are 16-bit)
+ * and every one of the sh->world ranks is on one of them: 0 or -EINVAL. */
+int plan_check_nodes(const struct smp_shape *sh, const uint32_t *rank_node, uint32_t nnodes);
+
 /* Same as plan_build but from sample lengths alone (for the planner tool). */
 int plan_build_lengths(struct plan *p, const uint64_t *len, uint64_t n, const struct smp_shape *sh,
 		       uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,

@@ -61,6 +61,16 @@ void smp_permute(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t *out)
 	}
 }
 
+void smp_epoch_order(const struct smp_shape *sh, uint64_t epoch, uint32_t *out)
+{
+	if (sh->shuffle) {
+		smp_permute(sh->seed, epoch, sh->n, out);
+	} else {
+		for (uint64_t i = 0; i < sh->n; i++)
+			out[i] = (uint32_t)i;
+	}
+}
+
 int smp_shape_init(struct smp_shape *sh, uint64_t n, uint64_t seed, uint32_t world,
 		   uint32_t batch, bool drop_last, bool shuffle)
 {
@@ -120,12 +130,7 @@ const uint32_t *smp_cache_epoch(struct smp_cache *c, uint64_t epoch)
 	}
 	if (!c->perm[victim])
 		return NULL;
-	if (c->sh.shuffle) {
-		smp_permute(c->sh.seed, epoch, c->sh.n, c->perm[victim]);
-	} else {
-		for (uint64_t i = 0; i < c->sh.n; i++)
-			c->perm[victim][i] = (uint32_t)i;
-	}
+	smp_epoch_order(&c->sh, epoch, c->perm[victim]);
 	c->epoch[victim] = epoch;
 	c->used[victim] = ++c->tick;
 	return c->perm[victim];

@@ -36,6 +36,10 @@ struct smp_shape {
 int smp_shape_init(struct smp_shape *sh, uint64_t n, uint64_t seed, uint32_t world,
 		   uint32_t batch, bool drop_last, bool shuffle);
 
+/* Writes epoch `epoch`'s order into out[0..sh->n): the permutation, or the
+ * identity without shuffle. */
+void smp_epoch_order(const struct smp_shape *sh, uint64_t epoch, uint32_t *out);
+
 /* Samples in batch `step` (< bpe). */
 static inline uint32_t smp_batch_len(const struct smp_shape *sh, uint64_t step)
 {
