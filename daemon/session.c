@@ -309,7 +309,10 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pi
 
 void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *why)
 {
-	uint64_t resume = sess_first_unreleased(t);
+	/* a seek it asked for and left before the answer: it resumes where it
+	 * asked to go, and the next session starts with no seek pending */
+	uint64_t resume = t->seek_pending ? t->restart_g : sess_first_unreleased(t);
+	t->seek_pending = false;
 	t->resume_g = resume;
 	if (evicted && t->co) {
 		atomic_store_explicit(&t->co->state, SEER_STATE_EVICTED, memory_order_release);
@@ -366,7 +369,7 @@ static void handle_seek(struct engine *e, struct trainer *t, const struct seer_m
 		return;
 	struct seer_msg_seek r = { .kind = SEER_MSG_SEEK_OK };
 	if (m->epoch >= e->cfg->epochs || m->step >= e->sh.bpe || t->seek_pending) {
-		r.status = -ERANGE;
+		r.status = t->seek_pending ? -EBUSY : -ERANGE; /* busy: a seek not yet answered */
 		sock_send(t->sock, &r, sizeof(r), NULL, 0);
 		return;
 	}
@@ -378,8 +381,9 @@ static void handle_seek(struct engine *e, struct trainer *t, const struct seer_m
 	t->restart_g = m->epoch * e->sh.bpe + m->step;
 	t->seek_pending = true;
 	t->resetting = true;
-	log_info("trainer rank %u seeks to epoch %llu step %llu", t->rank,
-		 (unsigned long long)m->epoch, (unsigned long long)m->step);
+	log_info("trainer rank %u seeks to epoch %llu step %llu (%u reads still landing in its "
+		 "staging)", t->rank, (unsigned long long)m->epoch, (unsigned long long)m->step,
+		 t->inflight);
 	if (t->inflight == 0)
 		sess_finish_reset(e, t);
 }
