@@ -192,6 +192,8 @@ void engine_work(struct engine *e)
 	for (uint32_t r = 0; r < e->world; r++)
 		if (e->tr[r].attached && !e->tr[r].resetting)
 			pf_publish(e, &e->tr[r]);
+	for (uint32_t i = 0; e->plan_ready && i < e->nlocal; i++)
+		pf_check_held(e, &e->tr[e->local_ranks[i]]);
 	stats_check_epochs(e);
 }
 

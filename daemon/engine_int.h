@@ -361,6 +361,7 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
 void pf_publish(struct engine *e, struct trainer *t);
 void pf_releases(struct engine *e, struct trainer *t);
 void pf_reclaim(struct trainer *t);
+void pf_check_held(struct engine *e, struct trainer *t); /* held batches block it: tell it */
 
 /* task.c: tasks, submission and completion */
 struct etask *task_new(struct engine *e);

@@ -170,8 +170,10 @@ int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
 	}
 	if (auto_resume)
 		resume_load(e);
+	/* slots for the batches a trainer holds, the lookahead beyond them and
+	 * two in reclaim (cfg_finish keeps this within a client's 4096) */
 	uint32_t ns = 4;
-	while (ns < e->cfg->lookahead + 4)
+	while (ns < e->cfg->lookahead + e->cfg->max_held + 2)
 		ns *= 2;
 	e->nslots = ns;
 	e->shape_ready = true;

@@ -75,6 +75,10 @@ static const struct cfg_key keys[] = {
 	  "false: every epoch in catalog order" },
 	{ "job", "world_size", CFG_U64, F(world_size), "0", 0, 1u << 24, NULL, true,
 	  "trainers in the job (0: from the trainers' handshake)" },
+	{ "job", "max_held", CFG_U64, F(max_held), "2", 1, 1024, NULL, true,
+	  "batches a trainer may hold at once (taken, not yet released: 2 for double buffering, "
+	  "k for k-step gradient accumulation); staging is checked to fit them. Asking for one "
+	  "more while holding them all fails at once (-EDEADLK) instead of waiting" },
 	{ "job", "resume", CFG_STR, F(resume), "", 0, 0, NULL, false,
 	  "epoch:step to start every trainer at; auto: where each rank stopped last time "
 	  "(recorded in state_dir); empty: from the start" },
@@ -558,6 +562,14 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 				 (unsigned long long)e, (unsigned long long)c->epochs);
 			return -EINVAL;
 		}
+	}
+	if (c->lookahead + c->max_held + 2 > 4096) {
+		/* batch slots per trainer: a power of two >= lookahead + max_held + 2,
+		 * at most the 4096 a client takes */
+		snprintf(err, errlen, "[prefetch] lookahead %llu + [job] max_held %llu is more than "
+			 "4094 batches per trainer: lower one of them",
+			 (unsigned long long)c->lookahead, (unsigned long long)c->max_held);
+		return -EINVAL;
 	}
 	if (c->nvme > 0 && !*c->nvme_dir) {
 		snprintf(err, errlen, "[cache] nvme is %llu bytes but nvme_dir is not set",

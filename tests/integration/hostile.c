@@ -451,9 +451,11 @@ static int mode_rel(const struct opts *o, struct sess *s)
 	} else if (strcmp(o->mode, "rel-ahead") == 0) {
 		atomic_store_explicit(&s->ci->rel_prod, rp + 1000000u, memory_order_release);
 	} else if (strcmp(o->mode, "rel-unheld") == 0) {
-		/* a slot half the ring away from the producer: never published
-		 * while lookahead < nslots / 2 and we take nothing */
-		uint32_t idx = (prod_now(s) + s->w.nslots / 2) & s->mask;
+		/* batch g lives in slot g % nslots; taking nothing, we are sent
+		 * at most lookahead batches from w.start on, and nslots >=
+		 * lookahead + max_held + 2: the slot of batch start + nslots - 1
+		 * is never published, whatever lookahead is */
+		uint32_t idx = (uint32_t)(s->w.start + s->w.nslots - 1) & s->mask;
 		s->rel_ring[rp & s->mask] = idx;
 		atomic_store_explicit(&s->ci->rel_prod, rp + 1, memory_order_release);
 	} else { /* rel-double */

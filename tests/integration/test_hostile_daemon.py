@@ -28,6 +28,7 @@ import resource
 import signal
 import subprocess
 import time
+import errno
 import zlib
 
 from seertest import (BIN, LONG, ROOT, SANITIZER, Daemon, Fail, Gate, catalog, check, cleanup,
@@ -121,5 +122,181 @@ def test_abandoned_seek_keeps_the_rank():
         cleanup(tmp)
 
 
+# ---- 7: holding batches --------------------------------------------------------------------
+
+def record(b):
+    """[(i, id, label, length, crc)] of a batch, as read_log gives them."""
+    return [(i, int(sid), int(lab), v.nbytes, zlib.crc32(v.reshape(-1).view("u1")))
+            for i, (v, sid, lab) in enumerate(zip(b.samples, b.ids, b.labels))]
+
+
+def hold_until_refused(ld, limit=64):
+    """Take batches without releasing any until seer_next refuses: returns
+    (batches held, the SeerError, seconds the refused call took)."""
+    held = []
+    while len(held) < limit:
+        t0 = time.monotonic()
+        try:
+            b = ld.next_batch(timeout=LONG)
+        except seer.EndOfEpoch:
+            continue
+        except seer.EndOfJob:
+            raise Fail("took all %d batches of the job: never refused" % len(held))
+        except seer.SeerError as ex:
+            return held, ex, time.monotonic() - t0
+        held.append(b)
+    raise Fail("took %d batches without release and was never refused" % limit)
+
+
+def test_max_held_refused_at_once():
+    """Issue 15 item 7: a trainer that keeps every batch it takes. Once its
+    held batches fill its staging (or its batch slots) its next seer_next
+    fails at once with -EDEADLK naming [job] max_held, instead of waiting for
+    ever; releasing one lets it go on, and every batch is the sampler's."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a", "b"], 16, 65536, 65536, seed=7)  # 64 KiB samples
+        cat = catalog(root)
+        sampler = seer.Sampler(len(cat), 0, 1, 4)
+        # staging: 1 MiB = exactly 4 batches of 4 x 64 KiB; the RAM cache holds
+        # everything in the second run, where the 16 batch slots are the limit
+        for name, ram, what in (("staging", "0", "staging"), ("slots", "64MiB", "batch slots")):
+            s = {"dataset.path": root, "job.epochs": 3, "job.batch_size": 4,
+                 "cache.ram": ram, "cache.staging": "1MiB"}
+            batches = {}
+            with Daemon(tmp, s, name=name) as d:
+                with seer.Loader(socket=d.sock, rank=0, world_size=1) as ld:
+                    held, ex, dt = hold_until_refused(ld)
+                    check(ex.code == -errno.EDEADLK, "refused with %d (%s), not -EDEADLK" %
+                          (ex.code, ex))
+                    check("max_held" in str(ex) and "release" in str(ex),
+                          "the error must say to release or raise [job] max_held: %s" % ex)
+                    check(len(held) >= 2, "refused while holding %d < max_held 2" % len(held))
+                    log("%s: holding %d batches, seer_next failed in %.3f s: %s" %
+                        (what, len(held), dt, ex))
+                    # released, the stream goes on to the end, exact
+                    for b in held:
+                        batches[(b.epoch, b.step)] = record(b)
+                        b.release()
+                    while True:
+                        try:
+                            b = ld.next_batch(timeout=LONG)
+                        except seer.EndOfEpoch:
+                            continue
+                        except seer.EndOfJob:
+                            break
+                        batches[(b.epoch, b.step)] = record(b)
+                        b.release()
+                check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
+                check("holds %d batches" % len(held) in d.log(), "no log line for the trainer "
+                      "holding its batches:\n" + d.log())
+            verify_rank(cat, sampler, 0, batches, 3)
+    finally:
+        cleanup(tmp)
+
+
+def test_max_held_gradient_accumulation():
+    """[job] max_held = 3 on the least staging the daemon accepts for it (4
+    batches of the largest samples): a trainer that always keeps 3 batches
+    (3-step gradient accumulation, rolling) is never refused nor stalled over
+    three epochs of samples of varied sizes, and gets every batch exact."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a", "b", "c"], 20, 1000, 61440, seed=8)
+        cat = catalog(root)
+        big = max(c[2] for c in cat)
+        staging = 4 * 4 * ((big + 63) // 64 * 64)
+        staging = max(staging, 1 << 20)
+        s = {"dataset.path": root, "job.epochs": 3, "job.batch_size": 4, "cache.ram": "0",
+             "cache.staging": str(staging), "job.max_held": 3, "prefetch.lookahead": 4}
+        batches = {}
+        with Daemon(tmp, s) as d:
+            with seer.Loader(socket=d.sock, rank=0, world_size=1) as ld:
+                held = []
+                while True:
+                    try:
+                        b = ld.next_batch(timeout=LONG)
+                    except seer.EndOfEpoch:
+                        continue
+                    except seer.EndOfJob:
+                        break
+                    held.append(b)
+                    if len(held) == 3:
+                        x = held.pop(0)
+                        batches[(x.epoch, x.step)] = record(x)
+                        x.release()
+                for x in held:
+                    batches[(x.epoch, x.step)] = record(x)
+                    x.release()
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
+        n = verify_rank(cat, seer.Sampler(len(cat), 0, 1, 4), 0, batches, 3)
+        log("max_held 3 in %d B of staging (largest sample %d B): %d batches, exact" %
+            (staging, big, n))
+    finally:
+        cleanup(tmp)
+
+
+def test_max_held_staging_check():
+    """Staging too small for [job] max_held batches of the largest samples is
+    refused at start (world size configured) naming the keys and the size to
+    set; that size is then accepted."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a"], 8, 300000, 300000, seed=3)  # 4 x 300 kB > 1 MiB / 3
+        s = {"dataset.path": root, "job.epochs": 1, "job.batch_size": 4, "cache.ram": "0",
+             "cache.staging": "1MiB", "job.world_size": 1, "daemon.socket":
+             os.path.join(tmp, "s.sock"), "daemon.state_dir": os.path.join(tmp, "state")}
+        args = [os.path.join(BIN, "seerd")] + sum((["--set", "%s=%s" % kv] for kv in s.items()),
+                                                   [])
+        r = subprocess.run(args, capture_output=True, text=True, timeout=LONG)
+        out = r.stdout + r.stderr
+        check(r.returncode != 0, "seerd accepted staging for less than max_held batches:\n" + out)
+        m = re.search(r"set staging to at least ([\d.]+) (KiB|MiB|GiB)", out)
+        check(m and "[job] max_held = 2" in out and "[cache] staging" in out,
+              "the refusal must name [cache] staging, [job] max_held and the size:\n" + out)
+        told = float(m.group(1)) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m.group(2)]
+        check(told >= 3 * 4 * 300032 * 0.99, "advised %s %s, need 3 x 4 x 300 kB" % m.groups())
+        log("refused: " + [ln for ln in out.splitlines() if "max_held" in ln][0].split("ERROR")[-1])
+        s["cache.staging"] = "%dKiB" % (int(told) // 1024 + 1)
+        with Daemon(tmp, s, name="ok") as d:
+            c = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
+                                "--socket", d.sock, "--log", os.path.join(tmp, "t.log")],
+                               capture_output=True, text=True, timeout=LONG)
+            check(c.returncode == 0, "trainer failed with the advised staging: " + c.stderr)
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
+    finally:
+        cleanup(tmp)
+
+
+def test_rel_unheld_any_lookahead():
+    """seer-hostile --mode rel-unheld releases a slot that was never
+    published; it used to pick one half the ring away from the producer,
+    which is published once lookahead >= slots / 2 (here 12 of 16 slots, all
+    published from the RAM cache before it looks): the eviction must happen
+    whatever the lookahead."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a"], 64, 100, 400, seed=5)
+        s = {"dataset.path": root, "job.epochs": 1, "job.batch_size": 2, "cache.ram": "1MiB",
+             "prefetch.lookahead": 12}
+        with Daemon(tmp, s, env=DAEMON_ENV) as d:
+            r = subprocess.run([HOSTILE, "--socket", d.sock, "--mode", "rel-unheld"],
+                               capture_output=True, text=True, timeout=LONG, env=HOSTILE_ENV)
+            check(r.returncode == 0 and "RESULT evicted" in r.stdout,
+                  "releasing a never-published slot was not evicted: %s %s" % (r.stdout, r.stderr))
+            check(re.search(r"rank 0 \(pid \d+\) sent invalid control data \(released a batch "
+                            r"slot it does not hold", d.log()), "no eviction logged:\n" + d.log())
+            log(r.stdout.strip())
+            d.stop(signal.SIGKILL)
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
-    run_tests([test_abandoned_seek_keeps_the_rank])
+    run_tests([test_abandoned_seek_keeps_the_rank, test_max_held_refused_at_once,
+               test_max_held_gradient_accumulation, test_max_held_staging_check,
+               test_rel_unheld_any_lookahead])
