@@ -128,12 +128,19 @@ static int held_error(struct seer_client *c)
 		oldest = MIN(oldest, c->slots[i].epoch * bpe + c->slots[i].step);
 	}
 	pthread_mutex_unlock(&c->lock);
+	uint32_t max = c->co->max_held;
+	char what[160];
+	if (held >= max)
+		snprintf(what, sizeof(what), "release a batch before asking for more, or raise [job] "
+			 "max_held (%u) and [cache] staging in seerd's config", max);
+	else
+		snprintf(what, sizeof(what), "raise [cache] staging in seerd's config (its log warns "
+			 "when staging is short of lookahead + max_held batches)");
 	err_set("seer_next: this trainer holds %u batch%s (the oldest: epoch %llu step %llu) and "
-		"seerd cannot prepare the next one until it releases one: its staging and batch "
-		"slots are freed in order and are full. Release a batch before asking for more, or "
-		"raise [job] max_held (%u) and [cache] staging in seerd's config", held,
-		held == 1 ? "" : "es", (unsigned long long)(oldest == UINT64_MAX ? 0 : oldest / bpe),
-		(unsigned long long)(oldest == UINT64_MAX ? 0 : oldest % bpe), c->co->max_held);
+		"seerd cannot prepare the next one until it releases one (staging and batch slots "
+		"are freed in order, and are full): %s", held, held == 1 ? "" : "es",
+		(unsigned long long)(oldest == UINT64_MAX ? 0 : oldest / bpe),
+		(unsigned long long)(oldest == UINT64_MAX ? 0 : oldest % bpe), what);
 	return -EDEADLK;
 }
 

@@ -38,20 +38,21 @@ uint64_t arena_key_off(const struct engine *e, uint32_t key)
 }
 
 /* Staging a trainer must have: [job] max_held batches of the largest samples
- * (what it may hold at once, the one it waits for included), plus one batch
- * when it holds several: the ring never splits a batch, so a batch that does
- * not fit before the ring's end starts over at its base and the skipped tail
- * (less than a batch) stays taken until reclaimed. Below that a trainer
- * holding its max_held batches could wait for ever; below lookahead +
- * max_held average batches prefetching only runs shallower (a warning). */
+ * (what it may hold at once, the one it waits for included), or a trainer
+ * holding them could wait for ever. That is the refusal. The ring never
+ * splits a batch (a batch that does not fit before its end starts over at
+ * its base, the skipped tail staying taken until reclaimed), so a trainer
+ * holding max_held batches is only sure to get the next one with one more
+ * batch of room; below lookahead + max_held average batches a warning says
+ * so (batches are then also prepared less far ahead). */
 int arena_check_staging(struct engine *e, char *err, size_t errlen)
 {
 	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
 	per &= ~(NVME_ALIGN - 1);
 	const struct catalog *cat = e->cat;
 	uint64_t one = arena_stage_bytes(e, cat->max_len, e->nvme_ok);
-	uint64_t held = e->cfg->max_held, batches = held + (held > 1);
-	unsigned __int128 need128 = (unsigned __int128)e->sh.batch * one * batches;
+	uint64_t held = e->cfg->max_held;
+	unsigned __int128 need128 = (unsigned __int128)e->sh.batch * one * held;
 	uint64_t need = need128 > UINT64_MAX / 2 ? UINT64_MAX / 2 : (uint64_t)need128;
 	if (e->plan_ready && e->plan.cached_samples == cat->nsamples && e->plan.nnodes == 1)
 		return 0; /* every sample lives in the RAM cache: staging stays unused */
@@ -60,12 +61,11 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 		unsigned __int128 all = (unsigned __int128)need * MAX(e->nlocal, 1u);
 		snprintf(err, errlen,
 			 "[cache] staging = %s gives each of the node's %u trainers %s, less than "
-			 "[job] max_held = %llu batch%s of the largest samples (%u x %s)%s: set staging "
+			 "[job] max_held = %llu batch%s of the largest samples (%u x %s): set staging "
 			 "to at least %s (or lower [job] max_held)",
 			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
 			 (unsigned long long)held, held > 1 ? "es" : "", e->sh.batch,
 			 fmt_size(c, sizeof(c), cat->max_len),
-			 held > 1 ? " plus one for the ring's wrap-around" : "",
 			 fmt_size(d, sizeof(d), all > UINT64_MAX ? UINT64_MAX : (uint64_t)all));
 		return -ENOSPC;
 	}
@@ -75,7 +75,8 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 	if (mean > 0 && per / mean < want)
 		log_warn("[cache] staging = %s gives each of the node's %u trainers %s, room for "
 			 "about %llu average batches, fewer than [prefetch] lookahead + [job] max_held "
-			 "= %llu: batches are prepared less far ahead (staging = %s would fit them)",
+			 "= %llu: batches are prepared less far ahead, and a trainer holding max_held "
+			 "may be told to release one first (staging = %s would fit them)",
 			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
 			 (unsigned long long)(per / mean), (unsigned long long)want,
 			 fmt_size(c, sizeof(c), (unsigned __int128)mean * want * MAX(e->nlocal, 1u) >
