@@ -328,6 +328,9 @@ void engine_repin(struct engine *e);          /* place the daemon's threads agai
 /* placement.c: the job's shape and the plan */
 int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen);
 void place_shape_free(struct engine *e);
+/* another world size: 0 when it may be decided again, else why not */
+int place_can_reshape(const struct engine *e, char *why, size_t whylen);
+void place_drop_shape(struct engine *e);      /* then forget the old one */
 void place_plan(struct engine *e);            /* plan, publish, split staging */
 struct route_view place_view(const struct engine *e); /* what routing reads, now */
 bool place_local_ram(const struct engine *e, uint32_t s);

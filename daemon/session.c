@@ -220,30 +220,31 @@ static int check_hello(struct engine *e, int sock, const struct seer_msg_hello *
 	return 0;
 }
 
-/* The hello's world size: the first trainer's sets the job's shape. 0, or
- * the refusal sent. */
+/* The hello's world size: the first trainer's sets the job's shape; another
+ * one replaces it once nothing of the old one is left (place_can_reshape),
+ * so a stray trainer with a wrong world size does not lock the job out.
+ * 0, or the refusal sent. */
 static int check_world(struct engine *e, int sock, const struct seer_msg_hello *h)
 {
-	if (!e->shape_ready) {
-		/* the first trainer sets the world size: check it before sizing
-		 * anything by it, and refuse only that trainer when it is wrong */
-		char err[SEER_ERRMSG_MAX];
-		if (h->world > SEER_MAX_WORLD) {
-			send_refusal(sock, -EINVAL, "world size %u is more than seer serves (%u)",
-				     h->world, SEER_MAX_WORLD);
+	char err[SEER_ERRMSG_MAX];
+	if (e->shape_ready && h->world != e->world) {
+		char why[160];
+		if (place_can_reshape(e, why, sizeof(why)) != 0) {
+			send_refusal(sock, -EINVAL, "world size %u, but this job's trainers have world "
+				     "size %u (%s)", h->world, e->world, why);
 			return -EINVAL;
 		}
+		place_drop_shape(e);
+	}
+	if (!e->shape_ready) {
+		/* checked before anything is sized by it; only this trainer is
+		 * refused when it is wrong */
 		int rc = place_shape_init(e, h->world, err, sizeof(err));
 		if (rc != 0) {
 			place_shape_free(e);
 			send_refusal(sock, rc, "%s", err);
 			return rc;
 		}
-	}
-	if (h->world != e->world) {
-		send_refusal(sock, -EINVAL, "world size %u, but this job's trainers have world size %u",
-			     h->world, e->world);
-		return -EINVAL;
 	}
 	return 0;
 }

@@ -297,7 +297,106 @@ def test_rel_unheld_any_lookahead():
         cleanup(tmp)
 
 
+# ---- 11: the world size -------------------------------------------------------------------
+
+def vm_hwm_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_world_size_redecided():
+    """Issue 15 item 11: a stray trainer with --world 7 used to fix the world
+    size for the daemon's life. While it is attached the real job (world 2)
+    is refused with a reason naming the attached rank; once it left, the
+    real job's world size replaces it and both ranks get exact data."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a", "b", "c"], 20, 1000, 8000, seed=11)
+        cat = catalog(root)
+        s = {"dataset.path": root, "job.epochs": 2, "job.batch_size": 4, "cache.ram": "0",
+             "cache.staging": "4MiB"}
+        with Daemon(tmp, s) as d:
+            stray = seer.Loader(socket=d.sock, rank=3, world_size=7)
+            b = stray.next_batch(timeout=LONG)
+            b.release()
+            try:
+                seer.Loader(socket=d.sock, rank=0, world_size=2).close()
+                raise Fail("world size 2 accepted while a world-7 trainer is attached")
+            except seer.SeerError as ex:
+                check("world size 2, but this job's trainers have world size 7" in str(ex) and
+                      "rank 3" in str(ex) and "attached" in str(ex),
+                      "the refusal must name the world sizes and the attached rank: %s" % ex)
+                log("while the stray is attached: %s" % ex)
+            stray.close()
+            wait_for(lambda: (lambda t: t and not t["attached"] and t["inflight"] == 0)(
+                trainer_state(d, 3)), LONG, "the stray's reads to land")
+            logs = [os.path.join(tmp, "t%d.log" % r) for r in range(2)]
+            procs = [start_trainer("c", r, 2, d.sock, logs[r]) for r in range(2)]
+            for rc, _, err in finish(procs):
+                check(rc == 0, "trainer of the real job failed: %s\n%s" % (err, d.log()))
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
+            check("world size of 7 is dropped" in d.log(), "no log of the change:\n" + d.log())
+        sampler = seer.Sampler(len(cat), 0, 2, 4)
+        for r in range(2):
+            verify_rank(cat, sampler, r, read_log(logs[r]), 2)
+        log("after the stray left, world 2 replaced world 7: both ranks exact")
+    finally:
+        cleanup(tmp)
+
+
+def test_world_size_bounded():
+    """A first HELLO with world 2^20 on a 60-sample dataset used to take the
+    daemon from 15 to 600 MB and stall it 1.9 s before a refusal: it is
+    refused before anything is sized by it (the peak RSS barely moves), and
+    so is a world size whose staging share is too small; [job] world_size
+    fixes the world size for good, naming the key."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a", "b", "c"], 20, 1000, 8000, seed=12)
+        s = {"dataset.path": root, "job.epochs": 1, "job.batch_size": 4, "cache.ram": "0",
+             "cache.staging": "1MiB"}
+        with Daemon(tmp, s, env=DAEMON_ENV) as d:
+            for world, want in ((1 << 20, "more than the dataset's samples"),
+                                (61, "more than the dataset's samples"),
+                                (50, "set staging to at least")):
+                before = vm_hwm_kib(d.proc.pid)
+                t0 = time.monotonic()
+                r = subprocess.run([HOSTILE, "--socket", d.sock, "--mode", "dup-rank", "--rank",
+                                    "0", "--world", str(world)], capture_output=True, text=True,
+                                   timeout=LONG, env=HOSTILE_ENV)
+                dt = time.monotonic() - t0
+                grew = vm_hwm_kib(d.proc.pid) - before
+                check("RESULT refused" in r.stdout and want in r.stdout,
+                      "world %d: expected a refusal with '%s': %s" % (world, want, r.stdout))
+                check(grew < 16 * 1024, "world %d: peak RSS grew %d KiB before the refusal" %
+                      (world, grew))
+                log("world %d refused in %.3f s, peak RSS +%d KiB: %s" %
+                    (world, dt, grew, r.stdout.strip().split("msg=")[-1][:110]))
+            check(d.proc.poll() is None, "seerd died:\n" + d.log())
+            c = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
+                                "--socket", d.sock, "--log", os.path.join(tmp, "t.log")],
+                               capture_output=True, text=True, timeout=LONG)
+            check(c.returncode == 0, "a sane world size after the refusals: " + c.stderr)
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
+        s = dict(s, **{"job.world_size": 2, "cache.staging": "4MiB"})
+        with Daemon(tmp, s, name="fixed") as d:
+            try:
+                seer.Loader(socket=d.sock, rank=0, world_size=3).close()
+                raise Fail("world size 3 accepted with [job] world_size = 2")
+            except seer.SeerError as ex:
+                check("[job] world_size" in str(ex), "the refusal must name the key: %s" % ex)
+                log("configured: %s" % ex)
+            d.stop(signal.SIGKILL)
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_abandoned_seek_keeps_the_rank, test_max_held_refused_at_once,
                test_max_held_gradient_accumulation, test_max_held_staging_check,
-               test_rel_unheld_any_lookahead])
+               test_rel_unheld_any_lookahead, test_world_size_redecided, test_world_size_bounded])
