@@ -179,8 +179,8 @@ struct engine {
 	 * start (pthread_create orders that; pool_started and dispatcher are set
 	 * just after, and only the dispatcher reads them) and before the network
 	 * thread exists; read-only afterwards. The I/O threads read exactly cfg
-	 * (retries, retry_backoff_ms), cat (their readers), abase, nvme_fd,
-	 * nvme_direct and nvme_align (worker.c); nvme_fd stays open, even when
+	 * (retries, retry_backoff_ms), cat (their readers), reader_fds, abase,
+	 * nvme_fd, nvme_direct and nvme_align (worker.c); nvme_fd stays open, even when
 	 * the tier is disabled, until engine_destroy has stopped the pool. The
 	 * network thread reads cat, node, abase and cache_base (peer_lookup). */
 	const struct seer_config *cfg;
@@ -197,6 +197,7 @@ struct engine {
 	uint32_t nvme_align;     /* slot and transfer alignment (O_DIRECT's, or 64) */
 	uint64_t nvme_cap;
 	bool skip_corrupt;       /* dataset.on_corrupt = skip */
+	uint32_t reader_fds;     /* files each I/O thread's reader keeps open */
 	bool nopfs;              /* cache.policy = nopfs */
 	struct iopool pool;      /* its own locks: submit/take from the dispatcher */
 	bool pool_started;

@@ -5,7 +5,7 @@
  * retries of transient errors), the NVMe copy into the arena (checked), or
  * arena bytes to the NVMe file. Runs on the I/O threads only. It reads the
  * task it was handed and the engine fields engine_int.h lists as fixed at
- * creation (cfg, cat, abase, nvme_fd, nvme_direct, nvme_align) plus the
+ * creation (cfg, cat, reader_fds, abase, nvme_fd, nvme_direct, nvme_align) plus the
  * atomic `stopping`; it writes only the task and the arena bytes the task
  * names. Failure: the task's status (negative errno or SEER_E*) and a
  * message in its err. */
@@ -31,6 +31,7 @@ void *worker_init(void *ctx, unsigned idx)
 	struct engine *e = ctx;
 	struct cat_reader *rd = xmalloc(sizeof(*rd));
 	cat_reader_init(rd, e->cat);
+	cat_reader_limit_fds(rd, e->reader_fds);
 	return rd;
 }
 

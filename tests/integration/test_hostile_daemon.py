@@ -396,7 +396,113 @@ def test_world_size_bounded():
         cleanup(tmp)
 
 
+# ---- 10: file descriptors -------------------------------------------------------------------
+
+def seerd_with_nofile(tmp, soft, hard):
+    """A wrapper that starts seerd with RLIMIT_NOFILE = (soft, hard) (lowering
+    needs no privilege; the test process keeps its own limit)."""
+    path = os.path.join(tmp, "seerd-nofile-%d-%d.sh" % (soft, hard))
+    with open(path, "w") as f:
+        f.write("#!/bin/bash\nulimit -S -n %d && ulimit -H -n %d && exec %s \"$@\"\n" %
+                (soft, hard, os.path.join(BIN, "seerd")))
+    os.chmod(path, 0o755)
+    return path
+
+
+def proc_limit_nofile(pid):
+    with open("/proc/%d/limits" % pid) as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return int(line.split()[3]), int(line.split()[4])
+    return None
+
+
+def cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_fd_limit_raised_and_shared():
+    """Issue 15 item 10: seerd raises its soft open-file limit to the hard
+    one; and with a hard limit of 128, 48 I/O threads (which kept up to 16
+    files open each: 768) read 400 files without a failed batch, each
+    keeping what the limit allows."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a", "b", "c", "d"], 100, 200, 2000, seed=10)
+        cat = catalog(root)
+        s = {"dataset.path": root, "job.epochs": 2, "job.batch_size": 8, "cache.ram": "0",
+             "prefetch.io_threads": 48, "prefetch.lookahead": 16, "cache.staging": "8MiB"}
+        d = Daemon(tmp, s, name="raise", binary=seerd_with_nofile(tmp, 100, 4096))
+        try:
+            lim = proc_limit_nofile(d.proc.pid)
+            check(lim == (4096, 4096), "soft limit not raised to the hard one: %s" % (lim,))
+            check("open-file limit raised from 100 to 4096" in d.log(), "not logged:\n" + d.log())
+            log("soft limit 100 raised to the hard limit: %s" % (lim,))
+        finally:
+            d.stop(signal.SIGKILL)
+        d = Daemon(tmp, s, name="tight", binary=seerd_with_nofile(tmp, 128, 128))
+        try:
+            out = os.path.join(tmp, "t.log")
+            c = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
+                                "--socket", d.sock, "--log", out], capture_output=True,
+                               text=True, timeout=LONG)
+            check(c.returncode == 0, "batches failed at 128 open files: %s\n%s" %
+                  (c.stderr[-800:], "\n".join(d.log().splitlines()[-5:])))
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
+            m = re.search(r"each of the 48 I/O threads keeps up to (\d+) files open", d.log())
+            check(m, "no log of the readers' file budget:\n" + d.log())
+        finally:
+            d.stop(signal.SIGKILL)
+        n = verify_rank(cat, seer.Sampler(len(cat), 0, 1, 8), 0, read_log(out), 2)
+        log("limit 128, 48 I/O threads keeping %s files each: %d batches exact" % (m.group(1), n))
+    finally:
+        cleanup(tmp)
+
+
+def test_fd_exhaustion_does_not_spin():
+    """At the open-file limit accept used to fail in a busy loop (70-100 %
+    CPU, 479,110 log lines in 3 s). A flood of 120 silent connections
+    against a limit of 64: a few lines, no spinning (CPU printed), and a
+    trainer afterwards gets its job exact."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a"], 16, 200, 2000, seed=13)
+        cat = catalog(root)
+        s = {"dataset.path": root, "job.epochs": 1, "job.batch_size": 4, "cache.ram": "0",
+             "prefetch.io_threads": 2}
+        d = Daemon(tmp, s, env=DAEMON_ENV, binary=seerd_with_nofile(tmp, 64, 64))
+        try:
+            cpu0, t0 = cpu_s(d.proc.pid), time.monotonic()
+            r = subprocess.run([HOSTILE, "--socket", d.sock, "--mode", "flood", "--count", "120",
+                                "--seconds", "3"], capture_output=True, text=True, timeout=LONG,
+                               env=HOSTILE_ENV)
+            cpu, wall = cpu_s(d.proc.pid) - cpu0, time.monotonic() - t0
+            fails = len(re.findall(r"accept", d.log()))
+            log("flood: %s; seerd used %.2f s CPU in %.2f s (%.0f %%), %d log lines about accept" %
+                (r.stdout.strip().splitlines()[-1], cpu, wall, 100 * cpu / wall, fails))
+            check(fails <= 3, "%d log lines about accept for one flood" % fails)
+            check("cannot accept connections: Too many open files" in d.log(),
+                  "the flood did not reach the limit (nothing to test):\n" + d.log()[-2000:])
+            out = os.path.join(tmp, "t.log")
+            c = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
+                                "--socket", d.sock, "--log", out], capture_output=True,
+                               text=True, timeout=LONG,
+                               env=dict(os.environ, SEER_CONNECT_TIMEOUT_MS=str(int(LONG * 1000))))
+            check(c.returncode == 0, "trainer after the flood: " + c.stderr[-800:])
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log()[-3000:])
+        finally:
+            d.stop(signal.SIGKILL)
+        verify_rank(cat, seer.Sampler(len(cat), 0, 1, 4), 0, read_log(out), 1)
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_abandoned_seek_keeps_the_rank, test_max_held_refused_at_once,
                test_max_held_gradient_accumulation, test_max_held_staging_check,
-               test_rel_unheld_any_lookahead, test_world_size_redecided, test_world_size_bounded])
+               test_rel_unheld_any_lookahead, test_world_size_redecided, test_world_size_bounded,
+               test_fd_limit_raised_and_shared, test_fd_exhaustion_does_not_spin])
