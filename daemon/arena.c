@@ -11,12 +11,15 @@
  * bytes are written by the I/O threads (each into the span its task names)
  * and the network thread (peer fetches into staging), and read by trainers
  * and the network thread. Failure: an arena that cannot be created or
- * sealed stops the daemon with the reason; staging too small for [job]
- * max_held batches of the largest samples is refused with the size to set. */
+ * sealed stops the daemon with the reason, and so does one larger than the
+ * node's RAM and swap (larger than 90 % of its RAM: a warning); staging too
+ * small for [job] max_held batches of the largest samples is refused with
+ * the size to set. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "../src/topo.h"
@@ -104,6 +107,50 @@ uint64_t arena_layout(struct engine *e)
 	e->stage_base = e->cache_base + e->cache_cap;
 	e->bounce_base = e->stage_base + e->stage_cap;
 	return e->bounce_base + (uint64_t)e->nbounce * e->bounce_size;
+}
+
+/* This node's memory: RAM (or a smaller cgroup v2 limit) and swap. */
+static void node_memory(uint64_t *ram, uint64_t *swap, bool *cgroup)
+{
+	struct sysinfo si;
+	*ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGE_SIZE);
+	*swap = sysinfo(&si) == 0 ? (uint64_t)si.totalswap * si.mem_unit : 0;
+	*cgroup = false;
+	FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+	unsigned long long lim;
+	if (f && fscanf(f, "%llu", &lim) == 1 && lim < *ram) {
+		*ram = lim;
+		*cgroup = true;
+	}
+	if (f)
+		fclose(f);
+}
+
+int arena_check_memory(const struct engine *e, uint64_t size, char *err, size_t errlen)
+{
+	uint64_t ram, swap;
+	bool cg;
+	node_memory(&ram, &swap, &cg);
+	if (ram == 0)
+		return 0;
+	char a[32], b[32], c[32], d[32], f[32];
+	char what[200];
+	snprintf(what, sizeof(what), "the arena, %s ([cache] ram %s, of which the dataset fills %s, "
+		 "+ [cache] staging %s)", fmt_size(a, sizeof(a), size),
+		 fmt_size(b, sizeof(b), e->cfg->ram), fmt_size(c, sizeof(c), e->cache_cap),
+		 fmt_size(d, sizeof(d), e->stage_cap));
+	if (size > ram && size - ram > swap) {
+		snprintf(err, errlen, "%s is more than this node's memory (%s %s + swap %s): it could "
+			 "never be backed; lower [cache] ram or [cache] staging", what,
+			 cg ? "cgroup limit" : "RAM", fmt_size(a, sizeof(a), ram),
+			 fmt_size(f, sizeof(f), swap));
+		return -ENOMEM;
+	}
+	if (size > ram / 10 * 9)
+		log_warn("%s is more than 90%% of this node's %s (%s): the trainers and the system "
+			 "need memory too; lower [cache] ram or [cache] staging", what,
+			 cg ? "cgroup limit" : "RAM", fmt_size(a, sizeof(a), ram));
+	return 0;
 }
 
 /* The segment itself: created, bound to the NIC's NUMA node when known,

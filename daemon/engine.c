@@ -116,7 +116,8 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	} else {
 		log_warn("%s: threads and memory are not placed", terr);
 	}
-	if ((rc = arena_create(e, size, err, errlen)) != 0)
+	if ((rc = arena_check_memory(e, size, err, errlen)) != 0 ||
+	    (rc = arena_create(e, size, err, errlen)) != 0)
 		goto fail;
 	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
 	e->nopfs = strcmp(o->cfg->policy, "nopfs") == 0;

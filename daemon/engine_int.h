@@ -340,6 +340,7 @@ bool place_local_nvme(const struct engine *e, uint32_t s);
 /* arena.c: the shared segment and its parts */
 uint64_t arena_layout(struct engine *e);      /* returns the arena's size */
 int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen);
+int arena_check_memory(const struct engine *e, uint64_t size, char *err, size_t errlen);
 void arena_split_staging(struct engine *e);
 int arena_check_staging(struct engine *e, char *err, size_t errlen);
 uint64_t arena_key_off(const struct engine *e, uint32_t key);   /* a RAM slot's offset */

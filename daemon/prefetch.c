@@ -207,6 +207,7 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 		struct trainer *t = &e->tr[w->a];
 		if (t->gen != w->b || !t->attached)
 			continue;
+		stats_epoch(e, w->c / e->sh.bpe)->skipped++; /* a substitute delivered */
 		struct seer_wire_sample *d =
 			(struct seer_wire_sample *)(trainer_wslot(t, (uint32_t)(w->c & (t->nslots - 1))) + 1);
 		d[w->i].id = x;
@@ -232,7 +233,6 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 	tk->sample = x;
 	tk->len = cs->length;
 	tk->err[0] = '\0';
-	stats_epoch(e, e->epochs_done)->skipped++;
 	return true;
 }
 
@@ -279,8 +279,11 @@ static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t 
 	uint64_t need = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
-		if (UNLIKELY(e->bad[s]))
+		if (UNLIKELY(e->bad[s])) {
+			/* known corrupt: substituted (and counted) in every epoch */
 			s = substitute(e, s, UINT64_MAX);
+			stats_epoch(e, epoch)->skipped++;
+		}
 		e->ids[i] = s;
 		e->routes[i] = (uint8_t)route_sample(&v, t->rank, s, &e->keys[i]);
 		if (e->routes[i] != ROUTE_RAM)

@@ -501,8 +501,225 @@ def test_fd_exhaustion_does_not_spin():
         cleanup(tmp)
 
 
+# ---- 15: the small ones ---------------------------------------------------------------------
+
+def node_ram():
+    """What seerd counts as this node's RAM: MemTotal, or a smaller cgroup v2
+    limit; and its swap."""
+    info = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            info[k] = int(v.split()[0]) * 1024
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            ram = min(ram, int(f.read().split()[0]))
+    except (OSError, ValueError):
+        pass
+    return ram, info.get("SwapTotal", 0)
+
+
+def seerd_start_error(tmp, settings, name):
+    """Run seerd with settings that must stop it at start: (exit code, output)."""
+    s = {"daemon.socket": os.path.join(tmp, name + ".sock"),
+         "daemon.state_dir": os.path.join(tmp, "state")}
+    s.update(settings)
+    args = [os.path.join(BIN, "seerd")] + sum((["--set", "%s=%s" % kv] for kv in s.items()), [])
+    r = subprocess.run(args, capture_output=True, text=True, timeout=LONG)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_sizes_checked_against_the_machine():
+    """cache.staging = 2^64-1 was accepted as "0 B", and sizes far beyond the
+    node's memory without a word: the first is out of the key's range, an
+    arena beyond RAM + swap is refused naming the keys and the memory, and
+    one above 90 % of RAM is served with a warning."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a"], 8, 100, 400, seed=15)
+        base = {"dataset.path": root, "job.world_size": 1}
+        rc, out = seerd_start_error(tmp, dict(base, **{"cache.staging": str(2**64 - 1)}), "max")
+        check(rc != 0 and "cache.staging" in out and "out of range" in out and "0 B" not in out,
+              "staging 2^64-1: %s" % out)
+        log("2^64-1: " + out.strip().splitlines()[-1][:150])
+        ram, swap = node_ram()
+        big = 2 * (ram + swap) // 4096 * 4096
+        rc, out = seerd_start_error(tmp, dict(base, **{"cache.staging": str(big)}), "big")
+        check(rc != 0 and "[cache] staging" in out and "more than this node's memory" in out,
+              "staging of twice RAM + swap: %s" % out[-600:])
+        log("2 x (RAM + swap): " + out.strip().splitlines()[-1].split("ERROR")[-1][:200])
+        near = ram // 20 * 19 // 4096 * 4096
+        with Daemon(tmp, dict(base, **{"cache.staging": str(near)}), name="near") as d:
+            check(re.search(r"WARN .*more than 90% of this node's (RAM|cgroup limit)", d.log()),
+                  "no warning for staging at 95 %% of RAM:\n" + d.log())
+            c = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
+                                "--socket", d.sock], capture_output=True, text=True, timeout=LONG)
+            check(c.returncode == 0, "the job at 95 %% of RAM: " + c.stderr)
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
+    finally:
+        cleanup(tmp)
+
+
+def test_long_paths_keep_the_reason():
+    """Errors about a path of 3000 characters used to be cut before the
+    reason: the path is shortened in the middle and the reason kept."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a"], 8, 100, 400, seed=16)
+        deep = os.path.join(tmp, "/".join(["p" * 200] * 15))
+        open_dir = os.path.join(tmp, "open")
+        os.makedirs(open_dir)
+        os.chmod(open_dir, 0o777)
+        cases = [
+            ({"dataset.path": deep}, "No such file or directory"),
+            ({"daemon.socket": deep + "/s.sock"}, "is longer than"),
+            ({"daemon.state_dir": os.path.join(open_dir, "/".join(["q" * 200] * 15))},
+             "writable by other users"),
+        ]
+        for extra, reason in cases:
+            s = dict({"dataset.path": root, "job.world_size": 1}, **extra)
+            rc, out = seerd_start_error(tmp, s, "long")
+            line = [ln for ln in out.splitlines() if "ERROR" in ln or "seerd:" in ln]
+            check(rc != 0 and line and reason in line[-1],
+                  "%s: the reason '%s' is missing: %s" % (list(extra)[0], reason,
+                                                         (line or [out])[-1][-300:]))
+            log("%s: ...%s" % (list(extra)[0], line[-1][-110:]))
+    finally:
+        cleanup(tmp)
+
+
+def test_seerctl_prints_counts_as_integers():
+    """seerctl printed a world of 2^20 as "(1.04858e+06 trainers": a fake
+    seerd answers `status` with large counts, seerctl prints them whole."""
+    import json
+    import socket
+    import struct
+    import threading
+    tmp = tmpdir("seer-hd-")
+    try:
+        path = os.path.join(tmp, "fake.sock")
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        srv.bind(path)
+        srv.listen(1)
+        status = {"node": 0, "nodes": 1, "pid": 4242, "job_id": "j", "state": "running",
+                  "uptime_s": 1.5, "world": 1048576, "job_epochs": 3,
+                  "batches_per_epoch": 2000000, "dataset": {"samples": 1234567, "bytes": 1 << 30,
+                                                            "files": 7654321, "format": "files"},
+                  "cache": {}, "io": {"threads": 16}, "sources": {}, "trainers": [],
+                  "epochs": []}
+
+        def serve():
+            c, _ = srv.accept()
+            c.recv(4096)
+            text = json.dumps(status).encode()
+            c.send(struct.pack("<IiII", 6, 0, 0, len(text)) + text)
+            c.close()
+        th = threading.Thread(target=serve)
+        th.start()
+        r = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", path, "status"],
+                           capture_output=True, text=True, timeout=LONG)
+        th.join()
+        srv.close()
+        head = r.stdout.splitlines()[:2]
+        log(" | ".join(head))
+        check(r.returncode == 0 and "(1048576 trainers, 3 epochs of 2000000 steps)" in r.stdout
+              and "1234567 samples" in r.stdout and "7654321 files" in r.stdout and
+              "e+" not in r.stdout, "seerctl status: %s %s" % (r.stdout, r.stderr))
+    finally:
+        cleanup(tmp)
+
+
+def test_seerctl_from_another_user():
+    """seerctl run by another user (the socket opened to everyone) said
+    "malformed reply": it must say it was refused, and why."""
+    if os.getuid() != 0:
+        log("skipped: needs root to run as another user")
+        return
+    from test_faults import ensure_user
+    uid = ensure_user("seertest")
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a"], 8, 100, 400, seed=17)
+        run = os.path.join(tmp, "run")
+        os.makedirs(run)
+        os.chmod(tmp, 0o755)
+        os.chmod(run, 0o755)
+        s = {"dataset.path": root, "job.world_size": 1, "daemon.socket": os.path.join(run, "s")}
+        with Daemon(tmp, s) as d:
+            os.chmod(d.sock, 0o666)
+            r = subprocess.run(["runuser", "-u", "seertest", "--", os.path.join(BIN, "seerctl"),
+                                "--socket", d.sock, "status"], capture_output=True, text=True,
+                               timeout=LONG)
+            log("seerctl as uid %d: exit %d: %s" % (uid, r.returncode, r.stderr.strip()))
+            check(r.returncode != 0 and "permission denied" in r.stderr and
+                  "serves only its own user" in r.stderr and "malformed" not in r.stderr,
+                  "seerctl from another user: %r" % r.stderr)
+            d.stop(signal.SIGKILL)
+    finally:
+        cleanup(tmp)
+
+
+def test_silent_connections_one_warning():
+    """One WARN per connection that sent no handshake: 30 of them now make
+    one line (per 10 s), counting them."""
+    tmp = tmpdir("seer-hd-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a"], 8, 100, 400, seed=18)
+        with Daemon(tmp, {"dataset.path": root, "job.world_size": 1}, env=DAEMON_ENV) as d:
+            r = subprocess.run([HOSTILE, "--socket", d.sock, "--mode", "flood", "--count", "30",
+                                "--seconds", "7"], capture_output=True, text=True, timeout=LONG,
+                               env=HOSTILE_ENV)
+            check("closed_by_daemon=30" in r.stdout, "the daemon did not close the 30 silent "
+                  "connections: %s" % r.stdout)
+            lines = wait_for(lambda: [ln for ln in d.log().splitlines() if "no handshake" in ln],
+                             LONG, "the warning")
+            log("%d line(s): %s" % (len(lines), lines[0].split("WARN")[-1].strip()))
+            check(len(lines) <= 2 and "30 connection(s)" in "".join(lines) or
+                  sum(int(x) for x in re.findall(r"(\d+) connection\(s\)", "".join(lines))) == 30,
+                  "expected one line counting 30 connections:\n" + "\n".join(lines))
+            check(len(lines) <= 2, "%d lines for 30 silent connections" % len(lines))
+            d.stop(signal.SIGKILL)
+    finally:
+        cleanup(tmp)
+
+
+def test_skipped_counted_every_epoch():
+    """on_corrupt = skip: the corrupt record is substituted in every epoch,
+    and `skipped` counted it only in the first."""
+    from test_formats_e2e import corrupt_tfrecord
+    tmp = tmpdir("seer-hd-")
+    try:
+        root, exp, bad, _ = corrupt_tfrecord(tmp)
+        s = {"dataset.path": root, "dataset.format": "tfrecord", "job.epochs": 3,
+             "job.batch_size": 3, "job.shuffle": "false", "cache.ram": "0",
+             "dataset.on_corrupt": "skip"}
+        with Daemon(tmp, s) as d:
+            out = os.path.join(tmp, "t.log")
+            c = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world", "1",
+                                "--socket", d.sock, "--log", out], capture_output=True,
+                               text=True, timeout=LONG)
+            check(c.returncode == 0, "trainer: " + c.stderr)
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
+        ids = [x[1] for k in sorted(read_log(out)) for x in read_log(out)[k]]
+        check(bad not in ids, "the corrupt record %d was delivered" % bad)
+        per = [e["skipped"] for e in d.stats()["epochs"]]
+        log("skipped per epoch: %s" % per)
+        check(per == [1, 1, 1], "skipped per epoch %s, the record is substituted once in each "
+              "of the 3 epochs" % per)
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_abandoned_seek_keeps_the_rank, test_max_held_refused_at_once,
                test_max_held_gradient_accumulation, test_max_held_staging_check,
                test_rel_unheld_any_lookahead, test_world_size_redecided, test_world_size_bounded,
-               test_fd_limit_raised_and_shared, test_fd_exhaustion_does_not_spin])
+               test_fd_limit_raised_and_shared, test_fd_exhaustion_does_not_spin,
+               test_sizes_checked_against_the_machine, test_long_paths_keep_the_reason,
+               test_seerctl_prints_counts_as_integers, test_seerctl_from_another_user,
+               test_silent_connections_one_warning, test_skipped_counted_every_epoch])

@@ -250,6 +250,10 @@ static struct val_case val_cases[] = {
 	BAD("cache", "ram", "99999999TiB", T_U64, ram),
 	BAD("cache", "staging", "1000", T_U64, staging),       /* below 1 MiB */
 	BAD("cache", "staging", "1048575", T_U64, staging),
+	BAD("cache", "staging", "18446744073709551615", T_U64, staging), /* rounded to 0 B once */
+	BAD("cache", "ram", "1152921504606846977", T_U64, ram),
+	BAD("cache", "nvme", "18446744073709551615", T_U64, nvme),
+	GOOD_U("cache", "staging", "1152921504606846976", staging, 1ull << 60),
 	/* integers with ranges */
 	GOOD_U("job", "seed", "18446744073709551615", seed, UINT64_MAX),
 	GOOD_U("job", "seed", "0x10", seed, 16),
