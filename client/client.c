@@ -109,6 +109,41 @@ static int state_error(struct seer_client *c)
 	return 0;
 }
 
+/* The daemon found that it cannot prepare our next batch until we release
+ * one, and we released nothing since (seer_proto.h, held_block): waiting
+ * would be for ever. */
+static int held_error(struct seer_client *c)
+{
+	if (!atomic_load_explicit(&c->co->held_block, memory_order_acquire) ||
+	    atomic_load_explicit(&c->co->held_rel, memory_order_relaxed) !=
+	    atomic_load_explicit(&c->ci->rel_prod, memory_order_relaxed))
+		return 0;
+	uint32_t held = 0;
+	uint64_t oldest = UINT64_MAX, bpe = MAX(c->w.batches_per_epoch, 1ull);
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < c->nslots; i++) {
+		if (!atomic_load(&c->slots[i].held))
+			continue;
+		held++;
+		oldest = MIN(oldest, c->slots[i].epoch * bpe + c->slots[i].step);
+	}
+	pthread_mutex_unlock(&c->lock);
+	uint32_t max = c->co->max_held;
+	char what[160];
+	if (held >= max)
+		snprintf(what, sizeof(what), "release a batch before asking for more, or raise [job] "
+			 "max_held (%u) and [cache] staging in seerd's config", max);
+	else
+		snprintf(what, sizeof(what), "raise [cache] staging in seerd's config (its log warns "
+			 "when staging is short of lookahead + max_held batches)");
+	err_set("seer_next: this trainer holds %u batch%s (the oldest: epoch %llu step %llu) and "
+		"seerd cannot prepare the next one until it releases one (staging and batch slots "
+		"are freed in order, and are full): %s", held, held == 1 ? "" : "es",
+		(unsigned long long)(oldest == UINT64_MAX ? 0 : oldest / bpe),
+		(unsigned long long)(oldest == UINT64_MAX ? 0 : oldest % bpe), what);
+	return -EDEADLK;
+}
+
 static int closed_while_waiting(void)
 {
 	err_set("seer_next: the client was closed by another thread while waiting");
@@ -133,7 +168,8 @@ static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 			atomic_fetch_add_explicit(&c->ci->stalls, 1, memory_order_relaxed);
 		} else if (atomic_load(&c->closing)) {
 			rc = closed_while_waiting();
-		} else if ((rc = state_error(c)) == 0 && now_ns() >= deadline) {
+		} else if ((rc = state_error(c)) == 0 && (rc = held_error(c)) == 0 &&
+			   now_ns() >= deadline) {
 			err_set("no batch within %d ms", timeout_ms);
 			rc = -ETIMEDOUT;
 		} else if (rc == 0) {

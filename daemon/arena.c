@@ -14,12 +14,15 @@
  * bytes are written by the I/O threads (each into the span its task names)
  * and the network thread (peer fetches into staging), and read by trainers
  * and the network thread. Failure: an arena that cannot be created or
- * sealed stops the daemon with the reason; staging too small for one batch
- * of the largest samples is refused with the size to set. */
+ * sealed stops the daemon with the reason, and so does one larger than the
+ * node's RAM and swap (larger than 90 % of its RAM: a warning); staging too
+ * small for [job] max_held batches of the largest samples is refused with
+ * the size to set. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "../src/topo.h"
@@ -41,36 +44,64 @@ uint64_t arena_key_off(const struct engine *e, uint32_t key)
 	return e->cache_base + (key < n ? place_local_off(e, key) : e->np.off[key - n]);
 }
 
+/* Staging a trainer must have: [job] max_held batches of the largest samples
+ * (what it may hold at once, the one it waits for included), or a trainer
+ * holding them could wait for ever. That is the refusal. The ring never
+ * splits a batch (a batch that does not fit before its end starts over at
+ * its base, the skipped tail staying taken until reclaimed), so a trainer
+ * holding max_held batches is only sure to get the next one with one more
+ * batch of room; below lookahead + max_held average batches a warning says
+ * so (batches are then also prepared less far ahead). */
 int arena_check_staging(struct engine *e, char *err, size_t errlen)
 {
 	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
 	per &= ~(NVME_ALIGN - 1);
+	const struct catalog *cat = e->cat;
 	/* staged bytes: files, or decoded images from NVMe and peers */
-	uint64_t max = MAX(e->cat->max_len, xfs_cached_max(e));
+	uint64_t max = MAX(cat->max_len, xfs_cached_max(e));
 	uint64_t one = arena_stage_bytes(e, max, e->nvme_ok);
 	uint64_t tensor = xfs_tensor_bytes(e, e->sh.batch); /* the batch tensor, if any */
-	uint64_t need = (uint64_t)e->sh.batch * one + tensor;
-	if (e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1) {
+	uint64_t held = e->cfg->max_held;
+	unsigned __int128 need128 = ((unsigned __int128)e->sh.batch * one + tensor) * held;
+	uint64_t mean = arena_stage_bytes(e, cat->total_bytes / MAX(cat->nsamples, 1ull),
+					  e->nvme_ok) * e->sh.batch + tensor;
+	if (e->plan_ready && e->plan.cached_samples == cat->nsamples && e->plan.nnodes == 1) {
 		if (!tensor)
 			return 0; /* every sample lives in the RAM cache: staging stays unused */
-		need = tensor; /* only the batch tensors are staged */
+		need128 = (unsigned __int128)tensor * held; /* only the batch tensors are staged */
 		one = 0;
+		mean = tensor;
 	}
+	uint64_t need = need128 > UINT64_MAX / 2 ? UINT64_MAX / 2 : (uint64_t)need128;
+	char a[32], b[32], c[32], d[32];
 	if (per < need) {
-		char a[32], b[32], c[32], d[32], what[96];
+		char what[96];
 		if (one == 0)
-			snprintf(what, sizeof(what), "the batch tensor (%s)",
+			snprintf(what, sizeof(what), "the batch tensor, %s",
 				 fmt_size(c, sizeof(c), tensor));
 		else
 			snprintf(what, sizeof(what), "%u x %s%s", e->sh.batch,
 				 fmt_size(c, sizeof(c), max), tensor ? " and the batch tensor" : "");
+		unsigned __int128 all = (unsigned __int128)need * MAX(e->nlocal, 1u);
 		snprintf(err, errlen,
-			 "[cache] staging = %s gives each of the node's %u trainers %s, less than one "
-			 "batch of the largest samples (%s): set staging to at least %s",
+			 "[cache] staging = %s gives each of the node's %u trainers %s, less than "
+			 "[job] max_held = %llu batch%s of the largest samples (%s): set staging "
+			 "to at least %s (or lower [job] max_held)",
 			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
-			 what, fmt_size(d, sizeof(d), need * e->nlocal));
+			 (unsigned long long)held, held > 1 ? "es" : "", what,
+			 fmt_size(d, sizeof(d), all > UINT64_MAX ? UINT64_MAX : (uint64_t)all));
 		return -ENOSPC;
 	}
+	uint64_t want = e->cfg->lookahead + held;
+	if (mean > 0 && per / mean < want)
+		log_warn("[cache] staging = %s gives each of the node's %u trainers %s, room for "
+			 "about %llu average batches, fewer than [prefetch] lookahead + [job] max_held "
+			 "= %llu: batches are prepared less far ahead, and a trainer holding max_held "
+			 "may be told to release one first (staging = %s would fit them)",
+			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
+			 (unsigned long long)(per / mean), (unsigned long long)want,
+			 fmt_size(c, sizeof(c), (unsigned __int128)mean * want * MAX(e->nlocal, 1u) >
+				UINT64_MAX ? UINT64_MAX : mean * want * MAX(e->nlocal, 1u)));
 	return 0;
 }
 
@@ -94,6 +125,50 @@ uint64_t arena_layout(struct engine *e)
 	e->stage_base = e->cache_base + e->cache_cap;
 	e->bounce_base = e->stage_base + e->stage_cap;
 	return e->bounce_base + (uint64_t)e->nbounce * e->bounce_size;
+}
+
+/* This node's memory: RAM (or a smaller cgroup v2 limit) and swap. */
+static void node_memory(uint64_t *ram, uint64_t *swap, bool *cgroup)
+{
+	struct sysinfo si;
+	*ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGE_SIZE);
+	*swap = sysinfo(&si) == 0 ? (uint64_t)si.totalswap * si.mem_unit : 0;
+	*cgroup = false;
+	FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+	unsigned long long lim;
+	if (f && fscanf(f, "%llu", &lim) == 1 && lim < *ram) {
+		*ram = lim;
+		*cgroup = true;
+	}
+	if (f)
+		fclose(f);
+}
+
+int arena_check_memory(const struct engine *e, uint64_t size, char *err, size_t errlen)
+{
+	uint64_t ram, swap;
+	bool cg;
+	node_memory(&ram, &swap, &cg);
+	if (ram == 0)
+		return 0;
+	char a[32], b[32], c[32], d[32], f[32];
+	char what[200];
+	snprintf(what, sizeof(what), "the arena, %s ([cache] ram %s, of which the dataset fills %s, "
+		 "+ [cache] staging %s)", fmt_size(a, sizeof(a), size),
+		 fmt_size(b, sizeof(b), e->cfg->ram), fmt_size(c, sizeof(c), e->cache_cap),
+		 fmt_size(d, sizeof(d), e->stage_cap));
+	if (size > ram && size - ram > swap) {
+		snprintf(err, errlen, "%s is more than this node's memory (%s %s + swap %s): it could "
+			 "never be backed; lower [cache] ram or [cache] staging", what,
+			 cg ? "cgroup limit" : "RAM", fmt_size(a, sizeof(a), ram),
+			 fmt_size(f, sizeof(f), swap));
+		return -ENOMEM;
+	}
+	if (size > ram / 10 * 9)
+		log_warn("%s is more than 90%% of this node's %s (%s): the trainers and the system "
+			 "need memory too; lower [cache] ram or [cache] staging", what,
+			 cg ? "cgroup limit" : "RAM", fmt_size(a, sizeof(a), ram));
+	return 0;
 }
 
 /* The segment itself: created, bound to the NIC's NUMA node when known,

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../src/topo.h"
@@ -64,6 +65,29 @@ void engine_repin(struct engine *e)
 
 /* ---- create / destroy -------------------------------------------------------------- */
 
+/* Files each I/O thread's reader keeps open: the readers together take at
+ * most half the file-descriptor limit (main raised it to the hard limit);
+ * the rest is for trainers (4 each), connections and the daemon's own. */
+static uint32_t reader_fds(const struct seer_config *cfg)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return CAT_FD_CACHE;
+	uint64_t per = rl.rlim_cur / 2 / cfg->io_threads;
+	if (per < 1) {
+		log_warn("[prefetch] io_threads = %llu with a limit of %llu open files: the I/O "
+			 "threads alone may use more than half of it (one file each); raise the "
+			 "limit (ulimit -n) or lower io_threads",
+			 (unsigned long long)cfg->io_threads, (unsigned long long)rl.rlim_cur);
+		return 1;
+	}
+	if (per < CAT_FD_CACHE)
+		log_info("each of the %llu I/O threads keeps up to %llu files open (limit %llu open "
+			 "files)", (unsigned long long)cfg->io_threads, (unsigned long long)per,
+			 (unsigned long long)rl.rlim_cur);
+	return (uint32_t)MIN(per, (uint64_t)CAT_FD_CACHE);
+}
+
 int engine_create(struct engine **out, const struct engine_opts *o, char *err, size_t errlen)
 {
 	struct engine *e = xcalloc(1, sizeof(*e));
@@ -98,7 +122,8 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	} else {
 		log_warn("%s: threads and memory are not placed", terr);
 	}
-	if ((rc = arena_create(e, size, err, errlen)) != 0)
+	if ((rc = arena_check_memory(e, size, err, errlen)) != 0 ||
+	    (rc = arena_create(e, size, err, errlen)) != 0)
 		goto fail;
 	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
 	e->nopfs = strcmp(o->cfg->policy, "nopfs") == 0;
@@ -109,6 +134,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 		rc = -ENOMEM;
 		goto fail;
 	}
+	e->reader_fds = reader_fds(o->cfg);
 	rc = iopool_start(&e->pool, (unsigned)o->cfg->io_threads, worker_exec, worker_init,
 			  worker_fini, e);
 	if (rc != 0) {
@@ -205,6 +231,8 @@ void engine_work(struct engine *e)
 	for (uint32_t r = 0; r < e->world; r++)
 		if (e->tr[r].attached && !e->tr[r].resetting)
 			pf_publish(e, &e->tr[r]);
+	for (uint32_t i = 0; e->plan_ready && i < e->nlocal; i++)
+		pf_check_held(e, &e->tr[e->local_ranks[i]]);
 	stats_check_epochs(e);
 }
 

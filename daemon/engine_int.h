@@ -204,12 +204,12 @@ struct engine {
 	 * start (pthread_create orders that; pool_started and dispatcher are set
 	 * just after, and only the dispatcher reads them) and before the network
 	 * thread exists; read-only afterwards. The I/O threads read exactly cfg
-	 * (retries, retry_backoff_ms), cat (their readers), abase, nvme_fd,
-	 * nvme_direct and nvme_align (worker.c), and xf to hand a decode to the
-	 * transform pool (transform.c, under its lock); nvme_fd stays open, even
-	 * when the tier is disabled, until engine_destroy has stopped the pool.
-	 * The network thread reads cat, node, abase, cache_base and xf's fixed
-	 * cached lengths (peer_lookup). */
+	 * (retries, retry_backoff_ms), cat (their readers), reader_fds, abase,
+	 * nvme_fd, nvme_direct and nvme_align (worker.c), and xf to hand a decode
+	 * to the transform pool (transform.c, under its lock); nvme_fd stays open,
+	 * even when the tier is disabled, until engine_destroy has stopped the
+	 * pool. The network thread reads cat, node, abase, cache_base and xf's
+	 * fixed cached lengths (peer_lookup). */
 	const struct seer_config *cfg;
 	struct catalog *cat;
 	uint32_t node, nnodes;
@@ -224,6 +224,7 @@ struct engine {
 	uint32_t nvme_align;     /* slot and transfer alignment (O_DIRECT's, or 64) */
 	uint64_t nvme_cap;
 	bool skip_corrupt;       /* dataset.on_corrupt = skip */
+	uint32_t reader_fds;     /* files each I/O thread's reader keeps open */
 	bool nopfs;              /* cache.policy = nopfs */
 	struct iopool pool;      /* its own locks: submit/take from the dispatcher */
 	bool pool_started;
@@ -384,6 +385,9 @@ void engine_repin(struct engine *e);          /* place the daemon's threads agai
 /* placement.c: the job's shape and the plan */
 int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen);
 void place_shape_free(struct engine *e);
+/* another world size: 0 when it may be decided again, else why not */
+int place_can_reshape(const struct engine *e, char *why, size_t whylen);
+void place_drop_shape(struct engine *e);      /* then forget the old one */
 void place_plan(struct engine *e);            /* plan, publish, split staging */
 struct route_view place_view(const struct engine *e); /* what routing reads, now */
 bool place_local_ram(const struct engine *e, uint32_t s);
@@ -394,6 +398,7 @@ uint64_t place_local_off(const struct engine *e, uint32_t s); /* in this node's 
 /* arena.c: the shared segment and its parts */
 uint64_t arena_layout(struct engine *e);      /* returns the arena's size */
 int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen);
+int arena_check_memory(const struct engine *e, uint64_t size, char *err, size_t errlen);
 void arena_split_staging(struct engine *e);
 int arena_check_staging(struct engine *e, char *err, size_t errlen);
 uint64_t arena_key_off(const struct engine *e, uint32_t key);   /* a RAM slot's offset */
@@ -419,6 +424,7 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
 void pf_publish(struct engine *e, struct trainer *t);
 void pf_releases(struct engine *e, struct trainer *t);
 void pf_reclaim(struct trainer *t);
+void pf_check_held(struct engine *e, struct trainer *t); /* held batches block it: tell it */
 
 /* task.c: tasks, submission and completion */
 struct etask *task_new(struct engine *e);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../src/catalog.h"
@@ -85,6 +86,26 @@ static int load_config(struct seer_config *cfg, const struct args *a, char *err,
 		if (cfg_set(cfg, a->sets[i], err, errlen) != 0)
 			return -EINVAL;
 	return cfg_finish(cfg, err, errlen);
+}
+
+/* Open files: the soft limit up to the hard one (often 1024 of 4096 or
+ * more), so that I/O threads, trainers and connections fit; what is used
+ * of it is sized from the result (engine.c: the readers' file caches). */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rlim_t was = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && rl.rlim_max == RLIM_INFINITY) {
+		rl.rlim_cur = 1u << 20; /* the kernel's usual fs.nr_open */
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			return;
+	}
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != was)
+		log_info("open-file limit raised from %llu to %llu (the hard limit)",
+			 (unsigned long long)was, (unsigned long long)rl.rlim_cur);
 }
 
 /* The catalog (shared by node 0), then --check's summary or the job itself.
@@ -169,6 +190,7 @@ int main(int argc, char **argv)
 			log_error("%s", err);
 		rc = 1;
 	} else {
+		raise_nofile();
 		rc = serve(&cfg, cl, node, nnodes, a.check, &fini);
 	}
 	cfg_free(&cfg);

@@ -12,7 +12,9 @@
  * (cluster.c). Dispatcher thread only. Failure: a shape that gives no batch
  * or a resume step past the epoch refuses the trainer (SEER_ECONFIG);
  * staging too small for the plan, or a world size other nodes disagree
- * with, is fatal for the job (engine_fatal); out of memory aborts. */
+ * with, is fatal for the job (engine_fatal); out of memory aborts. A world
+ * size above the dataset's samples, or whose staging share is too small, is
+ * refused before anything is sized by it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -194,11 +196,36 @@ void place_plan(struct engine *e)
 	fcast_start(e);
 }
 
+/* One node: every rank is local, so staging splits world ways. Refuse a
+ * share too small before allocating per-rank state or planning (an absurd
+ * world size used to cost seconds and hundreds of MB before this check);
+ * staging stays unused only when the RAM cache holds the whole dataset. */
+static int staging_precheck(struct engine *e, uint32_t world, char *err, size_t errlen)
+{
+	const struct catalog *cat = e->cat;
+	if (e->cache_cap >= ALIGN_UP(cat->total_bytes + cat->nsamples * PLAN_RAM_ALIGN, 4096ull))
+		return 0;
+	uint32_t nlocal = e->nlocal;
+	e->nlocal = world;
+	int rc = arena_check_staging(e, err, errlen);
+	e->nlocal = nlocal;
+	return rc;
+}
+
 /* Shape and plan once the world size is known (single node: at the first
  * trainer; the multi-node path agrees on the rank map first). */
 int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
 {
 	const struct seer_config *cfg = e->cfg;
+	if (world > SEER_MAX_WORLD || world > e->cat->nsamples) {
+		/* every rank needs a sample of its own, and memory per rank */
+		snprintf(err, errlen, "world size %u is more than %s (%llu): a rank would get no "
+			 "sample of its own; check the trainers' world size%s", world,
+			 world > e->cat->nsamples ? "the dataset's samples" : "seer serves",
+			 (unsigned long long)MIN((uint64_t)SEER_MAX_WORLD, e->cat->nsamples),
+			 cfg->world_size ? " and [job] world_size" : "");
+		return -EINVAL;
+	}
 	int rc = smp_shape_init(&e->sh, e->cat->nsamples, cfg->seed, world, (uint32_t)cfg->batch_size,
 				cfg->drop_last, cfg->shuffle);
 	if (rc != 0) {
@@ -208,6 +235,8 @@ int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
 			 (unsigned long long)cfg->batch_size, cfg->drop_last ? " and drop_last" : "");
 		return SEER_ECONFIG;
 	}
+	if (e->nnodes == 1 && staging_precheck(e, world, err, errlen) != 0)
+		return SEER_ECONFIG; /* before anything is sized by the world */
 	if (smp_cache_init(&e->smp, &e->sh) != 0) {
 		snprintf(err, errlen, "out of memory for the epoch permutations");
 		return -ENOMEM;
@@ -244,8 +273,10 @@ int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
 	}
 	if (auto_resume)
 		resume_load(e);
+	/* slots for the batches a trainer holds, the lookahead beyond them and
+	 * two in reclaim (cfg_finish keeps this within a client's 4096) */
 	uint32_t ns = 4;
-	while (ns < e->cfg->lookahead + 4)
+	while (ns < e->cfg->lookahead + e->cfg->max_held + 2)
 		ns *= 2;
 	e->nslots = ns;
 	e->shape_ready = true;
@@ -285,14 +316,62 @@ void place_shape_free(struct engine *e)
 	plan_nopfs_free(&e->np);
 	repl_free(e);
 	plan_free(&e->plan);
-	if (e->shape_ready)
-		smp_cache_free(&e->smp);
+	smp_cache_free(&e->smp); /* also after a failed init */
 	atomic_store(&e->plan_published, false);
 	e->plan_ready = false;
 	e->shape_ready = false;
 	e->world = e->nlocal = 0;
 	e->cache_planned = e->local_cached_bytes = e->fill_left = 0;
 	e->nvme_planned = 0;
+}
+
+int place_can_reshape(const struct engine *e, char *why, size_t whylen)
+{
+	if (e->cfg->world_size) {
+		snprintf(why, whylen, "set by [job] world_size in seerd's configuration");
+		return -EPERM;
+	}
+	if (e->nnodes > 1) {
+		snprintf(why, whylen, "the job's %u nodes agreed on it", e->nnodes);
+		return -EPERM;
+	}
+	for (uint32_t r = 0; r < e->world; r++) {
+		const struct trainer *t = &e->tr[r];
+		if (t->attached || t->resetting || t->pending_sock >= 0) {
+			snprintf(why, whylen, "rank %u (pid %d) of those is %s", r, (int)t->pid,
+				 t->attached ? "attached" : "still leaving");
+			return -EBUSY;
+		}
+	}
+	uint64_t free_tasks = 0;
+	for (const struct etask *t = e->free_tasks; t; t = t->free_next)
+		free_tasks++;
+	if (free_tasks != (uint64_t)e->nchunks * TASK_CHUNK) {
+		snprintf(why, whylen, "%llu of their reads are still in flight: try again in a moment",
+			 (unsigned long long)((uint64_t)e->nchunks * TASK_CHUNK - free_tasks));
+		return -EBUSY;
+	}
+	return 0;
+}
+
+void place_drop_shape(struct engine *e)
+{
+	uint32_t known = 0;
+	for (uint32_t r = 0; r < e->world; r++)
+		known += e->tr[r].known;
+	log_warn("the job's world size of %u is dropped (%u of its ranks connected, none is "
+		 "attached): their positions, the plan, the RAM and NVMe copies and the statistics "
+		 "start over", e->world, known);
+	place_shape_free(e);
+	/* nothing is in flight (place_can_reshape): every key is ABSENT or READY */
+	memset((void *)e->cstate, 0, e->cat->nsamples * sizeof(uint32_t));
+	e->cache_loaded = e->cache_loaded_bytes = 0;
+	e->nvme_loaded = e->nvme_loaded_bytes = e->nvme_planned = 0;
+	free(e->es);
+	e->es = NULL;
+	e->nes = e->nes_used = e->epochs_done = 0;
+	e->default_start = 0;
+	e->step_s = 0;
 }
 
 struct plan_cap engine_cap(const struct engine *e)

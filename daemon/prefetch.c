@@ -15,7 +15,8 @@
  * Dispatcher thread only; the trainer's side of the control region is read
  * once per value and range-checked (src/ctrl.c). Failure: a batch whose
  * sample failed is published with the first error (the trainer sees it in
- * the batch); full staging waits for releases (prepare returns false); a
+ * the batch); full staging waits for releases (prepare returns false), and a
+ * trainer whose own held batches fill it is told so (pf_check_held); a
  * trainer sending bad releases is evicted. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -117,6 +118,47 @@ static uint64_t read_len(const struct engine *e, uint32_t x, bool blob)
 	return blob && xfs_blob(e, x) ? xfs_src_len(e, x) : e->cat->samples[x].length;
 }
 
+/* Whether t's own held batches are all that keeps its next batch from being
+ * prepared: it took every batch published, none is being prepared, and the
+ * oldest batch not yet reclaimed is one it holds (staging and slots are
+ * reclaimed in order, so nothing frees until it releases that one). Told to
+ * the trainer through ctrl_out's held_block/held_rel (seer_proto.h): its
+ * seer_next then fails at once with -EDEADLK instead of waiting for ever. */
+void pf_check_held(struct engine *e, struct trainer *t)
+{
+	if (!t->attached || !t->co)
+		return;
+	bool stuck = false;
+	if (!t->resetting && t->next_prep < e->end && t->next_pub == t->next_prep &&
+	    t->tail_g < t->next_pub && !atomic_load(&e->stopping)) {
+		uint32_t unread = ctrl_unread(atomic_load_explicit(&t->co->prod, memory_order_relaxed),
+					      atomic_load_explicit(&t->ci->cons, memory_order_relaxed),
+					      t->nslots);
+		uint32_t mask = t->nslots - 1;
+		stuck = unread == 0 && t->slots[t->tail_g & mask].st == SL_PUB &&
+			(t->blocked || t->slots[t->next_prep & mask].st != SL_FREE);
+	}
+	uint32_t rel = atomic_load_explicit(t->rel.cons, memory_order_relaxed);
+	bool was = atomic_load_explicit(&t->co->held_block, memory_order_relaxed);
+	if (!stuck) {
+		if (was)
+			atomic_store_explicit(&t->co->held_block, 0, memory_order_release);
+		return;
+	}
+	if (was && atomic_load_explicit(&t->co->held_rel, memory_order_relaxed) == rel)
+		return; /* told already, and it released nothing since */
+	atomic_store_explicit(&t->co->held_rel, rel, memory_order_relaxed);
+	atomic_store_explicit(&t->co->held_block, 1, memory_order_release);
+	sess_doorbell(t); /* a seer_next already waiting must see it */
+	uint32_t held = 0;
+	for (uint64_t g = t->tail_g; g < t->next_pub; g++)
+		held += t->slots[g & (t->nslots - 1)].st == SL_PUB;
+	log_info("trainer rank %u holds %u batches (from epoch %llu step %llu; [job] max_held = %llu) "
+		 "and its staging or batch slots are full: its next batch waits for a release",
+		 t->rank, held, (unsigned long long)(t->tail_g / e->sh.bpe),
+		 (unsigned long long)(t->tail_g % e->sh.bpe), (unsigned long long)e->cfg->max_held);
+}
+
 /* on_corrupt = skip: the first sample after s (cyclically) not known to be
  * corrupt and at most `room` bytes long (as read for a blob or not); s
  * itself when there is none. */
@@ -173,6 +215,7 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 		struct trainer *t = &e->tr[w->a];
 		if (t->gen != w->b || !t->attached)
 			continue;
+		stats_epoch(e, w->c / e->sh.bpe)->skipped++; /* a substitute delivered */
 		struct seer_wire_sample *d =
 			(struct seer_wire_sample *)(trainer_wslot(t, (uint32_t)(w->c & (t->nslots - 1))) + 1);
 		d[w->i].id = x;
@@ -201,7 +244,6 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 	tk->len = read_len(e, x, tk->blob);
 	tk->blob = tk->blob && xfs_blob(e, x);
 	tk->err[0] = '\0';
-	stats_epoch(e, e->epochs_done)->skipped++;
 	return true;
 }
 
@@ -259,8 +301,11 @@ static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t 
 	uint64_t need = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
-		if (UNLIKELY(e->bad[s]))
+		if (UNLIKELY(e->bad[s])) {
+			/* known corrupt: substituted (and counted) in every epoch */
 			s = substitute(e, s, UINT64_MAX, false);
+			stats_epoch(e, epoch)->skipped++;
+		}
 		e->ids[i] = s;
 		e->routes[i] = (uint8_t)route_sample(&v, t->rank, s, &e->keys[i]);
 		if (e->routes[i] != ROUTE_RAM)

@@ -6,15 +6,19 @@
  * loop runs: engine work, control-plane messages, the end of the job.
  * Everything here runs on the dispatcher thread. Failure: set-up errors are
  * logged and the daemon exits 1; a bad connection is answered with the
- * reason and closed; a fatal engine or cluster error stops every node. */
+ * reason and closed; out of file descriptors, accepting pauses until the
+ * next tick (one connection is told why on a spare descriptor) with one
+ * warning per 10 s; a fatal engine or cluster error stops every node. */
 #define _GNU_SOURCE
 #include "server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -42,6 +46,7 @@ struct pending {
 	pid_t pid;
 	double since;      /* connected, or reply started */
 	long refuse_uid;   /* >= 0: another user's: refuse once its hello is read */
+	bool refuse_fds;   /* accepted on the spare fd: refuse once its hello is read */
 	char *out;         /* seerctl reply text still being sent, or NULL */
 	size_t out_len, out_off;
 	int32_t out_status;
@@ -63,6 +68,13 @@ struct server {
 	int exit_code;
 	uint64_t shed;           /* connections dropped by a flood, not yet logged */
 	double t_shed_log;
+	uint64_t silent;         /* connections closed without a handshake, not yet logged */
+	double t_silent_log;
+	int spare_fd;            /* /dev/null, closed to accept and refuse one at EMFILE */
+	bool accept_paused;      /* out of fds: the listener is out of epoll until the tick */
+	uint64_t accept_fails;   /* not yet logged */
+	double t_accept_log;
+	int accept_errno;
 };
 
 static int make_listener(struct server *s, char *err, size_t errlen)
@@ -110,22 +122,102 @@ static void ep_add(int epfd, int fd, uint64_t tag)
 	epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+/* The spare descriptor back, once the connection it made room for is gone
+ * (fails quietly while the process is still out of descriptors). */
+static void spare_restore(struct server *s)
+{
+	if (s->spare_fd < 0)
+		s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 static void pend_close(struct server *s, int i)
 {
 	struct pending *p = &s->pend[i];
 	if (p->fd >= 0) {
 		epoll_ctl(s->epfd, EPOLL_CTL_DEL, p->fd, NULL);
 		close(p->fd);
+		if (p->refuse_fds)
+			spare_restore(s);
 	}
 	free(p->out);
 	p->out = NULL;
 	p->fd = -1;
+	p->refuse_fds = false;
+}
+
+/* Out of descriptors (or kernel memory): the backlog keeps the listener
+ * readable, so accept would fail in a loop. Stop watching it until the next
+ * 1 s tick; one connection is taken on the spare descriptor and told why
+ * (accept_all); one line per 10 s says how often it happened. */
+static void accept_pause(struct server *s, int err)
+{
+	if (!s->accept_paused)
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
+	s->accept_paused = true;
+	s->accept_errno = err;
+	s->accept_fails++;
+}
+
+/* The 1 s tick: listen again, and report the pauses. */
+static void accept_resume(struct server *s, double t)
+{
+	if (s->accept_fails && t - s->t_accept_log >= 10.0) {
+		struct rlimit rl = { 0, 0 };
+		getrlimit(RLIMIT_NOFILE, &rl);
+		log_warn("cannot accept connections: %s (open-file limit %llu); stopped accepting "
+			 "for a second %llu time(s) since the last report: raise the limit (ulimit "
+			 "-n) or lower [prefetch] io_threads", strerror(s->accept_errno),
+			 (unsigned long long)rl.rlim_cur, (unsigned long long)s->accept_fails);
+		s->accept_fails = 0;
+		s->t_accept_log = t;
+	}
+	if (s->accept_paused) {
+		s->accept_paused = false;
+		ep_add(s->epfd, s->lfd, EP_TAG(EP_LISTEN, 0));
+	}
+	spare_restore(s);
+}
+
+/* A free pending slot, making one from the oldest silent connection if
+ * needed (a flood: the oldest goes, so a real trainer arriving now still
+ * gets in). */
+static int pend_slot(struct server *s)
+{
+	int oldest = 0;
+	for (int i = 0; i < MAX_PENDING; i++) {
+		if (s->pend[i].fd < 0)
+			return i;
+		if (s->pend[i].since < s->pend[oldest].since)
+			oldest = i;
+	}
+	struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EREFUSED };
+	snprintf(w.msg, sizeof(w.msg), "too many connections awaiting their handshake");
+	sock_send(s->pend[oldest].fd, &w, sizeof(w), NULL, 0);
+	pend_close(s, oldest);
+	s->shed++;
+	return oldest;
 }
 
 static void accept_all(struct server *s)
 {
 	for (;;) {
+		bool spare = false;
 		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			       errno == ENOMEM)) {
+			int err = errno;
+			if (s->spare_fd >= 0 && (err == EMFILE || err == ENFILE)) {
+				close(s->spare_fd);
+				s->spare_fd = -1;
+				fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+				spare = fd >= 0;
+				if (fd < 0)
+					spare_restore(s);
+			}
+			accept_pause(s, err);
+			if (fd < 0)
+				return;
+		}
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 				log_warn("accept: %s", strerror(errno));
@@ -141,28 +233,12 @@ static void accept_all(struct server *s)
 			log_warn("refused a connection from uid %ld (pid %d): not the job's user",
 				 refuse, (int)cred.pid);
 		}
-		int slot = -1, oldest = 0;
-		for (int i = 0; i < MAX_PENDING; i++) {
-			if (s->pend[i].fd < 0) {
-				slot = i;
-				break;
-			}
-			if (s->pend[i].since < s->pend[oldest].since)
-				oldest = i;
-		}
-		if (slot < 0) {
-			/* a flood of silent connections: the oldest one goes, so a
-			 * real trainer arriving now still gets in */
-			struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EREFUSED };
-			snprintf(w.msg, sizeof(w.msg), "too many connections awaiting their handshake");
-			sock_send(s->pend[oldest].fd, &w, sizeof(w), NULL, 0);
-			pend_close(s, oldest);
-			s->shed++;
-			slot = oldest;
-		}
+		int slot = pend_slot(s);
 		s->pend[slot] = (struct pending){ .fd = fd, .pid = cred.pid, .since = now_s(),
-						  .refuse_uid = refuse };
+						  .refuse_uid = refuse, .refuse_fds = spare };
 		ep_add(s->epfd, fd, EP_TAG(EP_CONN, slot));
+		if (spare)
+			return; /* paused until the tick */
 	}
 }
 
@@ -243,6 +319,27 @@ static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *
 	}
 }
 
+/* Refuse a connection whose hello (n bytes) was read: seerctl gets a
+ * control reply it can print, a trainer an ERROR; then close it. */
+static void refuse_conn(int fd, const struct seer_msg_hello *h, ssize_t n, int status,
+			const char *msg)
+{
+	if (n == (ssize_t)sizeof(*h) && h->magic == SEER_MAGIC_HELLO && h->kind == SEER_MSG_CTL) {
+		char buf[sizeof(struct seer_msg_ctl_reply) + SEER_ERRMSG_MAX];
+		size_t len = strnlen(msg, SEER_ERRMSG_MAX);
+		struct seer_msg_ctl_reply r = { .kind = SEER_MSG_CTL_REPLY, .status = status,
+						.len = (uint32_t)len };
+		memcpy(buf, &r, sizeof(r));
+		memcpy(buf + sizeof(r), msg, len);
+		sock_send(fd, buf, sizeof(r) + len, NULL, 0);
+	} else {
+		struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = status };
+		str_copy(w.msg, sizeof(w.msg), msg);
+		sock_send(fd, &w, sizeof(w), NULL, 0);
+	}
+	close(fd);
+}
+
 static void on_conn(struct server *s, uint32_t slot)
 {
 	struct pending *p = &s->pend[slot];
@@ -260,11 +357,22 @@ static void on_conn(struct server *s, uint32_t slot)
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
 	p->fd = -1;
 	if (p->refuse_uid >= 0) {
-		struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EREFUSED };
-		snprintf(w.msg, sizeof(w.msg), "seerd serves only its own user (uid %u); you are uid %ld",
-			 (unsigned)getuid(), p->refuse_uid);
-		sock_send(fd, &w, sizeof(w), NULL, 0);
-		close(fd);
+		char msg[SEER_ERRMSG_MAX];
+		snprintf(msg, sizeof(msg), "permission denied: seerd serves only its own user (uid "
+			 "%u); you are uid %ld", (unsigned)getuid(), p->refuse_uid);
+		refuse_conn(fd, &h, n, SEER_EREFUSED, msg);
+		return;
+	}
+	if (p->refuse_fds) {
+		struct rlimit rl = { 0, 0 };
+		getrlimit(RLIMIT_NOFILE, &rl);
+		char msg[SEER_ERRMSG_MAX];
+		snprintf(msg, sizeof(msg), "seerd is out of file descriptors (open-file limit %llu): "
+			 "try again later; raise its limit (ulimit -n) or lower [prefetch] io_threads",
+			 (unsigned long long)rl.rlim_cur);
+		p->refuse_fds = false;
+		refuse_conn(fd, &h, n, -EMFILE, msg);
+		spare_restore(s);
 		return;
 	}
 	if (n != (ssize_t)sizeof(h) || h.magic != SEER_MAGIC_HELLO) {
@@ -308,17 +416,29 @@ static void expire_pending(struct server *s)
 		s->shed = 0;
 		s->t_shed_log = t;
 	}
+	pid_t last = 0;
 	for (int i = 0; i < MAX_PENDING; i++) {
 		if (s->pend[i].fd >= 0 && t - s->pend[i].since > HELLO_TIMEOUT_S) {
-			if (s->pend[i].out)
+			if (s->pend[i].out) {
 				log_warn("seerctl pid %d read %zu of its %zu-byte reply in %.0f s; "
 					 "closing", (int)s->pend[i].pid, s->pend[i].out_off,
 					 s->pend[i].out_len, HELLO_TIMEOUT_S);
-			else
-				log_warn("pid %d connected but sent no handshake in %.0f s; closing",
-					 (int)s->pend[i].pid, HELLO_TIMEOUT_S);
+			} else {
+				s->silent++;
+				last = s->pend[i].pid;
+			}
 			pend_close(s, i);
 		}
+	}
+	/* one line per 10 s, however many connections stay silent */
+	if (s->silent && t - s->t_silent_log >= 10.0) {
+		char who[48] = "";
+		if (last)
+			snprintf(who, sizeof(who), " (the last from pid %d)", (int)last);
+		log_warn("%llu connection(s) sent no handshake within %.0f s and were closed%s",
+			 (unsigned long long)s->silent, HELLO_TIMEOUT_S, who);
+		s->silent = 0;
+		s->t_silent_log = t;
 	}
 }
 
@@ -520,6 +640,7 @@ static bool dispatch(struct server *s)
 			uint64_t v;
 			ssize_t r UNUSED = read(s->tfd, &v, sizeof(v));
 			expire_pending(s);
+			accept_resume(s, now_s());
 			engine_tick(s->e);
 			break;
 		}
@@ -551,6 +672,8 @@ static void server_close(struct server *s, int rc)
 	}
 	for (int i = 0; i < MAX_PENDING; i++)
 		pend_close(s, i);
+	if (s->spare_fd >= 0)
+		close(s->spare_fd);
 	if (s->tfd >= 0)
 		close(s->tfd);
 	if (s->sfd >= 0)
@@ -563,15 +686,17 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	       unsigned node, unsigned nnodes)
 {
 	struct server s = { .cfg = cfg, .lfd = -1, .sfd = -1, .tfd = -1, .epfd = -1, .cl = cl,
-			    .node = node, .nnodes = nnodes };
+			    .node = node, .nnodes = nnodes, .spare_fd = -1 };
 	for (int i = 0; i < MAX_PENDING; i++)
 		s.pend[i].fd = -1;
 	char err[1024];
 	int rc = 1;
 	/* the socket path may carry the node rank (several daemons on one host) */
 	if (node_path(s.sock_path, sizeof(s.sock_path), cfg->socket, node) != 0) {
+		char show[CAT_PATH_SHOW];
 		log_error("[daemon] socket %s is longer than %zu bytes with the node rank: set a "
-			  "shorter path", cfg->socket, sizeof(s.sock_path) - 1);
+			  "shorter path", cat_path_abbrev(show, sizeof(show), cfg->socket),
+			  sizeof(s.sock_path) - 1);
 		goto out;
 	}
 	if (loop_open(&s) != 0)
@@ -585,6 +710,7 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		goto out;
 	}
 	ep_add(s.epfd, s.lfd, EP_TAG(EP_LISTEN, 0));
+	spare_restore(&s);
 	/* launch scripts wait for this line's file */
 	log_info("serving job '%s' on %s", cfg->job_id, s.sock_path);
 	s.exit_code = 0;

@@ -123,6 +123,7 @@ static int make_ctrl(struct engine *e, struct trainer *t, int sock, const struct
 	t->co->slot_stride = l->stride;
 	t->co->ring_off = l->ring_off;
 	t->co->slots_off = l->slots_off;
+	t->co->max_held = (uint32_t)e->cfg->max_held;
 	t->ci->magic = SEER_MAGIC_CTIN;
 	t->ci->version = SEER_PROTO_VERSION;
 	t->ci->nslots = ns;
@@ -219,30 +220,31 @@ static int check_hello(struct engine *e, int sock, const struct seer_msg_hello *
 	return 0;
 }
 
-/* The hello's world size: the first trainer's sets the job's shape. 0, or
- * the refusal sent. */
+/* The hello's world size: the first trainer's sets the job's shape; another
+ * one replaces it once nothing of the old one is left (place_can_reshape),
+ * so a stray trainer with a wrong world size does not lock the job out.
+ * 0, or the refusal sent. */
 static int check_world(struct engine *e, int sock, const struct seer_msg_hello *h)
 {
-	if (!e->shape_ready) {
-		/* the first trainer sets the world size: check it before sizing
-		 * anything by it, and refuse only that trainer when it is wrong */
-		char err[SEER_ERRMSG_MAX];
-		if (h->world > SEER_MAX_WORLD) {
-			send_refusal(sock, -EINVAL, "world size %u is more than seer serves (%u)",
-				     h->world, SEER_MAX_WORLD);
+	char err[SEER_ERRMSG_MAX];
+	if (e->shape_ready && h->world != e->world) {
+		char why[160];
+		if (place_can_reshape(e, why, sizeof(why)) != 0) {
+			send_refusal(sock, -EINVAL, "world size %u, but this job's trainers have world "
+				     "size %u (%s)", h->world, e->world, why);
 			return -EINVAL;
 		}
+		place_drop_shape(e);
+	}
+	if (!e->shape_ready) {
+		/* checked before anything is sized by it; only this trainer is
+		 * refused when it is wrong */
 		int rc = place_shape_init(e, h->world, err, sizeof(err));
 		if (rc != 0) {
 			place_shape_free(e);
 			send_refusal(sock, rc, "%s", err);
 			return rc;
 		}
-	}
-	if (h->world != e->world) {
-		send_refusal(sock, -EINVAL, "world size %u, but this job's trainers have world size %u",
-			     h->world, e->world);
-		return -EINVAL;
 	}
 	return 0;
 }
@@ -309,7 +311,10 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pi
 
 void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *why)
 {
-	uint64_t resume = sess_first_unreleased(t);
+	/* a seek it asked for and left before the answer: it resumes where it
+	 * asked to go, and the next session starts with no seek pending */
+	uint64_t resume = t->seek_pending ? t->restart_g : sess_first_unreleased(t);
+	t->seek_pending = false;
 	t->resume_g = resume;
 	if (evicted && t->co) {
 		atomic_store_explicit(&t->co->state, SEER_STATE_EVICTED, memory_order_release);
@@ -366,7 +371,7 @@ static void handle_seek(struct engine *e, struct trainer *t, const struct seer_m
 		return;
 	struct seer_msg_seek r = { .kind = SEER_MSG_SEEK_OK };
 	if (m->epoch >= e->cfg->epochs || m->step >= e->sh.bpe || t->seek_pending) {
-		r.status = -ERANGE;
+		r.status = t->seek_pending ? -EBUSY : -ERANGE; /* busy: a seek not yet answered */
 		sock_send(t->sock, &r, sizeof(r), NULL, 0);
 		return;
 	}
@@ -378,8 +383,9 @@ static void handle_seek(struct engine *e, struct trainer *t, const struct seer_m
 	t->restart_g = m->epoch * e->sh.bpe + m->step;
 	t->seek_pending = true;
 	t->resetting = true;
-	log_info("trainer rank %u seeks to epoch %llu step %llu", t->rank,
-		 (unsigned long long)m->epoch, (unsigned long long)m->step);
+	log_info("trainer rank %u seeks to epoch %llu step %llu (%u reads still landing in its "
+		 "staging)", t->rank, (unsigned long long)m->epoch, (unsigned long long)m->step,
+		 t->inflight);
 	if (t->inflight == 0)
 		sess_finish_reset(e, t);
 }

@@ -24,6 +24,13 @@ int stg_alloc(struct stg *s, uint64_t need, uint64_t *off)
 		return -E2BIG;
 	uint64_t phys = s->vhead % s->cap;
 	uint64_t pad = phys + need > s->cap ? s->cap - phys : 0;
+	if (pad && s->vhead == s->vtail) {
+		/* empty: start over at the base, skipping nothing (else a batch
+		 * bigger than the rest of the ring and than what precedes it
+		 * would never fit, with nothing left to reclaim) */
+		s->vhead = s->vtail = s->vhead + pad;
+		pad = 0;
+	}
 	if (s->vhead + pad + need - s->vtail > s->cap)
 		return -ENOSPC;
 	*off = s->base + (s->vhead + pad) % s->cap;

@@ -5,7 +5,8 @@
  * grow (physical = v % cap): batches allocate in order and are reclaimed in
  * order, so a batch's span is one mark (the head after its allocation).
  * An allocation never wraps inside itself: when the rest of the ring is too
- * short it skips to the start (the skipped tail is reclaimed with it).
+ * short it skips to the start (the skipped tail is reclaimed with it; an
+ * empty ring skips nothing: it starts over at its base).
  *
  * Pure bookkeeping, no locks: the dispatcher owns each trainer's ring
  * (tests/unit/test_staging.c drives it directly). */
@@ -35,8 +36,9 @@ int stg_alloc(struct stg *s, uint64_t need, uint64_t *off);
 static inline uint64_t stg_mark(const struct stg *s) { return s->vhead; }
 
 /* Free everything allocated before `mark` (a value stg_mark returned). Marks
- * are reclaimed in order: 0; -EINVAL for a mark behind the tail or past the
- * head (nothing changes). */
+ * are reclaimed in order: 0; -EINVAL for a mark behind the tail (already
+ * free: also a zero-byte batch's mark from before an empty ring started
+ * over) or past the head (nothing changes). */
 int stg_reclaim(struct stg *s, uint64_t mark);
 
 /* Bytes taken, skipped tails included. */

@@ -7,9 +7,10 @@
  * (task `blob`) reads the file into the thread's buffer and waits for the
  * transform pool to decode it in place. Runs on the I/O threads only. It
  * reads the task it was handed and the engine fields engine_int.h lists as
- * fixed at creation (cfg, cat, abase, nvme_fd, nvme_direct, nvme_align, xf)
- * plus the atomic `stopping`; it writes only the task, its own buffer and
- * the arena bytes the task names. Failure: the task's status (negative errno or SEER_E*) and a
+ * fixed at creation (cfg, cat, reader_fds, abase, nvme_fd, nvme_direct,
+ * nvme_align, xf) plus the atomic `stopping`; it writes only the task, its
+ * own buffer and the arena bytes the task names. Failure: the task's status
+ * (negative errno or SEER_E*) and a
  * message in its err. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,6 +38,7 @@ void *worker_init(void *ctx, unsigned idx)
 	struct engine *e = ctx;
 	struct cat_reader *rd = xmalloc(sizeof(*rd));
 	cat_reader_init(rd, e->cat);
+	cat_reader_limit_fds(rd, e->reader_fds);
 	return rd;
 }
 

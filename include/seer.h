@@ -135,7 +135,12 @@ SEER_API void seer_close(seer_client_t *c);
  * or SEER_EBATCH with *out set to a failed batch (seer_batch_error() says
  * which sample and why; release it like any other). -EBUSY when another
  * thread is in seer_next/seer_seek on this client, -EBADF when the client is
- * closed (also by another thread while this call waits). */
+ * closed (also by another thread while this call waits). A trainer may hold
+ * (take and not yet release) up to seerd's [job] max_held batches at once
+ * (default 2: double buffering), which its staging is checked to fit;
+ * holding more works while staging has room, and when the batches it holds
+ * are what keeps the next one from being prepared, seer_next fails at once
+ * with -EDEADLK instead of waiting for ever: release one and call again. */
 SEER_API int seer_next(seer_client_t *c, int timeout_ms, seer_batch_t **out);
 
 /* Give a batch back (from any thread). Every pointer obtained from it

@@ -213,7 +213,8 @@ struct seer_ctrl_out {
 	uint64_t slot_stride; /* bytes per slot */
 	uint64_t ring_off;    /* uint32_t ring[nslots]: slot indices */
 	uint64_t slots_off;   /* first slot */
-	uint8_t pad0_[SEER_CACHELINE - 56];
+	uint32_t max_held;    /* [job] max_held: batches the trainer may hold at once */
+	uint8_t pad0_[SEER_CACHELINE - 60];
 
 	/* Producer index of the out-ring; written by the daemon only, with a
 	 * store-release after the slot and ring entry are written. */
@@ -226,7 +227,16 @@ struct seer_ctrl_out {
 	_Alignas(SEER_CACHELINE) _Atomic uint32_t state;  /* enum seer_daemon_state */
 	_Atomic uint32_t need_wakeup; /* daemon sleeps: write the eventfd after a release */
 	_Atomic uint32_t rel_cons;    /* release-ring consumer index (daemon's) */
-	uint8_t pad2_[SEER_CACHELINE - 12];
+	/* held_block is 1 while the daemon cannot prepare the trainer's next
+	 * batch until the trainer releases one (the oldest batch it holds pins
+	 * its staging and slots, which are reclaimed in order); held_rel is the
+	 * release-ring position the daemon had consumed when it found so
+	 * (written before held_block, which is stored with release). A trainer
+	 * that finds its ring empty, held_block set and held_rel equal to its
+	 * own rel_prod would wait for ever: seer_next fails with -EDEADLK. */
+	_Atomic uint32_t held_block;
+	_Atomic uint32_t held_rel;
+	uint8_t pad2_[SEER_CACHELINE - 20];
 };
 _Static_assert(offsetof(struct seer_ctrl_out, prod) % SEER_CACHELINE == 0, "prod on its own line");
 _Static_assert(offsetof(struct seer_ctrl_out, state) % SEER_CACHELINE == 0, "state on its own line");

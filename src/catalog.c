@@ -494,16 +494,19 @@ int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t e
 			 cat_format_names());
 		return SEER_ECONFIG;
 	}
-	char root[PATH_MAX];
+	char root[PATH_MAX], show[CAT_PATH_SHOW]; /* abbreviated: the reason must survive */
 	if (!o->root || !realpath(o->root, root)) {
+		int e = errno;
 		snprintf(err, errlen,
 			 "dataset path %s: %s: set dataset.path to the directory holding the samples",
-			 o->root ? o->root : "(unset)", o->root ? strerror(errno) : "not set");
+			 o->root ? cat_path_abbrev(show, sizeof(show), o->root) : "(unset)",
+			 o->root ? strerror(e) : "not set");
 		return SEER_EDATASET;
 	}
 	struct stat st;
 	if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "dataset path %s is not a directory", root);
+		snprintf(err, errlen, "dataset path %s is not a directory",
+			 cat_path_abbrev(show, sizeof(show), root));
 		return SEER_EDATASET;
 	}
 	struct cat_opts ro = *o;

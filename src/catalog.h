@@ -143,6 +143,7 @@ char *cat_cache_path(const struct cat_opts *o);
 #define CAT_FD_CACHE 16
 struct cat_reader {
 	const struct catalog *cat;
+	unsigned fd_max;           /* files kept open: 1..CAT_FD_CACHE (cat_reader_limit_fds) */
 	int fd[CAT_FD_CACHE];
 	uint32_t fd_file[CAT_FD_CACHE];
 	uint64_t fd_used[CAT_FD_CACHE];
@@ -157,6 +158,11 @@ struct cat_reader {
 
 int cat_reader_init(struct cat_reader *rd, const struct catalog *c);
 void cat_reader_fini(struct cat_reader *rd);
+/* Keep at most n files open (1..CAT_FD_CACHE; the default is CAT_FD_CACHE):
+ * seerd sizes its I/O threads' readers from its file-descriptor limit. A
+ * reader whose open fails for want of descriptors (EMFILE, ENFILE) closes
+ * the file it would evict for it and tries once more. */
+void cat_reader_limit_fds(struct cat_reader *rd, unsigned n);
 /* Read sample `id` into dst (catalog length bytes). 0, or a negative errno
  * (I/O: -EIO, -ENOENT, ...) or SEER_EDATASET (content does not match the
  * catalog or the format's checks), with rd->err naming file, sample and why.

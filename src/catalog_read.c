@@ -25,9 +25,33 @@ int cat_reader_init(struct cat_reader *rd, const struct catalog *c)
 {
 	memset(rd, 0, sizeof(*rd));
 	rd->cat = c;
+	rd->fd_max = CAT_FD_CACHE;
 	for (int i = 0; i < CAT_FD_CACHE; i++)
 		rd->fd[i] = -1;
 	return 0;
+}
+
+void cat_reader_limit_fds(struct cat_reader *rd, unsigned n)
+{
+	rd->fd_max = n < 1 ? 1 : n > CAT_FD_CACHE ? CAT_FD_CACHE : n;
+	for (unsigned i = rd->fd_max; i < CAT_FD_CACHE; i++) {
+		if (rd->fd[i] >= 0)
+			close(rd->fd[i]);
+		rd->fd[i] = -1;
+	}
+}
+
+/* Open path read-only for slot `victim`; out of descriptors, close the
+ * victim's file first (it is replaced anyway) and try once more. */
+static int reader_open(struct cat_reader *rd, const char *path, int victim)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && rd->fd[victim] >= 0) {
+		close(rd->fd[victim]);
+		rd->fd[victim] = -1;
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	return fd;
 }
 
 void cat_reader_fini(struct cat_reader *rd)
@@ -42,8 +66,8 @@ void cat_reader_fini(struct cat_reader *rd)
 
 int cat_reader_fd(struct cat_reader *rd, uint32_t file)
 {
-	int victim = -1;
-	for (int i = 0; i < CAT_FD_CACHE; i++) {
+	int victim = -1, n = (int)rd->fd_max;
+	for (int i = 0; i < n; i++) {
 		if (rd->fd[i] >= 0 && rd->fd_file[i] == file) {
 			rd->fd_used[i] = ++rd->tick;
 			return rd->fd[i];
@@ -53,7 +77,7 @@ int cat_reader_fd(struct cat_reader *rd, uint32_t file)
 	}
 	if (victim < 0) {
 		victim = 0;
-		for (int i = 1; i < CAT_FD_CACHE; i++)
+		for (int i = 1; i < n; i++)
 			if (rd->fd_used[i] < rd->fd_used[victim])
 				victim = i;
 	}
@@ -61,7 +85,7 @@ int cat_reader_fd(struct cat_reader *rd, uint32_t file)
 	const struct catalog *c = rd->cat;
 	if (snprintf(path, sizeof(path), "%s/%s", c->root, cat_path(c, file)) >= (int)sizeof(path))
 		return -ENAMETOOLONG;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = reader_open(rd, path, victim);
 	if (fd < 0)
 		return -errno;
 	struct stat st;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "catalog.h"
 #include "fmt/registry.h"
 #include "util.h"
 #include "xform/xform.h"
@@ -40,6 +41,10 @@ static const char *const xf_caches[] = { "encoded", "decoded", NULL };
 
 #define F(field) offsetof(struct seer_config, field)
 #define U64MAX UINT64_MAX
+/* Byte sizes of memory and disk: 1 EiB, far beyond any node, and far from
+ * 2^64 so that rounding them up (to pages, to O_DIRECT alignment) and adding
+ * them cannot wrap (2^64 - 1 used to round to "0 B") */
+#define SIZEMAX (1ull << 60)
 
 static const struct cfg_key keys[] = {
 	{ "dataset", "path", CFG_STR, F(dataset_path), "", 0, 0, NULL, false,
@@ -76,17 +81,21 @@ static const struct cfg_key keys[] = {
 	  "false: every epoch in catalog order" },
 	{ "job", "world_size", CFG_U64, F(world_size), "0", 0, 1u << 24, NULL, true,
 	  "trainers in the job (0: from the trainers' handshake)" },
+	{ "job", "max_held", CFG_U64, F(max_held), "2", 1, 1024, NULL, true,
+	  "batches a trainer may hold at once (taken, not yet released: 2 for double buffering, "
+	  "k for k-step gradient accumulation); staging is checked to fit them. Asking for one "
+	  "more while holding them all fails at once (-EDEADLK) instead of waiting" },
 	{ "job", "resume", CFG_STR, F(resume), "", 0, 0, NULL, false,
 	  "epoch:step to start every trainer at; auto: where each rank stopped last time "
 	  "(recorded in state_dir); empty: from the start" },
 
-	{ "cache", "ram", CFG_SIZE, F(ram), "1GiB", 0, U64MAX, NULL, false,
+	{ "cache", "ram", CFG_SIZE, F(ram), "1GiB", 0, SIZEMAX, NULL, false,
 	  "node RAM for cached samples" },
-	{ "cache", "staging", CFG_SIZE, F(staging), "256MiB", 1u << 20, U64MAX, NULL, false,
+	{ "cache", "staging", CFG_SIZE, F(staging), "256MiB", 1u << 20, SIZEMAX, NULL, false,
 	  "node RAM for samples in flight to trainers (split between local trainers)" },
 	{ "cache", "nvme_dir", CFG_STR, F(nvme_dir), "", 0, 0, NULL, false,
 	  "node-local directory for the NVMe tier (empty: no NVMe tier)" },
-	{ "cache", "nvme", CFG_SIZE, F(nvme), "0", 0, U64MAX, NULL, false,
+	{ "cache", "nvme", CFG_SIZE, F(nvme), "0", 0, SIZEMAX, NULL, false,
 	  "bytes of the NVMe tier" },
 	{ "cache", "policy", CFG_ENUM, F(policy), "seer", 0, 0, policies, true,
 	  "seer: one planned copy per sample across the cluster; nopfs: for comparison, each "
@@ -566,6 +575,14 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 			return -EINVAL;
 		}
 	}
+	if (c->lookahead + c->max_held + 2 > 4096) {
+		/* batch slots per trainer: a power of two >= lookahead + max_held + 2,
+		 * at most the 4096 a client takes */
+		snprintf(err, errlen, "[prefetch] lookahead %llu + [job] max_held %llu is more than "
+			 "4094 batches per trainer: lower one of them",
+			 (unsigned long long)c->lookahead, (unsigned long long)c->max_held);
+		return -EINVAL;
+	}
 	if (c->nvme > 0 && !*c->nvme_dir) {
 		snprintf(err, errlen, "[cache] nvme is %llu bytes but nvme_dir is not set",
 			 (unsigned long long)c->nvme);
@@ -584,12 +601,13 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 		free(c->socket);
 		c->socket = xstrdup(buf);
 	}
-	char why[768];
+	char why[768], show[CAT_PATH_SHOW];
 	if (path_check_private_dir(c->state_dir, why, sizeof(why)) != 0) {
+		/* both paths abbreviated: the reason and the advice must survive */
 		snprintf(err, errlen, "[daemon] state_dir %s cannot be trusted: %s. Another user "
 			 "could plant a forged catalog or resume record there: set [daemon] "
 			 "state_dir (or HOME / XDG_CACHE_HOME) to a directory only you can write",
-			 c->state_dir, why);
+			 cat_path_abbrev(show, sizeof(show), c->state_dir), why);
 		return -EINVAL;
 	}
 	return 0;

@@ -32,6 +32,7 @@ struct seer_config {
 	bool drop_last;
 	bool shuffle;
 	uint64_t world_size;    /* 0: learned from the first trainer */
+	uint64_t max_held;      /* batches a trainer may hold at once */
 	char *resume;           /* "" or "epoch:step" */
 	/* [cache] */
 	uint64_t ram;

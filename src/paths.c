@@ -43,10 +43,22 @@ static const char *describe_uid(uid_t uid, char *buf, size_t len)
 	return buf;
 }
 
+/* A path for a message: its head and tail when long, so that what follows
+ * it (the reason) is never cut off. */
+#define PATH_SHOW 160
+static const char *path_show(char buf[PATH_SHOW], const char *path)
+{
+	size_t n = strlen(path);
+	if (n < PATH_SHOW)
+		return path;
+	snprintf(buf, PATH_SHOW, "%.50s...%s", path, path + n - (PATH_SHOW - 54));
+	return buf;
+}
+
 static int not_owner(const char *path, const struct stat *st, char *why, size_t whylen)
 {
-	char a[96], b[96];
-	snprintf(why, whylen, "%s belongs to %s, not to you (%s)", path,
+	char a[96], b[96], p[PATH_SHOW];
+	snprintf(why, whylen, "%s belongs to %s, not to you (%s)", path_show(p, path),
 		 describe_uid(st->st_uid, a, sizeof(a)), describe_uid(geteuid(), b, sizeof(b)));
 	return -EPERM;
 }
@@ -147,13 +159,14 @@ int seer_default_socket(char *buf, size_t len, const char *job_id)
 static int check_component(const char *path, bool last, char *why, size_t whylen)
 {
 	struct stat st;
+	char p[PATH_SHOW];
 	if (stat(path, &st) != 0) {
 		int e = errno;
-		snprintf(why, whylen, "%s: %s", path, strerror(e));
+		snprintf(why, whylen, "%s: %s", path_show(p, path), strerror(e));
 		return -e;
 	}
 	if (!S_ISDIR(st.st_mode)) {
-		snprintf(why, whylen, "%s is not a directory", path);
+		snprintf(why, whylen, "%s is not a directory", path_show(p, path));
 		return -ENOTDIR;
 	}
 	uid_t me = geteuid();
@@ -161,7 +174,7 @@ static int check_component(const char *path, bool last, char *why, size_t whylen
 		return not_owner(path, &st, why, whylen);
 	bool others_write = (st.st_mode & 022) != 0;
 	if (others_write && (last || !(st.st_mode & S_ISVTX))) {
-		snprintf(why, whylen, "%s is writable by other users (mode %04o)", path,
+		snprintf(why, whylen, "%s is writable by other users (mode %04o)", path_show(p, path),
 			 (unsigned)(st.st_mode & 07777));
 		return -EPERM;
 	}
@@ -191,7 +204,8 @@ int path_check_private_dir(const char *dir, char *why, size_t whylen)
 	}
 	if (!realpath(have, real)) {
 		int e = errno;
-		snprintf(why, whylen, "%s: %s", have, strerror(e));
+		char p[PATH_SHOW];
+		snprintf(why, whylen, "%s: %s", path_show(p, have), strerror(e));
 		return -e;
 	}
 	/* every component of the resolved path, from the root down: /, /a, /a/b */
@@ -210,19 +224,20 @@ int path_check_private_dir(const char *dir, char *why, size_t whylen)
 int path_check_owned_file(int fd, const char *path, char *why, size_t whylen)
 {
 	struct stat st;
+	char p[PATH_SHOW];
 	if (fstat(fd, &st) != 0) {
 		int e = errno;
-		snprintf(why, whylen, "%s: %s", path, strerror(e));
+		snprintf(why, whylen, "%s: %s", path_show(p, path), strerror(e));
 		return -e;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		snprintf(why, whylen, "%s is not a regular file", path);
+		snprintf(why, whylen, "%s is not a regular file", path_show(p, path));
 		return -EPERM;
 	}
 	if (st.st_uid != geteuid())
 		return not_owner(path, &st, why, whylen);
 	if ((st.st_mode & 022) != 0) {
-		snprintf(why, whylen, "%s is writable by other users (mode %04o)", path,
+		snprintf(why, whylen, "%s is writable by other users (mode %04o)", path_show(p, path),
 			 (unsigned)(st.st_mode & 07777));
 		return -EPERM;
 	}

@@ -65,13 +65,13 @@ static void render_head(const json_t *root, FILE *out)
 	char a[32], b[32], c[32];
 	const json_t *ds = json_object_get(root, "dataset"), *ca = json_object_get(root, "cache");
 	const json_t *io = json_object_get(root, "io"), *src = json_object_get(root, "sources");
-	fprintf(out, "seerd node %g of %g  pid %g  job %s  %s  up %.1f s  (%g trainers, %g epochs of "
-		"%g steps)\n", jnum(root, "node"), jnum(root, "nodes"), jnum(root, "pid"),
+	fprintf(out, "seerd node %.0f of %.0f  pid %.0f  job %s  %s  up %.1f s  (%.0f trainers, %.0f epochs of "
+		"%.0f steps)\n", jnum(root, "node"), jnum(root, "nodes"), jnum(root, "pid"),
 		jtext(root, "job_id"), jtext(root, "state"), jnum(root, "uptime_s"),
 		jnum(root, "world"), jnum(root, "job_epochs"), jnum(root, "batches_per_epoch"));
-	fprintf(out, "dataset   %g samples, %s, %g files, format %s\n", jnum(ds, "samples"),
+	fprintf(out, "dataset   %.0f samples, %s, %.0f files, format %s\n", jnum(ds, "samples"),
 		sz(a, jnum(ds, "bytes")), jnum(ds, "files"), jtext(ds, "format"));
-	fprintf(out, "RAM       %g of %g planned samples loaded (%s, capacity %s); staging %s\n",
+	fprintf(out, "RAM       %.0f of %.0f planned samples loaded (%s, capacity %s); staging %s\n",
 		jnum(ca, "ram_loaded_samples"), jnum(ca, "ram_planned_samples"),
 		sz(a, jnum(ca, "ram_loaded_bytes")), sz(b, jnum(ca, "ram_capacity")),
 		sz(c, jnum(ca, "staging_capacity")));
@@ -87,12 +87,12 @@ static void render_head(const json_t *root, FILE *out)
 	else
 		fprintf(out, "replicas  off\n");
 	if (jbool(ca, "nvme_enabled"))
-		fprintf(out, "NVMe      %g of %g planned samples written (%s, capacity %s)\n",
+		fprintf(out, "NVMe      %.0f of %.0f planned samples written (%s, capacity %s)\n",
 			jnum(ca, "nvme_loaded_samples"), jnum(ca, "nvme_planned_samples"),
 			sz(a, jnum(ca, "nvme_loaded_bytes")), sz(b, jnum(ca, "nvme_capacity")));
 	else
 		fprintf(out, "NVMe      off\n");
-	fprintf(out, "I/O       %g threads, %g reads pending; %s\n", jnum(io, "threads"),
+	fprintf(out, "I/O       %.0f threads, %.0f reads pending; %s\n", jnum(io, "threads"),
 		jnum(io, "pending"), jtext(io, "placement"));
 	const json_t *xf = json_object_get(root, "transform");
 	if (xf && strcmp(jtext(xf, "decode"), "image") == 0) {
@@ -114,7 +114,7 @@ static void render_head(const json_t *root, FILE *out)
 	const json_t *x;
 	json_object_foreach((json_t *)src, name, x) {
 		if (jnum(x, "reads") > 0)
-			fprintf(out, " %s: %g reads, %.2f ms, %.0f MB/s;", name, jnum(x, "reads"),
+			fprintf(out, " %s: %.0f reads, %.2f ms, %.0f MB/s;", name, jnum(x, "reads"),
 				jnum(x, "latency_ms"), jnum(x, "mb_per_s"));
 		else
 			fprintf(out, " %s: -;", name);
@@ -132,10 +132,10 @@ static void render_trainers(const json_t *root, FILE *out)
 	const json_t *t;
 	json_array_foreach(tr, i, t) {
 		char pos[32], stg[64];
-		snprintf(pos, sizeof(pos), "%g:%g", jnum(t, "epoch"), jnum(t, "step"));
+		snprintf(pos, sizeof(pos), "%.0f:%.0f", jnum(t, "epoch"), jnum(t, "step"));
 		snprintf(stg, sizeof(stg), "%s / %s", sz(a, jnum(t, "staging_used")),
 			 sz(b, jnum(t, "staging_capacity")));
-		fprintf(out, "%-5g %-8g %-9s %-11s %-5g %-5g %-21s %.3f s (%g)\n", jnum(t, "rank"),
+		fprintf(out, "%-5.0f %-8.0f %-9s %-11s %-5.0f %-5.0f %-21s %.3f s (%.0f)\n", jnum(t, "rank"),
 			jnum(t, "pid"), jbool(t, "done") ? "done" : jbool(t, "attached") ? "attached"
 			: "gone", pos, jnum(t, "prefetch_lead"), jnum(t, "held"), stg,
 			jnum(t, "stall_s"), jnum(t, "stalls"));
@@ -146,7 +146,7 @@ static void render_epochs(const json_t *root, FILE *out)
 {
 	const json_t *ep = json_object_get(root, "epochs");
 	if (jnum(root, "epochs_omitted") > 0)
-		fprintf(out, "\n(%g earlier epochs not shown: every epoch is in the stats file)",
+		fprintf(out, "\n(%.0f earlier epochs not shown: every epoch is in the stats file)",
 			jnum(root, "epochs_omitted"));
 	fprintf(out, "\n%-6s %-9s %-9s %-7s %-11s %-11s %-11s %s\n", "epoch", "samples", "seconds",
 		"RAM %", "NVMe", "peers", "PFS", "failed");
@@ -160,7 +160,7 @@ static void render_epochs(const json_t *root, FILE *out)
 			snprintf(sec, sizeof(sec), "%.3f", secs);
 		else
 			snprintf(sec, sizeof(sec), "running");
-		fprintf(out, "%-6g %-9g %-9s %-7.1f %-11s %-11s %-11s %g\n", jnum(e, "epoch"),
+		fprintf(out, "%-6.0f %-9.0f %-9s %-7.1f %-11s %-11s %-11s %.0f\n", jnum(e, "epoch"),
 			jnum(e, "samples"), sec,
 			100.0 * jnum(e, "ram_samples") / (jnum(e, "samples") > 0 ? jnum(e, "samples") : 1),
 			sz(nv, jnum(e, "nvme_bytes")), sz(pe, jnum(e, "peer_bytes")),
@@ -313,6 +313,16 @@ static int ask(const char *sock, const char *cmd, char **out, int *status)
 			break;
 		}
 		memcpy(&r, pkt, sizeof(r));
+		if (r.kind == SEER_MSG_ERROR &&
+		    n >= (ssize_t)offsetof(struct seer_msg_welcome, nsamples)) {
+			/* refused before the command was read (a flood, no fds) */
+			struct seer_msg_welcome w;
+			memcpy(&w, pkt, (size_t)n < sizeof(w) ? (size_t)n : sizeof(w));
+			w.msg[sizeof(w.msg) - 1] = '\0';
+			fprintf(stderr, "seerctl: seerd refused: %s\n", w.msg);
+			rc = 1;
+			break;
+		}
 		if (r.kind != SEER_MSG_CTL_REPLY || r.len > (size_t)n - sizeof(r)) {
 			fprintf(stderr, "seerctl: malformed reply (daemon of another version?)\n");
 			rc = 1;

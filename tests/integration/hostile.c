@@ -31,6 +31,8 @@
  *                back and --count batches must arrive
  *   sock-garbage a few random bytes on the socket after the handshake
  *   seek-range   a SEEK past the job's end (must be refused, session kept)
+ *   seek-abandon a SEEK to epoch 0 step 1, then leave without its answer (the
+ *                reads in flight delay it): the rank must stay usable
  *   mmap-rw      map the arena and ctrl_out writable, mprotect, write(),
  *                ftruncate, remove seals: every attempt must fail
  *   write-arena  write through the read-only arena mapping: must SIGSEGV
@@ -449,9 +451,11 @@ static int mode_rel(const struct opts *o, struct sess *s)
 	} else if (strcmp(o->mode, "rel-ahead") == 0) {
 		atomic_store_explicit(&s->ci->rel_prod, rp + 1000000u, memory_order_release);
 	} else if (strcmp(o->mode, "rel-unheld") == 0) {
-		/* a slot half the ring away from the producer: never published
-		 * while lookahead < nslots / 2 and we take nothing */
-		uint32_t idx = (prod_now(s) + s->w.nslots / 2) & s->mask;
+		/* batch g lives in slot g % nslots; taking nothing, we are sent
+		 * at most lookahead batches from w.start on, and nslots >=
+		 * lookahead + max_held + 2: the slot of batch start + nslots - 1
+		 * is never published, whatever lookahead is */
+		uint32_t idx = (uint32_t)(s->w.start + s->w.nslots - 1) & s->mask;
 		s->rel_ring[rp & s->mask] = idx;
 		atomic_store_explicit(&s->ci->rel_prod, rp + 1, memory_order_release);
 	} else { /* rel-double */
@@ -547,6 +551,18 @@ static int mode_seek_range(const struct opts *o, struct sess *s)
 	}
 	release(s, idx);
 	printf("RESULT seek-refused status=%d session-kept\n", r.status);
+	return 0;
+}
+
+static int mode_seek_abandon(struct sess *s)
+{
+	struct seer_msg_seek m = { .kind = SEER_MSG_SEEK, .epoch = 0, .step = 1 };
+	if (sock_send(s->fd, &m, sizeof(m), NULL, 0) != (ssize_t)sizeof(m)) {
+		printf("RESULT send-failed\n");
+		return 1;
+	}
+	close(s->fd); /* gone before the answer */
+	printf("RESULT seek-sent-and-left\n");
 	return 0;
 }
 
@@ -673,6 +689,8 @@ static int run_session(const struct opts *o)
 		return mode_sock_garbage(&s);
 	if (strcmp(m, "seek-range") == 0)
 		return mode_seek_range(o, &s);
+	if (strcmp(m, "seek-abandon") == 0)
+		return mode_seek_abandon(&s);
 	if (strcmp(m, "mmap-rw") == 0)
 		return mode_mmap_rw(&s);
 	if (strncmp(m, "write-", 6) == 0)
@@ -720,7 +738,7 @@ static int run(const struct opts *o)
 		return mode_ctl_slow(o, &h);
 	static const char *const session_modes[] = {
 		"rel-garbage", "rel-ahead", "rel-unheld", "rel-double", "cons-ahead", "cons-behind",
-		"sock-garbage", "seek-range", "mmap-rw", "write-arena", "write-ctrl", "truncate-in",
+		"sock-garbage", "seek-range", "seek-abandon", "mmap-rw", "write-arena", "write-ctrl", "truncate-in",
 		"efd-flood",
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(session_modes); i++)

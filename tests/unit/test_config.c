@@ -94,6 +94,7 @@ Test(config, defaults)
 	cr_assert_eq(cfg.drop_last, false);
 	cr_assert_eq(cfg.shuffle, true);
 	cr_assert_eq(cfg.world_size, 0);
+	cr_assert_eq(cfg.max_held, 2);
 	cr_assert_str_eq(cfg.resume, "");
 	cr_assert_eq(cfg.ram, 1ull << 30);
 	cr_assert_eq(cfg.staging, 256ull << 20);
@@ -249,6 +250,10 @@ static struct val_case val_cases[] = {
 	BAD("cache", "ram", "99999999TiB", T_U64, ram),
 	BAD("cache", "staging", "1000", T_U64, staging),       /* below 1 MiB */
 	BAD("cache", "staging", "1048575", T_U64, staging),
+	BAD("cache", "staging", "18446744073709551615", T_U64, staging), /* rounded to 0 B once */
+	BAD("cache", "ram", "1152921504606846977", T_U64, ram),
+	BAD("cache", "nvme", "18446744073709551615", T_U64, nvme),
+	GOOD_U("cache", "staging", "1152921504606846976", staging, 1ull << 60),
 	/* integers with ranges */
 	GOOD_U("job", "seed", "18446744073709551615", seed, UINT64_MAX),
 	GOOD_U("job", "seed", "0x10", seed, 16),
@@ -258,6 +263,8 @@ static struct val_case val_cases[] = {
 	GOOD_U("job", "batch_size", "1048576", batch_size, 1048576),
 	GOOD_U("job", "world_size", "0", world_size, 0),
 	GOOD_U("job", "world_size", "16777216", world_size, 16777216),
+	GOOD_U("job", "max_held", "1", max_held, 1),
+	GOOD_U("job", "max_held", "1024", max_held, 1024),
 	GOOD_U("prefetch", "retries", "0", retries, 0),
 	GOOD_U("prefetch", "io_threads", "1024", io_threads, 1024),
 	BAD("job", "seed", "18446744073709551616", T_U64, seed),
@@ -269,6 +276,8 @@ static struct val_case val_cases[] = {
 	BAD("job", "batch_size", "0", T_U64, batch_size),
 	BAD("job", "batch_size", "1048577", T_U64, batch_size),
 	BAD("job", "world_size", "16777217", T_U64, world_size),
+	BAD("job", "max_held", "0", T_U64, max_held),
+	BAD("job", "max_held", "1025", T_U64, max_held),
 	BAD("prefetch", "io_threads", "0", T_U64, io_threads),
 	BAD("prefetch", "io_threads", "1025", T_U64, io_threads),
 	BAD("prefetch", "lookahead", "4097", T_U64, lookahead),
@@ -674,6 +683,7 @@ Test(config, finish_cross_checks)
 		{ { "job.resume=1:", NULL }, "resume" },
 		{ { "job.epochs=5", "job.resume=5:0" }, "past" },
 		{ { "cache.nvme=1GiB", NULL }, "nvme_dir" },
+		{ { "prefetch.lookahead=4000", "job.max_held=95" }, "max_held" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		cfg_free(&cfg);
@@ -695,6 +705,8 @@ Test(config, finish_cross_checks)
 			     err, sizeof(err)), 0);
 	cr_assert_eq(cfg_set(&cfg, "cache.nvme=1GiB", err, sizeof(err)), 0);
 	cr_assert_eq(cfg_set(&cfg, "cache.nvme_dir=/nvme", err, sizeof(err)), 0);
+	cr_assert_eq(cfg_set(&cfg, "prefetch.lookahead=4000", err, sizeof(err)), 0);
+	cr_assert_eq(cfg_set(&cfg, "job.max_held=94", err, sizeof(err)), 0);
 	cr_assert_eq(cfg_finish(&cfg, err, sizeof(err)), 0, "%s", err);
 	uint64_t e, s;
 	cr_assert_eq(cfg_resume(&cfg, &e, &s), 0);
@@ -712,6 +724,7 @@ static void assert_same_config(const struct seer_config *a, const struct seer_co
 	S(dataset_path); S(dataset_format); S(extensions); S(hdf5_data); S(hdf5_labels);
 	S(npz_data); S(npz_labels); S(npz_sample_axis); S(on_corrupt); N(catalog_rebuild);
 	S(job_id); N(seed); N(epochs); N(batch_size); N(drop_last); N(shuffle); N(world_size);
+	N(max_held);
 	S(resume); N(ram); N(staging); S(nvme_dir); N(nvme); N(io_threads); N(lookahead);
 	N(retries); D(retry_backoff_ms); S(provider); D(peer_timeout_ms); S(socket);
 	S(state_dir); S(log_level); S(stats_file); S(cpuset); D(connect_timeout_s);
@@ -867,6 +880,7 @@ ParameterizedTestParameters(config, job_hash)
 		{ "job.drop_last=true", true },
 		{ "job.shuffle=false", true },
 		{ "job.world_size=8", true },
+		{ "job.max_held=3", true },
 		{ "job.id=other", true },
 		{ "dataset.format=npz", true },
 		{ "dataset.extensions=jpg", true },

@@ -77,6 +77,24 @@ Test(staging, wrap_skips_the_short_tail)
 	cr_assert_eq(stg_used(&s), 0);
 }
 
+Test(staging, an_empty_ring_starts_over_at_its_base)
+{
+	/* 600 bytes taken and freed leave the head at 600: a 700-byte batch
+	 * fits neither before the end nor, counting the skipped tail, in the
+	 * ring; empty, the ring must start over at its base instead */
+	struct stg s;
+	stg_init(&s, BASE, 1000);
+	uint64_t off;
+	cr_assert_eq(stg_alloc(&s, 600, &off), 0);
+	cr_assert_eq(stg_reclaim(&s, stg_mark(&s)), 0);
+	cr_assert_eq(stg_alloc(&s, 700, &off), 0, "an empty ring must take a batch that fits it");
+	cr_assert_eq(off, BASE);
+	cr_assert_eq(stg_used(&s), 700, "nothing skipped");
+	cr_assert_eq(stg_reclaim(&s, stg_mark(&s)), 0);
+	cr_assert_eq(stg_alloc(&s, 1000, &off), 0, "the whole ring, when empty");
+	cr_assert_eq(off, BASE);
+}
+
 Test(staging, reclaim_in_order_only)
 {
 	struct stg s;
