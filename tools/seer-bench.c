@@ -8,6 +8,7 @@
  *   mpirun -np 4 seer-bench --source seer [--socket PATH] [--compute-ms 5]
  *   mpirun -np 4 seer-bench --source files --data DIR --seed S --batch B --epochs E
  *                           [--threads 8] [--prefetch 2]
+ *   seer-bench --membw[=MiB]   one core's read bandwidth with the same loop (the bound)
  *
  * --source files is the baseline: the same files in the same order (seer's
  * sampler), read by a pool of threads a few batches ahead into private
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../src/catalog.h"
@@ -37,6 +39,7 @@ struct opts {
 	unsigned threads, prefetch;
 	double compute_ms, compute_sd;
 	bool quiet;
+	uint64_t membw_mib;
 };
 
 /* ---- touching every byte ------------------------------------------------ */
@@ -57,6 +60,26 @@ static uint64_t touch(const void *p, uint64_t n)
 	for (uint64_t k = 0; k < n % 8; k++)
 		b ^= (uint64_t)t[k] << (8 * k);
 	return a ^ b ^ c ^ d;
+}
+
+/* The bound: one core reading memory with touch() (XOR over 8-byte words)
+ * over a buffer well beyond the caches, pages faulted in first; the best of
+ * `passes` passes (the machine's capability, not its load). Bytes/s. */
+static double membw(uint64_t mib, int passes, uint64_t *sink)
+{
+	uint64_t n = mib << 20;
+	uint8_t *buf = xmalloc(n);
+	memset(buf, 0x5a, n);
+	double best = 0;
+	for (int i = 0; i < passes; i++) {
+		buf[(uint64_t)i * 4096 % n] ^= 1; /* no pass is the same as the last */
+		double t0 = now_s();
+		*sink ^= touch(buf, n);
+		double dt = now_s() - t0;
+		best = MAX(best, (double)n / dt);
+	}
+	free(buf);
+	return best;
 }
 
 /* ---- compute time ------------------------------------------------------- */
@@ -92,13 +115,44 @@ static void busy_sleep(double s)
 
 /* ---- per-epoch accounting ---------------------------------------------- */
 
+/* What the kernel counted for this process over one epoch (getrusage
+ * deltas): page faults, context switches, CPU time. Load-independent
+ * evidence where wall-clock time is not. */
+enum { RU_MINFLT, RU_MAJFLT, RU_NVCSW, RU_NIVCSW, RU_UTIME, RU_STIME, RU_N };
+static const char *const ru_name[RU_N] = { "minflt", "majflt", "nvcsw", "nivcsw", "utime_s",
+					     "stime_s" };
+
 struct ep {
 	double t0, t1;
 	double compute;
 	uint64_t samples, bytes;
 	double *stall;
 	uint64_t nstall, capstall;
+	double ru[RU_N];
 };
+
+static void ru_now(double v[RU_N])
+{
+	struct rusage r;
+	getrusage(RUSAGE_SELF, &r);
+	v[RU_MINFLT] = (double)r.ru_minflt;
+	v[RU_MAJFLT] = (double)r.ru_majflt;
+	v[RU_NVCSW] = (double)r.ru_nvcsw;
+	v[RU_NIVCSW] = (double)r.ru_nivcsw;
+	v[RU_UTIME] = (double)r.ru_utime.tv_sec + (double)r.ru_utime.tv_usec * 1e-6;
+	v[RU_STIME] = (double)r.ru_stime.tv_sec + (double)r.ru_stime.tv_usec * 1e-6;
+}
+
+/* Close epoch e's counters: e gets what was counted since `last`. */
+static void ru_close(struct ep *e, double last[RU_N])
+{
+	double v[RU_N];
+	ru_now(v);
+	for (int i = 0; i < RU_N; i++) {
+		e->ru[i] = v[i] - last[i];
+		last[i] = v[i];
+	}
+}
 
 static void ep_stall(struct ep *e, double s)
 {
@@ -125,8 +179,9 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 		fprintf(js, "{\"source\":\"%s\",\"world\":%d,\"compute_ms\":%g,\"epochs\":[", o->source,
 			world, o->compute_ms);
 	if (rank == 0 && !o->quiet)
-		printf("%-6s %6s %10s %10s %9s %7s %11s %11s\n", "source", "epoch", "wall_s",
-		       "samples/s", "MB/s", "AU_%", "stall_med_ms", "stall_p99_ms");
+		printf("%-6s %6s %10s %10s %9s %7s %11s %11s %9s %9s %7s %7s %8s %8s\n", "source",
+		       "epoch", "wall_s", "samples/s", "MB/s", "AU_%", "stall_med_ms", "stall_p99_ms",
+		       "flt/tr", "flt_max", "usr_s", "sys_s", "vcsw", "ivcsw");
 	for (uint64_t e = 0; e < nep; e++) {
 		struct ep *x = &eps[e];
 		double t0 = x->t0, t1 = x->t1, mint0, maxt1, comp;
@@ -136,6 +191,8 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 		MPI_Reduce(&x->compute, &comp, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&s, &S, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&b, &Bt, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+		double *ru = rank == 0 ? xcalloc((size_t)world * RU_N, sizeof(double)) : NULL;
+		MPI_Gather(x->ru, RU_N, MPI_DOUBLE, ru, RU_N, MPI_DOUBLE, 0, MPI_COMM_WORLD);
 		int n = (int)x->nstall;
 		int *counts = rank == 0 ? xcalloc((size_t)world, sizeof(int)) : NULL;
 		MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -158,18 +215,35 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 			double p99 = total ? all[MIN(total - 1, (int)ceil(0.99 * total) - 1)] : 0;
 			double wall = maxt1 - mint0;
 			double au = comp / world / wall * 100.0;
+			double sum[RU_N] = { 0 }, fmax = 0;
+			for (int r = 0; r < world; r++) {
+				for (int i = 0; i < RU_N; i++)
+					sum[i] += ru[r * RU_N + i];
+				fmax = MAX(fmax, ru[r * RU_N + RU_MINFLT]);
+			}
 			if (!o->quiet)
-				printf("%-6s %6llu %10.3f %10.0f %9.1f %7.1f %11.3f %11.3f\n", o->source,
-				       (unsigned long long)e, wall, (double)S / wall, (double)Bt / wall / 1e6,
-				       au, med * 1e3, p99 * 1e3);
+				printf("%-6s %6llu %10.3f %10.0f %9.1f %7.1f %11.3f %11.3f %9.0f %9.0f "
+				       "%7.3f %7.3f %8.0f %8.0f\n", o->source, (unsigned long long)e, wall,
+				       (double)S / wall, (double)Bt / wall / 1e6, au, med * 1e3, p99 * 1e3,
+				       sum[RU_MINFLT] / world, fmax, sum[RU_UTIME], sum[RU_STIME],
+				       sum[RU_NVCSW], sum[RU_NIVCSW]);
 			if (js)
 				fprintf(js, "%s{\"epoch\":%llu,\"wall_s\":%.6f,\"samples\":%llu,"
 					"\"bytes\":%llu,\"samples_per_s\":%.3f,\"mb_per_s\":%.3f,"
 					"\"au\":%.5f,\"stall_median_s\":%.6f,\"stall_p99_s\":%.6f,"
-					"\"compute_s\":%.6f}",
+					"\"compute_s\":%.6f,\"t_start\":%.6f",
 					e ? "," : "", (unsigned long long)e, wall, S, Bt, (double)S / wall,
-					(double)Bt / wall / 1e6, au / 100.0, med, p99, comp / world);
+					(double)Bt / wall / 1e6, au / 100.0, med, p99, comp / world, mint0);
+			for (int i = 0; js && i < RU_N; i++) {
+				fprintf(js, ",\"%s\":[", ru_name[i]); /* one value per trainer */
+				for (int r = 0; r < world; r++)
+					fprintf(js, "%s%.6g", r ? "," : "", ru[r * RU_N + i]);
+				fprintf(js, "]");
+			}
+			if (js)
+				fprintf(js, "}");
 			free(counts);
+			free(ru);
 			free(displs);
 			free(all);
 		}
@@ -195,6 +269,8 @@ static int run_seer(const struct opts *o, int rank, int world, struct ep **out, 
 	struct ep *eps = xcalloc(E, sizeof(*eps));
 	uint64_t e = 0;
 	bool started = false;
+	double ru_last[RU_N];
+	ru_now(ru_last);
 	for (;;) {
 		seer_batch_t *b;
 		double tw = now_s();
@@ -202,6 +278,7 @@ static int run_seer(const struct opts *o, int rank, int world, struct ep **out, 
 		double t = now_s();
 		if (rc == SEER_EEPOCH) {
 			eps[e].t1 = t;
+			ru_close(&eps[e], ru_last);
 			e++;
 			started = false;
 			continue;
@@ -322,6 +399,8 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 	uint64_t issued = 0;
 	struct ep *eps = xcalloc(o->epochs, sizeof(*eps));
 	uint32_t ids[1024];
+	double ru_last[RU_N];
+	ru_now(ru_last);
 	for (uint64_t g = 0; g < total; g++) {
 		/* keep `depth` batches in flight, as DataLoader's prefetch_factor */
 		pthread_mutex_lock(&p.mu);
@@ -361,8 +440,10 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 		busy_sleep(cs);
 		eps[e].compute += cs;
 		MPI_Barrier(MPI_COMM_WORLD);
-		if (g % sh.bpe == sh.bpe - 1)
+		if (g % sh.bpe == sh.bpe - 1) {
 			eps[e].t1 = now_s();
+			ru_close(&eps[e], ru_last);
+		}
 	}
 	pthread_mutex_lock(&p.mu);
 	p.stop = true;
@@ -396,6 +477,7 @@ int main(int argc, char **argv)
 		{ "compute-sd-ms", required_argument, NULL, 'v' },
 		{ "json", required_argument, NULL, 'j' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "membw", optional_argument, NULL, 'm' },
 		{ 0 },
 	};
 	int ch;
@@ -415,12 +497,28 @@ int main(int argc, char **argv)
 		case 'v': o.compute_sd = atof(optarg); break;
 		case 'j': o.json = optarg; break;
 		case 'q': o.quiet = true; break;
+		case 'm': o.membw_mib = optarg ? strtoull(optarg, NULL, 0) : 512; break;
 		default:
 			fprintf(stderr, "usage: seer-bench --source seer|files [--socket P] [--data DIR "
 					"--format F --seed S --epochs E --batch B --drop-last --threads N "
-					"--prefetch P] [--compute-ms MS --compute-sd-ms SD] [--json FILE]\n");
+					"--prefetch P] [--compute-ms MS --compute-sd-ms SD] [--json FILE]\n"
+					"       seer-bench --membw[=MiB] [--json FILE]   (one core's "
+					"read bandwidth, no MPI)\n");
 			return 2;
 		}
+	}
+	if (o.membw_mib) {
+		uint64_t sink = 0;
+		double bps = membw(MAX(o.membw_mib, 64ull), 8, &sink);
+		printf("single-core read bandwidth: %.2f GB/s (XOR over 8-byte words, %llu MiB, best "
+		       "of 8 passes)\n", bps / 1e9, (unsigned long long)MAX(o.membw_mib, 64ull));
+		FILE *js = o.json ? fopen(o.json, "w") : NULL;
+		if (js) {
+			fprintf(js, "{\"membw_bps\":%.0f,\"mib\":%llu,\"sink\":%llu}\n", bps,
+				(unsigned long long)MAX(o.membw_mib, 64ull), (unsigned long long)sink);
+			fclose(js);
+		}
+		return 0;
 	}
 	MPI_Init(&argc, &argv);
 	int rank, world;
