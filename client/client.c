@@ -89,6 +89,7 @@ void client_destroy(struct seer_client *c, bool tell_daemon)
 			close(fds[i]);
 	free(c->slots);
 	free(c->wslots);
+	pf_free(c);
 	if (!atomic_load(&c->forked)) /* a fork child may have copied it locked */
 		pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -197,12 +198,23 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 {
 	if (c->epoch_marker) {
 		c->epoch_marker = false;
+		/* every page the daemon has filled by now, mapped before the next
+		 * epoch's reads: after the cold epoch, the whole cache */
+		pf_pass(c);
 		return SEER_EEPOCH;
 	}
 	if (c->next_global >= c->total)
 		return SEER_EEND;
 	uint32_t idx;
-	int rc = -EAGAIN;
+	int rc = ring_pop(&c->out, &idx);
+	if (rc != 0) {
+		/* nothing to take yet: spend the wait mapping what the daemon has
+		 * filled (one pass per wait at most), looking at the ring between
+		 * steps */
+		pf_restart(c);
+		while (ring_count(&c->out) == 0 && !atomic_load(&c->closing) && pf_step(c)) {
+		}
+	}
 	for (int i = 0; i < SPIN_ITERS && rc != 0; i++) {
 		if ((rc = ring_pop(&c->out, &idx)) != 0)
 			cpu_relax();

@@ -47,6 +47,20 @@ struct slot {
 	char msg[SEER_ERRMSG_MAX]; /* copied at delivery when status != 0 */
 };
 
+/* Mapping the daemon's filled arena pages ahead of the trainer's reads
+ * (prefault.c; consumer thread only). */
+struct prefault {
+	uint64_t pos;              /* next offset of the open pass (arena_size: none open) */
+	uint64_t run_end;          /* [pos, run_end) is known present */
+	uint64_t *done;            /* one bit per 2 MiB chunk mapped in full */
+	uint64_t nchunks;
+	uint64_t pages, passes;    /* pages mapped (counting repeats), passes begun */
+	bool chunk_full;           /* no hole seen so far in pos's chunk */
+	bool no_populate;          /* MADV_POPULATE_READ refused: byte reads only */
+	bool off;                  /* SEER_PREFAULT=0, or the fd cannot seek data */
+	uint8_t sink;
+};
+
 struct seer_client {
 	uint32_t hidx;             /* handle table index */
 	int sock, efd, arena_fd;
@@ -77,6 +91,7 @@ struct seer_client {
 	_Atomic bool closing;      /* seer_close started: waiting calls return */
 	_Atomic bool forked;       /* we are a fork child: the connection is the parent's */
 	_Atomic bool broken;       /* a seek timed out: the stream position is unknown */
+	struct prefault pf;
 };
 
 /* ---- handle table (handle.c) ------------------------------------------------ */
@@ -112,5 +127,18 @@ void client_destroy(struct seer_client *c, bool tell_daemon);
 /* The client has failed for good (fork child, lost seek): -EBADF or
  * -EPIPE with seer_errmsg() set, else 0. */
 int client_unusable(struct seer_client *c, const char *fn);
+
+/* ---- prefaulting the arena (prefault.c) ---------------------------------------- */
+/* Set up (after the arena is mapped); pf_free undoes it. Never fails: without
+ * memory for the bitmap, prefaulting is off. */
+void pf_init(struct seer_client *c);
+void pf_free(struct seer_client *c);
+/* Open a new pass over the arena unless one is open. */
+void pf_restart(struct seer_client *c);
+/* Map up to 256 KiB of present, not yet mapped pages; false when the open
+ * pass has nothing left (or prefaulting is off). */
+bool pf_step(struct seer_client *c);
+/* A whole pass now: every page present in the arena is mapped on return. */
+void pf_pass(struct seer_client *c);
 
 #endif /* SEER_CLIENT_INTERNAL_H */
