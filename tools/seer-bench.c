@@ -1,7 +1,8 @@
 /* seer-bench: a DLIO-style trainer emulation, one MPI rank per trainer.
  *
  * Per step: take a batch, touch every byte, sleep the compute time, barrier
- * across trainers (as DDP's allreduce does). Per epoch, rank 0 prints
+ * across trainers (as DDP's allreduce does; a futex when all ranks share a
+ * node, so waiting trainers sleep: see step_barrier). Per epoch, rank 0 prints
  * samples/s, MB/s, accelerator utilisation AU = compute / wall, and the
  * stall per step (median, p99) over all ranks.
  *
@@ -28,6 +29,7 @@
 
 #include "../src/catalog.h"
 #include "../src/sampler.h"
+#include "../src/shm.h"
 #include "../src/util.h"
 #include "seer.h"
 
@@ -40,6 +42,7 @@ struct opts {
 	double compute_ms, compute_sd;
 	bool quiet;
 	uint64_t membw_mib;
+	const char *barrier;
 };
 
 /* ---- touching every byte ------------------------------------------------ */
@@ -80,6 +83,73 @@ static double membw(uint64_t mib, int passes, uint64_t *sink)
 	}
 	free(buf);
 	return best;
+}
+
+/* ---- the step barrier ----------------------------------------------------- */
+/* Every step ends in a barrier across trainers, as DDP's allreduce ends a
+ * step. Open MPI's MPI_Barrier polls, with sched_yield when oversubscribed:
+ * on a machine with fewer cores than trainers + seerd's threads, trainers
+ * waiting for the slowest take CPU from it and from seerd (a trainer waiting
+ * for its GPU's allreduce would not). With --barrier futex (the default when
+ * every rank is on one node) waiting trainers sleep on a futex in memory the
+ * node's ranks share; --barrier mpi keeps MPI_Barrier. */
+struct shm_barrier {
+	_Atomic uint32_t count, gen;
+};
+static struct shm_barrier *g_bar; /* NULL: MPI_Barrier */
+static uint32_t g_nbar;
+static MPI_Win g_win;
+
+static void barrier_init(const char *mode, int world)
+{
+	if (mode && strcmp(mode, "mpi") == 0)
+		return;
+	MPI_Comm local;
+	MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+	int lsize, lrank, one_node, all;
+	MPI_Comm_size(local, &lsize);
+	MPI_Comm_rank(local, &lrank);
+	one_node = lsize == world;
+	MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	void *base = NULL;
+	if (all)
+		MPI_Win_allocate_shared(lrank == 0 ? (MPI_Aint)sizeof(struct shm_barrier) : 0, 1,
+					MPI_INFO_NULL, local, &base, &g_win);
+	if (all) {
+		MPI_Aint sz;
+		int du;
+		MPI_Win_shared_query(g_win, 0, &sz, &du, &base);
+		if (lrank == 0)
+			memset(base, 0, sizeof(struct shm_barrier));
+		g_bar = base;
+		g_nbar = (uint32_t)lsize;
+	}
+	MPI_Comm_free(&local);
+	MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void step_barrier(void)
+{
+	if (!g_bar) {
+		MPI_Barrier(MPI_COMM_WORLD);
+		return;
+	}
+	uint32_t gen = atomic_load(&g_bar->gen);
+	if (atomic_fetch_add(&g_bar->count, 1) == g_nbar - 1) {
+		atomic_store(&g_bar->count, 0);
+		atomic_fetch_add(&g_bar->gen, 1);
+		futex_wake_all(&g_bar->gen);
+		return;
+	}
+	while (atomic_load(&g_bar->gen) == gen)
+		futex_wait(&g_bar->gen, gen, -1);
+}
+
+static void barrier_fini(void)
+{
+	if (g_bar)
+		MPI_Win_free(&g_win);
+	g_bar = NULL;
 }
 
 /* ---- compute time ------------------------------------------------------- */
@@ -176,8 +246,8 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 	if (rank == 0 && o->json && !(js = fopen(o->json, "w")))
 		fprintf(stderr, "seer-bench: %s: %s\n", o->json, strerror(errno));
 	if (js)
-		fprintf(js, "{\"source\":\"%s\",\"world\":%d,\"compute_ms\":%g,\"epochs\":[", o->source,
-			world, o->compute_ms);
+		fprintf(js, "{\"source\":\"%s\",\"world\":%d,\"compute_ms\":%g,\"barrier\":\"%s\","
+			"\"epochs\":[", o->source, world, o->compute_ms, g_bar ? "futex" : "mpi");
 	if (rank == 0 && !o->quiet)
 		printf("%-6s %6s %10s %10s %9s %7s %11s %11s %9s %9s %7s %7s %8s %8s\n", "source",
 		       "epoch", "wall_s", "samples/s", "MB/s", "AU_%", "stall_med_ms", "stall_p99_ms",
@@ -306,7 +376,7 @@ static int run_seer(const struct opts *o, int rank, int world, struct ep **out, 
 		busy_sleep(cs);
 		eps[e].compute += cs;
 		seer_release(c, b);
-		MPI_Barrier(MPI_COMM_WORLD);
+		step_barrier();
 	}
 	seer_close(c);
 	*out = eps;
@@ -439,7 +509,7 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 		double cs = compute_s(o);
 		busy_sleep(cs);
 		eps[e].compute += cs;
-		MPI_Barrier(MPI_COMM_WORLD);
+		step_barrier();
 		if (g % sh.bpe == sh.bpe - 1) {
 			eps[e].t1 = now_s();
 			ru_close(&eps[e], ru_last);
@@ -478,6 +548,7 @@ int main(int argc, char **argv)
 		{ "json", required_argument, NULL, 'j' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "membw", optional_argument, NULL, 'm' },
+		{ "barrier", required_argument, NULL, 'B' },
 		{ 0 },
 	};
 	int ch;
@@ -497,11 +568,13 @@ int main(int argc, char **argv)
 		case 'v': o.compute_sd = atof(optarg); break;
 		case 'j': o.json = optarg; break;
 		case 'q': o.quiet = true; break;
+		case 'B': o.barrier = optarg; break;
 		case 'm': o.membw_mib = optarg ? strtoull(optarg, NULL, 0) : 512; break;
 		default:
 			fprintf(stderr, "usage: seer-bench --source seer|files [--socket P] [--data DIR "
 					"--format F --seed S --epochs E --batch B --drop-last --threads N "
-					"--prefetch P] [--compute-ms MS --compute-sd-ms SD] [--json FILE]\n"
+					"--prefetch P] [--compute-ms MS --compute-sd-ms SD] [--json FILE] "
+					"[--barrier futex|mpi]\n"
 					"       seer-bench --membw[=MiB] [--json FILE]   (one core's "
 					"read bandwidth, no MPI)\n");
 			return 2;
@@ -525,6 +598,13 @@ int main(int argc, char **argv)
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &world);
 	rng_state ^= (uint64_t)(rank + 1) * 0x9e3779b97f4a7c15ull;
+	if (o.barrier && strcmp(o.barrier, "mpi") != 0 && strcmp(o.barrier, "futex") != 0) {
+		if (rank == 0)
+			fprintf(stderr, "seer-bench: --barrier futex or mpi, not '%s'\n", o.barrier);
+		MPI_Finalize();
+		return 2;
+	}
+	barrier_init(o.barrier, world);
 	struct ep *eps = NULL;
 	uint64_t nep = 0, sink = 0;
 	int rc;
@@ -540,6 +620,7 @@ int main(int argc, char **argv)
 	MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
 	if (any == 0)
 		report(&o, eps, nep, rank, world, sink);
+	barrier_fini();
 	MPI_Finalize();
 	return any;
 }
