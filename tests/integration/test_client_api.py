@@ -131,6 +131,43 @@ def test_close_while_another_thread_waits():
     with_daemon(body)
 
 
+def test_warm_epoch_takes_no_page_fault():
+    """Issue 17: libseer maps the pages the daemon has filled at each epoch
+    boundary, so a trainer that has never read a byte of the cache reads all
+    of epoch 2 without a page fault, gets the files' bytes, and has mapped
+    only filled pages (the arena's allocated memory stays near the dataset,
+    though the cache is 16 MiB). With SEER_PREFAULT=0 the same reads fault:
+    the check can fail."""
+    tmp = tmpdir("seer-api-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a", "b", "c"], 20, 20000, 60000, seed=7)
+        cat = catalog(root)
+        want = sum(crc for _, _, _, crc in cat)
+        total = sum(size for _, _, size, _ in cat)
+        s = {"dataset.path": root, "job.epochs": 3, "job.batch_size": 4, "cache.ram": "16MiB",
+             "prefetch.lookahead": 4, "prefetch.io_threads": 2}
+        for env, faults in (({}, False), ({"SEER_PREFAULT": "0"}, True)):
+            with Daemon(tmp, s) as d:
+                rc, out = apitest("warm", "--socket", d.sock, "--timeout-ms", "20000", env=env)
+            m = re.search(r"crcsum (\d+) samples (\d+) allocated (\d+) size (\d+)", out)
+            check(m is not None, "seer-apitest warm printed no summary:\n%s" % out)
+            crcsum, n, alloc, size = (int(x) for x in m.groups())
+            check(n == len(cat) and crcsum == want,
+                  "epoch 2 delivered %d samples, crc sum %d; the files: %d, %d\n%s" %
+                  (n, crcsum, len(cat), want, out))
+            check(alloc <= total + 64 * len(cat) + (1 << 20) and size > alloc + (8 << 20),
+                  "the arena holds %d bytes of its %d for %d bytes of samples: pages the "
+                  "daemon never filled were allocated\n%s" % (alloc, size, total, out))
+            if faults:
+                check("FAIL epoch 2" in out, "with SEER_PREFAULT=0 epoch 2 should fault:\n%s"
+                      % out)
+            else:
+                expect_clean("warm", rc, out)
+    finally:
+        cleanup(tmp)
+
+
 def test_stopped_daemon_timeouts():
     """A SIGSTOPped seerd: seer_connect and seer_seek end at the connect
     timeout with -ETIMEDOUT (they blocked until the daemon was killed)."""
@@ -538,7 +575,7 @@ def test_python_argument_ranges_and_messages():
 
 if __name__ == "__main__":
     tests = [test_c_api_without_daemon, test_c_api_misuse_on_a_live_client,
-             test_stale_batch_handle, test_two_threads_in_next,
+             test_stale_batch_handle, test_two_threads_in_next, test_warm_epoch_takes_no_page_fault,
              test_close_while_another_thread_waits, test_stopped_daemon_timeouts,
              test_forked_child_does_not_keep_the_rank, test_refuses_another_users_daemon,
              test_default_socket_in_a_private_directory, test_state_directory_and_files_are_checked,
