@@ -261,6 +261,30 @@ SEER_API int seer_next(seer_client_t *h, int timeout_ms, seer_batch_t **out)
 	return rc;
 }
 
+SEER_API int seer_arena_reader(seer_client_t *h, const void *base)
+{
+	struct seer_client *c;
+	int rc = handle_acquire(h, "seer_arena_reader", &c);
+	if (rc != 0)
+		return rc;
+	if ((rc = consumer_enter(c, "seer_arena_reader")) != 0)
+		goto out;
+	/* mapped in full (msync says ENOMEM otherwise) and showing our header */
+	if (base && base != c->arena &&
+	    (msync((void *)base, c->arena_size, MS_ASYNC) != 0 ||
+	     memcmp(base, c->arena, sizeof(struct seer_arena_hdr)) != 0)) {
+		err_set("seer_arena_reader: %p is not a mapping of this client's arena (map all "
+			"seer_arena_size() bytes of seer_arena_fd(), page-aligned)", base);
+		rc = -EINVAL;
+	} else {
+		pf_retarget(c, base ? base : c->arena);
+	}
+	atomic_store(&c->busy, 0);
+out:
+	handle_release(c);
+	return rc;
+}
+
 SEER_API int seer_release(seer_client_t *h, seer_batch_t *b)
 {
 	struct seer_client *c;

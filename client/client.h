@@ -50,6 +50,7 @@ struct slot {
 /* Mapping the daemon's filled arena pages ahead of the trainer's reads
  * (prefault.c; consumer thread only). */
 struct prefault {
+	const uint8_t *base;       /* the mapping to fill: ours, or seer_arena_reader's */
 	uint64_t pos;              /* next offset of the open pass (arena_size: none open) */
 	uint64_t run_end;          /* [pos, run_end) is known present */
 	uint64_t *done;            /* one bit per 2 MiB chunk mapped in full */
@@ -133,6 +134,8 @@ int client_unusable(struct seer_client *c, const char *fn);
  * memory for the bitmap, prefaulting is off. */
 void pf_init(struct seer_client *c);
 void pf_free(struct seer_client *c);
+/* Prefault the mapping at base from now on (nothing of it mapped yet). */
+void pf_retarget(struct seer_client *c, const uint8_t *base);
 /* Open a new pass over the arena unless one is open. */
 void pf_restart(struct seer_client *c);
 /* Map up to 256 KiB of present, not yet mapped pages; false when the open

@@ -22,6 +22,9 @@
  * wait path can look at its ring between steps; a 2 MiB chunk found present
  * in full is marked done and skipped by later passes.
  *
+ * The mapping prefaulted is libseer's own, or the one a binding reads through
+ * (seer_arena_reader: the Python shim maps the arena itself).
+ *
  * Thread: the consumer thread (inside seer_next). Failure: none visible —
  * prefaulting is an optimisation; a kernel without MADV_POPULATE_READ falls
  * back to the byte reads, a file that cannot seek data (or SEER_PREFAULT=0 in
@@ -53,6 +56,16 @@ void pf_init(struct seer_client *c)
 	pf->done = calloc((pf->nchunks + 63) / 64, sizeof(uint64_t));
 	pf->off = !pf->done || (env && strcmp(env, "0") == 0);
 	pf->pos = c->arena_size; /* no pass open */
+	pf->base = c->arena;
+}
+
+void pf_retarget(struct seer_client *c, const uint8_t *base)
+{
+	struct prefault *pf = &c->pf;
+	pf->base = base;
+	pf->pos = c->arena_size;
+	if (pf->done)
+		memset(pf->done, 0, (pf->nchunks + 63) / 64 * sizeof(uint64_t));
 }
 
 void pf_free(struct seer_client *c)
@@ -70,7 +83,7 @@ static bool chunk_done(const struct prefault *pf, uint64_t k)
 static void map_run(struct seer_client *c, uint64_t a, uint64_t b)
 {
 	struct prefault *pf = &c->pf;
-	const uint8_t *p = c->arena + a;
+	const uint8_t *p = pf->base + a;
 	if (!pf->no_populate && madvise((void *)p, b - a, MADV_POPULATE_READ) != 0 &&
 	    (errno == EINVAL || errno == ENOSYS))
 		pf->no_populate = true; /* older kernel: the reads below fault instead */

@@ -489,6 +489,10 @@ static void mode_warm(void)
 	volatile uLong w = crc32(0, warmup, sizeof(warmup)); /* zlib's tables: faulted now */
 	(void)w;
 	seer_client_t *c = connect_or_die(timeout_ms);
+	CHECK(seer_arena_reader(c, warmup) == -EINVAL, "seer_arena_reader(other memory): -EINVAL");
+	CHECK(seer_arena_reader(c, (const uint8_t *)seer_arena_base(c) + 4096) == -EINVAL,
+	      "seer_arena_reader(inside the arena): -EINVAL");
+	CHECK(seer_arena_reader(c, NULL) == 0, "seer_arena_reader(NULL): back to libseer's own");
 	uint64_t crcsum = 0, bytes = 0, samples = 0, e = 0;
 	long faults = 0;
 	seer_batch_t *b;
