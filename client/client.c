@@ -77,6 +77,7 @@ void client_destroy(struct seer_client *c, bool tell_daemon)
 {
 	if (tell_daemon && c->slots && c->co)
 		release_all(c);
+	pf_free(c); /* the helper thread stops before the arena goes */
 	if (c->arena)
 		munmap((void *)c->arena, c->arena_size);
 	if (c->co)
@@ -89,7 +90,6 @@ void client_destroy(struct seer_client *c, bool tell_daemon)
 			close(fds[i]);
 	free(c->slots);
 	free(c->wslots);
-	pf_free(c);
 	if (!atomic_load(&c->forked)) /* a fork child may have copied it locked */
 		pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -200,21 +200,14 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 		c->epoch_marker = false;
 		/* every page the daemon has filled by now, mapped before the next
 		 * epoch's reads: after the cold epoch, the whole cache */
-		pf_pass(c);
+		pf_epoch_end(c);
 		return SEER_EEPOCH;
 	}
 	if (c->next_global >= c->total)
 		return SEER_EEND;
+	pf_start(c); /* the cold epoch's background prefault (once) */
 	uint32_t idx;
-	int rc = ring_pop(&c->out, &idx);
-	if (rc != 0) {
-		/* nothing to take yet: spend the wait mapping what the daemon has
-		 * filled (one pass per wait at most), looking at the ring between
-		 * steps */
-		pf_restart(c);
-		while (ring_count(&c->out) == 0 && !atomic_load(&c->closing) && pf_step(c)) {
-		}
-	}
+	int rc = -EAGAIN;
 	for (int i = 0; i < SPIN_ITERS && rc != 0; i++) {
 		if ((rc = ring_pop(&c->out, &idx)) != 0)
 			cpu_relax();

@@ -48,7 +48,8 @@ struct slot {
 };
 
 /* Mapping the daemon's filled arena pages ahead of the trainer's reads
- * (prefault.c; consumer thread only). */
+ * (prefault.c): owned by the helper thread while it runs, by the consumer
+ * thread otherwise. */
 struct prefault {
 	const uint8_t *base;       /* the mapping to fill: ours, or seer_arena_reader's */
 	uint64_t pos;              /* next offset of the open pass (arena_size: none open) */
@@ -59,6 +60,10 @@ struct prefault {
 	bool chunk_full;           /* no hole seen so far in pos's chunk */
 	bool no_populate;          /* MADV_POPULATE_READ refused: byte reads only */
 	bool off;                  /* SEER_PREFAULT=0, or the fd cannot seek data */
+	bool boundary;             /* the first epoch boundary has passed: no helper */
+	bool running;              /* the helper thread exists (consumer's view) */
+	_Atomic uint32_t stop;     /* the helper's stop word (a futex) */
+	pthread_t th;
 	uint8_t sink;
 };
 
@@ -130,18 +135,17 @@ void client_destroy(struct seer_client *c, bool tell_daemon);
 int client_unusable(struct seer_client *c, const char *fn);
 
 /* ---- prefaulting the arena (prefault.c) ---------------------------------------- */
-/* Set up (after the arena is mapped); pf_free undoes it. Never fails: without
- * memory for the bitmap, prefaulting is off. */
+/* Set up (after the arena is mapped); pf_free stops the helper and frees.
+ * Never fails: without memory for the bitmap, prefaulting is off. */
 void pf_init(struct seer_client *c);
 void pf_free(struct seer_client *c);
+/* Start the helper thread unless it runs, is off, or the first epoch
+ * boundary has passed (consumer thread, from seer_next). */
+void pf_start(struct seer_client *c);
+/* At an epoch boundary (consumer thread): stop the helper, then map every
+ * page present in the arena now. */
+void pf_epoch_end(struct seer_client *c);
 /* Prefault the mapping at base from now on (nothing of it mapped yet). */
 void pf_retarget(struct seer_client *c, const uint8_t *base);
-/* Open a new pass over the arena unless one is open. */
-void pf_restart(struct seer_client *c);
-/* Map up to 256 KiB of present, not yet mapped pages; false when the open
- * pass has nothing left (or prefaulting is off). */
-bool pf_step(struct seer_client *c);
-/* A whole pass now: every page present in the arena is mapped on return. */
-void pf_pass(struct seer_client *c);
 
 #endif /* SEER_CLIENT_INTERNAL_H */

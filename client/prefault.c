@@ -3,40 +3,53 @@
  *
  * Why: a trainer's first read of an arena page costs a page fault (the
  * kernel maps 16 pages per fault with fault-around) and, under a
- * shadow-paging hypervisor (PVM here: docs/results.md, "warm delivery"), a
+ * shadow-paging hypervisor (PVM here: docs/results.md, "Warm delivery"), a
  * second, hidden fault taken by the host on the first access to every page
- * through a new PTE — 2-3 us per 4 KiB page, counted as the trainer's user
+ * through a new PTE — ~2.3 us per 4 KiB page, counted as the trainer's user
  * time. A trainer reads a random quarter of the cache per epoch, so without
  * this the cost falls off only as the share of the cache it has touched grows
  * (25%, 44%, 58%, ... of the pages): warm epochs started slow and sped up
  * epoch after epoch. Mapping every filled page once, ahead, puts the whole
- * cost where the trainer waits anyway (for the cold epoch's reads) and leaves
- * every warm epoch at its floor.
+ * cost in the cold epoch and leaves every warm epoch at its floor.
  *
  * How: the arena's filled pages are the memfd's data extents (lseek
  * SEEK_DATA / SEEK_HOLE; the daemon never punches holes). Each run is
  * mapped with MADV_POPULATE_READ (one call instead of a fault per 16 pages)
  * and then read one byte per page (the hidden fault; a TLB miss elsewhere).
  * Holes are never touched: a read fault on a shmem hole would allocate a page
- * the daemon may never fill. Work is cut in steps of PF_STEP bytes so the
- * wait path can look at its ring between steps; a 2 MiB chunk found present
- * in full is marked done and skipped by later passes.
+ * the daemon may never fill. A 2 MiB chunk found present in full is marked
+ * done and skipped by later passes.
+ *
+ * When: a helper thread, started by the first seer_next, makes a pass every
+ * 10 ms while the cold epoch fills the cache, so a trainer that waits in its
+ * own collective (a barrier, an allreduce) rather than in seer_next is
+ * covered too. It runs at the trainer's priority: at SCHED_IDLE it got no CPU
+ * on a busy machine and left the work to the boundary pass, which then
+ * delayed the first warm step (docs/client.md). At the first epoch boundary the consumer thread stops it and finishes
+ * the pass itself, so every page filled by then is mapped before the first
+ * warm read, however busy the machine was; later boundaries repeat the pass
+ * (cheap: done chunks are skipped).
  *
  * The mapping prefaulted is libseer's own, or the one a binding reads through
  * (seer_arena_reader: the Python shim maps the arena itself).
  *
- * Thread: the consumer thread (inside seer_next). Failure: none visible —
- * prefaulting is an optimisation; a kernel without MADV_POPULATE_READ falls
- * back to the byte reads, a file that cannot seek data (or SEER_PREFAULT=0 in
- * the environment) turns it off, and the trainer then faults as it reads. */
+ * Threads: the pass state belongs to the helper while it runs and to the
+ * consumer thread otherwise (pf_stop joins the helper first). Failure: none
+ * visible — prefaulting is an optimisation; without MADV_POPULATE_READ the
+ * byte reads fault instead, without a thread the boundary pass does it all,
+ * and a file that cannot seek data (or SEER_PREFAULT=0 in the environment)
+ * turns it off: the trainer then faults as it reads. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "../src/base.h"
+#include "../src/shm.h"
 #include "client.h"
 
 #ifndef MADV_POPULATE_READ
@@ -45,7 +58,8 @@
 
 #define PF_PAGE 4096ull
 #define PF_CHUNK (2ull << 20)  /* done-bitmap granularity */
-#define PF_STEP (256ull << 10) /* work between two looks at the ring */
+#define PF_STEP (256ull << 10) /* work between two looks at the stop flag */
+#define PF_POLL_NS 10000000ll  /* the helper's pause between passes */
 
 void pf_init(struct seer_client *c)
 {
@@ -59,19 +73,35 @@ void pf_init(struct seer_client *c)
 	pf->base = c->arena;
 }
 
-void pf_retarget(struct seer_client *c, const uint8_t *base)
+
+/* Stop and join the helper thread, if any: the pass state is ours after. */
+static void pf_stop(struct seer_client *c)
 {
 	struct prefault *pf = &c->pf;
-	pf->base = base;
-	pf->pos = c->arena_size;
-	if (pf->done)
-		memset(pf->done, 0, (pf->nchunks + 63) / 64 * sizeof(uint64_t));
+	if (!pf->running)
+		return;
+	atomic_store(&pf->stop, 1);
+	futex_wake_all(&pf->stop);
+	pthread_join(pf->th, NULL);
+	pf->running = false;
 }
 
 void pf_free(struct seer_client *c)
 {
+	if (!atomic_load(&c->forked)) /* a fork child has no helper to join */
+		pf_stop(c);
 	free(c->pf.done);
 	c->pf.done = NULL;
+}
+
+void pf_retarget(struct seer_client *c, const uint8_t *base)
+{
+	struct prefault *pf = &c->pf;
+	pf_stop(c); /* the next seer_next starts it again */
+	pf->base = base;
+	pf->pos = c->arena_size;
+	if (pf->done)
+		memset(pf->done, 0, (pf->nchunks + 63) / 64 * sizeof(uint64_t));
 }
 
 static bool chunk_done(const struct prefault *pf, uint64_t k)
@@ -94,18 +124,18 @@ static void map_run(struct seer_client *c, uint64_t a, uint64_t b)
 	pf->pages += (b - a) / PF_PAGE;
 }
 
-void pf_restart(struct seer_client *c)
+/* Begin a pass at the arena's start (one left open by a stopped helper is
+ * dropped: the new pass covers it). */
+static void pf_restart(struct seer_client *c)
 {
-	if (!c->pf.off && c->pf.pos >= c->arena_size) {
-		c->pf.pos = 0;
-		c->pf.run_end = 0;
-		c->pf.passes++;
-	}
+	c->pf.pos = 0;
+	c->pf.run_end = 0;
+	c->pf.passes++;
 }
 
 /* One step of the open pass: up to PF_STEP bytes mapped. false once the pass
  * has reached the end of the arena (nothing to do until pf_restart). */
-bool pf_step(struct seer_client *c)
+static bool pf_step(struct seer_client *c)
 {
 	struct prefault *pf = &c->pf;
 	uint64_t size = c->arena_size;
@@ -147,9 +177,41 @@ bool pf_step(struct seer_client *c)
 	return false;
 }
 
-void pf_pass(struct seer_client *c)
+static void pf_pass(struct seer_client *c)
 {
 	pf_restart(c);
 	while (pf_step(c)) {
 	}
+}
+
+static void *pf_main(void *arg)
+{
+	struct seer_client *c = arg;
+	while (!atomic_load(&c->pf.stop)) {
+		pf_restart(c);
+		while (!atomic_load(&c->pf.stop) && pf_step(c)) {
+		}
+		futex_wait(&c->pf.stop, 0, PF_POLL_NS);
+	}
+	return NULL;
+}
+
+void pf_start(struct seer_client *c)
+{
+	struct prefault *pf = &c->pf;
+	if (pf->off || pf->boundary || pf->running)
+		return;
+	atomic_store(&pf->stop, 0);
+	sigset_t all, old; /* the helper takes none of the application's signals */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pf->running = pthread_create(&pf->th, NULL, pf_main, c) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+void pf_epoch_end(struct seer_client *c)
+{
+	pf_stop(c);
+	c->pf.boundary = true;
+	pf_pass(c);
 }

@@ -481,8 +481,10 @@ class Loader:
         held, self._held = self._held, None
         if held is not None:
             held._ptr = None  # seer_close releases it
-        self._arena = None  # views keep the mapping alive
+        # libseer prefaults our mapping (seer_arena_reader) until seer_close
+        # returns: drop it only after (views keep it alive beyond)
         self._lib.seer_close(c)
+        self._arena = None
 
     def __enter__(self):
         return self
