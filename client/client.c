@@ -205,7 +205,8 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	}
 	if (c->next_global >= c->total)
 		return SEER_EEND;
-	pf_start(c); /* the cold epoch's background prefault (once) */
+	if (c->next_global / c->w.batches_per_epoch + 1 < c->w.epochs)
+		pf_start(c); /* the cold epoch's background prefault, for epochs to come */
 	uint32_t idx;
 	int rc = -EAGAIN;
 	for (int i = 0; i < SPIN_ITERS && rc != 0; i++) {
