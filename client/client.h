@@ -51,6 +51,13 @@ struct slot {
  * (prefault.c): owned by the helper thread while it runs, by the consumer
  * thread otherwise. */
 struct prefault {
+	/* the consumer thread's */
+	bool off;                  /* SEER_PREFAULT=0, or no memory for the bitmap */
+	bool boundary;             /* the first epoch boundary has passed: no helper */
+	bool running;              /* the helper thread exists */
+	pthread_t th;
+	_Atomic uint32_t stop;     /* the helper's stop word (a futex) */
+	/* the pass: the helper's while it runs, the consumer's otherwise */
 	const uint8_t *base;       /* the mapping to fill: ours, or seer_arena_reader's */
 	uint64_t pos;              /* next offset of the open pass (arena_size: none open) */
 	uint64_t run_end;          /* [pos, run_end) is known present */
@@ -59,11 +66,7 @@ struct prefault {
 	uint64_t pages, passes;    /* pages mapped (counting repeats), passes begun */
 	bool chunk_full;           /* no hole seen so far in pos's chunk */
 	bool no_populate;          /* MADV_POPULATE_READ refused: byte reads only */
-	bool off;                  /* SEER_PREFAULT=0, or the fd cannot seek data */
-	bool boundary;             /* the first epoch boundary has passed: no helper */
-	bool running;              /* the helper thread exists (consumer's view) */
-	_Atomic uint32_t stop;     /* the helper's stop word (a futex) */
-	pthread_t th;
+	bool no_seek;              /* the fd cannot seek data: nothing to do */
 	uint8_t sink;
 };
 

@@ -139,7 +139,7 @@ static bool pf_step(struct seer_client *c)
 {
 	struct prefault *pf = &c->pf;
 	uint64_t size = c->arena_size;
-	while (!pf->off && pf->pos < size) {
+	while (!pf->no_seek && pf->pos < size) {
 		uint64_t k = pf->pos / PF_CHUNK, cstart = k * PF_CHUNK;
 		uint64_t cend = MIN(cstart + PF_CHUNK, size);
 		if (pf->pos == cstart) {
@@ -154,7 +154,7 @@ static bool pf_step(struct seer_client *c)
 			off_t h = d < 0 ? -1 : lseek(c->arena_fd, d, SEEK_HOLE);
 			if (d < 0 || h < 0) {
 				if (errno != ENXIO)
-					pf->off = true; /* this file cannot tell: fault as we read */
+					pf->no_seek = true; /* this file cannot tell: fault as we read */
 				pf->pos = size;
 				return false;
 			}
@@ -213,5 +213,6 @@ void pf_epoch_end(struct seer_client *c)
 {
 	pf_stop(c);
 	c->pf.boundary = true;
-	pf_pass(c);
+	if (!c->pf.off)
+		pf_pass(c);
 }
