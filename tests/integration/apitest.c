@@ -481,8 +481,8 @@ static void mode_connect(void)
  * reading a byte, then read every byte of epoch 2. libseer mapped the cache
  * the daemon filled at the epoch boundary, so epoch 2's reads take no page
  * fault; it mapped only what was filled, so the arena's memory is what the
- * daemon wrote, not its size. Prints "crcsum S samples N allocated A size Z"
- * for the test to compare with the files. */
+ * daemon wrote, not its size. Prints "crcsum S samples N bytes B faults F
+ * allocated A size Z" for the test to judge. */
 static void mode_warm(void)
 {
 	static uint8_t warmup[1 << 16];
@@ -521,14 +521,12 @@ static void mode_warm(void)
 		}
 		seer_release(c, b);
 	}
-	CHECK(faults == 0, "epoch 2: %ld page faults reading %llu bytes of %llu samples (want 0: "
-	      "the cache was mapped at the epoch boundary)", faults, (unsigned long long)bytes,
-	      (unsigned long long)samples);
 	int fd = seer_arena_fd(c);
 	struct stat st;
 	CHECK(fd >= 0 && fstat(fd, &st) == 0, "fstat of the arena");
-	printf("crcsum %llu samples %llu allocated %llu size %llu\n", (unsigned long long)crcsum,
-	       (unsigned long long)samples, (unsigned long long)st.st_blocks * 512ull,
+	printf("crcsum %llu samples %llu bytes %llu faults %ld allocated %llu size %llu\n",
+	       (unsigned long long)crcsum, (unsigned long long)samples, (unsigned long long)bytes,
+	       faults, (unsigned long long)st.st_blocks * 512ull,
 	       (unsigned long long)seer_arena_size(c));
 	if (fd >= 0)
 		close(fd);

@@ -141,29 +141,36 @@ def test_warm_epoch_takes_no_page_fault():
     tmp = tmpdir("seer-api-")
     try:
         root = os.path.join(tmp, "data")
-        make_classes(root, ["a", "b", "c"], 20, 20000, 60000, seed=7)
+        make_classes(root, ["a", "b", "c"], 40, 20000, 60000, seed=7)
         cat = catalog(root)
         want = sum(crc for _, _, _, crc in cat)
         total = sum(size for _, _, size, _ in cat)
         s = {"dataset.path": root, "job.epochs": 3, "job.batch_size": 4, "cache.ram": "16MiB",
              "prefetch.lookahead": 4, "prefetch.io_threads": 2}
-        for env, faults in (({}, False), ({"SEER_PREFAULT": "0"}, True)):
+        got = {}
+        for prefault in ("1", "0"):
             with Daemon(tmp, s) as d:
-                rc, out = apitest("warm", "--socket", d.sock, "--timeout-ms", "20000", env=env)
-            m = re.search(r"crcsum (\d+) samples (\d+) allocated (\d+) size (\d+)", out)
+                rc, out = apitest("warm", "--socket", d.sock, "--timeout-ms", "20000",
+                                  env={"SEER_PREFAULT": prefault})
+            expect_clean("warm", rc, out)
+            m = re.search(r"crcsum (\d+) samples (\d+) bytes \d+ faults (\d+) allocated (\d+) "
+                          r"size (\d+)", out)
             check(m is not None, "seer-apitest warm printed no summary:\n%s" % out)
-            crcsum, n, alloc, size = (int(x) for x in m.groups())
+            crcsum, n, faults, alloc, size = (int(x) for x in m.groups())
             check(n == len(cat) and crcsum == want,
                   "epoch 2 delivered %d samples, crc sum %d; the files: %d, %d\n%s" %
                   (n, crcsum, len(cat), want, out))
             check(alloc <= total + 64 * len(cat) + (1 << 20) and size > alloc + (8 << 20),
                   "the arena holds %d bytes of its %d for %d bytes of samples: pages the "
                   "daemon never filled were allocated\n%s" % (alloc, size, total, out))
-            if faults:
-                check("FAIL epoch 2" in out, "with SEER_PREFAULT=0 epoch 2 should fault:\n%s"
-                      % out)
-            else:
-                expect_clean("warm", rc, out)
+            got[prefault] = faults
+        log("page faults reading epoch 2: %d prefaulted, %d with SEER_PREFAULT=0" %
+            (got["1"], got["0"]))
+        # sanitizer builds fault in their own shadow memory as the accessors run
+        slack = 0 if os.environ.get("V", "release") == "release" else 16
+        check(got["1"] <= slack and got["0"] >= 40,
+              "epoch 2 took %d page faults with prefaulting, %d without (want <= %d, >= 40)" %
+              (got["1"], got["0"], slack))
     finally:
         cleanup(tmp)
 
@@ -541,10 +548,12 @@ def test_python_warm_epoch_takes_no_page_fault():
             got[prefault] = int(m.group(1))
         log("page faults reading epoch 2: %d prefaulted, %d with SEER_PREFAULT=0" %
             (got["1"], got["0"]))
-        # Python may fault a few pages of its own (allocator arenas), never the arena's
-        check(got["1"] <= 4 and got["0"] >= 40,
-              "epoch 2 took %d page faults with prefaulting, %d without (want <= 4, >= 40)" %
-              (got["1"], got["0"]))
+        # Python may fault a few pages of its own (allocator arenas), never the arena's;
+        # sanitizer builds also in their shadow memory
+        slack = 4 if os.environ.get("V", "release") == "release" else 16
+        check(got["1"] <= slack and got["0"] >= 40,
+              "epoch 2 took %d page faults with prefaulting, %d without (want <= %d, >= 40)" %
+              (got["1"], got["0"], slack))
     finally:
         cleanup(tmp)
 
