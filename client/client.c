@@ -77,6 +77,7 @@ void client_destroy(struct seer_client *c, bool tell_daemon)
 {
 	if (tell_daemon && c->slots && c->co)
 		release_all(c);
+	pf_free(c); /* the helper thread stops before the arena goes */
 	if (c->arena)
 		munmap((void *)c->arena, c->arena_size);
 	if (c->co)
@@ -270,10 +271,15 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 {
 	if (c->epoch_marker) {
 		c->epoch_marker = false;
+		/* every page the daemon has filled by now, mapped before the next
+		 * epoch's reads: after the cold epoch, the whole cache */
+		pf_epoch_end(c);
 		return SEER_EEPOCH;
 	}
 	if (c->next_global >= c->total)
 		return SEER_EEND;
+	if (c->next_global / c->w.batches_per_epoch + 1 < c->w.epochs)
+		pf_start(c); /* the cold epoch's background prefault, for epochs to come */
 	uint32_t idx;
 	int rc = -EAGAIN;
 	for (int i = 0; i < SPIN_ITERS && rc != 0; i++) {
@@ -318,6 +324,30 @@ SEER_API int seer_next(seer_client_t *h, int timeout_ms, seer_batch_t **out)
 		rc = next_batch(c, timeout_ms, out);
 		atomic_store(&c->busy, 0);
 	}
+	handle_release(c);
+	return rc;
+}
+
+SEER_API int seer_arena_reader(seer_client_t *h, const void *base)
+{
+	struct seer_client *c;
+	int rc = handle_acquire(h, "seer_arena_reader", &c);
+	if (rc != 0)
+		return rc;
+	if ((rc = consumer_enter(c, "seer_arena_reader")) != 0)
+		goto out;
+	/* mapped in full (msync says ENOMEM otherwise) and showing our header */
+	if (base && base != c->arena &&
+	    (msync((void *)base, c->arena_size, MS_ASYNC) != 0 ||
+	     memcmp(base, c->arena, sizeof(struct seer_arena_hdr)) != 0)) {
+		err_set("seer_arena_reader: %p is not a mapping of this client's arena (map all "
+			"seer_arena_size() bytes of seer_arena_fd(), page-aligned)", base);
+		rc = -EINVAL;
+	} else {
+		pf_retarget(c, base ? base : c->arena);
+	}
+	atomic_store(&c->busy, 0);
+out:
 	handle_release(c);
 	return rc;
 }

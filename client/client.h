@@ -49,6 +49,29 @@ struct slot {
 	struct seer_wire_tensor tensor;
 };
 
+/* Mapping the daemon's filled arena pages ahead of the trainer's reads
+ * (prefault.c): owned by the helper thread while it runs, by the consumer
+ * thread otherwise. */
+struct prefault {
+	/* the consumer thread's */
+	bool off;                  /* SEER_PREFAULT=0, or no memory for the bitmap */
+	bool boundary;             /* the first epoch boundary has passed: no helper */
+	bool running;              /* the helper thread exists */
+	pthread_t th;
+	_Atomic uint32_t stop;     /* the helper's stop word (a futex) */
+	/* the pass: the helper's while it runs, the consumer's otherwise */
+	const uint8_t *base;       /* the mapping to fill: ours, or seer_arena_reader's */
+	uint64_t pos;              /* next offset of the open pass (arena_size: none open) */
+	uint64_t run_end;          /* [pos, run_end) is known present */
+	uint64_t *done;            /* one bit per 2 MiB chunk mapped in full */
+	uint64_t nchunks;
+	uint64_t pages, passes;    /* pages mapped (counting repeats), passes begun */
+	bool chunk_full;           /* no hole seen so far in pos's chunk */
+	bool no_populate;          /* MADV_POPULATE_READ refused: byte reads only */
+	bool no_seek;              /* the fd cannot seek data: nothing to do */
+	uint8_t sink;
+};
+
 struct seer_client {
 	uint32_t hidx;             /* handle table index */
 	int sock, efd, arena_fd;
@@ -79,6 +102,7 @@ struct seer_client {
 	_Atomic bool closing;      /* seer_close started: waiting calls return */
 	_Atomic bool forked;       /* we are a fork child: the connection is the parent's */
 	_Atomic bool broken;       /* a seek timed out: the stream position is unknown */
+	struct prefault pf;
 };
 
 /* ---- handle table (handle.c) ------------------------------------------------ */
@@ -114,5 +138,19 @@ void client_destroy(struct seer_client *c, bool tell_daemon);
 /* The client has failed for good (fork child, lost seek): -EBADF or
  * -EPIPE with seer_errmsg() set, else 0. */
 int client_unusable(struct seer_client *c, const char *fn);
+
+/* ---- prefaulting the arena (prefault.c) ---------------------------------------- */
+/* Set up (after the arena is mapped); pf_free stops the helper and frees.
+ * Never fails: without memory for the bitmap, prefaulting is off. */
+void pf_init(struct seer_client *c);
+void pf_free(struct seer_client *c);
+/* Start the helper thread unless it runs, is off, or the first epoch
+ * boundary has passed (consumer thread, from seer_next). */
+void pf_start(struct seer_client *c);
+/* At an epoch boundary (consumer thread): stop the helper, then map every
+ * page present in the arena now. */
+void pf_epoch_end(struct seer_client *c);
+/* Prefault the mapping at base from now on (nothing of it mapped yet). */
+void pf_retarget(struct seer_client *c, const uint8_t *base);
 
 #endif /* SEER_CLIENT_INTERNAL_H */

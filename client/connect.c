@@ -368,6 +368,7 @@ static int attach(struct seer_client *c)
 		c->wslots[i] = (const void *)((const uint8_t *)co + co->slots_off + stride * i);
 	c->total = w->epochs * w->batches_per_epoch;
 	c->next_global = w->start;
+	pf_init(c);
 	return 0;
 }
 

@@ -212,6 +212,15 @@ SEER_API int seer_type_info(const seer_client_t *c, uint32_t t, int *dtype, uint
  * it themselves so their views outlive the client (the Python shim does);
  * the caller closes it. Or a negative errno. */
 SEER_API int seer_arena_fd(const seer_client_t *c);
+/* libseer maps the arena pages the daemon has filled into the reader's page
+ * tables ahead of its reads (at each epoch boundary and while seer_next
+ * waits), so warm epochs take no page faults. A binding that reads through
+ * its own mapping of seer_arena_fd() (all seer_arena_size() bytes, read-only,
+ * MAP_SHARED) names it here so that mapping is the one filled; NULL goes back
+ * to libseer's own. It must stay mapped until seer_close(). Call it from the
+ * thread that calls seer_next. 0, -EINVAL (not a mapping of this arena),
+ * -EBUSY or -EBADF. $SEER_PREFAULT=0 turns the prefaulting off. */
+SEER_API int seer_arena_reader(seer_client_t *c, const void *base);
 
 /* Job facts, fixed for the client's lifetime (0, or -EBADF for rank and
  * world size, on a bad handle). */

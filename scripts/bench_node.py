@@ -4,8 +4,12 @@
     /usr/bin/python3 scripts/bench_node.py [--quick] [--out results/node.md]
 
 1. warm-cache delivery: 4 trainers (mpirun, bin/seer-bench) reading every byte
-   of every sample, no compute, dataset inside the RAM cache; epochs after the
-   first: GB/s and samples/s for 4 KiB, 128 KiB and 2 MiB samples;
+   of every sample, no compute, dataset inside the RAM cache; every epoch:
+   GB/s and samples/s for 4 KiB, 128 KiB and 2 MiB samples, with the page
+   faults and CPU time each trainer took in it, against the bound: one core's
+   read bandwidth with the trainers' own loop (seer-bench --membw, measured in
+   the same run, before and after the warm cases) times the cores the trainers
+   can use;
 2. first epoch through an emulated PFS (bin/seer-pfsemu: bandwidth, latency,
    requests in flight) against the threaded baseline reading the same files in
    the same order (seer-bench --source files: N threads per trainer, a few
@@ -119,25 +123,79 @@ def pfs_alone(mnt, threads):
     return sum(os.path.getsize(f) for f in files) / dt
 
 
-def warm(tmp, base, quick):
-    rows = []
-    cases = [("4 KiB", 4096, 16384 if quick else 65536, 256),
-             ("128 KiB", 128 << 10, 1024 if quick else 4096, 64),
-             ("2 MiB", 2 << 20, 64 if quick else 256, 8)]
-    for label, size, count, batch in cases:
+def membw():
+    """One core's read bandwidth (bytes/s): seer-bench's XOR loop over 512 MiB."""
+    out = subprocess.run([os.path.join(BIN, "seer-bench"), "--membw=512"], env=ENV, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.split(":")[1].split()[0]) * 1e9
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+WARM_CASES = [("4 KiB", 4096, 16384, 65536, 256),
+              ("128 KiB", 128 << 10, 1024, 4096, 64),
+              ("2 MiB", 2 << 20, 64, 256, 8)]
+
+
+def warm(tmp, base, quick, epochs):
+    """Per case: (label, dataset MiB, load average at the start, the trainers'
+    per-epoch JSON records, seerd's peak RSS)."""
+    out = []
+    for label, size, qcount, count, batch in WARM_CASES:
+        count = qcount if quick else count
         data = os.path.join(base, "warm-%d" % size)
         gen(data, size, count)
         t = tempfile.mkdtemp(dir=tmp)
-        d = Daemon(t, data, job__epochs=4, job__batch_size=batch, cache__ram="2GiB",
+        d = Daemon(t, data, job__epochs=epochs, job__batch_size=batch, cache__ram="2GiB",
                    cache__staging="256MiB", prefetch__lookahead=8)
+        load = loadavg()
         res = bench(t, 4, ["--source", "seer", "--socket", d.sock], "warm")
         st, rss = d.finish()
-        ep = res["epochs"][1:]
-        rows.append((label, count * size / MiB, min(e["mb_per_s"] for e in ep) / 1e3,
-                     max(e["mb_per_s"] for e in ep) / 1e3,
-                     min(e["samples_per_s"] for e in ep), max(e["samples_per_s"] for e in ep),
-                     res["epochs"][0]["mb_per_s"] / 1e3, rss))
-    return rows
+        out.append((label, count * size / MiB, load, res["epochs"], rss))
+    return out
+
+
+def warm_lines(cases, bw, cores):
+    """The warm section: one row per epoch, then the bars."""
+    bound = bw * cores
+    lines = ["\n## Warm cache: 4 trainers, every byte read, no compute\n",
+             "bound: one core reads %.2f GB/s (seer-bench --membw: XOR over 8-byte words, "
+             "512 MiB, best of 8 passes, measured in this run); the trainers can use %d "
+             "cores: %.2f GB/s. Epoch 1 is cold (read from the files into the cache); page "
+             "faults and CPU seconds are the trainers' own (getrusage), per trainer.\n"
+             % (bw / 1e9, cores, bound / 1e9),
+             "| sample | dataset MiB | load | epoch | GB/s | samples/s | of bound | "
+             "page faults per trainer (mean / max) | trainer CPU s, user / sys (all 4) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    bars = []
+    for label, mib, load, eps, rss in cases:
+        for i, e in enumerate(eps):
+            flt = e.get("minflt", [0])
+            lines.append("| %s | %.0f | %.1f | %d%s | %.2f | %.0f | %.2f | %.0f / %.0f | "
+                         "%.3f / %.3f |" % (
+                             label, mib, load, i + 1, " (cold)" if i == 0 else "",
+                             e["mb_per_s"] / 1e3, e["samples_per_s"],
+                             e["mb_per_s"] * 1e6 / bound, sum(flt) / len(flt), max(flt),
+                             sum(e.get("utime_s", [0])), sum(e.get("stime_s", [0]))))
+        w = eps[1:]
+        if not w:
+            continue
+        lo_gb = min(e["mb_per_s"] for e in w) / 1e3
+        lo_sps = min(e["samples_per_s"] for e in w)
+        if label == "4 KiB":
+            bars.append("- %s: every warm epoch >= 1M samples/s: slowest %.0f: %s" %
+                        (label, lo_sps, "met" if lo_sps >= 1e6 else "MISSED"))
+        else:
+            ok = lo_gb >= 8 and lo_gb * 1e9 >= 0.4 * bound
+            bars.append("- %s: every warm epoch >= 8 GB/s and >= 0.4 x bound (%.2f GB/s): "
+                        "slowest %.2f GB/s: %s" % (label, 0.4 * bound / 1e9, lo_gb,
+                                                  "met" if ok else "MISSED"))
+    peak = ", ".join("%s %.0f MiB" % (c[0], c[4] / MiB) for c in cases if c[4])
+    lines.append("\nseerd peak RSS: %s. Bars (issue 17; timings never fail the run):" % peak)
+    return lines + bars
 
 
 def cold(tmp, base, quick, bw, lat, inflight, compute_ms):
@@ -187,6 +245,9 @@ def main():
     ap.add_argument("--latency-ms", type=float, default=2.0)
     ap.add_argument("--inflight", type=int, default=32)
     ap.add_argument("--compute-ms", type=float, default=30.0)
+    ap.add_argument("--epochs", type=int, default=0,
+                    help="epochs of the warm cases (default 6, --quick 4)")
+    ap.add_argument("--warm-only", action="store_true", help="only the warm-cache cases")
     a = ap.parse_args()
     base = os.environ.get("SEER_BENCH_DIR", os.path.join(ROOT, "data", "bench-node"))
     os.makedirs(base, exist_ok=True)
@@ -200,14 +261,17 @@ def main():
         lines.append("machine: %s cores, %s, %s RAM, Linux %s; load during the run: %s" %
                      (host[0], host[1].split(":")[-1].strip(), host[2], host[3],
                       open("/proc/loadavg").read().split()[0]))
-        lines.append("\n## Warm cache: 4 trainers, every byte read, no compute\n")
-        lines.append("| sample | dataset MiB | GB/s (epochs 2-4) | samples/s (epochs 2-4) | "
-                     "epoch 1 GB/s | seerd peak RSS MiB |")
-        lines.append("|---|---|---|---|---|---|")
-        for lab, mib, g0, g1, s0, s1, e1, rss in warm(tmp, base, a.quick):
-            lines.append("| %s | %.0f | %.2f - %.2f | %.0f - %.0f | %.2f | %s |" %
-                         (lab, mib, g0, g1, s0, s1, e1, "%.0f" % (rss / MiB) if rss else "?"))
-            print(lines[-1], flush=True)
+        epochs = a.epochs or (4 if a.quick else 6)
+        core_bw = membw()
+        cases = warm(tmp, base, a.quick, epochs)
+        core_bw = max(core_bw, membw())  # before and after: the better is the machine's
+        lines += warm_lines(cases, core_bw, min(4, os.cpu_count() or 1))
+        print("\n".join(lines), flush=True)
+        if a.warm_only:
+            with open(a.out, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            print("wrote", a.out)
+            return
         c = cold(tmp, base, a.quick, a.bandwidth, a.latency_ms, a.inflight, a.compute_ms)
         bw = c["pfs_bps"]
         lines.append("\n## Through the emulated PFS (%s, %.1f ms per request, %d in flight; "

@@ -1,13 +1,15 @@
 /* seer-bench: a DLIO-style trainer emulation, one MPI rank per trainer.
  *
  * Per step: take a batch, touch every byte, sleep the compute time, barrier
- * across trainers (as DDP's allreduce does). Per epoch, rank 0 prints
+ * across trainers (as DDP's allreduce does; a futex when all ranks share a
+ * node, so waiting trainers sleep: see step_barrier). Per epoch, rank 0 prints
  * samples/s, MB/s, accelerator utilisation AU = compute / wall, and the
  * stall per step (median, p99) over all ranks.
  *
  *   mpirun -np 4 seer-bench --source seer [--socket PATH] [--compute-ms 5]
  *   mpirun -np 4 seer-bench --source files --data DIR --seed S --batch B --epochs E
  *                           [--threads 8] [--prefetch 2]
+ *   seer-bench --membw[=MiB]   one core's read bandwidth with the same loop (the bound)
  *
  * --source files is the baseline: the same files in the same order (seer's
  * sampler), read by a pool of threads a few batches ahead into private
@@ -22,10 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../src/catalog.h"
 #include "../src/sampler.h"
+#include "../src/shm.h"
 #include "../src/util.h"
 #include "seer.h"
 
@@ -37,6 +41,8 @@ struct opts {
 	unsigned threads, prefetch;
 	double compute_ms, compute_sd;
 	bool quiet;
+	uint64_t membw_mib;
+	const char *barrier;
 };
 
 /* ---- touching every byte ------------------------------------------------ */
@@ -57,6 +63,93 @@ static uint64_t touch(const void *p, uint64_t n)
 	for (uint64_t k = 0; k < n % 8; k++)
 		b ^= (uint64_t)t[k] << (8 * k);
 	return a ^ b ^ c ^ d;
+}
+
+/* The bound: one core reading memory with touch() (XOR over 8-byte words)
+ * over a buffer well beyond the caches, pages faulted in first; the best of
+ * `passes` passes (the machine's capability, not its load). Bytes/s. */
+static double membw(uint64_t mib, int passes, uint64_t *sink)
+{
+	uint64_t n = mib << 20;
+	uint8_t *buf = xmalloc(n);
+	memset(buf, 0x5a, n);
+	double best = 0;
+	for (int i = 0; i < passes; i++) {
+		buf[(uint64_t)i * 4096 % n] ^= 1; /* no pass is the same as the last */
+		double t0 = now_s();
+		*sink ^= touch(buf, n);
+		double dt = now_s() - t0;
+		best = MAX(best, (double)n / dt);
+	}
+	free(buf);
+	return best;
+}
+
+/* ---- the step barrier ----------------------------------------------------- */
+/* Every step ends in a barrier across trainers, as DDP's allreduce ends a
+ * step. Open MPI's MPI_Barrier polls, with sched_yield when oversubscribed:
+ * on a machine with fewer cores than trainers + seerd's threads, trainers
+ * waiting for the slowest take CPU from it and from seerd (a trainer waiting
+ * for its GPU's allreduce would not). With --barrier futex (the default when
+ * every rank is on one node) waiting trainers sleep on a futex in memory the
+ * node's ranks share; --barrier mpi keeps MPI_Barrier. */
+struct shm_barrier {
+	_Atomic uint32_t count, gen;
+};
+static struct shm_barrier *g_bar; /* NULL: MPI_Barrier */
+static uint32_t g_nbar;
+static MPI_Win g_win;
+
+static void barrier_init(const char *mode, int world)
+{
+	if (mode && strcmp(mode, "mpi") == 0)
+		return;
+	MPI_Comm local;
+	MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+	int lsize, lrank, one_node, all;
+	MPI_Comm_size(local, &lsize);
+	MPI_Comm_rank(local, &lrank);
+	one_node = lsize == world;
+	MPI_Allreduce(&one_node, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	void *base = NULL;
+	if (all)
+		MPI_Win_allocate_shared(lrank == 0 ? (MPI_Aint)sizeof(struct shm_barrier) : 0, 1,
+					MPI_INFO_NULL, local, &base, &g_win);
+	if (all) {
+		MPI_Aint sz;
+		int du;
+		MPI_Win_shared_query(g_win, 0, &sz, &du, &base);
+		if (lrank == 0)
+			memset(base, 0, sizeof(struct shm_barrier));
+		g_bar = base;
+		g_nbar = (uint32_t)lsize;
+	}
+	MPI_Comm_free(&local);
+	MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void step_barrier(void)
+{
+	if (!g_bar) {
+		MPI_Barrier(MPI_COMM_WORLD);
+		return;
+	}
+	uint32_t gen = atomic_load(&g_bar->gen);
+	if (atomic_fetch_add(&g_bar->count, 1) == g_nbar - 1) {
+		atomic_store(&g_bar->count, 0);
+		atomic_fetch_add(&g_bar->gen, 1);
+		futex_wake_all(&g_bar->gen);
+		return;
+	}
+	while (atomic_load(&g_bar->gen) == gen)
+		futex_wait(&g_bar->gen, gen, -1);
+}
+
+static void barrier_fini(void)
+{
+	if (g_bar)
+		MPI_Win_free(&g_win);
+	g_bar = NULL;
 }
 
 /* ---- compute time ------------------------------------------------------- */
@@ -92,13 +185,44 @@ static void busy_sleep(double s)
 
 /* ---- per-epoch accounting ---------------------------------------------- */
 
+/* What the kernel counted for this process over one epoch (getrusage
+ * deltas): page faults, context switches, CPU time. Load-independent
+ * evidence where wall-clock time is not. */
+enum { RU_MINFLT, RU_MAJFLT, RU_NVCSW, RU_NIVCSW, RU_UTIME, RU_STIME, RU_N };
+static const char *const ru_name[RU_N] = { "minflt", "majflt", "nvcsw", "nivcsw", "utime_s",
+					     "stime_s" };
+
 struct ep {
 	double t0, t1;
 	double compute;
 	uint64_t samples, bytes;
 	double *stall;
 	uint64_t nstall, capstall;
+	double ru[RU_N];
 };
+
+static void ru_now(double v[RU_N])
+{
+	struct rusage r;
+	getrusage(RUSAGE_SELF, &r);
+	v[RU_MINFLT] = (double)r.ru_minflt;
+	v[RU_MAJFLT] = (double)r.ru_majflt;
+	v[RU_NVCSW] = (double)r.ru_nvcsw;
+	v[RU_NIVCSW] = (double)r.ru_nivcsw;
+	v[RU_UTIME] = (double)r.ru_utime.tv_sec + (double)r.ru_utime.tv_usec * 1e-6;
+	v[RU_STIME] = (double)r.ru_stime.tv_sec + (double)r.ru_stime.tv_usec * 1e-6;
+}
+
+/* Close epoch e's counters: e gets what was counted since `last`. */
+static void ru_close(struct ep *e, double last[RU_N])
+{
+	double v[RU_N];
+	ru_now(v);
+	for (int i = 0; i < RU_N; i++) {
+		e->ru[i] = v[i] - last[i];
+		last[i] = v[i];
+	}
+}
 
 static void ep_stall(struct ep *e, double s)
 {
@@ -122,11 +246,12 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 	if (rank == 0 && o->json && !(js = fopen(o->json, "w")))
 		fprintf(stderr, "seer-bench: %s: %s\n", o->json, strerror(errno));
 	if (js)
-		fprintf(js, "{\"source\":\"%s\",\"world\":%d,\"compute_ms\":%g,\"epochs\":[", o->source,
-			world, o->compute_ms);
+		fprintf(js, "{\"source\":\"%s\",\"world\":%d,\"compute_ms\":%g,\"barrier\":\"%s\","
+			"\"epochs\":[", o->source, world, o->compute_ms, g_bar ? "futex" : "mpi");
 	if (rank == 0 && !o->quiet)
-		printf("%-6s %6s %10s %10s %9s %7s %11s %11s\n", "source", "epoch", "wall_s",
-		       "samples/s", "MB/s", "AU_%", "stall_med_ms", "stall_p99_ms");
+		printf("%-6s %6s %10s %10s %9s %7s %11s %11s %9s %9s %7s %7s %8s %8s\n", "source",
+		       "epoch", "wall_s", "samples/s", "MB/s", "AU_%", "stall_med_ms", "stall_p99_ms",
+		       "flt/tr", "flt_max", "usr_s", "sys_s", "vcsw", "ivcsw");
 	for (uint64_t e = 0; e < nep; e++) {
 		struct ep *x = &eps[e];
 		double t0 = x->t0, t1 = x->t1, mint0, maxt1, comp;
@@ -136,6 +261,8 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 		MPI_Reduce(&x->compute, &comp, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&s, &S, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&b, &Bt, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+		double *ru = rank == 0 ? xcalloc((size_t)world * RU_N, sizeof(double)) : NULL;
+		MPI_Gather(x->ru, RU_N, MPI_DOUBLE, ru, RU_N, MPI_DOUBLE, 0, MPI_COMM_WORLD);
 		int n = (int)x->nstall;
 		int *counts = rank == 0 ? xcalloc((size_t)world, sizeof(int)) : NULL;
 		MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -158,18 +285,35 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 			double p99 = total ? all[MIN(total - 1, (int)ceil(0.99 * total) - 1)] : 0;
 			double wall = maxt1 - mint0;
 			double au = comp / world / wall * 100.0;
+			double sum[RU_N] = { 0 }, fmax = 0;
+			for (int r = 0; r < world; r++) {
+				for (int i = 0; i < RU_N; i++)
+					sum[i] += ru[r * RU_N + i];
+				fmax = MAX(fmax, ru[r * RU_N + RU_MINFLT]);
+			}
 			if (!o->quiet)
-				printf("%-6s %6llu %10.3f %10.0f %9.1f %7.1f %11.3f %11.3f\n", o->source,
-				       (unsigned long long)e, wall, (double)S / wall, (double)Bt / wall / 1e6,
-				       au, med * 1e3, p99 * 1e3);
+				printf("%-6s %6llu %10.3f %10.0f %9.1f %7.1f %11.3f %11.3f %9.0f %9.0f "
+				       "%7.3f %7.3f %8.0f %8.0f\n", o->source, (unsigned long long)e, wall,
+				       (double)S / wall, (double)Bt / wall / 1e6, au, med * 1e3, p99 * 1e3,
+				       sum[RU_MINFLT] / world, fmax, sum[RU_UTIME], sum[RU_STIME],
+				       sum[RU_NVCSW], sum[RU_NIVCSW]);
 			if (js)
 				fprintf(js, "%s{\"epoch\":%llu,\"wall_s\":%.6f,\"samples\":%llu,"
 					"\"bytes\":%llu,\"samples_per_s\":%.3f,\"mb_per_s\":%.3f,"
 					"\"au\":%.5f,\"stall_median_s\":%.6f,\"stall_p99_s\":%.6f,"
-					"\"compute_s\":%.6f}",
+					"\"compute_s\":%.6f,\"t_start\":%.6f",
 					e ? "," : "", (unsigned long long)e, wall, S, Bt, (double)S / wall,
-					(double)Bt / wall / 1e6, au / 100.0, med, p99, comp / world);
+					(double)Bt / wall / 1e6, au / 100.0, med, p99, comp / world, mint0);
+			for (int i = 0; js && i < RU_N; i++) {
+				fprintf(js, ",\"%s\":[", ru_name[i]); /* one value per trainer */
+				for (int r = 0; r < world; r++)
+					fprintf(js, "%s%.6g", r ? "," : "", ru[r * RU_N + i]);
+				fprintf(js, "]");
+			}
+			if (js)
+				fprintf(js, "}");
 			free(counts);
+			free(ru);
 			free(displs);
 			free(all);
 		}
@@ -195,6 +339,8 @@ static int run_seer(const struct opts *o, int rank, int world, struct ep **out, 
 	struct ep *eps = xcalloc(E, sizeof(*eps));
 	uint64_t e = 0;
 	bool started = false;
+	double ru_last[RU_N];
+	ru_now(ru_last);
 	for (;;) {
 		seer_batch_t *b;
 		double tw = now_s();
@@ -202,6 +348,7 @@ static int run_seer(const struct opts *o, int rank, int world, struct ep **out, 
 		double t = now_s();
 		if (rc == SEER_EEPOCH) {
 			eps[e].t1 = t;
+			ru_close(&eps[e], ru_last);
 			e++;
 			started = false;
 			continue;
@@ -229,7 +376,7 @@ static int run_seer(const struct opts *o, int rank, int world, struct ep **out, 
 		busy_sleep(cs);
 		eps[e].compute += cs;
 		seer_release(c, b);
-		MPI_Barrier(MPI_COMM_WORLD);
+		step_barrier();
 	}
 	seer_close(c);
 	*out = eps;
@@ -322,6 +469,8 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 	uint64_t issued = 0;
 	struct ep *eps = xcalloc(o->epochs, sizeof(*eps));
 	uint32_t ids[1024];
+	double ru_last[RU_N];
+	ru_now(ru_last);
 	for (uint64_t g = 0; g < total; g++) {
 		/* keep `depth` batches in flight, as DataLoader's prefetch_factor */
 		pthread_mutex_lock(&p.mu);
@@ -360,9 +509,11 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 		double cs = compute_s(o);
 		busy_sleep(cs);
 		eps[e].compute += cs;
-		MPI_Barrier(MPI_COMM_WORLD);
-		if (g % sh.bpe == sh.bpe - 1)
+		step_barrier();
+		if (g % sh.bpe == sh.bpe - 1) {
 			eps[e].t1 = now_s();
+			ru_close(&eps[e], ru_last);
+		}
 	}
 	pthread_mutex_lock(&p.mu);
 	p.stop = true;
@@ -396,6 +547,8 @@ int main(int argc, char **argv)
 		{ "compute-sd-ms", required_argument, NULL, 'v' },
 		{ "json", required_argument, NULL, 'j' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "membw", optional_argument, NULL, 'm' },
+		{ "barrier", required_argument, NULL, 'B' },
 		{ 0 },
 	};
 	int ch;
@@ -415,18 +568,43 @@ int main(int argc, char **argv)
 		case 'v': o.compute_sd = atof(optarg); break;
 		case 'j': o.json = optarg; break;
 		case 'q': o.quiet = true; break;
+		case 'B': o.barrier = optarg; break;
+		case 'm': o.membw_mib = optarg ? strtoull(optarg, NULL, 0) : 512; break;
 		default:
 			fprintf(stderr, "usage: seer-bench --source seer|files [--socket P] [--data DIR "
 					"--format F --seed S --epochs E --batch B --drop-last --threads N "
-					"--prefetch P] [--compute-ms MS --compute-sd-ms SD] [--json FILE]\n");
+					"--prefetch P] [--compute-ms MS --compute-sd-ms SD] [--json FILE] "
+					"[--barrier futex|mpi]\n"
+					"       seer-bench --membw[=MiB] [--json FILE]   (one core's "
+					"read bandwidth, no MPI)\n");
 			return 2;
 		}
+	}
+	if (o.membw_mib) {
+		uint64_t sink = 0;
+		double bps = membw(MAX(o.membw_mib, 64ull), 8, &sink);
+		printf("single-core read bandwidth: %.2f GB/s (XOR over 8-byte words, %llu MiB, best "
+		       "of 8 passes)\n", bps / 1e9, (unsigned long long)MAX(o.membw_mib, 64ull));
+		FILE *js = o.json ? fopen(o.json, "w") : NULL;
+		if (js) {
+			fprintf(js, "{\"membw_bps\":%.0f,\"mib\":%llu,\"sink\":%llu}\n", bps,
+				(unsigned long long)MAX(o.membw_mib, 64ull), (unsigned long long)sink);
+			fclose(js);
+		}
+		return 0;
 	}
 	MPI_Init(&argc, &argv);
 	int rank, world;
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &world);
 	rng_state ^= (uint64_t)(rank + 1) * 0x9e3779b97f4a7c15ull;
+	if (o.barrier && strcmp(o.barrier, "mpi") != 0 && strcmp(o.barrier, "futex") != 0) {
+		if (rank == 0)
+			fprintf(stderr, "seer-bench: --barrier futex or mpi, not '%s'\n", o.barrier);
+		MPI_Finalize();
+		return 2;
+	}
+	barrier_init(o.barrier, world);
 	struct ep *eps = NULL;
 	uint64_t nep = 0, sink = 0;
 	int rc;
@@ -442,6 +620,7 @@ int main(int argc, char **argv)
 	MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
 	if (any == 0)
 		report(&o, eps, nep, rank, world, sink);
+	barrier_fini();
 	MPI_Finalize();
 	return any;
 }

@@ -5,7 +5,7 @@
  *                     [--timeout-ms MS]
  *
  * Modes: null (no daemon), live, stale, two-threads, close-waiting,
- * close-seeking, seek-timeout, connect-timeout, fork, connect. Each check prints "ok ..." or
+ * close-seeking, seek-timeout, connect-timeout, fork, connect, warm. Each check prints "ok ..." or
  * "FAIL ..."; the exit code is the number of failed checks (a crash is a
  * signal). Modes with --daemon-pid stop the daemon (SIGSTOP) to hold the
  * stream still, and always let it go on (SIGCONT) before they return. */
@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -476,6 +477,62 @@ static void mode_connect(void)
 	exit(rc == 0 ? 0 : 3);
 }
 
+/* warm (world 1, the dataset inside the RAM cache): take epoch 1 without
+ * reading a byte, then read every byte of epoch 2. libseer mapped the cache
+ * the daemon filled at the epoch boundary, so epoch 2's reads take no page
+ * fault; it mapped only what was filled, so the arena's memory is what the
+ * daemon wrote, not its size. Prints "crcsum S samples N bytes B faults F
+ * allocated A size Z" for the test to judge. */
+static void mode_warm(void)
+{
+	static uint8_t warmup[1 << 16];
+	volatile uLong w = crc32(0, warmup, sizeof(warmup)); /* zlib's tables: faulted now */
+	(void)w;
+	seer_client_t *c = connect_or_die(timeout_ms);
+	CHECK(seer_arena_reader(c, warmup) == -EINVAL, "seer_arena_reader(other memory): -EINVAL");
+	CHECK(seer_arena_reader(c, (const uint8_t *)seer_arena_base(c) + 4096) == -EINVAL,
+	      "seer_arena_reader(inside the arena): -EINVAL");
+	CHECK(seer_arena_reader(c, NULL) == 0, "seer_arena_reader(NULL): back to libseer's own");
+	uint64_t crcsum = 0, bytes = 0, samples = 0, e = 0;
+	long faults = 0;
+	seer_batch_t *b;
+	int rc;
+	while (e < 2 && (rc = seer_next(c, timeout_ms, &b)) != SEER_EEND) {
+		if (rc == SEER_EEPOCH) {
+			e++;
+			continue;
+		}
+		if (rc != 0) {
+			CHECK(0, "seer_next: %d", rc);
+			break;
+		}
+		uint32_t n = seer_batch_len(b);
+		if (e == 1) {
+			struct rusage r0, r1;
+			getrusage(RUSAGE_SELF, &r0);
+			for (uint32_t i = 0; i < n; i++) {
+				uint64_t len = seer_sample_size(b, i);
+				crcsum += crc32(0, seer_sample_data(b, i), (uInt)len);
+				bytes += len;
+			}
+			getrusage(RUSAGE_SELF, &r1);
+			faults += r1.ru_minflt - r0.ru_minflt;
+			samples += n;
+		}
+		seer_release(c, b);
+	}
+	int fd = seer_arena_fd(c);
+	struct stat st;
+	CHECK(fd >= 0 && fstat(fd, &st) == 0, "fstat of the arena");
+	printf("crcsum %llu samples %llu bytes %llu faults %ld allocated %llu size %llu\n",
+	       (unsigned long long)crcsum, (unsigned long long)samples, (unsigned long long)bytes,
+	       faults, (unsigned long long)st.st_blocks * 512ull,
+	       (unsigned long long)seer_arena_size(c));
+	if (fd >= 0)
+		close(fd);
+	seer_close(c);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -504,7 +561,7 @@ int main(int argc, char **argv)
 		{ "two-threads", mode_two_threads }, { "close-waiting", mode_close_waiting },
 		{ "close-seeking", mode_close_seeking },
 		{ "seek-timeout", mode_seek_timeout }, { "connect-timeout", mode_connect_timeout },
-		{ "fork", mode_fork }, { "connect", mode_connect },
+		{ "fork", mode_fork }, { "connect", mode_connect }, { "warm", mode_warm },
 	};
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
 		if (strcmp(argv[optind], modes[i].name) == 0) {

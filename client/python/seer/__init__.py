@@ -134,6 +134,7 @@ def _signatures():
         "seer_batch_export": (I, [P, P, P, P, P, P]),
         "seer_arena_fd": (I, [P]),
         "seer_arena_size": (U64, [P]),
+        "seer_arena_reader": (I, [P, P]),
         "seer_type_count": (U32, [P]),
         "seer_type_info": (I, [P, U32, ctypes.POINTER(I), ctypes.POINTER(U64), I]),
         "seer_rank": (I, [P]),
@@ -393,6 +394,11 @@ class Loader:
         finally:
             os.close(fd)
         self._arena = np.frombuffer(mm, dtype=np.uint8)
+        # libseer maps the pages the daemon filled into this mapping ahead of
+        # our reads (warm epochs without page faults)
+        rc = lib.seer_arena_reader(self._c, self._arena.ctypes.data)
+        if rc < 0:
+            raise _error(rc)
         self._types = []
         dims = (ctypes.c_uint64 * _C.MAX_DIMS)()
         dt = ctypes.c_int()
@@ -475,8 +481,10 @@ class Loader:
         held, self._held = self._held, None
         if held is not None:
             held._ptr = None  # seer_close releases it
-        self._arena = None  # views keep the mapping alive
+        # libseer prefaults our mapping (seer_arena_reader) until seer_close
+        # returns: drop it only after (views keep it alive beyond)
         self._lib.seer_close(c)
+        self._arena = None
 
     def __enter__(self):
         return self

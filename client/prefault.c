@@ -1,0 +1,218 @@
+/* prefault.c: mapping the arena pages the daemon has filled into this
+ * process before the trainer reads them.
+ *
+ * Why: a trainer's first read of an arena page costs a page fault (the
+ * kernel maps 16 pages per fault with fault-around) and, under a
+ * shadow-paging hypervisor (PVM here: docs/results.md, "Warm delivery"), a
+ * second, hidden fault taken by the host on the first access to every page
+ * through a new PTE — ~2.3 us per 4 KiB page, counted as the trainer's user
+ * time. A trainer reads a random quarter of the cache per epoch, so without
+ * this the cost falls off only as the share of the cache it has touched grows
+ * (25%, 44%, 58%, ... of the pages): warm epochs started slow and sped up
+ * epoch after epoch. Mapping every filled page once, ahead, puts the whole
+ * cost in the cold epoch and leaves every warm epoch at its floor.
+ *
+ * How: the arena's filled pages are the memfd's data extents (lseek
+ * SEEK_DATA / SEEK_HOLE; the daemon never punches holes). Each run is
+ * mapped with MADV_POPULATE_READ (one call instead of a fault per 16 pages)
+ * and then read one byte per page (the hidden fault; a TLB miss elsewhere).
+ * Holes are never touched: a read fault on a shmem hole would allocate a page
+ * the daemon may never fill. A 2 MiB chunk found present in full is marked
+ * done and skipped by later passes.
+ *
+ * When: a helper thread, started by the first seer_next, makes a pass every
+ * 10 ms while the cold epoch fills the cache, so a trainer that waits in its
+ * own collective (a barrier, an allreduce) rather than in seer_next is
+ * covered too. It runs at the trainer's priority: at SCHED_IDLE it got no CPU
+ * on a busy machine and left the work to the boundary pass, which then
+ * delayed the first warm step (docs/client.md). At the first epoch boundary the consumer thread stops it and finishes
+ * the pass itself, so every page filled by then is mapped before the first
+ * warm read, however busy the machine was; later boundaries repeat the pass
+ * (cheap: done chunks are skipped).
+ *
+ * The mapping prefaulted is libseer's own, or the one a binding reads through
+ * (seer_arena_reader: the Python shim maps the arena itself).
+ *
+ * Threads: the pass state belongs to the helper while it runs and to the
+ * consumer thread otherwise (pf_stop joins the helper first). Failure: none
+ * visible — prefaulting is an optimisation; without MADV_POPULATE_READ the
+ * byte reads fault instead, without a thread the boundary pass does it all,
+ * and a file that cannot seek data (or SEER_PREFAULT=0 in the environment)
+ * turns it off: the trainer then faults as it reads. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../src/base.h"
+#include "../src/shm.h"
+#include "client.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+#define PF_PAGE 4096ull
+#define PF_CHUNK (2ull << 20)  /* done-bitmap granularity */
+#define PF_STEP (256ull << 10) /* work between two looks at the stop flag */
+#define PF_POLL_NS 10000000ll  /* the helper's pause between passes */
+
+void pf_init(struct seer_client *c)
+{
+	struct prefault *pf = &c->pf;
+	memset(pf, 0, sizeof(*pf));
+	const char *env = getenv("SEER_PREFAULT");
+	pf->nchunks = (c->arena_size + PF_CHUNK - 1) / PF_CHUNK;
+	pf->done = calloc((pf->nchunks + 63) / 64, sizeof(uint64_t));
+	pf->off = !pf->done || (env && strcmp(env, "0") == 0);
+	pf->pos = c->arena_size; /* no pass open */
+	pf->base = c->arena;
+}
+
+
+/* Stop and join the helper thread, if any: the pass state is ours after. */
+static void pf_stop(struct seer_client *c)
+{
+	struct prefault *pf = &c->pf;
+	if (!pf->running)
+		return;
+	atomic_store(&pf->stop, 1);
+	futex_wake_all(&pf->stop);
+	pthread_join(pf->th, NULL);
+	pf->running = false;
+}
+
+void pf_free(struct seer_client *c)
+{
+	if (!atomic_load(&c->forked)) /* a fork child has no helper to join */
+		pf_stop(c);
+	free(c->pf.done);
+	c->pf.done = NULL;
+}
+
+void pf_retarget(struct seer_client *c, const uint8_t *base)
+{
+	struct prefault *pf = &c->pf;
+	pf_stop(c); /* the next seer_next starts it again */
+	pf->base = base;
+	pf->pos = c->arena_size;
+	if (pf->done)
+		memset(pf->done, 0, (pf->nchunks + 63) / 64 * sizeof(uint64_t));
+}
+
+static bool chunk_done(const struct prefault *pf, uint64_t k)
+{
+	return pf->done[k / 64] >> (k % 64) & 1;
+}
+
+/* Map [a, b) (present pages, page-aligned) into this process. */
+static void map_run(struct seer_client *c, uint64_t a, uint64_t b)
+{
+	struct prefault *pf = &c->pf;
+	const uint8_t *p = pf->base + a;
+	if (!pf->no_populate && madvise((void *)p, b - a, MADV_POPULATE_READ) != 0 &&
+	    (errno == EINVAL || errno == ENOSYS))
+		pf->no_populate = true; /* older kernel: the reads below fault instead */
+	uint8_t x = 0;
+	for (uint64_t o = 0; o < b - a; o += PF_PAGE)
+		x ^= *(const volatile uint8_t *)(p + o);
+	pf->sink ^= x;
+	pf->pages += (b - a) / PF_PAGE;
+}
+
+/* Begin a pass at the arena's start (one left open by a stopped helper is
+ * dropped: the new pass covers it). */
+static void pf_restart(struct seer_client *c)
+{
+	c->pf.pos = 0;
+	c->pf.run_end = 0;
+	c->pf.passes++;
+}
+
+/* One step of the open pass: up to PF_STEP bytes mapped. false once the pass
+ * has reached the end of the arena (nothing to do until pf_restart). */
+static bool pf_step(struct seer_client *c)
+{
+	struct prefault *pf = &c->pf;
+	uint64_t size = c->arena_size;
+	while (!pf->no_seek && pf->pos < size) {
+		uint64_t k = pf->pos / PF_CHUNK, cstart = k * PF_CHUNK;
+		uint64_t cend = MIN(cstart + PF_CHUNK, size);
+		if (pf->pos == cstart) {
+			if (chunk_done(pf, k)) {
+				pf->pos = cend;
+				continue;
+			}
+			pf->chunk_full = true;
+		}
+		if (pf->pos >= pf->run_end) { /* find the next run of present pages */
+			off_t d = lseek(c->arena_fd, (off_t)pf->pos, SEEK_DATA);
+			off_t h = d < 0 ? -1 : lseek(c->arena_fd, d, SEEK_HOLE);
+			if (d < 0 || h < 0) {
+				if (errno != ENXIO)
+					pf->no_seek = true; /* this file cannot tell: fault as we read */
+				pf->pos = size;
+				return false;
+			}
+			pf->run_end = MIN(ALIGN_UP((uint64_t)h, PF_PAGE), size);
+			if ((uint64_t)d != pf->pos) {
+				/* a hole first: this chunk is not full, nor is the one d
+				 * lands in unless d starts it (the loop's top decides) */
+				pf->chunk_full = false;
+				pf->pos = (uint64_t)d & ~(PF_PAGE - 1);
+				continue;
+			}
+		}
+		uint64_t end = MIN(MIN(pf->run_end, cend), pf->pos + PF_STEP);
+		map_run(c, pf->pos, end);
+		pf->pos = end;
+		if (end == cend && pf->chunk_full)
+			pf->done[k / 64] |= 1ull << (k % 64);
+		return true;
+	}
+	return false;
+}
+
+static void pf_pass(struct seer_client *c)
+{
+	pf_restart(c);
+	while (pf_step(c)) {
+	}
+}
+
+static void *pf_main(void *arg)
+{
+	struct seer_client *c = arg;
+	while (!atomic_load(&c->pf.stop)) {
+		pf_restart(c);
+		while (!atomic_load(&c->pf.stop) && pf_step(c)) {
+		}
+		futex_wait(&c->pf.stop, 0, PF_POLL_NS);
+	}
+	return NULL;
+}
+
+void pf_start(struct seer_client *c)
+{
+	struct prefault *pf = &c->pf;
+	if (pf->off || pf->boundary || pf->running)
+		return;
+	atomic_store(&pf->stop, 0);
+	sigset_t all, old; /* the helper takes none of the application's signals */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pf->running = pthread_create(&pf->th, NULL, pf_main, c) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+void pf_epoch_end(struct seer_client *c)
+{
+	pf_stop(c);
+	c->pf.boundary = true;
+	if (!c->pf.off)
+		pf_pass(c);
+}
