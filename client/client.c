@@ -115,8 +115,23 @@ static int closed_while_waiting(void)
 	return -EBADF;
 }
 
+/* The daemon's socket closed under us: a clean stop told us first (the
+ * STOPPING state), anything else is a daemon that died. */
+static int daemon_gone(struct seer_client *c)
+{
+	if (atomic_load_explicit(&c->co->state, memory_order_acquire) == SEER_STATE_STOPPING) {
+		err_set("seerd is shutting down (it stopped the job and exited)");
+		return SEER_ESHUTDOWN;
+	}
+	err_set("seerd at %s went away without stopping the job (it crashed or was killed); "
+		"restart it: the job resumes from its saved positions (resume = auto) or from "
+		"your checkpoint record", c->sock_path);
+	return SEER_EDAEMON;
+}
+
 /* Sleep on the doorbell until a slot index arrives, the deadline passes, the
- * daemon goes away, or the client is closed. */
+ * daemon stops or goes away, or the client is closed. A stop is seen before
+ * any batch still in the ring: after it, not one more batch is taken. */
 static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 {
 	uint64_t t0 = now_ns();
@@ -128,15 +143,17 @@ static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 		 * reading `waiting` */
 		atomic_thread_fence(memory_order_seq_cst);
 		int rc = 0;
-		if (ring_pop(&c->out, idx) == 0) {
+		if (atomic_load(&c->closing)) {
+			rc = closed_while_waiting();
+		} else if ((rc = state_error(c)) != 0) {
+			/* stopping or evicted */
+		} else if (ring_pop(&c->out, idx) == 0) {
 			atomic_fetch_add_explicit(&c->ci->stall_ns, now_ns() - t0, memory_order_relaxed);
 			atomic_fetch_add_explicit(&c->ci->stalls, 1, memory_order_relaxed);
-		} else if (atomic_load(&c->closing)) {
-			rc = closed_while_waiting();
-		} else if ((rc = state_error(c)) == 0 && now_ns() >= deadline) {
+		} else if (now_ns() >= deadline) {
 			err_set("no batch within %d ms", timeout_ms);
 			rc = -ETIMEDOUT;
-		} else if (rc == 0) {
+		} else {
 			futex_wait(&((struct seer_ctrl_out *)c->co)->doorbell, bell,
 				   (int64_t)MIN(deadline - now_ns(), DEATH_CHECK_NS));
 			atomic_store_explicit(&c->ci->waiting, 0, memory_order_relaxed);
@@ -145,10 +162,8 @@ static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 			char b;
 			ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 			if ((r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) &&
-			    !atomic_load(&c->closing)) { /* a close shuts our reading side */
-				err_set("seerd closed the connection (daemon exited?)");
-				return SEER_ESHUTDOWN;
-			}
+			    !atomic_load(&c->closing)) /* a close shuts our reading side */
+				return daemon_gone(c);
 			continue;
 		}
 		atomic_store_explicit(&c->ci->waiting, 0, memory_order_relaxed);
@@ -201,8 +216,13 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	}
 	if (c->next_global >= c->total)
 		return SEER_EEND;
+	/* a stop began: not one more batch, even one already published (the
+	 * daemon records this rank's position as what it took) */
+	int rc = state_error(c);
+	if (rc != 0)
+		return rc;
 	uint32_t idx;
-	int rc = -EAGAIN;
+	rc = -EAGAIN;
 	for (int i = 0; i < SPIN_ITERS && rc != 0; i++) {
 		if ((rc = ring_pop(&c->out, &idx)) != 0)
 			cpu_relax();

@@ -189,7 +189,10 @@ void engine_work(struct engine *e)
 		pf_fill(e);
 		task_flush(e);
 	}
-	for (uint32_t r = 0; r < e->world; r++)
+	/* after a stop nothing more is published: the trainers' next call says
+	 * so, and their positions are what they took */
+	bool stopping = atomic_load(&e->stopping);
+	for (uint32_t r = 0; r < e->world && !stopping; r++)
 		if (e->tr[r].attached && !e->tr[r].resetting)
 			pf_publish(e, &e->tr[r]);
 	stats_check_epochs(e);

@@ -76,6 +76,7 @@ extern "C" {
 #define SEER_EDATASET (-30808)  /* dataset missing, empty, changed or corrupt */
 #define SEER_ENOTHELD (-30809)  /* release of a batch this client does not hold */
 #define SEER_EEVICTED (-30810)  /* the daemon disconnected this trainer */
+#define SEER_EDAEMON (-30811)   /* seerd went away without stopping the job (crashed, killed) */
 
 /* Sample element types (seer_sample_dtype). */
 #define SEER_MAX_DIMS 8 /* dims of a sample's shape, at most */
