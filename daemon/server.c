@@ -401,16 +401,29 @@ static int join_peers(struct server *s, char *err, size_t errlen)
 	return rc;
 }
 
-/* The loop's own fds: SIGTERM/SIGINT through a signalfd (blocked before
- * any thread starts, so only it sees them), epoll, and the 1 s timer. */
+static void stop_signals(sigset_t *mask)
+{
+	sigemptyset(mask);
+	sigaddset(mask, SIGTERM);
+	sigaddset(mask, SIGINT);
+}
+
+void server_block_signals(void)
+{
+	sigset_t mask;
+	stop_signals(&mask);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* The loop's own fds: SIGTERM/SIGINT through a signalfd (blocked by main
+ * before MPI or any thread started, so only it sees them), epoll, and the
+ * 1 s timer. */
 static int loop_open(struct server *s)
 {
 	sigset_t mask;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &mask, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	stop_signals(&mask);
+	server_block_signals(); /* already done by main; harmless again */
 	s->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
