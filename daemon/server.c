@@ -32,7 +32,6 @@
 
 #define MAX_PENDING 256
 #define HELLO_TIMEOUT_S 5.0
-#define STOP_GRACE_S 5.0
 
 /* A connection before its handshake, or a seerctl whose reply did not fit
  * the socket buffer at once: the rest is sent as the socket drains (the
@@ -206,11 +205,11 @@ static void ctl_reply(struct server *s, int i, int status, char *text)
 }
 
 /* Stop now (SIGTERM, seerctl stop, another node's stop), trainers told;
- * the loop gives them STOP_GRACE_S. `all`: ask the other nodes too. */
+ * the loop gives them [daemon] stop_grace_s. `all`: ask the other nodes too. */
 static void stop_job(struct server *s, bool all)
 {
 	engine_stop(s->e, true);
-	s->stop_deadline = now_s() + STOP_GRACE_S;
+	s->stop_deadline = now_s() + s->cfg->stop_grace_s;
 	if (all && !s->stop_sent) {
 		cluster_stop_all(s->cl);
 		s->stop_sent = true;
@@ -606,7 +605,8 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		if (engine_finished(s.e) && !finished_round(&s))
 			break;
 		if (s.stop_deadline > 0 && now_s() >= s.stop_deadline && !s.done_sent) {
-			log_warn("trainers still attached after %.0f s; exiting anyway", STOP_GRACE_S);
+			log_warn("trainers still attached %.0f s after the stop ([daemon] stop_grace_s); "
+				 "exiting anyway", s.cfg->stop_grace_s);
 			break;
 		}
 		if (!dispatch(&s))

@@ -208,5 +208,60 @@ def test_mpirun_sigterm_mpirun():
     run_mpirun_sigterm("mpirun")
 
 
+# ---- defect 2: after SIGTERM, not one more batch; the position is what was taken ------------
+
+def test_slow_trainer_sigterm():
+    """Slow trainers (a long step, 8 batches prepared ahead) get SIGTERM's stop
+    at their very next call, whatever was prepared; seerd waits for the step
+    in progress (longer than the old 5 s grace) and records the release, so
+    resume = auto continues right after the batch each one held."""
+    tmp = tmpdir("seer-rs-")
+    daemons = []
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "job.seed": 5, "job.epochs": 3, "job.batch_size": 2,
+             "cache.ram": "32KiB", "prefetch.lookahead": 8, "job.resume": "auto"}
+        world = 2
+        d = Daemon(tmp, s, name="first")
+        daemons.append(d)
+        gate, at = Gate(tmp), (1, 4)
+        first = [os.path.join(tmp, "a%d.log" % r) for r in range(world)]
+        procs = trainers(["c", "py"], world, [d.sock] * world, first,
+                         ["--compute-ms", "20"] + gate.args(at))
+        gate.wait(range(world), at, procs)
+        # the lookahead is full: batches past the held one are published
+        wait_for(lambda: all(t["ready_unread"] > 0 for t in d.status()["trainers"]), LONG,
+                 "batches prepared ahead of both trainers")
+        d.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: d.status()["state"] == "stopping", LONG, "seerd to be stopping")
+        # a step of 6 s: longer than seerd used to wait for trainers after a stop
+        time.sleep(6.0)
+        t0 = time.time()
+        gate.go(at)
+        expect_shutdown(finish(procs, timeout=LONG), "SIGTERM")
+        dt = time.time() - t0
+        check(d.wait(LONG) == 0, "seerd exit code after SIGTERM:\n" + d.log())
+        check("exiting anyway" not in d.log(), "seerd left before the trainers:\n" + d.log())
+        before = [read_log(p) for p in first]
+        for r in range(world):
+            check(max(before[r]) == at, "rank %d took %s after the stop (it held %s)" %
+                  (r, max(before[r]), at))
+        log("trainers told at their next call and gone %.2f s after their step" % dt)
+        d2 = Daemon(tmp, s, name="second")
+        daemons.append(d2)
+        second = [os.path.join(tmp, "b%d.log" % r) for r in range(world)]
+        for rc, _, err in finish(trainers(["py", "c"], world, [d2.sock] * world, second)):
+            check(rc == 0, "trainer failed after the restart: " + err)
+        check(d2.wait(LONG) == 0, "second seerd failed:\n" + d2.log())
+        sampler = seer.Sampler(len(cat), 5, world, 2)
+        for r in range(world):
+            n = check_exact(cat, sampler, r, before[r], read_log(second[r]), 3)
+        log("resume = auto continued after the held batch: %d batches per rank, exact" % n)
+    finally:
+        for x in daemons:
+            x.stop()
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
-    run_tests([test_mpirun_sigterm_seerd, test_mpirun_sigterm_mpirun])
+    run_tests([test_mpirun_sigterm_seerd, test_mpirun_sigterm_mpirun, test_slow_trainer_sigterm])
