@@ -114,7 +114,8 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	e->dispatcher = pthread_self();
 	engine_ep_add(e, e->pool.done_efd, EP_TAG(EP_POOL, 0));
 	engine_repin(e);
-	if (o->cfg->world_size > 0 && (rc = place_shape_init(e, (uint32_t)o->cfg->world_size, err, errlen)))
+	if (o->cfg->world_size > 0 && (rc = place_shape_init(e, (uint32_t)o->cfg->world_size, NULL, false,
+								     err, errlen)))
 		goto fail;
 	char a[32], b[32];
 	log_info("arena: %s RAM cache + %s staging, %llu I/O threads, lookahead %llu batches",
@@ -267,6 +268,11 @@ void engine_stop(struct engine *e, bool now)
 	}
 }
 
+void engine_end(struct engine *e, bool complete)
+{
+	resume_end(e, complete);
+}
+
 bool engine_finished(const struct engine *e)
 {
 	if (e->fatal[0])
@@ -300,13 +306,6 @@ void engine_tick(struct engine *e)
 			 (unsigned long long)e->retries_unreported, e->last_retry);
 		e->retries_unreported = 0;
 		e->t_last_retry_warn = t;
-	}
-	/* keep the resume record fresh: a daemon killed without a chance to
-	 * save still lets [job] resume = auto continue (never past a batch that
-	 * was not released) */
-	if (e->plan_ready && t - e->t_last_resume_save >= 10.0) {
-		e->t_last_resume_save = t;
-		resume_save(e, true);
 	}
 	if (e->shape_ready && e->plan_ready && e->fill_left > 0 && e->cache_loaded > 0 &&
 	    t - e->t_last_progress >= 10.0) {

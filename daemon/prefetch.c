@@ -93,6 +93,7 @@ void pf_releases(struct engine *e, struct trainer *t)
 	if (n > 0) {
 		pf_reclaim(t);
 		check_done(e, t);
+		resume_note(e, t); /* in place: exact after SIGKILL too */
 	}
 }
 
@@ -223,20 +224,15 @@ struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g
 }
 
 /* The samples of t's batch g (corrupt ones substituted) and where each is
- * served from, into the batch scratch; returns the staging bytes they need. */
-static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t g, uint32_t n)
+ * served from, into the batch scratch (*n of them); returns the staging
+ * bytes they need. */
+static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t g, uint32_t *n)
 {
-	const struct smp_shape *sh = &e->sh;
-	uint64_t epoch = g / sh->bpe, step = g % sh->bpe;
-	const uint32_t *order = smp_cache_epoch(&e->smp, epoch);
-	if (!order) {
-		log_error("out of memory computing epoch %llu's order", (unsigned long long)epoch);
-		abort();
-	}
+	*n = jobrec_batch(e, t->rank, g, e->ids);
 	struct route_view v = place_view(e);
 	uint64_t need = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
+	for (uint32_t i = 0; i < *n; i++) {
+		uint32_t s = e->ids[i];
 		if (UNLIKELY(e->bad[s]))
 			s = substitute(e, s, UINT64_MAX);
 		e->ids[i] = s;
@@ -248,13 +244,12 @@ static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t 
 }
 
 /* Slot idx's header for batch g of n samples; returns its descriptors. */
-static struct seer_wire_sample *slot_begin(struct trainer *t, uint32_t idx, const struct smp_shape *sh,
+static struct seer_wire_sample *slot_begin(const struct engine *e, struct trainer *t, uint32_t idx,
 					   uint64_t g, uint32_t n)
 {
 	struct seer_wire_slot *ws = trainer_wslot(t, idx);
 	ws->global = g;
-	ws->epoch = g / sh->bpe;
-	ws->step = g % sh->bpe;
+	jobrec_pos(e, g, &ws->epoch, &ws->step);
 	ws->n = n;
 	ws->flags = 0;
 	ws->status = 0;
@@ -269,7 +264,9 @@ static void prep_ram(struct engine *e, struct trainer *t, struct tslot *sl, stru
 {
 	d->offset = arena_key_off(e, key);
 	if (e->cstate[key] == CS_READY) {
-		struct epoch_stats *es = stats_epoch(e, sl->g / e->sh.bpe);
+		uint64_t epoch, step;
+		jobrec_pos(e, sl->g, &epoch, &step);
+		struct epoch_stats *es = stats_epoch(e, epoch);
 		es->ram_samples++;
 		es->ram_bytes += d->length;
 		return;
@@ -316,14 +313,14 @@ static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
 bool pf_prepare(struct engine *e, struct trainer *t)
 {
 	uint64_t g = t->next_prep;
-	uint32_t n = smp_batch_len(&e->sh, g % e->sh.bpe);
+	uint32_t n;
 	uint64_t off;
-	if (stg_alloc(&t->stg, batch_route(e, t, g, n), &off) != 0)
+	if (stg_alloc(&t->stg, batch_route(e, t, g, &n), &off) != 0)
 		return false;
 	uint32_t idx = (uint32_t)(g & (t->nslots - 1));
 	struct tslot *sl = &t->slots[idx];
 	*sl = (struct tslot){ .st = SL_PREP, .g = g, .vend = stg_mark(&t->stg) };
-	struct seer_wire_sample *d = slot_begin(t, idx, &e->sh, g, n);
+	struct seer_wire_sample *d = slot_begin(e, t, idx, g, n);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = e->ids[i];
 		const struct cat_sample *cs = &e->cat->samples[s];
@@ -433,10 +430,9 @@ void pf_fill(struct engine *e)
 		e->fill_r = 0;
 	}
 	uint32_t budget = (uint32_t)e->cfg->io_threads;
-	const struct smp_shape *sh = &e->sh;
 	struct route_view v = place_view(e);
 	while (e->fill_inflight < budget && e->fill_g < e->end && e->fill_left > 0) {
-		uint64_t g = e->fill_g, epoch = g / sh->bpe, step = g % sh->bpe;
+		uint64_t g = e->fill_g;
 		uint32_t rank = e->local_ranks[e->fill_r];
 		if (++e->fill_r == e->nlocal) {
 			e->fill_r = 0;
@@ -445,12 +441,10 @@ void pf_fill(struct engine *e)
 		const struct trainer *t = &e->tr[rank];
 		if (t->attached && g < t->next_prep)
 			continue; /* prepare has seen this batch */
-		const uint32_t *order = smp_cache_epoch(&e->smp, epoch);
-		if (!order)
-			return;
-		uint32_t n = smp_batch_len(sh, step);
+		/* the batch scratch is free: prepare is done for this round */
+		uint32_t n = jobrec_batch(e, rank, g, e->ids);
 		for (uint32_t i = 0; i < n; i++) {
-			uint32_t s = smp_at(sh, order, smp_position(sh, rank, step, i));
+			uint32_t s = e->ids[i];
 			uint32_t key = route_ram_key(&v, rank, s);
 			if (key != ROUTE_NOKEY && e->cstate[key] == CS_ABSENT)
 				pf_ram_load(e, key, s, g, true);

@@ -44,6 +44,10 @@ struct pending {
 	char *out;         /* seerctl reply text still being sent, or NULL */
 	size_t out_len, out_off;
 	int32_t out_status;
+	bool have_hello;   /* its HELLO came; the checkpoint record is arriving */
+	struct seer_msg_hello hello;
+	uint8_t *rec;      /* the record's bytes so far (hello.record_len in all) */
+	size_t rec_got;
 };
 
 struct server {
@@ -118,6 +122,9 @@ static void pend_close(struct server *s, int i)
 	}
 	free(p->out);
 	p->out = NULL;
+	free(p->rec);
+	p->rec = NULL;
+	p->have_hello = false;
 	p->fd = -1;
 }
 
@@ -240,6 +247,52 @@ static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *
 	}
 }
 
+/* Refuse the connection on fd with `status` and a message, and close it. */
+static void refuse(int fd, int status, const char *msg)
+{
+	struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = status };
+	snprintf(w.msg, sizeof(w.msg), "%s", msg);
+	sock_send(fd, &w, sizeof(w), NULL, 0);
+	close(fd);
+}
+
+/* A piece of the checkpoint record after slot's HELLO. The whole record
+ * hands the connection to the engine. */
+static void on_record(struct server *s, uint32_t slot)
+{
+	struct pending *p = &s->pend[slot];
+	struct {
+		struct seer_msg_record h;
+		uint8_t data[SEER_RECORD_CHUNK];
+	} m;
+	ssize_t n = sock_recv(p->fd, &m, sizeof(m), NULL, NULL, 0);
+	if (n == -EAGAIN)
+		return;
+	int fd = p->fd;
+	size_t total = p->hello.record_len;
+	if (n < (ssize_t)sizeof(m.h) || m.h.kind != SEER_MSG_RECORD || m.h.total != total ||
+	    m.h.offset != p->rec_got || m.h.len != (size_t)n - sizeof(m.h) ||
+	    m.h.len > total - p->rec_got || (m.h.len == 0 && p->rec_got < total)) {
+		log_warn("pid %d sent a malformed checkpoint record after its hello (%zd bytes)",
+			 (int)p->pid, n);
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+		p->fd = -1;
+		refuse(fd, SEER_EPROTO, "malformed checkpoint record packet after the hello");
+		pend_close(s, (int)slot);
+		return;
+	}
+	memcpy(p->rec + p->rec_got, m.data, m.h.len);
+	p->rec_got += m.h.len;
+	if (p->rec_got < total)
+		return;
+	epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+	p->fd = -1;
+	/* the engine owns the socket from here on success */
+	if (engine_attach(s->e, fd, &p->hello, p->rec, total, p->pid) < 0)
+		close(fd);
+	pend_close(s, (int)slot);
+}
+
 static void on_conn(struct server *s, uint32_t slot)
 {
 	struct pending *p = &s->pend[slot];
@@ -247,6 +300,10 @@ static void on_conn(struct server *s, uint32_t slot)
 		return;
 	if (p->out) {
 		ctl_flush(s, (int)slot);
+		return;
+	}
+	if (p->have_hello) {
+		on_record(s, slot);
 		return;
 	}
 	struct seer_msg_hello h;
@@ -257,22 +314,31 @@ static void on_conn(struct server *s, uint32_t slot)
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
 	p->fd = -1;
 	if (p->refuse_uid >= 0) {
-		struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EREFUSED };
-		snprintf(w.msg, sizeof(w.msg), "seerd serves only its own user (uid %u); you are uid %ld",
+		char msg[SEER_ERRMSG_MAX];
+		snprintf(msg, sizeof(msg), "seerd serves only its own user (uid %u); you are uid %ld",
 			 (unsigned)getuid(), p->refuse_uid);
-		sock_send(fd, &w, sizeof(w), NULL, 0);
-		close(fd);
+		refuse(fd, SEER_EREFUSED, msg);
 		return;
 	}
-	if (n != (ssize_t)sizeof(h) || h.magic != SEER_MAGIC_HELLO) {
+	bool magic = n >= 16 && h.magic == SEER_MAGIC_HELLO;
+	if (magic && h.version != SEER_PROTO_VERSION) {
+		char msg[SEER_ERRMSG_MAX];
+		snprintf(msg, sizeof(msg), "protocol version %u, this seerd speaks %u: use the "
+			 "libseer of the same seer build", h.version, SEER_PROTO_VERSION);
+		log_warn("pid %d speaks protocol version %u; refused", (int)p->pid, h.version);
+		refuse(fd, SEER_EPROTO, msg);
+		return;
+	}
+	if (n != (ssize_t)sizeof(h) || !magic) {
 		if (n > 0) {
-			struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EPROTO };
-			snprintf(w.msg, sizeof(w.msg), "malformed handshake (%zd bytes): the client "
-				 "is not a libseer of this version", n);
-			sock_send(fd, &w, sizeof(w), NULL, 0);
+			char msg[SEER_ERRMSG_MAX];
+			snprintf(msg, sizeof(msg), "malformed handshake (%zd bytes): the client is not "
+				 "a libseer of this version", n);
 			log_warn("pid %d sent a malformed handshake (%zd bytes)", (int)p->pid, n);
+			refuse(fd, SEER_EPROTO, msg);
+		} else {
+			close(fd);
 		}
-		close(fd);
 		return;
 	}
 	if (h.kind == SEER_MSG_CTL) {
@@ -284,15 +350,32 @@ static void on_conn(struct server *s, uint32_t slot)
 		return;
 	}
 	if (h.kind != SEER_MSG_HELLO) {
-		struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EPROTO };
-		snprintf(w.msg, sizeof(w.msg), "unknown request kind %u", h.kind);
-		sock_send(fd, &w, sizeof(w), NULL, 0);
+		char msg[SEER_ERRMSG_MAX];
+		snprintf(msg, sizeof(msg), "unknown request kind %u", h.kind);
 		log_warn("pid %d sent an unknown request kind %u; closing", (int)p->pid, h.kind);
-		close(fd);
+		refuse(fd, SEER_EPROTO, msg);
+		return;
+	}
+	if (h.record_len > 0) {
+		if (h.record_len > SEER_RECORD_MAX) {
+			char msg[SEER_ERRMSG_MAX];
+			snprintf(msg, sizeof(msg), "checkpoint record of %u bytes: seerd takes at most "
+				 "%u", h.record_len, SEER_RECORD_MAX);
+			refuse(fd, -EMSGSIZE, msg);
+			return;
+		}
+		/* the slot holds the connection until the record is in */
+		p->fd = fd;
+		p->have_hello = true;
+		p->hello = h;
+		p->rec = xmalloc(h.record_len);
+		p->rec_got = 0;
+		epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd,
+			  &(struct epoll_event){ .events = EPOLLIN, .data.u64 = EP_TAG(EP_CONN, slot) });
 		return;
 	}
 	/* the engine owns the socket from here on success */
-	if (engine_attach(s->e, fd, &h, p->pid) < 0)
+	if (engine_attach(s->e, fd, &h, NULL, 0, p->pid) < 0)
 		close(fd);
 }
 
@@ -311,6 +394,10 @@ static void expire_pending(struct server *s)
 				log_warn("seerctl pid %d read %zu of its %zu-byte reply in %.0f s; "
 					 "closing", (int)s->pend[i].pid, s->pend[i].out_off,
 					 s->pend[i].out_len, HELLO_TIMEOUT_S);
+			else if (s->pend[i].have_hello)
+				log_warn("pid %d sent %zu of its %u-byte checkpoint record in %.0f s; "
+					 "closing", (int)s->pend[i].pid, s->pend[i].rec_got,
+					 s->pend[i].hello.record_len, HELLO_TIMEOUT_S);
 			else
 				log_warn("pid %d connected but sent no handshake in %.0f s; closing",
 					 (int)s->pend[i].pid, HELLO_TIMEOUT_S);
@@ -441,16 +528,18 @@ static int loop_open(struct server *s)
  * rank map, stop requests and fatal errors. false: leave the loop. */
 static bool cluster_round(struct server *s)
 {
-	uint32_t world, *ranks, nranks;
-	if (engine_roll(s->e, &world, &ranks, &nranks)) {
-		cluster_roll(s->cl, world, ranks, nranks);
+	uint32_t *ranks, nranks;
+	struct cluster_plan plan;
+	if (engine_roll(s->e, &plan, &ranks, &nranks)) {
+		cluster_roll(s->cl, &plan, ranks, nranks);
 		free(ranks);
 	}
 	const char *fatal = NULL;
 	uint32_t *map;
-	if (cluster_poll(s->cl, &world, &map, &fatal)) {
-		engine_set_map(s->e, world, map);
+	if (cluster_poll(s->cl, &plan, &map, &fatal)) {
+		engine_set_map(s->e, &plan, map);
 		free(map);
+		free(plan.rec);
 		engine_work(s->e);
 	}
 	if (fatal) {
@@ -550,6 +639,9 @@ static void server_close(struct server *s, int rc)
 			log_error("stopping: %s", engine_fatal(s->e));
 		else if (rc == 0 && s->stop_deadline == 0 && engine_finished(s->e))
 			log_info("job finished: all trainers done");
+		engine_end(s->e, rc == 0 && s->stop_deadline == 0 && !engine_fatal(s->e) &&
+			   engine_finished(s->e) &&
+			   (s->nnodes == 1 || (s->done_sent && cluster_all_done(s->cl))));
 		engine_write_stats(s->e);
 		if (s->net)
 			net_destroy(s->net);

@@ -56,6 +56,12 @@ struct plan {
 int plan_build(struct plan *p, const struct catalog *c, const struct smp_shape *sh,
 	       uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
 	       const struct plan_cap *cap);
+struct smp_resume; /* sampler_elastic.h */
+/* The same for a resumed job: when first_epoch is the epoch rs re-shards
+ * (an elastic resume), its order of need is the re-sharded batches'. */
+int plan_build_resumed(struct plan *p, const struct catalog *c, const struct smp_shape *sh,
+		       const struct smp_resume *rs, uint64_t first_epoch, const uint32_t *rank_node,
+		       uint32_t nnodes, const struct plan_cap *cap);
 void plan_free(struct plan *p);
 
 /* Same as plan_build but from sample lengths alone (for the planner tool). */

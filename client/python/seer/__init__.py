@@ -82,6 +82,9 @@ class _Options(ctypes.Structure):
         ("start_epoch", ctypes.c_uint64),
         ("start_step", ctypes.c_uint64),
         ("connect_timeout_ms", ctypes.c_int),
+        ("record", ctypes.c_char_p),
+        ("record_len", ctypes.c_size_t),
+        ("reconnect_ms", ctypes.c_int),
     ]
 
 
