@@ -128,6 +128,16 @@ static int closed_while_waiting(void)
 	return -EBADF;
 }
 
+/* Whether the daemon's end of the socket is still open (EOF or an error:
+ * it exited or was killed). */
+static bool daemon_alive(struct seer_client *c)
+{
+	char b;
+	ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) ||
+	       atomic_load(&c->closing);
+}
+
 /* The daemon's socket closed under us: a clean stop told us first (the
  * STOPPING state), anything else is a daemon that died. */
 static int daemon_gone(struct seer_client *c)
@@ -172,10 +182,7 @@ static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 			atomic_store_explicit(&c->ci->waiting, 0, memory_order_relaxed);
 			if (ring_count(&c->out) != 0 || atomic_load(&c->closing))
 				continue;
-			char b;
-			ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-			if ((r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) &&
-			    !atomic_load(&c->closing)) /* a close shuts our reading side */
+			if (!daemon_alive(c)) /* a close shuts our reading side: not gone */
 				return daemon_gone(c);
 			continue;
 		}
@@ -282,10 +289,11 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	int rc;
 	if (c->lost_deadline && (rc = try_reconnect(c, c->lost_code, deadline)) != 0)
 		return rc;
-	/* a stop began: not one more batch, even one already published (the
-	 * daemon records this rank's position as what it took) */
-	rc = state_error(c);
-	if (rc == SEER_ESHUTDOWN && c->reconnect_ms) {
+	/* a stop began, or the daemon died: not one more batch, even one already
+	 * published (the daemon records this rank's position as what it took;
+	 * a dead one would never learn of the release). One syscall a batch. */
+	rc = daemon_alive(c) ? state_error(c) : daemon_gone(c);
+	if ((rc == SEER_ESHUTDOWN || rc == SEER_EDAEMON) && c->reconnect_ms) {
 		if ((rc = try_reconnect(c, rc, deadline)) != 0)
 			return rc;
 		rc = state_error(c);

@@ -14,6 +14,8 @@ import signal
 import subprocess
 import time
 
+import zlib
+
 from seertest import (BIN, LONG, Daemon, Fail, Gate, catalog, check, cleanup, finish, log,
                       make_classes, read_log, run_tests, seer, start_trainer, tmpdir, verify_rank,
                       wait_for)
@@ -263,5 +265,202 @@ def test_slow_trainer_sigterm():
         cleanup(tmp)
 
 
+# ---- defect 4: SIGKILL of seerd; crash and stop are told apart ------------------------------
+
+def expect_crash(res, what):
+    for r, (rc, _, err) in enumerate(res):
+        check(rc != 0 and "went away without stopping the job" in err and
+              "shutting down" not in err,
+              "%s: rank %d should see a crashed daemon (SEER_EDAEMON), not a stop: rc %d, %s" %
+              (what, r, rc, err))
+
+
+def released_to(d, world, point):
+    """seerd recorded every rank's releases up to the batch before `point`."""
+    def ok():
+        ts = {t["rank"]: t for t in d.status()["trainers"]}
+        return all(r in ts and (ts[r]["resume_epoch"], ts[r]["resume_step"]) == point
+                   for r in range(world))
+    wait_for(ok, LONG, "seerd to record the releases before %d:%d" % point)
+
+
+def test_sigkill_seerd():
+    """seerd SIGKILLed while every rank holds batch 1:3: the trainers are told
+    it crashed (SEER_EDAEMON, its own message, in C and Python), and resume =
+    auto continues at the held batch: nothing released is delivered again
+    (positions are stored in place at every release, not every 10 s)."""
+    tmp = tmpdir("seer-rs-")
+    daemons = []
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "job.seed": 9, "job.epochs": 3, "job.batch_size": 3,
+             "cache.ram": "48KiB", "job.resume": "auto"}
+        world = 2
+        d = Daemon(tmp, s, name="first")
+        daemons.append(d)
+        gate, at = Gate(tmp), (1, 3)
+        first = [os.path.join(tmp, "a%d.log" % r) for r in range(world)]
+        procs = trainers(["c", "py"], world, [d.sock] * world, first, gate.args(at))
+        gate.wait(range(world), at, procs)
+        released_to(d, world, at)
+        d.proc.send_signal(signal.SIGKILL)
+        d.wait(LONG)
+        gate.go(at)
+        expect_crash(finish(procs, timeout=LONG), "SIGKILL")
+        before = [read_log(p) for p in first]
+        for r in range(world):
+            check(max(before[r]) == at, "rank %d took %s, it held %s" % (r, max(before[r]), at))
+            del before[r][at]  # held when seerd died: never released, delivered again
+        d2 = Daemon(tmp, s, name="second")
+        daemons.append(d2)
+        second = [os.path.join(tmp, "b%d.log" % r) for r in range(world)]
+        for rc, _, err in finish(trainers(["py", "c"], world, [d2.sock] * world, second)):
+            check(rc == 0, "trainer failed after the restart: " + err)
+        check(d2.wait(LONG) == 0, "second seerd failed:\n" + d2.log())
+        sampler = seer.Sampler(len(cat), 9, world, 3)
+        for r in range(world):
+            n = check_exact(cat, sampler, r, before[r], read_log(second[r]), 3)
+        log("after SIGKILL every rank resumed at the batch it held: %d batches, none twice" % n)
+    finally:
+        for x in daemons:
+            x.stop()
+        cleanup(tmp)
+
+
+# ---- defect 3: a rank restarted on another node --------------------------------------------
+
+def test_rank_moves_to_another_node():
+    """Four ranks on two nodes (0,0,1,1) stopped mid-epoch; restarted with the
+    ranks placed (0,1,0,1): ranks 1 and 2 now attach to the other node and
+    continue exactly (positions are per job and rank, not per node)."""
+    tmp = tmpdir("seer-rs-")
+    cl = cl2 = None
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "job.seed": 4, "job.epochs": 3, "job.batch_size": 3,
+             "cache.ram": "64KiB", "job.resume": "auto", "net.peer_timeout_ms": 60000}
+        world, nodes = 4, 2
+        cl = Cluster(tmp, nodes, s)
+        gate, at = Gate(tmp), (1, 1)
+        first = [os.path.join(tmp, "a%d.log" % r) for r in range(world)]
+        block, cyclic = [0, 0, 1, 1], [0, 1, 0, 1]
+        procs = trainers(["c", "py", "c", "py"], world, [cl.socket(block[r]) for r in range(world)],
+                         first, gate.args(at))
+        gate.wait(range(world), at, procs)
+        cl.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: all(stopping(cl, k) for k in range(nodes)), LONG, "the stop")
+        gate.go(at)
+        expect_shutdown(finish(procs, timeout=LONG), "SIGTERM")
+        cl.wait()
+        before = [read_log(p) for p in first]
+        cl2 = Cluster(tmp, nodes, s, name="moved")
+        second = [os.path.join(tmp, "b%d.log" % r) for r in range(world)]
+        procs = trainers(["py", "c", "py", "c"], world, [cl2.socket(cyclic[r]) for r in range(world)],
+                         second)
+        for r, (rc, _, err) in enumerate(finish(procs)):
+            check(rc == 0, "rank %d failed on node %d: %s\n%s" % (r, cyclic[r], err, cl2.log()))
+        check(cl2.wait() == 0, "second job failed:\n" + cl2.log())
+        sampler = seer.Sampler(len(cat), 4, world, 3)
+        for r in range(world):
+            n = check_exact(cat, sampler, r, before[r], read_log(second[r]), 3)
+        log("ranks 1 and 2 moved node and continued right after %d:%d (%d batches each)" %
+            (at[0], at[1], n))
+    finally:
+        for c in (cl, cl2):
+            if c:
+                c.kill()
+        cleanup(tmp)
+
+
+# ---- the trainer's checkpoint is the truth ---------------------------------------------------
+
+def raw_state(path):
+    """A trainer's saved state as a record's bytes (C writes them raw, the
+    Python trainer as torch.save({"loader": state_dict()}))."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw.startswith(b"SEERPOS"):
+        return raw
+    import io
+    import torch
+    return seer.record_encode(torch.load(io.BytesIO(raw), weights_only=True)["loader"])
+
+
+def write_raw(tmp, name, data):
+    path = os.path.join(tmp, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def test_checkpoint_record_after_sigkill():
+    """Each rank saves its loader state at batch 1:3 (C: seer_state's bytes;
+    Python: state_dict() through torch.save); seerd is SIGKILLed and its saved
+    positions thrown away; a fresh seerd (no resume = auto) and trainers
+    started with their states deliver exactly the batches after 1:3 -- the
+    held batch counts as consumed, as StatefulDataLoader counts a yielded one.
+    C and Python swap ranks' states on the way (the byte form is one)."""
+    tmp = tmpdir("seer-rs-")
+    daemons = []
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "job.seed": 12, "job.epochs": 3, "job.batch_size": 2,
+             "cache.ram": "40KiB"}
+        world = 2
+        d = Daemon(tmp, s, name="first")
+        daemons.append(d)
+        gate, at = Gate(tmp), (1, 3)
+        first = [os.path.join(tmp, "a%d.log" % r) for r in range(world)]
+        procs = [start_trainer("c", 0, world, d.sock, first[0], gate.args(at)),
+                 start_trainer("py", 1, world, d.sock, first[1], gate.args(at) + ["--save-state"])]
+        gate.wait(range(world), at, procs)
+        d.proc.send_signal(signal.SIGKILL)
+        d.wait(LONG)
+        gate.go(at)
+        expect_crash(finish(procs, timeout=LONG), "SIGKILL")
+        import shutil
+        shutil.rmtree(os.path.join(tmp, "state"), ignore_errors=True)
+        states = [os.path.join(gate.dir, "state-%d-%d-%d" % (r, at[0], at[1])) for r in range(world)]
+        import io
+        import torch
+        sd = torch.load(states[1], weights_only=True)["loader"]
+        check(sd["format"] == "seer.position" and sd["epoch"] == 1 and sd["rank"] == 1 and
+              sd["segments"] == [{"world_size": 2, "steps": [at[1] + 1]}],
+              "rank 1's state_dict after batch 1:3: %s" % sd)
+        rec = seer.record_decode(raw_state(states[0]))
+        check(rec["epoch"] == 1 and rec["segments"][0]["steps"] == [at[1] + 1],
+              "rank 0's record after batch 1:3: %s" % rec)
+        d2 = Daemon(tmp, s, name="second")
+        daemons.append(d2)
+        second = [os.path.join(tmp, "b%d.log" % r) for r in range(world)]
+        procs = [start_trainer("py", 0, world, d2.sock, second[0], ["--state-in", states[0]]),
+                 start_trainer("c", 1, world, d2.sock, second[1],
+                               ["--state-in", write_raw(tmp, "r1.rec", raw_state(states[1]))])]
+        for rc, _, err in finish(procs):
+            check(rc == 0, "trainer failed with its state: " + err)
+        check(d2.wait(LONG) == 0, "second seerd failed:\n" + d2.log())
+        sampler = seer.Sampler(len(cat), 12, world, 2)
+        before = [read_log(p) for p in first]
+        for r in range(world):
+            check(max(before[r]) == at, "rank %d took %s" % (r, max(before[r])))
+            n = check_exact(cat, sampler, r, before[r], read_log(second[r]), 3)
+        log("resumed from the trainers' own states after 1:3: %d batches per rank, exact" % n)
+        # another job's record is refused, naming both values
+        s2 = dict(s, **{"job.seed": 13})
+        d3 = Daemon(tmp, s2, name="third")
+        daemons.append(d3)
+        rc, _, err = finish([start_trainer("c", 0, world, d3.sock, os.path.join(tmp, "c.log"),
+                                           ["--state-in", states[0]])])[0]
+        check(rc != 0 and "seed 12" in err and "seed 13" in err,
+              "a record of seed 12 given to a job of seed 13: rc %d, %s" % (rc, err))
+        log("another seed's record refused: %s" % err.strip().splitlines()[-1][:160])
+    finally:
+        for x in daemons:
+            x.stop()
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
-    run_tests([test_mpirun_sigterm_seerd, test_mpirun_sigterm_mpirun, test_slow_trainer_sigterm])
+    run_tests([test_mpirun_sigterm_seerd, test_mpirun_sigterm_mpirun, test_slow_trainer_sigterm,
+               test_sigkill_seerd, test_rank_moves_to_another_node,
+               test_checkpoint_record_after_sigkill])
