@@ -33,6 +33,7 @@ def main():
     ap.add_argument("--sync")
     ap.add_argument("--pause-at", action="append")
     ap.add_argument("--save-state", action="store_true")
+    ap.add_argument("--save-raw", action="store_true", help="--save-state as record bytes")
     ap.add_argument("--state-in")
     ap.add_argument("--reconnect", type=float)
     a = ap.parse_args()
@@ -57,6 +58,11 @@ def main():
 
         def save(path):
             torch.save({"loader": loader.state_dict()}, path + ".tmp")
+            os.rename(path + ".tmp", path)
+    elif a.save_raw:
+        def save(path):
+            with open(path + ".tmp", "wb") as f:
+                f.write(seer.record_encode(loader.state_dict()))
             os.rename(path + ".tmp", path)
     t0 = time.time()
     n = nbytes = batches = 0

@@ -460,7 +460,224 @@ def test_checkpoint_record_after_sigkill():
         cleanup(tmp)
 
 
+# ---- holding the job open across a seerd restart ---------------------------------------------
+
+def test_reconnect_across_restarts():
+    """Trainers with reconnect on (C: SEER_OPT_RECONNECT, Python: reconnect=)
+    outlive two seerd: the first SIGKILLed while they hold batch 1:3, the
+    second stopped by SIGTERM at 2:1; each restarted seerd takes them back
+    with their own position, and every trainer's stream is one unbroken run
+    of the job (exit 0, no batch twice, none missing)."""
+    tmp = tmpdir("seer-rs-")
+    daemons = []
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "job.seed": 21, "job.epochs": 4, "job.batch_size": 3,
+             "cache.ram": "48KiB", "daemon.socket": os.path.join(tmp, "seer.sock")}
+        world = 2
+        d = Daemon(tmp, s, name="first")
+        daemons.append(d)
+        gate, crash, stop = Gate(tmp), (1, 3), (2, 1)
+        logs = [os.path.join(tmp, "r%d.log" % r) for r in range(world)]
+        procs = [start_trainer("c", 0, world, d.sock, logs[0],
+                               gate.args(crash, stop) + ["--reconnect", "120000"]),
+                 start_trainer("py", 1, world, d.sock, logs[1],
+                               gate.args(crash, stop) + ["--reconnect", "120"])]
+        gate.wait(range(world), crash, procs)
+        d.proc.send_signal(signal.SIGKILL)
+        d.wait(LONG)
+        d2 = Daemon(tmp, s, name="second")
+        daemons.append(d2)
+        gate.go(crash)
+        gate.wait(range(world), stop, procs)
+        check(all(t["attached"] for t in d2.status()["trainers"]), "the trainers did not "
+              "reconnect to the second seerd")
+        d2.proc.send_signal(signal.SIGTERM)
+        gate.go(stop)
+        check(d2.wait(LONG) == 0, "second seerd after SIGTERM:\n" + d2.log())
+        d3 = Daemon(tmp, s, name="third")
+        daemons.append(d3)
+        for r, (rc, out, err) in enumerate(finish(procs, timeout=LONG)):
+            check(rc == 0, "rank %d did not outlive the restarts: rc %d, %s" % (r, rc, err))
+        check(d3.wait(LONG) == 0, "third seerd failed:\n" + d3.log())
+        sampler = seer.Sampler(len(cat), 21, world, 3)
+        for r in range(world):
+            n = verify_rank(cat, sampler, r, read_log(logs[r]), 4)
+        for x, what in ((d2, "second"), (d3, "third")):
+            check("resume plan: epoch" in x.log(), "the %s seerd planned no resume:\n%s" %
+                  (what, x.log()))
+        log("one unbroken stream of %d batches per rank across a SIGKILL and a SIGTERM of "
+            "seerd" % n)
+    finally:
+        for x in daemons:
+            x.stop()
+        cleanup(tmp)
+
+
+# ---- elastic resume: another number of trainers ---------------------------------------------
+
+def expectation(tmp, fmt):
+    """(dataset root, extra settings, [(label, length, crc32)] per sample id)."""
+    if fmt == "files":
+        root, cat = dataset(tmp, classes=4, per_class=15, seed=41)
+        return root, {}, [(c[1], c[2], c[3]) for c in cat]
+    from test_formats_e2e import make
+    root, extra, exp = make(tmp, fmt)
+    extra = dict(extra, **{"dataset.format": fmt})
+    out = []
+    for arr, label in exp:
+        raw = arr.tobytes()
+        out.append((label, len(raw), zlib.crc32(raw)))
+    return root, extra, out
+
+
+def check_rows(exp, rank, key, rows):
+    check(not isinstance(rows, str), "rank %d: batch %s failed: %s" % (rank, key, rows))
+    for (_, sid, label, length, crc) in rows:
+        check((label, length, crc) == exp[sid], "rank %d batch %s: sample %d delivered label %d, "
+              "%d bytes, crc %08x; the dataset has %s" % (rank, key, sid, label, length, crc,
+                                                          exp[sid]))
+
+
+def serve(tmp, nodes, settings, name):
+    """One seerd, or `nodes` under mpirun: (object, socket of node k, stop())."""
+    if nodes == 1:
+        d = Daemon(tmp, settings, name=name)
+        return d, (lambda k: d.sock), d
+    cl = Cluster(tmp, nodes, settings, name=name)
+    return cl, cl.socket, cl
+
+
+def run_elastic(fmt, world, world2, nodes, torch_state=False):
+    """A job of `world` trainers checkpoints mid-epoch 1 (every rank saves its
+    state holding a batch), everything is stopped and thrown away, and a new
+    job of `world2` trainers starts from the state. The rest of epoch 1 is
+    re-sharded: every sample of the epoch is delivered (at least once; twice
+    only as padding), the new ranks' batches are ElasticSampler's, later
+    epochs a fresh world2 job's; every sample carries its file's bytes."""
+    tmp = tmpdir("seer-el-")
+    daemon = None
+    try:
+        root, extra, exp = expectation(tmp, fmt)
+        n, B, seed, E = len(exp), 2, 17, 3
+        s = {"dataset.path": root, "job.seed": seed, "job.epochs": E, "job.batch_size": B,
+             "cache.ram": "24KiB", "net.peer_timeout_ms": 60000}
+        s.update(extra)
+        plain = seer.Sampler(n, seed, world, B)
+        at = (1, (plain.batches_per_epoch - 1) // 2)
+        where = [r * nodes // world for r in range(world)]
+        where2 = [r * nodes // world2 for r in range(world2)]
+        daemon, sock, stopper = serve(tmp, nodes, s, "first")
+        gate = Gate(tmp)
+        first = [os.path.join(tmp, "a%d.log" % r) for r in range(world)]
+        save = "--save-state" if torch_state else "--save-raw"
+        procs = [start_trainer("py" if r == 1 else "c", r, world, sock(where[r]), first[r],
+                               gate.args(at) + ([save] if r == 1 else []))
+                 for r in range(world)]
+        gate.wait(range(world), at, procs)
+        # the first job ends, seerd killed (one node) or stopped (two), before
+        # the trainers move on: they take nothing after their checkpoint
+        if nodes == 1:
+            daemon.proc.send_signal(signal.SIGKILL)
+            daemon.wait(LONG)
+        else:
+            daemon.proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: all(stopping(daemon, k) for k in range(nodes)), LONG, "the stop")
+        gate.go(at)
+        finish(procs, timeout=LONG)
+        if nodes > 1:
+            daemon.wait()
+            daemon.kill()
+        else:
+            daemon.stop()
+        states = [seer.record_decode(raw_state(os.path.join(gate.dir, "state-%d-%d-%d" %
+                                                           (r, at[0], at[1]))))
+                  for r in range(world)]
+        merged = seer.record_merge(states)
+        raw = pt = write_raw(tmp, "merged.rec", seer.record_encode(merged))
+        if torch_state:
+            import torch
+            pt = os.path.join(tmp, "merged.pt")
+            torch.save({"loader": merged}, pt)
+        daemon, sock, stopper = serve(tmp, nodes, dict(s, **{"daemon.state_dir":
+                                                              os.path.join(tmp, "state2")}),
+                                      "second")
+        second = [os.path.join(tmp, "b%d.log" % r) for r in range(world2)]
+        procs = [start_trainer("py" if r == 1 else "c", r, world2, sock(where2[r]), second[r],
+                               ["--state-in", pt if r == 1 else raw]) for r in range(world2)]
+        for r, (rc, _, err) in enumerate(finish(procs, timeout=LONG)):
+            check(rc == 0, "%s %d->%d: new rank %d failed: %s" % (fmt, world, world2, r, err))
+        check((stopper.wait() if nodes > 1 else daemon.wait(LONG)) == 0,
+              "second job failed:\n" + daemon.log())
+        before = [read_log(p) for p in first]
+        after = [read_log(p) for p in second]
+        es = seer.ElasticSampler(n, seed, world2, B, dataset_hash=merged["dataset_hash"],
+                                 state=merged)
+        fresh = seer.Sampler(n, seed, world2, B)
+        check(es.start == (1, 0), "%s: the resumed job starts at %s" % (fmt, es.start))
+        counts = [0] * n
+        for r in range(world):
+            for key, rows in before[r].items():
+                check_rows(exp, r, key, rows)
+                check([x[1] for x in sorted(rows)] == plain.batch(key[0], r, key[1]),
+                      "old rank %d batch %s is not the sampler's" % (r, key))
+                if key[0] == 1:
+                    for x in rows:
+                        counts[x[1]] += 1
+            check(max(before[r]) == at, "old rank %d took %s after its pause" % (r, max(before[r])))
+        nb = es.epoch_batches(1)
+        for r in range(world2):
+            want = {(1, st) for st in range(nb)} | {(e, st) for e in range(2, E)
+                                                     for st in range(fresh.batches_per_epoch)}
+            check(set(after[r]) == want, "%s: new rank %d got batches %s, expected %s" %
+                  (fmt, r, sorted(set(after[r]) ^ want)[:6], "the rest of the job"))
+            for key, rows in after[r].items():
+                check_rows(exp, r, key, rows)
+                ids = [x[1] for x in sorted(rows)]
+                check(ids == es.batch(key[0], r, key[1]), "%s: new rank %d batch %s: %s, the "
+                      "elastic sampler says %s" % (fmt, r, key, ids, es.batch(*[key[0], r,
+                                                                                  key[1]])))
+                if key[0] > 1:
+                    check(ids == fresh.batch(key[0], r, key[1]), "%s: epoch %d of rank %d is "
+                          "not a fresh %d-trainer job's" % (fmt, key[0], r, world2))
+                else:
+                    for x in rows:
+                        counts[x[1]] += 1
+        missing = [i for i in range(n) if counts[i] == 0]
+        check(not missing, "%s: samples %s of epoch 1 never delivered" % (fmt, missing[:8]))
+        dup = sum(c - 1 for c in counts)
+        check(max(counts) <= 2 and dup < world + world2,
+              "%s: epoch 1 delivered %d duplicates (max %d of one sample): more than padding" %
+              (fmt, dup, max(counts)))
+        log("%-8s %d->%d trainers, %d node(s), %3d samples: checkpoint at %d:%d, epoch 1 "
+            "finished in %d re-sharded batches per rank (%d padding), later epochs a fresh "
+            "%d-trainer job's" % (fmt, world, world2, nodes, n, at[0], at[1], nb, dup, world2))
+    finally:
+        if isinstance(daemon, Daemon):
+            daemon.stop()
+        elif daemon:
+            daemon.kill()
+        cleanup(tmp)
+
+
+def test_elastic_one_node():
+    for w, w2 in ((4, 2), (2, 3), (3, 4)):
+        run_elastic("files", w, w2, 1, torch_state=w == 4)
+
+
+def test_elastic_two_nodes():
+    for w, w2 in ((4, 2), (2, 3), (3, 4)):
+        run_elastic("files", w, w2, 2)
+
+
+def test_elastic_every_format():
+    for fmt, w, w2, nodes in (("npz", 4, 2, 2), ("hdf5", 2, 3, 1), ("tfrecord", 3, 4, 2),
+                              ("indexed", 4, 2, 1), ("npy", 2, 3, 2)):
+        run_elastic(fmt, w, w2, nodes)
+
+
 if __name__ == "__main__":
     run_tests([test_mpirun_sigterm_seerd, test_mpirun_sigterm_mpirun, test_slow_trainer_sigterm,
                test_sigkill_seerd, test_rank_moves_to_another_node,
-               test_checkpoint_record_after_sigkill])
+               test_checkpoint_record_after_sigkill, test_reconnect_across_restarts,
+               test_elastic_one_node, test_elastic_two_nodes, test_elastic_every_format])
