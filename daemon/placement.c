@@ -120,7 +120,6 @@ void place_plan(struct engine *e)
 	log_plan(e, t0);
 	arena_split_staging(e);
 	peer_replay_early(e);
-	resume_begin(e);
 }
 
 /* The job's resume plan and each rank's start: the trainer's record, else
@@ -228,6 +227,7 @@ int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *
 		place_plan(e);
 		if (arena_check_staging(e, err, errlen) != 0)
 			return SEER_ECONFIG;
+		resume_begin(e); /* only for a run that can serve: the last run's files stay */
 	}
 	return 0;
 }
@@ -235,6 +235,7 @@ int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *
 /* Undo place_shape_init (and the plan it may have made). */
 void place_shape_free(struct engine *e)
 {
+	resume_end(e, false); /* before the trainers it reads go */
 	free(e->tr);
 	free(e->rank_node);
 	free(e->local_ranks);
@@ -253,7 +254,6 @@ void place_shape_free(struct engine *e)
 	e->step_count = NULL;
 	plan_nopfs_free(&e->np);
 	plan_free(&e->plan);
-	resume_end(e, false);
 	jobrec_free(e);
 	if (e->shape_ready)
 		smp_cache_free(&e->smp);
@@ -354,6 +354,7 @@ int engine_set_map(struct engine *e, const struct cluster_plan *plan, const uint
 		str_copy(e->fatal, sizeof(e->fatal), err);
 		return -ENOSPC;
 	}
+	resume_begin(e);
 	log_info("rank map agreed: %u trainers on %u nodes, %u here", world, e->nnodes, e->nlocal);
 	return 0;
 }
