@@ -676,8 +676,65 @@ def test_elastic_every_format():
         run_elastic(fmt, w, w2, nodes)
 
 
+def test_load_state_dict():
+    """The StatefulDataLoader calls on a connected Loader: load_state_dict()
+    before the first batch connects again with the record (same world size:
+    the first batch is the one after it); a record that needs another plan
+    than the first connection made is refused with the fix named; given to
+    the constructor it works; a Loader that gave out batches refuses."""
+    tmp = tmpdir("seer-rs-")
+    try:
+        root, cat = dataset(tmp, per_class=10)
+        s = {"dataset.path": root, "job.seed": 3, "job.epochs": 3, "job.batch_size": 3,
+             "cache.ram": "32KiB"}
+        n = len(cat)
+        with Daemon(tmp, s, name="a") as d:
+            ld = seer.Loader(socket=d.sock, rank=0, world_size=2)
+            h = ld.dataset_hash
+            sd = seer.ElasticSampler(n, 3, 2, 3, dataset_hash=h).state_dict(None, 1, 2)
+            ld.load_state_dict(sd)
+            b = ld.next_batch()
+            check((b.epoch, b.step) == (1, 2), "after load_state_dict: batch %d:%d" %
+                  (b.epoch, b.step))
+            check(b.ids.tolist() == seer.Sampler(n, 3, 2, 3).batch(1, 0, 2), "ids")
+            st = ld.state_dict()
+            check(st["epoch"] == 1 and st["segments"] == [{"world_size": 2, "steps": [3]}] and
+                  st["rank"] == 0, "state_dict after batch 1:2: %s" % st)
+            try:
+                ld.load_state_dict(sd)
+                raise Fail("load_state_dict after a batch was accepted")
+            except seer.SeerError as e:
+                check("already gave out batches" in str(e), str(e))
+            b.release()
+            # a 4-rank record re-shards epoch 1: another plan than this job's
+            sd4 = seer.ElasticSampler(n, 3, 4, 3, dataset_hash=h).state_dict(None, 1, 1)
+            ld2 = seer.Loader(socket=d.sock, rank=1, world_size=2)
+            try:
+                ld2.load_state_dict(sd4)
+                raise Fail("an elastic record was taken by a job planned without it")
+            except seer.SeerError as e:
+                check("needs another resume plan" in str(e) and "4 ranks at step 1" in str(e),
+                      "refusal: %s" % e)
+                log("refused: %s" % str(e)[:150])
+            ld.close()
+        with Daemon(tmp, s, name="b") as d:
+            ld = seer.Loader(socket=d.sock, rank=1, world_size=2, state=sd4)
+            es = seer.ElasticSampler(n, 3, 2, 3, dataset_hash=h, state=sd4)
+            check(ld.epoch_batches(1) == es.epoch_batches(1) != ld.batches_per_epoch,
+                  "epoch 1 has %d batches, the elastic sampler says %d" %
+                  (ld.epoch_batches(1), es.epoch_batches(1)))
+            b = ld.next_batch()
+            check((b.epoch, b.step) == (1, 0) and b.ids.tolist() == es.batch(1, 1, 0),
+                  "elastic first batch %d:%d %s" % (b.epoch, b.step, b.ids.tolist()))
+            ld.close()
+        log("load_state_dict, state_dict and an elastic state through the constructor")
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_mpirun_sigterm_seerd, test_mpirun_sigterm_mpirun, test_slow_trainer_sigterm,
                test_sigkill_seerd, test_rank_moves_to_another_node,
                test_checkpoint_record_after_sigkill, test_reconnect_across_restarts,
-               test_elastic_one_node, test_elastic_two_nodes, test_elastic_every_format])
+               test_elastic_one_node, test_elastic_two_nodes, test_elastic_every_format,
+               test_load_state_dict])

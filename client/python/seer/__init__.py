@@ -450,7 +450,14 @@ class Loader:
                             "batches; load the state into a new Loader (state=...)")
         record_encode(state)  # a malformed dict fails here, before disconnecting
         self.close()
-        self._connect(state)
+        try:
+            self._connect(state)
+        except SeerError as e:
+            if e.code != _C.EREFUSED:
+                raise
+            raise SeerError(e.code, "%s. seerd fixed this job's plan at the first connection: "
+                            "give the state to every rank's constructor, "
+                            "seer.Loader(state=...)" % e) from None
 
     @staticmethod
     def _ms(name, seconds):
