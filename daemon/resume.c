@@ -79,6 +79,27 @@ static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v
 
 /* ---- the plan file ------------------------------------------------------------ */
 
+/* path written whole: a temporary file named for this host and process (the
+ * nodes of a job share the directory), then rename. 0 or -errno. */
+static int write_atomic(const char *path, const void *buf, size_t n, bool sync)
+{
+	char host[64] = "";
+	gethostname(host, sizeof(host) - 1);
+	char *tmp = xasprintf("%s.tmp.%s.%d", path, host, (int)getpid());
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int rc = fd < 0 ? -errno : write_full(fd, buf, n);
+	if (rc == 0 && sync && fsync(fd) != 0)
+		rc = -errno;
+	if (fd >= 0 && close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -errno;
+	if (rc != 0)
+		unlink(tmp);
+	free(tmp);
+	return rc;
+}
+
 /* Layout (host order; the files never leave the job's machines):
  *   0 magic  8 u32 version 1, u32 header size  16 u64 total size  24 u64 run
  *   32 u64 nsamples  40 u64 seed  48 u64 dataset hash  56 u32 batch, u32 flags
@@ -110,7 +131,7 @@ static void write_plan(struct engine *e, const char *path)
 		put64(st + 8ull * r, t->attached ? t->next_prep : t->resume_g);
 	}
 	put32(b + n - 4, (uint32_t)crc32(0L, b, (uInt)(n - 4)));
-	int rc = write_file_atomic(path, b, n);
+	int rc = write_atomic(path, b, n, true);
 	if (rc != 0)
 		log_warn("cannot save the resume plan to %s: %s (resume = auto will not find this "
 			 "run)", path, strerror(-rc));
@@ -200,12 +221,10 @@ static void open_rank(struct engine *e, const char *dir, struct trainer *t)
 	memcpy(s.magic, RANK_MAGIC, 8);
 	s.crc = (uint32_t)crc32(0L, (const Bytef *)&s, offsetof(struct resume_slot, crc));
 	char *path = rank_path(dir, e->run_id, t->rank);
-	char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
-	int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	int rc = fd < 0 ? -errno : write_full(fd, &s, sizeof(s));
-	if (rc == 0 && rename(tmp, path) != 0)
-		rc = -errno;
+	int rc = write_atomic(path, &s, sizeof(s), false), fd = -1;
 	void *m = MAP_FAILED;
+	if (rc == 0 && (fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
+		rc = -errno;
 	if (rc == 0) {
 		m = mmap(NULL, sizeof(s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		if (m == MAP_FAILED)
@@ -213,19 +232,19 @@ static void open_rank(struct engine *e, const char *dir, struct trainer *t)
 	}
 	if (fd >= 0)
 		close(fd);
-	if (rc != 0) {
-		unlink(tmp);
+	if (rc != 0)
 		log_warn("cannot keep rank %u's position in %s: %s (resume = auto will restart it "
 			 "at its start)", t->rank, path, strerror(-rc));
-	} else {
+	else
 		t->pos = m;
-	}
-	free(tmp);
 	free(path);
 }
 
-/* Other runs' rank files: stale once this run's plan is saved. */
-static void remove_stale(const char *dir, uint32_t run)
+/* Other runs' files of the ranks this node serves (node 0: also of ranks
+ * past the job's world size): stale once this run's plan is saved. Another
+ * node's ranks are its own business, so a crash between two nodes' starts
+ * leaves every rank a file of one run or the other. */
+static void remove_stale(const struct engine *e, const char *dir)
 {
 	DIR *d = opendir(dir);
 	if (!d)
@@ -234,7 +253,9 @@ static void remove_stale(const char *dir, uint32_t run)
 	while ((de = readdir(d))) {
 		unsigned x, r;
 		char tail;
-		if (sscanf(de->d_name, "%8x-r%u%c", &x, &r, &tail) == 2 && x != run)
+		if (sscanf(de->d_name, "%8x-r%u%c", &x, &r, &tail) != 2 || x == e->run_id)
+			continue;
+		if (r < e->world ? e->rank_node[r] == e->node || e->nnodes == 1 : e->node == 0)
 			unlinkat(dirfd(d), de->d_name, 0);
 	}
 	closedir(d);
@@ -262,7 +283,7 @@ void resume_begin(struct engine *e)
 	char *plan = xasprintf("%s/plan", rf->dir);
 	write_plan(e, plan);
 	free(plan);
-	remove_stale(rf->dir, e->run_id);
+	remove_stale(e, rf->dir);
 	for (uint32_t i = 0; i < e->nlocal; i++)
 		open_rank(e, rf->dir, &e->tr[e->local_ranks[i]]);
 	rf->written = true;

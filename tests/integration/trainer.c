@@ -289,6 +289,8 @@ int main(int argc, char **argv)
 			seer_close(cl);
 			return 1;
 		}
+		if (log && pauses.done < pauses.n)
+			fflush(log); /* a trainer killed while paused leaves what it released */
 		if (pause_maybe(&pauses, cl, rank, (unsigned long long)seer_batch_epoch(b),
 				(unsigned long long)seer_batch_step(b)) != 0) {
 			seer_close(cl);
