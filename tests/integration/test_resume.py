@@ -676,6 +676,80 @@ def test_elastic_every_format():
         run_elastic(fmt, w, w2, nodes)
 
 
+def test_auto_resume_other_world():
+    """resume = auto with another number of trainers: four ranks stopped by
+    SIGTERM after batch 1:2, restarted as two. seerd re-shards the rest of
+    epoch 1 from its saved positions alone (no trainer record): the new
+    ranks' batches are ElasticSampler's from the record of four ranks at step
+    3, later epochs a fresh two-trainer job's, every sample of epoch 1 once
+    (no padding: 60 samples)."""
+    tmp = tmpdir("seer-rs-")
+    daemons = []
+    try:
+        root, cat = dataset(tmp, classes=4, per_class=15, seed=43)
+        n = len(cat)
+        s = {"dataset.path": root, "job.seed": 8, "job.epochs": 3, "job.batch_size": 2,
+             "cache.ram": "32KiB", "job.resume": "auto"}
+        d = Daemon(tmp, s, name="four")
+        daemons.append(d)
+        gate, at = Gate(tmp), (1, 2)
+        first = [os.path.join(tmp, "a%d.log" % r) for r in range(4)]
+        procs = trainers(["c", "py", "c", "c"], 4, [d.sock] * 4, first, gate.args(at))
+        gate.wait(range(4), at, procs)
+        d.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: d.status()["state"] == "stopping", LONG, "the stop")
+        gate.go(at)
+        expect_shutdown(finish(procs, timeout=LONG), "SIGTERM")
+        check(d.wait(LONG) == 0, "seerd after SIGTERM:\n" + d.log())
+        d2 = Daemon(tmp, s, name="two")
+        daemons.append(d2)
+        second = [os.path.join(tmp, "b%d.log" % r) for r in range(2)]
+        for rc, _, err in finish(trainers(["py", "c"], 2, [d2.sock] * 2, second)):
+            check(rc == 0, "trainer failed after the restart: " + err)
+        check(d2.wait(LONG) == 0, "second seerd failed:\n" + d2.log())
+        check("re-sharded over 2 trainers" in d2.log(), "no re-sharding logged:\n" + d2.log())
+        # the contract: four ranks having consumed steps 0..2 of epoch 1, resumed by two
+        rec = seer.ElasticSampler(n, 8, 4, 2).state_dict(None, 1, at[1] + 1)
+        es = seer.ElasticSampler(n, 8, 2, 2, state=rec)
+        pos = os.path.join(tmp, "state", "seer-pos-default")
+        check(not os.path.exists(pos), "the finished job's positions remain: %s" %
+              (os.listdir(pos) if os.path.isdir(pos) else pos))
+        counts = [0] * n
+        for r in range(4):
+            for (e, st), rows in read_log(first[r]).items():
+                if e == 1:
+                    for x in rows:
+                        counts[x[1]] += 1
+        fresh = seer.Sampler(n, 8, 2, 2)
+        for r in range(2):
+            got = read_log(second[r])
+            for key, rows in got.items():
+                ids = [x[1] for x in sorted(rows)]
+                if key[0] == 1:
+                    for x in rows:
+                        counts[x[1]] += 1
+                else:
+                    check(ids == fresh.batch(key[0], r, key[1]), "epoch %d" % key[0])
+            e1 = {k: v for k, v in got.items() if k[0] == 1}
+            check(min(got) == (1, 0) and set(e1) == {(1, st) for st in
+                                                     range(es.epoch_batches(1))},
+                  "rank %d: epoch 1 has %d re-sharded batches from %s, the elastic sampler "
+                  "says %d" % (r, len(e1), min(got), es.epoch_batches(1)))
+            for k, rows in e1.items():
+                check([x[1] for x in sorted(rows)] == es.batch(1, r, k[1]),
+                      "rank %d batch %s is not the elastic sampler's" % (r, k))
+                for (_, sid, label, length, crc) in rows:
+                    check((label, length, crc) == cat[sid][1:], "bytes of sample %d" % sid)
+        check(counts == [1] * n, "epoch 1: samples delivered %s times" %
+              sorted(set(counts)))
+        log("4 ranks at 1:2 -> 2 ranks from the saved positions: epoch 1 finished in %d "
+            "re-sharded batches each, every sample once" % es.epoch_batches(1))
+    finally:
+        for x in daemons:
+            x.stop()
+        cleanup(tmp)
+
+
 def test_load_state_dict():
     """The StatefulDataLoader calls on a connected Loader: load_state_dict()
     before the first batch connects again with the record (same world size:
@@ -737,4 +811,4 @@ if __name__ == "__main__":
                test_sigkill_seerd, test_rank_moves_to_another_node,
                test_checkpoint_record_after_sigkill, test_reconnect_across_restarts,
                test_elastic_one_node, test_elastic_two_nodes, test_elastic_every_format,
-               test_load_state_dict])
+               test_auto_resume_other_world, test_load_state_dict])
