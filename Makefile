@@ -173,7 +173,7 @@ $(B)/fuzz/%: $(B)/obj/tests/fuzz/%.o $(B)/libcore.a
 # the client-API harness links libseer's objects only (no libcore)
 $(B)/fuzz/fuzz_client: $(B)/obj/tests/fuzz/fuzz_client.o $(CLIENT_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -fsanitize=fuzzer,address,undefined -o $@ $^ -lpthread
+	$(CC) -fsanitize=fuzzer,address,undefined -o $@ $^ -lpthread -lz
 
 fuzz:
 	$(MAKE) all

@@ -39,7 +39,8 @@ static bool sample_at(const struct seer_client *c, const struct slot *s, uint32_
 {
 	if (i >= s->n)
 		return false;
-	const struct seer_wire_slot *ws = c->wslots[s - c->slots];
+	(void)c;
+	const struct seer_wire_slot *ws = s->ws;
 	memcpy(out, (const struct seer_wire_sample *)(ws + 1) + i, sizeof(*out));
 	return true;
 }
@@ -324,6 +325,22 @@ SEER_API uint64_t seer_batches_per_epoch(const seer_client_t *h)
 	CLIENT_FACT("seer_batches_per_epoch", h, uint64_t, 0, c->w.batches_per_epoch);
 }
 
+SEER_API uint64_t seer_epoch_batches(const seer_client_t *h, uint64_t epoch)
+{
+	CLIENT_FACT("seer_epoch_batches", h, uint64_t, 0,
+		    epoch < c->w.epochs ? smp_tl_batches(&c->tl, epoch) : 0);
+}
+
+SEER_API uint64_t seer_dataset_hash(const seer_client_t *h)
+{
+	CLIENT_FACT("seer_dataset_hash", h, uint64_t, 0, c->w.dataset_hash);
+}
+
+SEER_API uint64_t seer_reconnects(const seer_client_t *h)
+{
+	CLIENT_FACT("seer_reconnects", h, uint64_t, 0, atomic_load(&c->reconnects));
+}
+
 SEER_API uint32_t seer_batch_size(const seer_client_t *h)
 {
 	CLIENT_FACT("seer_batch_size", h, uint32_t, 0, c->w.batch_size);
@@ -343,7 +360,8 @@ SEER_API int64_t seer_options_offset(const char *field)
 #define OPT(f) { #f, offsetof(seer_options_t, f) }
 	static const struct { const char *name; size_t off; } fields[] = {
 		OPT(socket_path), OPT(job_id), OPT(rank), OPT(world_size), OPT(flags),
-		OPT(start_epoch), OPT(start_step), OPT(connect_timeout_ms),
+		OPT(start_epoch), OPT(start_step), OPT(connect_timeout_ms), OPT(record),
+		OPT(record_len), OPT(reconnect_ms),
 	};
 #undef OPT
 	for (size_t i = 0; field && i < ARRAY_SIZE(fields); i++)
@@ -359,7 +377,7 @@ SEER_API int seer_constant(const char *name, int64_t *value)
 	static const struct { const char *name; int64_t v; } k[] = {
 		K(SEER_EEPOCH), K(SEER_EEND), K(SEER_ESHUTDOWN), K(SEER_EPROTO),
 		K(SEER_EREFUSED), K(SEER_EBATCH), K(SEER_ECONFIG), K(SEER_EDATASET),
-		K(SEER_ENOTHELD), K(SEER_EEVICTED), K(SEER_OPT_START_AT),
+		K(SEER_ENOTHELD), K(SEER_EEVICTED), K(SEER_EDAEMON), K(SEER_OPT_START_AT), K(SEER_OPT_RECONNECT),
 		K(SEER_SAMPLER_DROP_LAST), K(SEER_SAMPLER_NO_SHUFFLE), K(SEER_MAX_DIMS),
 		K(SEER_VERSION_MAJOR), K(SEER_VERSION_MINOR), K(SEER_LAYOUT_NONE),
 		K(SEER_LAYOUT_NCHW), K(SEER_LAYOUT_NHWC),

@@ -75,9 +75,22 @@ static void release_all(struct seer_client *c)
 
 void client_destroy(struct seer_client *c, bool tell_daemon)
 {
-	if (tell_daemon && c->slots && c->co)
+	if (tell_daemon && c->slots && c->co && !c->lost_deadline)
 		release_all(c);
 	pf_free(c); /* the helper thread stops before the arena goes */
+	while (c->old) {
+		struct old_session *o = c->old;
+		c->old = o->next;
+		munmap((void *)o->arena, o->arena_size);
+		munmap((void *)o->co, o->co_size);
+		munmap(o->ci, o->ci_size);
+		free(o->slots);
+		free(o->wslots);
+		free(o);
+	}
+	free(c->plan_rec);
+	if (c->sampler)
+		seer_sampler_free(c->sampler);
 	if (c->arena)
 		munmap((void *)c->arena, c->arena_size);
 	if (c->co)
@@ -151,8 +164,33 @@ static int closed_while_waiting(void)
 	return -EBADF;
 }
 
+/* Whether the daemon's end of the socket is still open (EOF or an error:
+ * it exited or was killed). */
+static bool daemon_alive(struct seer_client *c)
+{
+	char b;
+	ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) ||
+	       atomic_load(&c->closing);
+}
+
+/* The daemon's socket closed under us: a clean stop told us first (the
+ * STOPPING state), anything else is a daemon that died. */
+static int daemon_gone(struct seer_client *c)
+{
+	if (atomic_load_explicit(&c->co->state, memory_order_acquire) == SEER_STATE_STOPPING) {
+		err_set("seerd is shutting down (it stopped the job and exited)");
+		return SEER_ESHUTDOWN;
+	}
+	err_set("seerd at %s went away without stopping the job (it crashed or was killed); "
+		"restart it: the job resumes from its saved positions (resume = auto) or from "
+		"your checkpoint record", c->sock_path);
+	return SEER_EDAEMON;
+}
+
 /* Sleep on the doorbell until a slot index arrives, the deadline passes, the
- * daemon goes away, or the client is closed. */
+ * daemon stops or goes away, or the client is closed. A stop is seen before
+ * any batch still in the ring: after it, not one more batch is taken. */
 static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 {
 	uint64_t t0 = now_ns();
@@ -164,28 +202,26 @@ static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 		 * reading `waiting` */
 		atomic_thread_fence(memory_order_seq_cst);
 		int rc = 0;
-		if (ring_pop(&c->out, idx) == 0) {
+		if (atomic_load(&c->closing)) {
+			rc = closed_while_waiting();
+		} else if ((rc = state_error(c)) != 0) {
+			/* stopping or evicted */
+		} else if (ring_pop(&c->out, idx) == 0) {
 			atomic_fetch_add_explicit(&c->ci->stall_ns, now_ns() - t0, memory_order_relaxed);
 			atomic_fetch_add_explicit(&c->ci->stalls, 1, memory_order_relaxed);
-		} else if (atomic_load(&c->closing)) {
-			rc = closed_while_waiting();
-		} else if ((rc = state_error(c)) == 0 && (rc = held_error(c)) == 0 &&
-			   now_ns() >= deadline) {
+		} else if ((rc = held_error(c)) != 0) {
+			/* its own held batches keep its next batch from being made */
+		} else if (now_ns() >= deadline) {
 			err_set("no batch within %d ms", timeout_ms);
 			rc = -ETIMEDOUT;
-		} else if (rc == 0) {
+		} else {
 			futex_wait(&((struct seer_ctrl_out *)c->co)->doorbell, bell,
 				   (int64_t)MIN(deadline - now_ns(), DEATH_CHECK_NS));
 			atomic_store_explicit(&c->ci->waiting, 0, memory_order_relaxed);
 			if (ring_count(&c->out) != 0 || atomic_load(&c->closing))
 				continue;
-			char b;
-			ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-			if ((r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) &&
-			    !atomic_load(&c->closing)) { /* a close shuts our reading side */
-				err_set("seerd closed the connection (daemon exited?)");
-				return SEER_ESHUTDOWN;
-			}
+			if (!daemon_alive(c)) /* a close shuts our reading side: not gone */
+				return daemon_gone(c);
 			continue;
 		}
 		atomic_store_explicit(&c->ci->waiting, 0, memory_order_relaxed);
@@ -248,6 +284,7 @@ static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
 		return SEER_EPROTO;
 	}
 	uint64_t d = handle_next_delivery();
+	s->ws = c->wslots[idx];
 	s->n = ws.n;
 	s->epoch = ws.epoch;
 	s->step = ws.step;
@@ -261,10 +298,58 @@ static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
 	c->nheld++;
 	pthread_mutex_unlock(&c->lock);
 	c->next_global++;
-	if (c->next_global % c->w.batches_per_epoch == 0)
+	uint64_t epoch, step;
+	smp_tl_pos(&c->tl, c->next_global, &epoch, &step);
+	if (step == 0)
 		c->epoch_marker = true;
 	*out = handle_batch_token(c, idx, d);
 	return ws.status ? SEER_EBATCH : 0;
+}
+
+/* The daemon is gone (rc: SEER_EDAEMON, or SEER_ESHUTDOWN for a stop) and
+ * c reconnects: drop the old connection (a stopping daemon waits for its
+ * trainers to leave) and try the socket until c's deadline or the caller's.
+ * 0 once the stream goes on, -ETIMEDOUT when the caller's deadline came
+ * first (the next call goes on trying), or the final error. */
+static int try_reconnect(struct seer_client *c, int rc, uint64_t call_deadline)
+{
+	if (!c->lost_deadline) {
+		char why[SEER_ERRMSG_MAX];
+		snprintf(why, sizeof(why), "%s", seer_errmsg());
+		shutdown(c->sock, SHUT_RDWR);
+		c->lost_deadline = now_ns() + (uint64_t)c->reconnect_ms * 1000000ull;
+		c->lost_code = rc;
+		err_set("%s", why);
+	}
+	char why[SEER_ERRMSG_MAX];
+	snprintf(why, sizeof(why), "%s", seer_errmsg());
+	for (;;) {
+		if (atomic_load(&c->closing))
+			return closed_while_waiting();
+		uint64_t now = now_ns();
+		if (now >= c->lost_deadline) {
+			err_set("%s; no seerd took this rank back within %d ms (SEER_OPT_RECONNECT)",
+				why, c->reconnect_ms);
+			return c->lost_code;
+		}
+		if (now >= call_deadline) {
+			err_set("no batch: waiting for a restarted seerd at %s", c->sock_path);
+			return -ETIMEDOUT;
+		}
+		rc = client_reconnect(c, MIN(c->lost_deadline, call_deadline));
+		if (rc == 0) {
+			c->lost_deadline = 0;
+			return 0;
+		}
+		/* nobody listening yet, or the old daemon still draining: again */
+		if (rc != -ETIMEDOUT && rc != -ENOENT && rc != -ECONNREFUSED &&
+		    rc != SEER_ESHUTDOWN && rc != -EPIPE && rc != -ECONNRESET &&
+		    rc != SEER_EPROTO) {
+			c->lost_deadline = 0;
+			return rc;
+		}
+		sleep_ns(20 * 1000000ull);
+	}
 }
 
 static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
@@ -280,16 +365,41 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 		return SEER_EEND;
 	if (c->next_global / c->w.batches_per_epoch + 1 < c->w.epochs)
 		pf_start(c); /* the cold epoch's background prefault, for epochs to come */
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	int rc;
+	if (c->lost_deadline && (rc = try_reconnect(c, c->lost_code, deadline)) != 0)
+		return rc;
+	/* a stop began, or the daemon died: not one more batch, even one already
+	 * published (the daemon records this rank's position as what it took;
+	 * a dead one would never learn of the release). One syscall a batch. */
+	rc = daemon_alive(c) ? state_error(c) : daemon_gone(c);
+	if ((rc == SEER_ESHUTDOWN || rc == SEER_EDAEMON) && c->reconnect_ms) {
+		if ((rc = try_reconnect(c, rc, deadline)) != 0)
+			return rc;
+		rc = state_error(c);
+	}
+	if (rc != 0)
+		return rc;
 	uint32_t idx;
-	int rc = -EAGAIN;
+	rc = -EAGAIN;
 	for (int i = 0; i < SPIN_ITERS && rc != 0; i++) {
 		if ((rc = ring_pop(&c->out, &idx)) != 0)
 			cpu_relax();
 	}
 	if (rc != 0 && atomic_load(&c->closing))
 		return closed_while_waiting();
-	if (rc != 0 && (rc = wait_batch(c, timeout_ms, &idx)) != 0)
-		return rc;
+	while (rc != 0 && (rc = wait_batch(c, timeout_ms, &idx)) != 0) {
+		if ((rc != SEER_EDAEMON && rc != SEER_ESHUTDOWN) || !c->reconnect_ms)
+			return rc;
+		/* the daemon went away: continue with a restarted one */
+		if ((rc = try_reconnect(c, rc, deadline)) != 0)
+			return rc;
+		if (timeout_ms >= 0) {
+			uint64_t now = now_ns();
+			timeout_ms = now >= deadline ? 0 : (int)((deadline - now) / 1000000);
+		}
+		rc = -EAGAIN;
+	}
 	notify_daemon(c); /* our consumer index moved: the daemon may prepare more */
 	return deliver(c, idx, out);
 }
@@ -369,6 +479,11 @@ SEER_API int seer_release(seer_client_t *h, seer_batch_t *b)
 		goto out;
 	}
 	pthread_mutex_lock(&c->lock);
+	if (d < c->first_delivery) {
+		/* taken before a reconnect: released with the old session */
+		pthread_mutex_unlock(&c->lock);
+		goto out;
+	}
 	if (k >= c->nslots || atomic_load(&c->slots[k].delivery) != d) {
 		err_set("seer_release: stale batch handle: released before, and its slot now holds "
 			"another batch (which stays held)");
@@ -439,10 +554,12 @@ SEER_API int seer_seek(seer_client_t *h, uint64_t epoch, uint64_t step)
 		return rc;
 	if ((rc = consumer_enter(c, "seer_seek")) != 0)
 		goto out;
-	if (epoch >= c->w.epochs || step >= c->w.batches_per_epoch) {
-		err_set("seek to epoch %llu step %llu: the job has %llu epochs of %llu steps",
+	if (epoch >= c->w.epochs || step >= smp_tl_batches(&c->tl, epoch)) {
+		err_set("seek to epoch %llu step %llu: the job has %llu epochs of %llu steps%s",
 			(unsigned long long)epoch, (unsigned long long)step,
-			(unsigned long long)c->w.epochs, (unsigned long long)c->w.batches_per_epoch);
+			(unsigned long long)c->w.epochs,
+			(unsigned long long)smp_tl_batches(&c->tl, epoch),
+			epoch == c->tl.epoch && c->tl.nb != c->tl.bpe ? " (re-sharded on resume)" : "");
 		rc = -ERANGE;
 		goto done;
 	}
@@ -478,4 +595,65 @@ SEER_API void seer_close(seer_client_t *h)
 	uint32_t hidx = c->hidx;
 	client_destroy(c, !atomic_load(&c->forked));
 	handle_close_end(hidx);
+}
+
+/* ---- checkpoint records ----------------------------------------------------------- */
+
+int client_state(struct seer_client *c, uint8_t **buf, size_t *len)
+{
+	int rc = 0;
+	if (!c->sampler) {
+		seer_record_t *plan = NULL;
+		if (c->plan_rec && (rc = seer_record_decode(c->plan_rec, c->plan_rec_len, &plan)) < 0)
+			return rc;
+		unsigned flags = (c->w.drop_last ? SEER_SAMPLER_DROP_LAST : 0) |
+				 (c->w.shuffle ? 0 : SEER_SAMPLER_NO_SHUFFLE);
+		rc = seer_sampler_resume(c->w.nsamples, c->w.seed, (uint32_t)c->world, c->w.batch_size,
+					 flags, c->w.dataset_hash, plan, &c->sampler);
+		seer_record_free(plan);
+		if (rc < 0)
+			return rc;
+	}
+	uint64_t epoch, step;
+	smp_tl_pos(&c->tl, c->next_global, &epoch, &step);
+	seer_record_t *r;
+	if ((rc = seer_sampler_record(c->sampler, (uint32_t)c->rank, epoch, step, &r)) < 0)
+		return rc;
+	int64_t n = seer_record_encode(r, NULL, 0);
+	*buf = malloc((size_t)n);
+	if (!*buf) {
+		seer_record_free(r);
+		err_set("out of memory for a %lld-byte record", (long long)n);
+		return -ENOMEM;
+	}
+	seer_record_encode(r, *buf, (size_t)n);
+	*len = (size_t)n;
+	seer_record_free(r);
+	return 0;
+}
+
+SEER_API int64_t seer_state(seer_client_t *h, void *buf, size_t cap)
+{
+	struct seer_client *c;
+	int rc = handle_acquire(h, "seer_state", &c);
+	if (rc != 0)
+		return rc;
+	int64_t out;
+	if ((rc = consumer_enter(c, "seer_state")) != 0) {
+		out = rc;
+	} else {
+		uint8_t *rec;
+		size_t len;
+		rc = client_state(c, &rec, &len);
+		atomic_store(&c->busy, 0);
+		out = rc;
+		if (rc == 0) {
+			if (buf && cap >= len)
+				memcpy(buf, rec, len);
+			out = (int64_t)len;
+			free(rec);
+		}
+	}
+	handle_release(c);
+	return out;
 }

@@ -29,6 +29,7 @@
 
 #include "../proto/seer_proto.h"
 #include "../src/ring.h"
+#include "../src/sampler_elastic.h"
 #include "seer.h"
 
 _Static_assert(sizeof(void *) == 8, "handles are 64-bit tokens: libseer needs a 64-bit platform");
@@ -41,6 +42,7 @@ _Static_assert(sizeof(void *) == 8, "handles are 64-bit tokens: libseer needs a 
 struct slot {
 	_Atomic uint64_t delivery; /* delivery number of the batch now in the slot */
 	_Atomic bool held;
+	const struct seer_wire_slot *ws; /* the shared slot (this session's mapping) */
 	uint32_t n;                /* samples, checked <= batch_size at delivery */
 	uint64_t epoch, step;
 	int32_t status;
@@ -72,6 +74,21 @@ struct prefault {
 	uint8_t sink;
 };
 
+/* A session replaced by a reconnect: its mappings and slots stay until
+ * seer_close, so pointers into batches held across the reconnect stay
+ * readable and a racing accessor never reads freed memory. */
+struct old_session {
+	struct old_session *next;
+	const uint8_t *arena;
+	size_t arena_size;
+	const struct seer_ctrl_out *co;
+	size_t co_size;
+	struct seer_ctrl_in *ci;
+	size_t ci_size;
+	struct slot *slots;
+	const struct seer_wire_slot **wslots;
+};
+
 struct seer_client {
 	uint32_t hidx;             /* handle table index */
 	int sock, efd, arena_fd;
@@ -93,9 +110,21 @@ struct seer_client {
 	uint32_t nslots;
 	uint32_t nheld;            /* under `lock` */
 	struct seer_msg_welcome w;
-	uint64_t total;            /* epochs * batches_per_epoch */
+	struct smp_timeline tl;    /* global batch numbers of the job's plan */
+	uint8_t *plan_rec;         /* the record the job's plan was made from (or NULL) */
+	size_t plan_rec_len;
+	seer_sampler_t *sampler;   /* that plan, for seer_state (made on first use) */
+	uint64_t total;            /* the job's end (smp_tl_end) */
 	uint64_t next_global;      /* the batch we expect next (consumer thread) */
 	bool epoch_marker;         /* return SEER_EEPOCH before the next batch */
+	/* reconnect (consumer thread, swaps under `lock`) */
+	int reconnect_ms;          /* 0: off */
+	uint64_t lost_deadline;    /* the daemon went away: reconnect until then (0: not lost) */
+	int lost_code;             /* what to report when the deadline passes */
+	uint64_t first_delivery;   /* deliveries before this belong to replaced sessions */
+	_Atomic uint64_t reconnects;
+	struct old_session *old;
+	char job[SEER_JOBID_MAX];
 	char sock_path[108];
 	pthread_mutex_t lock;
 	_Atomic int busy;          /* a thread is in seer_next or seer_seek */
@@ -131,6 +160,15 @@ uint64_t handle_next_delivery(void);
 bool handle_close_begin(struct seer_client *c);
 /* Free the entry for reuse (after the client's memory is gone). */
 void handle_close_end(uint32_t hidx);
+
+/* ---- connecting (connect.c) ------------------------------------------------------ */
+/* Connect again to c's socket after its daemon went away, presenting c's
+ * position (seer_state's record), until `deadline`; on success the new
+ * session replaces the old one (kept mapped until close). 0, -ETIMEDOUT
+ * (nobody answered yet: try again later), or the refusal's code. */
+int client_reconnect(struct seer_client *c, uint64_t deadline);
+/* c's position record (the batches it took) into a malloc'd buffer. */
+int client_state(struct seer_client *c, uint8_t **buf, size_t *len);
 
 /* ---- the client (client.c) ---------------------------------------------------- */
 /* Free everything; with `tell_daemon`, hand held batches back first. */

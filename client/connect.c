@@ -32,6 +32,9 @@ struct params {
 	char sock[SUN_PATH_SIZE];
 	int timeout_ms;
 	uint64_t epoch, step;
+	const uint8_t *rec;   /* checkpoint record to resume from, or NULL */
+	size_t rec_len;
+	int reconnect_ms;
 };
 
 /* A non-negative int from the environment: 0, 1 (unset) or -EINVAL. */
@@ -71,15 +74,24 @@ static int resolve(const seer_options_t *o, struct params *p)
 	static const seer_options_t zero;
 	if (!o)
 		o = &zero;
-	if (o->flags & ~SEER_OPT_START_AT) {
+	if (o->flags & ~(SEER_OPT_START_AT | SEER_OPT_RECONNECT)) {
 		err_set("seer_connect: unknown flags 0x%x in seer_options_t", o->flags);
 		return -EINVAL;
 	}
-	if (o->world_size < 0 || o->connect_timeout_ms < 0) {
+	if (o->world_size < 0 || o->connect_timeout_ms < 0 || o->reconnect_ms < 0) {
 		err_set("seer_connect: negative %s", o->world_size < 0 ? "world_size" :
-			"connect_timeout_ms");
+			o->reconnect_ms < 0 ? "reconnect_ms" : "connect_timeout_ms");
 		return -EINVAL;
 	}
+	if ((o->record == NULL) != (o->record_len == 0) || o->record_len > SEER_RECORD_MAX) {
+		err_set("seer_connect: record %p of %zu bytes (a record is 1 to %u bytes, or NULL "
+			"and 0)", o->record, o->record_len, SEER_RECORD_MAX);
+		return -EINVAL;
+	}
+	p->rec = o->record;
+	p->rec_len = o->record_len;
+	p->reconnect_ms = o->flags & SEER_OPT_RECONNECT ? (o->reconnect_ms ? o->reconnect_ms : 60000)
+							: 0;
 	if (o->world_size > 0) {
 		p->rank = o->rank;
 		p->world = o->world_size;
@@ -241,14 +253,81 @@ static int timed_out(const struct params *p, const char *step)
 	return -ETIMEDOUT;
 }
 
-/* HELLO -> WELCOME (+4 fds) or ERROR. */
+/* A record in SEER_MSG_RECORD packets. */
+static ssize_t send_record(int fd, const uint8_t *rec, size_t len, uint64_t deadline)
+{
+	struct {
+		struct seer_msg_record h;
+		uint8_t data[SEER_RECORD_CHUNK];
+	} *m = malloc(sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	ssize_t n = 0;
+	for (size_t off = 0; off < len && n >= 0;) {
+		size_t k = MIN(len - off, (size_t)SEER_RECORD_CHUNK);
+		m->h = (struct seer_msg_record){ .kind = SEER_MSG_RECORD, .len = (uint32_t)k,
+						 .offset = off, .total = len };
+		memcpy(m->data, rec + off, k);
+		n = send_until(fd, m, sizeof(m->h) + k, deadline);
+		if (n == (ssize_t)(sizeof(m->h) + k))
+			off += k;
+		else if (n >= 0)
+			n = -EPIPE;
+	}
+	free(m);
+	return n < 0 ? n : 0;
+}
+
+/* The job plan's record after the WELCOME (c->w.record_len bytes). */
+static int recv_plan_record(struct seer_client *c, const struct params *p, uint64_t deadline)
+{
+	size_t len = c->w.record_len, got = 0;
+	if (len == 0)
+		return 0;
+	if (len > SEER_RECORD_MAX)
+		goto bad;
+	c->plan_rec = malloc(len);
+	struct {
+		struct seer_msg_record h;
+		uint8_t data[SEER_RECORD_CHUNK];
+	} *m = malloc(sizeof(*m));
+	if (!c->plan_rec || !m) {
+		free(m);
+		err_set("out of memory for the job's %zu-byte resume plan", len);
+		return -ENOMEM;
+	}
+	while (got < len) {
+		ssize_t n = recv_until(c->sock, m, sizeof(*m), NULL, NULL, deadline);
+		if (n == -ETIMEDOUT) {
+			free(m);
+			return timed_out(p, "send the job's resume plan");
+		}
+		if (n < (ssize_t)sizeof(m->h) || m->h.kind != SEER_MSG_RECORD || m->h.total != len ||
+		    m->h.offset != got || m->h.len != (size_t)n - sizeof(m->h) ||
+		    m->h.len > len - got || m->h.len == 0) {
+			free(m);
+			goto bad;
+		}
+		memcpy(c->plan_rec + got, m->data, m->h.len);
+		got += m->h.len;
+	}
+	free(m);
+	c->plan_rec_len = len;
+	return 0;
+bad:
+	err_set("malformed resume plan from seerd at %s (protocol version mismatch?)", p->sock);
+	return SEER_EPROTO;
+}
+
+/* HELLO (+ the checkpoint record) -> WELCOME (+4 fds, + the plan's record)
+ * or ERROR. */
 static int handshake(struct seer_client *c, const struct params *p, uint64_t deadline,
 		     int fds[SEER_WELCOME_NFDS])
 {
 	struct seer_msg_hello h = {
 		.magic = SEER_MAGIC_HELLO, .kind = SEER_MSG_HELLO, .version = SEER_PROTO_VERSION,
 		.rank = (uint32_t)c->rank, .world = (uint32_t)c->world,
-		.epoch = p->epoch, .step = p->step,
+		.epoch = p->epoch, .step = p->step, .record_len = (uint32_t)p->rec_len,
 	};
 	snprintf(h.job_id, sizeof(h.job_id), "%s", p->job);
 	ssize_t n = send_until(c->sock, &h, sizeof(h), deadline);
@@ -256,6 +335,12 @@ static int handshake(struct seer_client *c, const struct params *p, uint64_t dea
 		return timed_out(p, "take the handshake");
 	int nfds = 0;
 	bool sent = n == (ssize_t)sizeof(h);
+	if (sent && p->rec_len) {
+		n = send_record(c->sock, p->rec, p->rec_len, deadline);
+		if (n == -ETIMEDOUT)
+			return timed_out(p, "take the checkpoint record");
+		sent = n == 0;
+	}
 	/* unsent: the daemon may have answered (a refusal) before closing */
 	n = recv_until(c->sock, &c->w, sizeof(c->w), fds, &nfds, deadline);
 	if (n == -ETIMEDOUT)
@@ -284,7 +369,10 @@ static int handshake(struct seer_client *c, const struct params *p, uint64_t dea
 		err_set("malformed welcome from seerd at %s (protocol version mismatch?)", p->sock);
 		return SEER_EPROTO;
 	}
-	return 0;
+	int rc = recv_plan_record(c, p, deadline);
+	if (rc != 0)
+		close_fds(fds, nfds);
+	return rc;
 }
 
 static int fd_size_is(int fd, uint64_t size)
@@ -304,7 +392,9 @@ static int map_segments(struct seer_client *c, const int fds[SEER_WELCOME_NFDS])
 	    w->batch_size == 0 || w->arena_size < sizeof(struct seer_arena_hdr) ||
 	    w->ctrl_out_size < sizeof(struct seer_ctrl_out) ||
 	    w->ctrl_in_size < sizeof(struct seer_ctrl_in) || w->batches_per_epoch == 0 ||
-	    w->epochs > UINT64_MAX / w->batches_per_epoch) {
+	    w->resume_batches == 0 || w->epochs > UINT64_MAX / 4 / w->batches_per_epoch ||
+	    w->epochs > UINT64_MAX / 4 / w->resume_batches ||
+	    (w->resume_batches != w->batches_per_epoch && w->resume_epoch >= w->epochs)) {
 		err_set("daemon sent segments that do not match its welcome message");
 		return SEER_EPROTO;
 	}
@@ -364,9 +454,20 @@ static int attach(struct seer_client *c)
 		err_set("out of memory");
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < w->nslots; i++)
+	for (uint32_t i = 0; i < w->nslots; i++) {
 		c->wslots[i] = (const void *)((const uint8_t *)co + co->slots_off + stride * i);
-	c->total = w->epochs * w->batches_per_epoch;
+		c->slots[i].ws = c->wslots[i];
+	}
+	c->tl = (struct smp_timeline){ .bpe = w->batches_per_epoch, .epoch = w->resume_epoch,
+				       .nb = w->resume_batches, .epochs = w->epochs };
+	if (c->tl.nb == c->tl.bpe)
+		c->tl.epoch = 0;
+	c->total = smp_tl_end(&c->tl);
+	if (w->start > c->total) {
+		err_set("seerd starts this rank at batch %llu, past the job's %llu",
+			(unsigned long long)w->start, (unsigned long long)c->total);
+		return SEER_EPROTO;
+	}
 	c->next_global = w->start;
 	pf_init(c);
 	return 0;
@@ -383,11 +484,33 @@ static struct seer_client *client_new(const struct params *p)
 	c->rank = p->rank;
 	c->world = p->world;
 	c->timeout_ms = p->timeout_ms;
+	c->reconnect_ms = p->reconnect_ms;
+	snprintf(c->job, sizeof(c->job), "%s", p->job);
 	c->owner = getpid();
 	_Static_assert(sizeof(c->sock_path) == sizeof(p->sock), "socket path size");
 	memcpy(c->sock_path, p->sock, sizeof(p->sock));
 	pthread_mutex_init(&c->lock, NULL);
 	return c;
+}
+
+/* Open c's socket and run the handshake, map the segments and set up
+ * rings and slots: c's session. On failure c holds what it got (the caller
+ * destroys it). */
+static int open_session(struct seer_client *c, const struct params *p, uint64_t deadline)
+{
+	int fds[SEER_WELCOME_NFDS];
+	c->sock = open_socket(p->sock, deadline);
+	if (c->sock < 0)
+		return c->sock;
+	int rc = handshake(c, p, deadline, fds);
+	if (rc != 0)
+		return rc;
+	rc = map_segments(c, fds);
+	c->arena_fd = fds[0]; /* kept for seer_arena_fd() */
+	close(fds[1]);
+	close(fds[2]);
+	c->efd = fds[3];
+	return rc != 0 ? rc : attach(c);
 }
 
 SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out)
@@ -405,24 +528,108 @@ SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out)
 	if (!c)
 		return -ENOMEM;
 	uint64_t deadline = now_ns() + (uint64_t)p.timeout_ms * 1000000ull;
-	int fds[SEER_WELCOME_NFDS];
-	c->sock = open_socket(p.sock, deadline);
-	if (c->sock < 0) {
-		rc = c->sock;
-		goto fail;
-	}
-	if ((rc = handshake(c, &p, deadline, fds)) != 0)
-		goto fail;
-	rc = map_segments(c, fds);
-	c->arena_fd = fds[0]; /* kept for seer_arena_fd() */
-	close(fds[1]);
-	close(fds[2]);
-	c->efd = fds[3];
-	if (rc != 0 || (rc = attach(c)) != 0 || (rc = handle_register(c, out)) != 0)
+	if ((rc = open_session(c, &p, deadline)) != 0 || (rc = handle_register(c, out)) != 0)
 		goto fail;
 	err_clear();
 	return 0;
 fail:
 	client_destroy(c, false);
 	return rc;
+}
+
+/* ---- reconnecting to a restarted seerd ----------------------------------------- */
+
+/* n's session into c; c's old one to its graveyard (c->lock held). */
+static void swap_session(struct seer_client *c, struct seer_client *n, struct old_session *o)
+{
+	*o = (struct old_session){ .next = c->old, .arena = c->arena, .arena_size = c->arena_size,
+				   .co = c->co, .co_size = c->co_size, .ci = c->ci,
+				   .ci_size = c->ci_size, .slots = c->slots, .wslots = c->wslots };
+	c->old = o;
+	pf_free(c); /* the prefault helper reads the session's arena: stopped first */
+	int fds[3] = { c->sock, c->efd, c->arena_fd };
+	for (int i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	c->sock = n->sock;
+	c->efd = n->efd;
+	c->arena_fd = n->arena_fd;
+	c->arena = n->arena;
+	c->arena_size = n->arena_size;
+	c->types = n->types;
+	c->ntypes = n->ntypes;
+	c->co = n->co;
+	c->co_size = n->co_size;
+	c->ci = n->ci;
+	c->ci_size = n->ci_size;
+	c->out = n->out;
+	c->rel = n->rel;
+	c->slots = n->slots;
+	c->wslots = n->wslots;
+	c->nslots = n->nslots;
+	c->nheld = 0;
+	c->w = n->w;
+	c->tl = n->tl;
+	c->total = n->total;
+	c->next_global = n->next_global;
+	free(c->plan_rec);
+	c->plan_rec = n->plan_rec;
+	c->plan_rec_len = n->plan_rec_len;
+	if (c->sampler)
+		seer_sampler_free(c->sampler);
+	c->sampler = NULL;
+	c->first_delivery = handle_next_delivery();
+	pf_free(n);
+	pf_init(c); /* libseer's own mapping of the new arena (a binding names its own again) */
+	atomic_fetch_add(&c->reconnects, 1);
+}
+
+int client_reconnect(struct seer_client *c, uint64_t deadline)
+{
+	uint8_t *rec;
+	size_t len;
+	int rc = client_state(c, &rec, &len);
+	if (rc != 0)
+		return rc;
+	uint64_t e0, s0, e1, s1;
+	smp_tl_pos(&c->tl, c->next_global, &e0, &s0);
+	struct params p = { .rank = c->rank, .world = c->world, .job = c->job,
+			    .timeout_ms = c->timeout_ms, .epoch = SEER_POS_RESUME, .rec = rec,
+			    .rec_len = len, .reconnect_ms = c->reconnect_ms };
+	memcpy(p.sock, c->sock_path, sizeof(p.sock));
+	struct seer_client *n = client_new(&p);
+	struct old_session *o = malloc(sizeof(*o));
+	if (!n || !o) {
+		free(rec);
+		free(o);
+		if (n)
+			client_destroy(n, false);
+		err_set("out of memory reconnecting");
+		return -ENOMEM;
+	}
+	uint64_t hs = MIN(deadline, now_ns() + (uint64_t)c->timeout_ms * 1000000ull);
+	rc = open_session(n, &p, hs);
+	free(rec);
+	if (rc == 0) {
+		smp_tl_pos(&n->tl, n->next_global, &e1, &s1);
+		if (e1 != e0 || s1 != s0 || n->w.nsamples != c->w.nsamples ||
+		    n->w.batch_size != c->w.batch_size) {
+			err_set("the restarted seerd at %s resumed rank %d at epoch %llu step %llu, its "
+				"record says epoch %llu step %llu", c->sock_path, c->rank,
+				(unsigned long long)e1, (unsigned long long)s1, (unsigned long long)e0,
+				(unsigned long long)s0);
+			rc = SEER_EPROTO;
+		}
+	}
+	if (rc != 0) {
+		client_destroy(n, false);
+		free(o);
+		return rc;
+	}
+	pthread_mutex_lock(&c->lock);
+	swap_session(c, n, o);
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_destroy(&n->lock);
+	free(n);
+	return 0;
 }

@@ -165,15 +165,19 @@ int handle_acquire_batch(const seer_batch_t *b, const char *fn, struct seer_clie
 		err_set("%s: the batch's client was closed", fn);
 		return -EBADF;
 	}
-	if (k >= c->nslots || atomic_load(&c->slots[k].delivery) != d ||
-	    !atomic_load(&c->slots[k].held)) {
+	/* the lock orders this against a reconnect replacing the slots (the
+	 * old ones stay allocated until close) */
+	pthread_mutex_lock(&c->lock);
+	struct slot *sl = k < c->nslots ? &c->slots[k] : NULL;
+	pthread_mutex_unlock(&c->lock);
+	if (!sl || atomic_load(&sl->delivery) != d || !atomic_load(&sl->held)) {
 		handle_release(c);
 		err_set("%s: stale batch handle: that batch was released (its slot may hold "
-			"another batch now)", fn);
+			"another batch now, or it was taken before a reconnect)", fn);
 		return -ESTALE;
 	}
 	*out = c;
-	*s = &c->slots[k];
+	*s = sl;
 	return 0;
 }
 

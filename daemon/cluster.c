@@ -10,7 +10,9 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "../src/util.h"
@@ -29,10 +31,14 @@ struct pending_send {
 struct cluster {
 	bool mpi;
 	uint32_t node, nnodes;
-	/* node 0: what each rank's node is, as reported */
+	/* node 0: what each rank's node is, as reported, and the plan */
 	uint32_t world;
 	int32_t *rank_node;
 	uint32_t known;
+	struct cluster_plan plan; /* node 0: the first roll's (key checked against the
+				     others'); elsewhere: the map's */
+	uint32_t plan_node;       /* node 0: whose plan that is */
+	bool have_plan;
 	bool map_sent;
 	bool map_received;
 	struct pending_send *sends;
@@ -111,6 +117,7 @@ void cluster_fini(struct cluster *cl, int code)
 		MPI_Finalize();
 	}
 	free(cl->rank_node);
+	free(cl->plan.rec);
 	free(cl);
 }
 
@@ -330,12 +337,66 @@ void cluster_abort_all(struct cluster *cl, const char *msg)
 	}
 }
 
+/* A run id (names this run's position files): random, never 0. */
+static uint32_t new_run_id(void)
+{
+	uint32_t v = 0;
+	if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+		v = (uint32_t)(now_ns() ^ ((uint64_t)getpid() << 16));
+	return v | 1u;
+}
+
+/* node 0: a roll's plan must be the first roll's; the earliest start wins */
+static bool roll_plan(struct cluster *cl, uint32_t from, const struct cluster_plan *p)
+{
+	if (!cl->have_plan) {
+		cl->plan = *p;
+		cl->plan.rec = p->rec_len ? xmalloc(p->rec_len) : NULL;
+		if (p->rec_len)
+			memcpy(cl->plan.rec, p->rec, p->rec_len);
+		cl->plan_node = from;
+		cl->have_plan = true;
+		return true;
+	}
+	if (p->key != cl->plan.key) {
+		set_fatal(cl, "the trainers on node %u resume from another plan than those on node "
+			  "%u (plan %08x vs %08x: their checkpoint records differ, or one node resumes "
+			  "from saved positions): give every rank the same checkpoint record",
+			  from, cl->plan_node, p->key, cl->plan.key);
+		return false;
+	}
+	cl->plan.start = MIN(cl->plan.start, p->start);
+	return true;
+}
+
+/* node 0: the map message (world, run, key, start, record, rank_node) */
+static void send_map(struct cluster *cl)
+{
+	const struct cluster_plan *p = &cl->plan;
+	size_t len = (6 + (size_t)cl->world) * sizeof(uint32_t) + p->rec_len;
+	for (uint32_t k = 1; k < cl->nnodes; k++) {
+		uint32_t *b = xmalloc(len);
+		b[0] = cl->world;
+		b[1] = p->run;
+		b[2] = p->key;
+		b[3] = (uint32_t)p->start;
+		b[4] = (uint32_t)(p->start >> 32);
+		b[5] = p->rec_len;
+		for (uint32_t r = 0; r < cl->world; r++)
+			b[6 + r] = (uint32_t)cl->rank_node[r];
+		if (p->rec_len)
+			memcpy(b + 6 + cl->world, p->rec, p->rec_len);
+		isend(cl, b, (int)len, (int)k, TAG_MAP);
+	}
+}
+
 /* node 0: fold a roll call into the map; send the map once complete */
-static void apply_roll(struct cluster *cl, uint32_t from, uint32_t world, const uint32_t *ranks,
-		       uint32_t n)
+static void apply_roll(struct cluster *cl, uint32_t from, const struct cluster_plan *p,
+		       const uint32_t *ranks, uint32_t n)
 {
 	if (cl->map_sent)
 		return;
+	uint32_t world = p->world;
 	if (cl->world == 0) {
 		cl->world = world;
 		cl->rank_node = xmalloc(world * sizeof(int32_t));
@@ -347,6 +408,8 @@ static void apply_roll(struct cluster *cl, uint32_t from, uint32_t world, const 
 			  from, world, cl->world);
 		return;
 	}
+	if (!roll_plan(cl, from, p))
+		return;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t r = ranks[i];
 		if (r >= world) {
@@ -365,35 +428,74 @@ static void apply_roll(struct cluster *cl, uint32_t from, uint32_t world, const 
 	}
 	if (cl->known < world)
 		return;
-	/* everyone attached: publish the map */
-	size_t len = (2 + (size_t)world) * sizeof(uint32_t);
-	for (uint32_t k = 1; k < cl->nnodes; k++) {
-		uint32_t *b = xmalloc(len);
-		b[0] = world;
-		b[1] = 0;
-		for (uint32_t r = 0; r < world; r++)
-			b[2 + r] = (uint32_t)cl->rank_node[r];
-		isend(cl, b, (int)len, (int)k, TAG_MAP);
-	}
+	/* everyone attached: publish the map, with this run's id */
+	cl->plan.run = new_run_id();
+	send_map(cl);
 	cl->map_sent = true;
 }
 
-void cluster_roll(struct cluster *cl, uint32_t world, const uint32_t *ranks, uint32_t n)
+void cluster_roll(struct cluster *cl, const struct cluster_plan *plan, const uint32_t *ranks,
+		  uint32_t n)
 {
 	if (cl->node == 0) {
-		apply_roll(cl, 0, world, ranks, n);
+		apply_roll(cl, 0, plan, ranks, n);
 		return;
 	}
-	size_t len = (3 + (size_t)n) * sizeof(uint32_t);
+	size_t len = (7 + (size_t)n) * sizeof(uint32_t) + plan->rec_len;
 	uint32_t *b = xmalloc(len);
 	b[0] = cl->node;
-	b[1] = world;
+	b[1] = plan->world;
 	b[2] = n;
-	memcpy(b + 3, ranks, n * sizeof(uint32_t));
+	b[3] = plan->key;
+	b[4] = (uint32_t)plan->start;
+	b[5] = (uint32_t)(plan->start >> 32);
+	b[6] = plan->rec_len;
+	memcpy(b + 7, ranks, n * sizeof(uint32_t));
+	if (plan->rec_len)
+		memcpy(b + 7 + n, plan->rec, plan->rec_len);
 	isend(cl, b, (int)len, 0, TAG_ROLL);
 }
 
-bool cluster_poll(struct cluster *cl, uint32_t *world, uint32_t **rank_node, const char **fatal)
+/* A ROLL message, checked and applied (node 0). */
+static void on_roll(struct cluster *cl, const uint8_t *buf, int n)
+{
+	const uint32_t *w = (const uint32_t *)buf;
+	if (n < 28 || (size_t)n < (7 + (size_t)w[2]) * 4 ||
+	    (size_t)n != (7 + (size_t)w[2]) * 4 + w[6]) {
+		log_warn("ignoring a malformed roll message (%d bytes)", n);
+		return;
+	}
+	struct cluster_plan p = { .world = w[1], .key = w[3], .rec_len = w[6],
+				  .start = w[4] | (uint64_t)w[5] << 32,
+				  .rec = (uint8_t *)(uintptr_t)(buf + (7 + (size_t)w[2]) * 4) };
+	apply_roll(cl, w[0], &p, w + 7, w[2]);
+}
+
+/* A MAP message, checked and kept until cluster_poll hands it out. */
+static bool on_map(struct cluster *cl, const uint8_t *buf, int n)
+{
+	const uint32_t *w = (const uint32_t *)buf;
+	if (cl->map_received || n < 24 || (size_t)n < (6 + (size_t)w[0]) * 4 ||
+	    (size_t)n != (6 + (size_t)w[0]) * 4 + w[5]) {
+		log_warn("ignoring a malformed or second map message (%d bytes)", n);
+		return false;
+	}
+	cl->world = w[0];
+	free(cl->rank_node);
+	cl->rank_node = xmalloc(cl->world * sizeof(int32_t));
+	for (uint32_t r = 0; r < cl->world; r++)
+		cl->rank_node[r] = (int32_t)w[6 + r];
+	free(cl->plan.rec);
+	cl->plan = (struct cluster_plan){ .world = w[0], .run = w[1], .key = w[2],
+					  .start = w[3] | (uint64_t)w[4] << 32, .rec_len = w[5] };
+	cl->plan.rec = w[5] ? xmalloc(w[5]) : NULL;
+	if (w[5])
+		memcpy(cl->plan.rec, buf + (6 + (size_t)w[0]) * 4, w[5]);
+	return true;
+}
+
+bool cluster_poll(struct cluster *cl, struct cluster_plan *plan, uint32_t **rank_node,
+		  const char **fatal)
 {
 	*fatal = NULL;
 	bool got_map = false;
@@ -410,18 +512,10 @@ bool cluster_poll(struct cluster *cl, uint32_t *world, uint32_t **rank_node, con
 			uint8_t *buf = xmalloc((size_t)MAX(n, 1));
 			MPI_Recv(buf, n, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD,
 				 MPI_STATUS_IGNORE);
-			const uint32_t *w = (const uint32_t *)buf;
-			if (st.MPI_TAG == TAG_ROLL && cl->node == 0 && n >= 12 &&
-			    (size_t)n == (3 + (size_t)w[2]) * 4) {
-				apply_roll(cl, w[0], w[1], w + 3, w[2]);
-			} else if (st.MPI_TAG == TAG_MAP && n >= 8 && (size_t)n == (2 + (size_t)w[0]) * 4 &&
-				   !cl->map_received) {
-				cl->world = w[0];
-				free(cl->rank_node);
-				cl->rank_node = xmalloc(cl->world * sizeof(int32_t));
-				for (uint32_t r = 0; r < cl->world; r++)
-					cl->rank_node[r] = (int32_t)w[2 + r];
-				got_map = true;
+			if (st.MPI_TAG == TAG_ROLL && cl->node == 0) {
+				on_roll(cl, buf, n);
+			} else if (st.MPI_TAG == TAG_MAP) {
+				got_map |= on_map(cl, buf, n);
 			} else if (st.MPI_TAG == TAG_STOP) {
 				cl->stop = true;
 			} else if (st.MPI_TAG == TAG_ABORT) {
@@ -443,7 +537,11 @@ bool cluster_poll(struct cluster *cl, uint32_t *world, uint32_t **rank_node, con
 	}
 	if (got_map && !cl->map_received) {
 		cl->map_received = true;
-		*world = cl->world;
+		*plan = cl->plan;
+		plan->world = cl->world;
+		plan->rec = cl->plan.rec_len ? xmalloc(cl->plan.rec_len) : NULL;
+		if (cl->plan.rec_len)
+			memcpy(plan->rec, cl->plan.rec, cl->plan.rec_len);
 		*rank_node = xmalloc(cl->world * sizeof(uint32_t));
 		for (uint32_t r = 0; r < cl->world; r++)
 			(*rank_node)[r] = (uint32_t)cl->rank_node[r];

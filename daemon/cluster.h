@@ -6,8 +6,11 @@
  * used only during start-up (catalog, configuration, capacities, fabric
  * addresses); afterwards the loop polls non-blocking messages:
  *
- *   ROLL  node -> 0   "these trainer ranks attached here" (world size, ranks)
- *   MAP   0 -> all    the agreed rank -> node map, once every rank is known
+ *   ROLL  node -> 0   "these trainer ranks attached here" (world size, ranks, the
+ *                     resume plan they attached with, their earliest batch)
+ *   MAP   0 -> all    the agreed rank -> node map and resume plan, once every
+ *                     rank is known (node 0 checks that every node's plan is
+ *                     the same: a fatal error otherwise)
  *   ABORT any -> all  a fatal error: every daemon stops with the message
  * and a non-blocking barrier decides when every node is done, so no daemon
  * leaves while a peer may still fetch samples from it. */
@@ -42,12 +45,27 @@ int cluster_allgather(struct cluster *cl, const void *mine, size_t len, void *al
 
 /* ---- after start-up: called from the event loop ----------------------- */
 
-/* Tell node 0 which trainer ranks are attached here (before the map). */
-void cluster_roll(struct cluster *cl, uint32_t world, const uint32_t *ranks, uint32_t n);
-/* Progress messages. Returns true when the rank map arrived: *world and
- * *rank_node (malloc'd, world entries) are set. A fatal ABORT from another
- * node or a conflicting roll sets *fatal (static text) instead. */
-bool cluster_poll(struct cluster *cl, uint32_t *world, uint32_t **rank_node, const char **fatal);
+/* A node's resume plan as the control plane carries it: every node must
+ * plan alike (the same key), from the job's earliest batch. */
+struct cluster_plan {
+	uint32_t world;
+	uint32_t key;     /* the plan's key (jobrec.c; 0: a plain plan) */
+	uint64_t start;   /* roll: the earliest batch of a rank here; map: of any rank */
+	uint32_t run;     /* map: the run's id (names the position files) */
+	uint32_t rec_len;
+	uint8_t *rec;     /* the record the plan was made from (map: malloc'd) */
+};
+
+/* Tell node 0 which trainer ranks are attached here and with what plan
+ * (before the map). */
+void cluster_roll(struct cluster *cl, const struct cluster_plan *plan, const uint32_t *ranks,
+		  uint32_t n);
+/* Progress messages. Returns true when the rank map arrived: *plan and
+ * *rank_node (malloc'd, plan->world entries; plan->rec malloc'd too) are set.
+ * A fatal ABORT from another node or a conflicting roll sets *fatal (static
+ * text) instead. */
+bool cluster_poll(struct cluster *cl, struct cluster_plan *plan, uint32_t **rank_node,
+		  const char **fatal);
 /* Broadcast a fatal error to every node. */
 void cluster_abort_all(struct cluster *cl, const char *msg);
 /* Ask every other node to stop (SIGTERM, seerctl stop), and whether such a

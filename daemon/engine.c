@@ -149,7 +149,8 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 		engine_ep_add(e, xfs_event_fd(e), EP_TAG(EP_POOL, 1));
 	engine_repin(e);
 	xfs_log(e);
-	if (o->cfg->world_size > 0 && (rc = place_shape_init(e, (uint32_t)o->cfg->world_size, err, errlen)))
+	if (o->cfg->world_size > 0 && (rc = place_shape_init(e, (uint32_t)o->cfg->world_size, NULL, false,
+								     err, errlen)))
 		goto fail;
 	char a[32], b[32];
 	log_info("arena: %s RAM cache + %s staging, %llu I/O threads, lookahead %llu batches",
@@ -228,7 +229,10 @@ void engine_work(struct engine *e)
 		repl_fill(e); /* after every batch's reads: the lowest priority */
 		task_flush(e);
 	}
-	for (uint32_t r = 0; r < e->world; r++)
+	/* after a stop nothing more is published: the trainers' next call says
+	 * so, and their positions are what they took */
+	bool stopping = atomic_load(&e->stopping);
+	for (uint32_t r = 0; r < e->world && !stopping; r++)
 		if (e->tr[r].attached && !e->tr[r].resetting)
 			pf_publish(e, &e->tr[r]);
 	for (uint32_t i = 0; e->plan_ready && i < e->nlocal; i++)
@@ -305,6 +309,11 @@ void engine_stop(struct engine *e, bool now)
 	}
 }
 
+void engine_end(struct engine *e, bool complete)
+{
+	resume_end(e, complete);
+}
+
 bool engine_finished(const struct engine *e)
 {
 	if (e->fatal[0])
@@ -338,13 +347,6 @@ void engine_tick(struct engine *e)
 			 (unsigned long long)e->retries_unreported, e->last_retry);
 		e->retries_unreported = 0;
 		e->t_last_retry_warn = t;
-	}
-	/* keep the resume record fresh: a daemon killed without a chance to
-	 * save still lets [job] resume = auto continue (never past a batch that
-	 * was not released) */
-	if (e->plan_ready && t - e->t_last_resume_save >= 10.0) {
-		e->t_last_resume_save = t;
-		resume_save(e, true);
 	}
 	if (e->shape_ready && e->plan_ready && e->fill_left > 0 && e->cache_loaded > 0 &&
 	    t - e->t_last_progress >= 10.0) {

@@ -43,10 +43,12 @@ struct engine_opts {
 int engine_create(struct engine **out, const struct engine_opts *o, char *err, size_t errlen);
 void engine_destroy(struct engine *e);
 
-/* A HELLO arrived on `sock` from process pid/uid. On success the engine owns
- * sock. On refusal it sends the reason to the peer and returns < 0; the
- * caller closes sock. */
-int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pid_t pid);
+/* A HELLO arrived on `sock` from process pid/uid, with the checkpoint record
+ * it announced (rec_len bytes; NULL, 0: none; the engine copies what it
+ * keeps). On success the engine owns sock. On refusal it sends the reason to
+ * the peer and returns < 0; the caller closes sock. */
+int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, const uint8_t *rec,
+		  size_t rec_len, pid_t pid);
 
 /* epoll events for the engine's fds */
 void engine_on_event(struct engine *e, uint64_t tag, uint32_t events);
@@ -59,6 +61,10 @@ bool engine_arm(struct engine *e);
 /* Drain: stop preparing, tell trainers; `now` true also drops batches
  * already published. */
 void engine_stop(struct engine *e, bool now);
+/* The run is over: `complete` (every rank of the job, on every node, took
+ * its last batch) removes the saved positions, else they stay for the next
+ * run and the log says where. */
+void engine_end(struct engine *e, bool complete);
 /* Every trainer finished the job (or the engine stopped) and detached. */
 bool engine_finished(const struct engine *e);
 /* Why the engine cannot go on (it then reports finished), or NULL. */
@@ -73,11 +79,13 @@ void engine_set_caps(struct engine *e, const struct plan_cap *caps);
 /* Fill the region/lookup part of net options (the arena; answers from RAM). */
 void engine_net_opts(struct engine *e, struct net_opts *o);
 void engine_set_net(struct engine *e, struct net *n);
-/* Local trainer ranks changed before the map: *ranks (malloc'd) lists them. */
-bool engine_roll(struct engine *e, uint32_t *world, uint32_t **ranks, uint32_t *n);
-/* The agreed rank -> node map: plan and start serving. 0, or < 0 with
- * engine_fatal() set. */
-int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node);
+/* Local trainer ranks changed before the map: *ranks (malloc'd) lists them,
+ * *plan this node's resume plan (its record points into the engine). */
+struct cluster_plan;
+bool engine_roll(struct engine *e, struct cluster_plan *plan, uint32_t **ranks, uint32_t *n);
+/* The agreed rank -> node map and resume plan: plan and start serving. 0, or
+ * < 0 with engine_fatal() set. */
+int engine_set_map(struct engine *e, const struct cluster_plan *plan, const uint32_t *rank_node);
 
 /* JSON for `seerctl status` (malloc'd): the per-epoch list holds the last
  * max_epochs epochs (0: all), "epochs_omitted" says how many came before.

@@ -38,6 +38,7 @@
 #include "../src/plan_nopfs.h"
 #include "../src/ring.h"
 #include "../src/sampler.h"
+#include "../src/sampler_elastic.h"
 #include "../src/shm.h"
 #include "engine.h"
 #include "route.h"
@@ -66,6 +67,7 @@ struct trainer {
 	uint64_t restart_g;   /* where the stream restarts after the reset */
 	int pending_sock;     /* a reconnect waiting for the reset, or -1 */
 	struct seer_msg_hello pending_hello;
+	uint64_t pending_start; /* where that reconnect starts */
 	pid_t pending_pid;
 
 	uint32_t gen;         /* session generation: stale completions are ignored */
@@ -79,7 +81,8 @@ struct trainer {
 	uint32_t nslots;
 
 	uint64_t next_prep, next_pub, tail_g;
-	uint64_t resume_g;
+	uint64_t resume_g;    /* where a session without a start position starts */
+	struct resume_slot *pos; /* its position file, updated on release (resume.c) */
 	struct stg stg;       /* its share of the node's staging */
 	uint32_t inflight;    /* reads in flight into this trainer's staging */
 
@@ -257,13 +260,25 @@ struct engine {
 	struct smp_shape sh;
 	struct smp_cache smp;
 	uint32_t world;
-	uint64_t end;            /* epochs * bpe */
+	uint64_t end;            /* the job's last global batch + 1 (smp_tl_end) */
 	uint64_t default_start;  /* from [job] resume */
 	bool shape_ready;
 	uint32_t nslots;         /* batch slots per trainer */
 	uint32_t *ids;           /* batch scratch: sample ids */
 	uint32_t *keys;          /* batch scratch: RAM keys (ROUTE_RAM) */
 	uint8_t *routes;         /* batch scratch: enum route_src */
+
+	/* the job's resume plan (jobrec.c): where it starts, the epoch an
+	 * elastic resume re-shards, and the record it was made from */
+	struct smp_resume rs;
+	struct smp_timeline tl;  /* global batch numbers (g) <-> (epoch, step) */
+	uint8_t *plan_rec;       /* that record, encoded (NULL: a fresh job's plan) */
+	size_t plan_rec_len;
+	uint32_t plan_key;       /* what every node's plan must share (0: plain) */
+	uint32_t run_id;         /* this run's id in the position files */
+
+	/* position files (resume.c) */
+	struct resume_files *rf;
 
 	/* placement (placement.c) */
 	bool plan_ready;
@@ -362,7 +377,6 @@ struct engine {
 	double t_last_retry_warn;
 	uint64_t retries_unreported;
 	char last_retry[SEER_ERRMSG_MAX];
-	double t_last_resume_save;
 	char fatal[SEER_ERRMSG_MAX];
 };
 
@@ -383,7 +397,8 @@ void engine_ep_del(struct engine *e, int fd);
 void engine_repin(struct engine *e);          /* place the daemon's threads again */
 
 /* placement.c: the job's shape and the plan */
-int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen);
+int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *rec,
+		     bool from_map, char *err, size_t errlen);
 void place_shape_free(struct engine *e);
 /* another world size: 0 when it may be decided again, else why not */
 int place_can_reshape(const struct engine *e, char *why, size_t whylen);
@@ -522,8 +537,22 @@ void fcast_stop(struct engine *e);            /* join it (before the plan goes) 
 void fcast_note(struct engine *e);            /* the forecast of the epoch beginning */
 struct json_t *fcast_epoch_json(const struct epoch_stats *s); /* null when none */
 
-/* resume.c: resume records */
-void resume_load(struct engine *e);
-void resume_save(struct engine *e, bool quiet);
+/* jobrec.c: the job's resume plan and the trainers' checkpoint records */
+struct smp_job jobrec_job(const struct engine *e, uint32_t world);
+int jobrec_decode(struct engine *e, const uint8_t *buf, size_t len, struct smp_record *out,
+		  char *msg, size_t msglen);
+int jobrec_plan(struct engine *e, const struct smp_record *rec, char *msg, size_t msglen);
+void jobrec_free(struct engine *e);
+int jobrec_start(struct engine *e, const struct smp_record *rec, uint64_t *g, char *msg,
+		 size_t msglen);
+uint32_t jobrec_batch(struct engine *e, uint32_t rank, uint64_t g, uint32_t *ids);
+void jobrec_pos(const struct engine *e, uint64_t g, uint64_t *epoch, uint64_t *step);
+
+/* resume.c: position files ([job] resume = auto) */
+int resume_load(struct engine *e, struct smp_record **rec, uint64_t **starts, char *msg,
+		size_t msglen);
+void resume_begin(struct engine *e);
+void resume_note(struct engine *e, struct trainer *t);
+void resume_end(struct engine *e, bool complete);
 
 #endif /* SEERD_ENGINE_INT_H */

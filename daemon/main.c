@@ -152,6 +152,10 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 int main(int argc, char **argv)
 {
 	log_set_prog("seerd");
+	/* before MPI_Init_thread: its threads (and every later one) inherit the
+	 * mask, so SIGTERM from Slurm, mpirun or kill reaches the loop's
+	 * signalfd and drains the job instead of killing the process */
+	server_block_signals();
 	struct cluster *cl = NULL;
 	uint32_t node = 0, nnodes = 1;
 	if (cluster_init(&cl, &argc, &argv, &node, &nnodes) != 0) {

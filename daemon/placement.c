@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "../src/util.h"
+#include "cluster.h"
 #include "engine_int.h"
 #include "seer.h"
 
@@ -69,8 +70,9 @@ bool place_local_nvme(const struct engine *e, uint32_t s)
  * cache states, after the samples' */
 static void np_build(struct engine *e)
 {
-	if (plan_nopfs_build(&e->np, e->cat, &e->smp, &e->sh, e->local_ranks, e->nlocal,
-			     e->first_epoch * e->sh.bpe, e->end, e->cache_cap) != 0) {
+	if (plan_nopfs_build(&e->np, e->cat, &e->smp, &e->sh, &e->rs, &e->tl, e->local_ranks,
+			     e->nlocal, smp_tl_g(&e->tl, e->first_epoch, 0), e->end,
+			     e->cache_cap) != 0) {
 		log_error("out of memory placing the nopfs copies");
 		abort();
 	}
@@ -159,11 +161,8 @@ void place_plan(struct engine *e)
 	memset(none, 0, sizeof(none));
 	/* nopfs: the node-wide plan caches nothing; np_build places the copies */
 	/* transform.cache = decoded: the decoded images' lengths, else the files' */
-	const uint64_t *lens = xfs_plan_lengths(e);
-	if ((lens ? plan_build_lengths(&e->plan, lens, e->cat->nsamples, &e->sh, e->first_epoch,
-				       e->rank_node, e->nnodes, e->nopfs ? none : e->caps)
-		  : plan_build(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node, e->nnodes,
-			       e->nopfs ? none : e->caps)) != 0) {
+	if (plan_build_resumed(&e->plan, e->cat, xfs_plan_lengths(e), &e->sh, &e->rs, e->first_epoch,
+			       e->rank_node, e->nnodes, e->nopfs ? none : e->caps) != 0) {
 		log_error("out of memory building the placement plan");
 		abort();
 	}
@@ -189,7 +188,7 @@ void place_plan(struct engine *e)
 	/* the network thread may now look samples up */
 	atomic_store_explicit(&e->plan_published, true, memory_order_release);
 	e->fill_left = e->cache_planned;
-	e->fill_g = e->first_epoch * e->sh.bpe;
+	e->fill_g = smp_tl_g(&e->tl, e->first_epoch, 0);
 	log_plan(e, t0);
 	arena_split_staging(e);
 	peer_replay_early(e);
@@ -212,9 +211,61 @@ static int staging_precheck(struct engine *e, uint32_t world, char *err, size_t 
 	return rc;
 }
 
+/* The job's resume plan and each rank's start: the trainer's record, else
+ * the saved positions ([job] resume = auto; not on a node that learnt the
+ * plan from the map, `rec` then is the map's), else [job] resume = E:S, else
+ * the start. */
+static int shape_plan(struct engine *e, const struct smp_record *rec, bool from_map, char *err,
+		      size_t errlen)
+{
+	const struct seer_config *cfg = e->cfg;
+	uint64_t re, rs, *starts = NULL;
+	struct smp_record *saved = NULL;
+	int rc = 0;
+	bool fixed = cfg_resume(cfg, &re, &rs) == 0, resumed = false;
+	if (!rec && !from_map && strcmp(cfg->resume, "auto") == 0) {
+		rc = resume_load(e, &saved, &starts, err, errlen);
+		if (rc < 0)
+			return rc;
+		resumed = rc > 0;
+	}
+	rc = jobrec_plan(e, rec ? rec : saved, err, errlen);
+	if (saved) {
+		smp_record_free(saved);
+		free(saved);
+	}
+	if (rc < 0) {
+		free(starts);
+		return rc;
+	}
+	e->end = smp_tl_end(&e->tl);
+	if (rec || resumed) {
+		e->default_start = MIN(smp_tl_g(&e->tl, e->rs.epoch, e->rs.step), e->end);
+	} else if (fixed) {
+		if (rs >= e->sh.bpe) {
+			snprintf(err, errlen, "[job] resume step %llu: an epoch has %llu steps",
+				 (unsigned long long)rs, (unsigned long long)e->sh.bpe);
+			free(starts);
+			return SEER_ECONFIG;
+		}
+		e->default_start = re * e->sh.bpe + rs;
+	}
+	uint64_t lo = UINT64_MAX;
+	for (uint32_t r = 0; r < e->world; r++) {
+		e->tr[r].resume_g = starts ? MIN(starts[r], e->end) : e->default_start;
+		lo = MIN(lo, e->tr[r].resume_g);
+	}
+	if (starts)
+		e->default_start = lo;
+	free(starts);
+	return 0;
+}
+
 /* Shape and plan once the world size is known (single node: at the first
- * trainer; the multi-node path agrees on the rank map first). */
-int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
+ * trainer, whose checkpoint record `rec` (or NULL) makes the resume plan;
+ * several nodes: the map's record when this node had no trainer yet). */
+int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *rec,
+		     bool from_map, char *err, size_t errlen)
 {
 	const struct seer_config *cfg = e->cfg;
 	if (world > SEER_MAX_WORLD || world > e->cat->nsamples) {
@@ -242,22 +293,6 @@ int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	e->world = world;
-	e->end = cfg->epochs * e->sh.bpe;
-	e->step_stride = MAX(1ull, (e->end + 99999) / 100000);
-	e->nsteps = (e->end + e->step_stride - 1) / e->step_stride;
-	e->step_done = xcalloc(e->nsteps, sizeof(double));
-	e->step_stall = xcalloc(e->nsteps, sizeof(float));
-	e->step_count = xcalloc(e->nsteps, sizeof(uint16_t));
-	uint64_t re, rs;
-	bool auto_resume = strcmp(cfg->resume, "auto") == 0;
-	if (cfg_resume(cfg, &re, &rs) == 0) {
-		if (rs >= e->sh.bpe) {
-			snprintf(err, errlen, "[job] resume step %llu: an epoch has %llu steps",
-				 (unsigned long long)rs, (unsigned long long)e->sh.bpe);
-			return SEER_ECONFIG;
-		}
-		e->default_start = re * e->sh.bpe + rs;
-	}
 	e->tr = xcalloc(world, sizeof(*e->tr));
 	e->rank_node = xcalloc(world, sizeof(uint32_t));
 	e->local_ranks = xcalloc(world, sizeof(uint32_t));
@@ -269,26 +304,32 @@ int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
 		e->tr[r].rank = r;
 		e->tr[r].sock = e->tr[r].efd = e->tr[r].pending_sock = -1;
 		e->tr[r].out_seg.fd = e->tr[r].in_seg.fd = -1;
-		e->tr[r].resume_g = e->default_start;
 	}
-	if (auto_resume)
-		resume_load(e);
+	e->shape_ready = true; /* place_shape_free undoes all of it from here on */
+	if ((rc = shape_plan(e, rec, from_map, err, errlen)) != 0)
+		return rc;
+	e->step_stride = MAX(1ull, (e->end + 99999) / 100000);
+	e->nsteps = (e->end + e->step_stride - 1) / e->step_stride;
+	e->step_done = xcalloc(e->nsteps, sizeof(double));
+	e->step_stall = xcalloc(e->nsteps, sizeof(float));
+	e->step_count = xcalloc(e->nsteps, sizeof(uint16_t));
 	/* slots for the batches a trainer holds, the lookahead beyond them and
 	 * two in reclaim (cfg_finish keeps this within a client's 4096) */
 	uint32_t ns = 4;
 	while (ns < e->cfg->lookahead + e->cfg->max_held + 2)
 		ns *= 2;
 	e->nslots = ns;
-	e->shape_ready = true;
 	if (e->nnodes == 1) {
 		/* every rank is local; several nodes plan once the map is agreed */
 		e->nlocal = world;
 		for (uint32_t r = 0; r < world; r++)
 			e->local_ranks[r] = e->local_idx[r] = r;
-		e->first_epoch = e->default_start / e->sh.bpe;
+		uint64_t step;
+		jobrec_pos(e, MIN(e->default_start, e->end ? e->end - 1 : 0), &e->first_epoch, &step);
 		place_plan(e);
 		if (arena_check_staging(e, err, errlen) != 0)
 			return SEER_ECONFIG;
+		resume_begin(e); /* only for a run that can serve: the last run's files stay */
 	}
 	return 0;
 }
@@ -296,6 +337,7 @@ int place_shape_init(struct engine *e, uint32_t world, char *err, size_t errlen)
 /* Undo place_shape_init (and the plan it may have made). */
 void place_shape_free(struct engine *e)
 {
+	resume_end(e, false); /* before the trainers it reads go */
 	fcast_stop(e); /* its thread reads the plan */
 	free(e->tr);
 	free(e->rank_node);
@@ -316,6 +358,7 @@ void place_shape_free(struct engine *e)
 	plan_nopfs_free(&e->np);
 	repl_free(e);
 	plan_free(&e->plan);
+	jobrec_free(e);
 	smp_cache_free(&e->smp); /* also after a failed init */
 	atomic_store(&e->plan_published, false);
 	e->plan_ready = false;
@@ -385,49 +428,86 @@ void engine_set_caps(struct engine *e, const struct plan_cap *caps)
 	memcpy(e->caps, caps, e->nnodes * sizeof(*caps));
 }
 
-bool engine_roll(struct engine *e, uint32_t *world, uint32_t **ranks, uint32_t *n)
+bool engine_roll(struct engine *e, struct cluster_plan *plan, uint32_t **ranks, uint32_t *n)
 {
 	if (!e->roll_dirty || e->plan_ready)
 		return false;
 	e->roll_dirty = false;
-	*world = e->world;
 	*ranks = xcalloc(e->world, sizeof(uint32_t));
 	*n = 0;
-	for (uint32_t r = 0; r < e->world; r++)
-		if (e->tr[r].known)
-			(*ranks)[(*n)++] = r;
+	uint64_t start = e->end;
+	for (uint32_t r = 0; r < e->world; r++) {
+		const struct trainer *t = &e->tr[r];
+		if (!t->known)
+			continue;
+		(*ranks)[(*n)++] = r;
+		start = MIN(start, t->attached ? t->next_prep : t->resume_g);
+	}
+	*plan = (struct cluster_plan){ .world = e->world, .key = e->plan_key, .start = start,
+				       .rec_len = (uint32_t)e->plan_rec_len, .rec = e->plan_rec };
 	return true;
 }
 
-int engine_set_map(struct engine *e, uint32_t world, const uint32_t *rank_node)
+/* The map's plan on a node that has one already: the same (node 0 checked
+ * every roll's key; this catches a node whose plan changed since). */
+static int map_plan(struct engine *e, const struct cluster_plan *plan)
 {
 	char err[SEER_ERRMSG_MAX];
-	if (!e->shape_ready && place_shape_init(e, world, err, sizeof(err)) != 0) {
-		str_copy(e->fatal, sizeof(e->fatal), err);
-		return -EINVAL;
+	if (!e->shape_ready) {
+		/* no trainer here yet: the plan is the map's */
+		struct smp_record rec;
+		bool have = plan->rec_len > 0;
+		if (have && jobrec_decode(e, plan->rec, plan->rec_len, &rec, err, sizeof(err)) != 0) {
+			snprintf(e->fatal, sizeof(e->fatal), "the job's resume plan: %.200s", err);
+			return -EINVAL;
+		}
+		int rc = place_shape_init(e, plan->world, have ? &rec : NULL, true, err, sizeof(err));
+		if (have)
+			smp_record_free(&rec);
+		if (rc != 0) {
+			str_copy(e->fatal, sizeof(e->fatal), err);
+			return -EINVAL;
+		}
 	}
-	if (world != e->world) {
+	if (plan->world != e->world) {
 		snprintf(e->fatal, sizeof(e->fatal), "the job's world size is %u but trainers here "
-			 "said %u", world, e->world);
+			 "said %u", plan->world, e->world);
 		return -EINVAL;
 	}
+	if (plan->key != e->plan_key) {
+		snprintf(e->fatal, sizeof(e->fatal), "this node's resume plan (%08x) is not the "
+			 "job's (%08x): give every rank the same checkpoint record", e->plan_key,
+			 plan->key);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int engine_set_map(struct engine *e, const struct cluster_plan *plan, const uint32_t *rank_node)
+{
+	char err[SEER_ERRMSG_MAX];
+	int rc = map_plan(e, plan);
+	if (rc != 0)
+		return rc;
+	uint32_t world = e->world;
 	memcpy(e->rank_node, rank_node, world * sizeof(uint32_t));
 	e->nlocal = 0;
-	uint64_t start = UINT64_MAX;
 	for (uint32_t r = 0; r < world; r++) {
 		if (rank_node[r] == e->node) {
 			e->local_idx[r] = e->nlocal;
 			e->local_ranks[e->nlocal++] = r;
-			struct trainer *t = &e->tr[r];
-			start = MIN(start, t->attached ? t->next_prep : t->resume_g);
 		}
 	}
-	e->first_epoch = (start == UINT64_MAX ? e->default_start : start) / e->sh.bpe;
+	/* every node plans from the job's earliest batch, so all plan alike */
+	uint64_t step;
+	jobrec_pos(e, MIN(plan->start, e->end ? e->end - 1 : 0), &e->first_epoch, &step);
+	e->run_id = plan->run;
 	place_plan(e);
 	if (arena_check_staging(e, err, sizeof(err)) != 0) {
 		str_copy(e->fatal, sizeof(e->fatal), err);
 		return -ENOSPC;
 	}
+	resume_begin(e);
 	log_info("rank map agreed: %u trainers on %u nodes, %u here", world, e->nnodes, e->nlocal);
 	return 0;
 }

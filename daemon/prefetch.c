@@ -94,6 +94,7 @@ void pf_releases(struct engine *e, struct trainer *t)
 	if (n > 0) {
 		pf_reclaim(t);
 		check_done(e, t);
+		resume_note(e, t); /* in place: exact after SIGKILL too */
 	}
 }
 
@@ -153,10 +154,12 @@ void pf_check_held(struct engine *e, struct trainer *t)
 	uint32_t held = 0;
 	for (uint64_t g = t->tail_g; g < t->next_pub; g++)
 		held += t->slots[g & (t->nslots - 1)].st == SL_PUB;
+	uint64_t epoch, step;
+	jobrec_pos(e, t->tail_g, &epoch, &step);
 	log_info("trainer rank %u holds %u batches (from epoch %llu step %llu; [job] max_held = %llu) "
 		 "and its staging or batch slots are full: its next batch waits for a release",
-		 t->rank, held, (unsigned long long)(t->tail_g / e->sh.bpe),
-		 (unsigned long long)(t->tail_g % e->sh.bpe), (unsigned long long)e->cfg->max_held);
+		 t->rank, held, (unsigned long long)epoch, (unsigned long long)step,
+		 (unsigned long long)e->cfg->max_held);
 }
 
 /* on_corrupt = skip: the first sample after s (cyclically) not known to be
@@ -215,7 +218,9 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 		struct trainer *t = &e->tr[w->a];
 		if (t->gen != w->b || !t->attached)
 			continue;
-		stats_epoch(e, w->c / e->sh.bpe)->skipped++; /* a substitute delivered */
+		uint64_t epoch, step;
+		jobrec_pos(e, w->c, &epoch, &step);
+		stats_epoch(e, epoch)->skipped++; /* a substitute delivered */
 		struct seer_wire_sample *d =
 			(struct seer_wire_sample *)(trainer_wslot(t, (uint32_t)(w->c & (t->nslots - 1))) + 1);
 		d[w->i].id = x;
@@ -287,22 +292,19 @@ static uint64_t staged_len(const struct engine *e, uint32_t s, enum route_src sr
 }
 
 /* The samples of t's batch g (corrupt ones substituted) and where each is
- * served from, into the batch scratch; returns the staging bytes they need. */
-static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t g, uint32_t n)
+ * served from, into the batch scratch (*n of them); returns the staging
+ * bytes they need. */
+static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t g, uint32_t *n)
 {
-	const struct smp_shape *sh = &e->sh;
-	uint64_t epoch = g / sh->bpe, step = g % sh->bpe;
-	const uint32_t *order = smp_cache_epoch(&e->smp, epoch);
-	if (!order) {
-		log_error("out of memory computing epoch %llu's order", (unsigned long long)epoch);
-		abort();
-	}
+	*n = jobrec_batch(e, t->rank, g, e->ids);
 	struct route_view v = place_view(e);
 	uint64_t need = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t s = smp_at(sh, order, smp_position(sh, t->rank, step, i));
+	for (uint32_t i = 0; i < *n; i++) {
+		uint32_t s = e->ids[i];
 		if (UNLIKELY(e->bad[s])) {
 			/* known corrupt: substituted (and counted) in every epoch */
+			uint64_t epoch, step;
+			jobrec_pos(e, g, &epoch, &step);
 			s = substitute(e, s, UINT64_MAX, false);
 			stats_epoch(e, epoch)->skipped++;
 		}
@@ -316,13 +318,12 @@ static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t 
 }
 
 /* Slot idx's header for batch g of n samples; returns its descriptors. */
-static struct seer_wire_sample *slot_begin(struct trainer *t, uint32_t idx, const struct smp_shape *sh,
+static struct seer_wire_sample *slot_begin(const struct engine *e, struct trainer *t, uint32_t idx,
 					   uint64_t g, uint32_t n)
 {
 	struct seer_wire_slot *ws = trainer_wslot(t, idx);
 	ws->global = g;
-	ws->epoch = g / sh->bpe;
-	ws->step = g % sh->bpe;
+	jobrec_pos(e, g, &ws->epoch, &ws->step);
 	ws->n = n;
 	ws->flags = 0;
 	ws->status = 0;
@@ -337,7 +338,9 @@ static void prep_ram(struct engine *e, struct trainer *t, struct tslot *sl, stru
 {
 	d->offset = arena_key_off(e, key);
 	if (e->cstate[key] == CS_READY) {
-		struct epoch_stats *es = stats_epoch(e, sl->g / e->sh.bpe);
+		uint64_t epoch, step;
+		jobrec_pos(e, sl->g, &epoch, &step);
+		struct epoch_stats *es = stats_epoch(e, epoch);
 		es->ram_samples++;
 		es->ram_bytes += d->length;
 		if (place_is_replica(e, key)) {
@@ -393,14 +396,15 @@ static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
 bool pf_prepare(struct engine *e, struct trainer *t)
 {
 	uint64_t g = t->next_prep;
-	uint32_t n = smp_batch_len(&e->sh, g % e->sh.bpe);
-	uint64_t off, tensor = xfs_tensor_bytes(e, n); /* the batch tensor, first */
-	if (stg_alloc(&t->stg, batch_route(e, t, g, n) + tensor, &off) != 0)
+	uint32_t n;
+	uint64_t off, need = batch_route(e, t, g, &n);
+	uint64_t tensor = xfs_tensor_bytes(e, n); /* the batch tensor, first */
+	if (stg_alloc(&t->stg, need + tensor, &off) != 0)
 		return false;
 	uint32_t idx = (uint32_t)(g & (t->nslots - 1));
 	struct tslot *sl = &t->slots[idx];
 	*sl = (struct tslot){ .st = SL_PREP, .g = g, .vend = stg_mark(&t->stg) };
-	struct seer_wire_sample *d = slot_begin(t, idx, &e->sh, g, n);
+	struct seer_wire_sample *d = slot_begin(e, t, idx, g, n);
 	if (tensor)
 		off = xfs_slot_begin(e, trainer_wslot(t, idx), n, off) + tensor - 64;
 	for (uint32_t i = 0; i < n; i++) {
@@ -516,10 +520,9 @@ void pf_fill(struct engine *e)
 		e->fill_r = 0;
 	}
 	uint32_t budget = (uint32_t)e->cfg->io_threads;
-	const struct smp_shape *sh = &e->sh;
 	struct route_view v = place_view(e);
 	while (e->fill_inflight < budget && e->fill_g < e->end && e->fill_left > 0) {
-		uint64_t g = e->fill_g, epoch = g / sh->bpe, step = g % sh->bpe;
+		uint64_t g = e->fill_g;
 		uint32_t rank = e->local_ranks[e->fill_r];
 		if (++e->fill_r == e->nlocal) {
 			e->fill_r = 0;
@@ -528,12 +531,10 @@ void pf_fill(struct engine *e)
 		const struct trainer *t = &e->tr[rank];
 		if (t->attached && g < t->next_prep)
 			continue; /* prepare has seen this batch */
-		const uint32_t *order = smp_cache_epoch(&e->smp, epoch);
-		if (!order)
-			return;
-		uint32_t n = smp_batch_len(sh, step);
+		/* the batch scratch is free: prepare is done for this round */
+		uint32_t n = jobrec_batch(e, rank, g, e->ids);
 		for (uint32_t i = 0; i < n; i++) {
-			uint32_t s = smp_at(sh, order, smp_position(sh, rank, step, i));
+			uint32_t s = e->ids[i];
 			uint32_t key = route_ram_key(&v, rank, s);
 			/* (replicas have fills of their own: replica.c) */
 			if (key != ROUTE_NOKEY && e->cstate[key] == CS_ABSENT &&

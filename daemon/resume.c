@@ -1,109 +1,506 @@
-/* Resume records: [job] resume = auto restarts every rank where it stopped.
+/* Saved positions: [job] resume = auto restarts a job where it stopped, after
+ * a clean stop or a crash, every rank on any node, with the same or another
+ * number of trainers (docs/resume.md, "resume = auto").
  *
- * One text file per node in daemon.state_dir, naming the job's shape (so a
- * changed job is not resumed by mistake) and each known rank's first
- * unreleased batch. Dispatcher thread only. Failure: a missing or damaged
- * record starts the job at the beginning (said in the log); a record that
- * cannot be written is logged and the job goes on. */
+ * One directory per job in daemon.state_dir, seer-pos-<job id>/, holds
+ *   plan           this run's resume plan: the job's fingerprint, world size
+ *                  and epochs, the record the plan was made from, and every
+ *                  rank's start (written whole, atomically, when the run's
+ *                  plan is made; a crash never leaves half of it);
+ *   <run>-r<rank>  per rank, its first batch not released: a 64-byte file
+ *                  the node serving the rank maps and updates in place at
+ *                  every release (one aligned 8-byte store: whatever instant
+ *                  seerd is killed at, the value is whole). A rank whose file
+ *                  is missing or of another run is at its start.
+ * Rank-keyed and per job, so a rank restarted on another node finds its
+ * position, and a restart with another world size re-shards from all of them.
+ * The state directory must be one every node sees for that (the default, in
+ * $HOME, is on HPC systems). What survives: seerd's death, any signal (the
+ * page cache holds the stores; the kernel writes them back); a node crash
+ * loses what was not written back yet (Linux: at most dirty_expire_centisecs,
+ * 30 s by default, on a local file system; a network file system writes back
+ * on close, so a crashed client's last stores may be lost).
+ *
+ * Dispatcher thread only. Failure: a missing, damaged or foreign plan starts
+ * the job at the beginning (said in the log); saved positions that cannot be
+ * re-sharded over the new world size refuse the trainers with why; a file
+ * that cannot be written is logged and the job goes on without it. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include "../src/base.h"
+#include "../src/paths.h"
 #include "../src/util.h"
 #include "engine_int.h"
+#include "seer.h"
 
-static char *resume_path(const struct engine *e)
+#define PLAN_MAGIC "SEERPLN1"
+#define RANK_MAGIC "SEERRNK1"
+#define PLAN_HDR 96u
+
+/* A rank's position file, mapped. */
+struct resume_slot {
+	char magic[8];
+	uint64_t run;
+	uint32_t rank, world;
+	uint32_t crc;      /* of the bytes before it */
+	uint32_t pad_;
+	uint64_t g;        /* first batch not released: stored whole, in place */
+	uint8_t pad2_[24];
+};
+_Static_assert(sizeof(struct resume_slot) == 64, "rank file layout");
+_Static_assert(offsetof(struct resume_slot, g) % 8 == 0, "g is one aligned store");
+
+struct resume_files {
+	char *dir;
+	bool written;      /* this run's plan and rank files exist */
+	bool reported;
+};
+
+static char *pos_dir(const struct engine *e)
 {
-	return xasprintf("%s/resume-%s-n%u.txt", e->cfg->state_dir, e->cfg->job_id, e->node);
+	return xasprintf("%s/seer-pos-%s", e->cfg->state_dir, e->cfg->job_id);
 }
 
-/* [job] resume = auto: where every rank stopped last time. The file holds
- * the job's shape so a changed job is not resumed by mistake. */
-void resume_load(struct engine *e)
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+/* ---- the plan file ------------------------------------------------------------ */
+
+/* path written whole: a temporary file named for this host and process (the
+ * nodes of a job share the directory), then rename. 0 or -errno. */
+static int write_atomic(const char *path, const void *buf, size_t n, bool sync)
 {
-	char *path = resume_path(e);
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		log_info("resume = auto: no saved position in %s; starting at the beginning", path);
-		free(path);
-		return;
-	}
-	char why[512];
-	if (path_check_owned_file(fileno(f), path, why, sizeof(why)) != 0) {
-		log_warn("resume = auto: record not trusted (%s); starting at the beginning", why);
-		fclose(f);
-		free(path);
-		return;
-	}
-	unsigned long long n, seed, world, batch, bpe, rank, g;
-	int ok = fscanf(f, "seer-resume 1 samples %llu seed %llu world %llu batch %llu bpe %llu",
-			&n, &seed, &world, &batch, &bpe) == 5 && n == e->sh.n && seed == e->sh.seed &&
-		 world == e->world && batch == e->sh.batch && bpe == e->sh.bpe;
-	uint64_t lo = UINT64_MAX, hi = 0;
-	uint32_t count = 0;
-	while (ok && fscanf(f, " rank %llu at %llu", &rank, &g) == 2) {
-		if (rank >= e->world || g > e->end) {
-			ok = 0;
-			break;
-		}
-		e->tr[rank].resume_g = g;
-		lo = MIN(lo, g);
-		hi = MAX(hi, g);
-		count++;
-	}
-	fclose(f);
-	if (!ok) {
-		log_warn("resume = auto: %s is for another job shape or damaged; starting at the "
-			 "beginning", path);
-		for (uint32_t r = 0; r < e->world; r++)
-			e->tr[r].resume_g = e->default_start;
-	} else if (count) {
-		e->default_start = lo;
-		log_info("resume = auto: %u ranks resume between epoch %llu step %llu and epoch %llu "
-			 "step %llu (%s)", count, (unsigned long long)(lo / e->sh.bpe),
-			 (unsigned long long)(lo % e->sh.bpe), (unsigned long long)(hi / e->sh.bpe),
-			 (unsigned long long)(hi % e->sh.bpe), path);
-	}
-	free(path);
+	char host[64] = "";
+	gethostname(host, sizeof(host) - 1);
+	char *tmp = xasprintf("%s.tmp.%s.%d", path, host, (int)getpid());
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int rc = fd < 0 ? -errno : write_full(fd, buf, n);
+	if (rc == 0 && sync && fsync(fd) != 0)
+		rc = -errno;
+	if (fd >= 0 && close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -errno;
+	if (rc != 0)
+		unlink(tmp);
+	free(tmp);
+	return rc;
 }
 
-/* Record every rank's resume position (or remove the record when the job
- * is complete). */
-void resume_save(struct engine *e, bool quiet)
+/* Layout (host order; the files never leave the job's machines):
+ *   0 magic  8 u32 version 1, u32 header size  16 u64 total size  24 u64 run
+ *   32 u64 nsamples  40 u64 seed  48 u64 dataset hash  56 u32 batch, u32 flags
+ *   64 u32 world, u32 record length  72 u64 epochs  80 u64 bpe  88 reserved
+ *   96 record bytes, then u64 start[world], then u32 CRC-32 of all before. */
+static void write_plan(struct engine *e, const char *path)
 {
-	if (!e->shape_ready)
-		return;
-	char *path = resume_path(e);
-	bool all_done = true;
-	for (uint32_t r = 0; r < e->world; r++)
-		all_done &= e->tr[r].done || (e->plan_ready && e->rank_node[r] != e->node);
-	if (all_done) {
-		unlink(path);
-		free(path);
-		return;
-	}
-	size_t cap = 256 + (size_t)e->world * 48, n = 0;
-	char *buf = xmalloc(cap);
-	n += (size_t)snprintf(buf, cap, "seer-resume 1 samples %llu seed %llu world %u batch %u bpe %llu\n",
-			      (unsigned long long)e->sh.n, (unsigned long long)e->sh.seed, e->world,
-			      e->sh.batch, (unsigned long long)e->sh.bpe);
+	size_t n = PLAN_HDR + e->plan_rec_len + 8ull * e->world + 4;
+	uint8_t *b = xcalloc(1, n);
+	memcpy(b, PLAN_MAGIC, 8);
+	put32(b + 8, 1);
+	put32(b + 12, PLAN_HDR);
+	put64(b + 16, n);
+	put64(b + 24, e->run_id);
+	put64(b + 32, e->sh.n);
+	put64(b + 40, e->sh.seed);
+	put64(b + 48, e->cat->hash);
+	put32(b + 56, e->sh.batch);
+	put32(b + 60, (e->sh.drop_last ? 1u : 0) | (e->sh.shuffle ? 2u : 0));
+	put32(b + 64, e->world);
+	put32(b + 68, (uint32_t)e->plan_rec_len);
+	put64(b + 72, e->cfg->epochs);
+	put64(b + 80, e->sh.bpe);
+	if (e->plan_rec_len)
+		memcpy(b + PLAN_HDR, e->plan_rec, e->plan_rec_len);
+	uint8_t *st = b + PLAN_HDR + e->plan_rec_len;
 	for (uint32_t r = 0; r < e->world; r++) {
 		const struct trainer *t = &e->tr[r];
-		if (!t->known)
-			continue;
-		uint64_t g = t->attached ? sess_first_unreleased(t) : t->resume_g;
-		n += (size_t)snprintf(buf + n, cap - n, "rank %u at %llu\n", r, (unsigned long long)g);
+		put64(st + 8ull * r, t->attached ? t->next_prep : t->resume_g);
 	}
-	int rc = mkdir_p(e->cfg->state_dir, 0700);
-	if (rc == 0)
-		rc = write_file_atomic(path, buf, n);
+	put32(b + n - 4, (uint32_t)crc32(0L, b, (uInt)(n - 4)));
+	int rc = write_atomic(path, b, n, true);
 	if (rc != 0)
-		log_warn("cannot save the resume positions to %s: %s", path, strerror(-rc));
-	else if (!quiet)
-		log_info("resume positions saved to %s (restart with [job] resume = auto)", path);
-	free(buf);
+		log_warn("cannot save the resume plan to %s: %s (resume = auto will not find this "
+			 "run)", path, strerror(-rc));
+	free(b);
+}
+
+/* The plan file's bytes into *buf (checked: owner, magic, sizes, CRC). 0,
+ * -ENOENT, or -EBADMSG with why. */
+static int read_plan(const char *path, uint8_t **buf, size_t *len, char *why, size_t whylen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	int rc = path_check_owned_file(fd, path, why, whylen);
+	if (rc == 0 && fstat(fd, &st) != 0)
+		rc = -errno;
+	if (rc == 0 && (st.st_size < (off_t)PLAN_HDR + 4 || st.st_size > (64 << 20))) {
+		snprintf(why, whylen, "%s has %lld bytes", path, (long long)st.st_size);
+		rc = -EBADMSG;
+	}
+	uint8_t *b = NULL;
+	if (rc == 0) {
+		b = xmalloc((size_t)st.st_size);
+		rc = pread_full(fd, b, (size_t)st.st_size, 0);
+	}
+	close(fd);
+	size_t n = rc == 0 ? (size_t)st.st_size : 0;
+	if (rc == 0 && (memcmp(b, PLAN_MAGIC, 8) != 0 || get32(b + 8) != 1 ||
+			get32(b + 12) != PLAN_HDR || get64(b + 16) != n ||
+			get32(b + n - 4) != (uint32_t)crc32(0L, b, (uInt)(n - 4)) ||
+			n != PLAN_HDR + (size_t)get32(b + 68) + 8ull * get32(b + 64) + 4)) {
+		snprintf(why, whylen, "%s is damaged (magic, version, size or checksum)", path);
+		rc = -EBADMSG;
+	}
+	if (rc == -EPERM) {
+		char tmp[512];
+		snprintf(tmp, sizeof(tmp), "%.400s", why);
+		snprintf(why, whylen, "position record not trusted (%.400s)", tmp);
+	} else if (rc != 0 && rc != -ENOENT && rc != -EBADMSG) {
+		snprintf(why, whylen, "%s: %s", path, strerror(-rc));
+	}
+	if (rc != 0) {
+		free(b);
+		return rc == -ENOENT ? rc : -EBADMSG;
+	}
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
+/* ---- rank files --------------------------------------------------------------- */
+
+static char *rank_path(const char *dir, uint32_t run, uint32_t rank)
+{
+	return xasprintf("%s/%08x-r%u", dir, run, rank);
+}
+
+/* Rank r's first unreleased batch from its file of run `run`: 0, or -ENOENT
+ * (none, another run's, damaged: the rank is at its start). */
+static int read_rank(const char *dir, uint32_t run, uint32_t rank, uint32_t world, uint64_t *g)
+{
+	char *path = rank_path(dir, run, rank);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	free(path);
+	if (fd < 0)
+		return -ENOENT;
+	struct resume_slot s;
+	char why[256];
+	int rc = path_check_owned_file(fd, "rank file", why, sizeof(why));
+	if (rc == 0)
+		rc = pread_full(fd, &s, sizeof(s), 0);
+	close(fd);
+	if (rc != 0 || memcmp(s.magic, RANK_MAGIC, 8) != 0 || s.run != run || s.rank != rank ||
+	    s.world != world || s.crc != (uint32_t)crc32(0L, (const Bytef *)&s,
+							    offsetof(struct resume_slot, crc)))
+		return -ENOENT;
+	*g = s.g;
+	return 0;
+}
+
+/* Rank t's file for this run, created holding its start and mapped. */
+static void open_rank(struct engine *e, const char *dir, struct trainer *t)
+{
+	struct resume_slot s = { .run = e->run_id, .rank = t->rank, .world = e->world,
+				 .g = t->attached ? t->next_prep : t->resume_g };
+	memcpy(s.magic, RANK_MAGIC, 8);
+	s.crc = (uint32_t)crc32(0L, (const Bytef *)&s, offsetof(struct resume_slot, crc));
+	char *path = rank_path(dir, e->run_id, t->rank);
+	int rc = write_atomic(path, &s, sizeof(s), false), fd = -1;
+	void *m = MAP_FAILED;
+	if (rc == 0 && (fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
+		rc = -errno;
+	if (rc == 0) {
+		m = mmap(NULL, sizeof(s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED)
+			rc = -errno;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (rc != 0)
+		log_warn("cannot keep rank %u's position in %s: %s (resume = auto will restart it "
+			 "at its start)", t->rank, path, strerror(-rc));
+	else
+		t->pos = m;
+	free(path);
+}
+
+/* Other runs' files of the ranks this node serves (node 0: also of ranks
+ * past the job's world size): stale once this run's plan is saved. Another
+ * node's ranks are its own business, so a crash between two nodes' starts
+ * leaves every rank a file of one run or the other. */
+static void remove_stale(const struct engine *e, const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		unsigned x, r;
+		char tail;
+		if (sscanf(de->d_name, "%8x-r%u%c", &x, &r, &tail) != 2 || x == e->run_id)
+			continue;
+		if (r < e->world ? e->rank_node[r] == e->node || e->nnodes == 1 : e->node == 0)
+			unlinkat(dirfd(d), de->d_name, 0);
+	}
+	closedir(d);
+}
+
+void resume_begin(struct engine *e)
+{
+	if (!e->rf)
+		e->rf = xcalloc(1, sizeof(*e->rf));
+	struct resume_files *rf = e->rf;
+	if (rf->written)
+		return;
+	if (e->run_id == 0) {
+		uint32_t v = 0;
+		if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+			v = (uint32_t)(now_ns() ^ ((uint64_t)getpid() << 16));
+		e->run_id = v | 1u;
+	}
+	rf->dir = pos_dir(e);
+	int rc = mkdir_p(rf->dir, 0700);
+	if (rc != 0) {
+		log_warn("cannot create %s for the resume positions: %s", rf->dir, strerror(-rc));
+		return;
+	}
+	char *plan = xasprintf("%s/plan", rf->dir);
+	write_plan(e, plan);
+	free(plan);
+	remove_stale(e, rf->dir);
+	for (uint32_t i = 0; i < e->nlocal; i++)
+		open_rank(e, rf->dir, &e->tr[e->local_ranks[i]]);
+	rf->written = true;
+}
+
+void resume_note(struct engine *e, struct trainer *t)
+{
+	if (!t->pos)
+		return;
+	uint64_t g = t->attached && !t->resetting && t->slots ? sess_first_unreleased(t) : t->resume_g;
+	/* one whole store: a reader after any crash sees the old or the new value */
+	__atomic_store_n(&t->pos->g, MIN(g, e->end), __ATOMIC_RELAXED);
+}
+
+/* "epoch 1 step 3" .. "epoch 2 step 0" over the local ranks' positions. */
+static void local_span(const struct engine *e, char *buf, size_t len)
+{
+	uint64_t lo = UINT64_MAX, hi = 0, a, b, c, d;
+	for (uint32_t i = 0; i < e->nlocal; i++) {
+		const struct trainer *t = &e->tr[e->local_ranks[i]];
+		uint64_t g = t->pos ? t->pos->g : t->resume_g;
+		lo = MIN(lo, g);
+		hi = MAX(hi, g);
+	}
+	jobrec_pos(e, lo, &a, &b);
+	jobrec_pos(e, hi, &c, &d);
+	if (lo == hi)
+		snprintf(buf, len, "epoch %llu step %llu", (unsigned long long)a, (unsigned long long)b);
+	else
+		snprintf(buf, len, "epoch %llu step %llu to epoch %llu step %llu",
+			 (unsigned long long)a, (unsigned long long)b, (unsigned long long)c,
+			 (unsigned long long)d);
+}
+
+void resume_end(struct engine *e, bool complete)
+{
+	struct resume_files *rf = e->rf;
+	if (!rf)
+		return;
+	bool done = complete;
+	for (uint32_t i = 0; e->tr && i < e->nlocal; i++)
+		done &= e->tr[e->local_ranks[i]].done;
+	if (rf->written && done) {
+		for (uint32_t i = 0; i < e->nlocal; i++) {
+			char *p = rank_path(rf->dir, e->run_id, e->local_ranks[i]);
+			unlink(p);
+			free(p);
+		}
+		char *plan = xasprintf("%s/plan", rf->dir);
+		unlink(plan);
+		free(plan);
+		rmdir(rf->dir); /* when the last node is done with it */
+		log_info("job complete: its resume positions are removed");
+	} else if (rf->written && e->nlocal > 0 && !rf->reported) {
+		char span[128];
+		local_span(e, span, sizeof(span));
+		log_info("resume positions saved in %s (%u ranks here at %s): restart with [job] "
+			 "resume = auto", rf->dir, e->nlocal, span);
+	}
+	rf->reported = true;
+	for (uint32_t r = 0; e->tr && r < e->world; r++) {
+		if (e->tr[r].pos)
+			munmap(e->tr[r].pos, sizeof(struct resume_slot));
+		e->tr[r].pos = NULL;
+	}
+	free(rf->dir);
+	free(rf);
+	e->rf = NULL;
+}
+
+/* ---- loading -------------------------------------------------------------------- */
+
+/* The saved run, decoded: its job, plan and every rank's position. */
+struct saved {
+	struct smp_job job;
+	uint64_t epochs, bpe;
+	uint32_t run;
+	struct smp_record rec;   /* valid when have_rec */
+	bool have_rec;
+	struct smp_shape sh;
+	struct smp_resume p;
+	struct smp_timeline tl;
+	uint64_t *g;             /* per rank */
+	uint32_t from_files;
+};
+
+static void saved_free(struct saved *s)
+{
+	if (s->have_rec)
+		smp_record_free(&s->rec);
+	smp_resume_free(&s->p);
+	free(s->g);
+}
+
+/* The plan's bytes into s; 0, or 1 (another job / damaged: why says) */
+static int saved_parse(struct engine *e, const uint8_t *b, size_t n, struct saved *s, char *why,
+		       size_t whylen)
+{
+	(void)n;
+	uint32_t flags = get32(b + 60), rec_len = get32(b + 68);
+	s->job = (struct smp_job){ .n = get64(b + 32), .seed = get64(b + 40),
+				   .dataset_hash = get64(b + 48), .batch = get32(b + 56),
+				   .world = get32(b + 64), .drop_last = flags & 1, .shuffle = flags & 2 };
+	s->run = (uint32_t)get64(b + 24);
+	s->epochs = get64(b + 72);
+	s->bpe = get64(b + 80);
+	struct smp_job mine = jobrec_job(e, s->job.world);
+	struct smp_record probe;
+	smp_record_init(&probe, &s->job, 0, SMP_REC_ALL);
+	if (smp_record_check_job(&probe, &mine) != 0) {
+		snprintf(why, whylen, "they are for another job: %s", seer_errmsg());
+		return 1;
+	}
+	if (rec_len && (smp_record_decode(b + PLAN_HDR, rec_len, &s->rec) != 0 ||
+			smp_record_validate(&s->rec, NULL) != 0)) {
+		snprintf(why, whylen, "their plan's record is damaged: %s", seer_errmsg());
+		return 1;
+	}
+	s->have_rec = rec_len > 0;
+	if (smp_shape_init(&s->sh, s->job.n, s->job.seed, s->job.world, s->job.batch,
+			   s->job.drop_last, s->job.shuffle) != 0 || s->sh.bpe != s->bpe ||
+	    smp_resume_init(&s->p, &s->job, s->have_rec ? &s->rec : NULL) != 0) {
+		snprintf(why, whylen, "their plan does not fit their job");
+		return 1;
+	}
+	smp_timeline_init(&s->tl, s->bpe, s->epochs, &s->p);
+	s->g = xcalloc(s->job.world, sizeof(uint64_t));
+	const uint8_t *st = b + PLAN_HDR + rec_len;
+	for (uint32_t r = 0; r < s->job.world; r++) {
+		s->g[r] = get64(st + 8ull * r);
+		char *dir = pos_dir(e);
+		if (read_rank(dir, s->run, r, s->job.world, &s->g[r]) == 0)
+			s->from_files++;
+		free(dir);
+		s->g[r] = MIN(s->g[r], smp_tl_end(&s->tl));
+	}
+	return 0;
+}
+
+/* Another world size: one record of every rank's position, merged. */
+static int saved_merge(struct saved *s, struct smp_record **out, char *err, size_t errlen)
+{
+	uint32_t w = s->job.world;
+	struct smp_record *recs = xcalloc(w, sizeof(*recs));
+	const struct smp_record **in = xcalloc(w, sizeof(*in));
+	int rc = 0;
+	uint32_t made = 0;
+	for (uint32_t r = 0; r < w && rc == 0; r++) {
+		uint64_t ep, st;
+		smp_tl_pos(&s->tl, s->g[r], &ep, &st);
+		rc = smp_resume_record(&s->p, &s->sh, r, ep, st, &recs[r]);
+		if (rc == 0)
+			in[made++] = &recs[r];
+	}
+	struct smp_record *m = xcalloc(1, sizeof(*m));
+	if (rc == 0)
+		rc = smp_record_merge(in, made, m);
+	if (rc != 0) {
+		snprintf(err, errlen, "resume = auto: the saved positions of the last run's %u ranks "
+			 "cannot be re-sharded over this job's trainers (%s): restart with %u trainers, "
+			 "or from a checkpoint record", w, seer_errmsg(), w);
+		free(m);
+		m = NULL;
+		rc = SEER_ECONFIG;
+	}
+	for (uint32_t r = 0; r < made; r++)
+		smp_record_free(&recs[r]);
+	free(recs);
+	free(in);
+	*out = m;
+	return rc;
+}
+
+int resume_load(struct engine *e, struct smp_record **rec, uint64_t **starts, char *msg,
+		size_t msglen)
+{
+	*rec = NULL;
+	*starts = NULL;
+	char *dir = pos_dir(e), *path = xasprintf("%s/plan", dir), why[512];
+	uint8_t *b = NULL;
+	size_t n = 0;
+	struct saved s = { 0 };
+	int found = 0, rc = read_plan(path, &b, &n, why, sizeof(why));
+	if (rc == -ENOENT)
+		log_info("resume = auto: no saved positions in %s; starting at the beginning", dir);
+	else if (rc != 0)
+		log_warn("resume = auto: %s; starting at the beginning", why);
+	else if (saved_parse(e, b, n, &s, why, sizeof(why)) != 0)
+		log_warn("resume = auto: the saved positions in %s are not used, %s; starting at the "
+			 "beginning", dir, why);
+	else
+		found = 1;
+	rc = 0;
+	if (found && s.job.world == e->world) {
+		/* the same plan, every rank exactly where it stopped */
+		*starts = s.g;
+		s.g = NULL;
+		if (s.have_rec) {
+			*rec = xcalloc(1, sizeof(**rec));
+			**rec = s.rec;
+			s.have_rec = false;
+		}
+		log_info("resume = auto: the last run's %u ranks continue where they stopped (%u "
+			 "from their position files, the others at their start) from %s",
+			 e->world, s.from_files, dir);
+	} else if (found) {
+		rc = saved_merge(&s, rec, msg, msglen);
+		if (rc == 0) {
+			char d[200];
+			smp_record_describe(*rec, d, sizeof(d));
+			log_info("resume = auto: the last run's %u ranks (%s) re-sharded over %u "
+				 "trainers (%s)", s.job.world, d, e->world, dir);
+		}
+	}
+	saved_free(&s);
+	free(b);
+	free(path);
+	free(dir);
+	return rc < 0 ? rc : found;
 }

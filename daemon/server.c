@@ -36,7 +36,6 @@
 
 #define MAX_PENDING 256
 #define HELLO_TIMEOUT_S 5.0
-#define STOP_GRACE_S 5.0
 
 /* A connection before its handshake, or a seerctl whose reply did not fit
  * the socket buffer at once: the rest is sent as the socket drains (the
@@ -50,6 +49,10 @@ struct pending {
 	char *out;         /* seerctl reply text still being sent, or NULL */
 	size_t out_len, out_off;
 	int32_t out_status;
+	bool have_hello;   /* its HELLO came; the checkpoint record is arriving */
+	struct seer_msg_hello hello;
+	uint8_t *rec;      /* the record's bytes so far (hello.record_len in all) */
+	size_t rec_got;
 };
 
 struct server {
@@ -141,6 +144,9 @@ static void pend_close(struct server *s, int i)
 	}
 	free(p->out);
 	p->out = NULL;
+	free(p->rec);
+	p->rec = NULL;
+	p->have_hello = false;
 	p->fd = -1;
 	p->refuse_fds = false;
 }
@@ -282,11 +288,11 @@ static void ctl_reply(struct server *s, int i, int status, char *text)
 }
 
 /* Stop now (SIGTERM, seerctl stop, another node's stop), trainers told;
- * the loop gives them STOP_GRACE_S. `all`: ask the other nodes too. */
+ * the loop gives them [daemon] stop_grace_s. `all`: ask the other nodes too. */
 static void stop_job(struct server *s, bool all)
 {
 	engine_stop(s->e, true);
-	s->stop_deadline = now_s() + STOP_GRACE_S;
+	s->stop_deadline = now_s() + s->cfg->stop_grace_s;
 	if (all && !s->stop_sent) {
 		cluster_stop_all(s->cl);
 		s->stop_sent = true;
@@ -340,6 +346,44 @@ static void refuse_conn(int fd, const struct seer_msg_hello *h, ssize_t n, int s
 	close(fd);
 }
 
+/* A piece of the checkpoint record after slot's HELLO. The whole record
+ * hands the connection to the engine. */
+static void on_record(struct server *s, uint32_t slot)
+{
+	struct pending *p = &s->pend[slot];
+	struct {
+		struct seer_msg_record h;
+		uint8_t data[SEER_RECORD_CHUNK];
+	} m;
+	ssize_t n = sock_recv(p->fd, &m, sizeof(m), NULL, NULL, 0);
+	if (n == -EAGAIN)
+		return;
+	int fd = p->fd;
+	size_t total = p->hello.record_len;
+	if (n < (ssize_t)sizeof(m.h) || m.h.kind != SEER_MSG_RECORD || m.h.total != total ||
+	    m.h.offset != p->rec_got || m.h.len != (size_t)n - sizeof(m.h) ||
+	    m.h.len > total - p->rec_got || (m.h.len == 0 && p->rec_got < total)) {
+		log_warn("pid %d sent a malformed checkpoint record after its hello (%zd bytes)",
+			 (int)p->pid, n);
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+		p->fd = -1;
+		refuse_conn(fd, &p->hello, sizeof(p->hello), SEER_EPROTO,
+			    "malformed checkpoint record packet after the hello");
+		pend_close(s, (int)slot);
+		return;
+	}
+	memcpy(p->rec + p->rec_got, m.data, m.h.len);
+	p->rec_got += m.h.len;
+	if (p->rec_got < total)
+		return;
+	epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+	p->fd = -1;
+	/* the engine owns the socket from here on success */
+	if (engine_attach(s->e, fd, &p->hello, p->rec, total, p->pid) < 0)
+		close(fd);
+	pend_close(s, (int)slot);
+}
+
 static void on_conn(struct server *s, uint32_t slot)
 {
 	struct pending *p = &s->pend[slot];
@@ -347,6 +391,10 @@ static void on_conn(struct server *s, uint32_t slot)
 		return;
 	if (p->out) {
 		ctl_flush(s, (int)slot);
+		return;
+	}
+	if (p->have_hello) {
+		on_record(s, slot);
 		return;
 	}
 	struct seer_msg_hello h;
@@ -375,15 +423,25 @@ static void on_conn(struct server *s, uint32_t slot)
 		spare_restore(s);
 		return;
 	}
-	if (n != (ssize_t)sizeof(h) || h.magic != SEER_MAGIC_HELLO) {
+	bool magic = n >= 16 && h.magic == SEER_MAGIC_HELLO;
+	if (magic && h.version != SEER_PROTO_VERSION) {
+		char msg[SEER_ERRMSG_MAX];
+		snprintf(msg, sizeof(msg), "protocol version %u, this seerd speaks %u: use the "
+			 "libseer of the same seer build", h.version, SEER_PROTO_VERSION);
+		log_warn("pid %d speaks protocol version %u; refused", (int)p->pid, h.version);
+		refuse_conn(fd, &h, n, SEER_EPROTO, msg);
+		return;
+	}
+	if (n != (ssize_t)sizeof(h) || !magic) {
 		if (n > 0) {
-			struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EPROTO };
-			snprintf(w.msg, sizeof(w.msg), "malformed handshake (%zd bytes): the client "
-				 "is not a libseer of this version", n);
-			sock_send(fd, &w, sizeof(w), NULL, 0);
+			char msg[SEER_ERRMSG_MAX];
+			snprintf(msg, sizeof(msg), "malformed handshake (%zd bytes): the client is not "
+				 "a libseer of this version", n);
 			log_warn("pid %d sent a malformed handshake (%zd bytes)", (int)p->pid, n);
+			refuse_conn(fd, &h, n, SEER_EPROTO, msg);
+		} else {
+			close(fd);
 		}
-		close(fd);
 		return;
 	}
 	if (h.kind == SEER_MSG_CTL) {
@@ -395,15 +453,32 @@ static void on_conn(struct server *s, uint32_t slot)
 		return;
 	}
 	if (h.kind != SEER_MSG_HELLO) {
-		struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EPROTO };
-		snprintf(w.msg, sizeof(w.msg), "unknown request kind %u", h.kind);
-		sock_send(fd, &w, sizeof(w), NULL, 0);
+		char msg[SEER_ERRMSG_MAX];
+		snprintf(msg, sizeof(msg), "unknown request kind %u", h.kind);
 		log_warn("pid %d sent an unknown request kind %u; closing", (int)p->pid, h.kind);
-		close(fd);
+		refuse_conn(fd, &h, n, SEER_EPROTO, msg);
+		return;
+	}
+	if (h.record_len > 0) {
+		if (h.record_len > SEER_RECORD_MAX) {
+			char msg[SEER_ERRMSG_MAX];
+			snprintf(msg, sizeof(msg), "checkpoint record of %u bytes: seerd takes at most "
+				 "%u", h.record_len, SEER_RECORD_MAX);
+			refuse_conn(fd, &h, n, -EMSGSIZE, msg);
+			return;
+		}
+		/* the slot holds the connection until the record is in */
+		p->fd = fd;
+		p->have_hello = true;
+		p->hello = h;
+		p->rec = xmalloc(h.record_len);
+		p->rec_got = 0;
+		epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd,
+			  &(struct epoll_event){ .events = EPOLLIN, .data.u64 = EP_TAG(EP_CONN, slot) });
 		return;
 	}
 	/* the engine owns the socket from here on success */
-	if (engine_attach(s->e, fd, &h, p->pid) < 0)
+	if (engine_attach(s->e, fd, &h, NULL, 0, p->pid) < 0)
 		close(fd);
 }
 
@@ -423,6 +498,10 @@ static void expire_pending(struct server *s)
 				log_warn("seerctl pid %d read %zu of its %zu-byte reply in %.0f s; "
 					 "closing", (int)s->pend[i].pid, s->pend[i].out_off,
 					 s->pend[i].out_len, HELLO_TIMEOUT_S);
+			} else if (s->pend[i].have_hello) {
+				log_warn("pid %d sent %zu of its %u-byte checkpoint record in %.0f s; "
+					 "closing", (int)s->pend[i].pid, s->pend[i].rec_got,
+					 s->pend[i].hello.record_len, HELLO_TIMEOUT_S);
 			} else {
 				s->silent++;
 				last = s->pend[i].pid;
@@ -523,16 +602,29 @@ static int join_peers(struct server *s, char *err, size_t errlen)
 	return rc;
 }
 
-/* The loop's own fds: SIGTERM/SIGINT through a signalfd (blocked before
- * any thread starts, so only it sees them), epoll, and the 1 s timer. */
+static void stop_signals(sigset_t *mask)
+{
+	sigemptyset(mask);
+	sigaddset(mask, SIGTERM);
+	sigaddset(mask, SIGINT);
+}
+
+void server_block_signals(void)
+{
+	sigset_t mask;
+	stop_signals(&mask);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* The loop's own fds: SIGTERM/SIGINT through a signalfd (blocked by main
+ * before MPI or any thread started, so only it sees them), epoll, and the
+ * 1 s timer. */
 static int loop_open(struct server *s)
 {
 	sigset_t mask;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &mask, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	stop_signals(&mask);
+	server_block_signals(); /* already done by main; harmless again */
 	s->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -551,16 +643,18 @@ static int loop_open(struct server *s)
  * rank map, stop requests and fatal errors. false: leave the loop. */
 static bool cluster_round(struct server *s)
 {
-	uint32_t world, *ranks, nranks;
-	if (engine_roll(s->e, &world, &ranks, &nranks)) {
-		cluster_roll(s->cl, world, ranks, nranks);
+	uint32_t *ranks, nranks;
+	struct cluster_plan plan;
+	if (engine_roll(s->e, &plan, &ranks, &nranks)) {
+		cluster_roll(s->cl, &plan, ranks, nranks);
 		free(ranks);
 	}
 	const char *fatal = NULL;
 	uint32_t *map;
-	if (cluster_poll(s->cl, &world, &map, &fatal)) {
-		engine_set_map(s->e, world, map);
+	if (cluster_poll(s->cl, &plan, &map, &fatal)) {
+		engine_set_map(s->e, &plan, map);
 		free(map);
+		free(plan.rec);
 		engine_work(s->e);
 	}
 	if (fatal) {
@@ -661,6 +755,9 @@ static void server_close(struct server *s, int rc)
 			log_error("stopping: %s", engine_fatal(s->e));
 		else if (rc == 0 && s->stop_deadline == 0 && engine_finished(s->e))
 			log_info("job finished: all trainers done");
+		engine_end(s->e, rc == 0 && s->stop_deadline == 0 && !engine_fatal(s->e) &&
+			   engine_finished(s->e) &&
+			   (s->nnodes == 1 || (s->done_sent && cluster_all_done(s->cl))));
 		engine_write_stats(s->e);
 		if (s->net)
 			net_destroy(s->net);
@@ -721,7 +818,8 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		if (engine_finished(s.e) && !finished_round(&s))
 			break;
 		if (s.stop_deadline > 0 && now_s() >= s.stop_deadline && !s.done_sent) {
-			log_warn("trainers still attached after %.0f s; exiting anyway", STOP_GRACE_S);
+			log_warn("trainers still attached %.0f s after the stop ([daemon] stop_grace_s); "
+				 "exiting anyway", s.cfg->stop_grace_s);
 			break;
 		}
 		if (!dispatch(&s))

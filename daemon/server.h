@@ -11,4 +11,11 @@
 int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluster *cl,
 	       unsigned node, unsigned nnodes);
 
+/* Block the signals the loop takes through its signalfd (SIGTERM, SIGINT) in
+ * the calling thread; ignore SIGPIPE. Call first thing in main, before MPI or
+ * any library starts a thread: threads inherit the mask, and a thread with
+ * SIGTERM unblocked would take it with the default action (death without a
+ * drain). */
+void server_block_signals(void);
+
 #endif /* SEERD_SERVER_H */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -66,7 +67,7 @@ static void send_refusal(int sock, int status, const char *fmt, ...)
 	sock_send(sock, &w, sizeof(w), NULL, 0);
 }
 
-static void reset_stream(struct trainer *t, uint64_t start)
+static void reset_stream(struct engine *e, struct trainer *t, uint64_t start)
 {
 	for (uint32_t i = 0; t->slots && i < t->nslots; i++)
 		t->slots[i] = (struct tslot){ 0 };
@@ -74,6 +75,7 @@ static void reset_stream(struct trainer *t, uint64_t start)
 	t->next_prep = t->next_pub = t->tail_g = start;
 	t->resetting = false;
 	t->blocked = false;
+	resume_note(e, t);
 }
 
 uint64_t sess_first_unreleased(const struct trainer *t)
@@ -147,9 +149,36 @@ static int make_ctrl(struct engine *e, struct trainer *t, int sock, const struct
 	return 0;
 }
 
+/* The job plan's record after the WELCOME, in packets. The trainer is
+ * reading its handshake: a full socket is waited for, briefly. */
+static ssize_t send_plan_record(const struct engine *e, int sock)
+{
+	static struct {
+		struct seer_msg_record h;
+		uint8_t data[SEER_RECORD_CHUNK];
+	} m; /* dispatcher only */
+	for (size_t off = 0; off < e->plan_rec_len;) {
+		size_t n = MIN(e->plan_rec_len - off, (size_t)SEER_RECORD_CHUNK);
+		m.h = (struct seer_msg_record){ .kind = SEER_MSG_RECORD, .len = (uint32_t)n,
+						.offset = off, .total = e->plan_rec_len };
+		memcpy(m.data, e->plan_rec + off, n);
+		ssize_t r = sock_send(sock, &m, sizeof(m.h) + n, NULL, 0);
+		if (r == -EAGAIN) {
+			struct pollfd pf = { .fd = sock, .events = POLLOUT };
+			if (poll(&pf, 1, 2000) <= 0)
+				return -ETIMEDOUT;
+			continue;
+		}
+		if (r != (ssize_t)(sizeof(m.h) + n))
+			return r < 0 ? r : -EPIPE;
+		off += n;
+	}
+	return 0;
+}
+
 /* A session for t on sock (pid) starting at global batch `start`: control
- * segments, then the WELCOME carrying their fds. On failure the caller
- * still owns sock. */
+ * segments, then the WELCOME carrying their fds and the plan's record. On
+ * failure the caller still owns sock. */
 static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid, uint64_t start)
 {
 	struct ctrl_layout l = ctrl_layout(e);
@@ -161,10 +190,14 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 		.batches_per_epoch = e->sh.bpe, .start = start, .arena_size = e->arena.size,
 		.ctrl_out_size = l.out_size, .ctrl_in_size = l.in_size, .batch_size = e->sh.batch,
 		.nslots = e->nslots, .node = e->node, .nodes = e->nnodes, .seed = e->cfg->seed,
-		.drop_last = e->cfg->drop_last,
+		.drop_last = e->cfg->drop_last, .shuffle = e->cfg->shuffle,
+		.dataset_hash = e->cat->hash, .record_len = (uint32_t)e->plan_rec_len,
+		.resume_epoch = e->tl.epoch, .resume_batches = e->tl.nb,
 	};
 	int fds[SEER_WELCOME_NFDS] = { e->arena.fd, t->out_seg.fd, t->in_seg.fd, t->efd };
 	ssize_t n = sock_send(sock, &w, sizeof(w), fds, SEER_WELCOME_NFDS);
+	if (n == (ssize_t)sizeof(w))
+		n = send_plan_record(e, sock) == 0 ? n : -EPIPE;
 	if (n != (ssize_t)sizeof(w)) {
 		rc = n < 0 ? (int)n : -EPIPE;
 		log_warn("trainer rank %u (pid %d) vanished during the handshake", t->rank, (int)pid);
@@ -177,14 +210,15 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 	t->done = false;
 	t->gen++;
 	t->attach_ns = now_ns();
-	reset_stream(t, start);
+	reset_stream(e, t, start);
 	engine_ep_add(e, sock, EP_TAG(EP_TSOCK, t->rank));
 	engine_ep_add(e, t->efd, EP_TAG(EP_TEFD, t->rank));
 	if (e->topo && topo_add_trainer(e->topo, pid))
 		engine_repin(e);
+	uint64_t ep, st;
+	jobrec_pos(e, start, &ep, &st);
 	log_info("trainer rank %u/%u (pid %d) attached at epoch %llu step %llu", t->rank, e->world,
-		 (int)pid, (unsigned long long)(start / e->sh.bpe),
-		 (unsigned long long)(start % e->sh.bpe));
+		 (int)pid, (unsigned long long)ep, (unsigned long long)st);
 	return 0;
 fail:
 	sess_close(e, t); /* sock is still the caller's: t->sock is -1 */
@@ -220,11 +254,13 @@ static int check_hello(struct engine *e, int sock, const struct seer_msg_hello *
 	return 0;
 }
 
-/* The hello's world size: the first trainer's sets the job's shape; another
- * one replaces it once nothing of the old one is left (place_can_reshape),
- * so a stray trainer with a wrong world size does not lock the job out.
- * 0, or the refusal sent. */
-static int check_world(struct engine *e, int sock, const struct seer_msg_hello *h)
+/* The hello's world size: the first trainer's sets the job's shape, and its
+ * record (or NULL) the resume plan; another world size replaces the shape
+ * once nothing of the old one is left (place_can_reshape), so a stray
+ * trainer with a wrong world size does not lock the job out. 0, or the
+ * refusal sent. */
+static int check_world(struct engine *e, int sock, const struct seer_msg_hello *h,
+		       const struct smp_record *rec)
 {
 	char err[SEER_ERRMSG_MAX];
 	if (e->shape_ready && h->world != e->world) {
@@ -239,7 +275,7 @@ static int check_world(struct engine *e, int sock, const struct seer_msg_hello *
 	if (!e->shape_ready) {
 		/* checked before anything is sized by it; only this trainer is
 		 * refused when it is wrong */
-		int rc = place_shape_init(e, h->world, err, sizeof(err));
+		int rc = place_shape_init(e, h->world, rec, false, err, sizeof(err));
 		if (rc != 0) {
 			place_shape_free(e);
 			send_refusal(sock, rc, "%s", err);
@@ -249,9 +285,21 @@ static int check_world(struct engine *e, int sock, const struct seer_msg_hello *
 	return 0;
 }
 
-/* Whether rank h->rank may attach here now, and where its stream starts.
- * 0, or the refusal sent. */
-static int check_rank(struct engine *e, int sock, const struct seer_msg_hello *h, uint64_t *start)
+/* Where a stream asked to start at (epoch, step) starts: 0, or -ERANGE for
+ * a position past the job. */
+static int explicit_start(const struct engine *e, uint64_t epoch, uint64_t step, uint64_t *g)
+{
+	if (epoch >= e->cfg->epochs || step >= smp_tl_batches(&e->tl, epoch))
+		return -ERANGE;
+	*g = smp_tl_g(&e->tl, epoch, step);
+	return 0;
+}
+
+/* Whether rank h->rank may attach here now, and where its stream starts
+ * (UINT64_MAX: where its last session left off, known once that session's
+ * reset is done). 0, or the refusal sent. */
+static int check_rank(struct engine *e, int sock, const struct seer_msg_hello *h,
+		      const struct smp_record *rec, uint64_t *start)
 {
 	const struct trainer *t = &e->tr[h->rank];
 	if (e->plan_ready && e->rank_node[h->rank] != e->node) {
@@ -266,29 +314,42 @@ static int check_rank(struct engine *e, int sock, const struct seer_msg_hello *h
 			     h->rank, (int)t->pid);
 		return SEER_EREFUSED;
 	}
-	if (h->epoch == SEER_POS_RESUME) {
-		*start = t->resume_g; /* [job] resume, the saved position, or where it left */
-	} else {
-		if (h->epoch >= e->cfg->epochs || h->step >= e->sh.bpe) {
-			send_refusal(sock, -ERANGE, "start epoch %llu step %llu is past the job "
-				     "(%llu epochs of %llu steps)", (unsigned long long)h->epoch,
-				     (unsigned long long)h->step, (unsigned long long)e->cfg->epochs,
-				     (unsigned long long)e->sh.bpe);
-			return -ERANGE;
+	if (rec) {
+		/* the checkpoint record is the truth: right after what it consumed */
+		char msg[SEER_ERRMSG_MAX];
+		int rc = jobrec_start(e, rec, start, msg, sizeof(msg));
+		if (rc != 0) {
+			send_refusal(sock, rc, "rank %u: %s", h->rank, msg);
+			return rc;
 		}
-		*start = h->epoch * e->sh.bpe + h->step;
+	} else if (h->epoch == SEER_POS_RESUME) {
+		*start = UINT64_MAX; /* [job] resume, the saved position, or where it left */
+	} else if (explicit_start(e, h->epoch, h->step, start) != 0) {
+		send_refusal(sock, -ERANGE, "start epoch %llu step %llu is past the job "
+			     "(%llu epochs of %llu steps)", (unsigned long long)h->epoch,
+			     (unsigned long long)h->step, (unsigned long long)e->cfg->epochs,
+			     (unsigned long long)smp_tl_batches(&e->tl, h->epoch));
+		return -ERANGE;
 	}
 	return 0;
 }
 
-int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pid_t pid)
+int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, const uint8_t *rec,
+		  size_t rec_len, pid_t pid)
 {
 	uint64_t start;
+	struct smp_record r;
+	char msg[SEER_ERRMSG_MAX];
 	int rc = check_hello(e, sock, h);
+	if (rc == 0 && rec_len > 0 && (rc = jobrec_decode(e, rec, rec_len, &r, msg, sizeof(msg))))
+		send_refusal(sock, rc, "rank %u's checkpoint record: %s", h->rank, msg);
+	bool have = rc == 0 && rec_len > 0;
 	if (rc == 0)
-		rc = check_world(e, sock, h);
+		rc = check_world(e, sock, h, have ? &r : NULL);
 	if (rc == 0)
-		rc = check_rank(e, sock, h, &start);
+		rc = check_rank(e, sock, h, have ? &r : NULL, &start);
+	if (have)
+		smp_record_free(&r);
 	if (rc != 0)
 		return rc;
 	struct trainer *t = &e->tr[h->rank];
@@ -300,10 +361,11 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, pi
 		}
 		t->pending_sock = sock;
 		t->pending_hello = *h;
+		t->pending_start = start;
 		t->pending_pid = pid;
 		return 0;
 	}
-	rc = open_session(e, t, sock, pid, start);
+	rc = open_session(e, t, sock, pid, start == UINT64_MAX ? t->resume_g : start);
 	if (rc == 0 && !e->plan_ready)
 		e->roll_dirty = true;
 	return rc;
@@ -320,11 +382,13 @@ void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *
 		atomic_store_explicit(&t->co->state, SEER_STATE_EVICTED, memory_order_release);
 		sess_doorbell(t);
 	}
+	uint64_t ep, st;
+	jobrec_pos(e, resume, &ep, &st);
 	if (!t->done || evicted)
 		log_info("trainer rank %u (pid %d) %s: %s; it resumes at epoch %llu step %llu",
 			 t->rank, (int)t->pid, evicted ? "evicted" : "detached", why,
-			 (unsigned long long)(resume / e->sh.bpe),
-			 (unsigned long long)(resume % e->sh.bpe));
+			 (unsigned long long)ep, (unsigned long long)st);
+	resume_note(e, t);
 	sess_close(e, t);
 	t->attached = false;
 	t->gen++;
@@ -336,7 +400,7 @@ void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *
 
 void sess_finish_reset(struct engine *e, struct trainer *t)
 {
-	reset_stream(t, t->restart_g);
+	reset_stream(e, t, t->restart_g);
 	if (t->seek_pending && t->attached) {
 		t->seek_pending = false;
 		struct seer_msg_seek r = {
@@ -350,8 +414,7 @@ void sess_finish_reset(struct engine *e, struct trainer *t)
 	if (t->pending_sock >= 0) {
 		int sock = t->pending_sock;
 		t->pending_sock = -1;
-		const struct seer_msg_hello h = t->pending_hello;
-		uint64_t start = h.epoch == SEER_POS_RESUME ? t->resume_g : h.epoch * e->sh.bpe + h.step;
+		uint64_t start = t->pending_start == UINT64_MAX ? t->resume_g : t->pending_start;
 		if (open_session(e, t, sock, t->pending_pid, start) != 0)
 			close(sock);
 	}
@@ -370,7 +433,8 @@ static void handle_seek(struct engine *e, struct trainer *t, const struct seer_m
 	if (!t->attached)
 		return;
 	struct seer_msg_seek r = { .kind = SEER_MSG_SEEK_OK };
-	if (m->epoch >= e->cfg->epochs || m->step >= e->sh.bpe || t->seek_pending) {
+	uint64_t g;
+	if (t->seek_pending || explicit_start(e, m->epoch, m->step, &g) != 0) {
 		r.status = t->seek_pending ? -EBUSY : -ERANGE; /* busy: a seek not yet answered */
 		sock_send(t->sock, &r, sizeof(r), NULL, 0);
 		return;
@@ -380,7 +444,7 @@ static void handle_seek(struct engine *e, struct trainer *t, const struct seer_m
 		if (t->slots[i].st == SL_PUB)
 			t->slots[i].st = SL_REL;
 	t->gen++;
-	t->restart_g = m->epoch * e->sh.bpe + m->step;
+	t->restart_g = g;
 	t->seek_pending = true;
 	t->resetting = true;
 	log_info("trainer rank %u seeks to epoch %llu step %llu (%u reads still landing in its "

@@ -99,7 +99,8 @@ void stats_check_epochs(struct engine *e)
 			return;
 		min_tail = MIN(min_tail, t->attached ? t->tail_g : t->resume_g);
 	}
-	uint64_t done = min_tail / e->sh.bpe;
+	uint64_t done, step;
+	jobrec_pos(e, min_tail, &done, &step);
 	while (e->epochs_done < done) {
 		uint64_t ep = e->epochs_done++;
 		struct epoch_stats *s = stats_epoch(e, ep);

@@ -116,9 +116,15 @@ static json_t *trainer_json(const struct engine *e, const struct trainer *t)
 		stall_ns = atomic_load(&t->ci->stall_ns);
 		stalls = atomic_load(&t->ci->stalls);
 	}
-	return json_pack("{sI sI sb sb sI sI sI sI sI sI sI sI sI sI sI so sI}",
+	uint64_t ep, st, rep, rst;
+	jobrec_pos(e, pos, &ep, &st);
+	/* where it resumes: its first batch not released */
+	jobrec_pos(e, t->attached && !t->resetting ? sess_first_unreleased(t) : t->resume_g, &rep,
+		   &rst);
+	return json_pack("{sI sI sb sb sI sI sI sI sI sI sI sI sI sI sI sI sI so sI}",
 			 "rank", JU(t->rank), "pid", JU(t->pid), "attached", t->attached,
-			 "done", t->done, "epoch", JU(pos / e->sh.bpe), "step", JU(pos % e->sh.bpe),
+			 "done", t->done, "epoch", JU(ep), "step", JU(st),
+			 "resume_epoch", JU(rep), "resume_step", JU(rst),
 			 "prefetch_lead", JU(t->attached ? t->next_prep - (t->next_pub - unread) : 0),
 			 "ready_unread", JU(unread), "held", JU(held),
 			 "staging_used", JU(stg_used(&t->stg)), "staging_capacity", JU(t->stg.cap),
@@ -203,6 +209,11 @@ static json_t *status_json(struct engine *e, uint64_t max_epochs)
 			json_array_append_new(tr, must(trainer_json(e, &e->tr[r])));
 	json_object_set_new(must(root), "trainers", tr);
 	json_object_set_new(root, "transform", must(xfs_status_json(e)));
+	if (e->shape_ready)
+		json_object_set_new(root, "resume", must(json_pack(
+			"{sI sI sb sI sI}", "epoch", JU(e->rs.epoch), "step", JU(e->rs.step),
+			"elastic", e->rs.elastic, "elastic_batches", JU(e->tl.nb),
+			"record_bytes", JU(e->plan_rec_len))));
 	epochs_json(e, root, max_epochs);
 	return root;
 }
@@ -223,7 +234,6 @@ char *engine_status_json(struct engine *e, uint64_t max_epochs)
 
 void engine_write_stats(struct engine *e)
 {
-	resume_save(e, false);
 	if (!e->cfg->stats_file || !*e->cfg->stats_file)
 		return;
 	/* the status plus the per-step series: [global batch, done at, summed wait] */

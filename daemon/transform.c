@@ -528,7 +528,8 @@ static void submit(struct engine *e, struct trainer *t, uint64_t g, uint32_t i, 
 	j->g = g;
 	j->i = i;
 	j->sample = s;
-	j->epoch = g / e->sh.bpe;
+	uint64_t step;
+	jobrec_pos(e, g, &j->epoch, &step); /* the batch's epoch (an elastic one too) */
 	j->src_off = off;
 	j->src_len = len;
 	j->dst_off = trainer_wslot(t, (uint32_t)(g & (t->nslots - 1)))->tensor.offset +

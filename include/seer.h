@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 #define SEER_VERSION_MAJOR 0
-#define SEER_VERSION_MINOR 1
+#define SEER_VERSION_MINOR 2
 
 /* Status and error codes, outside errno space. */
 #define SEER_EEPOCH (-30801)    /* end of an epoch: the next call starts the next */
@@ -76,6 +76,7 @@ extern "C" {
 #define SEER_EDATASET (-30808)  /* dataset missing, empty, changed or corrupt */
 #define SEER_ENOTHELD (-30809)  /* release of a batch this client does not hold */
 #define SEER_EEVICTED (-30810)  /* the daemon disconnected this trainer */
+#define SEER_EDAEMON (-30811)   /* seerd went away without stopping the job (crashed, killed) */
 
 /* Sample element types (seer_sample_dtype). */
 #define SEER_MAX_DIMS 8 /* dims of a sample's shape, at most */
@@ -94,7 +95,7 @@ typedef struct seer_batch seer_batch_t;
  * $SLURM_JOB_ID, rank and world size from the launcher's environment
  * (SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE, RANK/WORLD_SIZE),
  * start where this rank's previous session stopped (epoch 0, step 0 for a
- * new job). */
+ * new job), or where the daemon's saved positions say ([job] resume = auto). */
 typedef struct seer_options {
 	const char *socket_path;
 	const char *job_id;
@@ -104,9 +105,27 @@ typedef struct seer_options {
 	uint64_t start_epoch; /* with SEER_OPT_START_AT */
 	uint64_t start_step;
 	int connect_timeout_ms; /* 0: $SEER_CONNECT_TIMEOUT_MS or 30000; retries a missing socket */
+	/* A checkpoint record (seer_state()'s bytes, saved with the model): the
+	 * stream starts right after the batches it says were consumed, with this
+	 * or another world size (docs/resume.md). NULL: none. Every rank of a job
+	 * gives the same record (each rank's own, or one rank's: DDP ranks move
+	 * in lockstep). The library copies it; seerd refuses one of another job,
+	 * naming both values (SEER_EDATASET, SEER_ECONFIG). */
+	const void *record;
+	size_t record_len;
+	int reconnect_ms;   /* with SEER_OPT_RECONNECT: how long seer_next waits for a
+			       restarted seerd (0: 60000) */
 } seer_options_t;
 
 #define SEER_OPT_START_AT 1u /* start at (start_epoch, start_step) */
+/* When seerd goes away (crashed, killed, or stopped with its trainers still
+ * running), seer_next connects again to the same socket, presenting this
+ * rank's position, and the stream continues exactly where it was: the caller
+ * sees a delay, not an error. Batches held at that moment are released with
+ * the old session (seer_release returns 0; their data stays readable until
+ * seer_close). Off by default: a stopped job then ends at once with
+ * SEER_ESHUTDOWN / SEER_EDAEMON instead of waiting for a restart. */
+#define SEER_OPT_RECONNECT 2u
 
 /* Connect to the node's daemon. On success *out is a client to free with
  * seer_close(). On failure returns a negative code; seer_errmsg() says why
@@ -148,6 +167,14 @@ SEER_API int seer_next(seer_client_t *c, int timeout_ms, seer_batch_t **out);
  * SEER_ENOTHELD, or -ESTALE once its slot carries a newer batch (which stays
  * held by whoever took it). -EBADF on a closed client or in a fork child. */
 SEER_API int seer_release(seer_client_t *c, seer_batch_t *b);
+
+/* This rank's position as a checkpoint record: the batches it took with
+ * seer_next are consumed (the StatefulDataLoader convention: save it with the
+ * model after the step on the last batch). Returns the record's size in
+ * bytes and writes it to buf when cap is at least that (seer_record_decode
+ * reads it; seer_options_t.record resumes from it). -EBUSY while another
+ * thread is in seer_next on this client. */
+SEER_API int64_t seer_state(seer_client_t *c, void *buf, size_t cap);
 
 /* Restart this trainer's stream at (epoch, step); releases held batches.
  * Returns 0, -ERANGE when the position is past the job's end, -EBUSY when
@@ -229,6 +256,14 @@ SEER_API int seer_world_size(const seer_client_t *c);
 SEER_API uint64_t seer_num_samples(const seer_client_t *c);
 SEER_API uint64_t seer_epochs(const seer_client_t *c);
 SEER_API uint64_t seer_batches_per_epoch(const seer_client_t *c);
+/* Batches per rank in `epoch`: seer_batches_per_epoch(), except the epoch an
+ * elastic resume re-shards, which has its own count. */
+SEER_API uint64_t seer_epoch_batches(const seer_client_t *c, uint64_t epoch);
+/* The dataset's catalog hash (checkpoint records carry it). */
+SEER_API uint64_t seer_dataset_hash(const seer_client_t *c);
+/* How many times this client reconnected to a restarted seerd
+ * (SEER_OPT_RECONNECT); each gives a new arena (seer_arena_fd again). */
+SEER_API uint64_t seer_reconnects(const seer_client_t *c);
 SEER_API uint32_t seer_batch_size(const seer_client_t *c);
 SEER_API uint64_t seer_seed(const seer_client_t *c);
 

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEER_PROTO_VERSION 2u /* 2: the batch tensor in struct seer_wire_slot */
+#define SEER_PROTO_VERSION 2u /* 2: the batch tensor in struct seer_wire_slot, checkpoint records in the handshake */
 #define SEER_CACHELINE 64
 
 #define SEER_MAGIC_HELLO 0x4f4c4c4548524553ull /* "SERHELLO" */
@@ -49,6 +49,8 @@ enum seer_msg_kind {
 	SEER_MSG_CTL = 5,     /* seerctl -> daemon: a command (status, config, stop) */
 	SEER_MSG_CTL_REPLY = 6, /* daemon -> seerctl: struct seer_msg_ctl_reply + text */
 	SEER_MSG_ERROR = 7,   /* daemon -> peer: request refused, text in msg */
+	SEER_MSG_RECORD = 8,  /* a position record, in pieces: trainer -> daemon after a
+				 HELLO, daemon -> trainer after a WELCOME */
 };
 
 /* Start position in a HELLO/SEEK: resume where this rank's last session left
@@ -65,8 +67,15 @@ struct seer_msg_hello {
 	uint64_t step;
 	char job_id[SEER_JOBID_MAX]; /* NUL-terminated; must match the daemon's */
 	char ctl[128];     /* SEER_MSG_CTL only: the command, NUL-terminated */
+	uint32_t record_len; /* HELLO: bytes of the checkpoint record that follow in
+				SEER_MSG_RECORD packets (0: none); the trainer
+				resumes after the batches it says were consumed */
+	uint32_t flags;    /* 0 */
 };
-_Static_assert(sizeof(struct seer_msg_hello) == 232, "hello layout");
+_Static_assert(sizeof(struct seer_msg_hello) == 240, "hello layout");
+/* The version is at the same offset in every protocol version, so a daemon
+ * can name it in its refusal whatever the size of the hello. */
+_Static_assert(offsetof(struct seer_msg_hello, version) == 12, "hello version offset");
 
 struct seer_msg_welcome {
 	uint32_t kind;           /* SEER_MSG_WELCOME or SEER_MSG_ERROR */
@@ -85,9 +94,17 @@ struct seer_msg_welcome {
 	uint32_t nodes;
 	uint64_t seed;
 	uint32_t drop_last;
+	uint32_t shuffle;
+	uint64_t dataset_hash;   /* the catalog's content hash (checkpoint records carry it) */
+	uint32_t record_len;     /* bytes of the record the job's plan was made from, sent
+				    after the WELCOME in SEER_MSG_RECORD packets (0: the
+				    plan of a fresh job) */
 	uint32_t pad_;
+	uint64_t resume_epoch;   /* the epoch re-sharded by an elastic resume (0: none) */
+	uint64_t resume_batches; /* its batches per rank (batches_per_epoch: none); global
+				    batch numbers follow smp_timeline (src/sampler_elastic.h) */
 };
-_Static_assert(sizeof(struct seer_msg_welcome) == 352, "welcome layout");
+_Static_assert(sizeof(struct seer_msg_welcome) == 384, "welcome layout");
 /* A WELCOME with status 0 carries 4 fds: arena, ctrl_out, ctrl_in, eventfd
  * (the trainer writes 1 to it when ctrl_out->need_wakeup is set). */
 #define SEER_WELCOME_NFDS 4
@@ -101,6 +118,19 @@ struct seer_msg_seek {
 	uint64_t prod;    /* SEEK_OK: out-ring producer index at the restart */
 };
 _Static_assert(sizeof(struct seer_msg_seek) == 40, "seek layout");
+
+/* A position record (src/sampler_record.h's byte form) in packets: this header,
+ * then `len` bytes at `offset` of the record's `total`. Packets come in order;
+ * the last ends at total. */
+struct seer_msg_record {
+	uint32_t kind;    /* SEER_MSG_RECORD */
+	uint32_t len;
+	uint64_t offset;
+	uint64_t total;
+};
+_Static_assert(sizeof(struct seer_msg_record) == 24, "record layout");
+#define SEER_RECORD_CHUNK 32768
+#define SEER_RECORD_MAX (16u << 20) /* a record of 2M per-rank counts */
 
 /* Reply to a CTL request: one or more packets, each this header followed by
  * text; the last has more == 0. */
@@ -182,7 +212,7 @@ _Static_assert(sizeof(struct seer_wire_tensor) == 64, "tensor layout");
 #define SEER_SLOT_TENSOR 1u /* seer_wire_slot.flags: `tensor` describes the batch */
 
 struct seer_wire_slot {
-	uint64_t global;   /* epoch * batches_per_epoch + step */
+	uint64_t global;   /* the rank's batch number through the job (smp_timeline) */
 	uint64_t epoch;
 	uint64_t step;
 	uint32_t n;        /* samples in this batch */

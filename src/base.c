@@ -71,6 +71,7 @@ SEER_API const char *seer_strerror(int err)
 	case SEER_EDATASET: return "dataset missing, empty, changed or corrupt";
 	case SEER_ENOTHELD: return "batch not held by this client";
 	case SEER_EEVICTED: return "the daemon disconnected this trainer";
+	case SEER_EDAEMON: return "the daemon went away without stopping the job (crashed or killed)";
 	default: break;
 	}
 	if (err < 0 && err > -4096)

@@ -148,6 +148,10 @@ static const struct cfg_key keys[] = {
 	  "peer stopped answering)" },
 	{ "daemon", "connect_timeout_s", CFG_DOUBLE, F(connect_timeout_s), "600", 1, 1e7, NULL,
 	  false, "how long to wait for every trainer to connect before warning" },
+	{ "daemon", "stop_grace_s", CFG_DOUBLE, F(stop_grace_s), "30", 0, 1e7, NULL, false,
+	  "after SIGTERM or seerctl stop, how long trainers may take to finish the batch they "
+	  "hold and detach (their releases are recorded) before seerd exits anyway; keep it "
+	  "below Slurm's KillWait and mpirun's odls_base_sigkill_timeout" },
 
 	{ "transform", "decode", CFG_ENUM, F(xf_decode), "none", 0, 0, xf_decodes, true,
 	  "none: deliver file bytes; image: decode JPEG/PNG and deliver tensors" },

@@ -60,6 +60,7 @@ struct seer_config {
 	char *cpuset;
 	double connect_timeout_s;
 	double done_timeout_s;
+	double stop_grace_s;    /* after a stop: trainers' time to detach */
 	/* [transform] (src/xform/xform.h parses and checks the values) */
 	char *xf_decode;
 	char *xf_crop;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sampler_elastic.h"
 #include "util.h"
 
 void plan_free(struct plan *p)
@@ -50,8 +51,8 @@ int plan_check_nodes(const struct smp_shape *sh, const uint32_t *rank_node, uint
 }
 
 static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, uint64_t n,
-		 const struct smp_shape *sh, uint64_t first_epoch, const uint32_t *rank_node,
-		 uint32_t nnodes, const struct plan_cap *cap)
+		 const struct smp_shape *sh, const struct smp_resume *rs, uint64_t first_epoch,
+		 const uint32_t *rank_node, uint32_t nnodes, const struct plan_cap *cap)
 {
 	memset(p, 0, sizeof(*p));
 	if (n != sh->n || plan_check_nodes(sh, rank_node, nnodes) != 0)
@@ -67,24 +68,30 @@ static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, 
 	uint8_t *seen = calloc(n, 1);
 	/* first reader of each sample, for the spill pass */
 	uint32_t *spill = malloc(n * sizeof(uint32_t));
+	uint32_t *ids = malloc(sh->batch * sizeof(uint32_t));
 	if (!p->tier || !p->owner || !p->off || !p->ram_used || !p->nvme_used || !order || !seen ||
-	    !spill) {
+	    !spill || !ids) {
 		free(order);
 		free(seen);
 		free(spill);
+		free(ids);
 		plan_free(p);
 		return -ENOMEM;
 	}
 	smp_epoch_order(sh, first_epoch, order); /* n == sh->n, checked above */
 
 	/* pass 1: walk the first epoch in order of need (step-major, then rank),
-	 * give each sample to the node that reads it first while it has room */
-	uint64_t nspill = 0;
-	for (uint64_t step = 0; step < sh->bpe; step++) {
-		uint32_t blen = smp_batch_len(sh, step);
+	 * give each sample to the node that reads it first while it has room;
+	 * an epoch re-sharded by an elastic resume has its own batches */
+	bool el = rs && rs->elastic && rs->epoch == first_epoch;
+	uint64_t nb = el ? rs->rsh.bpe : sh->bpe, nspill = 0;
+	for (uint64_t step = 0; step < nb; step++) {
+		uint32_t blen = smp_batch_len(sh, MIN(step, sh->bpe - 1));
 		for (uint32_t r = 0; r < sh->world; r++) {
+			if (el)
+				blen = (uint32_t)smp_resume_batch(rs, order, r, step, ids);
 			for (uint32_t i = 0; i < blen; i++) {
-				uint32_t s = smp_at(sh, order, smp_position(sh, r, step, i));
+				uint32_t s = el ? ids[i] : smp_at(sh, order, smp_position(sh, r, step, i));
 				if (seen[s])
 					continue;
 				seen[s] = 1;
@@ -127,6 +134,7 @@ static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, 
 	free(order);
 	free(seen);
 	free(spill);
+	free(ids);
 	return 0;
 }
 
@@ -134,14 +142,22 @@ int plan_build(struct plan *p, const struct catalog *c, const struct smp_shape *
 	       uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
 	       const struct plan_cap *cap)
 {
-	return build(p, c, NULL, c->nsamples, sh, first_epoch, rank_node, nnodes, cap);
+	return build(p, c, NULL, c->nsamples, sh, NULL, first_epoch, rank_node, nnodes, cap);
+}
+
+int plan_build_resumed(struct plan *p, const struct catalog *c, const uint64_t *len,
+		       const struct smp_shape *sh, const struct smp_resume *rs, uint64_t first_epoch,
+		       const uint32_t *rank_node, uint32_t nnodes, const struct plan_cap *cap)
+{
+	return build(p, len ? NULL : c, len, c->nsamples, sh, rs, first_epoch, rank_node, nnodes,
+		     cap);
 }
 
 int plan_build_lengths(struct plan *p, const uint64_t *len, uint64_t n, const struct smp_shape *sh,
 		       uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
 		       const struct plan_cap *cap)
 {
-	return build(p, NULL, len, n, sh, first_epoch, rank_node, nnodes, cap);
+	return build(p, NULL, len, n, sh, NULL, first_epoch, rank_node, nnodes, cap);
 }
 
 /* ---- replicas -------------------------------------------------------------- */

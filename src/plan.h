@@ -56,6 +56,14 @@ struct plan {
 int plan_build(struct plan *p, const struct catalog *c, const struct smp_shape *sh,
 	       uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
 	       const struct plan_cap *cap);
+struct smp_resume; /* sampler_elastic.h */
+/* The same for a resumed job: when first_epoch is the epoch rs re-shards
+ * (an elastic resume), its order of need is the re-sharded batches'. len,
+ * when not NULL, gives the c->nsamples lengths to place instead of the
+ * files' (transform.cache = decoded: the decoded images'). */
+int plan_build_resumed(struct plan *p, const struct catalog *c, const uint64_t *len,
+		       const struct smp_shape *sh, const struct smp_resume *rs, uint64_t first_epoch,
+		       const uint32_t *rank_node, uint32_t nnodes, const struct plan_cap *cap);
 void plan_free(struct plan *p);
 
 /* Whether nnodes nodes can carry a plan (1 .. UINT16_MAX: owners are 16-bit)

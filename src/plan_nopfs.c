@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan.h"
+#include "sampler_elastic.h"
 #include "util.h"
 
 struct cand {
@@ -35,12 +36,15 @@ struct scratch {
 /* The samples `rank` reads in [g0, g1), most read first, into x->cand;
  * returns how many, or -ENOMEM. */
 static int64_t rank_candidates(struct scratch *x, const struct catalog *cat, struct smp_cache *smp,
-			       const struct smp_shape *sh, uint32_t rank, uint64_t g0, uint64_t g1)
+			       const struct smp_resume *rs, const struct smp_timeline *tl,
+			       uint32_t rank, uint64_t g0, uint64_t g1)
 {
 	memset(x->count, 0, cat->nsamples * sizeof(uint32_t));
 	uint32_t pos = 0, ncand = 0;
 	for (uint64_t g = g0; g < g1; g++) {
-		int m = smp_batch(smp, g / sh->bpe, rank, g % sh->bpe, x->ids);
+		uint64_t epoch, step;
+		smp_tl_pos(tl, g, &epoch, &step);
+		int m = smp_plan_batch(smp, rs, epoch, rank, step, x->ids);
 		if (m < 0)
 			return m;
 		for (int i = 0; i < m; i++) {
@@ -100,7 +104,8 @@ static int take_share(struct plan_nopfs *np, uint32_t k, const struct catalog *c
 }
 
 int plan_nopfs_build(struct plan_nopfs *np, const struct catalog *cat, struct smp_cache *smp,
-		     const struct smp_shape *sh, const uint32_t *ranks, uint32_t nranks,
+		     const struct smp_shape *sh, const struct smp_resume *rs,
+		     const struct smp_timeline *tl, const uint32_t *ranks, uint32_t nranks,
 		     uint64_t g0, uint64_t g1, uint64_t cache_cap)
 {
 	memset(np, 0, sizeof(*np));
@@ -115,7 +120,7 @@ int plan_nopfs_build(struct plan_nopfs *np, const struct catalog *cat, struct sm
 	int rc = x.count && x.first && x.ids && x.cand && np->share ? 0 : -ENOMEM;
 	uint64_t cap_keys = 0;
 	for (uint32_t k = 0; k < nranks && rc == 0; k++) {
-		int64_t ncand = rank_candidates(&x, cat, smp, sh, ranks[k], g0, g1);
+		int64_t ncand = rank_candidates(&x, cat, smp, rs, tl, ranks[k], g0, g1);
 		rc = ncand < 0 ? (int)ncand : take_share(np, k, cat, x.cand, (uint32_t)ncand, &cap_keys);
 	}
 	free(x.count);

@@ -480,3 +480,34 @@ int smp_resume_record(const struct smp_resume *p, const struct smp_shape *sh, ui
 		smp_record_free(out);
 	return rc;
 }
+
+/* ---- a resumed job's batches, numbered --------------------------------------- */
+
+void smp_timeline_init(struct smp_timeline *tl, uint64_t bpe, uint64_t epochs,
+		       const struct smp_resume *p)
+{
+	tl->bpe = bpe;
+	tl->epochs = epochs;
+	tl->epoch = p && p->elastic ? p->epoch : 0;
+	tl->nb = p && p->elastic ? p->rsh.bpe : bpe;
+}
+
+int smp_plan_batch(struct smp_cache *c, const struct smp_resume *p, uint64_t epoch,
+		   uint32_t rank, uint64_t step, uint32_t *ids)
+{
+	if (!p || !p->elastic || epoch != p->epoch)
+		return smp_batch(c, epoch, rank, step, ids);
+	const uint32_t *order = smp_cache_epoch(c, epoch);
+	if (!order)
+		return -ENOMEM;
+	return smp_resume_batch(p, order, rank, step, ids);
+}
+
+uint32_t smp_plan_batch_len(const struct smp_shape *sh, const struct smp_resume *p,
+			    uint64_t epoch, uint64_t step)
+{
+	if (!p || !p->elastic || epoch != p->epoch)
+		return smp_batch_len(sh, step);
+	uint64_t first = step * p->job.batch;
+	return (uint32_t)MIN(p->rsh.per_rank - first, (uint64_t)p->job.batch);
+}

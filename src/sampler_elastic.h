@@ -106,4 +106,64 @@ int smp_resume_batch(const struct smp_resume *p, const uint32_t *order, uint32_t
 int smp_resume_record(const struct smp_resume *p, const struct smp_shape *sh, uint32_t rank,
 		      uint64_t epoch, uint64_t steps, struct smp_record *out);
 
+/* ---- a resumed job's batches, numbered -------------------------------------
+ * The job's plan (p, NULL for a fresh job) fixes which batches each epoch has:
+ * the re-sharded epoch p->epoch has p->rsh.bpe per rank, every other epoch the
+ * plain bpe. Daemon and client number a rank's batches through the job with
+ * one global index g: epoch * bpe + step up to the re-sharded epoch, shifted
+ * by the difference after it (a fresh job's g is epoch * bpe + step). */
+struct smp_timeline {
+	uint64_t bpe;      /* batches per rank of a plain epoch */
+	uint64_t epoch;    /* the re-sharded epoch (0 when none: nb == bpe) */
+	uint64_t nb;       /* its batches per rank */
+	uint64_t epochs;   /* epochs in the job */
+};
+
+void smp_timeline_init(struct smp_timeline *tl, uint64_t bpe, uint64_t epochs,
+		       const struct smp_resume *p);
+
+static inline uint64_t smp_tl_batches(const struct smp_timeline *tl, uint64_t epoch)
+{
+	return epoch == tl->epoch ? tl->nb : tl->bpe;
+}
+
+/* g of (epoch, step); (epochs, 0) is the job's end. */
+static inline uint64_t smp_tl_g(const struct smp_timeline *tl, uint64_t epoch, uint64_t step)
+{
+	if (epoch <= tl->epoch)
+		return epoch * tl->bpe + step;
+	return tl->epoch * tl->bpe + tl->nb + (epoch - tl->epoch - 1) * tl->bpe + step;
+}
+
+static inline uint64_t smp_tl_end(const struct smp_timeline *tl)
+{
+	return smp_tl_g(tl, tl->epochs, 0);
+}
+
+static inline void smp_tl_pos(const struct smp_timeline *tl, uint64_t g, uint64_t *epoch,
+			      uint64_t *step)
+{
+	uint64_t g0 = tl->epoch * tl->bpe;
+	if (g < g0) {
+		*epoch = g / tl->bpe;
+		*step = g % tl->bpe;
+	} else if (g - g0 < tl->nb) {
+		*epoch = tl->epoch;
+		*step = g - g0;
+	} else {
+		uint64_t h = g - g0 - tl->nb;
+		*epoch = tl->epoch + 1 + h / tl->bpe;
+		*step = h % tl->bpe;
+	}
+}
+
+/* Batch `step` of `rank` in `epoch` of the job planned by p (NULL: a fresh
+ * job), from the cache's orders: the re-sharded epoch by smp_resume_batch,
+ * the others by smp_batch. Returns its length, -ERANGE or -ENOMEM. */
+int smp_plan_batch(struct smp_cache *c, const struct smp_resume *p, uint64_t epoch,
+		   uint32_t rank, uint64_t step, uint32_t *ids);
+/* Samples in that batch (step within the epoch's batches). */
+uint32_t smp_plan_batch_len(const struct smp_shape *sh, const struct smp_resume *p,
+			    uint64_t epoch, uint64_t step);
+
 #endif /* SEER_SAMPLER_ELASTIC_H */

@@ -187,6 +187,7 @@ static bool fake_build(struct fake *f, struct in *in)
 		.kind = SEER_MSG_WELCOME, .nsamples = 100, .epochs = epochs, .batches_per_epoch = bpe,
 		.start = take(in, 1) % (epochs * bpe), .arena_size = asize, .ctrl_out_size = co_size,
 		.ctrl_in_size = ci_size, .batch_size = batch, .nslots = nslots, .seed = 7,
+		.resume_batches = bpe,
 	};
 	f->nfds = 4;
 	f->answer_hello = true;

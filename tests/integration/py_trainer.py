@@ -1,6 +1,11 @@
 """A Python trainer for the integration tests: same options and log format as
 seer-trainer (C), through the seer ctypes shim, pause points included
-(--sync DIR --pause-at E:S, seertest.Gate). Run with /usr/bin/python3."""
+(--sync DIR --pause-at E:S, seertest.Gate). Run with /usr/bin/python3.
+
+Checkpoints: --save-state writes torch.save({"loader": loader.state_dict()})
+to DIR/state-R-E-S at each pause (the held batch counts as consumed);
+--state-in FILE resumes from such a file (or from a record's raw bytes, as
+seer-trainer writes them); --reconnect S continues with a restarted seerd."""
 
 import argparse
 import os
@@ -27,11 +32,38 @@ def main():
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--sync")
     ap.add_argument("--pause-at", action="append")
+    ap.add_argument("--save-state", action="store_true")
+    ap.add_argument("--save-raw", action="store_true", help="--save-state as record bytes")
+    ap.add_argument("--state-in")
+    ap.add_argument("--reconnect", type=float)
     a = ap.parse_args()
     log = open(a.log, "w") if a.log else None
     kw = {}
     if a.world:
         kw = {"rank": a.rank, "world_size": a.world}
+    if a.reconnect:
+        kw["reconnect"] = a.reconnect
+    if a.state_in:
+        with open(a.state_in, "rb") as f:
+            raw = f.read()
+        if raw.startswith(b"SEERPOS"):
+            kw["state"] = raw
+        else:
+            import io
+            import torch
+            kw["state"] = torch.load(io.BytesIO(raw), weights_only=True)["loader"]
+    save = None
+    if a.save_state:
+        import torch
+
+        def save(path):
+            torch.save({"loader": loader.state_dict()}, path + ".tmp")
+            os.rename(path + ".tmp", path)
+    elif a.save_raw:
+        def save(path):
+            with open(path + ".tmp", "wb") as f:
+                f.write(seer.record_encode(loader.state_dict()))
+            os.rename(path + ".tmp", path)
     t0 = time.time()
     n = nbytes = batches = 0
     if a.torch:
@@ -56,7 +88,7 @@ def main():
                         labels = batch.labels.tolist()
                 except StopIteration:
                     break
-                pauses.at(batch.epoch, batch.step)
+                pauses.at(batch.epoch, batch.step, save)
                 for i, (v, sid, label) in enumerate(zip(views, batch.ids.tolist(), labels)):
                     crc = zlib.crc32(v.reshape(-1).view("u1"))
                     nbytes += v.nbytes

@@ -326,9 +326,13 @@ class Pauses:
         self.dir, self.rank, self.timeout = sync_dir, rank, timeout
         self.points = sorted(tuple(int(x) for x in p.split(":")) for p in points or [])
 
-    def at(self, epoch, step):
+    def at(self, epoch, step, save=None):
+        """save(path): called before each announcement, to write the trainer's
+        checkpoint state to path (DIR/state-R-E-S)."""
         while self.points and self.points[0] <= (epoch, step):
             pe, ps = self.points.pop(0)
+            if save:
+                save(os.path.join(self.dir, "state-%d-%d-%d" % (self.rank, pe, ps)))
             name = os.path.join(self.dir, "paused-%d-%d-%d" % (self.rank, pe, ps))
             with open(name + ".tmp", "w") as f:
                 f.write("%d %d\n" % (epoch, step))

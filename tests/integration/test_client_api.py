@@ -371,8 +371,11 @@ def test_state_directory_and_files_are_checked():
             d.stop()
         files = os.listdir(s["daemon.state_dir"])
         catf = [f for f in files if f.startswith("catalog-")]
-        resf = [f for f in files if f.startswith("resume-")]
-        check(catf and resf, "no catalog cache or resume record written: %s" % files)
+        pos = os.path.join(s["daemon.state_dir"], "seer-pos-default")
+        resf = [os.path.join("seer-pos-default", f) for f in os.listdir(pos)] \
+            if os.path.isdir(pos) else []
+        check(catf and resf, "no catalog cache or resume positions written: %s %s" %
+              (files, resf))
         for f in catf + resf:
             os.chown(os.path.join(s["daemon.state_dir"], f), uid, -1)
         with Daemon(tmp, s, name="seerd-b") as d:

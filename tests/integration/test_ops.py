@@ -92,8 +92,8 @@ def test_sigterm_mid_epoch_then_resume():
             verify_rank(cat, sampler, r, before[r], 6, last=start if start <= last_before
                         else (last_before[0], last_before[1] + 1))
         log("resume = auto: every rank continued at its first unreleased batch")
-        check(not os.path.exists(os.path.join(tmp, "state", "resume-default-n0.txt")),
-              "the resume record of a finished job must be removed")
+        check(not os.path.exists(os.path.join(tmp, "state", "seer-pos-default")),
+              "the resume positions of a finished job must be removed")
         # an explicit position
         s["job.resume"] = "2:3"
         d3 = Daemon(tmp, s, name="third")

@@ -7,6 +7,12 @@
  *   seer-trainer [--rank R --world W] [--socket PATH] [--log FILE]
  *                [--compute-ms MS] [--kill-after N] [--seek E:S] [--quiet]
  *                [--sync DIR --pause-at E:S [--pause-at E:S ...]]
+ *                [--state-in FILE] [--reconnect MS]
+ *
+ * --state-in connects with the checkpoint record in FILE (seer_state's
+ * bytes); at every pause the trainer writes its record (the batch it holds
+ * counts as consumed) to DIR/state-R-E-S before announcing the pause.
+ * --reconnect MS continues with a restarted seerd (SEER_OPT_RECONNECT).
  *
  * Log lines: "<epoch> <step> <index> <id> <label> <length> <crc32 hex>".
  * Exit 0 after the job's last batch; 1 on any error (message on stderr).
@@ -78,14 +84,41 @@ static int exists(const char *path)
 	return stat(path, &st) == 0;
 }
 
-/* Holding batch (e, s): announce every pause point it reached and wait for
- * the test's go on each. 0, or -1 (message printed) when nobody said go. */
-static int pause_maybe(struct pauses *p, int rank, unsigned long long e, unsigned long long s)
+/* The client's checkpoint record into path (atomically). 0 or -1. */
+static int save_state(seer_client_t *cl, const char *path)
+{
+	int64_t n = seer_state(cl, NULL, 0);
+	if (n < 0) {
+		fprintf(stderr, "seer-trainer: seer_state: %s\n", seer_errmsg());
+		return -1;
+	}
+	char *buf = malloc((size_t)n), tmp[4200];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = buf && seer_state(cl, buf, (size_t)n) == n ? fopen(tmp, "wb") : NULL;
+	int rc = f && fwrite(buf, 1, (size_t)n, f) == (size_t)n ? 0 : -1;
+	if (f && fclose(f) != 0)
+		rc = -1;
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -1;
+	if (rc != 0)
+		fprintf(stderr, "seer-trainer: cannot save the state to %s: %s\n", path, strerror(errno));
+	free(buf);
+	return rc;
+}
+
+/* Holding batch (e, s): announce every pause point it reached (after saving
+ * the client's record next to it) and wait for the test's go on each. 0, or
+ * -1 (message printed) when nobody said go. */
+static int pause_maybe(struct pauses *p, seer_client_t *cl, int rank, unsigned long long e,
+		       unsigned long long s)
 {
 	while (p->done < p->n && (p->at[p->done][0] < e ||
 				  (p->at[p->done][0] == e && p->at[p->done][1] <= s))) {
 		unsigned long long pe = p->at[p->done][0], ps = p->at[p->done][1];
-		char name[4096], tmp[4200], go[4096], go_r[4096];
+		char name[4096], tmp[4200], go[4096], go_r[4096], st[4096];
+		snprintf(st, sizeof(st), "%s/state-%d-%llu-%llu", p->dir, rank, pe, ps);
+		if (save_state(cl, st) != 0)
+			return -1;
 		snprintf(name, sizeof(name), "%s/paused-%d-%llu-%llu", p->dir, rank, pe, ps);
 		snprintf(tmp, sizeof(tmp), "%s.tmp", name);
 		snprintf(go, sizeof(go), "%s/go-%llu-%llu", p->dir, pe, ps);
@@ -120,7 +153,8 @@ int main(int argc, char **argv)
 {
 	struct pauses pauses = { .timeout_s = 900 };
 	seer_options_t o = { 0 };
-	const char *log_path = NULL;
+	const char *log_path = NULL, *state_in = NULL;
+	char *record = NULL;
 	double compute_ms = 0;
 	long kill_after = -1;
 	int quiet = 0, have_seek = 0, show = 0;
@@ -139,6 +173,8 @@ int main(int argc, char **argv)
 		{ "sync", required_argument, NULL, 'y' + 256 },
 		{ "pause-at", required_argument, NULL, 'p' + 256 },
 		{ "pause-timeout", required_argument, NULL, 'T' + 256 },
+		{ "state-in", required_argument, NULL, 'i' + 256 },
+		{ "reconnect", required_argument, NULL, 'R' + 256 },
 		{ 0 },
 	};
 	int c;
@@ -177,11 +213,17 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'T' + 256: pauses.timeout_s = atof(optarg); break;
+		case 'i' + 256: state_in = optarg; break;
+		case 'R' + 256:
+			o.flags |= SEER_OPT_RECONNECT;
+			o.reconnect_ms = atoi(optarg);
+			break;
 		default:
 			fprintf(stderr, "usage: seer-trainer [--rank R --world W] [--socket PATH] "
 					"[--log FILE] [--compute-ms MS] [--kill-after N] [--seek E:S] "
 					"[--start E:S] [--show N] [--quiet] "
-					"[--sync DIR --pause-at E:S ... [--pause-timeout S]]\n");
+					"[--sync DIR --pause-at E:S ... [--pause-timeout S]] "
+					"[--state-in FILE] [--reconnect MS]\n");
 			return 2;
 		}
 	}
@@ -194,8 +236,22 @@ int main(int argc, char **argv)
 		fprintf(stderr, "seer-trainer: %s: %s\n", log_path, strerror(errno));
 		return 1;
 	}
+	if (state_in) {
+		FILE *f = fopen(state_in, "rb");
+		long n = -1;
+		if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+		    (record = malloc((size_t)n)) && fread(record, 1, (size_t)n, f) == (size_t)n) {
+			o.record = record;
+			o.record_len = (size_t)n;
+		} else {
+			fprintf(stderr, "seer-trainer: cannot read the state %s\n", state_in);
+			return 2;
+		}
+		fclose(f);
+	}
 	seer_client_t *cl;
 	int rc = seer_connect(&o, &cl);
+	free(record);
 	if (rc < 0) {
 		fprintf(stderr, "seer-trainer: connect: %s\n", seer_errmsg());
 		return 1;
@@ -233,7 +289,9 @@ int main(int argc, char **argv)
 			seer_close(cl);
 			return 1;
 		}
-		if (pause_maybe(&pauses, rank, (unsigned long long)seer_batch_epoch(b),
+		if (log && pauses.done < pauses.n)
+			fflush(log); /* a trainer killed while paused leaves what it released */
+		if (pause_maybe(&pauses, cl, rank, (unsigned long long)seer_batch_epoch(b),
 				(unsigned long long)seer_batch_step(b)) != 0) {
 			seer_close(cl);
 			return 1;

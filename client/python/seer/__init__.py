@@ -56,7 +56,9 @@ def _check_int(name, v, lo, hi):
 
 
 class SeerError(RuntimeError):
-    """A seer call failed; .code is the seer/errno code, str() the daemon's reason."""
+    """A seer call failed; .code is the seer/errno code, str() the daemon's reason.
+    seer.ESHUTDOWN: seerd stopped the job (SIGTERM, seerctl stop); seer.EDAEMON:
+    seerd went away without stopping it (crashed, killed)."""
 
     def __init__(self, code, message):
         super().__init__(message)
@@ -82,6 +84,9 @@ class _Options(ctypes.Structure):
         ("start_epoch", ctypes.c_uint64),
         ("start_step", ctypes.c_uint64),
         ("connect_timeout_ms", ctypes.c_int),
+        ("record", ctypes.c_char_p),
+        ("record_len", ctypes.c_size_t),
+        ("reconnect_ms", ctypes.c_int),
     ]
 
 
@@ -93,8 +98,9 @@ _C = _Consts()
 _lib = None
 _load_lock = threading.Lock()
 _CONSTANTS = ("SEER_EEPOCH", "SEER_EEND", "SEER_ESHUTDOWN", "SEER_EBATCH", "SEER_ENOTHELD",
-              "SEER_OPT_START_AT", "SEER_SAMPLER_DROP_LAST", "SEER_SAMPLER_NO_SHUFFLE",
-              "SEER_MAX_DIMS")
+              "SEER_EDAEMON", "SEER_EREFUSED", "SEER_EDATASET", "SEER_ECONFIG",
+              "SEER_OPT_START_AT", "SEER_OPT_RECONNECT", "SEER_SAMPLER_DROP_LAST",
+              "SEER_SAMPLER_NO_SHUFFLE", "SEER_MAX_DIMS")
 
 
 def _find_lib():
@@ -144,6 +150,10 @@ def _signatures():
         "seer_batches_per_epoch": (U64, [P]),
         "seer_batch_size": (U32, [P]),
         "seer_seed": (U64, [P]),
+        "seer_state": (I64, [P, P, ctypes.c_size_t]),
+        "seer_epoch_batches": (U64, [P, U64]),
+        "seer_dataset_hash": (U64, [P]),
+        "seer_reconnects": (U64, [P]),
         "seer_strerror": (S, [I]),
         "seer_errmsg": (S, []),
         "seer_options_size": (ctypes.c_size_t, []),
@@ -215,6 +225,15 @@ def _load():
         _introspect(lib, path)
         _lib = lib
         return lib
+
+
+def __getattr__(name):
+    """seer.ESHUTDOWN, seer.EDAEMON, ...: libseer's codes (SeerError.code)."""
+    if name in ("EEPOCH", "EEND", "ESHUTDOWN", "EBATCH", "ENOTHELD", "EDAEMON", "EREFUSED",
+                "EDATASET", "ECONFIG"):
+        _load()
+        return getattr(_C, name)
+    raise AttributeError("module 'seer' has no attribute %r" % name)
 
 
 def _error(code):
@@ -325,14 +344,24 @@ class Loader:
     there instead of where this rank left off, timeout in seconds for each
     batch (None: wait forever), connect_timeout in seconds (every step of
     connecting and of a seek ends within it).
+
+    Checkpoints (the torchdata StatefulDataLoader convention, docs/resume.md):
+    state=loader_state (a dict from state_dict(), as torch.load gives it back)
+    resumes right after the batches it says were consumed, with this or
+    another world size; state_dict() is this rank's position (every batch the
+    iterator yielded counts as consumed): save it with the model.
+    reconnect=seconds: when seerd goes away (crash, restart), wait up to that
+    long for a restarted one and continue the stream exactly (a delay, not an
+    error); None (default): SeerError at once.
     """
 
     def __init__(self, socket=None, job_id=None, rank=None, world_size=None, start=None,
-                 timeout=None, connect_timeout=30.0):
+                 timeout=None, connect_timeout=30.0, state=None, reconnect=None):
         self._c = None
         self._arena = None
         self._lib = _load()
         self._held = None
+        self._taken = False
         self._timeout_ms = self._ms("timeout", timeout)
         o = _Options()
         o.socket_path = os.fsencode(socket) if socket else None
@@ -351,8 +380,23 @@ class Loader:
         o.connect_timeout_ms = self._ms("connect_timeout", connect_timeout)
         if o.connect_timeout_ms < 0:
             raise ValueError("connect_timeout must be a number of seconds, not None")
+        if reconnect is not None:
+            o.flags |= _C.OPT_RECONNECT
+            o.reconnect_ms = max(1, self._ms("reconnect", reconnect))
+        self._opts = o
+        self._connect(state)
+
+    def _connect(self, state):
+        """Connect with self._opts (and the record of `state`, or none)."""
+        o = self._opts
+        rec = None
+        if state is not None:
+            rec = bytes(state) if isinstance(state, (bytes, bytearray)) else record_encode(state)
+        o.record = rec
+        o.record_len = len(rec) if rec else 0
         c = ctypes.c_void_p()
         rc = self._lib.seer_connect(ctypes.byref(o), ctypes.byref(c))
+        o.record, o.record_len = None, 0
         if rc < 0:
             raise _error(rc)
         self._c = c.value
@@ -362,6 +406,7 @@ class Loader:
             self.close()
             raise
         lib = self._lib
+        self._reconnects = lib.seer_reconnects(self._c)
         self.rank = lib.seer_rank(self._c)
         self.world_size = lib.seer_world_size(self._c)
         self.num_samples = lib.seer_num_samples(self._c)
@@ -369,6 +414,51 @@ class Loader:
         self.batches_per_epoch = lib.seer_batches_per_epoch(self._c)
         self.batch_size = lib.seer_batch_size(self._c)
         self.seed = lib.seer_seed(self._c)
+        self.dataset_hash = lib.seer_dataset_hash(self._c)
+
+    def epoch_batches(self, epoch):
+        """Batches per rank in `epoch` (an epoch re-sharded on resume has its own)."""
+        c = self._c
+        if c is None:
+            raise _closed("epoch_batches")
+        return self._lib.seer_epoch_batches(c, _check_int("epoch", epoch, 0, _U64_MAX))
+
+    def state_dict(self):
+        """This rank's position as a dict of ints, bools, lists and strings
+        (torch.save / json keep it): every batch the loader gave out counts as
+        consumed. Resume with Loader(state=...) or load_state_dict()."""
+        c = self._c
+        if c is None:
+            raise _closed("state_dict")
+        n = self._lib.seer_state(c, None, 0)
+        if n < 0:
+            raise _error(n)
+        buf = ctypes.create_string_buffer(n)
+        got = self._lib.seer_state(c, buf, n)
+        if got != n:
+            raise _error(got if got < 0 else -errno.EIO)
+        return record_decode(buf.raw)
+
+    def load_state_dict(self, state):
+        """Resume from `state` (state_dict()'s dict): before the first batch,
+        connect again with it. seerd fixes a job's resume plan at its first
+        connection: when `state` needs another plan (another world size than
+        the checkpoint's), give it to every rank's constructor (state=...)."""
+        if self._c is None:
+            raise _closed("load_state_dict")
+        if self._taken:
+            raise SeerError(-errno.EBUSY, "load_state_dict: this Loader already gave out "
+                            "batches; load the state into a new Loader (state=...)")
+        record_encode(state)  # a malformed dict fails here, before disconnecting
+        self.close()
+        try:
+            self._connect(state)
+        except SeerError as e:
+            if e.code != _C.EREFUSED:
+                raise
+            raise SeerError(e.code, "%s. seerd fixed this job's plan at the first connection: "
+                            "give the state to every rank's constructor, "
+                            "seer.Loader(state=...)" % e) from None
 
     @staticmethod
     def _ms(name, seconds):
@@ -424,6 +514,10 @@ class Loader:
         ms = self._timeout_ms if timeout is None else self._ms("timeout", timeout)
         p = ctypes.c_void_p()
         rc = self._lib.seer_next(c, ms, ctypes.byref(p))
+        n = self._lib.seer_reconnects(c)
+        if n != self._reconnects:  # a restarted seerd: its arena is another
+            self._reconnects = n
+            self._map_arena()
         if rc == _C.EEPOCH:
             raise EndOfEpoch()
         if rc == _C.EEND:
@@ -432,6 +526,7 @@ class Loader:
             if self._c is None:
                 raise _closed("next_batch (closed while waiting)")
             raise _error(rc)
+        self._taken = True
         return Batch(self, p.value)
 
     def _drop_held(self):
