@@ -39,6 +39,11 @@ static int place(struct plan *p, uint32_t s, uint64_t len, uint32_t node,
 	return 1;
 }
 
+int plan_place(struct plan *p, uint32_t s, uint64_t len, uint32_t node, const struct plan_cap *cap)
+{
+	return place(p, s, len, node, cap);
+}
+
 static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, uint64_t n,
 		 const struct smp_shape *sh, uint64_t first_epoch, const uint32_t *rank_node,
 		 uint32_t nnodes, const struct plan_cap *cap)
