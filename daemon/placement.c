@@ -91,9 +91,13 @@ void place_plan(struct engine *e)
 	uint64_t t0 = now_ns();
 	struct plan_cap none[e->nnodes];
 	memset(none, 0, sizeof(none));
-	/* nopfs: the node-wide plan caches nothing; np_build places the copies */
-	if (plan_build(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node, e->nnodes,
-		       e->nopfs ? none : e->caps) != 0) {
+	/* nopfs: the node-wide plan caches nothing; np_build places the copies.
+	 * Coalesced reads: packed files cached whole (src/plan_group.c) */
+	int (*build)(struct plan *, const struct catalog *, const struct smp_shape *, uint64_t,
+		     const uint32_t *, uint32_t, const struct plan_cap *) =
+		e->coalesce && !e->nopfs ? plan_build_files : plan_build;
+	if (build(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node, e->nnodes,
+		  e->nopfs ? none : e->caps) != 0) {
 		log_error("out of memory building the placement plan");
 		abort();
 	}

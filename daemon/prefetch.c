@@ -207,7 +207,16 @@ struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g
 		task_need(e, tk, g);
 		return tk;
 	}
-	tk = task_new(e);
+	tk = pf_ram_new(e, key, s, fill);
+	task_submit(e, tk, g);
+	return tk;
+}
+
+/* A new PFS read of RAM key `key` (sample s, absent) into its slot, not yet
+ * submitted (an extent takes it as a member, extent.c). */
+struct etask *pf_ram_new(struct engine *e, uint32_t key, uint32_t s, bool fill)
+{
+	struct etask *tk = task_new(e);
 	tk->sample = s;
 	tk->to_cache = true;
 	tk->ckey = key;
@@ -218,7 +227,6 @@ struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g
 	e->fill_left--;
 	if (fill)
 		e->fill_inflight++;
-	task_submit(e, tk, g);
 	return tk;
 }
 
