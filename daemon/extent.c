@@ -73,13 +73,14 @@ static bool takeable(const struct etask *tk, uint32_t s)
 }
 
 /* Does this node want sample x read now? Its queued read (*tk set), or its
- * planned, absent RAM slot (*tk NULL). */
+ * planned, absent RAM slot (*tk NULL). (route.h's rule for a local RAM
+ * slot, inline: this runs for every candidate.) */
 static bool wanted(struct engine *e, uint32_t x, struct etask **tk)
 {
 	*tk = NULL;
 	if (e->bad[x])
 		return false;
-	if (!e->nopfs && place_local_ram(e, x)) {
+	if (!e->nopfs && e->plan.tier[x] == PLAN_RAM && e->plan.owner[x] == e->node) {
 		uint32_t st = e->cstate[x];
 		if (st == CS_ABSENT)
 			return true;
@@ -101,47 +102,77 @@ static bool wanted(struct engine *e, uint32_t x, struct etask **tk)
 	return false;
 }
 
-/* The candidates around trigger s (of file f) into the scratch: [*a, *b)
- * sample ids, trigger at index s - *a. Scans each side while the bytes stay
- * within extent_max of the trigger and the gap since the last wanted sample
- * within extent_gap. */
-static void gather(struct engine *e, uint32_t s, uint64_t lo_s, uint64_t hi_s, uint64_t *a,
-		   uint64_t *b)
+/* Sample x's byte range (the format's span; the format was checked to
+ * have one at ext_init, the file's bounds are checked here). */
+static bool span(const struct engine *e, uint64_t x, uint64_t *lo, uint64_t *hi)
+{
+	const struct catalog *c = e->cat;
+	const struct cat_sample *cs = &c->samples[x];
+	return c->fmt->span(c, x, cs, lo, hi) && *lo < *hi && *hi <= c->files[cs->file].size;
+}
+
+/* Candidate x into the scratch at i; false when x has no byte range. */
+static bool candidate(struct engine *e, uint64_t x, uint32_t i, bool trigger)
+{
+	scratch(e, i + 1);
+	struct ext_cand *c = &e->ext_c[i];
+	if (!span(e, x, &c->lo, &c->hi))
+		return false;
+	c->useful = e->cat->samples[x].length;
+	c->want = wanted(e, (uint32_t)x, &e->ext_tk[i]) || trigger;
+	if (trigger)
+		e->ext_tk[i] = NULL;
+	return true;
+}
+
+/* The candidates around trigger s into the scratch, in file order: sample
+ * ids [*a, *b), the trigger at s - *a. Each side is scanned while the bytes
+ * stay within extent_max of the trigger and the gap since the last wanted
+ * sample within extent_gap (nothing beyond could join). */
+static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 {
 	const struct cat_file *f = &e->cat->files[e->cat->samples[s].file];
 	const uint64_t max = e->cfg->extent_max, gap = e->cfg->extent_gap;
-	uint64_t lo, hi, first = s, last = s;
-	uint64_t edge = lo_s; /* left: lowest start of a wanted one so far */
-	for (uint64_t x = s; x-- > f->first;) {
-		if (!cat_span(e->cat, x, &lo, &hi) || hi_s - MIN(lo, hi_s) > max ||
-		    (hi < edge && edge - hi > gap))
-			break;
-		struct etask *tk;
-		if (wanted(e, (uint32_t)x, &tk))
-			edge = MIN(edge, lo);
-		first = x;
-	}
-	edge = hi_s; /* right: highest end of a wanted one so far */
+	/* right side first, from index 1; the left side is then put before it */
+	uint32_t n = 0;
+	candidate(e, s, n++, true);
+	const uint64_t lo_s = e->ext_c[0].lo, hi_s = e->ext_c[0].hi;
+	uint64_t edge = hi_s; /* highest end of a wanted one so far */
 	for (uint64_t x = s + 1; x < f->first + f->nsamples; x++) {
-		if (!cat_span(e->cat, x, &lo, &hi) || MAX(hi, lo_s) - lo_s > max ||
-		    (lo > edge && lo - edge > gap))
+		if (!candidate(e, x, n, false))
 			break;
-		struct etask *tk;
-		if (wanted(e, (uint32_t)x, &tk))
-			edge = MAX(edge, hi);
-		last = x;
+		const struct ext_cand *c = &e->ext_c[n];
+		if (MAX(c->hi, lo_s) - lo_s > max || (c->lo > edge && c->lo - edge > gap))
+			break;
+		if (c->want)
+			edge = MAX(edge, c->hi);
+		n++;
 	}
-	*a = first;
-	*b = last + 1;
-	scratch(e, (uint32_t)(*b - *a));
-	for (uint64_t x = *a; x < *b; x++) {
-		struct ext_cand *c = &e->ext_c[x - *a];
-		cat_span(e->cat, x, &c->lo, &c->hi);
-		c->useful = e->cat->samples[x].length;
-		c->want = x == s || wanted(e, (uint32_t)x, &e->ext_tk[x - *a]);
-		if (x == s)
-			e->ext_tk[x - *a] = NULL;
+	uint32_t right = n;
+	edge = lo_s; /* lowest start of a wanted one so far */
+	for (uint64_t x = s; x-- > f->first;) {
+		if (!candidate(e, x, n, false))
+			break;
+		const struct ext_cand *c = &e->ext_c[n];
+		if (hi_s - MIN(c->lo, hi_s) > max || (c->hi < edge && edge - c->hi > gap))
+			break;
+		if (c->want)
+			edge = MIN(edge, c->lo);
+		n++;
 	}
+	/* into file order: the left ones (collected backwards) first */
+	uint32_t left = n - right;
+	scratch(e, n + left);
+	for (uint32_t i = 0; i < left; i++) {
+		e->ext_c[n + i] = e->ext_c[n - 1 - i];
+		e->ext_tk[n + i] = e->ext_tk[n - 1 - i];
+	}
+	memmove(e->ext_c + left, e->ext_c, right * sizeof(*e->ext_c));
+	memmove(e->ext_tk + left, e->ext_tk, right * sizeof(*e->ext_tk));
+	memcpy(e->ext_c, e->ext_c + n, left * sizeof(*e->ext_c));
+	memcpy(e->ext_tk, e->ext_tk + n, left * sizeof(*e->ext_tk));
+	*a = s - left;
+	*b = s + right;
 }
 
 /* Queued reads of candidates taken back from the pool (still in e->sub:
@@ -165,9 +196,9 @@ static void take_back(struct engine *e, uint64_t n)
 static bool ext_try(struct engine *e, struct etask *t)
 {
 	uint64_t lo_s, hi_s, a, b;
-	if (!cat_span(e->cat, t->sample, &lo_s, &hi_s))
+	if (!span(e, t->sample, &lo_s, &hi_s))
 		return false;
-	gather(e, t->sample, lo_s, hi_s, &a, &b);
+	gather(e, t->sample, &a, &b);
 	const struct ext_opts o = { .max_bytes = e->cfg->extent_max,
 				    .max_amp = e->cfg->max_amplification,
 				    .gap_max = e->cfg->extent_gap };
@@ -299,6 +330,11 @@ void ext_done(struct engine *e, struct etask *x, int status)
 			ok++;
 		}
 	ext_count(e, x, useful, ok);
+	log_debug("extent of %s: %u samples, %llu bytes at %llu, waited %.1f ms, read in %.1f ms",
+		  cat_path(e->cat, x->file), x->nmem, (unsigned long long)x->len,
+		  (unsigned long long)x->foff,
+		  x->io.t_start > x->io.t_submit ? (double)(x->io.t_start - x->io.t_submit) / 1e6 : 0.0,
+		  x->io.t_end > x->io.t_start ? (double)(x->io.t_end - x->io.t_start) / 1e6 : 0.0);
 	if (status != 0 && status != -ECANCELED)
 		log_warn("%s: reading its %u samples one by one", x->err[0] ? x->err
 			 : seer_strerror(status), x->nmem);

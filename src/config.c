@@ -118,7 +118,7 @@ static const struct cfg_key keys[] = {
 	{ "prefetch", "max_amplification", CFG_DOUBLE, F(max_amplification), "1.25", 1, 1000, NULL,
 	  false, "a coalesced read reads at most this many bytes per byte of the samples it "
 	  "delivers (gaps between wanted samples are bridged within it)" },
-	{ "prefetch", "extent_gap", CFG_SIZE, F(extent_gap), "1MiB", 0, U64MAX, NULL, false,
+	{ "prefetch", "extent_gap", CFG_SIZE, F(extent_gap), "256KiB", 0, U64MAX, NULL, false,
 	  "longest gap between wanted samples a coalesced read bridges (about what the PFS moves "
 	  "in one request's latency)" },
 
