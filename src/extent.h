@@ -15,7 +15,11 @@
  *     gap_max bytes (reading it must cost less than another request);
  *   - among the extents that satisfy both, it grows to the farthest wanted
  *     sample on each side in turn (right first: a forward reader gets the
- *     file system's readahead), so one read serves as many as possible.
+ *     file system's readahead), so one read serves as many as possible;
+ *     and, when that serves more, both sides at once, nearest first, taking
+ *     the best range on the way (ranges that overlap, as an npz member's
+ *     samples do: wanted on both sides of the trigger, only together do
+ *     they meet the bound).
  *
  * Samples whose ranges overlap (an npz member that must be read whole for
  * any of its samples) cost nothing to add once the member is read: the

@@ -132,6 +132,13 @@ Test(extent, overlapping_member_joins_once_enough_are_wanted)
 		c[i].want = i < 409;
 	p = ext_plan(c, n, 0, &opts, take);
 	cr_assert_eq(p.taken, 1, "80%% wanted: 2 MiB / 1.675 MB > 1.25: read alone (%u)", p.taken);
+	/* the trigger in the middle: neither side alone meets the bound, both
+	 * together do */
+	for (uint32_t i = 0; i < n; i++)
+		c[i].want = i % 7 != 3;
+	p = ext_plan(c, n, 400, &opts, take);
+	cr_assert_eq(p.taken, n - 73, "every wanted sample of the member joins: %u", p.taken);
+	cr_assert(ext_amp_ok(p.hi - p.lo, p.useful, 1.25));
 }
 
 Test(extent, a_trigger_longer_than_an_extent_is_alone)
