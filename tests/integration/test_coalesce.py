@@ -267,5 +267,144 @@ def test_two_nodes_every_format():
         cleanup(tmp)
 
 
+def fault_settings(work, mnt):
+    return {"dataset.path": os.path.join(mnt, "train"), "dataset.format": "tfrecord",
+            "job.epochs": 1, "job.batch_size": BATCH, "job.seed": 3, "cache.ram": "8MiB",
+            "cache.staging": "4MiB", "daemon.state_dir": os.path.join(work, "state"),
+            "prefetch.retry_backoff_ms": 1}
+
+
+def fault_job(work, mnt, exp, name):
+    """One node, two C trainers, the cache holding the dataset (every sample
+    read by an extent), the catalog built before; returns (logs, trainer
+    return codes, stats)."""
+    s = fault_settings(work, mnt)
+    reset(mnt)
+    logs = [os.path.join(work, "%s-r%d.log" % (name, r)) for r in range(2)]
+    with Daemon(work, s, name=name) as d:
+        procs = [start_trainer("c", r, 2, d.sock, logs[r]) for r in range(2)]
+        rcs = [rc for rc, _, _ in finish(procs)]
+        check(d.wait(LONG) == 0, "%s: seerd failed:\n%s" % (name, d.log()))
+        st = d.stats()
+    return [read_log(p) for p in logs], rcs, st
+
+
+def test_faults_in_extents():
+    """PFS errors under extents: transient ones (EIO, short reads) are retried
+    and every sample arrives intact, counted byte for byte; a file that always
+    fails falls back to reading its samples one by one, whose batches then fail
+    naming it, and every other batch arrives intact."""
+    check(pfsemu_available(), "this test needs bin/seer-pfsemu and /dev/fuse")
+    tmp = tmpdir("seer-co-")
+    try:
+        data = os.path.join(tmp, "data")
+        os.makedirs(data)
+        _, exp = make(data, "tfrecord", np.random.default_rng(23))
+        age_tree(data)
+        mnt = os.path.join(tmp, "pfs")
+        os.environ["PFSEMU_LOG"] = os.path.join(tmp, "pfsemu.log")
+        mount_pfs(data, mnt)  # the catalog, scanned without faults
+        try:
+            build_catalog(fault_settings(tmp, mnt))
+        finally:
+            umount_pfs(mnt)
+        mount_pfs(data, mnt, "--fault-rate", "0.3", "--fault-kinds", "eio,short",
+                  "--fault-seed", "11")
+        try:
+            logs, rcs, st = fault_job(tmp, mnt, exp, "transient")
+            em = emu(mnt)
+            check(rcs == [0, 0], "trainers failed under transient faults: %s" % rcs)
+            n = check_logs(logs, exp, "transient faults")
+            pfs = sum(e["pfs_bytes"] for e in st["epochs"])
+            log("30%% faulty requests (%s): %d samples intact, %d extents, %d retries; seerd "
+                "%d = emulator %d B" % (em["faults"], n, st["coalescing"]["extents"],
+                                        sum(e["retries"] for e in st["epochs"]), pfs, em["bytes"]))
+            check(em["errors_injected"] > 0, "no fault was injected")
+            check(st["coalescing"]["extents"] > 0, "no extent was read")
+            check(pfs == em["bytes"], "seerd counted %d PFS bytes, the emulator served %d" %
+                  (pfs, em["bytes"]))
+        finally:
+            umount_pfs(mnt)
+        bad = "img_2_of_6.tfrecord"
+        mount_pfs(data, mnt, "--fault-rate", "1", "--fault-kinds", "eio", "--fault-path", bad)
+        try:
+            logs, rcs, st = fault_job(tmp, mnt, exp, "always")
+        finally:
+            umount_pfs(mnt)
+        check(rcs != [0, 0], "a file that always fails must fail the trainers' batches")
+        first = 2 * 120  # the bad file's samples: ids 240..359 (six files of 120)
+        failed = ok = 0
+        for lg in logs:
+            for key, rows in lg.items():
+                if isinstance(rows, str):
+                    failed += 1
+                    check(bad in rows, "failed batch %s: '%s' must name %s" % (key, rows, bad))
+                    continue
+                for (_, sid, label, length, crc) in rows:
+                    check(not first <= sid < first + 120, "sample %d of %s delivered" % (sid, bad))
+                    raw, _ = exp[sid]
+                    check(crc == zlib.crc32(raw), "sample %d differs" % sid)
+                ok += 1
+        log("%s always failing: %d batches failed naming it, %d intact" % (bad, failed, ok))
+        check(failed > 0 and ok > 0, "failed %d, ok %d" % (failed, ok))
+    finally:
+        cleanup(tmp)
+
+
+def test_corrupt_record_in_extent():
+    """A damaged TFRecord record read by an extent: on_corrupt = fail fails
+    exactly its batch with the CRC message naming the file; skip substitutes
+    the next record and counts it once; the other records of the extent are
+    delivered either way."""
+    tmp = tmpdir("seer-co-")
+    try:
+        data = os.path.join(tmp, "data")
+        os.makedirs(data)
+        _, exp = make(data, "tfrecord", np.random.default_rng(29))
+        path = os.path.join(data, "train", "img_1_of_6.tfrecord")
+        blob = bytearray(open(path, "rb").read())
+        h = 0
+        for _ in range(5):  # the 6th record of the file: catalog id 120 + 5
+            h += 16 + struct.unpack("<Q", bytes(blob[h:h + 8]))[0]
+        blob[h + 12 + 3] ^= 0xff
+        open(path, "wb").write(bytes(blob))
+        bad = 125
+        base = {"dataset.path": os.path.join(data, "train"), "dataset.format": "tfrecord",
+                "job.epochs": 1, "job.batch_size": BATCH, "job.shuffle": "false",
+                "cache.ram": "8MiB", "cache.staging": "4MiB"}
+        for policy in ("fail", "skip"):
+            s = dict(base, **{"dataset.on_corrupt": policy})
+            logp = os.path.join(tmp, "trainer-%s.log" % policy)
+            with Daemon(tmp, s, name=policy) as d:
+                c = subprocess.run([os.path.join(BIN, "seer-trainer"), "--rank", "0", "--world",
+                                    "1", "--socket", d.sock, "--log", logp, "--quiet"],
+                                   capture_output=True, text=True, timeout=LONG)
+                check(d.wait(LONG) == 0, "%s: seerd failed:\n%s" % (policy, d.log()))
+                st = d.stats()
+            lg = read_log(logp)
+            check(st["coalescing"]["extents"] > 0, "%s: no extent was read" % policy)
+            failed = {k: v for k, v in lg.items() if isinstance(v, str)}
+            if policy == "fail":
+                check(c.returncode != 0 and list(failed) == [(0, bad // BATCH)],
+                      "exactly the batch of sample %d must fail: %s" % (bad, list(failed)))
+                msg = failed[(0, bad // BATCH)]
+                check("img_1_of_6.tfrecord" in msg and "CRC" in msg and str(bad) in msg,
+                      "the message must name the file, the sample and the CRC: %s" % msg)
+                log("on_corrupt = fail under extents: %s" % msg[:110])
+            else:
+                check(c.returncode == 0 and not failed, "skip: %s %s" % (c.stderr, failed))
+                ids = [x[1] for k in sorted(lg) for x in sorted(lg[k])]
+                check(bad not in ids and ids.count(bad + 1) == 2, "skip: %d must be replaced "
+                      "by %d" % (bad, bad + 1))
+                check(sum(e["skipped"] for e in st["epochs"]) == 1, "skip not counted once")
+                log("on_corrupt = skip under extents: sample %d substituted by %d" %
+                    (bad, bad + 1))
+            check_logs([{k: v for k, v in lg.items() if not isinstance(v, str)}], exp,
+                       "corrupt (%s)" % policy)
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
-    run_tests([test_single_node_every_format, test_two_nodes_every_format])
+    run_tests([test_single_node_every_format, test_two_nodes_every_format,
+               test_faults_in_extents, test_corrupt_record_in_extent])
