@@ -21,6 +21,9 @@ per step, number of trainers), the emulator's counters reset before each run:
   nopfs   seerd with cache.policy = nopfs (skipped with a note when the key is absent)
   seer    N seerd under mpirun (one per "node", own RAM budget and socket) and
           mpirun -np T bin/seer-bench --source seer
+  seer-plain  the same with prefetch.coalesce = off: one PFS read per sample,
+          the plan by first reader (seer before coalesced reads, for a
+          comparison in the same run)
   files   mpirun -np T bin/seer-bench --source files (threads + prefetch per trainer)
   seq     `cat` of the dataset's files, one process, through the same mount: the
           physical bound of an epoch that reads every byte once (pfs_probe.py)
@@ -408,7 +411,7 @@ def run_trainers(res, job, rd, args, env, jpath):
         return json.load(f)
 
 
-def seer_settings(job, rd, sockdir, policy, args):
+def seer_settings(job, rd, sockdir, policy, args, extra=None):
     sc = job.sc
     s = {
         "dataset.path": job.data,
@@ -432,13 +435,14 @@ def seer_settings(job, rd, sockdir, policy, args):
         s["net.peer_timeout_ms"] = args.peer_timeout_ms
     if policy:
         s["cache.policy"] = policy
+    s.update(extra or {})
     return s
 
 
-def run_seer(res, job, rd, env, policy, args):
+def run_seer(res, job, rd, env, policy, args, extra=None):
     sockdir = tempfile.mkdtemp(prefix="seer-bench-")
     try:
-        s = seer_settings(job, rd, sockdir, policy, args)
+        s = seer_settings(job, rd, sockdir, policy, args, extra)
         dargs = mpirun(job.nodes, ["OMPI_MCA_btl", "OMPI_MCA_pml"]) + [os.path.join(BIN, "seerd")]
         for k, v in s.items():
             dargs += ["--set", "%s=%s" % (k, v)]
@@ -541,15 +545,17 @@ def run_one(res, job, rd, system, args, emu_pid):
         elif system == "seq":
             rec["seq"] = seq_read(res, job, rd)
             out = dict(epochs=[])
-        elif system in ("seer", "nopfs"):
+        elif system in ("seer", "nopfs", "seer-plain"):
             poller = PfsPoller(job.mnt)
-            out, stats = run_seer(res, job, rd, env, "nopfs" if system == "nopfs" else None, args)
+            out, stats = run_seer(res, job, rd, env, "nopfs" if system == "nopfs" else None, args,
+                                  {"prefetch.coalesce": "off"} if system == "seer-plain" else None)
             rec["pfs_epoch_bytes_daemon"] = seer_epoch_bytes(stats, "pfs_bytes", job.epochs)
             ends = seer_epoch_ends(stats, job.epochs)
             rec["peer_epoch_bytes"] = seer_epoch_bytes(stats, "peer_bytes", job.epochs)
             rec["ram_epoch_bytes"] = seer_epoch_bytes(stats, "ram_bytes", job.epochs)
             rec["seer_nodes"] = [dict(node=s.get("node"), cache=s.get("cache"),
-                                      sources=s.get("sources"), io=s.get("io"))
+                                      sources=s.get("sources"), io=s.get("io"),
+                                      coalescing=s.get("coalescing"))
                                  for s in stats]
         else:
             raise RuntimeError("unknown system " + system)
