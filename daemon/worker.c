@@ -113,6 +113,32 @@ static void cut_done(void *ctx, uint32_t i, int rc, const char *err)
 		str_copy(m->err, sizeof(m->err), err);
 }
 
+/* The members' destinations faulted in with one call before they are
+ * written, when they lie close together (a file's RAM slots: the plan puts
+ * them in file order): page by page, a first write to fresh memory traps
+ * once a page, which on the development VM (nested virtualisation) costs
+ * 50 us a page. A hint: errors are ignored (kernels before 5.14 lack
+ * MADV_POPULATE_WRITE). */
+static void populate_dsts(const struct engine *e, const struct etask *t)
+{
+#ifdef MADV_POPULATE_WRITE
+	uint64_t lo = UINT64_MAX, hi = 0, bytes = 0;
+	for (uint32_t i = 0; i < t->nmem; i++) {
+		lo = MIN(lo, t->mem[i]->dst_off);
+		hi = MAX(hi, t->mem[i]->dst_off + t->mem[i]->len);
+		bytes += t->mem[i]->len;
+	}
+	if (t->nmem == 0 || hi - lo > 2 * bytes + (1u << 20))
+		return; /* scattered (staging spans of several batches): fault as they come */
+	uintptr_t a = (uintptr_t)(e->abase + lo) & ~(uintptr_t)4095;
+	uintptr_t b = ALIGN_UP((uintptr_t)(e->abase + hi), (uintptr_t)4096);
+	madvise((void *)a, b - a, MADV_POPULATE_WRITE);
+#else
+	(void)e;
+	(void)t;
+#endif
+}
+
 /* TK_EXTENT: the byte range into a buffer of its own (counted in the
  * extent memory the dispatcher reserved), transient errors tried again as
  * for one sample; then every member's sample cut into its destination, its
@@ -137,6 +163,7 @@ static int worker_extent(const struct engine *e, struct etask *t, struct cat_rea
 		rc = 0;
 	}
 	if (rc == 0) {
+		populate_dsts(e, t);
 		for (uint32_t i = 0; i < t->nmem; i++) {
 			ids[i] = t->mem[i]->sample;
 			dsts[i] = e->abase + t->mem[i]->dst_off;

@@ -201,17 +201,13 @@ int plan_build_files(struct plan *p, const struct catalog *c, const struct smp_s
 		for (uint64_t i = 0; i < p->n; i++)
 			order[i] = (uint32_t)i;
 	grp_walk(&g, sh, order, rank_node);
-	/* a node's share of the files: an even split, plus one file's worth of
-	 * slack so that whole files fit */
-	uint64_t total = 0, largest = 0;
-	for (uint32_t f = 0; f < c->nfiles; f++) {
-		uint64_t b = 0;
+	/* a node's share of the files: an even split (a file no node can take
+	 * within its share goes to the preferred node with room) */
+	uint64_t total = 0;
+	for (uint32_t f = 0; f < c->nfiles; f++)
 		for (uint64_t s = c->files[f].first; s < c->files[f].first + c->files[f].nsamples; s++)
-			b += ALIGN_UP(c->samples[s].length, (uint64_t)PLAN_RAM_ALIGN);
-		total += b;
-		largest = MAX(largest, b);
-	}
-	uint64_t share = total / nnodes + largest;
+			total += ALIGN_UP(c->samples[s].length, (uint64_t)PLAN_RAM_ALIGN);
+	uint64_t share = (total + nnodes - 1) / nnodes;
 	for (uint32_t i = 0; i < g.nf; i++) {
 		grp_prefs(&g, g.forder[i], pref);
 		grp_place(&g, p, cap, g.forder[i], pref, share);

@@ -6,7 +6,7 @@ the sequential read of the files through that PFS as the physical bound.
     make bench                                  # = /usr/bin/python3 scripts/bench/run.py
     make bench BENCH_ARGS="--quick --only bert-lustre"   # one scenario's cold epoch, < 1 min
     /usr/bin/python3 scripts/bench/run.py [--only unet3d,bert] [--rounds 2] [--quick]
-        [--systems torch,nopfs,seer,files,seq] [--torch-configs 2x2,4x2] [--nodes 2]
+        [--systems torch,nopfs,seer-plain,seer,files,seq] [--torch-configs 2x2,4x2] [--nodes 2]
         [--trainers-per-node 2] [--epochs E] [--provider 'tcp;ofi_rxm'] [--full] [--dry-run]
 
 Per scenario (scripts/bench/workloads.py) and round: the dataset is generated once
@@ -652,7 +652,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma list of scenarios (default: all)")
-    ap.add_argument("--systems", default="torch,nopfs,seer,files,seq",
+    ap.add_argument("--systems", default="torch,nopfs,seer-plain,seer,files,seq",
                     help="seq = cat of the dataset's files through the mount (the bound)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--torch-configs", default=None,

@@ -103,7 +103,7 @@ Test(plan_group, the_node_reading_most_owns_within_its_share)
 {
 	/* node 0 runs 3 trainers, node 1 one: node 0 reads 3/4 of every file.
 	 * Capacity for everything: node 0 owns the files it reads most until
-	 * its even share (plus one file) is reached, node 1 the rest */
+	 * its even share is reached, node 1 the rest */
 	struct catalog *c = fake(6, 100, 1000);
 	struct setup s;
 	cr_assert_eq(smp_shape_init(&s.sh, c->nsamples, 1, 4, 10, false, true), 0);
@@ -118,9 +118,9 @@ Test(plan_group, the_node_reading_most_owns_within_its_share)
 		cr_assert(k >= 0, "file %u split", f);
 		per_node[k]++;
 	}
-	cr_assert_eq(per_node[0], 4, "node 0 reads most: its share is 3 files + one: %u",
+	cr_assert_eq(per_node[0], 3, "node 0 reads most, up to its even share (3 files): %u",
 		     per_node[0]);
-	cr_assert_eq(per_node[1], 2);
+	cr_assert_eq(per_node[1], 3);
 	plan_free(&p);
 	fake_free(c);
 }
