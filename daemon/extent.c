@@ -319,6 +319,27 @@ static void ext_count(struct engine *e, const struct etask *x, uint64_t useful, 
 	es->extent_useful += useful;
 }
 
+/* A member's place in the order its extent ends them: by the batch that
+ * needs it, then (peers' requests, need 0) in the order the requests came,
+ * so the requester's earliest batch gets its samples first. */
+static uint64_t first_request(const struct etask *m)
+{
+	uint64_t id = UINT64_MAX;
+	for (uint32_t k = 0; k < m->nw; k++)
+		if (m->w[k].peer)
+			id = MIN(id, m->w[k].c);
+	return id;
+}
+
+static int by_need(const void *pa, const void *pb)
+{
+	const struct etask *a = *(struct etask *const *)pa, *b = *(struct etask *const *)pb;
+	if (a->need_g != b->need_g)
+		return a->need_g < b->need_g ? -1 : 1;
+	uint64_t ra = first_request(a), rb = first_request(b);
+	return ra < rb ? -1 : ra > rb;
+}
+
 void ext_done(struct engine *e, struct etask *x, int status)
 {
 	if (e->ext_mem >= x->len)
@@ -338,6 +359,8 @@ void ext_done(struct engine *e, struct etask *x, int status)
 	if (status != 0 && status != -ECANCELED)
 		log_warn("%s: reading its %u samples one by one", x->err[0] ? x->err
 			 : seer_strerror(status), x->nmem);
+	else
+		qsort(x->mem, x->nmem, sizeof(*x->mem), by_need);
 	for (uint32_t i = 0; i < x->nmem; i++) {
 		struct etask *m = x->mem[i];
 		m->ext = NULL;
