@@ -127,6 +127,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 		goto fail;
 	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
 	e->nopfs = strcmp(o->cfg->policy, "nopfs") == 0;
+	ext_init(e);
 	e->bad = calloc(cat->nsamples, 1);
 	e->cstate = calloc(cat->nsamples, sizeof(uint32_t));
 	if (!e->cstate || !e->bad) {
@@ -185,6 +186,7 @@ void engine_destroy(struct engine *e)
 	}
 	task_free_all(e);
 	xfs_destroy(e);
+	ext_free(e);
 	place_shape_free(e);
 	free((void *)e->cstate);
 	free(e->bad);

@@ -31,6 +31,7 @@
 #include "../proto/seer_proto.h"
 #include "../src/catalog.h"
 #include "../src/config.h"
+#include "../src/extent.h"
 #include "../src/iopool.h"
 #include "../src/net.h"
 #include "../src/forecast.h"
@@ -109,6 +110,8 @@ enum tk_kind {
 	TK_PEER = 1,       /* fetch from the owning daemon */
 	TK_NVME_READ = 2,  /* read this node's NVMe copy, check its checksum */
 	TK_NVME_WRITE = 3, /* write bytes already in memory to the NVMe tier */
+	TK_EXTENT = 4,     /* a coalesced read: a byte range of one file, its
+			      members' samples cut out of it (extent.c) */
 };
 
 /* Between task_submit and its completion a task belongs to the I/O thread
@@ -145,6 +148,16 @@ struct etask {
 	uint64_t pfs_read;    /* TK_PFS: bytes cat_read read from the files, all attempts */
 	char err[SEER_ERRMSG_MAX];
 	struct etask *free_next;
+	/* coalesced reads (extent.c) */
+	struct etask *ext;    /* a member: the extent that reads it, until it ends */
+	struct etask **mem;   /* TK_EXTENT: its members (their samples, destinations,
+				 statuses and messages) */
+	uint32_t nmem;
+	uint32_t file;        /* TK_EXTENT: bytes [foff, foff + len) of this file */
+	uint64_t foff;
+	bool single;          /* TK_PFS: never coalesced (its extent failed) */
+	bool in_sub;          /* submitted, not yet handed to the pool */
+	bool cut;             /* its bytes were cut from an extent */
 };
 
 /* need_g of a task no batch waits for yet (a background replica fill): it
@@ -176,6 +189,11 @@ struct epoch_stats {
 	uint64_t fallbacks;                  /* peer fetches that fell back to the PFS */
 	uint64_t skipped;                    /* corrupt samples substituted (on_corrupt = skip) */
 	uint64_t retries;                    /* failed reads that were tried again */
+	uint64_t pfs_reads;                  /* reads of the PFS: samples read alone + extents */
+	uint64_t extents;                    /* coalesced reads */
+	uint64_t extent_samples;             /* samples cut from them */
+	uint64_t extent_bytes;               /* bytes they read */
+	uint64_t extent_useful;              /* bytes of the samples cut (the rest was bridged) */
 	uint64_t failed;
 	double t_done;                       /* when the last local trainer finished it */
 	/* this node's forecast for the epoch, made as it began (fcast.c) */
@@ -327,6 +345,20 @@ struct engine {
 	struct io_task **sub;
 	uint32_t nsub, capsub;
 
+	/* coalesced reads (extent.c) */
+	bool coalesce;           /* prefetch.coalesce and a format that cuts samples */
+	uint32_t *pfs_q;         /* per sample: id + 1 of a PFS read of it not yet known
+				    to have started (absorbable by an extent), or 0 */
+	struct etask **ext_wait; /* extents waiting for extent memory */
+	uint32_t next_wait, capext_wait;
+	uint64_t ext_mem, ext_mem_peak; /* extent bytes in flight, at most */
+	struct ext_cand *ext_c;  /* planning scratch, per candidate */
+	bool *ext_take;
+	struct etask **ext_tk;   /* the candidate's queued read, or NULL */
+	uint32_t ext_cap;
+	struct etask **ext_todo; /* flush scratch */
+	uint32_t ext_todo_cap;
+
 	/* NVMe tier (nvme.c) */
 	bool nvme_ok;            /* false once disabled: its samples come from the PFS */
 	uint64_t *nvme_sum;      /* per sample, valid when READY */
@@ -432,6 +464,7 @@ uint64_t sess_first_unreleased(const struct trainer *t);
 bool pf_can_prepare(struct engine *e, struct trainer *t);
 bool pf_prepare(struct engine *e, struct trainer *t);    /* false: staging is full */
 struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
+struct etask *pf_ram_new(struct engine *e, uint32_t key, uint32_t s, bool fill); /* not submitted */
 void pf_fill(struct engine *e);
 void pf_ram_loaded(struct engine *e, struct etask *tk, int status);
 void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
@@ -454,6 +487,12 @@ void task_completions(struct engine *e);
 void task_finish(struct engine *e, struct etask *tk, int status);
 void task_free(struct engine *e, struct etask *t);
 void task_free_all(struct engine *e);
+
+/* extent.c: coalesced reads */
+void ext_init(struct engine *e);
+void ext_free(struct engine *e);
+void ext_flush(struct engine *e);             /* coalesce e->sub before it goes to the pool */
+void ext_done(struct engine *e, struct etask *x, int status);
 
 /* worker.c: the I/O threads' side (run on the I/O threads) */
 void *worker_init(void *ctx, unsigned idx);

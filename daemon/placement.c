@@ -159,10 +159,19 @@ void place_plan(struct engine *e)
 	uint64_t t0 = now_ns();
 	struct plan_cap none[e->nnodes];
 	memset(none, 0, sizeof(none));
-	/* nopfs: the node-wide plan caches nothing; np_build places the copies */
-	/* transform.cache = decoded: the decoded images' lengths, else the files' */
-	if (plan_build_resumed(&e->plan, e->cat, xfs_plan_lengths(e), &e->sh, &e->rs, e->first_epoch,
-			       e->rank_node, e->nnodes, e->nopfs ? none : e->caps) != 0) {
+	/* nopfs: the node-wide plan caches nothing; np_build places the copies.
+	 * Coalesced reads: packed files cached whole (src/plan_group.c), unless
+	 * the tiers hold decoded images (transform.cache = decoded: planned with
+	 * their lengths) or the first epoch is an elastic one (its order of need
+	 * is the re-sharded batches'): then sample by sample. */
+	const uint64_t *lens = xfs_plan_lengths(e);
+	const struct plan_cap *cap = e->nopfs ? none : e->caps;
+	bool files = e->coalesce && !e->nopfs && !lens &&
+		     !(e->rs.elastic && e->rs.epoch == e->first_epoch);
+	if ((files ? plan_build_files(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node,
+				      e->nnodes, cap)
+		   : plan_build_resumed(&e->plan, e->cat, lens, &e->sh, &e->rs, e->first_epoch,
+					e->rank_node, e->nnodes, cap)) != 0) {
 		log_error("out of memory building the placement plan");
 		abort();
 	}

@@ -265,7 +265,18 @@ struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g
 		task_need(e, tk, g);
 		return tk;
 	}
-	tk = task_new(e);
+	tk = pf_ram_new(e, key, s, fill);
+	tk->need_g = g;
+	if (!repl_fetch(e, tk)) /* a replica comes from its owner */
+		task_submit(e, tk, g);
+	return tk;
+}
+
+/* A new PFS read of RAM key `key` (sample s, absent) into its slot, not yet
+ * submitted (an extent takes it as a member, extent.c). */
+struct etask *pf_ram_new(struct engine *e, uint32_t key, uint32_t s, bool fill)
+{
+	struct etask *tk = task_new(e);
 	tk->sample = s;
 	tk->to_cache = true;
 	tk->ckey = key;
@@ -273,14 +284,11 @@ struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g
 	tk->dst_off = arena_key_off(e, key);
 	tk->len = xfs_src_len(e, s); /* the file, or its decoded image */
 	tk->blob = xfs_blob(e, s);
-	tk->need_g = g;
 	e->cstate[key] = CS_TASK0 + tk->id;
 	if (!place_is_replica(e, key))
 		e->fill_left--; /* (fill's budget is this node's owned samples) */
 	if (fill)
 		e->fill_inflight++;
-	if (!repl_fetch(e, tk)) /* a replica comes from its owner */
-		task_submit(e, tk, g);
 	return tk;
 }
 

@@ -111,13 +111,14 @@ void stats_check_epochs(struct engine *e)
 		double dt = s->t_done - t0;
 		char a[32], b[32], c[32];
 		log_info("epoch %llu done in %.2f s: %llu samples (%.0f/s, %s/s), RAM hits %.1f%%, "
-			 "peers %s in %llu, PFS %s in %llu reads%s",
+			 "peers %s in %llu, PFS %s for %llu samples in %llu reads (%llu coalesced)%s",
 			 (unsigned long long)ep, dt, (unsigned long long)s->samples,
 			 (double)s->samples / MAX(dt, 1e-9),
 			 fmt_size(a, sizeof(a), (uint64_t)((double)s->bytes / MAX(dt, 1e-9))),
 			 100.0 * (double)s->ram_samples / (double)MAX(s->samples, 1ull),
 			 fmt_size(c, sizeof(c), s->peer_bytes), (unsigned long long)s->peer_samples,
 			 fmt_size(b, sizeof(b), s->pfs_bytes), (unsigned long long)s->pfs_samples,
+			 (unsigned long long)s->pfs_reads, (unsigned long long)s->extents,
 			 s->failed ? ", SOME BATCHES FAILED" : "");
 	}
 	fcast_note(e); /* the epoch now beginning, with the rates so far */

@@ -91,14 +91,53 @@ static json_t *epoch_json(const struct engine *e, uint64_t i)
 	return j;
 }
 
+/* Coalesced reads of epoch i (extent.c): reads of the PFS (samples read
+ * alone + extents), extents, the samples cut from them, their bytes and
+ * the bytes of the samples they delivered. */
+static void epoch_extents_json(const struct engine *e, uint64_t i, json_t *o)
+{
+	const struct epoch_stats *s = &e->es[i];
+	json_object_set_new(o, "pfs_reads", must(json_integer(JU(s->pfs_reads))));
+	json_object_set_new(o, "extents", must(json_integer(JU(s->extents))));
+	json_object_set_new(o, "extent_samples", must(json_integer(JU(s->extent_samples))));
+	json_object_set_new(o, "extent_bytes", must(json_integer(JU(s->extent_bytes))));
+	json_object_set_new(o, "extent_useful_bytes", must(json_integer(JU(s->extent_useful))));
+}
+
+/* The job's coalesced reads: settings, totals, read amplification (bytes the
+ * extents read / bytes of the samples they delivered) and extent memory. */
+static json_t *coalescing_json(const struct engine *e)
+{
+	uint64_t n = 0, samples = 0, bytes = 0, useful = 0, reads = 0;
+	for (uint64_t i = 0; i < e->nes_used; i++) {
+		n += e->es[i].extents;
+		samples += e->es[i].extent_samples;
+		bytes += e->es[i].extent_bytes;
+		useful += e->es[i].extent_useful;
+		reads += e->es[i].pfs_reads;
+	}
+	return must(json_pack("{sb sI sI so sI sI sI sI so sI sI sI}", "on", e->coalesce,
+			      "extent_max", JU(e->cfg->extent_max),
+			      "extent_memory", JU(e->cfg->extent_memory),
+			      "max_amplification", jreal(e->cfg->max_amplification, 3),
+			      "pfs_reads", JU(reads), "extents", JU(n), "samples", JU(samples),
+			      "bytes", JU(bytes),
+			      "amplification", jreal(useful ? (double)bytes / (double)useful : 0.0, 4),
+			      "useful_bytes", JU(useful), "memory_in_flight", JU(e->ext_mem),
+			      "memory_peak", JU(e->ext_mem_peak)));
+}
+
 /* "epochs_omitted" and the last max_epochs epochs (0: all) into root. */
 static void epochs_json(const struct engine *e, json_t *root, uint64_t max_epochs)
 {
 	uint64_t last = MIN(e->nes_used, e->cfg->epochs);
 	uint64_t from = max_epochs && last > max_epochs ? last - max_epochs : 0;
 	json_t *list = must(json_array());
-	for (uint64_t i = from; i < last; i++)
-		json_array_append_new(list, must(epoch_json(e, i)));
+	for (uint64_t i = from; i < last; i++) {
+		json_t *ep = must(epoch_json(e, i));
+		epoch_extents_json(e, i, ep);
+		json_array_append_new(list, ep);
+	}
 	json_object_set_new(root, "epochs_omitted", must(json_integer(JU(from))));
 	json_object_set_new(root, "epochs", list);
 }
@@ -214,6 +253,7 @@ static json_t *status_json(struct engine *e, uint64_t max_epochs)
 			"{sI sI sb sI sI}", "epoch", JU(e->rs.epoch), "step", JU(e->rs.step),
 			"elastic", e->rs.elastic, "elastic_batches", JU(e->tl.nb),
 			"record_bytes", JU(e->plan_rec_len))));
+	json_object_set_new(root, "coalescing", coalescing_json(e));
 	epochs_json(e, root, max_epochs);
 	return root;
 }

@@ -1,5 +1,6 @@
 /* Tasks: the engine's unit of I/O, one read (or NVMe write) of one sample,
- * from creation to its completion.
+ * or a coalesced read of several (an extent, extent.c), from creation to
+ * its completion.
  *
  * Owns the task pool (chunks of TASK_CHUNK, ids stable for the cache
  * states that name loading tasks), submission to the I/O pool with its
@@ -55,6 +56,8 @@ void task_free(struct engine *e, struct etask *t)
 	if (t->w != t->w_inline)
 		free(t->w);
 	t->w = NULL;
+	free(t->mem);
+	t->mem = NULL;
 	t->free_next = e->free_tasks;
 	e->free_tasks = t;
 }
@@ -105,6 +108,10 @@ void task_submit(struct engine *e, struct etask *t, uint64_t g)
 	uint64_t key = g == 0 ? 0 : g == NEED_NONE ? t->bg_key : read_key(e, g, task_src(t));
 	t->need_g = g;
 	t->io.key = key;
+	t->in_sub = true;
+	t->cut = false;
+	if (t->kind == TK_PFS && e->pfs_q)
+		e->pfs_q[t->sample] = t->id + 1; /* an extent may take it over (extent.c) */
 	if (e->nsub == e->capsub) {
 		e->capsub = MAX(e->capsub * 2, 256);
 		e->sub = xrealloc(e->sub, e->capsub * sizeof(*e->sub));
@@ -124,12 +131,19 @@ void task_need(struct engine *e, struct etask *tk, uint64_t g)
 	if (tk->kind == TK_PEER)
 		return; /* the network thread's: no queue to move up in (a fallback
 			   to the PFS is queued at need_g) */
-	iopool_boost(&e->pool, &tk->io, g == 0 ? 0 : read_key(e, g, task_src(tk)));
+	uint64_t key = g == 0 ? 0 : read_key(e, g, task_src(tk));
+	struct etask *x = tk->ext; /* a member: its extent reads it */
+	if (x && g < x->need_g)
+		x->need_g = g;
+	iopool_boost(&e->pool, x ? &x->io : &tk->io, key);
 }
 
 void task_flush(struct engine *e)
 {
+	ext_flush(e);
 	iopool_submit(&e->pool, e->sub, e->nsub);
+	for (uint32_t i = 0; i < e->nsub; i++)
+		((struct etask *)e->sub[i])->in_sub = false;
 	e->nsub = 0;
 }
 
@@ -172,9 +186,10 @@ static void task_landed(struct engine *e, struct etask *tk, int status)
 {
 	if (status == 0) {
 		int src = tk->kind == TK_PEER ? SRC_PEER : tk->kind == TK_NVME_READ ? SRC_NVME : SRC_PFS;
-		stats_observe(e, src, tk->io.t_end > tk->io.t_start
-					      ? (double)(tk->io.t_end - tk->io.t_start) / 1e9 : 0.0,
-			      tk->len);
+		if (!tk->cut) /* a cut sample's time and bytes are its extent's */
+			stats_observe(e, src, tk->io.t_end > tk->io.t_start
+						      ? (double)(tk->io.t_end - tk->io.t_start) / 1e9
+						      : 0.0, tk->len);
 		/* PFS: what the format read, not the sample's length */
 		stats_read(e, src, src == SRC_PFS ? tk->pfs_read : tk->len);
 		if (src == SRC_NVME && place_is_replica(e, tk->sample)) {
@@ -182,6 +197,8 @@ static void task_landed(struct engine *e, struct etask *tk, int status)
 			es->repl_samples++;
 			es->repl_bytes += tk->len;
 		}
+		if (src == SRC_PFS && !tk->cut)
+			stats_epoch(e, e->epochs_done)->pfs_reads++;
 	} else if (status != -ECANCELED) {
 		log_warn("%s", tk->err[0] ? tk->err : seer_strerror(status));
 	}
@@ -208,6 +225,13 @@ static void task_unstage(struct engine *e, struct etask *tk)
 /* The pool (or the network thread) is done with tk: status 0 or why not. */
 void task_finish(struct engine *e, struct etask *tk, int status)
 {
+	if (tk->kind == TK_PFS && e->pfs_q && e->pfs_q[tk->sample] == tk->id + 1)
+		e->pfs_q[tk->sample] = 0;
+	if (tk->kind == TK_EXTENT) {
+		task_note_retries(e, tk);
+		ext_done(e, tk, status);
+		return;
+	}
 	if (tk->kind == TK_NVME_WRITE) {
 		nvme_write_done(e, tk, status);
 		task_unstage(e, tk);
@@ -235,9 +259,11 @@ void task_finish(struct engine *e, struct etask *tk, int status)
 void task_free_all(struct engine *e)
 {
 	for (uint32_t i = 0; i < e->nchunks; i++) {
-		for (uint32_t k = 0; k < TASK_CHUNK; k++)
+		for (uint32_t k = 0; k < TASK_CHUNK; k++) {
 			if (e->chunks[i][k].w && e->chunks[i][k].w != e->chunks[i][k].w_inline)
 				free(e->chunks[i][k].w);
+			free(e->chunks[i][k].mem);
+		}
 		free(e->chunks[i]);
 	}
 	free(e->chunks);

@@ -169,6 +169,28 @@ void cat_reader_limit_fds(struct cat_reader *rd, unsigned n);
  * Either way rd->last_bytes says how many bytes it read from the files (the
  * PFS bytes of this read: headers, whole members, retries of its own). */
 int cat_read(struct cat_reader *rd, uint64_t id, void *dst);
+/* ---- coalesced reads: one read of a byte range, several samples cut from it ----
+ * (the engine's extents, docs/formats.md "Coalesced reads"). */
+
+/* The bytes of its file that a read of sample `id` takes: [*lo, *hi). false
+ * when the format does not read this sample by a byte range of its own (one
+ * sample per file, HDF5 through the library, split HDF5 records): it is
+ * read alone with cat_read. Any thread (reads the catalog only). */
+bool cat_span(const struct catalog *c, uint64_t id, uint64_t *lo, uint64_t *hi);
+/* Bytes [off, off + len) of the catalog's file `file` into buf, counted like
+ * cat_read (last_bytes, bytes_read). 0, a negative errno (-ESTALE: the file
+ * changed) or SEER_EDATASET (the file is shorter), with rd->err saying so. */
+int cat_read_range(struct cat_reader *rd, uint32_t file, uint64_t off, uint64_t len, void *buf);
+/* Cut samples ids[0..n) -- all of file `file`, each with its span inside
+ * [off, off + len) -- out of buf, which holds those bytes of the file, into
+ * dsts[i] (catalog length bytes each), with every check cat_read makes (the
+ * TFRecord CRCs, the npz member's CRC when it is whole). done(ctx, i, rc,
+ * err) once per sample: 0, or SEER_EDATASET / -errno and the message naming
+ * the sample and its file. Reads no file. */
+typedef void (*cat_cut_fn)(void *ctx, uint32_t i, int rc, const char *err);
+void cat_cut(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off, uint64_t len,
+	     uint32_t n, const uint64_t *ids, void *const *dsts, cat_cut_fn done, void *ctx);
+
 /* An fd on the catalog's file `file`, kept open by the reader (do not close). */
 int cat_reader_fd(struct cat_reader *rd, uint32_t file);
 /* Drop the reader's fd for `file` (after an I/O error, to reopen fresh). */
@@ -195,6 +217,18 @@ struct fmt_ops {
 	void *(*shared_new)(const struct catalog *c);
 	void (*shared_free)(void *shared);
 	void (*mem_stats)(void *shared, struct fmt_mem_stats *st);
+	/* Coalesced reads (NULL: every sample is read alone). span: the file
+	 * bytes sample id's read takes (false: read alone); cut: sample id out
+	 * of buf, the file's bytes [off, off + len); cut_many, instead of cut:
+	 * several samples of one file at once, when that is cheaper than one by
+	 * one (npz: one pass over the member). Both check what read checks and
+	 * return its errors (cut_many's apply to every sample it was given). */
+	bool (*span)(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+		     uint64_t *hi);
+	int (*cut)(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, const uint8_t *buf,
+		   uint64_t off, uint64_t len, void *dst);
+	int (*cut_many)(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off,
+			uint64_t len, uint32_t n, const uint64_t *ids, void *const *dsts);
 };
 
 /* Append a sample of the file being scanned; returns 0 or -ENOMEM/-EOVERFLOW. */

@@ -163,3 +163,76 @@ int cat_read(struct cat_reader *rd, uint64_t id, void *dst)
 	}
 	return rc;
 }
+
+/* ---- coalesced reads ---------------------------------------------------------- */
+
+bool cat_span(const struct catalog *c, uint64_t id, uint64_t *lo, uint64_t *hi)
+{
+	if (id >= c->nsamples || !c->fmt->span || (!c->fmt->cut && !c->fmt->cut_many))
+		return false;
+	const struct cat_sample *s = &c->samples[id];
+	if (!c->fmt->span(c, id, s, lo, hi))
+		return false;
+	/* a span outside the file is a damaged catalog: the sample's own read
+	 * reports it */
+	return *lo < *hi && *hi <= c->files[s->file].size;
+}
+
+int cat_read_range(struct cat_reader *rd, uint32_t file, uint64_t off, uint64_t len, void *buf)
+{
+	const struct catalog *c = rd->cat;
+	rd->last_bytes = 0;
+	rd->err[0] = '\0';
+	if (file >= c->nfiles)
+		return -ERANGE;
+	char full[2 * PATH_MAX], show[CAT_PATH_SHOW];
+	snprintf(full, sizeof(full), "%s/%s", c->root, cat_path(c, file));
+	cat_path_abbrev(show, sizeof(show), full);
+	uint64_t b0 = fmt_thread_bytes();
+	int fd = cat_reader_fd(rd, file);
+	int rc = fd < 0 ? fd : fmt_pread(fd, buf, (size_t)len, off);
+	rd->last_bytes = fmt_thread_bytes() - b0;
+	rd->bytes_read += rd->last_bytes;
+	if (rc == 0)
+		return 0;
+	if (rc == -ESTALE && c->cache_path)
+		unlink(c->cache_path);
+	if (rc == -ENODATA) {
+		rc = SEER_EDATASET;
+		snprintf(rd->err, sizeof(rd->err), "%s: bytes %llu..%llu: file shorter than the "
+			 "catalog says: restart seerd to rescan", show, (unsigned long long)off,
+			 (unsigned long long)(off + len));
+	} else {
+		snprintf(rd->err, sizeof(rd->err), "%s: bytes %llu..%llu: %s", show,
+			 (unsigned long long)off, (unsigned long long)(off + len),
+			 rc == -ESTALE ? "file changed (size or mtime) since the catalog was built: "
+					 "restart seerd to rescan" : seer_strerror(rc));
+	}
+	cat_reader_forget(rd, file);
+	return rc;
+}
+
+void cat_cut(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off, uint64_t len,
+	     uint32_t n, const uint64_t *ids, void *const *dsts, cat_cut_fn done, void *ctx)
+{
+	const struct catalog *c = rd->cat;
+	if (c->fmt->cut_many) {
+		rd->err[0] = '\0';
+		int rc = c->fmt->cut_many(rd, file, buf, off, len, n, ids, dsts);
+		for (uint32_t i = 0; i < n; i++) {
+			if (rc != 0 && rd->err[0] == '\0')
+				cat_read_error(rd, ids[i], rc, "%s", seer_strerror(rc));
+			done(ctx, i, rc, rc ? rd->err : "");
+		}
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		rd->err[0] = '\0';
+		int rc = ids[i] < c->nsamples && c->samples[ids[i]].file == file
+			 ? c->fmt->cut(rd, ids[i], &c->samples[ids[i]], buf, off, len, dsts[i])
+			 : -ERANGE;
+		if (rc != 0 && rd->err[0] == '\0')
+			cat_read_error(rd, ids[i] < c->nsamples ? ids[i] : 0, rc, "%s", seer_strerror(rc));
+		done(ctx, i, rc, rc ? rd->err : "");
+	}
+}

@@ -123,6 +123,20 @@ static const struct cfg_key keys[] = {
 	  "retries of a failed read before its batch fails" },
 	{ "prefetch", "retry_backoff_ms", CFG_DOUBLE, F(retry_backoff_ms), "20", 0, 60000, NULL,
 	  false, "first retry delay; doubles per retry" },
+	{ "prefetch", "coalesce", CFG_BOOL, F(coalesce), "on", 0, 0, NULL, true,
+	  "read samples of one file needed soon or planned for this node's cache as one extent "
+	  "and cut them out; packed files are cached whole by one node, which reads them in the "
+	  "first epoch and serves the others (off: one read per sample)" },
+	{ "prefetch", "extent_max", CFG_SIZE, F(extent_max), "8MiB", 4096, 1ull << 34, NULL, false,
+	  "longest coalesced read" },
+	{ "prefetch", "extent_memory", CFG_SIZE, F(extent_memory), "16MiB", 4096, U64MAX, NULL,
+	  false, "memory for coalesced reads in flight (at least extent_max)" },
+	{ "prefetch", "max_amplification", CFG_DOUBLE, F(max_amplification), "1.25", 1, 1000, NULL,
+	  false, "a coalesced read reads at most this many bytes per byte of the samples it "
+	  "delivers (gaps between wanted samples are bridged within it)" },
+	{ "prefetch", "extent_gap", CFG_SIZE, F(extent_gap), "256KiB", 0, U64MAX, NULL, false,
+	  "longest gap between wanted samples a coalesced read bridges (about what the PFS moves "
+	  "in one request's latency)" },
 
 	{ "net", "provider", CFG_STR, F(provider), "${FI_PROVIDER:-tcp;ofi_rxm}", 0, 0, NULL, true,
 	  "libfabric provider for sample transfer between daemons" },
@@ -585,6 +599,12 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 		snprintf(err, errlen, "[prefetch] lookahead %llu + [job] max_held %llu is more than "
 			 "4094 batches per trainer: lower one of them",
 			 (unsigned long long)c->lookahead, (unsigned long long)c->max_held);
+		return -EINVAL;
+	}
+	if (c->extent_memory < c->extent_max) {
+		snprintf(err, errlen, "[prefetch] extent_memory (%llu bytes) is less than extent_max "
+			 "(%llu bytes): raise extent_memory or lower extent_max",
+			 (unsigned long long)c->extent_memory, (unsigned long long)c->extent_max);
 		return -EINVAL;
 	}
 	if (c->nvme > 0 && !*c->nvme_dir) {

@@ -49,6 +49,11 @@ struct seer_config {
 	uint64_t lookahead;
 	uint64_t retries;
 	double retry_backoff_ms;
+	bool coalesce;           /* coalesced reads (extents) and the plan by files */
+	uint64_t extent_max;     /* longest extent */
+	uint64_t extent_memory;  /* bytes of extents in flight at once */
+	double max_amplification; /* extent bytes read / sample bytes delivered, at most */
+	uint64_t extent_gap;     /* longest gap an extent bridges */
 	/* [net] */
 	char *provider;
 	double peer_timeout_ms;

@@ -169,6 +169,38 @@ void iopool_boost(struct iopool *p, struct io_task *t, uint64_t key)
 	pthread_mutex_unlock(&p->mu);
 }
 
+bool iopool_cancel(struct iopool *p, struct io_task *t)
+{
+	pthread_mutex_lock(&p->mu);
+	bool queued = t->heap_idx >= 0 && (uint32_t)t->heap_idx < p->nheap &&
+		      p->heap[t->heap_idx] == t;
+	if (queued) {
+		uint32_t i = (uint32_t)t->heap_idx;
+		struct io_task *last = p->heap[--p->nheap];
+		if (i < p->nheap) {
+			/* the last one takes t's place, then moves up or down */
+			sift_up(p, i, last);
+			uint32_t at = (uint32_t)last->heap_idx;
+			for (;;) {
+				uint32_t l = 2 * at + 1, r = l + 1, m = at;
+				if (l < p->nheap && before(p->heap[l], p->heap[m]))
+					m = l;
+				if (r < p->nheap && before(p->heap[r], p->heap[m]))
+					m = r;
+				if (m == at)
+					break;
+				struct io_task *x = p->heap[m];
+				heap_set(p, m, last);
+				heap_set(p, at, x);
+				at = m;
+			}
+		}
+		t->heap_idx = -1;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return queued;
+}
+
 struct io_task *iopool_take_done(struct iopool *p)
 {
 	return (struct io_task *)handoff_take(&p->done, &p->mu, p->done_efd);

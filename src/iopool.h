@@ -60,6 +60,9 @@ void iopool_submit(struct iopool *p, struct io_task **tasks, uint32_t n);
  * earlier. Works whether t is queued (re-sorted), running or not yet
  * submitted (the key is just set). */
 void iopool_boost(struct iopool *p, struct io_task *t, uint64_t key);
+/* Take t back if it is still queued (not running, not done): true, and it
+ * is the submitter's again; false when a worker has it or had it. */
+bool iopool_cancel(struct iopool *p, struct io_task *t);
 /* Finished tasks, in completion order (NULL when none). Clears the eventfd. */
 struct io_task *iopool_take_done(struct iopool *p);
 /* Tasks queued or running. */

@@ -40,6 +40,11 @@ static int place(struct plan *p, uint32_t s, uint64_t len, uint32_t node,
 	return 1;
 }
 
+int plan_place(struct plan *p, uint32_t s, uint64_t len, uint32_t node, const struct plan_cap *cap)
+{
+	return place(p, s, len, node, cap);
+}
+
 int plan_check_nodes(const struct smp_shape *sh, const uint32_t *rank_node, uint32_t nnodes)
 {
 	if (nnodes == 0 || nnodes > UINT16_MAX)

@@ -69,6 +69,18 @@ void plan_free(struct plan *p);
 /* Whether nnodes nodes can carry a plan (1 .. UINT16_MAX: owners are 16-bit)
  * and every one of the sh->world ranks is on one of them: 0 or -EINVAL. */
 int plan_check_nodes(const struct smp_shape *sh, const uint32_t *rank_node, uint32_t nnodes);
+/* The plan for coalesced reads (src/plan_group.c): the same inputs, but
+ * each file with several samples is cached whole by one owner -- the node
+ * whose trainers read most of it in the first epoch, among those with room
+ * and within an even share of the files -- which reads it once in large
+ * extents and serves the others. Files with one sample, or a catalog of
+ * only those: as plan_build. Equally optimal in PFS bytes. */
+int plan_build_files(struct plan *p, const struct catalog *c, const struct smp_shape *sh,
+		     uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
+		     const struct plan_cap *cap);
+/* Place sample s (len bytes) on node: RAM if it fits, else NVMe; 1 when
+ * placed, 0 when the node is full. */
+int plan_place(struct plan *p, uint32_t s, uint64_t len, uint32_t node, const struct plan_cap *cap);
 
 /* Same as plan_build but from sample lengths alone (for the planner tool). */
 int plan_build_lengths(struct plan *p, const uint64_t *len, uint64_t n, const struct smp_shape *sh,

@@ -62,7 +62,7 @@ static const char *sz(char *buf, double bytes)
 /* `seerctl status` for people: the daemon, its caches and sources */
 static void render_head(const json_t *root, FILE *out)
 {
-	char a[32], b[32], c[32];
+	char a[32], b[32], c[32], d[32], f[32];
 	const json_t *ds = json_object_get(root, "dataset"), *ca = json_object_get(root, "cache");
 	const json_t *io = json_object_get(root, "io"), *src = json_object_get(root, "sources");
 	fprintf(out, "seerd node %.0f of %.0f  pid %.0f  job %s  %s  up %.1f s  (%.0f trainers, %.0f epochs of "
@@ -108,6 +108,17 @@ static void render_head(const json_t *root, FILE *out)
 		fprintf(out, "          cache: %s; %g images decoded into the caches (%.2f s)\n",
 			jtext(xf, "cache_why"), jnum(tot, "cache_decodes"), jnum(tot, "cache_decode_s"));
 	}
+	const json_t *co = json_object_get(root, "coalescing");
+	if (co && jbool(co, "on"))
+		fprintf(out, "extents   %g coalesced reads, %s for %g samples (%s): amplification "
+			"%.3f, bound %.2f; %g PFS reads in all; memory peak %s of %s, extents up "
+			"to %s\n", jnum(co, "extents"), sz(a, jnum(co, "bytes")), jnum(co, "samples"),
+			sz(b, jnum(co, "useful_bytes")), jnum(co, "amplification"),
+			jnum(co, "max_amplification"), jnum(co, "pfs_reads"),
+			sz(c, jnum(co, "memory_peak")), sz(d, jnum(co, "extent_memory")),
+			sz(f, jnum(co, "extent_max")));
+	else if (co)
+		fprintf(out, "extents   off: one PFS read per sample\n");
 	fprintf(out, "topology  %s\n", jtext(root, "topology"));
 	fprintf(out, "sources  ");
 	const char *name;

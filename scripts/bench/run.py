@@ -6,7 +6,7 @@ the sequential read of the files through that PFS as the physical bound.
     make bench                                  # = /usr/bin/python3 scripts/bench/run.py
     make bench BENCH_ARGS="--quick --only bert-lustre"   # one scenario's cold epoch, < 1 min
     /usr/bin/python3 scripts/bench/run.py [--only unet3d,bert] [--rounds 2] [--quick]
-        [--systems torch,nopfs,seer,files,seq] [--torch-configs 2x2,4x2] [--nodes 2]
+        [--systems torch,nopfs,seer-plain,seer,files,seq] [--torch-configs 2x2,4x2] [--nodes 2]
         [--trainers-per-node 2] [--epochs E] [--provider 'tcp;ofi_rxm'] [--full] [--dry-run]
 
 Per scenario (scripts/bench/workloads.py) and round: the dataset is generated once
@@ -21,6 +21,9 @@ per step, number of trainers), the emulator's counters reset before each run:
   nopfs   seerd with cache.policy = nopfs (skipped with a note when the key is absent)
   seer    N seerd under mpirun (one per "node", own RAM budget and socket) and
           mpirun -np T bin/seer-bench --source seer
+  seer-plain  the same with prefetch.coalesce = off: one PFS read per sample,
+          the plan by first reader (seer before coalesced reads, for a
+          comparison in the same run)
   files   mpirun -np T bin/seer-bench --source files (threads + prefetch per trainer)
   seq     `cat` of the dataset's files, one process, through the same mount: the
           physical bound of an epoch that reads every byte once (pfs_probe.py)
@@ -408,7 +411,7 @@ def run_trainers(res, job, rd, args, env, jpath):
         return json.load(f)
 
 
-def seer_settings(job, rd, sockdir, policy, args):
+def seer_settings(job, rd, sockdir, policy, args, extra=None):
     sc = job.sc
     s = {
         "dataset.path": job.data,
@@ -432,13 +435,14 @@ def seer_settings(job, rd, sockdir, policy, args):
         s["net.peer_timeout_ms"] = args.peer_timeout_ms
     if policy:
         s["cache.policy"] = policy
+    s.update(extra or {})
     return s
 
 
-def run_seer(res, job, rd, env, policy, args):
+def run_seer(res, job, rd, env, policy, args, extra=None):
     sockdir = tempfile.mkdtemp(prefix="seer-bench-")
     try:
-        s = seer_settings(job, rd, sockdir, policy, args)
+        s = seer_settings(job, rd, sockdir, policy, args, extra)
         dargs = mpirun(job.nodes, ["OMPI_MCA_btl", "OMPI_MCA_pml"]) + [os.path.join(BIN, "seerd")]
         for k, v in s.items():
             dargs += ["--set", "%s=%s" % (k, v)]
@@ -541,15 +545,17 @@ def run_one(res, job, rd, system, args, emu_pid):
         elif system == "seq":
             rec["seq"] = seq_read(res, job, rd)
             out = dict(epochs=[])
-        elif system in ("seer", "nopfs"):
+        elif system in ("seer", "nopfs", "seer-plain"):
             poller = PfsPoller(job.mnt)
-            out, stats = run_seer(res, job, rd, env, "nopfs" if system == "nopfs" else None, args)
+            out, stats = run_seer(res, job, rd, env, "nopfs" if system == "nopfs" else None, args,
+                                  {"prefetch.coalesce": "off"} if system == "seer-plain" else None)
             rec["pfs_epoch_bytes_daemon"] = seer_epoch_bytes(stats, "pfs_bytes", job.epochs)
             ends = seer_epoch_ends(stats, job.epochs)
             rec["peer_epoch_bytes"] = seer_epoch_bytes(stats, "peer_bytes", job.epochs)
             rec["ram_epoch_bytes"] = seer_epoch_bytes(stats, "ram_bytes", job.epochs)
             rec["seer_nodes"] = [dict(node=s.get("node"), cache=s.get("cache"),
-                                      sources=s.get("sources"), io=s.get("io"))
+                                      sources=s.get("sources"), io=s.get("io"),
+                                      coalescing=s.get("coalescing"))
                                  for s in stats]
         else:
             raise RuntimeError("unknown system " + system)
@@ -646,7 +652,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma list of scenarios (default: all)")
-    ap.add_argument("--systems", default="torch,nopfs,seer,files,seq",
+    ap.add_argument("--systems", default="torch,nopfs,seer-plain,seer,files,seq",
                     help="seq = cat of the dataset's files through the mount (the bound)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--torch-configs", default=None,

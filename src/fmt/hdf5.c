@@ -503,4 +503,6 @@ const struct fmt_ops fmt_hdf5 = {
 	.shared_new = h5_shared_new,
 	.shared_free = h5_shared_free,
 	.mem_stats = h5_mem_stats,
+	.span = h5_span,
+	.cut = h5_cut,
 };

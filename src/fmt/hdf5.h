@@ -26,6 +26,11 @@ const char *h5_errmsg(char *buf, size_t len);
 hid_t h5_fapl(uint64_t chunk_bytes);
 
 int h5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst);
+/* Coalesced reads of contiguous datasets (one part): a row is its bytes. */
+bool h5_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+	     uint64_t *hi);
+int h5_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, const uint8_t *buf,
+	   uint64_t off, uint64_t len, void *dst);
 void *h5_shared_new(const struct catalog *c);
 void h5_shared_free(void *shared);
 void h5_mem_stats(void *shared, struct fmt_mem_stats *st);

@@ -288,6 +288,35 @@ int h5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void
 	return 0;
 }
 
+/* Contiguous, one dataset: row k is bytes offset + k * length of the file.
+ * Split records (parts far apart) and chunked data are read alone. */
+bool h5_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+	     uint64_t *hi)
+{
+	(void)id;
+	const struct cat_file *f = &c->files[s->file];
+	if ((f->aux[0] & 0xf) != H5_MODE_PREAD || (uint32_t)(f->aux[0] >> 32) != 1)
+		return false;
+	*lo = f->aux[1] + s->offset;
+	*hi = *lo + s->length;
+	return *hi > *lo;
+}
+
+int h5_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, const uint8_t *buf,
+	   uint64_t off, uint64_t len, void *dst)
+{
+	uint64_t lo, hi;
+	if (!h5_span(rd->cat, id, s, &lo, &hi) || lo < off || hi - off > len)
+		return cat_read_error(rd, id, -ERANGE, "row is not inside the bytes read "
+				      "(%llu..%llu)", (unsigned long long)off,
+				      (unsigned long long)(off + len));
+	memcpy(dst, buf + (lo - off), (size_t)s->length);
+	const struct cat_file *f = &rd->cat->files[s->file];
+	if (f->aux[0] & AUX_SWAP)
+		fmt_swap(dst, s->length, fmt_dtype_size(rd->cat->types[s->type].dtype));
+	return 0;
+}
+
 void *h5_shared_new(const struct catalog *c)
 {
 	(void)c;

@@ -153,9 +153,32 @@ static int idx_read(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 	return rc;
 }
 
+static bool idx_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+		     uint64_t *hi)
+{
+	(void)c;
+	(void)id;
+	*lo = s->offset;
+	*hi = s->offset + s->length;
+	return *hi > *lo;
+}
+
+static int idx_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+		   const uint8_t *buf, uint64_t off, uint64_t len, void *dst)
+{
+	if (s->offset < off || s->offset - off > len || len - (s->offset - off) < s->length)
+		return cat_read_error(rd, id, -ERANGE, "sample at offset %llu is not inside the bytes "
+				      "read (%llu..%llu)", (unsigned long long)s->offset,
+				      (unsigned long long)off, (unsigned long long)(off + len));
+	memcpy(dst, buf + (s->offset - off), (size_t)s->length);
+	return 0;
+}
+
 const struct fmt_ops fmt_indexed = {
 	.name = "indexed",
 	.accept = fmt_not_index,
 	.scan = idx_scan,
 	.read = idx_read,
+	.span = idx_span,
+	.cut = idx_cut,
 };

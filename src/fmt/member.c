@@ -2,8 +2,10 @@
  * are read by offset, deflated ones inflated (zlib) through a bounded window.
  * Sizes and the zip CRC-32 are checked whenever a whole member is decoded.
  *
- * Runs on the calling thread, with the caller's fd; memory: one window of
- * NPZ_WIN and NPZ_ZBUF bytes (and zlib's state) while a call runs. */
+ * The bytes come from the caller's fd, or from a buffer already holding them
+ * (a coalesced read: struct npz_src). Runs on the calling thread; memory:
+ * one window of NPZ_WIN and NPZ_ZBUF bytes (and zlib's state) while a call
+ * runs. */
 #define _GNU_SOURCE
 #include "npz.h"
 
@@ -19,27 +21,66 @@
 
 /* ---- inflating ------------------------------------------------------------------ */
 
+/* n bytes of the file at pos from src: 0, -ENODATA past the end (of the
+ * file, or of the buffer), or -errno. */
+static int src_read(const struct npz_src *src, void *dst, size_t n, uint64_t pos)
+{
+	if (!src->buf)
+		return fmt_pread(src->fd, dst, n, pos);
+	if (pos < src->off || pos - src->off > src->len || src->len - (pos - src->off) < n)
+		return -ENODATA;
+	memcpy(dst, src->buf + (pos - src->off), n);
+	return 0;
+}
+
 struct zin {
 	z_stream zs;
-	int fd;
+	const struct npz_src *src;
 	uint64_t off, left;  /* compressed bytes not yet read */
 	uint8_t *buf;
 	bool ended;
 };
 
-static int zin_begin(struct zin *z, int fd, const struct member *m)
+static int zin_begin(struct zin *z, const struct npz_src *src, const struct member *m)
 {
 	memset(z, 0, sizeof(*z));
-	z->buf = malloc(NPZ_ZBUF);
-	if (!z->buf)
+	z->buf = src->buf ? NULL : malloc(NPZ_ZBUF);
+	if (!src->buf && !z->buf)
 		return -ENOMEM;
 	if (inflateInit2(&z->zs, -MAX_WBITS) != Z_OK) {
 		free(z->buf);
 		return -ENOMEM;
 	}
-	z->fd = fd;
+	z->src = src;
 	z->off = m->off;
 	z->left = m->csize;
+	return 0;
+}
+
+/* The next compressed input: read into z->buf, or straight from the
+ * source's buffer. */
+static int zin_feed(struct zin *z, char *err, size_t errlen)
+{
+	const struct npz_src *src = z->src;
+	size_t n = (size_t)MIN(z->left, src->buf ? (uint64_t)1 << 30 : (uint64_t)NPZ_ZBUF);
+	if (src->buf) {
+		if (z->off < src->off || z->off - src->off > src->len ||
+		    src->len - (z->off - src->off) < n)
+			return fail(err, errlen, "compressed data runs past the bytes read "
+					 "(truncated member?)");
+		z->zs.next_in = (Bytef *)(uintptr_t)(src->buf + (z->off - src->off));
+	} else {
+		int rc = fmt_pread(src->fd, z->buf, n, z->off);
+		if (rc == -ENODATA)
+			return fail(err, errlen, "compressed data runs past the end of the "
+					 "file (truncated)");
+		if (rc)
+			return rc;
+		z->zs.next_in = z->buf;
+	}
+	z->off += n;
+	z->left -= n;
+	z->zs.avail_in = (uInt)n;
 	return 0;
 }
 
@@ -55,17 +96,9 @@ static int zin_run(struct zin *z, uint8_t *out, size_t cap, size_t *got, char *e
 	size_t done = 0;
 	while (done < cap && !z->ended) {
 		if (z->zs.avail_in == 0 && z->left > 0) {
-			size_t n = (size_t)MIN(z->left, (uint64_t)NPZ_ZBUF);
-			int rc = fmt_pread(z->fd, z->buf, n, z->off);
-			if (rc == -ENODATA)
-				return fail(err, errlen, "compressed data runs past the end of the "
-						 "file (truncated)");
+			int rc = zin_feed(z, err, errlen);
 			if (rc)
 				return rc;
-			z->off += n;
-			z->left -= n;
-			z->zs.next_in = z->buf;
-			z->zs.avail_in = (uInt)n;
 		}
 		uInt room = (uInt)MIN(cap - done, (size_t)1 << 30);
 		z->zs.next_out = out + done;
@@ -121,15 +154,24 @@ static uint64_t piece_end(uint64_t pos, uint64_t origin)
 	return origin + ((pos - origin) / NPZ_WIN + 1) * NPZ_WIN;
 }
 
-/* One piece [pos, pos + n) into win: read by offset or inflated. */
-static int next_piece(int fd, const struct member *m, struct zin *z, uint8_t *win, size_t n,
-		      uint64_t pos, char *err, size_t errlen)
+/* One piece [pos, pos + n) into win: read by offset or inflated. A stored
+ * member in a buffer is not copied: *piece points into the buffer. */
+static int next_piece(const struct npz_src *src, const struct member *m, struct zin *z,
+		      uint8_t *win, const uint8_t **piece, size_t n, uint64_t pos, char *err,
+		      size_t errlen)
 {
+	*piece = win;
 	if (!m->deflated) {
-		int rc = fmt_pread(fd, win, n, m->off + pos);
+		uint64_t at = m->off + pos;
+		if (src->buf && at >= src->off && at - src->off <= src->len &&
+		    src->len - (at - src->off) >= n) {
+			*piece = src->buf + (at - src->off);
+			return 0;
+		}
+		int rc = src_read(src, win, n, at);
 		if (rc == -ENODATA)
-			rc = fail(err, errlen, "member data runs past the end of the file "
-				  "(truncated)");
+			rc = fail(err, errlen, "member data runs past the end of the %s "
+				  "(truncated)", src->buf ? "bytes read" : "file");
 		return rc;
 	}
 	size_t got = 0;
@@ -143,6 +185,14 @@ static int next_piece(int fd, const struct member *m, struct zin *z, uint8_t *wi
 int npz_member_decode(int fd, const struct member *m, uint64_t origin, uint64_t lo,
 		      uint64_t hi, npz_piece_fn fn, void *ctx, char *err, size_t errlen)
 {
+	const struct npz_src src = { .fd = fd };
+	return npz_member_decode_src(&src, m, origin, lo, hi, fn, ctx, err, errlen);
+}
+
+int npz_member_decode_src(const struct npz_src *src, const struct member *m, uint64_t origin,
+			  uint64_t lo, uint64_t hi, npz_piece_fn fn, void *ctx, char *err,
+			  size_t errlen)
+{
 	if (lo > hi || hi > m->usize)
 		return fail(err, errlen, "bytes %llu..%llu outside the %llu-byte member (damaged "
 				 "catalog cache?)", (unsigned long long)lo, (unsigned long long)hi,
@@ -152,7 +202,7 @@ int npz_member_decode(int fd, const struct member *m, uint64_t origin, uint64_t 
 	if (!win)
 		return -ENOMEM;
 	struct zin z;
-	int rc = m->deflated ? zin_begin(&z, fd, m) : 0;
+	int rc = m->deflated ? zin_begin(&z, src, m) : 0;
 	if (rc) {
 		free(win);
 		return rc;
@@ -161,14 +211,15 @@ int npz_member_decode(int fd, const struct member *m, uint64_t origin, uint64_t 
 	uint64_t pos = m->deflated ? 0 : lo; /* inflating starts at the member's start */
 	while (rc == 0 && pos < hi) {
 		size_t n = (size_t)(MIN(piece_end(pos, origin), hi) - pos);
-		rc = next_piece(fd, m, &z, win, n, pos, err, errlen);
+		const uint8_t *piece;
+		rc = next_piece(src, m, &z, win, &piece, n, pos, err, errlen);
 		if (rc)
 			break;
 		if (whole)
-			crc = (uint32_t)crc32_z(crc, win, n);
+			crc = (uint32_t)crc32_z(crc, piece, n);
 		if (pos + n > lo) {
 			size_t skip = pos < lo ? (size_t)(lo - pos) : 0;
-			fn(ctx, win + skip, n - skip, pos + skip);
+			fn(ctx, piece + skip, n - skip, pos + skip);
 		}
 		pos += n;
 	}
@@ -209,7 +260,8 @@ static int member_read_prefix(int fd, const struct member *m, uint8_t *dst, size
 		return rc;
 	}
 	struct zin z;
-	int rc = zin_begin(&z, fd, m);
+	const struct npz_src src = { .fd = fd };
+	int rc = zin_begin(&z, &src, m);
 	if (rc)
 		return rc;
 	rc = zin_run(&z, dst, n, got, err, errlen);

@@ -33,6 +33,19 @@ struct member {
 /* Called with consecutive decoded pieces; pos: member offset of data[0]. */
 typedef void (*npz_piece_fn)(void *ctx, const uint8_t *data, size_t len, uint64_t pos);
 
+/* Where a member's bytes are read from: the file on fd, or (buf set) a
+ * buffer already holding the file's bytes [off, off + len): a coalesced
+ * read, decoded without reading the file again. */
+struct npz_src {
+	int fd;
+	const uint8_t *buf;
+	uint64_t off, len;
+};
+/* As npz_member_decode, from src. */
+int npz_member_decode_src(const struct npz_src *src, const struct member *m, uint64_t origin,
+			  uint64_t lo, uint64_t hi, npz_piece_fn fn, void *ctx, char *err,
+			  size_t errlen);
+
 /* Decode bytes [lo, hi) of member m and pass them to fn in pieces that start
  * at origin + j * NPZ_WIN (or at lo), so that pieces keep the element
  * alignment of origin. Stored members are read from lo only; deflated ones
@@ -106,6 +119,10 @@ void npz_gather_feed(struct npz_gather *g, const uint8_t *data, size_t len, uint
  * dst[((c - c0) * R + r) * isz]. Cache-blocked. */
 void npz_transpose_block(const uint8_t *src, uint64_t rows, uint64_t ncols, uint64_t c0,
 			 uint64_t cc, uint8_t *dst, uint64_t R, uint64_t r0, uint32_t isz);
+/* The same with a destination per column: column c0 + j goes to dst[j]
+ * (rows r0.. of it; NULL: not wanted). */
+void npz_transpose_cols(const uint8_t *src, uint64_t rows, uint64_t ncols, uint64_t c0,
+			uint64_t cc, uint8_t *const *dst, uint64_t r0, uint32_t isz);
 
 /* ---- per-file facts (cat_file.aux) ---------------------------------------------
  * aux[0] member data offset, aux[1] stored bytes, aux[2] decoded bytes,
@@ -125,6 +142,10 @@ void npz_aux_get(const uint64_t *aux, struct member *m, uint64_t *hdr);
 /* "(2, 3)" for messages. */
 const char *npy_shape_str(char *buf, size_t len, const uint64_t *dims, uint32_t nd);
 int npz_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst);
+bool npz_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+	      uint64_t *hi);
+int npz_cut_many(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off,
+		 uint64_t len, uint32_t n, const uint64_t *ids, void *const *dsts);
 void *npz_shared_new(const struct catalog *c);
 void npz_shared_free(void *shared);
 void npz_mem_stats(void *shared, struct fmt_mem_stats *st);

@@ -98,10 +98,10 @@ struct arr {
 	struct nd_view v;     /* of the sample read (base: that sample's) */
 };
 
-static int arr_init(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
-		    struct arr *a)
+/* a from the catalog alone; false when the entry does not match the layout. */
+static bool arr_layout(const struct catalog *c, uint64_t id, const struct cat_sample *s,
+		       struct arr *a)
 {
-	const struct catalog *c = rd->cat;
 	const struct cat_file *f = &c->files[s->file];
 	const struct seer_wire_type *t = &c->types[s->type];
 	npz_aux_get(f->aux, &a->m, &a->hdr);
@@ -118,8 +118,14 @@ static int arr_init(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 	a->stride = npz_axis_stride(shape, nd, fortran, last, a->isz);
 	/* the last sample's bytes must lie inside the member */
 	uint64_t end = a->hdr + (a->n - 1) * a->stride + a->v.extent;
-	if (a->isz == 0 || a->v.total != s->length || a->v.base != s->offset ||
-	    a->m.usize < a->hdr || end > a->m.usize || end < a->hdr)
+	return !(a->isz == 0 || a->v.total != s->length || a->v.base != s->offset ||
+		 a->m.usize < a->hdr || end > a->m.usize || end < a->hdr);
+}
+
+static int arr_init(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+		    struct arr *a)
+{
+	if (!arr_layout(rd->cat, id, s, a))
 		return cat_read_error(rd, id, SEER_EDATASET, "catalog entry does not match the "
 				      "array layout (damaged catalog cache?): rebuild the catalog");
 	return 0;
@@ -130,7 +136,7 @@ static int arr_init(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 struct range {
 	const struct arr *a;
 	uint64_t first, cnt;
-	uint8_t *dst;
+	uint8_t *const *dsts;        /* sample first + j into dsts[j]; NULL: not wanted */
 	uint64_t rows;               /* interleaved: elements per sample */
 	struct npz_gather *g;        /* otherwise: one per sample */
 };
@@ -154,14 +160,15 @@ static void transpose_piece(void *ctx, const uint8_t *data, size_t len, uint64_t
 		uint64_t row = e / n, col = e % n;
 		if (col == 0 && end - e >= n) { /* whole rows */
 			uint64_t rows = (end - e) / n;
-			npz_transpose_block(src, rows, n, c0, r->cnt, r->dst, r->rows, row, a->isz);
+			npz_transpose_cols(src, rows, n, c0, r->cnt, r->dsts, row, a->isz);
 			e += rows * n;
 			src += rows * n * isz;
 			continue;
 		}
 		uint64_t stop = MIN(n, col + (end - e));
 		for (uint64_t c = MAX(col, c0); c < MIN(stop, c1); c++)
-			memcpy(r->dst + ((c - c0) * r->rows + row) * isz, src + (c - col) * isz, isz);
+			if (r->dsts[c - c0])
+				memcpy(r->dsts[c - c0] + row * isz, src + (c - col) * isz, isz);
 		src += (stop - col) * isz;
 		e += stop - col;
 	}
@@ -171,11 +178,17 @@ static void transpose_piece(void *ctx, const uint8_t *data, size_t len, uint64_t
 static void linear_piece(void *ctx, const uint8_t *data, size_t len, uint64_t pos)
 {
 	struct range *r = ctx;
+	const uint64_t total = r->a->v.total;
 	uint64_t lo = r->a->hdr + r->first * r->a->stride;
-	uint64_t hi = lo + r->cnt * r->a->v.total;
+	uint64_t hi = lo + r->cnt * total;
 	uint64_t a = MAX(pos, lo), b = MIN(pos + len, hi);
-	if (a < b)
-		memcpy(r->dst + (a - lo), data + (a - pos), (size_t)(b - a));
+	while (a < b) {
+		uint64_t j = (a - lo) / total, in = (a - lo) % total;
+		uint64_t n = MIN(b - a, total - in);
+		if (r->dsts[j])
+			memcpy(r->dsts[j] + in, data + (a - pos), (size_t)n);
+		a += n;
+	}
 }
 
 static void gather_piece(void *ctx, const uint8_t *data, size_t len, uint64_t pos)
@@ -187,15 +200,17 @@ static void gather_piece(void *ctx, const uint8_t *data, size_t len, uint64_t po
 		npz_gather_feed(&r->g[j], data, len, pos);
 }
 
-static int decode_range(int fd, const struct arr *a, uint64_t first, uint64_t cnt,
-			uint8_t *dst, char *err, size_t errlen)
+/* Samples [first, first + cnt) into dsts (NULL entries skipped). whole: the
+ * source holds the whole member, which is decoded whole (CRC checked). */
+static int decode_range(const struct npz_src *src, const struct arr *a, uint64_t first,
+			uint64_t cnt, uint8_t *const *dsts, bool whole, char *err, size_t errlen)
 {
-	struct range r = { .a = a, .first = first, .cnt = cnt, .dst = dst };
+	struct range r = { .a = a, .first = first, .cnt = cnt, .dsts = dsts };
 	/* the bytes the range spans; the whole member when it is the whole file,
 	 * so that its CRC is checked */
 	uint64_t lo = a->hdr + first * a->stride;
 	uint64_t hi = a->hdr + (first + cnt - 1) * a->stride + a->v.extent;
-	if (first == 0 && cnt == a->n) {
+	if (whole || (first == 0 && cnt == a->n)) {
 		lo = 0;
 		hi = a->m.usize;
 	}
@@ -210,12 +225,12 @@ static int decode_range(int fd, const struct arr *a, uint64_t first, uint64_t cn
 		if (!r.g)
 			return -ENOMEM;
 		for (uint64_t j = 0; j < cnt; j++)
-			r.g[j] = (struct npz_gather){ .v = &a->v, .hdr = a->hdr,
-						      .dst = dst + j * a->v.total,
-						      .base = (first + j) * a->stride };
+			r.g[j] = (struct npz_gather){ .v = &a->v, .hdr = a->hdr, .dst = dsts[j],
+						      .base = (first + j) * a->stride,
+						      .finished = !dsts[j] };
 		fn = gather_piece;
 	}
-	int rc = npz_member_decode(fd, &a->m, a->hdr, lo, hi, fn, &r, err, errlen);
+	int rc = npz_member_decode_src(src, &a->m, a->hdr, lo, hi, fn, &r, err, errlen);
 	for (uint64_t j = 0; rc == 0 && r.g && j < cnt; j++)
 		if (!r.g[j].finished)
 			rc = fail(err, errlen, "member ended before sample %llu's bytes",
@@ -239,7 +254,13 @@ static int read_cached(struct cat_reader *rd, uint64_t id, int fd, const struct 
 		return MC_NOFIT;
 	if (got == MC_LOAD) {
 		char err[256];
-		int rc = decode_range(fd, a, first, cnt, e->buf, err, sizeof(err));
+		const struct npz_src src = { .fd = fd };
+		uint8_t **dsts = malloc(cnt * sizeof(*dsts));
+		for (uint64_t j = 0; dsts && j < cnt; j++)
+			dsts[j] = e->buf + j * a->v.total;
+		int rc = dsts ? decode_range(&src, a, first, cnt, dsts, false, err, sizeof(err))
+			      : -ENOMEM;
+		free(dsts);
 		if (rc) {
 			mc_abort(mc, e);
 			return rc == SEER_EDATASET ? cat_read_error(rd, id, rc, "%s", err) : rc;
@@ -272,8 +293,10 @@ int npz_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, voi
 		rc = count ? read_cached(rd, id, fd, &a, k, count, dst) : MC_NOFIT;
 		if (rc == MC_NOFIT) {
 			char err[256];
+			const struct npz_src src = { .fd = fd };
+			uint8_t *one = dst;
 			mc_note_streamed(mc);
-			rc = decode_range(fd, &a, k, 1, dst, err, sizeof(err));
+			rc = decode_range(&src, &a, k, 1, &one, false, err, sizeof(err));
 			if (rc == SEER_EDATASET)
 				return cat_read_error(rd, id, rc, "%s", err);
 		}
@@ -281,4 +304,73 @@ int npz_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, voi
 	if (rc == 0 && a.swap)
 		fmt_swap(dst, a.v.total, a.isz);
 	return rc;
+}
+
+/* ---- coalesced reads -------------------------------------------------------------- */
+
+/* A sample contiguous in a stored member is its own bytes; any other needs
+ * the whole member (stored: to find its elements and check the CRC;
+ * deflated: to inflate from its start). */
+bool npz_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+	      uint64_t *hi)
+{
+	struct arr a;
+	if (!arr_layout(c, id, s, &a))
+		return false;
+	if (!a.m.deflated && a.v.ndim == 0) {
+		*lo = a.m.off + a.hdr + a.v.base;
+		*hi = *lo + a.v.total;
+	} else {
+		*lo = a.m.off;
+		*hi = a.m.off + (a.m.deflated ? a.m.csize : a.m.usize);
+	}
+	return *hi > *lo;
+}
+
+/* Samples ids of one file out of buf (the file's bytes [off, off + len),
+ * holding every one's span): a copy each when contiguous and stored, else
+ * one decoding pass over the member, transposed or gathered straight into
+ * the destinations (no decoded copy of the member is kept). */
+int npz_cut_many(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off,
+		 uint64_t len, uint32_t n, const uint64_t *ids, void *const *dsts)
+{
+	const struct catalog *c = rd->cat;
+	const struct npz_src src = { .fd = -1, .buf = buf, .off = off, .len = len };
+	uint64_t kmin = UINT64_MAX, kmax = 0, first = c->files[file].first;
+	struct arr a;
+	for (uint32_t i = 0; i < n; i++) {
+		if (ids[i] >= c->nsamples || c->samples[ids[i]].file != file)
+			return -ERANGE;
+		int rc = arr_init(rd, ids[i], &c->samples[ids[i]], &a);
+		if (rc)
+			return rc;
+		kmin = MIN(kmin, ids[i] - first);
+		kmax = MAX(kmax, ids[i] - first);
+		if (!a.m.deflated && a.v.ndim == 0) {
+			uint64_t at = a.m.off + a.hdr + a.v.base;
+			if (at < off || at - off > len || len - (at - off) < a.v.total)
+				return cat_read_error(rd, ids[i], -ERANGE, "sample is not inside the "
+						      "bytes read (%llu..%llu)", (unsigned long long)off,
+						      (unsigned long long)(off + len));
+			memcpy(dsts[i], buf + (at - off), (size_t)a.v.total);
+			if (a.swap)
+				fmt_swap(dsts[i], a.v.total, a.isz);
+		}
+	}
+	if (n == 0 || (!a.m.deflated && a.v.ndim == 0))
+		return 0;
+	uint64_t cnt = kmax - kmin + 1;
+	uint8_t **d = calloc(cnt, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		d[ids[i] - first - kmin] = dsts[i];
+	char err[256];
+	int rc = decode_range(&src, &a, kmin, cnt, d, true, err, sizeof(err));
+	free(d);
+	if (rc)
+		return rc == SEER_EDATASET ? cat_read_error(rd, ids[0], rc, "%s", err) : rc;
+	for (uint32_t i = 0; a.swap && i < n; i++)
+		fmt_swap(dsts[i], a.v.total, a.isz);
+	return 0;
 }

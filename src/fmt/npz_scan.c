@@ -323,6 +323,8 @@ const struct fmt_ops fmt_npz = {
 	.shared_new = npz_shared_new,
 	.shared_free = npz_shared_free,
 	.mem_stats = npz_mem_stats,
+	.span = npz_span,
+	.cut_many = npz_cut_many,
 };
 
 const struct fmt_ops fmt_npy = {
@@ -333,4 +335,6 @@ const struct fmt_ops fmt_npy = {
 	.shared_new = npz_shared_new,
 	.shared_free = npz_shared_free,
 	.mem_stats = npz_mem_stats,
+	.span = npz_span,
+	.cut_many = npz_cut_many,
 };

@@ -361,9 +361,55 @@ static int tfr_read(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 	return 0;
 }
 
+/* ---- coalesced reads: records cut out of a byte range --------------------------------- */
+
+static bool tfr_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+		     uint64_t *hi)
+{
+	(void)c;
+	(void)id;
+	*lo = s->offset;
+	*hi = s->offset + TFR_HDR_LEN + s->length + TFR_FOOTER_LEN;
+	return *hi > *lo;
+}
+
+/* The record at s->offset out of buf (the file's bytes [off, off + len)):
+ * header CRC and length, payload CRC, as tfr_read checks them. */
+static int tfr_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+		   const uint8_t *buf, uint64_t off, uint64_t len, void *dst)
+{
+	uint64_t need = TFR_HDR_LEN + s->length + TFR_FOOTER_LEN;
+	if (s->offset < off || s->offset - off > len || len - (s->offset - off) < need)
+		return cat_read_error(rd, id, -ERANGE, "record at offset %llu is not inside the "
+				      "bytes read (%llu..%llu)", (unsigned long long)s->offset,
+				      (unsigned long long)off, (unsigned long long)(off + len));
+	const uint8_t *p = buf + (s->offset - off);
+	char err[256];
+	uint64_t plen;
+	if (tfr_parse_header(p, TFR_HDR_LEN, &plen, err, sizeof(err)) != 0)
+		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: %s",
+				      (unsigned long long)s->offset, err);
+	if (plen != s->length)
+		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu holds %llu bytes, "
+				      "the catalog says %llu: restart seerd to rescan",
+				      (unsigned long long)s->offset, (unsigned long long)plen,
+				      (unsigned long long)s->length);
+	const uint8_t *payload = p + TFR_HDR_LEN;
+	uint32_t stored = fmt_le32(payload + s->length);
+	uint32_t want = tfr_mask_crc(crc32c(0, payload, (size_t)s->length));
+	if (stored != want)
+		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: payload CRC "
+				      "mismatch (stored %08x, computed %08x): the file is damaged",
+				      (unsigned long long)s->offset, stored, want);
+	memcpy(dst, payload, (size_t)s->length);
+	return 0;
+}
+
 const struct fmt_ops fmt_tfrecord = {
 	.name = "tfrecord",
 	.accept = fmt_not_index,
 	.scan = tfr_scan,
 	.read = tfr_read,
+	.span = tfr_span,
+	.cut = tfr_cut,
 };

@@ -5,8 +5,10 @@ with what numpy/h5py read), a C trainer is the other (bytes checked against
 the same expectation). A corrupted record fails exactly its batch with a
 message naming the file (on_corrupt = fail) or is substituted by the next
 valid sample and counted (on_corrupt = skip). Resident memory of seerd stays
-within cache.ram + cache.staging + 64 MiB on multi-sample npz and chunked HDF5
-datasets (VmHWM from /proc, read while the trainer holds the job open), and
+within cache.ram + cache.staging + 64 MiB on multi-sample npz, chunked and
+contiguous HDF5 and TFRecord datasets, coalesced reads on, caches smaller and
+larger than the dataset (VmHWM from /proc, read while the trainer holds the
+job open), and
 the PFS bytes seerd reports are the bytes the PFS emulator served (every
 format, the decoded-member cache on and off)."""
 
@@ -265,8 +267,9 @@ def vm_hwm(pid):
 def make_big(tmp, kind, files=70, n=128, d=64):
     """DLIO-like multi-sample files, 64x64 uint8 samples: 'npz' (x of shape
     (d, d, n), np.savez), 'npz_deflate' (np.savez_compressed), 'hdf5_gzip'
-    (records (n, d, d), one gzip chunk per sample). Returns (root, expected
-    arrays in catalog order)."""
+    (records (n, d, d), one gzip chunk per sample), 'hdf5' (contiguous),
+    'tfrecord' (a record per sample). Returns (root, expected arrays in
+    catalog order)."""
     root = os.path.join(tmp, kind, "train")
     os.makedirs(root)
     rng = np.random.default_rng(7)
@@ -274,12 +277,17 @@ def make_big(tmp, kind, files=70, n=128, d=64):
     for i in range(files):
         x = rng.integers(0, 255, size=(d, d, n), dtype=np.uint8)
         name = os.path.join(root, "img_%03d_of_%d" % (i, files))
-        if kind == "hdf5_gzip":
+        if kind in ("hdf5_gzip", "hdf5"):
             rec = np.ascontiguousarray(np.moveaxis(x, 2, 0))
+            kw = dict(chunks=(1, d, d), compression="gzip") if kind == "hdf5_gzip" else {}
             with h5py.File(name + ".h5", "w") as h:
-                h.create_dataset("records", data=rec, chunks=(1, d, d), compression="gzip")
+                h.create_dataset("records", data=rec, **kw)
                 h.create_dataset("labels", data=np.arange(n))
             exp += [rec[k] for k in range(n)]
+        elif kind == "tfrecord":
+            recs = [np.ascontiguousarray(x[:, :, k]).reshape(-1) for k in range(n)]
+            write_tfrecord(name + ".tfrecord", [r.tobytes() for r in recs])
+            exp += recs
         else:
             save = np.savez_compressed if kind == "npz_deflate" else np.savez
             save(name + ".npz", x=x, y=np.arange(n))
@@ -289,17 +297,24 @@ def make_big(tmp, kind, files=70, n=128, d=64):
 
 def test_memory_bounded_multi_sample():
     """seerd's peak RSS <= cache.ram + cache.staging + 64 MiB with the default
-    io_threads (16) and format memory (32 MiB), on ~37 MB multi-sample
-    datasets whose samples must be decoded (interleaved npz, compressed npz,
-    chunked gzip HDF5); every delivered sample checked."""
+    io_threads (16), format memory (32 MiB) and coalesced reads (on: extents
+    of up to 8 MiB, 16 MiB of them at once), on ~37 MB multi-sample datasets:
+    samples that must be decoded (interleaved npz, compressed npz, chunked
+    gzip HDF5) and samples cut from extents (contiguous HDF5, TFRecord, the
+    npz ones), with a cache smaller than the dataset and one holding it (every
+    file then read by extents); every delivered sample checked."""
     asan = os.environ.get("V", "release") != "release"
     tmp = tmpdir("seer-fmt-")
     try:
-        for kind, epochs in (("npz", 2), ("npz_deflate", 1), ("hdf5_gzip", 1)):
+        for kind, epochs, ram in (("npz", 2, 8 * MIB), ("npz_deflate", 1, 8 * MIB),
+                                  ("hdf5_gzip", 1, 8 * MIB), ("hdf5", 1, 8 * MIB),
+                                  ("tfrecord", 1, 8 * MIB), ("npz", 1, 48 * MIB),
+                                  ("hdf5", 1, 48 * MIB), ("tfrecord", 1, 48 * MIB)):
             root, exp = make_big(tmp, kind)
-            ram, staging = 8 * MIB, 4 * MIB
-            s = {"dataset.path": root, "dataset.format": "hdf5" if kind == "hdf5_gzip" else "npz",
-                 "job.epochs": epochs, "job.batch_size": 64, "cache.ram": "8MiB",
+            staging = 4 * MIB
+            fmt = {"hdf5_gzip": "hdf5", "npz_deflate": "npz"}.get(kind, kind)
+            s = {"dataset.path": root, "dataset.format": fmt,
+                 "job.epochs": epochs, "job.batch_size": 64, "cache.ram": ram,
                  "cache.staging": "4MiB"}
             with Daemon(os.path.join(tmp, kind), s) as d:
                 checked = 0
@@ -312,13 +327,19 @@ def test_memory_bounded_multi_sample():
                                 checked += 1
                     hwm = vm_hwm(d.proc.pid)  # the job is still open: seerd is alive
                 check(d.wait(60) == 0, "%s: seerd failed:\n%s" % (kind, d.log()))
-                pfs = sum(e["pfs_bytes"] for e in d.stats()["epochs"])
+                st = d.stats()
+                pfs = sum(e["pfs_bytes"] for e in st["epochs"])
+                co = st["coalescing"]
             bound = ram + staging + 64 * MIB
             size = sum(os.path.getsize(os.path.join(root, f)) for f in os.listdir(root))
-            log("%-11s %5d samples checked, dataset %.1f MB, PFS read %.1f MB over %d epochs; "
-                "seerd VmHWM %.1f MiB (bound %.0f MiB%s)" %
-                (kind, checked, size / 1e6, pfs / 1e6, epochs, hwm / MIB, bound / MIB,
+            log("%-11s cache %2d MiB: %5d samples checked, dataset %.1f MB, PFS read %.1f MB over "
+                "%d epochs (%d extents, extent memory peak %.1f MiB); seerd VmHWM %.1f MiB "
+                "(bound %.0f MiB%s)" %
+                (kind, ram // MIB, checked, size / 1e6, pfs / 1e6, epochs, co["extents"],
+                 co["memory_peak"] / MIB, hwm / MIB, bound / MIB,
                  ", not enforced under sanitizers" if asan else ""))
+            check(co["on"] and (co["extents"] > 0 or kind == "hdf5_gzip"),
+                  "%s: coalescing must be on and used" % kind)
             check(checked == epochs * len(exp), "%s: %d samples delivered" % (kind, checked))
             check(asan or hwm <= bound, "%s: seerd reached %.1f MiB resident, bound %.0f MiB" %
                   (kind, hwm / MIB, bound / MIB))

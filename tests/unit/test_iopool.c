@@ -256,6 +256,40 @@ Test(iopool, boost_moves_a_queued_task_up)
 	free(t);
 }
 
+/* A queued task taken back is never run; a running one cannot be; the rest
+ * keep their order (cancellations from the middle, the end and the top of
+ * a heap of 400). */
+Test(iopool, cancel_takes_back_a_queued_task)
+{
+	start(1);
+	enum { N = 401 };
+	struct task *t = tasks_new(N);
+	t[0].block = true;
+	submit_one(&t[0], 0);
+	wait_blocked(1);
+	for (uint32_t i = 1; i < N; i++)
+		submit_one(&t[i], (i * 7919u) % 97u);
+	cr_assert(!iopool_cancel(&pool, &t[0].io), "a running task is not taken back");
+	bool gone[N] = { false };
+	for (uint32_t i = 1; i < N; i += 3) {
+		cr_assert(iopool_cancel(&pool, &t[i].io), "task %u is queued", i);
+		cr_assert(!iopool_cancel(&pool, &t[i].io), "task %u taken back twice", i);
+		gone[i] = true;
+	}
+	cr_assert_eq(iopool_pending(&pool), 1 + (N - 1) - (N + 1) / 3);
+	open_gate();
+	collect(N - (N + 1) / 3, NULL);
+	for (uint32_t i = 0; i < N; i++)
+		cr_assert_eq(atomic_load(&t[i].execs), gone[i] ? 0 : 1, "task %u", i);
+	for (size_t k = 2; k < X.norder; k++) {
+		const struct task *a = &t[X.order[k - 1]], *b = &t[X.order[k]];
+		cr_assert(a->io.key < b->io.key || (a->io.key == b->io.key && a->id < b->id),
+			  "ran task %u (key %llu) before task %u (key %llu)", a->id,
+			  (unsigned long long)a->io.key, b->id, (unsigned long long)b->io.key);
+	}
+	free(t);
+}
+
 /* Equal keys run in submission order, across separate submits and arrays. */
 Test(iopool, fifo_among_equal_keys)
 {

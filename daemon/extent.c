@@ -1,0 +1,386 @@
+/* Coalesced reads: one read of a byte range of a file (an extent) serving
+ * several samples (docs/design.md, "Coalesced reads").
+ *
+ * Owns the extent tasks (TK_EXTENT) from planning to completion. Before the
+ * round's reads go to the I/O pool (task_flush), every PFS read of a sample
+ * whose format reads it by a byte range is a trigger: the samples of its
+ * file around it that this node wants -- a read of them already queued (a
+ * trainer's batch needs them within the prefetch horizon, a peer asked) or
+ * a RAM slot of this node's cache they are planned for and not yet loaded
+ * -- are offered to the extent planner (src/extent.c: extent_max, the
+ * amplification bound, extent_gap); those it picks become the extent's
+ * members: queued reads are taken back from the pool, planned ones get a
+ * RAM-load task of their own. The extent waits until the extent memory
+ * (prefetch.extent_memory) has room, then runs on an I/O thread
+ * (worker.c: one counted read, each member's sample cut into its
+ * destination: a staging span, a RAM slot, a bounce slot). When it ends,
+ * each member ends as a read of its own would (task_finish): caches,
+ * waiters, corrupt samples; its bytes are the extent's, counted once.
+ * Samples neither wanted nor planned here that lie inside are read and
+ * dropped (the amplification). An extent that fails reads its members one
+ * by one, as before coalescing.
+ *
+ * Dispatcher thread only; members belong to the extent, and the extent to
+ * its I/O thread, between submission and completion. Failure: out of memory
+ * aborts (the daemon's rule); a failed extent falls back as said. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/util.h"
+#include "engine_int.h"
+#include "seer.h"
+
+void ext_init(struct engine *e)
+{
+	const struct fmt_ops *f = e->cat->fmt;
+	e->coalesce = e->cfg->coalesce && f->span && (f->cut || f->cut_many);
+	if (e->coalesce)
+		e->pfs_q = xcalloc(MAX(e->cat->nsamples, 1ull), sizeof(uint32_t));
+}
+
+/* The planner's memory (task_free_all frees the waiting extents' members). */
+void ext_free(struct engine *e)
+{
+	free(e->pfs_q);
+	free(e->ext_wait);
+	free(e->ext_c);
+	free(e->ext_take);
+	free(e->ext_tk);
+	free(e->ext_todo);
+	e->pfs_q = NULL;
+	e->ext_wait = e->ext_tk = e->ext_todo = NULL;
+	e->ext_c = NULL;
+	e->ext_take = NULL;
+}
+
+static void scratch(struct engine *e, uint32_t n)
+{
+	if (n <= e->ext_cap)
+		return;
+	e->ext_cap = MAX(n, e->ext_cap * 2);
+	e->ext_c = xrealloc(e->ext_c, e->ext_cap * sizeof(*e->ext_c));
+	e->ext_take = xrealloc(e->ext_take, e->ext_cap * sizeof(*e->ext_take));
+	e->ext_tk = xrealloc(e->ext_tk, e->ext_cap * sizeof(*e->ext_tk));
+}
+
+/* A queued single PFS read that an extent may take over: not running, not
+ * an extent's already, not one that must read alone, not one a transform
+ * thread decodes into a decoded-image cache entry (a blob: a cut delivers
+ * file bytes). */
+static bool takeable(const struct etask *tk, uint32_t s)
+{
+	return tk->kind == TK_PFS && tk->sample == s && !tk->ext && !tk->single && !tk->cut &&
+	       !tk->blob;
+}
+
+/* Does this node want sample x read now? Its queued read (*tk set), or its
+ * planned, absent RAM slot (*tk NULL). (route.h's rule for a local RAM
+ * slot, inline: this runs for every candidate.) */
+static bool wanted(struct engine *e, uint32_t x, struct etask **tk)
+{
+	*tk = NULL;
+	if (e->bad[x])
+		return false;
+	if (!e->nopfs && e->plan.tier[x] == PLAN_RAM && e->plan.owner[x] == e->node) {
+		uint32_t st = e->cstate[x];
+		if (st == CS_ABSENT)
+			return !xfs_blob(e, x);
+		if (st < CS_TASK0)
+			return false;
+		struct etask *t = task_get(e, st - CS_TASK0);
+		if (!takeable(t, x))
+			return false;
+		*tk = t;
+		return true;
+	}
+	if (e->pfs_q[x]) {
+		struct etask *t = task_get(e, e->pfs_q[x] - 1);
+		if (takeable(t, x)) {
+			*tk = t;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Sample x's byte range (the format's span; the format was checked to
+ * have one at ext_init, the file's bounds are checked here). */
+static bool span(const struct engine *e, uint64_t x, uint64_t *lo, uint64_t *hi)
+{
+	const struct catalog *c = e->cat;
+	const struct cat_sample *cs = &c->samples[x];
+	return c->fmt->span(c, x, cs, lo, hi) && *lo < *hi && *hi <= c->files[cs->file].size;
+}
+
+/* Candidate x into the scratch at i; false when x has no byte range. */
+static bool candidate(struct engine *e, uint64_t x, uint32_t i, bool trigger)
+{
+	scratch(e, i + 1);
+	struct ext_cand *c = &e->ext_c[i];
+	if (!span(e, x, &c->lo, &c->hi))
+		return false;
+	c->useful = e->cat->samples[x].length;
+	c->want = wanted(e, (uint32_t)x, &e->ext_tk[i]) || trigger;
+	if (trigger)
+		e->ext_tk[i] = NULL;
+	return true;
+}
+
+/* The candidates around trigger s into the scratch, in file order: sample
+ * ids [*a, *b), the trigger at s - *a. Each side is scanned while the bytes
+ * stay within extent_max of the trigger and the gap since the last wanted
+ * sample within extent_gap (nothing beyond could join). */
+static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
+{
+	const struct cat_file *f = &e->cat->files[e->cat->samples[s].file];
+	const uint64_t max = e->cfg->extent_max, gap = e->cfg->extent_gap;
+	/* right side first, from index 1; the left side is then put before it */
+	uint32_t n = 0;
+	candidate(e, s, n++, true);
+	const uint64_t lo_s = e->ext_c[0].lo, hi_s = e->ext_c[0].hi;
+	uint64_t edge = hi_s; /* highest end of a wanted one so far */
+	for (uint64_t x = s + 1; x < f->first + f->nsamples; x++) {
+		if (!candidate(e, x, n, false))
+			break;
+		const struct ext_cand *c = &e->ext_c[n];
+		if (MAX(c->hi, lo_s) - lo_s > max || (c->lo > edge && c->lo - edge > gap))
+			break;
+		if (c->want)
+			edge = MAX(edge, c->hi);
+		n++;
+	}
+	uint32_t right = n;
+	edge = lo_s; /* lowest start of a wanted one so far */
+	for (uint64_t x = s; x-- > f->first;) {
+		if (!candidate(e, x, n, false))
+			break;
+		const struct ext_cand *c = &e->ext_c[n];
+		if (hi_s - MIN(c->lo, hi_s) > max || (c->hi < edge && edge - c->hi > gap))
+			break;
+		if (c->want)
+			edge = MIN(edge, c->lo);
+		n++;
+	}
+	/* into file order: the left ones (collected backwards) first */
+	uint32_t left = n - right;
+	scratch(e, n + left);
+	for (uint32_t i = 0; i < left; i++) {
+		e->ext_c[n + i] = e->ext_c[n - 1 - i];
+		e->ext_tk[n + i] = e->ext_tk[n - 1 - i];
+	}
+	memmove(e->ext_c + left, e->ext_c, right * sizeof(*e->ext_c));
+	memmove(e->ext_tk + left, e->ext_tk, right * sizeof(*e->ext_tk));
+	memcpy(e->ext_c, e->ext_c + n, left * sizeof(*e->ext_c));
+	memcpy(e->ext_tk, e->ext_tk + n, left * sizeof(*e->ext_tk));
+	*a = s - left;
+	*b = s + right;
+}
+
+/* Queued reads of candidates taken back from the pool (still in e->sub:
+ * they are simply dropped from it at the end of ext_flush); a read a
+ * worker already took is no candidate. */
+static void take_back(struct engine *e, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		struct etask *tk = e->ext_tk[i];
+		if (!tk || !e->ext_take[i] || tk->in_sub)
+			continue;
+		if (!iopool_cancel(&e->pool, &tk->io)) {
+			e->ext_take[i] = false; /* running: its own read serves it */
+			e->ext_tk[i] = NULL;
+		}
+	}
+}
+
+/* The extent for trigger t, if one meets the bounds: its members taken or
+ * made, queued for extent memory. */
+static bool ext_try(struct engine *e, struct etask *t)
+{
+	uint64_t lo_s, hi_s, a, b;
+	if (t->blob || !span(e, t->sample, &lo_s, &hi_s))
+		return false;
+	gather(e, t->sample, &a, &b);
+	const struct ext_opts o = { .max_bytes = e->cfg->extent_max,
+				    .max_amp = e->cfg->max_amplification,
+				    .gap_max = e->cfg->extent_gap };
+	struct ext_plan p = ext_plan(e->ext_c, (uint32_t)(b - a), (uint32_t)(t->sample - a), &o,
+				     e->ext_take);
+	if (p.taken < 2)
+		return false;
+	take_back(e, b - a);
+	struct etask *x = task_new(e);
+	x->kind = TK_EXTENT;
+	x->file = e->cat->samples[t->sample].file;
+	x->need_g = t->need_g;
+	x->io.key = t->io.key;
+	x->mem = xmalloc(p.taken * sizeof(*x->mem));
+	uint64_t lo = UINT64_MAX, hi = 0;
+	for (uint64_t i = p.first; i <= p.last; i++) {
+		if (!e->ext_take[i])
+			continue;
+		uint32_t s = (uint32_t)(a + i);
+		struct etask *m = s == t->sample ? t : e->ext_tk[i];
+		if (!m) {
+			/* planned here, absent: its slot's load rides along */
+			m = pf_ram_new(e, s, s, false);
+			m->need_g = t->need_g;
+			m->io.key = t->io.key;
+		}
+		if (e->pfs_q[s] == m->id + 1)
+			e->pfs_q[s] = 0;
+		m->ext = x;
+		x->mem[x->nmem++] = m;
+		lo = MIN(lo, e->ext_c[i].lo);
+		hi = MAX(hi, e->ext_c[i].hi);
+		if (m->io.key < x->io.key) {
+			x->io.key = m->io.key;
+			x->need_g = m->need_g;
+		}
+	}
+	x->foff = lo;
+	x->len = hi - lo;
+	if (e->next_wait == e->capext_wait) {
+		e->capext_wait = MAX(e->capext_wait * 2, 16);
+		e->ext_wait = xrealloc(e->ext_wait, e->capext_wait * sizeof(*e->ext_wait));
+	}
+	e->ext_wait[e->next_wait++] = x;
+	return true;
+}
+
+/* Extents waiting for memory go out, most urgent first, while it has room
+ * (one always may when none runs). */
+static void ext_pump(struct engine *e)
+{
+	while (e->next_wait > 0) {
+		uint32_t best = 0;
+		for (uint32_t i = 1; i < e->next_wait; i++)
+			if (e->ext_wait[i]->io.key < e->ext_wait[best]->io.key)
+				best = i;
+		struct etask *x = e->ext_wait[best];
+		if (e->ext_mem > 0 && e->ext_mem + x->len > e->cfg->extent_memory)
+			return;
+		e->ext_wait[best] = e->ext_wait[--e->next_wait];
+		e->ext_mem += x->len;
+		e->ext_mem_peak = MAX(e->ext_mem_peak, e->ext_mem);
+		if (e->nsub == e->capsub) {
+			e->capsub = MAX(e->capsub * 2, 256);
+			e->sub = xrealloc(e->sub, e->capsub * sizeof(*e->sub));
+		}
+		e->sub[e->nsub++] = &x->io;
+	}
+}
+
+static int by_key(const void *pa, const void *pb)
+{
+	const struct etask *a = *(struct etask *const *)pa, *b = *(struct etask *const *)pb;
+	return a->io.key < b->io.key ? -1 : a->io.key > b->io.key ? 1
+	       : a->id < b->id ? -1 : a->id > b->id;
+}
+
+void ext_flush(struct engine *e)
+{
+	if (!e->coalesce || !e->plan_ready)
+		return;
+	uint32_t n = e->nsub;
+	if (n > e->ext_todo_cap) {
+		e->ext_todo_cap = MAX(n, e->ext_todo_cap * 2);
+		e->ext_todo = xrealloc(e->ext_todo, e->ext_todo_cap * sizeof(*e->ext_todo));
+	}
+	for (uint32_t i = 0; i < n; i++)
+		e->ext_todo[i] = (struct etask *)e->sub[i];
+	/* the most urgent trigger first: it decides the extent its neighbours join */
+	qsort(e->ext_todo, n, sizeof(*e->ext_todo), by_key);
+	for (uint32_t i = 0; i < n; i++) {
+		struct etask *t = e->ext_todo[i];
+		if (t->kind == TK_PFS && !t->ext && !t->single)
+			ext_try(e, t);
+	}
+	/* what joined an extent leaves the list; the extents that fit go out */
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < e->nsub; i++) {
+		struct etask *t = (struct etask *)e->sub[i];
+		if (!t->ext)
+			e->sub[k++] = e->sub[i];
+		else
+			t->in_sub = false;
+	}
+	e->nsub = k;
+	ext_pump(e);
+}
+
+/* Counted once for the extent: its bytes, and the samples it delivered. */
+static void ext_count(struct engine *e, const struct etask *x, uint64_t useful, uint64_t ok)
+{
+	struct epoch_stats *es = stats_epoch(e, e->epochs_done);
+	es->pfs_reads++;
+	es->pfs_bytes += x->pfs_read;
+	es->extents++;
+	es->extent_bytes += x->pfs_read;
+	es->extent_samples += ok;
+	es->extent_useful += useful;
+}
+
+/* A member's place in the order its extent ends them: by the batch that
+ * needs it, then (peers' requests, need 0) in the order the requests came,
+ * so the requester's earliest batch gets its samples first. */
+static uint64_t first_request(const struct etask *m)
+{
+	uint64_t id = UINT64_MAX;
+	for (uint32_t k = 0; k < m->nw; k++)
+		if (m->w[k].peer)
+			id = MIN(id, m->w[k].c);
+	return id;
+}
+
+static int by_need(const void *pa, const void *pb)
+{
+	const struct etask *a = *(struct etask *const *)pa, *b = *(struct etask *const *)pb;
+	if (a->need_g != b->need_g)
+		return a->need_g < b->need_g ? -1 : 1;
+	uint64_t ra = first_request(a), rb = first_request(b);
+	return ra < rb ? -1 : ra > rb;
+}
+
+void ext_done(struct engine *e, struct etask *x, int status)
+{
+	if (e->ext_mem >= x->len)
+		e->ext_mem -= x->len;
+	uint64_t useful = 0, ok = 0;
+	for (uint32_t i = 0; status == 0 && i < x->nmem; i++)
+		if (x->mem[i]->io.status == 0) {
+			useful += x->mem[i]->len;
+			ok++;
+		}
+	ext_count(e, x, useful, ok);
+	log_debug("extent of %s: %u samples, %llu bytes at %llu, waited %.1f ms, read in %.1f ms",
+		  cat_path(e->cat, x->file), x->nmem, (unsigned long long)x->len,
+		  (unsigned long long)x->foff,
+		  x->io.t_start > x->io.t_submit ? (double)(x->io.t_start - x->io.t_submit) / 1e6 : 0.0,
+		  x->io.t_end > x->io.t_start ? (double)(x->io.t_end - x->io.t_start) / 1e6 : 0.0);
+	if (status != 0 && status != -ECANCELED)
+		log_warn("%s: reading its %u samples one by one", x->err[0] ? x->err
+			 : seer_strerror(status), x->nmem);
+	else
+		qsort(x->mem, x->nmem, sizeof(*x->mem), by_need);
+	for (uint32_t i = 0; i < x->nmem; i++) {
+		struct etask *m = x->mem[i];
+		m->ext = NULL;
+		m->pfs_read = 0;
+		if (status != 0 && status != -ECANCELED) {
+			/* read alone, with its own retries and errors */
+			m->single = true;
+			m->err[0] = '\0';
+			task_submit(e, m, m->need_g);
+			continue;
+		}
+		m->cut = status == 0;
+		task_finish(e, m, status ? status : m->io.status);
+	}
+	free(x->mem);
+	x->mem = NULL;
+	x->nmem = 0;
+	task_free(e, x);
+	ext_pump(e);
+}
