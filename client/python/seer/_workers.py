@@ -140,16 +140,16 @@ class Job:
         self.types = types
 
 
-def _as_tensor(y, where):
+def _as_tensor(y):
     if isinstance(y, torch.Tensor):
         return y
     if isinstance(y, np.ndarray):
         return torch.as_tensor(np.ascontiguousarray(y))
     if isinstance(y, (bool, int, float, np.number)):
         return torch.as_tensor(y)
-    raise TypeError("%s: the transform returned %s; it must return a torch tensor, a numpy "
+    raise TypeError("the transform returned %s; it must return a torch tensor, a numpy "
                     "array or a number (add transforms.ToTensor() or PILToTensor() for PIL "
-                    "images)" % (where, type(y).__name__))
+                    "images)" % type(y).__name__)
 
 
 def run_batch(job, arena, task, shared):
@@ -175,7 +175,7 @@ def run_batch(job, arena, task, shared):
             seed_globals(s)
             _current = SampleInfo(s, epoch, step, i, sid, labels[i])
             try:
-                y = _as_tensor(job.transform(x), where)
+                y = _as_tensor(job.transform(x))
             finally:
                 _current = None
             if out is None:
@@ -474,17 +474,11 @@ class Pipeline:
             self._stopped = True
             waiting = self._waiting
         self.wake()
-        if not waiting:
-            for c in self._conns:
-                try:
-                    c.send(None)
-                except (OSError, EOFError, ValueError):
-                    pass
-        for p in self._procs:
-            p.join(0.5)
+        for p in self._procs:  # they hold nothing but a read-only mapping
             if p.is_alive():
                 p.terminate()
-                p.join(5.0)
+        for p in self._procs:
+            p.join(5.0)
             if p.is_alive():
                 p.kill()
                 p.join()
