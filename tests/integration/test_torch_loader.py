@@ -9,9 +9,11 @@ as its worker is done, and pin_memory are checked on real behaviour; the
 tests hold the job with gates (files the transform waits for) and wait for
 states, never for time."""
 
+import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -21,8 +23,8 @@ import numpy as np
 import torch
 import torchvision.transforms as T
 
-from seertest import (LONG, Daemon, Fail, catalog, check, cleanup, log, run_tests, seer, tmpdir,
-                      wait_for)
+from seertest import (LONG, ROOT as ROOT_DIR, Daemon, Fail, catalog, check, cleanup, log,
+                      run_tests, seer, tmpdir, wait_for)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "examples"))
@@ -364,8 +366,95 @@ def test_bad_arguments():
         cleanup(tmp)
 
 
+
+# ---- examples/train_ddp.py ---------------------------------------------------
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_ddp(tmp, root, loader, out, extra=()):
+    """mpirun -np 2 examples/train_ddp.py (tiny model, tiny images); returns
+    (stdout, {rank: first batch})."""
+    first = os.path.join(tmp, "first-" + os.path.basename(out))
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl="self,vader", OMPI_MCA_pml="ob1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()))
+    env.pop("SEER_SOCKET", None)
+    args = ["mpirun", "-np", "2", "--oversubscribe", "/usr/bin/python3",
+            os.path.join(ROOT_DIR, "examples", "train_ddp.py"), "--data", root, "--arch", "tiny",
+            "--image-size", "24", "--batch", str(BATCH), "--epochs", "2", "--workers", "1",
+            "--seed", str(SEED), "--loader", loader, "--out", out, "--dump-first-batch", first,
+            "--cache-ram", "1MiB", "--staging", "4MiB"] + list(extra)
+    p = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    check(p.returncode == 0, "train_ddp --loader %s exited %d:\n%s\n%s" %
+          (loader, p.returncode, p.stdout, p.stderr[-3000:]))
+    firsts = {}
+    for r in range(2):
+        with open("%s.rank%d.json" % (first, r)) as f:
+            firsts[r] = json.load(f)
+        os.remove("%s.rank%d.json" % (first, r))
+    return p.stdout, firsts
+
+
+def sampler_order(loader, sampler, n):
+    """batch(epoch, rank, step) -> ids: seer's sampler, or DistributedSampler's
+    (the DataLoader path; same sharding and batching, torch's permutation)."""
+    if loader != "dataloader":
+        return sampler.batch
+
+    def batch(epoch, rank, step):
+        from torch.utils.data.distributed import DistributedSampler
+        d = DistributedSampler(range(n), num_replicas=2, rank=rank, shuffle=True, seed=SEED)
+        d.set_epoch(epoch)
+        return list(d)[step * BATCH:(step + 1) * BATCH]
+    return batch
+
+
+def test_train_ddp_example():
+    tmp = tmpdir("seer-tl-")
+    try:
+        root, cat = jpegs(tmp, classes=3, per_class=12)  # 36 images: 4 batches of 5 per rank
+        sampler = seer.Sampler(len(cat), SEED, 2, BATCH)
+        for loader in ("dataloader", "seer-python"):
+            out = os.path.join(tmp, loader)
+            stdout, firsts = train_ddp(tmp, root, loader, out, ["--max-steps", "6"])
+            losses = [float(x.split()[0].rstrip(","))
+                      for x in stdout.split(" loss ")[1:]]
+            check(len(losses) == 2 and all(np.isfinite(losses)),
+                  "%s: losses %s in:\n%s" % (loader, losses, stdout))
+            check("images/s" in stdout, "%s: no images/s in:\n%s" % (loader, stdout))
+            order = sampler_order(loader, sampler, len(cat))
+            for r in range(2):
+                want = [cat[i][1] for i in order(0, r, 0)]
+                check(firsts[r]["labels"] == want and firsts[r]["shape"] == [BATCH, 3, 24, 24],
+                      "%s rank %d first batch %s, sampler's labels %s" % (loader, r, firsts[r],
+                                                                         want))
+            # stopped at epoch 1, step 2 (6 steps, 4 per epoch): resume from the checkpoint
+            ck = torch.load(os.path.join(out, "checkpoint.pt"))
+            check((ck["epoch"], ck["step"]) == (1, 2) and ck["loader"]["epoch"] == 1 and
+                  ck["loader"]["segments"][0]["steps"] == [2],
+                  "%s checkpoint at %s:%s, record %s" % (loader, ck["epoch"], ck["step"],
+                                                         ck["loader"]))
+            stdout, firsts = train_ddp(tmp, root, loader, out,
+                                       ["--resume", os.path.join(out, "checkpoint.pt")])
+            for r in range(2):
+                want = [cat[i][1] for i in order(1, r, 2)]
+                check((firsts[r]["epoch"], firsts[r]["step"]) == (1, 2) and
+                      firsts[r]["labels"] == want,
+                      "%s resumed rank %d: first batch %s, sampler's 1:2 labels %s" %
+                      (loader, r, firsts[r], want))
+            log("train_ddp --loader %s: losses %s, first batches = the sampler's, resumed at "
+                "1:2" % (loader, losses))
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_tensors_equal_inprocess_transform, test_spawn_and_seek,
                test_worker_crash_and_transform_error,
                test_release_when_read_and_close_while_running, test_pin_memory,
-               test_bad_arguments])
+               test_bad_arguments, test_train_ddp_example])
