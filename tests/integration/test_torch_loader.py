@@ -367,6 +367,85 @@ def test_bad_arguments():
 
 
 
+# ---- seerd's transform: the batch tensor --------------------------------------
+
+XSPEC = {"transform.decode": "image", "transform.crop": "random_resized",
+         "transform.size": 32, "transform.hflip": 0.5, "transform.normalize": "imagenet",
+         "transform.output": "float32_chw", "transform.threads": 1}
+STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+
+
+def flip_fn(v):
+    """A Python step on top of seerd's tensor: v is the sample's [3, H, W] view."""
+    return torch.from_numpy(v).flip(-1) * 2
+
+
+def test_batch_tensor():
+    if seer._load().opt_seer_batch_tensor is None:
+        log("SKIPPED: this libseer has no seer_batch_tensor (seerd's transform stage is not "
+            "in this build)")
+        return
+    from PIL import Image
+    from seer.xform import Transform
+    tmp = tmpdir("seer-tl-")
+    try:
+        root, cat = jpegs(tmp)
+        sampler = seer.Sampler(len(cat), SEED, 1, BATCH)
+        spec = Transform(" ".join("%s=%s" % (k.split(".")[1], v) for k, v in XSPEC.items()
+                                  if k != "transform.threads"))
+        runs = {}
+        with Daemon(tmp, settings(root, **XSPEC), name="bt") as d:
+            for mode in ("view", "copy", "python"):
+                kw = {"copy": True} if mode == "copy" else {}
+                if mode == "python":
+                    kw = {"transform": flip_fn, "num_workers": 2}
+                with TorchLoader(socket=d.sock, rank=0, world_size=1, start=(0, 0), **kw) as L:
+                    lo = L._arena.ctypes.data
+                    hi = lo + len(L._arena)
+                    got = []
+                    for _ in range(L.epochs):
+                        for x, y in L:
+                            lb = L.last_batch
+                            check(x.shape == (len(lb.ids), 3, 32, 32) and
+                                  x.dtype == torch.float32, "%s: batch %d:%d is %s %s" %
+                                  (mode, lb.epoch, lb.step, x.dtype, list(x.shape)))
+                            inside = lo <= x.data_ptr() < hi
+                            check(inside == (mode == "view"), "%s: the tensor is %s the arena" %
+                                  (mode, "inside" if inside else "outside"))
+                            if mode == "view":
+                                # one block: sample i at i * 3*32*32*4 bytes from the first
+                                check(x.is_contiguous() and all(
+                                    x[i].data_ptr() == x.data_ptr() + i * 3 * 32 * 32 * 4
+                                    for i in range(len(lb.ids))), "not one block")
+                            ids = lb.ids.tolist()
+                            check(ids == sampler.batch(lb.epoch, 0, lb.step) and
+                                  y.tolist() == [cat[i][1] for i in ids],
+                                  "%s: batch %d:%d ids/labels" % (mode, lb.epoch, lb.step))
+                            got.append((lb.epoch, lb.step, ids,
+                                        x.clone() if mode == "view" else x))
+                runs[mode] = got
+        check(len(runs["view"]) == 2 * sampler.batches_per_epoch, "batches: %d" %
+              len(runs["view"]))
+        mads = []
+        for (e, s, ids, x), (_, _, _, xc), (_, _, _, xp) in zip(runs["view"], runs["copy"],
+                                                                runs["python"]):
+            check(torch.equal(x, xc), "copy=True: batch %d:%d differs from the view" % (e, s))
+            check(torch.equal(xp, x.flip(-1) * 2),
+                  "transform= on seerd's tensors: batch %d:%d differs" % (e, s))
+            for i, sid in enumerate(ids):
+                with Image.open(os.path.join(root, cat[sid][0])) as im:
+                    ref = spec.reference(im, SEED, e, sid)
+                mads.append(((x[i] - ref).abs() * 255 * STD).mean().item())
+        log("batch tensor: %d batches zero-copy, copy=True equal, Python step on top equal; "
+            "vs PIL+torchvision reference MAD mean %.3f max %.3f (0-255 units)" %
+            (len(runs["view"]), sum(mads) / len(mads), max(mads)))
+        check(sum(mads) / len(mads) <= 1.0 and max(mads) <= 2.5,
+              "tensors outside docs/transform.md's tolerance: mean %.3f, max %.3f" %
+              (sum(mads) / len(mads), max(mads)))
+    finally:
+        cleanup(tmp)
+
+
 # ---- examples/train_ddp.py ---------------------------------------------------
 
 def free_port():
@@ -457,4 +536,4 @@ if __name__ == "__main__":
     run_tests([test_tensors_equal_inprocess_transform, test_spawn_and_seek,
                test_worker_crash_and_transform_error,
                test_release_when_read_and_close_while_running, test_pin_memory,
-               test_bad_arguments, test_train_ddp_example])
+               test_bad_arguments, test_batch_tensor, test_train_ddp_example])

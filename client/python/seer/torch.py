@@ -55,8 +55,17 @@ Three ways to get tensors:
    loader. pin_memory=True pins x and y when CUDA is available (as the
    DataLoader, it does nothing without CUDA).
 
-3. seerd's own transform (a [transform] section, decode = image): see the
-   batch tensor below once seerd delivers it.
+3. seerd's own transform (a [transform] section with decode = image, no
+   transform= here): x is ONE zero-copy tensor of the whole batch, [B, 3, H,
+   W] float32/float16 or [B, H, W, 3] uint8 as configured, a read-only view
+   of the batch in seerd's memory: no decode, no collate, no copy. It is
+   valid until the iterator moves to the next batch (the batch is then
+   released and its memory reused): ``.to(device)``, ``.clone()`` or a
+   computation that reads it before the next step is fine; to keep it longer
+   pass copy=True (one copy per batch) or clone it. Writing to it faults.
+   pin_memory=True copies it into pinned memory (when CUDA is available).
+   With transform= as well, fn gets each sample's decoded tensor as a
+   read-only numpy view (e.g. Python augmentations on top of seerd's crop).
 """
 
 import collections
@@ -92,13 +101,14 @@ def _as_tensor(a):
 
 class TorchLoader(Loader):
     """seer.Loader yielding (x, y) torch pairs; see the module documentation.
-    Extra arguments: stack, transform, decode, num_workers, pin_memory,
+    Extra arguments: stack, copy, transform, decode, num_workers, pin_memory,
     prefetch_factor, multiprocessing_context ("fork", the default, "spawn" or
     "forkserver": with spawn fn must be picklable, as for the DataLoader).
     last_batch is (epoch, step, ids) of the batch yielded last."""
 
-    def __init__(self, *args, stack=False, transform=None, decode=None, num_workers=0,
-                 pin_memory=False, prefetch_factor=2, multiprocessing_context=None, **kwargs):
+    def __init__(self, *args, stack=False, copy=False, transform=None, decode=None,
+                 num_workers=0, pin_memory=False, prefetch_factor=2,
+                 multiprocessing_context=None, **kwargs):
         if transform is None and (decode is not None or num_workers):
             raise ValueError("decode and num_workers apply to a transform: pass transform=fn")
         if transform is not None and not callable(transform):
@@ -114,6 +124,7 @@ class TorchLoader(Loader):
         self._pipe = None
         super().__init__(*args, **kwargs)
         self.stack = stack
+        self.copy = bool(copy)
         self.transform = transform
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
@@ -139,7 +150,14 @@ class TorchLoader(Loader):
         for batch in super().__iter__():
             self.last_batch = LastBatch(batch.epoch, batch.step, batch.ids)
             labels = torch.from_numpy(batch.labels)
-            if self.stack:
+            block = batch.tensor
+            if block is not None:  # seerd's transform: the batch is one tensor already
+                x = _as_tensor(block)
+                if self.copy or self.pin_memory:
+                    x = x.pin_memory() if self.pin_memory else x.clone()
+                    labels = labels.pin_memory() if self.pin_memory else labels
+                yield x, labels
+            elif self.stack:
                 yield self._pinned(torch.from_numpy(np.stack(batch.samples)), labels)
             else:
                 yield [_as_tensor(s) for s in batch.samples], labels
