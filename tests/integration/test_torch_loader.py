@@ -446,6 +446,47 @@ def test_batch_tensor():
         cleanup(tmp)
 
 
+def test_failed_batch_in_order():
+    """A batch seerd fails (a non-image file under decode = image, on_corrupt =
+    fail) raises SeerError in its place in the stream, the file named; the
+    batches around it come through, with and without workers."""
+    if seer._load().opt_seer_batch_tensor is None:
+        log("SKIPPED: this libseer has no seer_batch_tensor (seerd's transform stage is not "
+            "in this build)")
+        return
+    tmp = tmpdir("seer-tl-")
+    try:
+        root, cat = jpegs(tmp)
+        sampler = seer.Sampler(len(cat), SEED, 1, BATCH)
+        where = 2  # mid-epoch: batches before and after it
+        bad = sampler.batch(0, 0, where)[1]
+        name = cat[bad][0]
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(b"this is not an image" * 10)
+        for kw in ({}, {"transform": flip_fn, "num_workers": 2}):
+            with Daemon(tmp, settings(root, **dict(XSPEC, **{"job.epochs": 1})),
+                        name="bad%d" % len(kw)) as d, \
+                    TorchLoader(socket=d.sock, rank=0, world_size=1, **kw) as L:
+                got, errors = [], []
+                while True:
+                    try:
+                        for x, _ in L:
+                            got.append(L.last_batch.step)
+                        break
+                    except seer.SeerError as e:
+                        errors.append((len(got), e))
+                check(len(errors) == 1 and errors[0][0] == where and
+                      errors[0][1].code == seer._C.EBATCH and name in str(errors[0][1]),
+                      "%s: errors %s, expected one at batch %d naming %s" %
+                      (kw or "no workers", [(n, str(e)) for n, e in errors], where, name))
+                want = [s for s in range(sampler.batches_per_epoch) if s != where]
+                check(got == want, "%s: delivered %s, expected %s" % (kw, got, want))
+        log("a failed batch (%d of %d) raised in its place, naming the file: %s" %
+            (where, sampler.batches_per_epoch, str(errors[0][1])[:120]))
+    finally:
+        cleanup(tmp)
+
+
 # ---- examples/train_ddp.py ---------------------------------------------------
 
 def free_port():
@@ -541,4 +582,5 @@ if __name__ == "__main__":
     run_tests([test_tensors_equal_inprocess_transform, test_spawn_and_seek,
                test_worker_crash_and_transform_error,
                test_release_when_read_and_close_while_running, test_pin_memory,
-               test_bad_arguments, test_batch_tensor, test_train_ddp_example])
+               test_bad_arguments, test_batch_tensor, test_failed_batch_in_order,
+               test_train_ddp_example])

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 import torch.multiprocessing  # noqa: F401  registers the tensor reductions (shared memory)
 
-from . import SeerError
+from . import _C, SeerError
 
 _U64 = (1 << 64) - 1
 _PARENT_POLL_S = 1.0
@@ -322,7 +322,7 @@ class Pipeline:
         seq, self._seq = self._seq, self._seq + 1
         e = Entry("batch", seq, b)
         if b.error is not None:
-            e.error = SeerError(-errno.EIO, "batch %d:%d failed: %s" % (b.epoch, b.step, b.error))
+            e.error = SeerError(_C.EBATCH, "batch %d:%d failed: %s" % (b.epoch, b.step, b.error))
             b.release()
             e.batch = None
         else:
