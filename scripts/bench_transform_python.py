@@ -12,6 +12,11 @@ The two pipelines alternate (DataLoader, seer, DataLoader, seer, ...) so a
 shared machine's load hits both alike; every round prints images/s per epoch
 of each, their ratio and the load average. Each pipeline runs in a fresh
 trainer process (this script with --trainer) that only iterates: no model.
+Beside images/s (wall clock, the bar) it prints images per CPU-second of the
+whole pipeline (trainer, its workers and, for seer, seerd, from
+/proc/<pid>/stat): on a machine shared with other work, a pipeline with more
+runnable threads gets a larger share of the CPU, and the CPU-normalised ratio
+shows whether a wall-clock difference is that or real work saved.
 The DataLoader gets its best settings (persistent workers, the same
 prefetch_factor 2). seerd (bin/seerd) runs beside it with the dataset in its
 RAM cache; its I/O threads share the same cores.
@@ -47,6 +52,42 @@ def transform(size):
 
 # ---- trainer processes ------------------------------------------------------
 
+def _cpu(pid):
+    """utime + stime of a live process in seconds (0 when gone)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _pipeline_pids():
+    """This trainer, its children (the workers) and, for seer, the seerd
+    serving $SEER_SOCKET: every process the input pipeline runs in."""
+    me, pids = os.getpid(), [os.getpid()]
+    sock = os.environ.get("SEER_SOCKET")
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid == me:
+                pids.append(int(d))
+            elif sock:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    if ("daemon.socket=" + sock).encode() in f.read():
+                        pids.append(int(d))
+        except (OSError, IndexError, ValueError):
+            pass
+    return pids
+
+
+def _cpu_snapshot():
+    return {p: _cpu(p) for p in _pipeline_pids()}
+
+
 def trainer(a):
     """Iterate `epochs` epochs; print one JSON line per epoch: images, seconds."""
     import torch
@@ -68,10 +109,13 @@ def trainer(a):
                              num_workers=a.workers)
         epochs = range(loader.epochs)
     for e in epochs:
-        n, t0 = 0, time.perf_counter()
+        n, c0, t0 = 0, _cpu_snapshot(), time.perf_counter()
         for x, y in loader:
             n += x.shape[0]
-        print(json.dumps({"epoch": e, "images": n, "seconds": time.perf_counter() - t0}),
+        dt = time.perf_counter() - t0
+        c1 = _cpu_snapshot()
+        cpu = sum(v - c0.get(p, 0.0) for p, v in c1.items())
+        print(json.dumps({"epoch": e, "images": n, "seconds": dt, "cpu_seconds": cpu}),
               flush=True)
     if a.trainer == "seer":
         loader.close()
@@ -85,6 +129,7 @@ def run_trainer(kind, ctx, workers, env=None):
     if out.returncode != 0:
         raise SystemExit("%s trainer failed (%d):\n%s" % (kind, out.returncode, out.stderr))
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    ctx.last_cpu = [r["images"] / max(1e-9, r["cpu_seconds"]) for r in rows]
     return [r["images"] / r["seconds"] for r in rows]
 
 
@@ -179,22 +224,32 @@ def main():
     print("%s: %.1f MB of JPEGs, page cache warm; %d workers each, batch %d, %d epochs, "
           "crop %d; %d cores" % (a.folder, nbytes / 1e6, a.workers, a.batch, a.epochs, a.size,
                                  os.cpu_count()), flush=True)
-    ratios = []
+    ratios, cratios = [], []
+    fmt = " ".join
     for r in range(a.rounds):
         la0 = os.getloadavg()[0]
         dl = measure_dataloader(ctx, a.workers)
+        dlc = ctx.last_cpu
         sr = measure(ctx, a.workers)
+        src = ctx.last_cpu
         la1 = os.getloadavg()[0]
         rr = [s / d for s, d in zip(sr, dl)]
+        cr = [s / d for s, d in zip(src, dlc)]
         ratios.append(rr)
-        print("round %d: DataLoader %s img/s, seer-python %s img/s, ratio %s; load avg "
-              "%.2f -> %.2f" % (r, " ".join("%.0f" % x for x in dl),
-                                " ".join("%.0f" % x for x in sr),
-                                " ".join("%.2fx" % x for x in rr), la0, la1), flush=True)
+        cratios.append(cr)
+        print("round %d: DataLoader %s img/s (%s img/CPU-s), seer-python %s img/s (%s "
+              "img/CPU-s); ratio %s (per CPU-s %s); load avg %.2f -> %.2f" %
+              (r, fmt("%.0f" % x for x in dl), fmt("%.0f" % x for x in dlc),
+               fmt("%.0f" % x for x in sr), fmt("%.0f" % x for x in src),
+               fmt("%.2fx" % x for x in rr), fmt("%.2fx" % x for x in cr), la0, la1),
+              flush=True)
     for e in range(a.epochs):
         col = sorted(x[e] for x in ratios)
-        print("epoch %d: seer-python / DataLoader median %.2fx (min %.2fx, max %.2fx) over %d "
-              "rounds" % (e, col[len(col) // 2], col[0], col[-1], len(col)))
+        cc = sorted(x[e] for x in cratios)
+        print("epoch %d: seer-python / DataLoader images/s median %.2fx (min %.2fx, max "
+              "%.2fx); per CPU-second (trainer + workers + seerd) median %.2fx (min %.2fx, max "
+              "%.2fx); %d rounds" % (e, col[len(col) // 2], col[0], col[-1], cc[len(cc) // 2],
+                                     cc[0], cc[-1], len(col)))
 
 
 if __name__ == "__main__":
