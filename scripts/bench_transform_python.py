@@ -136,7 +136,8 @@ def run_trainer(kind, ctx, workers, env=None):
 def _seerd_sets(ctx):
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(ctx.folder)
                for f in fs if not f.startswith("."))
-    return {"job.epochs": ctx.epochs, "job.batch_size": ctx.batch, "job.seed": ctx.seed,
+    return {"transform.decode": "none",  # file bytes: the transform is the trainer's
+            "job.epochs": ctx.epochs, "job.batch_size": ctx.batch, "job.seed": ctx.seed,
             "cache.ram": "%dMiB" % (size * 2 // MiB + 16), "cache.staging": "128MiB",
             "prefetch.lookahead": 8}
 
