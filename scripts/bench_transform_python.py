@@ -63,9 +63,10 @@ def _cpu(pid):
 
 
 def _pipeline_pids():
-    """This trainer, its children (the workers) and, for seer, the seerd
-    serving $SEER_SOCKET: every process the input pipeline runs in."""
-    me, pids = os.getpid(), [os.getpid()]
+    """{pid: role} of this trainer ("main"), its children ("workers") and,
+    for seer, the seerd serving $SEER_SOCKET ("seerd"): every process the
+    input pipeline runs in."""
+    me, pids = os.getpid(), {os.getpid(): "main"}
     sock = os.environ.get("SEER_SOCKET")
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == me:
@@ -74,18 +75,18 @@ def _pipeline_pids():
             with open("/proc/%s/stat" % d) as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
             if ppid == me:
-                pids.append(int(d))
+                pids[int(d)] = "workers"
             elif sock:
                 with open("/proc/%s/cmdline" % d, "rb") as f:
                     if ("daemon.socket=" + sock).encode() in f.read():
-                        pids.append(int(d))
+                        pids[int(d)] = "seerd"
         except (OSError, IndexError, ValueError):
             pass
     return pids
 
 
 def _cpu_snapshot():
-    return {p: _cpu(p) for p in _pipeline_pids()}
+    return {p: (role, _cpu(p)) for p, role in _pipeline_pids().items()}
 
 
 def trainer(a):
@@ -114,9 +115,11 @@ def trainer(a):
             n += x.shape[0]
         dt = time.perf_counter() - t0
         c1 = _cpu_snapshot()
-        cpu = sum(v - c0.get(p, 0.0) for p, v in c1.items())
-        print(json.dumps({"epoch": e, "images": n, "seconds": dt, "cpu_seconds": cpu}),
-              flush=True)
+        roles = {"main": 0.0, "workers": 0.0, "seerd": 0.0}
+        for p, (role, v) in c1.items():
+            roles[role] += v - c0.get(p, (role, 0.0))[1]
+        print(json.dumps({"epoch": e, "images": n, "seconds": dt,
+                          "cpu_seconds": sum(roles.values()), "cpu": roles}), flush=True)
     if a.trainer == "seer":
         loader.close()
 
@@ -130,6 +133,7 @@ def run_trainer(kind, ctx, workers, env=None):
         raise SystemExit("%s trainer failed (%d):\n%s" % (kind, out.returncode, out.stderr))
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     ctx.last_cpu = [r["images"] / max(1e-9, r["cpu_seconds"]) for r in rows]
+    ctx.last_split = [r["cpu"] for r in rows]
     return [r["images"] / r["seconds"] for r in rows]
 
 
@@ -206,6 +210,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cpu-split", action="store_true",
+                    help="also print CPU seconds by process: trainer, workers, seerd")
     ap.add_argument("--workdir", default=os.environ.get("SEER_BENCH_DIR",
                                                         os.path.join(ROOT, "data")))
     a = ap.parse_args()
@@ -230,7 +236,7 @@ def main():
     for r in range(a.rounds):
         la0 = os.getloadavg()[0]
         dl = measure_dataloader(ctx, a.workers)
-        dlc = ctx.last_cpu
+        dlc, dl_split = ctx.last_cpu, ctx.last_split
         sr = measure(ctx, a.workers)
         src = ctx.last_cpu
         la1 = os.getloadavg()[0]
@@ -244,6 +250,12 @@ def main():
                fmt("%.0f" % x for x in sr), fmt("%.0f" % x for x in src),
                fmt("%.2fx" % x for x in rr), fmt("%.2fx" % x for x in cr), la0, la1),
               flush=True)
+        if a.cpu_split:
+            print("  CPU s per epoch (main/workers/seerd): DataLoader %s; seer-python %s" %
+                  (fmt("%.1f/%.1f/%.1f" % (c["main"], c["workers"], c["seerd"])
+                       for c in dl_split),
+                   fmt("%.1f/%.1f/%.1f" % (c["main"], c["workers"], c["seerd"])
+                       for c in ctx.last_split)), flush=True)
     for e in range(a.epochs):
         col = sorted(x[e] for x in ratios)
         cc = sorted(x[e] for x in cratios)
