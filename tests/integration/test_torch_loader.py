@@ -9,6 +9,7 @@ as its worker is done, and pin_memory are checked on real behaviour; the
 tests hold the job with gates (files the transform waits for) and wait for
 states, never for time."""
 
+import ctypes
 import json
 import os
 import random
@@ -23,8 +24,8 @@ import numpy as np
 import torch
 import torchvision.transforms as T
 
-from seertest import (LONG, ROOT as ROOT_DIR, Daemon, Fail, catalog, check, cleanup, log,
-                      run_tests, seer, tmpdir, wait_for)
+from seertest import (LONG, ROOT as ROOT_DIR, Daemon, Fail, catalog, check, cleanup, finish,
+                      log, run_tests, seer, start_trainer, tmpdir, wait_for)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "examples"))
@@ -426,6 +427,27 @@ def test_batch_tensor():
             runs[mode] = got
         check(len(runs["view"]) == 2 * sampler.batches_per_epoch, "batches: %d" %
               len(runs["view"]))
+        # C: one pointer and the shape (seer_batch_tensor), the same bytes
+        tlog = os.path.join(tmp, "c-tensor.log")
+        with Daemon(tmp, settings(root, **XSPEC), name="bt-c") as d:
+            rc, _, err = finish([start_trainer("c", 0, 1, d.sock, os.path.join(tmp, "c.log"),
+                                               ["--tensor-log", tlog])])[0]
+            check(rc == 0, "seer-trainer failed: %s" % err)
+        with open(tlog) as f:
+            lines = [ln.split() for ln in f]
+        check(len(lines) == len(runs["view"]), "C logged %d batch tensors, Python saw %d" %
+              (len(lines), len(runs["view"])))
+        f32 = [k for k, v in seer._C.DTYPES.items() if v == np.dtype("float32")][0]
+        nchw = ctypes.c_int64()
+        check(seer._load().seer_constant(b"SEER_LAYOUT_NCHW", ctypes.byref(nchw)) == 0,
+              "libseer does not know SEER_LAYOUT_NCHW")
+        nchw = nchw.value
+        for ln, (e, s, ids, x) in zip(lines, runs["view"]):
+            want = [e, s, 4, len(ids), 3, 32, 32, f32, nchw]
+            check([int(v) for v in ln[:9]] == want and int(ln[9], 16) ==
+                  zlib.crc32(x.numpy().tobytes()),
+                  "C batch tensor %s, expected %s crc %08x" % (ln, want,
+                                                             zlib.crc32(x.numpy().tobytes())))
         mads = []
         for (e, s, ids, x), (_, _, _, xc), (_, _, _, xp) in zip(runs["view"], runs["copy"],
                                                                 runs["python"]):
