@@ -15,6 +15,10 @@
  * --reconnect MS continues with a restarted seerd (SEER_OPT_RECONNECT).
  *
  * Log lines: "<epoch> <step> <index> <id> <label> <length> <crc32 hex>".
+ * --tensor-log FILE (with a libseer that has seer_batch_tensor): one line per
+ * batch that is one tensor, "<epoch> <step> <ndim> <d0> <d1> <d2> <d3>
+ * <dtype> <layout> <crc32 hex of the whole block>", the block read through
+ * the one pointer and the shape seer_batch_tensor gives.
  * Exit 0 after the job's last batch; 1 on any error (message on stderr).
  *
  * Pauses hold the job open for a test that must act while it runs (never a
@@ -149,11 +153,34 @@ static int pause_maybe(struct pauses *p, seer_client_t *cl, int rank, unsigned l
 	return 0;
 }
 
+/* The batch as one tensor (seerd's image transform): a line of its shape
+ * and the CRC of the whole block, read from the one pointer. */
+static void log_tensor(FILE *f, seer_batch_t *b)
+{
+#ifdef SEER_LAYOUT_NCHW
+	const void *data;
+	int dtype, layout;
+	uint64_t d[4] = { 0 };
+	int nd = seer_batch_tensor(b, &data, &dtype, &layout, d, 4);
+	if (nd != 4)
+		return;
+	uint64_t elsize = dtype == SEER_DTYPE_F32 ? 4 : dtype == SEER_DTYPE_F16 ? 2 : 1;
+	uint32_t crc = (uint32_t)crc32_z(0, data, d[0] * d[1] * d[2] * d[3] * elsize);
+	fprintf(f, "%llu %llu %d %llu %llu %llu %llu %d %d %08x\n",
+		(unsigned long long)seer_batch_epoch(b), (unsigned long long)seer_batch_step(b), nd,
+		(unsigned long long)d[0], (unsigned long long)d[1], (unsigned long long)d[2],
+		(unsigned long long)d[3], dtype, layout, crc);
+#else
+	(void)f;
+	(void)b;
+#endif
+}
+
 int main(int argc, char **argv)
 {
 	struct pauses pauses = { .timeout_s = 900 };
 	seer_options_t o = { 0 };
-	const char *log_path = NULL, *state_in = NULL;
+	const char *log_path = NULL, *state_in = NULL, *tensor_log_path = NULL;
 	char *record = NULL;
 	double compute_ms = 0;
 	long kill_after = -1;
@@ -175,6 +202,7 @@ int main(int argc, char **argv)
 		{ "pause-timeout", required_argument, NULL, 'T' + 256 },
 		{ "state-in", required_argument, NULL, 'i' + 256 },
 		{ "reconnect", required_argument, NULL, 'R' + 256 },
+		{ "tensor-log", required_argument, NULL, 'L' + 256 },
 		{ 0 },
 	};
 	int c;
@@ -184,6 +212,7 @@ int main(int argc, char **argv)
 		case 'w': o.world_size = atoi(optarg); break;
 		case 'S': o.socket_path = optarg; break;
 		case 'l': log_path = optarg; break;
+		case 'L' + 256: tensor_log_path = optarg; break;
 		case 'c': compute_ms = atof(optarg); break;
 		case 'k': kill_after = atol(optarg); break;
 		case 'e':
@@ -223,7 +252,7 @@ int main(int argc, char **argv)
 					"[--log FILE] [--compute-ms MS] [--kill-after N] [--seek E:S] "
 					"[--start E:S] [--show N] [--quiet] "
 					"[--sync DIR --pause-at E:S ... [--pause-timeout S]] "
-					"[--state-in FILE] [--reconnect MS]\n");
+					"[--state-in FILE] [--reconnect MS] [--tensor-log FILE]\n");
 			return 2;
 		}
 	}
@@ -231,9 +260,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "seer-trainer: --pause-at needs --sync DIR\n");
 		return 2;
 	}
-	FILE *log = NULL;
+	FILE *log = NULL, *tlog = NULL;
 	if (log_path && !(log = fopen(log_path, "w"))) {
 		fprintf(stderr, "seer-trainer: %s: %s\n", log_path, strerror(errno));
+		return 1;
+	}
+	if (tensor_log_path && !(tlog = fopen(tensor_log_path, "w"))) {
+		fprintf(stderr, "seer-trainer: %s: %s\n", tensor_log_path, strerror(errno));
 		return 1;
 	}
 	if (state_in) {
@@ -324,6 +357,8 @@ int main(int argc, char **argv)
 					(long long)seer_sample_label(b, i), (unsigned long long)len, crc);
 			bytes += len;
 		}
+		if (tlog)
+			log_tensor(tlog, b);
 		samples += n;
 		batches++;
 		if (kill_after >= 0 && (long)batches >= kill_after) {
@@ -338,6 +373,8 @@ int main(int argc, char **argv)
 	seer_close(cl);
 	if (log)
 		fclose(log);
+	if (tlog)
+		fclose(tlog);
 	if (!quiet)
 		printf("trainer %d: %llu batches, %llu samples, %.1f MB in %.2f s: %.0f samples/s, "
 		       "%.3f GB/s, stall %.3f s (max %.1f ms)%s [crc %08x]\n",

@@ -178,6 +178,18 @@ def _signatures():
     }
 
 
+def _optional_signatures():
+    """Exports a libseer may lack (older than the shim's optional features):
+    their attribute is None then, and the feature reports itself absent."""
+    P, I = ctypes.c_void_p, ctypes.c_int
+    return {
+        # the batch tensor of seerd's image transform ([transform] decode = image)
+        "seer_batch_tensor": (I, [P, ctypes.POINTER(P), ctypes.POINTER(I), ctypes.POINTER(I),
+                                  ctypes.POINTER(ctypes.c_uint64), I]),
+        "seer_arena_base": (P, [P]),
+    }
+
+
 def _introspect(lib, path):
     """Constants and dtypes from libseer; refuse a library whose options
     layout differs from _Options."""
@@ -222,6 +234,12 @@ def _load():
                 raise ImportError("libseer at %s lacks %s: too old for this shim" % (path, name))
             f.restype = res
             f.argtypes = args
+        for name, (res, args) in _optional_signatures().items():
+            f = getattr(lib, name, None)
+            if f is not None:
+                f.restype = res
+                f.argtypes = args
+            setattr(lib, "opt_" + name, f)
         _introspect(lib, path)
         _lib = lib
         return lib
@@ -313,6 +331,40 @@ class Batch:
 
     def __getitem__(self, i):
         return self.samples[i]
+
+    @property
+    def tensor(self):
+        """The whole batch as ONE read-only numpy array when seerd transforms
+        images ([transform] decode = image): [n, 3, H, W] float32/float16
+        (layout NCHW) or [n, H, W, 3] uint8 (NHWC), a zero-copy view of the
+        arena valid until the batch is released (copy what you keep). None
+        when the batch is file bytes or format arrays."""
+        if self._ptr is None:
+            raise SeerError(-errno.ESTALE, "batch %d:%d already released: its tensor is gone" %
+                            (self.epoch, self.step))
+        loader = self._loader
+        lib = loader._lib
+        if lib.opt_seer_batch_tensor is None:
+            return None
+        data, dt, lay = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
+        dims = (ctypes.c_uint64 * _C.MAX_DIMS)()
+        nd = lib.opt_seer_batch_tensor(self._ptr, ctypes.byref(data), ctypes.byref(dt),
+                                       ctypes.byref(lay), dims, _C.MAX_DIMS)
+        if nd < 0:
+            raise _error(nd)
+        if nd == 0:
+            return None
+        c, arena = loader._c, loader._arena
+        if c is None or arena is None:
+            raise _closed("batch %d:%d" % (self.epoch, self.step))
+        npdt = _C.DTYPES.get(dt.value)
+        shape = tuple(dims[k] for k in range(nd))
+        off = data.value - lib.opt_seer_arena_base(c)
+        nbytes = int(np.prod(shape)) * (npdt.itemsize if npdt is not None else 0)
+        if npdt is None or off < 0 or off + nbytes > len(arena):
+            raise SeerError(-errno.EPROTO, "batch %d:%d: batch tensor outside the arena" %
+                            (self.epoch, self.step))
+        return arena[off:off + nbytes].view(npdt).reshape(shape)
 
     def release(self):
         """Give the batch back; its sample views then no longer hold its bytes.

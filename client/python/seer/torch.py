@@ -3,24 +3,93 @@
     from seer.torch import TorchLoader
     with TorchLoader() as loader:
         for epoch in range(loader.epochs):
-            for x, y in loader:            # x: list of tensors (zero-copy) or one stacked tensor
+            for x, y in loader:            # one epoch
                 ...
 
-Zero-copy (stack=False, the default): each sample is a torch tensor sharing
-the daemon's read-only memory, valid until the iterator moves on (the batch
-is then released). Writing to it faults; ``.clone()`` or ``.to(device)``
-makes a private copy. stack=True returns one contiguous tensor per batch
-(one copy, as DataLoader's collate does; samples must share a shape).
+Three ways to get tensors:
+
+1. File bytes or format arrays, no transform (default): x is a list of
+   zero-copy tensors, one per sample, sharing the daemon's read-only memory
+   and valid until the iterator moves on (the batch is then released).
+   Writing to one faults; ``.clone()`` or ``.to(device)`` makes a private
+   copy. stack=True returns one contiguous tensor per batch instead (one
+   copy, as DataLoader's collate does; samples must share a shape).
+
+2. A Python transform, ``transform=fn`` with ``num_workers=N``: fn runs in N
+   worker processes (0: in the trainer) on every sample, and x is one tensor
+   [B, ...] per batch, stacked in shared memory by the workers, owned by the
+   trainer (like the DataLoader's: keep it as long as you like)::
+
+       tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                       T.ToTensor(), T.Normalize(mean, std)])
+       loader = TorchLoader(transform=tf, decode="pil", num_workers=4, pin_memory=True)
+
+   What fn receives: with decode=None the sample as a read-only numpy view of
+   the arena (uint8 bytes for files; the format's dtype and shape for
+   npz/npy/hdf5), valid during the call (copy what you keep); with
+   decode="pil" a PIL RGB image, decoded from the arena as torchvision's
+   ImageFolder decodes a file (so ``ImageFolder(root, transform=tf)`` becomes
+   ``TorchLoader(transform=tf, decode="pil")``); decode may also be a callable
+   taking the view. fn returns a tensor, a numpy array or a number, of one
+   shape and dtype for every sample. Labels are the int64 class indices.
+
+   Workers read the samples in place (only offsets cross the pipes) and the
+   batch goes back to seerd as soon as its worker is done with it. Batches
+   come in stream order. Workers start at the first iteration and live until
+   close(); up to prefetch_factor * num_workers batches are in flight (held
+   from seerd: give cache.staging room for them and prefetch.lookahead at
+   least that many).
+
+   Determinism: before each sample, the generators a stock pipeline draws
+   from (torch's default CPU generator, Python's random, numpy's global one)
+   are seeded with sample_seed(job seed, epoch, sample id), so x depends on
+   the sample and epoch only, never on num_workers, rank or world size; with
+   num_workers=0 the trainer's own generator states are restored after each
+   batch. sample_info() inside fn gives the sample's facts and a seeded
+   torch.Generator, for transforms that take an explicit generator.
+
+   Errors: an exception in fn raises TransformError in the trainer naming the
+   sample (epoch, step, index, id, label) with the worker's traceback; it
+   fails that batch only (the next iteration continues with the next batch).
+   A worker that dies raises WorkerError at once (not a hang) and closes the
+   loader. pin_memory=True pins x and y when CUDA is available (as the
+   DataLoader, it does nothing without CUDA).
+
+3. seerd's own transform (a [transform] section with decode = image, no
+   transform= here): x is ONE zero-copy tensor of the whole batch, [B, 3, H,
+   W] float32/float16 or [B, H, W, 3] uint8 as configured, a read-only view
+   of the batch in seerd's memory: no decode, no collate, no copy. It is
+   valid until the iterator moves to the next batch (the batch is then
+   released and its memory reused): ``.to(device)``, ``.clone()`` or a
+   computation that reads it before the next step is fine; to keep it longer
+   pass copy=True (one copy per batch) or clone it. Writing to it faults.
+   pin_memory=True copies it into pinned memory (when CUDA is available).
+   With transform= as well, fn gets each sample's decoded tensor as a
+   read-only numpy view (e.g. Python augmentations on top of seerd's crop).
 """
 
+import collections
 import warnings
 
 import numpy as np
 import torch
 
-from . import Loader
+from . import Loader, SeerError, _closed
+from . import _workers
+from ._workers import SampleInfo, TransformError, WorkerError, sample_seed
 
-__all__ = ["TorchLoader"]
+__all__ = ["TorchLoader", "TransformError", "WorkerError", "SampleInfo", "sample_seed",
+           "sample_info", "decode_pil"]
+
+decode_pil = _workers.decode_pil
+
+LastBatch = collections.namedtuple("LastBatch", "epoch step ids")
+
+
+def sample_info():
+    """Inside a transform: the SampleInfo (seed, epoch, step, index, id,
+    label) of the sample being transformed; None elsewhere."""
+    return _workers.current()
 
 
 def _as_tensor(a):
@@ -31,14 +100,114 @@ def _as_tensor(a):
 
 
 class TorchLoader(Loader):
-    def __init__(self, *args, stack=False, **kwargs):
+    """seer.Loader yielding (x, y) torch pairs; see the module documentation.
+    Extra arguments: stack, copy, transform, decode, num_workers, pin_memory,
+    prefetch_factor, multiprocessing_context ("fork", the default, "spawn" or
+    "forkserver": with spawn fn must be picklable, as for the DataLoader).
+    last_batch is (epoch, step, ids) of the batch yielded last."""
+
+    def __init__(self, *args, stack=False, copy=False, transform=None, decode=None,
+                 num_workers=0, pin_memory=False, prefetch_factor=2,
+                 multiprocessing_context=None, **kwargs):
+        if transform is None and (decode is not None or num_workers):
+            raise ValueError("decode and num_workers apply to a transform: pass transform=fn")
+        if transform is not None and not callable(transform):
+            raise TypeError("transform must be callable, not %r" % (transform,))
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError("num_workers must be an integer >= 0, not %r" % (num_workers,))
+        if isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int) or \
+                prefetch_factor < 1:
+            raise ValueError("prefetch_factor must be an integer >= 1, not %r" %
+                             (prefetch_factor,))
+        if multiprocessing_context not in (None, "fork", "spawn", "forkserver"):
+            raise ValueError("multiprocessing_context must be 'fork', 'spawn' or 'forkserver'")
+        self._pipe = None
         super().__init__(*args, **kwargs)
         self.stack = stack
+        self.copy = bool(copy)
+        self.transform = transform
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.multiprocessing_context = multiprocessing_context or "fork"
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        self.last_batch = None
+        self._job = (_workers.Job(transform, decode, self.seed, self._types)
+                     if transform is not None else None)
+
+    def _pinned(self, x, y):
+        if self.pin_memory:
+            return x.pin_memory(), y.pin_memory()
+        return x, y
 
     def __iter__(self):
+        if self.transform is None:
+            return self._iter_plain()
+        if self.num_workers == 0:
+            return self._iter_inline()
+        return self._iter_workers()
+
+    def _iter_plain(self):
         for batch in super().__iter__():
+            self.last_batch = LastBatch(batch.epoch, batch.step, batch.ids)
             labels = torch.from_numpy(batch.labels)
-            if self.stack:
-                yield torch.from_numpy(np.stack(batch.samples)), labels
+            block = batch.tensor
+            if block is not None:  # seerd's transform: the batch is one tensor already
+                x = _as_tensor(block)
+                if self.copy or self.pin_memory:
+                    x = x.pin_memory() if self.pin_memory else x.clone()
+                    labels = labels.pin_memory() if self.pin_memory else labels
+                yield x, labels
+            elif self.stack:
+                yield self._pinned(torch.from_numpy(np.stack(batch.samples)), labels)
             else:
                 yield [_as_tensor(s) for s in batch.samples], labels
+
+    def _iter_inline(self):
+        for batch in super().__iter__():
+            task = (0, batch.epoch, batch.step, batch._offsets.tolist(), batch.sizes.tolist(),
+                    batch._types.tolist(), batch.ids.tolist(), batch.labels.tolist())
+            state = (torch.default_generator.get_state(), _workers.random.getstate(),
+                     np.random.get_state())
+            try:
+                x = _workers.run_batch(self._job, self._arena, task, shared=False)
+            finally:
+                torch.default_generator.set_state(state[0])
+                _workers.random.setstate(state[1])
+                np.random.set_state(state[2])
+            self.last_batch = LastBatch(batch.epoch, batch.step, batch.ids)
+            yield self._pinned(x, torch.from_numpy(batch.labels))
+
+    def _iter_workers(self):
+        if self._c is None:
+            raise _closed("iterating")
+        if self._pipe is None:
+            self._pipe = _workers.Pipeline(self, self._job, self.num_workers,
+                                           self.prefetch_factor, self.multiprocessing_context)
+        while True:
+            try:
+                e = self._pipe.next()
+            except WorkerError:
+                self.close()
+                raise
+            if e.kind != "batch":
+                return
+            self.last_batch = LastBatch(e.epoch, e.step, e.ids)
+            yield self._pinned(e.images, torch.from_numpy(e.labels))
+
+    def seek(self, epoch, step):
+        """Restart the stream at (epoch, step): batches being transformed are
+        waited for and dropped first."""
+        if self._pipe is not None:
+            self._pipe.drain()
+        super().seek(epoch, step)
+
+    def close(self):
+        """Stop the transform workers, then disconnect; from any thread (an
+        iteration waiting in another thread raises SeerError)."""
+        pipe, self._pipe = getattr(self, "_pipe", None), None
+        if pipe is not None:
+            pipe.stop()
+        super().close()
+
+
+__all__ += ["SeerError"]

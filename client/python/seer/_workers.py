@@ -1,0 +1,508 @@
+"""seer._workers: the Python-transform workers behind
+``seer.torch.TorchLoader(transform=fn, num_workers=N)``.
+
+Owns: the per-sample seed, applying the user's transform to one batch
+(decode, seed, call, collate), the worker processes and the in-order
+pipeline that feeds them. Used by seer.torch only.
+
+Data path: the main process takes batches from seerd (seer.Loader.next_batch)
+and sends each one's sample descriptors (arena offsets, sizes, types, ids,
+labels; never the bytes) to worker ``seq % N``. The worker reads the samples
+in place through its own read-only mapping of the arena, calls the
+transform, and stacks the results into one tensor allocated in shared memory
+(torch's file-descriptor sharing, as the DataLoader's collate does), which it
+sends back. The main process releases the batch to seerd when its worker's
+answer arrives (nobody reads it any more) and yields the answers in stream
+order.
+
+Start-up: with the "fork" start method (the default, as the DataLoader's on
+Linux) a worker inherits the shim's own mapping of the arena (the numpy array
+over the mmap); libseer's pthread_atfork handler closes the client's socket,
+eventfd and fd in the child, which never calls libseer's client API. With
+"spawn" or "forkserver" the arena fd (a dup from seer_arena_fd) is passed to
+each worker by SCM_RIGHTS (multiprocessing's DupFd) and mapped there.
+
+Failure: an exception in the transform is sent back as text naming the sample
+and raised in the trainer (TransformError); a worker that dies is seen at
+once through its process sentinel (WorkerError naming the worker, its exit
+status and the batch it held); a worker whose trainer died notices its parent
+changed within a second and exits. The pool is then unusable; TorchLoader
+closes itself.
+"""
+
+import collections
+import errno
+import hashlib
+import io
+import mmap
+import multiprocessing
+import os
+import random
+import signal
+import struct
+import threading
+import traceback
+from multiprocessing import connection as mpconn
+from multiprocessing import reduction
+
+import numpy as np
+import torch
+import torch.multiprocessing  # noqa: F401  registers the tensor reductions (shared memory)
+
+from . import _C, SeerError
+
+_U64 = (1 << 64) - 1
+_PARENT_POLL_S = 1.0
+
+
+class TransformError(SeerError):
+    """The transform raised for a sample. .epoch, .step, .index, .sample_id,
+    .label say which; str() carries the exception and the worker's traceback."""
+
+    def __init__(self, message, epoch=None, step=None, index=None, sample_id=None, label=None):
+        super().__init__(-errno.EINVAL, message)
+        self.epoch, self.step, self.index = epoch, step, index
+        self.sample_id, self.label = sample_id, label
+
+
+class WorkerError(SeerError):
+    """A transform worker process died (signal, os._exit, out of memory)."""
+
+    def __init__(self, message):
+        super().__init__(-errno.EPIPE, message)
+
+
+def sample_seed(seed, epoch, sample_id):
+    """The 64-bit seed of one sample's transform: the first 8 bytes (little
+    endian) of BLAKE2b(person=b"seer.torch", digest_size=8) over the three
+    values packed as little-endian uint64. A pure function of (job seed,
+    epoch, sample id): the same whatever num_workers, rank or world size."""
+    h = hashlib.blake2b(struct.pack("<QQQ", seed & _U64, epoch & _U64, sample_id & _U64),
+                        digest_size=8, person=b"seer.torch")
+    return int.from_bytes(h.digest(), "little")
+
+
+def seed_globals(s):
+    """Seed the generators a stock pipeline draws from: torch's default CPU
+    generator (torchvision's random transforms), Python's `random`
+    (albumentations) and numpy's legacy global generator (seeded with the
+    low 32 bits, its limit)."""
+    torch.default_generator.manual_seed(s)
+    random.seed(s)
+    np.random.seed(s & 0xFFFFFFFF)
+
+
+class SampleInfo(collections.namedtuple("SampleInfo", "seed epoch step index id label")):
+    """The sample a transform is being called for (seer.torch.sample_info()).
+    seed is sample_seed(job seed, epoch, id)."""
+
+    __slots__ = ()
+
+    @property
+    def generator(self):
+        """A new torch.Generator seeded with this sample's seed, for
+        transforms that take an explicit generator."""
+        g = torch.Generator()
+        g.manual_seed(self.seed)
+        return g
+
+
+_current = None
+
+
+def current():
+    return _current
+
+
+def decode_pil(view):
+    """An encoded image (a uint8 view) as a PIL RGB image, as torchvision's
+    ImageFolder loads one (Image.open(...).convert("RGB")). PIL reads from an
+    in-process BytesIO copy of the bytes (PIL copies what it reads anyway)."""
+    from PIL import Image
+    with Image.open(io.BytesIO(view)) as im:
+        return im.convert("RGB")
+
+
+_DECODERS = {None: None, "pil": decode_pil}
+
+
+class Job:
+    """What every worker needs (pickled once per worker under spawn):
+    the transform, the decoder name, the job seed and the arena type table."""
+
+    def __init__(self, transform, decode, seed, types):
+        if decode not in _DECODERS and not callable(decode):
+            raise ValueError("decode=%r: use None (the sample as a numpy view), 'pil' (a PIL "
+                             "RGB image) or a callable taking the view" % (decode,))
+        self.transform = transform
+        self.decode = decode
+        self.seed = seed
+        self.types = types
+
+
+def _as_tensor(y):
+    if isinstance(y, torch.Tensor):
+        return y
+    if isinstance(y, np.ndarray):
+        return torch.as_tensor(np.ascontiguousarray(y))
+    if isinstance(y, (bool, int, float, np.number)):
+        return torch.as_tensor(y)
+    raise TypeError("the transform returned %s; it must return a torch tensor, a numpy "
+                    "array or a number (add transforms.ToTensor() or PILToTensor() for PIL "
+                    "images)" % type(y).__name__)
+
+
+def run_batch(job, arena, task, shared):
+    """The stacked tensor [n, ...] of one batch (task: see Pipeline._dispatch).
+    shared: allocate it in shared memory (a worker). Raises TransformError."""
+    global _current
+    seq, epoch, step, offsets, sizes, types, ids, labels = task
+    decode = _DECODERS.get(job.decode, job.decode) if not callable(job.decode) else job.decode
+    out, first = None, None
+    n = len(ids)
+    for i in range(n):
+        off, size, t, sid = offsets[i], sizes[i], types[i], ids[i]
+        where = "sample %d (batch %d:%d, index %d, label %d)" % (sid, epoch, step, i, labels[i])
+        try:
+            if off + size > len(arena) or t >= len(job.types):
+                raise ValueError("descriptor outside the arena")
+            v = arena[off:off + size]
+            dt, shape = job.types[t]
+            if dt is not None:
+                v = v.view(dt).reshape(shape)
+            x = decode(v) if decode is not None else v
+            s = sample_seed(job.seed, epoch, sid)
+            seed_globals(s)
+            _current = SampleInfo(s, epoch, step, i, sid, labels[i])
+            try:
+                y = _as_tensor(job.transform(x))
+            finally:
+                _current = None
+            if out is None:
+                first = (tuple(y.shape), y.dtype)
+                if shared:
+                    st = y.storage()._new_shared(n * max(1, y.numel()))
+                    out = y.new(st).resize_(n, *y.shape)
+                else:
+                    out = torch.empty((n,) + tuple(y.shape), dtype=y.dtype)
+            elif (tuple(y.shape), y.dtype) != first:
+                raise ValueError("the transform returned %s %s, but %s %s for the batch's first "
+                                 "sample: a batch is one tensor, so every sample needs the same "
+                                 "shape and dtype (crop or resize to a fixed size)" %
+                                 (str(y.dtype), list(y.shape), str(first[1]), list(first[0])))
+            out[i].copy_(y)
+        except Exception as e:
+            tb = traceback.format_exc()
+            raise TransformError("%s: %s: %s\n%s" % (where, type(e).__name__, e, tb), epoch,
+                                 step, i, sid, labels[i]) from None
+    if out is None:
+        out = torch.empty((0,))
+    return out
+
+
+# ---- worker processes -------------------------------------------------------
+
+class _ArenaFd:
+    """The arena fd, passed to a spawned worker by SCM_RIGHTS when pickled."""
+
+    def __init__(self, fd, size):
+        self.fd, self.size = fd, size
+
+    def __reduce__(self):
+        return _map_arena, (reduction.DupFd(self.fd), self.size)
+
+
+def _map_arena(dupfd, size):
+    fd = dupfd.detach()
+    try:
+        mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    return np.frombuffer(mm, dtype=np.uint8)
+
+
+def _worker_main(wid, conn, arena, job, parent):
+    """One worker: answer tasks until told to stop, the pipe closes, or the
+    trainer (parent) is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
+    torch.set_num_threads(1)
+    while True:
+        try:
+            if not conn.poll(_PARENT_POLL_S):
+                if os.getppid() != parent:
+                    return
+                continue
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        try:
+            reply = (task[0], run_batch(job, arena, task, shared=True), None)
+        except TransformError as e:
+            reply = (task[0], None, (str(e), e.epoch, e.step, e.index, e.sample_id, e.label))
+        try:
+            conn.send(reply)
+        except (EOFError, OSError):
+            return
+        del reply  # the trainer holds the tensor's shared memory now
+
+
+def _describe_exit(code):
+    if code is None:
+        return "is gone"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "signal %d" % -code
+        return "was killed by %s" % name
+    return "exited with status %d" % code
+
+
+class Entry:
+    """One place in the stream: a batch (held from seerd while `batch` is
+    set, i.e. until its worker answered), or the end of an epoch or job."""
+
+    __slots__ = ("kind", "seq", "batch", "worker", "images", "error", "epoch", "step", "ids",
+                 "labels")
+
+    def __init__(self, kind, seq=None, b=None):
+        self.kind, self.seq, self.batch = kind, seq, b
+        self.worker = self.images = self.error = None
+        if b is not None:  # the facts outlive the release
+            self.epoch, self.step, self.ids, self.labels = b.epoch, b.step, b.ids, b.labels
+
+
+class Pipeline:
+    """N worker processes fed in order from one seer.Loader. iterate() yields
+    (batch, images) per batch of one epoch in stream order; what was fetched
+    but not yet yielded when an iteration stops stays queued for the next."""
+
+    def __init__(self, loader, job, num_workers, prefetch, context):
+        self._loader = loader
+        self._job = job
+        self._depth = max(1, prefetch * num_workers)
+        self._procs, self._conns = [], []
+        self._queue = collections.deque()  # entries in stream order
+        self._seq = 0
+        self._fetching = True  # False after EndOfEpoch/EndOfJob until that marker is consumed
+        self._broken = None
+        ctx = multiprocessing.get_context(context)
+        if ctx.get_start_method() == "fork":
+            arena = loader._arena
+            fd = -1
+        else:
+            fd = loader._lib.seer_arena_fd(loader._c)
+            if fd < 0:
+                from . import _error
+                raise _error(fd)
+            arena = _ArenaFd(fd, len(loader._arena))
+        self._lock = threading.Lock()
+        self._waiting = False  # a thread is in _collect's wait
+        self._stopped = False
+        self._wake_r, self._wake_w = os.pipe()
+        try:
+            for w in range(num_workers):
+                mine, theirs = ctx.Pipe(duplex=True)
+                p = ctx.Process(target=_worker_main, name="seer-torch-worker-%d" % w,
+                                args=(w, theirs, arena, job, os.getpid()), daemon=True)
+                p.start()
+                theirs.close()
+                self._procs.append(p)
+                self._conns.append(mine)
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    def _dispatch(self, b):
+        seq, self._seq = self._seq, self._seq + 1
+        e = Entry("batch", seq, b)
+        if b.error is not None:
+            e.error = SeerError(_C.EBATCH, "batch %d:%d failed: %s" % (b.epoch, b.step, b.error))
+            b.release()
+            e.batch = None
+        else:
+            w = seq % len(self._procs)
+            task = (seq, b.epoch, b.step, b._offsets.tolist(), b.sizes.tolist(),
+                    b._types.tolist(), b.ids.tolist(), b.labels.tolist())
+            e.worker = w
+            try:
+                self._conns[w].send(task)
+            except (OSError, EOFError, ValueError):
+                self._queue.append(e)
+                if self._stopped:
+                    raise _stopped_error()
+                raise self._dead(w, e)
+        self._queue.append(e)
+
+    def _fetch(self, timeout):
+        """Take one batch from seerd; False when none came within timeout
+        (seconds; None: the Loader's timeout)."""
+        from . import EndOfEpoch, EndOfJob
+        try:
+            b = self._loader.next_batch(timeout=timeout)
+        except EndOfEpoch:
+            self._queue.append(Entry("epoch"))
+            self._fetching = False
+            return True
+        except EndOfJob:
+            self._queue.append(Entry("end"))
+            self._fetching = False
+            return True
+        except SeerError as ex:
+            if timeout == 0 and ex.code == -errno.ETIMEDOUT:
+                return False
+            raise
+        self._dispatch(b)
+        return True
+
+    def _busy(self):
+        return [e for e in self._queue if e.batch is not None]
+
+    def _dead(self, w, e=None):
+        p = self._procs[w]
+        p.join(1.0)
+        held = e or next((x for x in self._queue if x.worker == w and x.batch is not None),
+                         None)
+        what = " while transforming batch %d:%d" % (held.epoch, held.step) if held else ""
+        return WorkerError("seer.torch worker %d (pid %s) %s%s; the loader is closed (a "
+                           "transform that crashes the interpreter or runs out of memory "
+                           "ends the worker)" % (w, p.pid, _describe_exit(p.exitcode), what))
+
+    def _collect(self, timeout):
+        """Wait up to timeout (None: forever) for worker answers; store them."""
+        busy = self._busy()
+        if not busy:
+            return
+        workers = sorted({e.worker for e in busy})
+        waitees = [self._conns[w] for w in workers] + [self._procs[w].sentinel for w in workers]
+        waitees.append(self._wake_r)
+        with self._lock:
+            if self._stopped:
+                raise _stopped_error()
+            self._waiting = True
+        try:
+            ready = mpconn.wait(waitees, timeout)
+        finally:
+            with self._lock:
+                self._waiting = False
+                stopped = self._stopped
+            if stopped:  # stop() ran in another thread meanwhile and left the fds to us
+                self._close_fds()
+        if stopped:
+            raise _stopped_error()
+        for w in workers:
+            c = self._conns[w]
+            if c in ready:
+                try:
+                    seq, out, err = c.recv()
+                except (EOFError, OSError):
+                    raise self._dead(w) from None
+                self._settle(seq, out, err)
+            elif self._procs[w].sentinel in ready:
+                if c.poll(0):  # its last answer came before it died
+                    continue
+                raise self._dead(w)
+
+    def _settle(self, seq, out, err):
+        for e in self._queue:
+            if e.seq == seq and e.batch is not None:
+                b, e.batch = e.batch, None
+                b.release()  # the worker has read it: seerd may reuse its staging
+                if err is not None:
+                    msg, epoch, step, index, sid, label = err
+                    e.error = TransformError(msg, epoch, step, index, sid, label)
+                else:
+                    e.images = out
+                return
+        raise SeerError(-errno.EPROTO, "seer.torch: a worker answered for batch %d, which is "
+                        "not in flight" % seq)
+
+    def next(self):
+        """The next Entry in stream order: kind "batch" (with images), "epoch"
+        once after each epoch, "end" at the job's end (and after). A TransformError or failed batch raises for that batch only; a
+        WorkerError leaves the pipeline broken (it raises again)."""
+        if self._broken is not None:
+            raise self._broken
+        try:
+            return self._next()
+        except WorkerError as ex:
+            self._broken = ex
+            raise
+
+    def drain(self):
+        """Wait until no worker reads a batch any more; drop what is queued
+        (before a seek)."""
+        while self._busy():
+            self._collect(None)
+        self._queue.clear()
+        self._fetching = True
+
+    def _next(self):
+        backoff = 0.001
+        while True:
+            while self._fetching and len(self._queue) < self._depth:
+                if not self._fetch(None if not self._queue else 0):
+                    break
+            head = self._queue[0]
+            if head.kind != "batch":
+                if head.kind == "epoch":
+                    self._queue.popleft()
+                    self._fetching = True
+                return head
+            if head.batch is None:  # answered (or failed)
+                self._queue.popleft()
+                if head.error is not None:
+                    raise head.error
+                return head
+            room = self._fetching and len(self._queue) < self._depth
+            self._collect(backoff if room else None)
+            if room:
+                backoff = min(0.02, backoff * 2)
+
+    def stop(self):
+        """End the workers (they only read the arena; an answer in flight is
+        dropped) and wait for them; from any thread. Batches still held stay
+        held (their Loader releases them when it closes)."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            waiting = self._waiting
+        self.wake()
+        for p in self._procs:  # they hold nothing but a read-only mapping
+            if p.is_alive():
+                p.terminate()
+        for p in self._procs:
+            p.join(5.0)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        if not waiting:
+            self._close_fds()
+
+    def wake(self):
+        """Make a wait in another thread return."""
+        if self._wake_w >= 0:
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
+
+    def _close_fds(self):
+        """The pipes: by stop(), or by the thread that was waiting on them."""
+        for c in self._conns:
+            c.close()
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+
+def _stopped_error():
+    return SeerError(-errno.EBADF, "seer.torch: the loader was closed (its transform workers "
+                     "are stopped)")
