@@ -19,17 +19,6 @@
 
 #define XF_MAX_OUT 16384u
 
-int xf_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
-
 static const float imagenet_mean[3] = { 0.485f, 0.456f, 0.406f };
 static const float imagenet_std[3] = { 0.229f, 0.224f, 0.225f };
 

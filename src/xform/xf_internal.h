@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base.h"
 #include "xform.h"
 
 #define XF_MAX_SIDE 65500u                 /* JPEG's own limit; PNG is held to it too */
@@ -128,7 +129,6 @@ int xf_resample_u8(struct xf_scratch *s, const struct xf_region *r, const struct
 		   const struct xf_taps *ty, uint8_t *dst);
 
 /* Error text helper: snprintf into err when err is not NULL; returns rc. */
-int xf_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+#define xf_fail err_fmt /* src/base.h: the message into err, returns rc */
 
 #endif /* SEER_XF_INTERNAL_H */
