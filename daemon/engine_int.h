@@ -576,6 +576,10 @@ void fcast_stop(struct engine *e);            /* join it (before the plan goes) 
 void fcast_note(struct engine *e);            /* the forecast of the epoch beginning */
 struct json_t *fcast_epoch_json(const struct epoch_stats *s); /* null when none */
 
+/* status.c: JSON helpers for the stats and status writers (dispatcher) */
+struct json_t *st_must(struct json_t *j);           /* out of memory: logged, abort */
+struct json_t *st_real(double x, int decimals);     /* rounded; null when not finite */
+
 /* jobrec.c: the job's resume plan and the trainers' checkpoint records */
 struct smp_job jobrec_job(const struct engine *e, uint32_t world);
 int jobrec_decode(struct engine *e, const uint8_t *buf, size_t len, struct smp_record *out,

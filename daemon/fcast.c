@@ -141,26 +141,8 @@ void fcast_note(struct engine *e)
 
 #define JU(x) ((json_int_t)(x))
 
-static _Noreturn void oom(void)
-{
-	log_error("out of memory writing the forecast as JSON");
-	abort();
-}
-
-static json_t *must(json_t *j)
-{
-	if (!j)
-		oom();
-	return j;
-}
-
-static json_t *jreal(double x, int decimals)
-{
-	if (!isfinite(x))
-		return json_null();
-	double scale = pow(10.0, decimals);
-	return json_real(round(x * scale) / scale);
-}
+#define must st_must
+#define jreal st_real
 
 json_t *fcast_epoch_json(const struct epoch_stats *s)
 {
@@ -276,7 +258,9 @@ char *engine_forecast_json(struct engine *e)
 	}
 	char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_decref(root);
-	if (!text)
-		oom();
+	if (!text) {
+		log_error("out of memory writing the forecast as JSON");
+		abort();
+	}
 	return text;
 }

@@ -25,13 +25,16 @@
 
 static const char *const src_names[SRC_COUNT] = { "pfs", "nvme", "peer" };
 
+#define must st_must
+#define jreal st_real
+
 static _Noreturn void json_oom(void)
 {
 	log_error("out of memory writing the statistics as JSON");
 	abort();
 }
 
-static json_t *must(json_t *j)
+json_t *st_must(json_t *j)
 {
 	if (!j)
 		json_oom();
@@ -39,7 +42,7 @@ static json_t *must(json_t *j)
 }
 
 /* x rounded to `decimals` places (how far its clock is worth reading). */
-static json_t *jreal(double x, int decimals)
+json_t *st_real(double x, int decimals)
 {
 	if (!isfinite(x))
 		return json_null();
