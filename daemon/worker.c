@@ -30,6 +30,19 @@ static bool transient(int rc)
 	return rc < 0 && rc > -4096 && rc != -ESTALE && rc != -ENAMETOOLONG && rc != -ERANGE;
 }
 
+/* After attempt `attempt` of a PFS read ended with rc: whether to try again
+ * (a transient error, retries left, no stop), after sleeping *backoff_ms,
+ * which doubles. */
+static bool retry_after(const struct engine *e, int rc, uint32_t attempt, double *backoff_ms)
+{
+	if (rc == 0 || !transient(rc) || attempt >= e->cfg->retries ||
+	    atomic_load_explicit(&e->stopping, memory_order_relaxed))
+		return false;
+	sleep_ns((uint64_t)(*backoff_ms * 1e6));
+	*backoff_ms *= 2;
+	return true;
+}
+
 /* worker_blob_read's buffer: this I/O thread's, freed by worker_fini */
 static _Thread_local uint8_t *blob_buf;
 static _Thread_local size_t blob_cap;
@@ -94,11 +107,8 @@ static int worker_pfs_read(const struct engine *e, struct etask *t, struct cat_r
 		rc = cat_read(rd, t->sample, dst);
 		t->pfs_read = rd->bytes_read - read0;
 		t->attempts = attempt + 1;
-		if (rc == 0 || !transient(rc) || attempt >= e->cfg->retries ||
-		    atomic_load_explicit(&e->stopping, memory_order_relaxed))
+		if (!retry_after(e, rc, attempt, &backoff_ms))
 			break;
-		sleep_ns((uint64_t)(backoff_ms * 1e6));
-		backoff_ms *= 2;
 	}
 	if (t->attempts > 1 && rc == 0)
 		str_copy(t->err, sizeof(t->err), rd->err); /* why it had to retry, for the log */
@@ -188,11 +198,8 @@ static int worker_extent(const struct engine *e, struct etask *t, struct cat_rea
 		rc = cat_read_range(rd, t->file, t->foff, t->len, buf);
 		t->pfs_read += rd->last_bytes;
 		t->attempts = attempt + 1;
-		if (rc == 0 || !transient(rc) || attempt >= e->cfg->retries ||
-		    atomic_load_explicit(&e->stopping, memory_order_relaxed))
+		if (!retry_after(e, rc, attempt, &backoff_ms))
 			break;
-		sleep_ns((uint64_t)(backoff_ms * 1e6));
-		backoff_ms *= 2;
 		rc = 0;
 	}
 	if (rc == 0) {

@@ -184,23 +184,6 @@ static inline void tile_col(const uint8_t *sp, uint64_t step, uint64_t nr, uint8
 
 /* By tiles of about 16 KiB: the source tile stays in L1 while each
  * destination column of the tile is written as one sequential run. */
-void npz_transpose_block(const uint8_t *src, uint64_t rows, uint64_t ncols, uint64_t c0,
-			 uint64_t cc, uint8_t *dst, uint64_t R, uint64_t r0, uint32_t isz)
-{
-	const uint64_t tc = MIN(cc, (uint64_t)64);
-	const uint64_t tr = MAX((uint64_t)64, (16u << 10) / (MAX(tc, (uint64_t)1) * isz));
-	const uint64_t step = ncols * isz;
-	for (uint64_t ra = 0; ra < rows; ra += tr) {
-		uint64_t nr = MIN(rows - ra, tr);
-		for (uint64_t ca = 0; ca < cc; ca += tc) {
-			uint64_t cb = MIN(cc, ca + tc);
-			for (uint64_t c = ca; c < cb; c++)
-				tile_col(src + (ra * ncols + c0 + c) * isz, step, nr,
-					 dst + (c * R + r0 + ra) * isz, isz);
-		}
-	}
-}
-
 void npz_transpose_cols(const uint8_t *src, uint64_t rows, uint64_t ncols, uint64_t c0,
 			uint64_t cc, uint8_t *const *dst, uint64_t r0, uint32_t isz)
 {

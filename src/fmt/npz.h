@@ -114,13 +114,10 @@ struct npz_gather {
 };
 void npz_gather_feed(struct npz_gather *g, const uint8_t *data, size_t len, uint64_t pos);
 
-/* Columns [c0, c0 + cc) of a block of rows x ncols elements (row-major at src,
- * rows r0.. of an R-row matrix) into dst, column-major: element (r, c) goes to
- * dst[((c - c0) * R + r) * isz]. Cache-blocked. */
-void npz_transpose_block(const uint8_t *src, uint64_t rows, uint64_t ncols, uint64_t c0,
-			 uint64_t cc, uint8_t *dst, uint64_t R, uint64_t r0, uint32_t isz);
-/* The same with a destination per column: column c0 + j goes to dst[j]
- * (rows r0.. of it; NULL: not wanted). */
+/* Columns [c0, c0 + cc) of a block of rows x ncols elements (row-major at
+ * src, rows r0.. of the matrix), column-major into a destination per column:
+ * column c0 + j goes to dst[j] (rows r0.. of it; NULL: not wanted).
+ * Cache-blocked. */
 void npz_transpose_cols(const uint8_t *src, uint64_t rows, uint64_t ncols, uint64_t c0,
 			uint64_t cc, uint8_t *const *dst, uint64_t r0, uint32_t isz);
 
