@@ -288,6 +288,45 @@ static void on_record(struct server *s, uint32_t slot)
 	pend_close(s, (int)slot);
 }
 
+/* Whether the hello (n bytes read) of pending connection p may go on: 0;
+ * 1 when the peer closed before sending anything; else the status to refuse
+ * it with, msg saying why (another user, out of descriptors, another
+ * protocol version, a malformed handshake). */
+static int hello_check(struct pending *p, const struct seer_msg_hello *h,
+		       ssize_t n, char *msg, size_t len)
+{
+	if (p->refuse_uid >= 0) {
+		snprintf(msg, len, "permission denied: seerd serves only its own user (uid %u); you "
+			 "are uid %ld", (unsigned)getuid(), p->refuse_uid);
+		return SEER_EREFUSED;
+	}
+	if (p->refuse_fds) {
+		struct rlimit rl = { 0, 0 };
+		getrlimit(RLIMIT_NOFILE, &rl);
+		snprintf(msg, len, "seerd is out of file descriptors (open-file limit %llu): try "
+			 "again later; raise its limit (ulimit -n) or lower [prefetch] io_threads",
+			 (unsigned long long)rl.rlim_cur);
+		p->refuse_fds = false;
+		return -EMFILE; /* on the spare descriptor: on_conn gives it back */
+	}
+	bool magic = n >= 16 && h->magic == SEER_MAGIC_HELLO;
+	if (magic && h->version != SEER_PROTO_VERSION) {
+		snprintf(msg, len, "protocol version %u, this seerd speaks %u: use the libseer of the "
+			 "same seer build", h->version, SEER_PROTO_VERSION);
+		log_warn("pid %d speaks protocol version %u; refused", (int)p->pid, h->version);
+		return SEER_EPROTO;
+	}
+	if (n != (ssize_t)sizeof(*h) || !magic) {
+		if (n <= 0)
+			return 1;
+		snprintf(msg, len, "malformed handshake (%zd bytes): the client is not a libseer of "
+			 "this version", n);
+		log_warn("pid %d sent a malformed handshake (%zd bytes)", (int)p->pid, n);
+		return SEER_EPROTO;
+	}
+	return 0;
+}
+
 void on_conn(struct server *s, uint32_t slot)
 {
 	struct pending *p = &s->pend[slot];
@@ -308,44 +347,16 @@ void on_conn(struct server *s, uint32_t slot)
 	int fd = p->fd;
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
 	p->fd = -1;
-	if (p->refuse_uid >= 0) {
-		char msg[SEER_ERRMSG_MAX];
-		snprintf(msg, sizeof(msg), "permission denied: seerd serves only its own user (uid "
-			 "%u); you are uid %ld", (unsigned)getuid(), p->refuse_uid);
-		refuse_conn(fd, &h, n, SEER_EREFUSED, msg);
+	char msg[SEER_ERRMSG_MAX];
+	int status = hello_check(p, &h, n, msg, sizeof(msg));
+	if (status == 1) {
+		close(fd); /* closed before a byte came */
 		return;
 	}
-	if (p->refuse_fds) {
-		struct rlimit rl = { 0, 0 };
-		getrlimit(RLIMIT_NOFILE, &rl);
-		char msg[SEER_ERRMSG_MAX];
-		snprintf(msg, sizeof(msg), "seerd is out of file descriptors (open-file limit %llu): "
-			 "try again later; raise its limit (ulimit -n) or lower [prefetch] io_threads",
-			 (unsigned long long)rl.rlim_cur);
-		p->refuse_fds = false;
-		refuse_conn(fd, &h, n, -EMFILE, msg);
-		spare_restore(s);
-		return;
-	}
-	bool magic = n >= 16 && h.magic == SEER_MAGIC_HELLO;
-	if (magic && h.version != SEER_PROTO_VERSION) {
-		char msg[SEER_ERRMSG_MAX];
-		snprintf(msg, sizeof(msg), "protocol version %u, this seerd speaks %u: use the "
-			 "libseer of the same seer build", h.version, SEER_PROTO_VERSION);
-		log_warn("pid %d speaks protocol version %u; refused", (int)p->pid, h.version);
-		refuse_conn(fd, &h, n, SEER_EPROTO, msg);
-		return;
-	}
-	if (n != (ssize_t)sizeof(h) || !magic) {
-		if (n > 0) {
-			char msg[SEER_ERRMSG_MAX];
-			snprintf(msg, sizeof(msg), "malformed handshake (%zd bytes): the client is not "
-				 "a libseer of this version", n);
-			log_warn("pid %d sent a malformed handshake (%zd bytes)", (int)p->pid, n);
-			refuse_conn(fd, &h, n, SEER_EPROTO, msg);
-		} else {
-			close(fd);
-		}
+	if (status != 0) {
+		refuse_conn(fd, &h, n, status, msg);
+		if (status == -EMFILE)
+			spare_restore(s);
 		return;
 	}
 	if (h.kind == SEER_MSG_CTL) {
@@ -357,7 +368,6 @@ void on_conn(struct server *s, uint32_t slot)
 		return;
 	}
 	if (h.kind != SEER_MSG_HELLO) {
-		char msg[SEER_ERRMSG_MAX];
 		snprintf(msg, sizeof(msg), "unknown request kind %u", h.kind);
 		log_warn("pid %d sent an unknown request kind %u; closing", (int)p->pid, h.kind);
 		refuse_conn(fd, &h, n, SEER_EPROTO, msg);
@@ -365,7 +375,6 @@ void on_conn(struct server *s, uint32_t slot)
 	}
 	if (h.record_len > 0) {
 		if (h.record_len > SEER_RECORD_MAX) {
-			char msg[SEER_ERRMSG_MAX];
 			snprintf(msg, sizeof(msg), "checkpoint record of %u bytes: seerd takes at most "
 				 "%u", h.record_len, SEER_RECORD_MAX);
 			refuse_conn(fd, &h, n, -EMSGSIZE, msg);
