@@ -56,7 +56,7 @@ job() { # name, node of rank r as a shell expression, extra trainer options
   cat > "$tmp/$1.sh" <<SH
 #!/bin/bash
 srun -n 2 --overlap --mpi=pmix "$BIN/seerd" -c "$tmp/job.ini" &
-srun -n 4 --overlap bash -c 'SEER_SOCKET=$tmp/d-\$(( $2 )).sock exec "$BIN/seer-trainer" --log "$tmp/$1-r\$SLURM_PROCID.log" --quiet $3'
+srun -n 4 --overlap bash -c 'SEER_JOB_ID=seer-resume-$$ SEER_SOCKET=$tmp/d-\$(( $2 )).sock exec "$BIN/seer-trainer" --log "$tmp/$1-r\$SLURM_PROCID.log" --quiet $3'
 wait
 SH
   chmod +x "$tmp/$1.sh"
