@@ -467,7 +467,7 @@ int plan_node_build(struct plan_node *nv, const struct plan *p, const struct cat
 	if (rc == 0)
 		rc = rsel_rank(&r, &ranked);
 	if (rc == 0)
-		rc = node_place(nv, &r, ranked, c, len, cap);
+		rc = node_place(nv, &r, ranked, len ? NULL : c, len, cap); /* len wins */
 	free(ranked);
 	if (rc == 0 && nv->nrepl)
 		rc = node_ready(nv, sh, first_epoch, orders, r.perm ? r.perm : r.first);

@@ -167,7 +167,8 @@ struct plan_orders {
 
 /* The replica set of node `node` for a job of `epochs` epochs starting at
  * first_epoch, after plan p (built with the same sh, first_epoch, rank_node,
- * cap). len: sample lengths, or NULL to take them from catalog c. On success
+ * cap). len: the sample lengths to place (they win over c's: decoded
+ * images), or NULL to take them from catalog c. On success
  * *nv owns memory (plan_node_free). Replicas off, epochs <= 1 or no spare
  * room: an empty set. 0, -EINVAL, -ENOMEM, or -EOVERFLOW when this node's
  * reads over the job do not fit 32-bit ticks. */
