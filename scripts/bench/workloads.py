@@ -159,7 +159,9 @@ def scenarios(full=False, nodes=2, tpn=2):
         return _pfs(round(d["nsamples"] * d["size"] / (4 * steps * compute_ms / 1000), -5))
 
     sc("unet3d", "unet3d", 7, 150, bw("unet3d", 7, 150), staging=192 * MiB, lookahead=4)
-    sc("resnet50", "resnet50", 64, 103, bw("resnet50", 64, 103), staging=128 * MiB,
+    # staging: [job] max_held (2) batches of the largest samples (64 x 896 KiB)
+    # for each of a node's 2 trainers
+    sc("resnet50", "resnet50", 64, 103, bw("resnet50", 64, 103), staging=256 * MiB,
        lookahead=4)
     sc("cosmoflow", "cosmoflow", 1, 45, bw("cosmoflow", 1, 45), staging=96 * MiB,
        lookahead=8)
