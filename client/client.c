@@ -380,7 +380,7 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	}
 	if (rc != 0)
 		return rc;
-	uint32_t idx;
+	uint32_t idx = 0; /* (set by the pop that succeeds; gcc -O1 cannot tell) */
 	rc = -EAGAIN;
 	for (int i = 0; i < SPIN_ITERS && rc != 0; i++) {
 		if ((rc = ring_pop(&c->out, &idx)) != 0)
