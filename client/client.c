@@ -363,7 +363,9 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	}
 	if (c->next_global >= c->total)
 		return SEER_EEND;
-	if (c->next_global / c->w.batches_per_epoch + 1 < c->w.epochs)
+	uint64_t ep, st;
+	smp_tl_pos(&c->tl, c->next_global, &ep, &st); /* (an elastic epoch too) */
+	if (ep + 1 < c->w.epochs)
 		pf_start(c); /* the cold epoch's background prefault, for epochs to come */
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	int rc;

@@ -51,12 +51,18 @@ uint64_t arena_key_off(const struct engine *e, uint32_t key)
 	return e->cache_base + (key < n ? place_local_off(e, key) : e->np.off[key - n]);
 }
 
+/* One node whose RAM cache holds every sample (NVMe copies are staged). */
+static bool all_in_ram(const struct engine *e)
+{
+	return e->plan_ready && e->plan.nnodes == 1 && e->plan.cached_samples == e->cat->nsamples &&
+	       e->plan.nvme_used[0] == 0;
+}
+
 /* Every sample lives in this node's RAM cache and no batch tensor is made:
  * staging stays unused. */
 static bool staging_unused(const struct engine *e)
 {
-	return e->plan_ready && e->plan.cached_samples == e->cat->nsamples && e->plan.nnodes == 1 &&
-	       xfs_tensor_bytes(e, e->sh.batch) == 0;
+	return all_in_ram(e) && xfs_tensor_bytes(e, e->sh.batch) == 0;
 }
 
 /* Staging a trainer must have: [job] max_held batches of the largest samples
@@ -80,7 +86,7 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 	unsigned __int128 need128 = ((unsigned __int128)e->sh.batch * one + tensor) * held;
 	uint64_t mean = arena_stage_bytes(e, cat->total_bytes / MAX(cat->nsamples, 1ull),
 					  e->nvme_ok) * e->sh.batch + tensor;
-	if (e->plan_ready && e->plan.cached_samples == cat->nsamples && e->plan.nnodes == 1) {
+	if (all_in_ram(e)) {
 		if (!tensor)
 			return 0; /* every sample lives in the RAM cache: staging stays unused */
 		need128 = (unsigned __int128)tensor * held; /* only the batch tensors are staged */

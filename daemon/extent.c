@@ -226,6 +226,7 @@ static bool ext_try(struct engine *e, struct etask *t)
 			/* planned here, absent: its slot's load rides along */
 			m = pf_ram_new(e, s, s, false);
 			m->need_g = t->need_g;
+			m->bg_key = t->bg_key; /* a background trigger's members stay background */
 			m->io.key = t->io.key;
 		}
 		if (e->pfs_q[s] == m->id + 1)

@@ -198,6 +198,7 @@ void place_plan(struct engine *e)
 	atomic_store_explicit(&e->plan_published, true, memory_order_release);
 	e->fill_left = e->cache_planned;
 	e->fill_g = smp_tl_g(&e->tl, e->first_epoch, 0);
+	e->fill_r = 0; /* (a shape dropped mid-round left it for another world) */
 	log_plan(e, t0);
 	arena_split_staging(e);
 	peer_replay_early(e);

@@ -299,10 +299,11 @@ static uint64_t staged_len(const struct engine *e, uint32_t s, enum route_src sr
 	return src == ROUTE_NVME || src == ROUTE_PEER ? xfs_src_len(e, s) : e->cat->samples[s].length;
 }
 
-/* The samples of t's batch g (corrupt ones substituted) and where each is
- * served from, into the batch scratch (*n of them); returns the staging
- * bytes they need. */
-static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t g, uint32_t *n)
+/* The samples of t's batch g (corrupt ones substituted: *subs of them) and
+ * where each is served from, into the batch scratch (*n of them); returns
+ * the staging bytes they need. */
+static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t g, uint32_t *n,
+			    uint32_t *subs)
 {
 	*n = jobrec_batch(e, t->rank, g, e->ids);
 	struct route_view v = place_view(e);
@@ -310,11 +311,10 @@ static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t 
 	for (uint32_t i = 0; i < *n; i++) {
 		uint32_t s = e->ids[i];
 		if (UNLIKELY(e->bad[s])) {
-			/* known corrupt: substituted (and counted) in every epoch */
-			uint64_t epoch, step;
-			jobrec_pos(e, g, &epoch, &step);
+			/* known corrupt: substituted in every epoch (counted by the
+			 * caller once the batch is prepared) */
 			s = substitute(e, s, UINT64_MAX, false);
-			stats_epoch(e, epoch)->skipped++;
+			(*subs)++;
 		}
 		e->ids[i] = s;
 		e->routes[i] = (uint8_t)route_sample(&v, t->rank, s, &e->keys[i]);
@@ -404,11 +404,16 @@ static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
 bool pf_prepare(struct engine *e, struct trainer *t)
 {
 	uint64_t g = t->next_prep;
-	uint32_t n;
-	uint64_t off, need = batch_route(e, t, g, &n);
+	uint32_t n, subs = 0;
+	uint64_t off, need = batch_route(e, t, g, &n, &subs);
 	uint64_t tensor = xfs_tensor_bytes(e, n); /* the batch tensor, first */
 	if (stg_alloc(&t->stg, need + tensor, &off) != 0)
-		return false;
+		return false; /* routed again when staging frees */
+	if (subs) {
+		uint64_t epoch, step;
+		jobrec_pos(e, g, &epoch, &step);
+		stats_epoch(e, epoch)->skipped += subs;
+	}
 	uint32_t idx = (uint32_t)(g & (t->nslots - 1));
 	struct tslot *sl = &t->slots[idx];
 	*sl = (struct tslot){ .st = SL_PREP, .g = g, .vend = stg_mark(&t->stg) };

@@ -627,7 +627,7 @@ static void job_failed(struct engine *e, struct xjob *j, struct xfs_epoch *ep)
 		if (substitute(e, j, t)) {
 			ep->skipped++;
 			e->xf->all.skipped++;
-			stats_epoch(e, e->epochs_done)->skipped++;
+			stats_epoch(e, j->epoch)->skipped++; /* the batch's epoch */
 			return;
 		}
 		str_copy(msg + strlen(msg), sizeof(msg) - strlen(msg),

@@ -24,7 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEER_PROTO_VERSION 2u /* 2: the batch tensor in struct seer_wire_slot, checkpoint records in the handshake */
+#define SEER_PROTO_VERSION 3u /* 2: the batch tensor in struct seer_wire_slot, or checkpoint records
+				 * in the handshake (two builds); 3: both */
 #define SEER_CACHELINE 64
 
 #define SEER_MAGIC_HELLO 0x4f4c4c4548524553ull /* "SERHELLO" */
