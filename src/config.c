@@ -9,200 +9,19 @@
 #include <xxhash.h>
 
 #include "catalog.h"
+#include "config_int.h"
 #include "fmt/registry.h"
 #include "util.h"
 #include "xform/xform.h"
 
-enum cfg_type { CFG_STR, CFG_U64, CFG_SIZE, CFG_BOOL, CFG_DOUBLE, CFG_ENUM, CFG_LOGLEVEL };
-
-struct cfg_key {
-	const char *section;
-	const char *name;
-	enum cfg_type type;
-	size_t off;
-	const char *def;
-	uint64_t min, max;        /* numbers and sizes */
-	const char *const *choices; /* CFG_ENUM */
-	bool job;                 /* all nodes of a job must agree */
-	const char *help;
-};
-
-#define FMT_NAME(name, desc) #name,
-static const char *const formats[] = { FMT_LIST(FMT_NAME) NULL };
-#undef FMT_NAME
-static const char *const corrupt_policies[] = { "fail", "skip", NULL };
-static const char *const axes[] = { "last", "first", NULL };
-static const char *const policies[] = { "seer", "nopfs", NULL };
-static const char *const fill_sources[] = { "peer", "pfs", NULL };
-static const char *const xf_decodes[] = { "none", "image", NULL };
-static const char *const xf_crops[] = { "none", "random_resized", "center", NULL };
-static const char *const xf_outputs[] = { "uint8_hwc", "float16_chw", "float32_chw", NULL };
-static const char *const xf_caches[] = { "encoded", "decoded", NULL };
-
-#define F(field) offsetof(struct seer_config, field)
-#define U64MAX UINT64_MAX
-/* Byte sizes of memory and disk: 1 EiB, far beyond any node, and far from
- * 2^64 so that rounding them up (to pages, to O_DIRECT alignment) and adding
- * them cannot wrap (2^64 - 1 used to round to "0 B") */
-#define SIZEMAX (1ull << 60)
-
-static const struct cfg_key keys[] = {
-	{ "dataset", "path", CFG_STR, F(dataset_path), "", 0, 0, NULL, false,
-	  "directory holding the dataset (required)" },
-	{ "dataset", "format", CFG_ENUM, F(dataset_format), "files", 0, 0, formats, true,
-	  FMT_HELP },
-	{ "dataset", "extensions", CFG_STR, F(extensions), "", 0, 0, NULL, true,
-	  "files format: comma list of extensions to include (empty: all files)" },
-	{ "dataset", "hdf5_data", CFG_STR, F(hdf5_data), "records", 0, 0, NULL, true,
-	  "hdf5: sample dataset name, or prefix of records_0..k-1" },
-	{ "dataset", "hdf5_labels", CFG_STR, F(hdf5_labels), "labels", 0, 0, NULL, true,
-	  "hdf5: label dataset name (empty: no labels)" },
-	{ "dataset", "npz_data", CFG_STR, F(npz_data), "x", 0, 0, NULL, true,
-	  "npz: member holding the samples" },
-	{ "dataset", "npz_labels", CFG_STR, F(npz_labels), "y", 0, 0, NULL, true,
-	  "npz: member holding the labels (empty: no labels)" },
-	{ "dataset", "npz_sample_axis", CFG_ENUM, F(npz_sample_axis), "last", 0, 0, axes, true,
-	  "npz/npy: axis that indexes samples: last (DLIO: x is (d1, d2, n)) or first" },
-	{ "dataset", "on_corrupt", CFG_ENUM, F(on_corrupt), "fail", 0, 0, corrupt_policies, true,
-	  "a sample that fails its checks: fail its batch, or skip (substitute the next valid one)" },
-	{ "dataset", "rebuild_catalog", CFG_BOOL, F(catalog_rebuild), "false", 0, 0, NULL, false,
-	  "rescan the dataset even when a current catalog cache exists" },
-
-	{ "job", "id", CFG_STR, F(job_id), "${SEER_JOB_ID:-${SLURM_JOB_ID:-default}}", 0, 0, NULL,
-	  true, "job id: names the socket and the state; trainers must use the same" },
-	{ "job", "seed", CFG_U64, F(seed), "0", 0, U64MAX, NULL, true,
-	  "shuffle seed: the whole access sequence is a function of it" },
-	{ "job", "epochs", CFG_U64, F(epochs), "1", 1, 1000000, NULL, true, "epochs in the job" },
-	{ "job", "batch_size", CFG_U64, F(batch_size), "32", 1, 1u << 20, NULL, true,
-	  "samples per batch per trainer" },
-	{ "job", "drop_last", CFG_BOOL, F(drop_last), "false", 0, 0, NULL, true,
-	  "true: drop the tail so shares are equal; false: pad by wrapping around" },
-	{ "job", "shuffle", CFG_BOOL, F(shuffle), "true", 0, 0, NULL, true,
-	  "false: every epoch in catalog order" },
-	{ "job", "world_size", CFG_U64, F(world_size), "0", 0, 1u << 24, NULL, true,
-	  "trainers in the job (0: from the trainers' handshake)" },
-	{ "job", "max_held", CFG_U64, F(max_held), "2", 1, 1024, NULL, true,
-	  "batches a trainer may hold at once (taken, not yet released: 2 for double buffering, "
-	  "k for k-step gradient accumulation); staging is checked to fit them. Asking for one "
-	  "more while holding them all fails at once (-EDEADLK) instead of waiting" },
-	{ "job", "resume", CFG_STR, F(resume), "", 0, 0, NULL, false,
-	  "epoch:step to start every trainer at; auto: where each rank stopped last time "
-	  "(recorded in state_dir); empty: from the start" },
-
-	{ "cache", "ram", CFG_SIZE, F(ram), "1GiB", 0, SIZEMAX, NULL, false,
-	  "node RAM for cached samples" },
-	{ "cache", "staging", CFG_SIZE, F(staging), "256MiB", 1u << 20, SIZEMAX, NULL, false,
-	  "node RAM for samples in flight to trainers (split between local trainers)" },
-	{ "cache", "nvme_dir", CFG_STR, F(nvme_dir), "", 0, 0, NULL, false,
-	  "node-local directory for the NVMe tier (empty: no NVMe tier)" },
-	{ "cache", "nvme", CFG_SIZE, F(nvme), "0", 0, SIZEMAX, NULL, false,
-	  "bytes of the NVMe tier" },
-	{ "cache", "policy", CFG_ENUM, F(policy), "seer", 0, 0, policies, true,
-	  "seer: one planned copy per sample across the cluster; nopfs: for comparison, each "
-	  "trainer caches what it reads most in its own share of RAM (no sharing, no peers, "
-	  "no NVMe)" },
-	{ "cache", "replicas", CFG_BOOL, F(replicas), "on", 0, 0, NULL, true,
-	  "seer policy: fill the RAM and NVMe left after a node's owned share with copies of "
-	  "the samples it reads most, so later epochs read them locally (off: one copy per "
-	  "sample, as before)" },
-	{ "cache", "replica_fill", CFG_ENUM, F(replica_fill), "peer", 0, 0, fill_sources, false,
-	  "where replicas are filled from: peer (the owner, over the network: no PFS bytes) or "
-	  "pfs (no network bytes)" },
-	{ "cache", "replica_fill_rate", CFG_SIZE, F(replica_fill_rate), "0", 0, U64MAX, NULL, false,
-	  "bytes per second the background replica fills may take, e.g. 200MB (0: no cap; fills "
-	  "are always the lowest priority and at most io_threads / 4 in flight)" },
-
-	{ "prefetch", "io_threads", CFG_U64, F(io_threads), "16", 1, 1024, NULL, false,
-	  "threads reading samples (reads in flight)" },
-	{ "prefetch", "format_memory", CFG_SIZE, F(format_memory), "32MiB", 0, U64MAX, NULL, false,
-	  "memory the format readers share for decoded data (npz/npy members that must be "
-	  "decoded or transposed whole, HDF5 chunk caches); 0: keep nothing decoded" },
-	{ "prefetch", "lookahead", CFG_U64, F(lookahead), "8", 1, 4096, NULL, false,
-	  "batches prepared ahead of each trainer" },
-	{ "prefetch", "retries", CFG_U64, F(retries), "3", 0, 100, NULL, false,
-	  "retries of a failed read before its batch fails" },
-	{ "prefetch", "retry_backoff_ms", CFG_DOUBLE, F(retry_backoff_ms), "20", 0, 60000, NULL,
-	  false, "first retry delay; doubles per retry" },
-	{ "prefetch", "coalesce", CFG_BOOL, F(coalesce), "on", 0, 0, NULL, true,
-	  "read samples of one file needed soon or planned for this node's cache as one extent "
-	  "and cut them out; packed files are cached whole by one node, which reads them in the "
-	  "first epoch and serves the others (off: one read per sample)" },
-	{ "prefetch", "extent_max", CFG_SIZE, F(extent_max), "8MiB", 4096, 1ull << 34, NULL, false,
-	  "longest coalesced read" },
-	{ "prefetch", "extent_memory", CFG_SIZE, F(extent_memory), "16MiB", 4096, U64MAX, NULL,
-	  false, "memory for coalesced reads in flight (at least extent_max)" },
-	{ "prefetch", "max_amplification", CFG_DOUBLE, F(max_amplification), "1.25", 1, 1000, NULL,
-	  false, "a coalesced read reads at most this many bytes per byte of the samples it "
-	  "delivers (gaps between wanted samples are bridged within it)" },
-	{ "prefetch", "extent_gap", CFG_SIZE, F(extent_gap), "256KiB", 0, U64MAX, NULL, false,
-	  "longest gap between wanted samples a coalesced read bridges (about what the PFS moves "
-	  "in one request's latency)" },
-
-	{ "net", "provider", CFG_STR, F(provider), "${FI_PROVIDER:-tcp;ofi_rxm}", 0, 0, NULL, true,
-	  "libfabric provider for sample transfer between daemons" },
-	{ "net", "peer_timeout_ms", CFG_DOUBLE, F(peer_timeout_ms), "2000", 1, 3600000, NULL, false,
-	  "a peer fetch not answered in this time is read from the PFS instead" },
-
-	{ "daemon", "socket", CFG_STR, F(socket), "", 0, 0, NULL, false,
-	  "unix socket path (empty: seer-<user>-<job id>.sock in $SEER_RUNTIME_DIR, a private "
-	  "$XDG_RUNTIME_DIR or ${TMPDIR:-/tmp}/seer-<uid>); "
-	  "%n is replaced by the node rank" },
-	{ "daemon", "state_dir", CFG_STR, F(state_dir),
-	  "${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/seer", 0, 0, NULL, false,
-	  "where the catalog cache and resume state live (checked: owned by you, not writable "
-	  "by others, nor any ancestor unless sticky like /tmp)" },
-	{ "daemon", "log_level", CFG_LOGLEVEL, F(log_level), "info", 0, 0, NULL, false,
-	  "error, warn, info or debug" },
-	{ "daemon", "stats_file", CFG_STR, F(stats_file), "", 0, 0, NULL, false,
-	  "JSON statistics written at exit (empty: none); %n is the node rank" },
-	{ "daemon", "cpuset", CFG_STR, F(cpuset), "", 0, 0, NULL, false,
-	  "cores for seerd's threads, e.g. 0-3 (empty: automatic)" },
-	{ "daemon", "done_timeout_s", CFG_DOUBLE, F(done_timeout_s), "300", 1, 1e7, NULL, false,
-	  "how long a node whose trainers finished waits for the other nodes (shorter once a "
-	  "peer stopped answering)" },
-	{ "daemon", "connect_timeout_s", CFG_DOUBLE, F(connect_timeout_s), "600", 1, 1e7, NULL,
-	  false, "how long to wait for every trainer to connect before warning" },
-	{ "daemon", "stop_grace_s", CFG_DOUBLE, F(stop_grace_s), "30", 0, 1e7, NULL, false,
-	  "after SIGTERM or seerctl stop, how long trainers may take to finish the batch they "
-	  "hold and detach (their releases are recorded) before seerd exits anyway; keep it "
-	  "below Slurm's KillWait and mpirun's odls_base_sigkill_timeout" },
-
-	{ "transform", "decode", CFG_ENUM, F(xf_decode), "none", 0, 0, xf_decodes, true,
-	  "none: deliver file bytes; image: decode JPEG/PNG and deliver tensors" },
-	{ "transform", "crop", CFG_ENUM, F(xf_crop), "random_resized", 0, 0, xf_crops, true,
-	  "random_resized (RandomResizedCrop), center (Resize(resize) + CenterCrop), none "
-	  "(whole image resized to size)" },
-	{ "transform", "size", CFG_STR, F(xf_size), "224", 0, 0, NULL, true,
-	  "output size: N or HxW" },
-	{ "transform", "scale", CFG_STR, F(xf_scale), "0.08,1.0", 0, 0, NULL, true,
-	  "random_resized: min,max fraction of the image area" },
-	{ "transform", "ratio", CFG_STR, F(xf_ratio), "0.75,1.3333333333333333", 0, 0, NULL, true,
-	  "random_resized: min,max aspect ratio (width/height)" },
-	{ "transform", "resize", CFG_U64, F(xf_resize), "256", 0, 16384, NULL, true,
-	  "center: shorter side before the crop (0: no resize)" },
-	{ "transform", "hflip", CFG_DOUBLE, F(xf_hflip), "0.5", 0, 1, NULL, true,
-	  "probability of a horizontal flip" },
-	{ "transform", "normalize", CFG_STR, F(xf_normalize), "imagenet", 0, 0, NULL, true,
-	  "none, imagenet, or m0,m1,m2/s0,s1,s2 (of pixels scaled to [0, 1])" },
-	{ "transform", "output", CFG_ENUM, F(xf_output), "float32_chw", 0, 0, xf_outputs, true,
-	  "uint8_hwc (normalize = none), float16_chw or float32_chw" },
-	{ "transform", "threads", CFG_U64, F(xf_threads), "0", 0, 1024, NULL, false,
-	  "transform threads (0: the cores the trainers do not use)" },
-	{ "transform", "cache", CFG_ENUM, F(xf_cache), "encoded", 0, 0, xf_caches, true,
-	  "what the cache tiers hold: encoded file bytes, or decoded images" },
-	{ "transform", "cache_size", CFG_U64, F(xf_cache_size), "0", 0, 16384, NULL, true,
-	  "decoded: shorter side of cached images (0: full size)" },
-};
-
-#define NKEYS ARRAY_SIZE(keys)
 
 static void *field(struct seer_config *c, const struct cfg_key *k) { return (char *)c + k->off; }
 
 static const struct cfg_key *find_key(const char *section, const char *name)
 {
-	for (size_t i = 0; i < NKEYS; i++)
-		if (strcmp(keys[i].section, section) == 0 && strcmp(keys[i].name, name) == 0)
-			return &keys[i];
+	for (size_t i = 0; i < cfg_nkeys; i++)
+		if (strcmp(cfg_keys[i].section, section) == 0 && strcmp(cfg_keys[i].name, name) == 0)
+			return &cfg_keys[i];
 	return NULL;
 }
 
@@ -299,47 +118,32 @@ char *cfg_expand(const char *s, char *err, size_t errlen)
 
 /* ---- setting one key -------------------------------------------------------- */
 
-static int set_key(struct seer_config *c, const struct cfg_key *k, const char *raw,
-		   const char *origin, char *why, size_t whylen)
+/* An enum or a log level: 0 if v is one of the key's choices, else -EINVAL and why. */
+static int check_choice(const struct cfg_key *k, const char *v, char *why, size_t whylen)
 {
-	char *v = cfg_expand(raw, why, whylen);
-	if (!v)
+	if (k->type == CFG_LOGLEVEL) {
+		enum log_level l;
+		if (log_parse_level(v, &l) == 0)
+			return 0;
+		snprintf(why, whylen, "'%s' is not one of: error, warn, info, debug", v);
 		return -EINVAL;
-	int rc = 0;
-	void *f = field(c, k);
-	switch (k->type) {
-	case CFG_STR:
-		free(*(char **)f);
-		*(char **)f = v;
-		v = NULL;
-		break;
-	case CFG_ENUM:
-	case CFG_LOGLEVEL: {
-		bool ok = false;
-		if (k->type == CFG_LOGLEVEL) {
-			enum log_level l;
-			ok = log_parse_level(v, &l) == 0;
-		} else {
-			for (const char *const *ch = k->choices; *ch; ch++)
-				ok |= strcmp(*ch, v) == 0;
-		}
-		if (!ok) {
-			char list[256] = "";
-			if (k->type == CFG_LOGLEVEL)
-				snprintf(list, sizeof(list), "error, warn, info, debug");
-			else
-				for (const char *const *ch = k->choices; *ch; ch++)
-					snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
-						 ch == k->choices ? "" : ", ", *ch);
-			snprintf(why, whylen, "'%s' is not one of: %s", v, list);
-			rc = -EINVAL;
-			break;
-		}
-		free(*(char **)f);
-		*(char **)f = v;
-		v = NULL;
-		break;
 	}
+	for (const char *const *ch = k->choices; *ch; ch++)
+		if (strcmp(*ch, v) == 0)
+			return 0;
+	char list[256] = "";
+	for (const char *const *ch = k->choices; *ch; ch++)
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+			 ch == k->choices ? "" : ", ", *ch);
+	snprintf(why, whylen, "'%s' is not one of: %s", v, list);
+	return -EINVAL;
+}
+
+/* A number-typed key (u64, size, bool, double): parsed, range-checked, stored in f. */
+static int set_number(const struct cfg_key *k, void *f, const char *v, char *why, size_t whylen)
+{
+	int rc;
+	switch (k->type) {
 	case CFG_U64:
 	case CFG_SIZE: {
 		uint64_t n;
@@ -348,38 +152,59 @@ static int set_key(struct seer_config *c, const struct cfg_key *k, const char *r
 			snprintf(why, whylen, k->type == CFG_SIZE
 				 ? "'%s' is not a size (use e.g. 512MiB, 64GiB, 0)"
 				 : "'%s' is not a non-negative integer", v);
-			break;
+			return -EINVAL;
 		}
 		if (n < k->min || n > k->max) {
 			snprintf(why, whylen, "%s is out of range [%llu, %llu]", v,
 				 (unsigned long long)k->min, (unsigned long long)k->max);
-			rc = -ERANGE;
-			break;
+			return -ERANGE;
 		}
 		*(uint64_t *)f = n;
-		break;
+		return 0;
 	}
 	case CFG_BOOL:
 		rc = parse_bool(v, (bool *)f);
 		if (rc != 0)
 			snprintf(why, whylen, "'%s' is not a boolean (true/false, yes/no, 1/0)", v);
-		break;
+		return rc;
 	case CFG_DOUBLE: {
 		double d;
 		rc = parse_double(v, &d);
 		if (rc != 0 || d < (double)k->min || d > (double)k->max) {
 			snprintf(why, whylen, "'%s' is not a number in [%llu, %llu]", v,
 				 (unsigned long long)k->min, (unsigned long long)k->max);
-			rc = -EINVAL;
-			break;
+			return -EINVAL;
 		}
 		*(double *)f = d;
-		break;
+		return 0;
 	}
+	default:
+		snprintf(why, whylen, "internal: key type %d is not a number", (int)k->type);
+		return -EINVAL;
+	}
+}
+
+static int set_key(struct seer_config *c, const struct cfg_key *k, const char *raw,
+		   const char *origin, char *why, size_t whylen)
+{
+	char *v = cfg_expand(raw, why, whylen);
+	if (!v)
+		return -EINVAL;
+	int rc;
+	void *f = field(c, k);
+	if (k->type == CFG_STR || k->type == CFG_ENUM || k->type == CFG_LOGLEVEL) {
+		rc = k->type == CFG_STR ? 0 : check_choice(k, v, why, whylen);
+		if (rc == 0) {
+			free(*(char **)f);
+			*(char **)f = v;
+			v = NULL;
+		}
+	} else {
+		rc = set_number(k, f, v, why, whylen);
 	}
 	free(v);
 	if (rc == 0) {
-		size_t idx = (size_t)(k - keys);
+		size_t idx = (size_t)(k - cfg_keys);
 		free(c->origin[idx]);
 		c->origin[idx] = xstrdup(origin);
 	}
@@ -389,11 +214,11 @@ static int set_key(struct seer_config *c, const struct cfg_key *k, const char *r
 int cfg_init(struct seer_config *c, char *err, size_t errlen)
 {
 	memset(c, 0, sizeof(*c));
-	c->origin = xcalloc(NKEYS, sizeof(char *));
-	for (size_t i = 0; i < NKEYS; i++) {
+	c->origin = xcalloc(cfg_nkeys, sizeof(char *));
+	for (size_t i = 0; i < cfg_nkeys; i++) {
 		char why[256];
-		if (set_key(c, &keys[i], keys[i].def, "default", why, sizeof(why)) != 0) {
-			snprintf(err, errlen, "default of [%s] %s: %s", keys[i].section, keys[i].name, why);
+		if (set_key(c, &cfg_keys[i], cfg_keys[i].def, "default", why, sizeof(why)) != 0) {
+			snprintf(err, errlen, "default of [%s] %s: %s", cfg_keys[i].section, cfg_keys[i].name, why);
 			return -EINVAL;
 		}
 	}
@@ -402,9 +227,9 @@ int cfg_init(struct seer_config *c, char *err, size_t errlen)
 
 void cfg_free(struct seer_config *c)
 {
-	for (size_t i = 0; i < NKEYS; i++) {
-		if (keys[i].type == CFG_STR || keys[i].type == CFG_ENUM || keys[i].type == CFG_LOGLEVEL)
-			free(*(char **)field(c, &keys[i]));
+	for (size_t i = 0; i < cfg_nkeys; i++) {
+		if (cfg_keys[i].type == CFG_STR || cfg_keys[i].type == CFG_ENUM || cfg_keys[i].type == CFG_LOGLEVEL)
+			free(*(char **)field(c, &cfg_keys[i]));
 		if (c->origin)
 			free(c->origin[i]);
 	}
@@ -459,8 +284,8 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
 	const struct cfg_key *k = find_key(section, name);
 	if (!k) {
 		bool sec_known = false;
-		for (size_t i = 0; i < NKEYS; i++)
-			sec_known |= strcmp(keys[i].section, section) == 0;
+		for (size_t i = 0; i < cfg_nkeys; i++)
+			sec_known |= strcmp(cfg_keys[i].section, section) == 0;
 		if (sec_known)
 			snprintf(x->msg, sizeof(x->msg),
 				 "unknown key '%s' in [%s] (seerd --help lists the keys)", name, section);
@@ -704,9 +529,9 @@ char *cfg_dump(const struct seer_config *c)
 	char *out = xmalloc(cap);
 	out[0] = '\0';
 	const char *section = "";
-	for (size_t i = 0; i < NKEYS; i++) {
+	for (size_t i = 0; i < cfg_nkeys; i++) {
 		char raw[1024], val[1024], line[1400];
-		value_str(c, &keys[i], raw, sizeof(raw));
+		value_str(c, &cfg_keys[i], raw, sizeof(raw));
 		/* '$' doubled, so that reading the dump back does not expand it */
 		size_t v = 0;
 		for (const char *r = raw; *r && v + 2 < sizeof(val); r++) {
@@ -716,11 +541,11 @@ char *cfg_dump(const struct seer_config *c)
 		}
 		val[v] = '\0';
 		int n = 0;
-		if (strcmp(section, keys[i].section) != 0) {
-			section = keys[i].section;
+		if (strcmp(section, cfg_keys[i].section) != 0) {
+			section = cfg_keys[i].section;
 			n = snprintf(line, sizeof(line), "%s[%s]\n", len ? "\n" : "", section);
 		}
-		n += snprintf(line + n, sizeof(line) - (size_t)n, "%s = %s    ; %s\n", keys[i].name, val,
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "%s = %s    ; %s\n", cfg_keys[i].name, val,
 			      c->origin && c->origin[i] ? c->origin[i] : "default");
 		if (len + (size_t)n + 1 > cap) {
 			cap = cap * 2 + (size_t)n;
@@ -735,15 +560,15 @@ char *cfg_dump(const struct seer_config *c)
 void cfg_help(FILE *out)
 {
 	const char *section = "";
-	for (size_t i = 0; i < NKEYS; i++) {
-		if (strcmp(section, keys[i].section) != 0) {
-			section = keys[i].section;
+	for (size_t i = 0; i < cfg_nkeys; i++) {
+		if (strcmp(section, cfg_keys[i].section) != 0) {
+			section = cfg_keys[i].section;
 			fprintf(out, "\n[%s]\n", section);
 		}
 		static const char *tn[] = { "string", "integer", "size", "bool", "number", "choice",
 					    "level" };
-		fprintf(out, "  %-18s %-8s default %-12s %s\n", keys[i].name, tn[keys[i].type],
-			*keys[i].def ? keys[i].def : "\"\"", keys[i].help);
+		fprintf(out, "  %-18s %-8s default %-12s %s\n", cfg_keys[i].name, tn[cfg_keys[i].type],
+			*cfg_keys[i].def ? cfg_keys[i].def : "\"\"", cfg_keys[i].help);
 	}
 }
 
@@ -751,13 +576,13 @@ uint64_t cfg_job_hash(const struct seer_config *c)
 {
 	XXH64_state_t *st = XXH64_createState();
 	XXH64_reset(st, 0x10b5);
-	for (size_t i = 0; i < NKEYS; i++) {
-		if (!keys[i].job)
+	for (size_t i = 0; i < cfg_nkeys; i++) {
+		if (!cfg_keys[i].job)
 			continue;
 		char val[1024];
-		value_str(c, &keys[i], val, sizeof(val));
-		XXH64_update(st, keys[i].section, strlen(keys[i].section) + 1);
-		XXH64_update(st, keys[i].name, strlen(keys[i].name) + 1);
+		value_str(c, &cfg_keys[i], val, sizeof(val));
+		XXH64_update(st, cfg_keys[i].section, strlen(cfg_keys[i].section) + 1);
+		XXH64_update(st, cfg_keys[i].name, strlen(cfg_keys[i].name) + 1);
 		XXH64_update(st, val, strlen(val) + 1);
 	}
 	uint64_t h = XXH64_digest(st);
@@ -771,13 +596,13 @@ char *cfg_dump_job(const struct seer_config *c)
 	size_t cap = 4096, len = 0;
 	char *out = xmalloc(cap);
 	out[0] = '\0';
-	for (size_t i = 0; i < NKEYS; i++) {
-		if (!keys[i].job)
+	for (size_t i = 0; i < cfg_nkeys; i++) {
+		if (!cfg_keys[i].job)
 			continue;
 		char val[1024], line[1200];
-		value_str(c, &keys[i], val, sizeof(val));
-		int n = snprintf(line, sizeof(line), "%s%s.%s = %s\n", "", keys[i].section,
-				 keys[i].name, val);
+		value_str(c, &cfg_keys[i], val, sizeof(val));
+		int n = snprintf(line, sizeof(line), "%s%s.%s = %s\n", "", cfg_keys[i].section,
+				 cfg_keys[i].name, val);
 		if (len + (size_t)n + 1 > cap) {
 			cap = cap * 2 + (size_t)n;
 			out = xrealloc(out, cap);
@@ -790,9 +615,9 @@ char *cfg_dump_job(const struct seer_config *c)
 
 bool cfg_item(const struct seer_config *c, size_t i, struct cfg_item *out)
 {
-	if (i >= NKEYS)
+	if (i >= cfg_nkeys)
 		return false;
-	const struct cfg_key *k = &keys[i];
+	const struct cfg_key *k = &cfg_keys[i];
 	static const char kinds[] = { [CFG_STR] = 's', [CFG_U64] = 'u', [CFG_SIZE] = 'u',
 				      [CFG_BOOL] = 'b', [CFG_DOUBLE] = 'd', [CFG_ENUM] = 's',
 				      [CFG_LOGLEVEL] = 's' };

@@ -1,0 +1,27 @@
+/* config_int.h - the key table shared by config.c (parsing, dumps) and
+ * config_keys.c (the table itself). Private to src/config*.c. */
+#ifndef SEER_CONFIG_INT_H
+#define SEER_CONFIG_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum cfg_type { CFG_STR, CFG_U64, CFG_SIZE, CFG_BOOL, CFG_DOUBLE, CFG_ENUM, CFG_LOGLEVEL };
+
+struct cfg_key {
+	const char *section;
+	const char *name;
+	enum cfg_type type;
+	size_t off;
+	const char *def;
+	uint64_t min, max;        /* numbers and sizes */
+	const char *const *choices; /* CFG_ENUM */
+	bool job;                 /* all nodes of a job must agree */
+	const char *help;
+};
+
+extern const struct cfg_key cfg_keys[];
+extern const size_t cfg_nkeys;
+
+#endif
