@@ -55,6 +55,38 @@ int plan_check_nodes(const struct smp_shape *sh, const uint32_t *rank_node, uint
 	return 0;
 }
 
+/* Pass 2 of build: the samples pass 1 could not place on their first reader's
+ * node go to nodes with room, round-robin, in order of need; on one node,
+ * only those pass 1 never tried (read by no rank in the first epoch). */
+static void spill_pass(struct plan *p, const struct catalog *c, const uint64_t *lens,
+		       const uint32_t *spill, uint64_t nspill, const uint8_t *seen, uint32_t nnodes,
+		       const struct plan_cap *cap)
+{
+	uint32_t k = 0;
+	for (uint64_t i = 0; i < nspill && nnodes > 1; i++) {
+		uint32_t s = spill[i];
+		uint64_t len = c ? c->samples[s].length : lens[s];
+		for (uint32_t tries = 0; tries < nnodes; tries++) {
+			uint32_t node = (k + tries) % nnodes;
+			if (place(p, s, len, node, cap)) {
+				p->spilled++;
+				k = node + 1;
+				break;
+			}
+		}
+	}
+	if (nnodes == 1) {
+		for (uint64_t i = 0; i < nspill; i++) {
+			uint32_t s = spill[i];
+			if (seen[s])
+				continue; /* already tried on the only node */
+			uint64_t len = c ? c->samples[s].length : lens[s];
+			if (place(p, s, len, 0, cap))
+				p->spilled++;
+		}
+	}
+}
+
 static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, uint64_t n,
 		 const struct smp_shape *sh, const struct smp_resume *rs, uint64_t first_epoch,
 		 const uint32_t *rank_node, uint32_t nnodes, const struct plan_cap *cap)
@@ -112,30 +144,7 @@ static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, 
 		if (!seen[s])
 			spill[nspill++] = (uint32_t)s;
 
-	/* pass 2: spill to nodes with room, round-robin, in order of need */
-	uint32_t k = 0;
-	for (uint64_t i = 0; i < nspill && nnodes > 1; i++) {
-		uint32_t s = spill[i];
-		uint64_t len = c ? c->samples[s].length : lens[s];
-		for (uint32_t tries = 0; tries < nnodes; tries++) {
-			uint32_t node = (k + tries) % nnodes;
-			if (place(p, s, len, node, cap)) {
-				p->spilled++;
-				k = node + 1;
-				break;
-			}
-		}
-	}
-	if (nnodes == 1) {
-		for (uint64_t i = 0; i < nspill; i++) {
-			uint32_t s = spill[i];
-			if (seen[s])
-				continue; /* already tried on the only node */
-			uint64_t len = c ? c->samples[s].length : lens[s];
-			if (place(p, s, len, 0, cap))
-				p->spilled++;
-		}
-	}
+	spill_pass(p, c, lens, spill, nspill, seen, nnodes, cap);
 	free(order);
 	free(seen);
 	free(spill);
