@@ -403,7 +403,15 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 		rc = -EAGAIN;
 	}
 	notify_daemon(c); /* our consumer index moved: the daemon may prepare more */
-	return deliver(c, idx, out);
+	rc = deliver(c, idx, out);
+	/* the epoch's last batch: its final prefault pass now, before the
+	 * trainer's step ends (in a collective, often), not after it at the
+	 * boundary, where a trainer with less left to map would begin the next
+	 * epoch and wait in its first step's collective for the others; the
+	 * boundary's own pass then maps only what was filled in between */
+	if (c->epoch_marker && (rc == 0 || rc == SEER_EBATCH))
+		pf_epoch_end(c);
+	return rc;
 }
 
 /* Enter the stream's consumer side (seer_next, seer_seek): one thread. */

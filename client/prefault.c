@@ -25,10 +25,18 @@
  * own collective (a barrier, an allreduce) rather than in seer_next is
  * covered too. It runs at the trainer's priority: at SCHED_IDLE it got no CPU
  * on a busy machine and left the work to the boundary pass, which then
- * delayed the first warm step (docs/client.md). At the first epoch boundary the consumer thread stops it and finishes
- * the pass itself, so every page filled by then is mapped before the first
- * warm read, however busy the machine was; later boundaries repeat the pass
- * (cheap: done chunks are skipped).
+ * delayed the first warm step (docs/client.md). When seer_next hands out an
+ * epoch's last batch, the consumer thread stops the helper and finishes the
+ * pass itself, so every page filled by then is mapped before the first warm
+ * read, however busy the machine was; the boundary (SEER_EEPOCH) repeats the
+ * pass for what was filled in between, as do later epochs (cheap: done
+ * chunks are skipped). The final pass runs at the last batch, inside the
+ * trainer's last step, rather than at the boundary: trainers that end each
+ * step in a collective then all leave epoch 1 together. At the boundary, the
+ * trainer with the least left to map began the next epoch first and waited
+ * in its first step's collective for the others' passes (issue 17: 10 ms
+ * against 230-390 ms on a loaded machine; that wait was the first warm
+ * epoch's shortfall, with 1 page fault per trainer in it).
  *
  * The mapping prefaulted is libseer's own, or the one a binding reads through
  * (seer_arena_reader: the Python shim maps the arena itself).
