@@ -254,9 +254,10 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 		       "flt/tr", "flt_max", "usr_s", "sys_s", "vcsw", "ivcsw");
 	for (uint64_t e = 0; e < nep; e++) {
 		struct ep *x = &eps[e];
-		double t0 = x->t0, t1 = x->t1, mint0, maxt1, comp;
+		double t0 = x->t0, t1 = x->t1, mint0, maxt0, maxt1, comp;
 		unsigned long long s = x->samples, b = x->bytes, S, Bt;
 		MPI_Reduce(&t0, &mint0, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+		MPI_Reduce(&t0, &maxt0, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&t1, &maxt1, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&x->compute, &comp, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&s, &S, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -283,6 +284,9 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 			qsort(all, (size_t)total, sizeof(double), cmp_d);
 			double med = total ? all[total / 2] : 0;
 			double p99 = total ? all[MIN(total - 1, (int)ceil(0.99 * total) - 1)] : 0;
+			/* the first trainer's start to the last one's end; t0_spread_s
+			 * says how far apart they started (an early starter waits in
+			 * its first step's barrier, and that wait is in this epoch) */
 			double wall = maxt1 - mint0;
 			double au = comp / world / wall * 100.0;
 			double sum[RU_N] = { 0 }, fmax = 0;
@@ -301,9 +305,10 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 				fprintf(js, "%s{\"epoch\":%llu,\"wall_s\":%.6f,\"samples\":%llu,"
 					"\"bytes\":%llu,\"samples_per_s\":%.3f,\"mb_per_s\":%.3f,"
 					"\"au\":%.5f,\"stall_median_s\":%.6f,\"stall_p99_s\":%.6f,"
-					"\"compute_s\":%.6f,\"t_start\":%.6f",
+					"\"compute_s\":%.6f,\"t_start\":%.6f,\"t0_spread_s\":%.6f",
 					e ? "," : "", (unsigned long long)e, wall, S, Bt, (double)S / wall,
-					(double)Bt / wall / 1e6, au / 100.0, med, p99, comp / world, mint0);
+					(double)Bt / wall / 1e6, au / 100.0, med, p99, comp / world, mint0,
+					maxt0 - mint0);
 			for (int i = 0; js && i < RU_N; i++) {
 				fprintf(js, ",\"%s\":[", ru_name[i]); /* one value per trainer */
 				for (int r = 0; r < world; r++)
