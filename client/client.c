@@ -403,7 +403,16 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 		rc = -EAGAIN;
 	}
 	notify_daemon(c); /* our consumer index moved: the daemon may prepare more */
-	return deliver(c, idx, out);
+	rc = deliver(c, idx, out);
+	/* the epoch's last batch (another epoch follows): the big prefault
+	 * pass now, before the trainer's step ends (in a collective, often),
+	 * not after it at the boundary, where a trainer with less left to map
+	 * would begin the next epoch and wait in its first step's collective
+	 * for the others; the helper maps the later fills meanwhile, and the
+	 * boundary's pass only what is left */
+	if (c->epoch_marker && c->next_global < c->total && (rc == 0 || rc == SEER_EBATCH))
+		pf_last_batch(c);
+	return rc;
 }
 
 /* Enter the stream's consumer side (seer_next, seer_seek): one thread. */

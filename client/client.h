@@ -185,8 +185,12 @@ void pf_free(struct seer_client *c);
 /* Start the helper thread unless it runs, is off, or the first epoch
  * boundary has passed (consumer thread, from seer_next). */
 void pf_start(struct seer_client *c);
-/* At an epoch boundary (consumer thread): stop the helper, then map every
- * page present in the arena now. */
+/* At an epoch's last batch (consumer thread): stop the helper, map every
+ * page present in the arena now, and start the helper again unless the
+ * first boundary has passed (it maps what is filled until the boundary). */
+void pf_last_batch(struct seer_client *c);
+/* At an epoch boundary (consumer thread): stop the helper for good, then map
+ * every page present in the arena now. */
 void pf_epoch_end(struct seer_client *c);
 /* Prefault the mapping at base from now on (nothing of it mapped yet). */
 void pf_retarget(struct seer_client *c, const uint8_t *base);

@@ -165,21 +165,25 @@ def warm_lines(cases, bw, cores):
              "bound: one core reads %.2f GB/s (seer-bench --membw: XOR over 8-byte words, "
              "512 MiB, best of 8 passes, measured in this run); the trainers can use %d "
              "cores: %.2f GB/s. Epoch 1 is cold (read from the files into the cache); page "
-             "faults and CPU seconds are the trainers' own (getrusage), per trainer.\n"
+             "faults and CPU seconds are the trainers' own (getrusage), per trainer; an epoch runs "
+             "from the first trainer's start to the last one's end, and the start spread is "
+             "how far apart the trainers began it.\n"
              % (bw / 1e9, cores, bound / 1e9),
              "| sample | dataset MiB | load | epoch | GB/s | samples/s | of bound | "
-             "page faults per trainer (mean / max) | trainer CPU s, user / sys (all 4) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "page faults per trainer (mean / max) | trainer CPU s, user / sys (all 4) | "
+             "start spread ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     bars = []
     for label, mib, load, eps, rss in cases:
         for i, e in enumerate(eps):
             flt = e.get("minflt", [0])
             lines.append("| %s | %.0f | %.1f | %d%s | %.2f | %.0f | %.2f | %.0f / %.0f | "
-                         "%.3f / %.3f |" % (
+                         "%.3f / %.3f | %.1f |" % (
                              label, mib, load, i + 1, " (cold)" if i == 0 else "",
                              e["mb_per_s"] / 1e3, e["samples_per_s"],
                              e["mb_per_s"] * 1e6 / bound, sum(flt) / len(flt), max(flt),
-                             sum(e.get("utime_s", [0])), sum(e.get("stime_s", [0]))))
+                             sum(e.get("utime_s", [0])), sum(e.get("stime_s", [0])),
+                             e.get("t0_spread_s", 0) * 1e3))
         w = eps[1:]
         if not w:
             continue

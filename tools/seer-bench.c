@@ -187,10 +187,15 @@ static void busy_sleep(double s)
 
 /* What the kernel counted for this process over one epoch (getrusage
  * deltas): page faults, context switches, CPU time. Load-independent
- * evidence where wall-clock time is not. */
-enum { RU_MINFLT, RU_MAJFLT, RU_NVCSW, RU_NIVCSW, RU_UTIME, RU_STIME, RU_N };
+ * evidence where wall-clock time is not. Then where the trainer's steps
+ * went (seconds summed over the epoch): waiting for the batch, reading its
+ * bytes, sleeping past the compute time (the scheduler's wake-up delay),
+ * waiting in the step barrier for the other trainers. */
+enum { RU_MINFLT, RU_MAJFLT, RU_NVCSW, RU_NIVCSW, RU_UTIME, RU_STIME, RU_KN,
+       PH_WAIT = RU_KN, PH_TOUCH, PH_OVERSLEEP, PH_BARRIER, RU_N };
 static const char *const ru_name[RU_N] = { "minflt", "majflt", "nvcsw", "nivcsw", "utime_s",
-					     "stime_s" };
+					     "stime_s", "wait_s", "touch_s", "oversleep_s",
+					     "barrier_s" };
 
 struct ep {
 	double t0, t1;
@@ -201,7 +206,7 @@ struct ep {
 	double ru[RU_N];
 };
 
-static void ru_now(double v[RU_N])
+static void ru_now(double v[RU_KN])
 {
 	struct rusage r;
 	getrusage(RUSAGE_SELF, &r);
@@ -214,18 +219,35 @@ static void ru_now(double v[RU_N])
 }
 
 /* Close epoch e's counters: e gets what was counted since `last`. */
-static void ru_close(struct ep *e, double last[RU_N])
+static void ru_close(struct ep *e, double last[RU_KN])
 {
-	double v[RU_N];
+	double v[RU_KN];
 	ru_now(v);
-	for (int i = 0; i < RU_N; i++) {
+	for (int i = 0; i < RU_KN; i++) {
 		e->ru[i] = v[i] - last[i];
 		last[i] = v[i];
 	}
 }
 
+/* The step's compute (a sleep), then, after `between` (may be NULL), its
+ * barrier; both timed into e. */
+static void step_end(const struct opts *o, struct ep *e, void (*between)(void *), void *arg)
+{
+	double cs = compute_s(o), a = now_s();
+	busy_sleep(cs);
+	double b = now_s();
+	e->compute += cs;
+	e->ru[PH_OVERSLEEP] += MAX(0.0, b - a - cs);
+	if (between)
+		between(arg);
+	b = now_s();
+	step_barrier();
+	e->ru[PH_BARRIER] += now_s() - b;
+}
+
 static void ep_stall(struct ep *e, double s)
 {
+	e->ru[PH_WAIT] += s;
 	if (e->nstall == e->capstall) {
 		e->capstall = MAX(e->capstall * 2, 1024);
 		e->stall = xrealloc(e->stall, e->capstall * sizeof(double));
@@ -254,9 +276,10 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 		       "flt/tr", "flt_max", "usr_s", "sys_s", "vcsw", "ivcsw");
 	for (uint64_t e = 0; e < nep; e++) {
 		struct ep *x = &eps[e];
-		double t0 = x->t0, t1 = x->t1, mint0, maxt1, comp;
+		double t0 = x->t0, t1 = x->t1, mint0, maxt0, maxt1, comp;
 		unsigned long long s = x->samples, b = x->bytes, S, Bt;
 		MPI_Reduce(&t0, &mint0, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+		MPI_Reduce(&t0, &maxt0, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&t1, &maxt1, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&x->compute, &comp, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
 		MPI_Reduce(&s, &S, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -283,6 +306,9 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 			qsort(all, (size_t)total, sizeof(double), cmp_d);
 			double med = total ? all[total / 2] : 0;
 			double p99 = total ? all[MIN(total - 1, (int)ceil(0.99 * total) - 1)] : 0;
+			/* the first trainer's start to the last one's end; t0_spread_s
+			 * says how far apart they started (an early starter waits in
+			 * its first step's barrier, and that wait is in this epoch) */
 			double wall = maxt1 - mint0;
 			double au = comp / world / wall * 100.0;
 			double sum[RU_N] = { 0 }, fmax = 0;
@@ -301,9 +327,10 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 				fprintf(js, "%s{\"epoch\":%llu,\"wall_s\":%.6f,\"samples\":%llu,"
 					"\"bytes\":%llu,\"samples_per_s\":%.3f,\"mb_per_s\":%.3f,"
 					"\"au\":%.5f,\"stall_median_s\":%.6f,\"stall_p99_s\":%.6f,"
-					"\"compute_s\":%.6f,\"t_start\":%.6f",
+					"\"compute_s\":%.6f,\"t_start\":%.6f,\"t0_spread_s\":%.6f",
 					e ? "," : "", (unsigned long long)e, wall, S, Bt, (double)S / wall,
-					(double)Bt / wall / 1e6, au / 100.0, med, p99, comp / world, mint0);
+					(double)Bt / wall / 1e6, au / 100.0, med, p99, comp / world, mint0,
+					maxt0 - mint0);
 			for (int i = 0; js && i < RU_N; i++) {
 				fprintf(js, ",\"%s\":[", ru_name[i]); /* one value per trainer */
 				for (int r = 0; r < world; r++)
@@ -326,6 +353,17 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 
 /* ---- source: seer --------------------------------------------------------- */
 
+struct rel {
+	seer_client_t *c;
+	seer_batch_t *b;
+};
+
+static void release_batch(void *arg)
+{
+	struct rel *r = arg;
+	seer_release(r->c, r->b);
+}
+
 static int run_seer(const struct opts *o, int rank, int world, struct ep **out, uint64_t *nep,
 		    uint64_t *sink)
 {
@@ -339,7 +377,7 @@ static int run_seer(const struct opts *o, int rank, int world, struct ep **out, 
 	struct ep *eps = xcalloc(E, sizeof(*eps));
 	uint64_t e = 0;
 	bool started = false;
-	double ru_last[RU_N];
+	double ru_last[RU_KN];
 	ru_now(ru_last);
 	for (;;) {
 		seer_batch_t *b;
@@ -366,17 +404,16 @@ static int run_seer(const struct opts *o, int rank, int world, struct ep **out, 
 		}
 		ep_stall(&eps[e], t - tw);
 		uint32_t n = seer_batch_len(b);
+		double ta = now_s();
 		for (uint32_t i = 0; i < n; i++) {
 			uint64_t len = seer_sample_size(b, i);
 			*sink ^= touch(seer_sample_data(b, i), len);
 			eps[e].bytes += len;
 		}
+		eps[e].ru[PH_TOUCH] += now_s() - ta;
 		eps[e].samples += n;
-		double cs = compute_s(o);
-		busy_sleep(cs);
-		eps[e].compute += cs;
-		seer_release(c, b);
-		step_barrier();
+		struct rel r = { c, b };
+		step_end(o, &eps[e], release_batch, &r);
 	}
 	seer_close(c);
 	*out = eps;
@@ -469,7 +506,7 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 	uint64_t issued = 0;
 	struct ep *eps = xcalloc(o->epochs, sizeof(*eps));
 	uint32_t ids[1024];
-	double ru_last[RU_N];
+	double ru_last[RU_KN];
 	ru_now(ru_last);
 	for (uint64_t g = 0; g < total; g++) {
 		/* keep `depth` batches in flight, as DataLoader's prefetch_factor */
@@ -500,16 +537,15 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 		if (p.err)
 			return 1;
 		ep_stall(&eps[e], now_s() - tw);
+		double ta = now_s();
 		for (uint32_t i = 0; i < j->n; i++) {
 			uint64_t len = cat->samples[j->ids[i]].length;
 			*sink ^= touch(j->buf[i], len);
 			eps[e].bytes += len;
 		}
+		eps[e].ru[PH_TOUCH] += now_s() - ta;
 		eps[e].samples += j->n;
-		double cs = compute_s(o);
-		busy_sleep(cs);
-		eps[e].compute += cs;
-		step_barrier();
+		step_end(o, &eps[e], NULL, NULL);
 		if (g % sh.bpe == sh.bpe - 1) {
 			eps[e].t1 = now_s();
 			ru_close(&eps[e], ru_last);
