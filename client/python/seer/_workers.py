@@ -549,7 +549,11 @@ class Pipeline:
                     raise self._dead(w) from None
                 for i in retired:  # free (no tensor of ours uses it): unmapped when dropped
                     self._maps[w].pop(i, None)
-                self._settle(seq, self._images(w, images), err)
+                try:
+                    out = self._images(w, images)
+                except (EOFError, OSError):  # its buffer's fd did not come: it died meanwhile
+                    raise self._dead(w) from None
+                self._settle(seq, out, err)
             elif self._procs[w].sentinel in ready:
                 if c.poll(0):  # its last answer came before it died
                     continue
