@@ -6,7 +6,7 @@ the same transform (RandomResizedCrop, RandomHorizontalFlip, ToTensor,
 Normalize), the same cores, page cache warm. Not a test: it prints numbers.
 
     /usr/bin/python3 scripts/bench_transform_python.py [--images 1500] [--workers 2]
-        [--batch 32] [--epochs 2] [--rounds 3] [--size 224] [--folder DIR]
+        [--batch 64] [--epochs 3] [--rounds 3] [--size 224] [--folder DIR]
 
 The two pipelines alternate (DataLoader, seer, DataLoader, seer, ...) so a
 shared machine's load hits both alike; every round prints images/s per epoch
@@ -53,13 +53,14 @@ def transform(size):
 # ---- trainer processes ------------------------------------------------------
 
 def _cpu(pid):
-    """utime + stime of a live process in seconds (0 when gone)."""
+    """(utime + stime in seconds, minor page faults) of a live process ((0, 0)
+    when gone)."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             rest = f.read().rsplit(")", 1)[1].split()
-        return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+        return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK"), int(rest[7])
     except (OSError, IndexError, ValueError):
-        return 0.0
+        return 0.0, 0
 
 
 def _pipeline_pids():
@@ -116,10 +117,14 @@ def trainer(a):
         dt = time.perf_counter() - t0
         c1 = _cpu_snapshot()
         roles = {"main": 0.0, "workers": 0.0, "seerd": 0.0}
+        faults = dict.fromkeys(roles, 0)
         for p, (role, v) in c1.items():
-            roles[role] += v - c0.get(p, (role, 0.0))[1]
+            v0 = c0.get(p, (role, (0.0, 0)))[1]
+            roles[role] += v[0] - v0[0]
+            faults[role] += v[1] - v0[1]
         print(json.dumps({"epoch": e, "images": n, "seconds": dt,
-                          "cpu_seconds": sum(roles.values()), "cpu": roles}), flush=True)
+                          "cpu_seconds": sum(roles.values()), "cpu": roles, "faults": faults}),
+              flush=True)
     if a.trainer == "seer":
         loader.close()
 
@@ -134,6 +139,7 @@ def run_trainer(kind, ctx, workers, env=None):
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     ctx.last_cpu = [r["images"] / max(1e-9, r["cpu_seconds"]) for r in rows]
     ctx.last_split = [r["cpu"] for r in rows]
+    ctx.last_faults = [r["faults"] for r in rows]
     return [r["images"] / r["seconds"] for r in rows]
 
 
@@ -205,13 +211,14 @@ def main():
     ap.add_argument("--folder", help="JPEG folder (default: generated under --workdir)")
     ap.add_argument("--images", type=int, default=1500)
     ap.add_argument("--workers", type=int, default=os.cpu_count())
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cpu-split", action="store_true",
-                    help="also print CPU seconds by process: trainer, workers, seerd")
+                    help="also print CPU seconds and minor page faults by process: trainer, "
+                    "workers, seerd")
     ap.add_argument("--workdir", default=os.environ.get("SEER_BENCH_DIR",
                                                         os.path.join(ROOT, "data")))
     a = ap.parse_args()
@@ -236,7 +243,7 @@ def main():
     for r in range(a.rounds):
         la0 = os.getloadavg()[0]
         dl = measure_dataloader(ctx, a.workers)
-        dlc, dl_split = ctx.last_cpu, ctx.last_split
+        dlc, dl_split, dl_faults = ctx.last_cpu, ctx.last_split, ctx.last_faults
         sr = measure(ctx, a.workers)
         src = ctx.last_cpu
         la1 = os.getloadavg()[0]
@@ -256,6 +263,11 @@ def main():
                        for c in dl_split),
                    fmt("%.1f/%.1f/%.1f" % (c["main"], c["workers"], c["seerd"])
                        for c in ctx.last_split)), flush=True)
+            print("  minor page faults per epoch (main/workers/seerd): DataLoader %s; "
+                  "seer-python %s" %
+                  (fmt("%d/%d/%d" % (c["main"], c["workers"], c["seerd"]) for c in dl_faults),
+                   fmt("%d/%d/%d" % (c["main"], c["workers"], c["seerd"])
+                       for c in ctx.last_faults)), flush=True)
     for e in range(a.epochs):
         col = sorted(x[e] for x in ratios)
         cc = sorted(x[e] for x in cratios)

@@ -137,6 +137,54 @@ def test_tensors_equal_inprocess_transform():
         cleanup(tmp)
 
 
+def test_batch_buffers_reused_and_kept():
+    """Workers stack into buffers reused once the trainer dropped every tensor
+    of the batch: a dropped batch's buffer comes back (few buffers for many
+    batches), a kept batch (or a view of it, or a numpy array over it) is
+    never written again, and the trainer may write into its batch."""
+    tmp = tmpdir("seer-tl-")
+    try:
+        root, cat = jpegs(tmp)
+        with Daemon(tmp, settings(root, **{"job.epochs": 4}), name="buf") as d:
+            with TorchLoader(socket=d.sock, rank=0, world_size=1, transform=TF,
+                             decode="pil", num_workers=2) as L:
+                kept, views, arrays, got = [], [], [], []
+                n, early = 0, None
+                for epoch in range(L.epochs):
+                    if epoch == 2:  # nothing kept so far: buffers went round
+                        early = (n, sum(len(m) for m in L._pipe._maps))
+                    for x, y in L:
+                        lb = L.last_batch
+                        got.append((lb.epoch, lb.step, lb.ids.tolist(), x.clone(), y))
+                        if epoch >= 2 and n % 2 == 0:  # kept whole, as a view, as numpy
+                            [kept, views, arrays][(n // 3) % 3].append(
+                                (n, x if (n // 3) % 3 == 0 else
+                                 x[1:3] if (n // 3) % 3 == 1 else x.numpy()))
+                        x.add_(1000.0)  # the trainer owns its batch: writing is fine
+                        n += 1
+                        del x
+                maps = [len(m) for m in L._pipe._maps]
+        verify(root, cat, got, TF, "pil", 4)
+        for n, t in kept:
+            check(torch.equal(t, got[n][3] + 1000.0), "kept batch %d was overwritten" % n)
+        for n, t in views:
+            check(torch.equal(t, got[n][3][1:3] + 1000.0), "kept view of batch %d was "
+                  "overwritten" % n)
+        for n, a in arrays:
+            check(np.array_equal(a, (got[n][3] + 1000.0).numpy()),
+                  "numpy array over batch %d was overwritten" % n)
+        held = len(kept) + len(views) + len(arrays)
+        # per worker: 2 in flight, the one yielded, the one the iterator still holds
+        check(early[1] <= 2 * 4 and early[1] < early[0], "%d buffers mapped for the first %d "
+              "batches, none kept" % (early[1], early[0]))
+        check(held >= 3 and sum(maps) >= held, "%d buffers for %d kept batches" %
+              (sum(maps), held))
+        log("%d batches through %d buffers (none kept); then %d kept: %d buffers; kept "
+            "tensors, views and arrays intact" % (early[0], early[1], held, sum(maps)))
+    finally:
+        cleanup(tmp)
+
+
 def test_spawn_and_seek():
     tmp = tmpdir("seer-tl-")
     try:
@@ -601,7 +649,8 @@ def test_train_ddp_example():
 
 
 if __name__ == "__main__":
-    run_tests([test_tensors_equal_inprocess_transform, test_spawn_and_seek,
+    run_tests([test_tensors_equal_inprocess_transform, test_batch_buffers_reused_and_kept,
+               test_spawn_and_seek,
                test_worker_crash_and_transform_error,
                test_release_when_read_and_close_while_running, test_pin_memory,
                test_bad_arguments, test_batch_tensor, test_failed_batch_in_order,

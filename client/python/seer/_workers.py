@@ -9,11 +9,13 @@ Data path: the main process takes batches from seerd (seer.Loader.next_batch)
 and sends each one's sample descriptors (arena offsets, sizes, types, ids,
 labels; never the bytes) to worker ``seq % N``. The worker reads the samples
 in place through its own read-only mapping of the arena, calls the
-transform, and stacks the results into one tensor allocated in shared memory
-(torch's file-descriptor sharing, as the DataLoader's collate does), which it
-sends back. The main process releases the batch to seerd when its worker's
-answer arrives (nobody reads it any more) and yields the answers in stream
-order.
+transform, and stacks the results into one of its batch buffers (_Buffers:
+memfds mapped in the worker and the trainer, reused once every tensor of the
+batch they held is gone, so neither side faults on fresh pages per batch as
+the DataLoader's collate into new shared memory does); the answer names the
+buffer, with its fd the first time. The main process releases the batch to
+seerd when its worker's answer arrives (nobody reads it any more) and yields
+the answers in stream order.
 
 Start-up: with the "fork" start method (the default, as the DataLoader's on
 Linux) a worker inherits the shim's own mapping of the arena (the numpy array
@@ -31,6 +33,7 @@ closes itself.
 """
 
 import collections
+import ctypes
 import errno
 import hashlib
 import io
@@ -42,6 +45,8 @@ import signal
 import struct
 import threading
 import traceback
+import weakref
+import warnings
 from multiprocessing import connection as mpconn
 from multiprocessing import reduction
 
@@ -152,9 +157,10 @@ def _as_tensor(y):
                     "images)" % type(y).__name__)
 
 
-def run_batch(job, arena, task, shared):
+def run_batch(job, arena, task, alloc=None):
     """The stacked tensor [n, ...] of one batch (task: see Pipeline._dispatch).
-    shared: allocate it in shared memory (a worker). Raises TransformError."""
+    alloc(n, y): the batch tensor for n samples like y (a worker's shared
+    buffer, see _Buffers); None: private memory. Raises TransformError."""
     global _current
     seq, epoch, step, offsets, sizes, types, ids, labels = task
     decode = _DECODERS.get(job.decode, job.decode) if not callable(job.decode) else job.decode
@@ -180,9 +186,8 @@ def run_batch(job, arena, task, shared):
                 _current = None
             if out is None:
                 first = (tuple(y.shape), y.dtype)
-                if shared:
-                    st = y.storage()._new_shared(n * max(1, y.numel()))
-                    out = y.new(st).resize_(n, *y.shape)
+                if alloc is not None:
+                    out = alloc(n, y)
                 else:
                     out = torch.empty((n,) + tuple(y.shape), dtype=y.dtype)
             elif (tuple(y.shape), y.dtype) != first:
@@ -221,31 +226,162 @@ def _map_arena(dupfd, size):
     return np.frombuffer(mm, dtype=np.uint8)
 
 
-def _worker_main(wid, conn, arena, job, parent):
+_MADV_POPULATE_WRITE = 23  # Linux 5.14; older kernels say EINVAL and pages fault in as written
+_PAGE = mmap.PAGESIZE
+
+
+class _Buffers:
+    """A worker's batch buffers: anonymous shared-memory files (memfd), each
+    mapped here and, once, in the trainer, and reused for a later batch once
+    the trainer has dropped every tensor (and view) of the batch it held.
+
+    Why: a batch tensor in fresh shared memory (what the DataLoader's collate
+    allocates) costs a page fault per 4 KiB page on first write (a 3x224x224
+    float sample is 147 pages) and the trainer faults again on its first read;
+    under this machine's hypervisor a fault on a fresh page costs ~10-30 us, a
+    third of the worker's time per sample (docs/torch.md, "Measured"). A
+    reused buffer is already mapped on both sides: the stacking is a plain
+    copy. A new buffer is populated in one madvise call instead of a fault per
+    page. Worker process only (the trainer's side is Pipeline._images)."""
+
+    def __init__(self, keep):
+        self._keep = keep  # free buffers kept for reuse; more are retired
+        self._bufs = {}  # id -> (mmap, fd, size)
+        self._free = []  # ids the trainer released
+        self._next = 0
+        self._told = set()  # ids whose fd the trainer was sent
+        self.retired = []  # ids closed here since the last reply: the trainer unmaps them
+        self.used = None  # (id, size) of the buffer the last alloc gave
+
+    def release(self, ids):
+        self._free.extend(i for i in ids if i in self._bufs)
+        self._free.sort(key=lambda i: self._bufs[i][2])
+        while len(self._free) > self._keep:  # the smallest go first
+            i = self._free.pop(0)
+            try:
+                self._bufs[i][0].close()
+            except BufferError:  # still exported here (cannot happen once a reply is sent)
+                self._free.append(i)
+                break
+            os.close(self._bufs.pop(i)[1])
+            if i in self._told:
+                self.retired.append(i)
+                self._told.discard(i)
+
+    def unuse(self):
+        """The batch that took a buffer failed: the buffer is free again."""
+        if self.used is not None:
+            self._free.append(self.used[0])
+            self.used = None
+
+    def announce(self, i):
+        """The fd of buffer i to send with the answer the first time (a DupFd,
+        passed by SCM_RIGHTS when pickled), None later."""
+        if i in self._told:
+            return None
+        self._told.add(i)
+        return reduction.DupFd(self._bufs[i][1])
+
+    def alloc(self, n, y):
+        if n * y.numel() == 0:  # nothing to share: the answer carries the tensor itself
+            return torch.empty((n,) + tuple(y.shape), dtype=y.dtype)
+        nbytes = n * y.numel() * y.element_size()
+        fit = [i for i in self._free if self._bufs[i][2] >= nbytes]
+        if fit:
+            i = min(fit, key=lambda k: self._bufs[k][2])
+            self._free.remove(i)
+            mm, fd, size = self._bufs[i]
+        else:
+            size = -(-nbytes // _PAGE) * _PAGE
+            fd = os.memfd_create("seer-torch-batch", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(fd, size)
+                mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
+                               prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                mm.madvise(_MADV_POPULATE_WRITE)
+            except OSError:
+                pass
+            i, self._next = self._next, self._next + 1
+            self._bufs[i] = (mm, fd, size)
+        self.used = (i, size)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            flat = torch.frombuffer(mm, dtype=y.dtype, count=n * y.numel())
+        return flat.view((n,) + tuple(y.shape))
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+
+
+def _keep_freed_memory():
+    """Make this worker's allocator reuse freed memory instead of handing it
+    back to the kernel and faulting fresh pages in for the next sample.
+
+    glibc serves blocks above its mmap threshold (128 KiB at first, raised
+    as such blocks are freed) by mmap and unmaps them on free, and trims the
+    heap top above its trim threshold: a transform's per-sample buffers (a
+    500x375 PIL image is 750 KB, a 3x224x224 float tensor 602 KB) then come
+    back as fresh pages, ~30-50 faults per sample at ~10-30 us each under
+    this machine's hypervisor (docs/torch.md). With the thresholds fixed at
+    32 MiB (glibc's largest mmap threshold) and 64 MiB, they are served from
+    the heap and reused: no faults after the first samples, at the price of
+    up to 64 MiB of freed heap kept per worker. Worker processes only (the
+    trainer's allocator is left alone); nothing happens without glibc."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 64 << 20)
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker_main(wid, conn, arena, job, parent, keep):
     """One worker: answer tasks until told to stop, the pipe closes, or the
-    trainer (parent) is gone."""
+    trainer (parent) is gone. A task comes with the ids of the buffers the
+    trainer released; an answer names the buffer its batch is in (with its fd
+    the first time) and the buffers retired since the last answer."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle
     torch.set_num_threads(1)
+    _keep_freed_memory()
+    bufs = _Buffers(keep)
     while True:
         try:
             if not conn.poll(_PARENT_POLL_S):
                 if os.getppid() != parent:
                     return
                 continue
-            task = conn.recv()
+            msg = conn.recv()
         except (EOFError, OSError):
             return
-        if task is None:
+        if msg is None:
             return
+        task, freed = msg
+        bufs.release(freed)
+        bufs.used = None
         try:
-            reply = (task[0], run_batch(job, arena, task, shared=True), None)
+            out = run_batch(job, arena, task, bufs.alloc)
+            if bufs.used is None:  # an empty batch
+                images = ("tensor", out)
+            else:
+                bid, size = bufs.used
+                images = ("buffer", bid, bufs.announce(bid), size, out.dtype,
+                          tuple(out.shape))
+            reply = (task[0], images, None, bufs.retired)
         except TransformError as e:
-            reply = (task[0], None, (str(e), e.epoch, e.step, e.index, e.sample_id, e.label))
+            bufs.unuse()
+            reply = (task[0], None, (str(e), e.epoch, e.step, e.index, e.sample_id, e.label),
+                     bufs.retired)
+        bufs.retired = []
+        out = None
         try:
             conn.send(reply)
         except (EOFError, OSError):
             return
-        del reply  # the trainer holds the tensor's shared memory now
+        del reply
 
 
 def _describe_exit(code):
@@ -302,11 +438,17 @@ class Pipeline:
         self._waiting = False  # a thread is in _collect's wait
         self._stopped = False
         self._wake_r, self._wake_w = os.pipe()
+        # each worker's batch buffers as mapped here, and the ids whose
+        # tensors died since its last task (appended by weakref finalizers,
+        # from whatever thread drops the last reference)
+        self._maps = [{} for _ in range(num_workers)]
+        self._freed = [collections.deque() for _ in range(num_workers)]
         try:
             for w in range(num_workers):
                 mine, theirs = ctx.Pipe(duplex=True)
                 p = ctx.Process(target=_worker_main, name="seer-torch-worker-%d" % w,
-                                args=(w, theirs, arena, job, os.getpid()), daemon=True)
+                                args=(w, theirs, arena, job, os.getpid(), prefetch + 2),
+                                daemon=True)
                 p.start()
                 theirs.close()
                 self._procs.append(p)
@@ -330,8 +472,11 @@ class Pipeline:
             task = (seq, b.epoch, b.step, b._offsets.tolist(), b.sizes.tolist(),
                     b._types.tolist(), b.ids.tolist(), b.labels.tolist())
             e.worker = w
+            freed, dq = [], self._freed[w]
+            while dq:
+                freed.append(dq.popleft())
             try:
-                self._conns[w].send(task)
+                self._conns[w].send((task, freed))
             except (OSError, EOFError, ValueError):
                 self._queue.append(e)
                 if self._stopped:
@@ -399,14 +544,49 @@ class Pipeline:
             c = self._conns[w]
             if c in ready:
                 try:
-                    seq, out, err = c.recv()
+                    seq, images, err, retired = c.recv()
                 except (EOFError, OSError):
+                    raise self._dead(w) from None
+                for i in retired:  # free (no tensor of ours uses it): unmapped when dropped
+                    self._maps[w].pop(i, None)
+                try:
+                    out = self._images(w, images)
+                except (EOFError, OSError):  # its buffer's fd did not come: it died meanwhile
                     raise self._dead(w) from None
                 self._settle(seq, out, err)
             elif self._procs[w].sentinel in ready:
                 if c.poll(0):  # its last answer came before it died
                     continue
                 raise self._dead(w)
+
+    def _images(self, w, images):
+        """The batch tensor of an answer: in worker w's buffer, mapped here
+        the first time (read-write: the tensor is the trainer's, as the
+        DataLoader's). When the last tensor or view of it dies (its numpy
+        base's finalizer), the buffer's id goes back to w with its next task."""
+        if images is None:
+            return None
+        if images[0] == "tensor":
+            return images[1]
+        _, bid, dupfd, size, dtype, shape = images
+        if dupfd is not None:
+            fd = dupfd.detach()
+            try:
+                self._maps[w][bid] = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
+                                               prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.close(fd)
+        mm = self._maps[w].get(bid)
+        numel = 1
+        for d in shape:
+            numel *= d
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        if mm is None or nbytes > len(mm):
+            raise SeerError(-errno.EPROTO, "seer.torch: worker %d answered in buffer %d, which "
+                            "is not mapped here (or too small)" % (w, bid))
+        base = np.frombuffer(mm, dtype=np.uint8, count=nbytes)
+        weakref.finalize(base, self._freed[w].append, bid)
+        return torch.frombuffer(base, dtype=dtype, count=numel).view(shape)
 
     def _settle(self, seq, out, err):
         for e in self._queue:

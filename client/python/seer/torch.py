@@ -169,7 +169,7 @@ class TorchLoader(Loader):
             state = (torch.default_generator.get_state(), _workers.random.getstate(),
                      np.random.get_state())
             try:
-                x = _workers.run_batch(self._job, self._arena, task, shared=False)
+                x = _workers.run_batch(self._job, self._arena, task)
             finally:
                 torch.default_generator.set_state(state[0])
                 _workers.random.setstate(state[1])
