@@ -113,6 +113,10 @@ static void on_completion(struct net *n, const struct fi_cq_tagged_entry *c, uin
 	struct octx *x = c->op_context;
 	if (!x)
 		return;
+	if (x->kind == CTX_WARM) {
+		nf_warm_done(n, 0);
+		return;
+	}
 	if (x->kind == CTX_SLOT) {
 		struct ctrl_slot *s = container_of(x, struct ctrl_slot, c);
 		on_ctrl(n, s->buf, c->len, now);
@@ -131,6 +135,10 @@ static void on_error(struct net *n, const struct fi_cq_err_entry *e)
 	struct octx *x = e->op_context;
 	if (!x) {
 		log_warn("net: completion error without context: %s", fi_strerror(e->err));
+		return;
+	}
+	if (x->kind == CTX_WARM) {
+		nf_warm_done(n, e->err);
 		return;
 	}
 	if (x->kind == CTX_SLOT) {
@@ -210,6 +218,7 @@ static int post_pending(struct net *n, uint64_t now)
 {
 	int posted = 0;
 	bool recv_blocked = false;
+	posted += nf_warm_post(n, now);
 	while (n->nrepost > 0 && !recv_blocked) {
 		uint32_t i = n->repost[--n->nrepost];
 		uint32_t before = n->nrepost;
@@ -268,7 +277,7 @@ static void expire(struct net *n, uint64_t now)
 static int wait_ms(struct net *n, uint64_t now)
 {
 	if (n->pending.n || n->nrepost || n->fetches.n || n->acked.n || n->cancelling.n ||
-	    n->sending.n)
+	    n->sending.n || nf_warm_busy(n, now))
 		return BUSY_WAIT_MS;
 	uint64_t ms = IDLE_WAIT_MS;
 	if (n->fetches.head) {
