@@ -185,9 +185,9 @@ void pf_free(struct seer_client *c);
 /* Start the helper thread unless it runs, is off, or the first epoch
  * boundary has passed (consumer thread, from seer_next). */
 void pf_start(struct seer_client *c);
-/* At an epoch boundary (consumer thread): stop the helper, then map every
- * page present in the arena now. */
-void pf_epoch_end(struct seer_client *c);
+/* At an epoch boundary (consumer thread): stop the helper, then, when another
+ * epoch follows (more), map every page present in the arena now. */
+void pf_epoch_end(struct seer_client *c, bool more);
 /* Prefault the mapping at base from now on (nothing of it mapped yet). */
 void pf_retarget(struct seer_client *c, const uint8_t *base);
 
