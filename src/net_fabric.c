@@ -31,15 +31,18 @@
 #define BUSY_WAIT_MS 1
 #define IDLE_WAIT_MS 10
 /* Sample sends posted to the provider and not yet completed, at most. ofi_rxm
- * copies every eager send into a transmit buffer of its own pool (16 KiB
- * each by default) and grows that pool, zeroed, for as many sends as are
- * posted: a first epoch that answers a few thousand peer requests at once
- * (each extent ends ~1,000 samples) had the network thread zeroing and
- * faulting in tens of MiB (30% of seerd's CPU in the cold epoch, measured
- * with perf on the bert-lustre benchmark). 64 sends keep a TCP connection
- * busy (64 x 2.5 KB is 160 KB in flight); the rest wait, in order, in
- * `pending` for completions. */
-#define SEND_WINDOW 64
+ * copies every eager send into a transmit buffer of its pool and grows the
+ * pool, zeroed, by 1,024 buffers of ~16.9 KiB (17.3 MB) whenever more sends
+ * are posted than it holds. The warm-up (net_warm.c) makes the first 1,024;
+ * a first epoch answers a few thousand peer requests at once (each extent
+ * ends ~1,000 samples), so without a bound the pool grew again, in the
+ * epoch. 1,024 keeps it at its first size. A window of 64 was tried first
+ * and looked like it throttled warm epochs (a full window waits for
+ * completions the thread may notice only at its 1 ms sreads, "Short sreads"
+ * in docs/net.md): their samples/s were below the old build's in 6 of 8
+ * benchmark pairs, against 5 of 10 with 1,024 -- within the noise of the
+ * loaded machine, but nothing argues for the smaller window. */
+#define SEND_WINDOW 1024
 
 /* ---- control messages ------------------------------------------------------ */
 void nf_slot_post(struct net *n, uint32_t i)
