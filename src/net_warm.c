@@ -2,15 +2,16 @@
  * the network thread starts (docs/net.md, "Warm-up").
  *
  * ofi_rxm connects to a peer at the first message sent to it, and grows its
- * transmit pool (1,024 eager buffers of ~16 KiB, zeroed: 17 MB) at the first
- * message longer than the inject size. Left to the job, both happen in the
- * first epoch, when the first samples go to a peer: measured on the
- * bert-lustre benchmark, the connection took ~5 ms and the pool's zeroing
- * and page faults ~60 ms of the network thread per node, ahead of every
- * sample of the cold epoch's first batches. Here they happen while the
- * daemons wait for their trainers: every node posts a receive per other node
- * and sends each one WARM_LEN bytes with tag WARM_TAG (bit 63 clear: no
- * request id has it), whose contents nobody reads.
+ * transmit pool (1,024 eager buffers of ~16.9 KiB, zeroed: 17.3 MB) at the
+ * first message longer than the inject size. Left to the job, both happen in
+ * the first epoch, when the first samples go to a peer: measured on the
+ * bert-lustre benchmark (a uprobe on libfabric's pool growth, perf), the
+ * connection was made ~50 ms and the pool grown ~160 ms into the cold epoch,
+ * and memset + page faults under fi_tsend were ~30% of seerd's CPU samples
+ * in it, on the network thread, ahead of the samples. Here they happen
+ * while the daemons wait for their trainers: every node posts a receive per
+ * other node and sends each one WARM_LEN bytes with tag WARM_TAG (bit 63
+ * clear: no request id has it), whose contents nobody reads.
  *
  * Network thread only (nf_warm_post, nf_warm_done); nf_warm_init before
  * net_start, nf_warm_free after the endpoint is closed. Failure: warming is
