@@ -357,8 +357,9 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	if (c->epoch_marker) {
 		c->epoch_marker = false;
 		/* every page the daemon has filled by now, mapped before the next
-		 * epoch's reads: after the cold epoch, the whole cache */
-		pf_epoch_end(c);
+		 * epoch's reads: after the cold epoch, the whole cache (none
+		 * after the last epoch) */
+		pf_epoch_end(c, c->next_global < c->total);
 		return SEER_EEPOCH;
 	}
 	if (c->next_global >= c->total)

@@ -189,9 +189,9 @@ void pf_start(struct seer_client *c);
  * page present in the arena now, and start the helper again unless the
  * first boundary has passed (it maps what is filled until the boundary). */
 void pf_last_batch(struct seer_client *c);
-/* At an epoch boundary (consumer thread): stop the helper for good, then map
- * every page present in the arena now. */
-void pf_epoch_end(struct seer_client *c);
+/* At an epoch boundary (consumer thread): stop the helper for good, then,
+ * when another epoch follows (more), map every page present in the arena now. */
+void pf_epoch_end(struct seer_client *c, bool more);
 /* Prefault the mapping at base from now on (nothing of it mapped yet). */
 void pf_retarget(struct seer_client *c, const uint8_t *base);
 

@@ -30,6 +30,19 @@
  * the thread never sleeps long while it has operations outstanding. */
 #define BUSY_WAIT_MS 1
 #define IDLE_WAIT_MS 10
+/* Sample sends posted to the provider and not yet completed, at most. ofi_rxm
+ * copies every eager send into a transmit buffer of its pool and grows the
+ * pool, zeroed, by 1,024 buffers of ~16.9 KiB (17.3 MB) whenever more sends
+ * are posted than it holds. The warm-up (net_warm.c) makes the first 1,024;
+ * a first epoch answers a few thousand peer requests at once (each extent
+ * ends ~1,000 samples), so without a bound the pool grew again, in the
+ * epoch. 1,024 keeps it at its first size. A window of 64 was tried first
+ * and looked like it throttled warm epochs (a full window waits for
+ * completions the thread may notice only at its 1 ms sreads, "Short sreads"
+ * in docs/net.md): their samples/s were below the old build's in 6 of 8
+ * benchmark pairs, against 5 of 10 with 1,024 -- within the noise of the
+ * loaded machine, but nothing argues for the smaller window. */
+#define SEND_WINDOW 1024
 
 /* ---- control messages ------------------------------------------------------ */
 void nf_slot_post(struct net *n, uint32_t i)
@@ -103,6 +116,10 @@ static void on_completion(struct net *n, const struct fi_cq_tagged_entry *c, uin
 	struct octx *x = c->op_context;
 	if (!x)
 		return;
+	if (x->kind == CTX_WARM) {
+		nf_warm_done(n, 0);
+		return;
+	}
 	if (x->kind == CTX_SLOT) {
 		struct ctrl_slot *s = container_of(x, struct ctrl_slot, c);
 		on_ctrl(n, s->buf, c->len, now);
@@ -121,6 +138,10 @@ static void on_error(struct net *n, const struct fi_cq_err_entry *e)
 	struct octx *x = e->op_context;
 	if (!x) {
 		log_warn("net: completion error without context: %s", fi_strerror(e->err));
+		return;
+	}
+	if (x->kind == CTX_WARM) {
+		nf_warm_done(n, e->err);
 		return;
 	}
 	if (x->kind == CTX_SLOT) {
@@ -200,6 +221,7 @@ static int post_pending(struct net *n, uint64_t now)
 {
 	int posted = 0;
 	bool recv_blocked = false;
+	posted += nf_warm_post(n, now);
 	while (n->nrepost > 0 && !recv_blocked) {
 		uint32_t i = n->repost[--n->nrepost];
 		uint32_t before = n->nrepost;
@@ -223,6 +245,8 @@ static int post_pending(struct net *n, uint64_t now)
 			break;
 		case OP_REPLY:
 		case OP_SERVE:
+			if (n->sending.n >= SEND_WINDOW)
+				continue; /* a completion frees room; fetches still go */
 			r = nf_send_post(n, op, now);
 			if (!r)
 				goto peer;
@@ -256,7 +280,7 @@ static void expire(struct net *n, uint64_t now)
 static int wait_ms(struct net *n, uint64_t now)
 {
 	if (n->pending.n || n->nrepost || n->fetches.n || n->acked.n || n->cancelling.n ||
-	    n->sending.n)
+	    n->sending.n || nf_warm_busy(n, now))
 		return BUSY_WAIT_MS;
 	uint64_t ms = IDLE_WAIT_MS;
 	if (n->fetches.head) {

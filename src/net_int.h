@@ -65,7 +65,7 @@ _Static_assert(sizeof(struct wire_msg) == 40, "wire_msg is 40 bytes on the wire"
 #define CTRL_BUF 64                      /* > sizeof(wire_msg): oversize shows */
 
 /* ---- operations ------------------------------------------------------------ */
-enum ctx_kind { CTX_OP = 1, CTX_SLOT = 2 };
+enum ctx_kind { CTX_OP = 1, CTX_SLOT = 2, CTX_WARM = 3 };
 
 /* Every operation context given to libfabric starts with this. */
 struct octx {
@@ -187,6 +187,11 @@ struct net {
 	uint32_t *blocked;
 	uint32_t nblocked;
 	uint64_t last_stuck_check;
+	/* warm-up (net_warm.c): receives [0, warm_n), then sends */
+	struct octx *warm;
+	uint8_t *warm_buf;
+	uint32_t warm_n, warm_posted, warm_out;
+	uint64_t warm_t0;
 };
 
 /* ---- net_core.c: containers, operations, events, counters ------------------
@@ -252,6 +257,13 @@ int nf_nak_post(struct net *n, struct op *op);
 void nf_send_finish(struct net *n, struct op *op, int status);
 /* Forget deferred requests that were answered or whose requester gave up. */
 void nf_deferred_expire(struct net *n, uint64_t now);
+
+/* ---- net_warm.c: connecting and growing the provider's pools early --------- */
+void nf_warm_init(struct net *n);
+int nf_warm_post(struct net *n, uint64_t now);
+void nf_warm_done(struct net *n, int err);
+bool nf_warm_busy(const struct net *n, uint64_t now);
+void nf_warm_free(struct net *n);
 
 /* ---- net_fabric.c: the network thread -------------------------------------- */
 /* (Re)post control receive slot i. */

@@ -144,6 +144,7 @@ void net_destroy(struct net *n)
 	if (n->info)
 		fi_freeinfo(n->info);
 	free_ops(n);
+	nf_warm_free(n);
 	free(n->fetch_ids.b);
 	free(n->deferred_ids.b);
 	free(n->slots);
@@ -377,6 +378,7 @@ int net_start(struct net *n, const void *addrs, size_t addrlen, char *err, size_
 		return rc;
 	for (uint32_t i = 0; i < n->nslots; i++)
 		nf_slot_post(n, i);
+	nf_warm_init(n);
 	n->last_stuck_check = now_ns();
 	rc = pthread_create(&n->thread, NULL, nf_thread_main, n);
 	if (rc)
