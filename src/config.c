@@ -523,6 +523,19 @@ static void value_str(const struct seer_config *c, const struct cfg_key *k, char
 	}
 }
 
+/* Append line (NUL-terminated; a snprintf that truncated it counts only
+ * what it wrote) to the growing text *out of *len bytes in *cap. */
+static void text_append(char **out, size_t *len, size_t *cap, const char *line)
+{
+	size_t n = strlen(line);
+	if (*len + n + 1 > *cap) {
+		*cap = *cap * 2 + n;
+		*out = xrealloc(*out, *cap);
+	}
+	memcpy(*out + *len, line, n + 1);
+	*len += n;
+}
+
 char *cfg_dump(const struct seer_config *c)
 {
 	size_t cap = 8192, len = 0;
@@ -545,14 +558,9 @@ char *cfg_dump(const struct seer_config *c)
 			section = cfg_keys[i].section;
 			n = snprintf(line, sizeof(line), "%s[%s]\n", len ? "\n" : "", section);
 		}
-		n += snprintf(line + n, sizeof(line) - (size_t)n, "%s = %s    ; %s\n", cfg_keys[i].name, val,
-			      c->origin && c->origin[i] ? c->origin[i] : "default");
-		if (len + (size_t)n + 1 > cap) {
-			cap = cap * 2 + (size_t)n;
-			out = xrealloc(out, cap);
-		}
-		memcpy(out + len, line, (size_t)n + 1);
-		len += (size_t)n;
+		snprintf(line + n, sizeof(line) - (size_t)n, "%s = %s    ; %s\n", cfg_keys[i].name, val,
+			 c->origin && c->origin[i] ? c->origin[i] : "default");
+		text_append(&out, &len, &cap, line);
 	}
 	return out;
 }
@@ -601,14 +609,9 @@ char *cfg_dump_job(const struct seer_config *c)
 			continue;
 		char val[1024], line[1200];
 		value_str(c, &cfg_keys[i], val, sizeof(val));
-		int n = snprintf(line, sizeof(line), "%s%s.%s = %s\n", "", cfg_keys[i].section,
-				 cfg_keys[i].name, val);
-		if (len + (size_t)n + 1 > cap) {
-			cap = cap * 2 + (size_t)n;
-			out = xrealloc(out, cap);
-		}
-		memcpy(out + len, line, (size_t)n + 1);
-		len += (size_t)n;
+		snprintf(line, sizeof(line), "%s.%s = %s\n", cfg_keys[i].section, cfg_keys[i].name,
+			 val);
+		text_append(&out, &len, &cap, line);
 	}
 	return out;
 }
