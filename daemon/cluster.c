@@ -135,6 +135,27 @@ int cluster_allgather(struct cluster *cl, const void *mine, size_t len, void *al
 			       MPI_SUCCESS ? 0 : -EIO;
 }
 
+/* Waits by polling with 1 ms sleeps, not in a blocking MPI call: Open MPI
+ * spins a core there, and node 0 may be timing the PFS meanwhile. */
+int cluster_bcast(struct cluster *cl, void *buf, size_t len)
+{
+	if (!cl->mpi || cl->nnodes == 1)
+		return 0;
+	if (len > INT32_MAX)
+		return -EOVERFLOW;
+	MPI_Request rq;
+	if (MPI_Ibcast(buf, (int)len, MPI_BYTE, 0, MPI_COMM_WORLD, &rq) != MPI_SUCCESS)
+		return -EIO;
+	for (;;) {
+		int done = 0;
+		if (MPI_Test(&rq, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+			return -EIO;
+		if (done)
+			return 0;
+		sleep_ns(1000000);
+	}
+}
+
 static int bcast_big(void *buf, uint64_t len)
 {
 	const uint64_t chunk = 1ull << 30;

@@ -40,6 +40,8 @@ int cluster_agree_config(struct cluster *cl, const struct seer_config *cfg, char
  * that it sees the same dataset (a sample of files' sizes). */
 int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct catalog **out,
 			  char *err, size_t errlen);
+/* Node 0's `len` bytes at buf to every node (blocking). */
+int cluster_bcast(struct cluster *cl, void *buf, size_t len);
 /* Blocking all-gather of `len` bytes per node into all[nnodes * len]. */
 int cluster_allgather(struct cluster *cl, const void *mine, size_t len, void *all);
 

@@ -127,6 +127,8 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 		goto fail;
 	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
 	e->nopfs = strcmp(o->cfg->policy, "nopfs") == 0;
+	if (o->probe)
+		e->probe = *o->probe;
 	ext_init(e);
 	e->bad = calloc(cat->nsamples, 1);
 	e->cstate = calloc(cat->nsamples, sizeof(uint32_t));

@@ -23,6 +23,8 @@
 #include "../src/net.h"
 #include "../src/plan.h"
 
+struct pfs_probe;
+
 struct engine;
 
 /* epoll tags: the engine registers trainer fds in the server's epoll set
@@ -37,6 +39,7 @@ struct engine_opts {
 	struct catalog *cat;
 	uint32_t node, nnodes;
 	int epfd;
+	const struct pfs_probe *probe; /* prefetch.coalesce = auto: node 0's verdict, or NULL */
 };
 
 /* 0, or an error in err (the daemon then exits). */

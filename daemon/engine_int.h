@@ -34,6 +34,7 @@
 #include "../src/extent.h"
 #include "../src/iopool.h"
 #include "../src/net.h"
+#include "../src/pfs_probe.h"
 #include "../src/forecast.h"
 #include "../src/plan.h"
 #include "../src/plan_nopfs.h"
@@ -346,7 +347,9 @@ struct engine {
 	uint32_t nsub, capsub;
 
 	/* coalesced reads (extent.c) */
-	bool coalesce;           /* prefetch.coalesce and a format that cuts samples */
+	bool coalesce;           /* prefetch.coalesce (auto: the probe's verdict) and a
+				    format that cuts samples */
+	struct pfs_probe probe;  /* auto: node 0's measurement (probe.reads 0: none) */
 	uint32_t *pfs_q;         /* per sample: id + 1 of a PFS read of it not yet known
 				    to have started (absorbable by an extent), or 0 */
 	struct etask **ext_wait; /* extents waiting for extent memory */

@@ -35,7 +35,15 @@
 void ext_init(struct engine *e)
 {
 	const struct fmt_ops *f = e->cat->fmt;
-	e->coalesce = e->cfg->coalesce && f->span && (f->cut || f->cut_many);
+	bool on = strcmp(e->cfg->coalesce, "on") == 0 ||
+		  (strcmp(e->cfg->coalesce, "auto") == 0 && (!e->probe.measured || e->probe.coalesce));
+	e->coalesce = on && f->span && (f->cut || f->cut_many);
+	if (e->probe.reads) {
+		/* node 0 read them: its PFS bytes equal what the file system served */
+		struct epoch_stats *es = stats_epoch(e, 0);
+		es->pfs_bytes += e->probe.bytes;
+		es->pfs_reads += e->probe.reads;
+	}
 	if (e->coalesce)
 		e->pfs_q = xcalloc(MAX(e->cat->nsamples, 1ull), sizeof(uint32_t));
 }

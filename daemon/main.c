@@ -12,6 +12,7 @@
 #include "../src/catalog.h"
 #include "../src/config.h"
 #include "../src/fmt/fmt.h"
+#include "../src/pfs_probe.h"
 #include "../src/util.h"
 #include "seer.h"
 #include "cluster.h"
@@ -109,6 +110,30 @@ static void raise_nofile(void)
 			 (unsigned long long)was, (unsigned long long)rl.rlim_cur);
 }
 
+/* prefetch.coalesce = auto on a dataset that coalesced reads could serve
+ * (several samples per file, a format that cuts samples out of a byte
+ * range): node 0 times the PFS (src/pfs_probe.h) and every node plans with
+ * its verdict. False: no probe (the mode decides alone). */
+static bool share_probe(const struct seer_config *cfg, const struct catalog *cat,
+			struct cluster *cl, uint32_t node, struct pfs_probe *p)
+{
+	const struct fmt_ops *f = cat->fmt;
+	if (strcmp(cfg->coalesce, "auto") != 0 || cat->nsamples <= cat->nfiles || !f->span ||
+	    !(f->cut || f->cut_many))
+		return false;
+	if (node == 0)
+		pfs_probe_run(cat, (uint32_t)cfg->io_threads, p);
+	if (cluster_bcast(cl, p, sizeof(*p)) != 0) {
+		log_warn("sharing the PFS probe's verdict failed: coalesced reads on");
+		*p = (struct pfs_probe){ .coalesce = true };
+	}
+	if (node == 0)
+		log_info("PFS probe (prefetch.coalesce = auto): %s", p->why);
+	else
+		p->bytes = p->reads = 0; /* node 0 read them */
+	return true;
+}
+
 /* The catalog (shared by node 0), then --check's summary or the job itself.
  * Returns the exit code; *fini the code for cluster_fini (the job's, which
  * makes MPI abort the others when it failed; 0 before it ran). */
@@ -144,7 +169,9 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 		       (unsigned long long)cat->hash);
 		rc = 0;
 	} else {
-		rc = *fini = server_run(cfg, cat, cl, node, nnodes);
+		struct pfs_probe probe;
+		bool probed = share_probe(cfg, cat, cl, node, &probe);
+		rc = *fini = server_run(cfg, cat, cl, node, nnodes, probed ? &probe : NULL);
 	}
 	cat_free(cat);
 	return rc;

@@ -334,7 +334,7 @@ static void server_close(struct server *s, int rc)
 }
 
 int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluster *cl,
-	       unsigned node, unsigned nnodes)
+	       unsigned node, unsigned nnodes, const struct pfs_probe *probe)
 {
 	struct server s = { .cfg = cfg, .lfd = -1, .sfd = -1, .tfd = -1, .epfd = -1, .cl = cl,
 			    .node = node, .nnodes = nnodes, .spare_fd = -1 };
@@ -353,7 +353,7 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	if (loop_open(&s) != 0)
 		goto out;
 	struct engine_opts eo = { .cfg = cfg, .cat = cat, .node = node, .nnodes = nnodes,
-				  .epfd = s.epfd };
+				  .epfd = s.epfd, .probe = probe };
 	if (engine_create(&s.e, &eo, err, sizeof(err)) != 0 ||
 	    (nnodes > 1 && join_peers(&s, err, sizeof(err)) != 0) ||
 	    make_listener(&s, err, sizeof(err)) != 0) {

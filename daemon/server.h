@@ -6,10 +6,13 @@
 #include "../src/config.h"
 #include "cluster.h"
 
+struct pfs_probe;
+
 /* Serve the job until every trainer finished (on every node), a stop was
- * requested, or a fatal error. Returns the process exit code. */
+ * requested, or a fatal error. Returns the process exit code. `probe`:
+ * prefetch.coalesce = auto's verdict (daemon/main.c), or NULL. */
 int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluster *cl,
-	       unsigned node, unsigned nnodes);
+	       unsigned node, unsigned nnodes, const struct pfs_probe *probe);
 
 /* Block the signals the loop takes through its signalfd (SIGTERM, SIGINT) in
  * the calling thread; ignore SIGPIPE. Call first thing in main, before MPI or

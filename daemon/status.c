@@ -119,7 +119,19 @@ static json_t *coalescing_json(const struct engine *e)
 		useful += e->es[i].extent_useful;
 		reads += e->es[i].pfs_reads;
 	}
-	return must(json_pack("{sb sI sI so sI sI sI sI so sI sI sI}", "on", e->coalesce,
+	json_t *probe = json_null();
+	if (e->probe.measured || e->probe.why[0])
+		probe = must(json_pack("{sb sb sI sI sI sI so so sI sI ss}", "measured",
+				       e->probe.measured, "coalesce", e->probe.coalesce,
+				       "reads_at_once", JU(e->probe.q), "small_bytes",
+				       JU(e->probe.small), "big_bytes", JU(e->probe.big),
+				       "rounds", JU(e->probe.rounds),
+				       "small_s", jreal(e->probe.t_small, 6),
+				       "big_s", jreal(e->probe.t_big, 6), "pfs_bytes",
+				       JU(e->probe.bytes), "pfs_reads", JU(e->probe.reads),
+				       "why", e->probe.why));
+	return must(json_pack("{sb ss so sI sI so sI sI sI sI so sI sI sI}", "on", e->coalesce,
+			      "mode", e->cfg->coalesce, "probe", probe,
 			      "extent_max", JU(e->cfg->extent_max),
 			      "extent_memory", JU(e->cfg->extent_memory),
 			      "max_amplification", jreal(e->cfg->max_amplification, 3),

@@ -49,7 +49,8 @@ struct seer_config {
 	uint64_t lookahead;
 	uint64_t retries;
 	double retry_backoff_ms;
-	bool coalesce;           /* coalesced reads (extents) and the plan by files */
+	char *coalesce;          /* "auto", "on" or "off": coalesced reads (extents) and
+				    the plan by files (auto: src/pfs_probe.h decides) */
 	uint64_t extent_max;     /* longest extent */
 	uint64_t extent_memory;  /* bytes of extents in flight at once */
 	double max_amplification; /* extent bytes read / sample bytes delivered, at most */

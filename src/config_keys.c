@@ -18,6 +18,7 @@ static const char *const xf_decodes[] = { "none", "image", NULL };
 static const char *const xf_crops[] = { "none", "random_resized", "center", NULL };
 static const char *const xf_outputs[] = { "uint8_hwc", "float16_chw", "float32_chw", NULL };
 static const char *const xf_caches[] = { "encoded", "decoded", NULL };
+static const char *const coalesce_modes[] = { "auto", "on", "off", NULL };
 
 #define F(field) offsetof(struct seer_config, field)
 #define U64MAX UINT64_MAX
@@ -103,10 +104,12 @@ const struct cfg_key cfg_keys[] = {
 	  "retries of a failed read before its batch fails" },
 	{ "prefetch", "retry_backoff_ms", CFG_DOUBLE, F(retry_backoff_ms), "20", 0, 60000, NULL,
 	  false, "first retry delay; doubles per retry" },
-	{ "prefetch", "coalesce", CFG_BOOL, F(coalesce), "on", 0, 0, NULL, true,
-	  "read samples of one file needed soon or planned for this node's cache as one extent "
-	  "and cut them out; packed files are cached whole by one node, which reads them in the "
-	  "first epoch and serves the others (off: one read per sample)" },
+	{ "prefetch", "coalesce", CFG_ENUM, F(coalesce), "auto", 0, 0, coalesce_modes, true,
+	  "on: read samples of one file needed soon or planned for this node's cache as one "
+	  "extent and cut them out; packed files are cached whole by one node, which reads them "
+	  "in the first epoch and serves the others. off: one read per sample, in the order of "
+	  "need. auto: node 0 times a few reads at start and picks on when the PFS is bound by "
+	  "requests, off when it is bound by bandwidth (docs/design.md)" },
 	{ "prefetch", "extent_max", CFG_SIZE, F(extent_max), "8MiB", 4096, 1ull << 34, NULL, false,
 	  "longest coalesced read" },
 	{ "prefetch", "extent_memory", CFG_SIZE, F(extent_memory), "16MiB", 4096, U64MAX, NULL,

@@ -190,12 +190,13 @@ static void busy_sleep(double s)
  * evidence where wall-clock time is not. Then where the trainer's steps
  * went (seconds summed over the epoch): waiting for the batch, reading its
  * bytes, sleeping past the compute time (the scheduler's wake-up delay),
- * waiting in the step barrier for the other trainers. */
+ * waiting in the step barrier for the other trainers, giving the batch back,
+ * and the call that reports the epoch's end. */
 enum { RU_MINFLT, RU_MAJFLT, RU_NVCSW, RU_NIVCSW, RU_UTIME, RU_STIME, RU_KN,
-       PH_WAIT = RU_KN, PH_TOUCH, PH_OVERSLEEP, PH_BARRIER, RU_N };
+       PH_WAIT = RU_KN, PH_TOUCH, PH_OVERSLEEP, PH_BARRIER, PH_RELEASE, PH_EPOCH_END, RU_N };
 static const char *const ru_name[RU_N] = { "minflt", "majflt", "nvcsw", "nivcsw", "utime_s",
 					     "stime_s", "wait_s", "touch_s", "oversleep_s",
-					     "barrier_s" };
+					     "barrier_s", "release_s", "epoch_end_s" };
 
 struct ep {
 	double t0, t1;
@@ -240,7 +241,9 @@ static void step_end(const struct opts *o, struct ep *e, void (*between)(void *)
 	e->ru[PH_OVERSLEEP] += MAX(0.0, b - a - cs);
 	if (between)
 		between(arg);
-	b = now_s();
+	a = now_s();
+	e->ru[PH_RELEASE] += a - b;
+	b = a;
 	step_barrier();
 	e->ru[PH_BARRIER] += now_s() - b;
 }
@@ -386,6 +389,7 @@ static int run_seer(const struct opts *o, int rank, int world, struct ep **out, 
 		double t = now_s();
 		if (rc == SEER_EEPOCH) {
 			eps[e].t1 = t;
+			eps[e].ru[PH_EPOCH_END] += t - tw;
 			ru_close(&eps[e], ru_last);
 			e++;
 			started = false;

@@ -138,7 +138,8 @@ def run_job(work, mnt, base, coalesce, ram, nodes, name):
     and Python alternating). Returns (trainer logs, per-node stats, emulator
     totals)."""
     s = dict(base)
-    s.update({"cache.ram": ram, "prefetch.coalesce": "on" if coalesce else "off",
+    mode = coalesce if isinstance(coalesce, str) else "on" if coalesce else "off"
+    s.update({"cache.ram": ram, "prefetch.coalesce": mode,
               "daemon.state_dir": os.path.join(work, "state")})
     build_catalog(dict(s, **{"daemon.socket": os.path.join(work, "chk.sock")}))
     reset(mnt)
@@ -263,6 +264,72 @@ def test_two_nodes_every_format():
         for kind in FORMATS:
             compare(kind, 2, 1.5, tmp, rng)
         compare("tfrecord", 2, 0.4, tmp, rng)
+    finally:
+        cleanup(tmp)
+
+
+def test_auto_probe_decides():
+    """prefetch.coalesce = auto (the default): node 0 times the PFS before the
+    job and every node plans with its verdict. On a PFS bound by bandwidth
+    (400 KB/s, 32 reads in flight) one read per sample, in the order of need;
+    on one bound by requests (4 ms a read, 4 in flight, no bandwidth cap)
+    coalesced reads. Either way the trainers get the writer's bytes, and the
+    PFS bytes seerd reports (the probe's included, counted on node 0 only)
+    equal the emulator's."""
+    check(pfsemu_available(), "this test needs bin/seer-pfsemu and /dev/fuse")
+    tmp = tmpdir("seer-co-")
+    rng = np.random.default_rng(23)
+    try:
+        data = os.path.join(tmp, "data")
+        train = os.path.join(data, "train")
+        os.makedirs(train)
+        exp = []
+        # 7,680 records of ~400 B: 1/64 of the bytes lets the probe take
+        # 8 reads at once, 3 rounds
+        for i in range(8):
+            ps = [rng.bytes(int(rng.integers(300, 500))) for _ in range(960)]
+            write_tfrecord(os.path.join(train, "part_%d.tfrecord" % i), ps)
+            exp += [(p, -1) for p in ps]
+        age_tree(data)
+        D = sum(len(raw) for raw, _ in exp)
+        mnt = os.path.join(tmp, "pfs")
+        base = {"dataset.format": "tfrecord", "dataset.path": os.path.join(mnt, "train"),
+                "job.epochs": 1, "job.batch_size": 64, "job.seed": 5,
+                "cache.staging": "4MiB"}
+        ram = int(1.5 * (D + 64 * len(exp)) / 2)
+        cases = (("bandwidth", ["--bandwidth", "400KB/s", "--latency-ms", "0.05",
+                                "--max-inflight", "32"], 2, False),
+                 ("requests", ["--latency-ms", "4", "--max-inflight", "4"], 1, True))
+        logs = {}
+        for name, opts, nodes, want in cases:
+            os.environ["PFSEMU_LOG"] = os.path.join(tmp, "pfsemu-%s.log" % name)
+            mount_pfs(data, mnt, *opts)
+            try:
+                lg, stats, em = run_job(tmp, mnt, base, "auto", ram, nodes, name)
+            finally:
+                umount_pfs(mnt)
+            logs[name] = lg
+            pr = stats[0]["coalescing"]["probe"]
+            log("auto, PFS bound by %s: %s" % (name, pr["why"]))
+            check(pr["measured"] and pr["reads_at_once"] >= 4 and pr["rounds"] >= 1,
+                  "%s: the probe did not measure: %s" % (name, pr))
+            for k, st in enumerate(stats):
+                co = st["coalescing"]
+                check(co["mode"] == "auto" and co["on"] == want and
+                      co["probe"]["coalesce"] == want,
+                      "%s: node %d coalesces %s (probe %s), expected %s" %
+                      (name, k, co["on"], co["probe"]["coalesce"], want))
+                check(k == 0 or co["probe"]["pfs_bytes"] == 0,
+                      "%s: node %d counted the probe's bytes" % (name, k))
+                check((co["extents"] > 0) == want, "%s: node %d read %d extents" %
+                      (name, k, co["extents"]))
+            check(pr["pfs_bytes"] <= D // 64 + 4096 and pr["pfs_bytes"] > 0,
+                  "%s: the probe read %d bytes of a %d-byte dataset" % (name, pr["pfs_bytes"], D))
+            pfs, _, _ = totals(stats)
+            check(pfs == em["bytes"], "%s: seerd counted %d PFS bytes, the emulator served %d"
+                  % (name, pfs, em["bytes"]))
+            check(check_logs(lg, exp, "auto (%s)" % name) == len(exp),
+                  "%s: not every sample was delivered once" % name)
     finally:
         cleanup(tmp)
 
@@ -407,4 +474,4 @@ def test_corrupt_record_in_extent():
 
 if __name__ == "__main__":
     run_tests([test_single_node_every_format, test_two_nodes_every_format,
-               test_faults_in_extents, test_corrupt_record_in_extent])
+               test_auto_probe_decides, test_faults_in_extents, test_corrupt_record_in_extent])
