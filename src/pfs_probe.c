@@ -177,8 +177,6 @@ static void measure(struct probe_run *r, const struct slot *slots, struct pfs_pr
 	}
 	r->stop = true;
 	pthread_barrier_wait(&r->go);
-	pthread_barrier_destroy(&r->go);
-	pthread_barrier_destroy(&r->done);
 	int err = __atomic_load_n(&r->err, __ATOMIC_RELAXED);
 	if (err)
 		snprintf(p->why, sizeof(p->why), "a probe read failed: %s", strerror(-err));
@@ -187,6 +185,10 @@ static void measure(struct probe_run *r, const struct slot *slots, struct pfs_pr
 join:
 	for (uint32_t i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
+	if (started >= PROBE_QMIN) { /* the barriers: only once no reader is inside */
+		pthread_barrier_destroy(&r->go);
+		pthread_barrier_destroy(&r->done);
+	}
 	pthread_cond_destroy(&r->cv);
 	pthread_mutex_destroy(&r->mu);
 }
