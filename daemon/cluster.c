@@ -41,6 +41,7 @@ struct cluster {
 	bool have_plan;
 	bool map_sent;
 	bool map_received;
+	double rolled_at;         /* when this node's trainers had all attached (0: not yet) */
 	struct pending_send *sends;
 	/* done barrier */
 	bool in_barrier, barrier_done;
@@ -458,6 +459,8 @@ static void apply_roll(struct cluster *cl, uint32_t from, const struct cluster_p
 void cluster_roll(struct cluster *cl, const struct cluster_plan *plan, const uint32_t *ranks,
 		  uint32_t n)
 {
+	if (cl->rolled_at == 0)
+		cl->rolled_at = now_s();
 	if (cl->node == 0) {
 		apply_roll(cl, 0, plan, ranks, n);
 		return;
@@ -612,6 +615,11 @@ bool cluster_all_done(struct cluster *cl)
 		cl->barrier_done = done;
 	}
 	return cl->barrier_done;
+}
+
+bool cluster_urgent(const struct cluster *cl)
+{
+	return cl->mpi && cl->rolled_at > 0 && !cl->map_received && now_s() - cl->rolled_at < 2.0;
 }
 
 bool cluster_busy(const struct cluster *cl)

@@ -80,5 +80,8 @@ void cluster_local_done(struct cluster *cl);
 bool cluster_all_done(struct cluster *cl);
 /* Messages are pending that need quick polling (map not yet known). */
 bool cluster_busy(const struct cluster *cl);
+/* This node's trainers attached and the rank map is awaited (the first 2 s):
+ * poll every millisecond, the trainers are waiting for it. */
+bool cluster_urgent(const struct cluster *cl);
 
 #endif /* SEERD_CLUSTER_H */

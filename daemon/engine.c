@@ -125,6 +125,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	if ((rc = arena_check_memory(e, size, err, errlen)) != 0 ||
 	    (rc = arena_create(e, size, err, errlen)) != 0)
 		goto fail;
+	arena_prefill_staging(e);
 	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
 	e->nopfs = strcmp(o->cfg->policy, "nopfs") == 0;
 	if (o->probe)

@@ -450,6 +450,7 @@ uint64_t arena_layout(struct engine *e);      /* returns the arena's size */
 int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen);
 int arena_check_memory(const struct engine *e, uint64_t size, char *err, size_t errlen);
 void arena_split_staging(struct engine *e);
+void arena_prefill_staging(struct engine *e); /* at start, when staging will be used */
 int arena_check_staging(struct engine *e, char *err, size_t errlen);
 uint64_t arena_key_off(const struct engine *e, uint32_t key);   /* a RAM slot's offset */
 uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);

@@ -263,7 +263,8 @@ static bool finished_round(struct server *s)
  * the cluster needs polling) and hand each to its owner. false: leave. */
 static bool dispatch(struct server *s)
 {
-	int timeout = engine_arm(s->e) ? (cluster_busy(s->cl) ? 10 : 1000) : 0;
+	int timeout = !engine_arm(s->e) ? 0 : cluster_urgent(s->cl) ? 1 : cluster_busy(s->cl) ? 10
+										    : 1000;
 	struct epoll_event evs[64];
 	int k = epoll_wait(s->epfd, evs, 64, timeout);
 	if (k < 0 && errno != EINTR) {
