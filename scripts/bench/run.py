@@ -435,7 +435,10 @@ def seer_settings(job, rd, sockdir, policy, args, extra=None):
         s["net.peer_timeout_ms"] = args.peer_timeout_ms
     if policy:
         s["cache.policy"] = policy
-    s.update(extra or {})
+    for kv in args.seer_set or []:
+        k, _, v = kv.partition("=")
+        s[k] = v
+    s.update(extra or {})  # the system's own settings (seer-plain: coalescing off) last
     return s
 
 
@@ -668,6 +671,9 @@ def main():
     ap.add_argument("--lookahead", type=int, default=0, help="override prefetch.lookahead")
     ap.add_argument("--peer-timeout-ms", type=int, default=0,
                     help="override net.peer_timeout_ms (default: seerd's own, 2000)")
+    ap.add_argument("--seer-set", action="append", metavar="SECTION.KEY=VALUE",
+                    help="an extra seerd setting for every seer system (repeatable), e.g. "
+                    "daemon.log_level=debug")
     ap.add_argument("--provider", default="", help="libfabric provider for seerd (default: "
                     "seerd's own, tcp;ofi_rxm)")
     ap.add_argument("--data", default=os.environ.get("SEER_BENCH_DIR",
