@@ -119,6 +119,10 @@ static void render_head(const json_t *root, FILE *out)
 			sz(f, jnum(co, "extent_max")));
 	else if (co)
 		fprintf(out, "extents   off: one PFS read per sample\n");
+	const json_t *pr = co ? json_object_get(co, "probe") : NULL;
+	if (pr && json_is_object(pr))
+		fprintf(out, "          prefetch.coalesce = %s, PFS probe: %s\n", jtext(co, "mode"),
+			jtext(pr, "why"));
 	fprintf(out, "topology  %s\n", jtext(root, "topology"));
 	fprintf(out, "sources  ");
 	const char *name;
