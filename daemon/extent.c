@@ -35,15 +35,10 @@
 void ext_init(struct engine *e)
 {
 	const struct fmt_ops *f = e->cat->fmt;
-	bool on = strcmp(e->cfg->coalesce, "on") == 0 ||
-		  (strcmp(e->cfg->coalesce, "auto") == 0 && (!e->probe.measured || e->probe.coalesce));
+	enum cfg_coalesce m = cfg_coalesce(e->cfg);
+	bool on = m == CFG_COALESCE_ON ||
+		  (m == CFG_COALESCE_AUTO && (!e->probe.measured || e->probe.coalesce));
 	e->coalesce = on && f->span && (f->cut || f->cut_many);
-	if (e->probe.reads) {
-		/* node 0 read them: its PFS bytes equal what the file system served */
-		struct epoch_stats *es = stats_epoch(e, 0);
-		es->pfs_bytes += e->probe.bytes;
-		es->pfs_reads += e->probe.reads;
-	}
 	if (e->coalesce)
 		e->pfs_q = xcalloc(MAX(e->cat->nsamples, 1ull), sizeof(uint32_t));
 }

@@ -112,26 +112,32 @@ static void raise_nofile(void)
 
 /* prefetch.coalesce = auto on a dataset that coalesced reads could serve
  * (several samples per file, a format that cuts samples out of a byte
- * range): node 0 times the PFS (src/pfs_probe.h) and every node plans with
- * its verdict. False: no probe (the mode decides alone). */
-static bool share_probe(const struct seer_config *cfg, const struct catalog *cat,
-			struct cluster *cl, uint32_t node, struct pfs_probe *p)
+ * range, two samples fitting one extent): node 0 times the PFS
+ * (src/pfs_probe.h) and every node plans with its verdict. 0 and *probed
+ * false: no probe (the mode decides alone); -EIO: the verdict could not be
+ * shared (fatal: nodes planning differently would disagree on owners). */
+static int share_probe(const struct seer_config *cfg, const struct catalog *cat,
+		       struct cluster *cl, uint32_t node, struct pfs_probe *p, bool *probed)
 {
 	const struct fmt_ops *f = cat->fmt;
-	if (strcmp(cfg->coalesce, "auto") != 0 || cat->nsamples <= cat->nfiles || !f->span ||
-	    !(f->cut || f->cut_many))
-		return false;
+	*probed = false;
+	if (cfg_coalesce(cfg) != CFG_COALESCE_AUTO || cat->nsamples <= cat->nfiles ||
+	    !f->span || !(f->cut || f->cut_many) ||
+	    cat->total_bytes / cat->nsamples * 2 > cfg->extent_max)
+		return 0;
 	if (node == 0)
 		pfs_probe_run(cat, (uint32_t)cfg->io_threads, p);
 	if (cluster_bcast(cl, p, sizeof(*p)) != 0) {
-		log_warn("sharing the PFS probe's verdict failed: coalesced reads on");
-		*p = (struct pfs_probe){ .coalesce = true };
+		log_error("sharing the PFS probe's verdict (prefetch.coalesce = auto) with the "
+			  "other nodes failed (MPI): set prefetch.coalesce = on or off");
+		return -EIO;
 	}
 	if (node == 0)
 		log_info("PFS probe (prefetch.coalesce = auto): %s", p->why);
 	else
 		p->bytes = p->reads = 0; /* node 0 read them */
-	return true;
+	*probed = true;
+	return 0;
 }
 
 /* The catalog (shared by node 0), then --check's summary or the job itself.
@@ -170,8 +176,11 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 		rc = 0;
 	} else {
 		struct pfs_probe probe;
-		bool probed = share_probe(cfg, cat, cl, node, &probe);
-		rc = *fini = server_run(cfg, cat, cl, node, nnodes, probed ? &probe : NULL);
+		bool probed;
+		if (share_probe(cfg, cat, cl, node, &probe, &probed) != 0)
+			rc = *fini = 1;
+		else
+			rc = *fini = server_run(cfg, cat, cl, node, nnodes, probed ? &probe : NULL);
 	}
 	cat_free(cat);
 	return rc;

@@ -179,6 +179,14 @@ void place_plan(struct engine *e)
 		np_build(e);
 	e->plan_ready = true;
 	e->t_plan = now_s();
+	if (e->probe.reads) {
+		/* node 0 read them before the job: counted in its first epoch, so
+		 * its PFS bytes equal what the file system served (a new shape's
+		 * stats start over and count them again) */
+		struct epoch_stats *es = stats_epoch(e, e->first_epoch);
+		es->pfs_bytes += e->probe.bytes;
+		es->pfs_reads += e->probe.reads;
+	}
 	struct route_view v = place_view(e);
 	for (uint64_t s = 0; s < e->cat->nsamples; s++) {
 		if (!route_owned(&v, (uint32_t)s))

@@ -487,6 +487,14 @@ int cfg_transform(const struct seer_config *c, struct xf_params *p, char *err, s
 	return 0;
 }
 
+enum cfg_coalesce cfg_coalesce(const struct seer_config *c)
+{
+	bool b;
+	if (strcmp(c->coalesce, "auto") == 0 || parse_bool(c->coalesce, &b) != 0)
+		return CFG_COALESCE_AUTO;
+	return b ? CFG_COALESCE_ON : CFG_COALESCE_OFF;
+}
+
 int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step)
 {
 	if (!*c->resume || strcmp(c->resume, "auto") == 0)

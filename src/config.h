@@ -117,6 +117,11 @@ char *cfg_expand(const char *s, char *err, size_t errlen);
 struct xf_params;
 int cfg_transform(const struct seer_config *c, struct xf_params *p, char *err, size_t errlen);
 
+/* [prefetch] coalesce: "auto", or on/off in any of the boolean spellings
+ * (the key was a boolean before auto). */
+enum cfg_coalesce { CFG_COALESCE_AUTO, CFG_COALESCE_ON, CFG_COALESCE_OFF };
+enum cfg_coalesce cfg_coalesce(const struct seer_config *c);
+
 /* [job] resume as (epoch, step); -ENOENT when unset or "auto". */
 int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step);
 

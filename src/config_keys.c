@@ -18,7 +18,8 @@ static const char *const xf_decodes[] = { "none", "image", NULL };
 static const char *const xf_crops[] = { "none", "random_resized", "center", NULL };
 static const char *const xf_outputs[] = { "uint8_hwc", "float16_chw", "float32_chw", NULL };
 static const char *const xf_caches[] = { "encoded", "decoded", NULL };
-static const char *const coalesce_modes[] = { "auto", "on", "off", NULL };
+static const char *const coalesce_modes[] = { "auto", "on", "off", "true", "false", "yes",
+					      "no", "1", "0", NULL };
 
 #define F(field) offsetof(struct seer_config, field)
 #define U64MAX UINT64_MAX

@@ -20,6 +20,7 @@
 #include "util.h"
 
 enum { PROBE_K = 4, PROBE_QMIN = 4, PROBE_QMAX = 16, PROBE_ROUNDS = 3 };
+#define PROBE_MAX_S 2.0 /* no further round after this long */
 
 struct slot {
 	int fd;
@@ -60,6 +61,9 @@ static void *reader_main(void *arg)
 			return NULL;
 		const struct slot *s = &r->slots[rd->i];
 		int rc = pread_full(s->fd, r->buf[rd->i], r->len, s->off);
+		/* the next run (a restart) must find these bytes on the PFS,
+		 * not in this client's page cache */
+		posix_fadvise(s->fd, (off_t)s->off, (off_t)r->len, POSIX_FADV_DONTNEED);
 		r->end[rd->i] = now_s();
 		if (rc != 0)
 			__atomic_store_n(&r->err, rc, __ATOMIC_RELAXED);
@@ -137,6 +141,38 @@ static void gate_open(struct probe_run *r)
 	pthread_mutex_unlock(&r->mu);
 }
 
+/* The rounds with the readers at their barriers; stops early after a round
+ * once PROBE_MAX_S have passed (a slow PFS, large samples). */
+static void rounds(struct probe_run *r, const struct slot *slots, struct pfs_probe *p)
+{
+	double t0 = now_s();
+	uint32_t done = 0;
+	p->t_small = p->t_big = 1e30;
+	p->coalesce = false;
+	while (done < p->rounds && !__atomic_load_n(&r->err, __ATOMIC_RELAXED)) {
+		const struct slot *s = slots + (size_t)done * 2 * r->q;
+		double ts = phase(r, s, p->small), tb = phase(r, s + r->q, p->big);
+		p->t_small = MIN(p->t_small, ts); /* (MIN evaluates twice) */
+		p->t_big = MIN(p->t_big, tb);
+		/* bound by bandwidth only if every round says so: a reader
+		 * descheduled in one round must not switch coalescing off */
+		p->coalesce = p->coalesce || pfs_probe_decide(ts, tb, p->k);
+		p->bytes += (uint64_t)r->q * (p->small + p->big);
+		p->reads += 2ull * r->q;
+		done++;
+		if (now_s() - t0 > PROBE_MAX_S)
+			break;
+	}
+	p->rounds = done;
+	r->stop = true;
+	pthread_barrier_wait(&r->go);
+	int err = __atomic_load_n(&r->err, __ATOMIC_RELAXED);
+	if (err)
+		snprintf(p->why, sizeof(p->why), "a probe read failed: %s", strerror(-err));
+	else
+		p->measured = true;
+}
+
 /* Start the readers (as many as can start, at least PROBE_QMIN), run the
  * rounds, stop them. */
 static void measure(struct probe_run *r, const struct slot *slots, struct pfs_probe *p)
@@ -152,40 +188,27 @@ static void measure(struct probe_run *r, const struct slot *slots, struct pfs_pr
 			break;
 		started++;
 	}
-	if (started < PROBE_QMIN) {
-		r->stop = true;
-		gate_open(r);
+	bool barriers = false;
+	if (started >= PROBE_QMIN) {
+		r->q = p->q = started;
+		if (pthread_barrier_init(&r->go, NULL, r->q + 1) == 0) {
+			if (pthread_barrier_init(&r->done, NULL, r->q + 1) == 0)
+				barriers = true;
+			else
+				pthread_barrier_destroy(&r->go);
+		}
+		if (!barriers)
+			snprintf(p->why, sizeof(p->why), "cannot make the probe's barriers");
+	} else {
 		snprintf(p->why, sizeof(p->why), "cannot start %u reader threads", PROBE_QMIN);
-		goto join;
 	}
-	r->q = p->q = started;
-	pthread_barrier_init(&r->go, NULL, r->q + 1);
-	pthread_barrier_init(&r->done, NULL, r->q + 1);
+	r->stop = !barriers; /* before the gate opens: the readers then just leave */
 	gate_open(r);
-	p->t_small = p->t_big = 1e30;
-	p->coalesce = false;
-	for (uint32_t k = 0; k < p->rounds && !__atomic_load_n(&r->err, __ATOMIC_RELAXED); k++) {
-		const struct slot *s = slots + (size_t)k * 2 * r->q;
-		double ts = phase(r, s, p->small), tb = phase(r, s + r->q, p->big);
-		p->t_small = MIN(p->t_small, ts); /* (MIN evaluates twice) */
-		p->t_big = MIN(p->t_big, tb);
-		/* bound by bandwidth only if every round says so: a reader
-		 * descheduled in one round must not switch coalescing off */
-		p->coalesce = p->coalesce || pfs_probe_decide(ts, tb, p->k);
-		p->bytes += (uint64_t)r->q * (p->small + p->big);
-		p->reads += 2ull * r->q;
-	}
-	r->stop = true;
-	pthread_barrier_wait(&r->go);
-	int err = __atomic_load_n(&r->err, __ATOMIC_RELAXED);
-	if (err)
-		snprintf(p->why, sizeof(p->why), "a probe read failed: %s", strerror(-err));
-	else
-		p->measured = true;
-join:
+	if (barriers)
+		rounds(r, slots, p);
 	for (uint32_t i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
-	if (started >= PROBE_QMIN) { /* the barriers: only once no reader is inside */
+	if (barriers) { /* only once no reader is inside a wait */
 		pthread_barrier_destroy(&r->go);
 		pthread_barrier_destroy(&r->done);
 	}
@@ -223,7 +246,12 @@ void pfs_probe_run(const struct catalog *cat, uint32_t q, struct pfs_probe *p)
 	if (PROBE_ROUNDS * p->q * per <= budget)
 		p->rounds = PROBE_ROUNDS;
 	char a[32];
-	if (p->rounds * p->q * per > budget || p->q < PROBE_QMIN) {
+	if (p->q < PROBE_QMIN) {
+		snprintf(p->why, sizeof(p->why), "prefetch.io_threads = %u: the probe needs %u reads "
+			 "at once: coalesced reads", q, PROBE_QMIN);
+		return;
+	}
+	if (p->rounds * p->q * per > budget) {
 		snprintf(p->why, sizeof(p->why), "the dataset (%s) is too small to measure within "
 			 "1/64 of its bytes: coalesced reads",
 			 fmt_size(a, sizeof(a), cat->total_bytes));
@@ -237,10 +265,13 @@ void pfs_probe_run(const struct catalog *cat, uint32_t q, struct pfs_probe *p)
 	struct probe_run r = { .q = p->q };
 	uint32_t got = place(cat, p->big, slots, n, fds, p->why, sizeof(p->why));
 	if (got == n) {
-		for (uint32_t i = 0; i < r.q; i++)
+		uint32_t nbuf = r.q; /* measure may start fewer readers */
+		for (uint32_t i = 0; i < nbuf; i++) {
 			r.buf[i] = xmalloc(p->big);
+			memset(r.buf[i], 0, p->big); /* no page faults in the timed reads */
+		}
 		measure(&r, slots, p);
-		for (uint32_t i = 0; i < r.q; i++)
+		for (uint32_t i = 0; i < nbuf; i++)
 			free(r.buf[i]);
 		if (p->measured)
 			verdict(p);

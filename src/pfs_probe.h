@@ -7,8 +7,10 @@
  * costs the overlap of reading with compute and saves nothing. The probe
  * times q reads of one sample's size at once, then q reads of k times that
  * size at once (distinct byte ranges of the dataset's files, each read
- * once): when k times the bytes take about k times as long, bytes are what
- * the PFS charges for and one read per sample costs no more than extents.
+ * once, then dropped from the page cache): when k times the bytes take
+ * about k times as long, bytes are what the PFS charges for and one read
+ * per sample costs no more than extents. At most 1/64 of the dataset's
+ * bytes, 1-3 rounds, none started after 2 s.
  *
  * Runs once, on node 0, before the job (the calling thread and q short-lived
  * readers); every node then plans with node 0's verdict. Failure: a read
@@ -25,7 +27,7 @@
 struct pfs_probe {
 	bool measured;           /* both phases ran */
 	bool coalesce;           /* the verdict: coalesced reads on */
-	uint32_t q, k, rounds;   /* reads at once, size ratio, rounds (best kept) */
+	uint32_t q, k, rounds;   /* reads at once, size ratio, rounds run (best kept) */
 	uint64_t small, big;     /* bytes per read in each phase */
 	double t_small, t_big;   /* seconds for q reads at once, best round */
 	uint64_t bytes, reads;   /* what the probe read from the PFS */

@@ -941,3 +941,23 @@ Test(config, job_hash_separates_values)
 	cr_assert_eq(cfg_set(&cfg, "dataset.npz_labels=bc", err, sizeof(err)), 0);
 	cr_assert_neq(cfg_job_hash(&cfg), h1);
 }
+
+/* prefetch.coalesce: auto by default; on/off in the boolean spellings the
+ * key took before auto; anything else refused, naming the choices. */
+Test(config, coalesce_modes)
+{
+	cr_assert_eq(cfg_coalesce(&cfg), CFG_COALESCE_AUTO);
+	static const struct { const char *v; enum cfg_coalesce m; } cases[] = {
+		{ "on", CFG_COALESCE_ON }, { "yes", CFG_COALESCE_ON }, { "1", CFG_COALESCE_ON },
+		{ "true", CFG_COALESCE_ON }, { "off", CFG_COALESCE_OFF }, { "no", CFG_COALESCE_OFF },
+		{ "0", CFG_COALESCE_OFF }, { "false", CFG_COALESCE_OFF }, { "auto", CFG_COALESCE_AUTO },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char a[64];
+		snprintf(a, sizeof(a), "prefetch.coalesce=%s", cases[i].v);
+		cr_assert_eq(cfg_set(&cfg, a, err, sizeof(err)), 0, "%s: %s", a, err);
+		cr_assert_eq(cfg_coalesce(&cfg), cases[i].m, "%s", a);
+	}
+	cr_assert_neq(cfg_set(&cfg, "prefetch.coalesce=maybe", err, sizeof(err)), 0);
+	cr_assert_not_null(strstr(err, "auto, on, off"), "%s", err);
+}
