@@ -132,3 +132,16 @@ Test(pfs_probe, too_small_to_measure)
 	cr_assert_not_null(strstr(p.why, "too small"), "%s", p.why);
 	drop_catalog(&c);
 }
+
+Test(pfs_probe, too_few_io_threads)
+{
+	struct catalog c;
+	make_catalog(&c, 8192, true);
+	struct pfs_probe p;
+	pfs_probe_run(&c, 2, &p);
+	cr_assert_not(p.measured);
+	cr_assert(p.coalesce);
+	cr_assert_eq(p.reads, 0);
+	cr_assert_not_null(strstr(p.why, "prefetch.io_threads = 2"), "%s", p.why);
+	drop_catalog(&c);
+}
