@@ -107,6 +107,7 @@ static int join_peers(struct server *s, char *err, size_t errlen)
 	struct net_opts no = {
 		.provider = s->cfg->provider, .node = s->node, .nnodes = s->nnodes,
 		.timeout_s = s->cfg->peer_timeout_ms / 1000.0, .suspect_s = 10.0,
+		.no_bundles = !s->cfg->net_bundles,
 	};
 	engine_net_opts(s->e, &no);
 	void *addr = NULL;

@@ -58,6 +58,7 @@ struct seer_config {
 	/* [net] */
 	char *provider;
 	double peer_timeout_ms;
+	bool net_bundles;
 	/* [daemon] */
 	char *socket;
 	char *state_dir;

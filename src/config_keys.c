@@ -126,6 +126,9 @@ const struct cfg_key cfg_keys[] = {
 	  "libfabric provider for sample transfer between daemons" },
 	{ "net", "peer_timeout_ms", CFG_DOUBLE, F(peer_timeout_ms), "2000", 1, 3600000, NULL, false,
 	  "a peer fetch not answered in this time is read from the PFS instead" },
+	{ "net", "bundles", CFG_BOOL, F(net_bundles), "true", 0, 0, NULL, false,
+	  "samples of at most 8 KiB travel many to a message (one request for up to 64, "
+	  "answers in bundles of up to 15 KiB); false: one message each" },
 
 	{ "daemon", "socket", CFG_STR, F(socket), "", 0, 0, NULL, false,
 	  "unix socket path (empty: seer-<user>-<job id>.sock in $SEER_RUNTIME_DIR, a private "

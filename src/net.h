@@ -23,6 +23,7 @@
 #define SEER_NET_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,6 +69,7 @@ struct net_opts {
 	void *lookup_ctx;
 	double timeout_s;          /* per fetch */
 	double suspect_s;          /* how long a timed-out peer is skipped */
+	bool no_bundles;           /* every sample in a message of its own (net_bundle.c) */
 };
 
 /* Open the endpoint. On success *addr (malloc'd, *addrlen bytes) is this

@@ -23,7 +23,7 @@ static struct link *lk(struct op *op, size_t off)
 	return (struct link *)((char *)op + off);
 }
 
-static void olist_push(struct olist *l, struct op *op, size_t off)
+void nf_olist_push(struct olist *l, struct op *op, size_t off)
 {
 	struct link *k = lk(op, off);
 	k->prev = l->tail;
@@ -36,7 +36,7 @@ static void olist_push(struct olist *l, struct op *op, size_t off)
 	l->n++;
 }
 
-static void olist_del(struct olist *l, struct op *op, size_t off)
+void nf_olist_del(struct olist *l, struct op *op, size_t off)
 {
 	struct link *k = lk(op, off);
 	if (k->prev)
@@ -54,16 +54,16 @@ static void olist_del(struct olist *l, struct op *op, size_t off)
 void nf_home_set(struct op *op, struct olist *l)
 {
 	if (op->home)
-		olist_del(op->home, op, HOME);
+		nf_olist_del(op->home, op, HOME);
 	op->home = l;
 	if (l)
-		olist_push(l, op, HOME);
+		nf_olist_push(l, op, HOME);
 }
 
 void nf_pend_add(struct net *n, struct op *op)
 {
 	if (!op->in_pend) {
-		olist_push(&n->pending, op, PEND);
+		nf_olist_push(&n->pending, op, PEND);
 		op->in_pend = true;
 	}
 }
@@ -71,7 +71,7 @@ void nf_pend_add(struct net *n, struct op *op)
 void nf_pend_del(struct net *n, struct op *op)
 {
 	if (op->in_pend) {
-		olist_del(&n->pending, op, PEND);
+		nf_olist_del(&n->pending, op, PEND);
 		op->in_pend = false;
 	}
 }

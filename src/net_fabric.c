@@ -65,11 +65,25 @@ static bool own_fetch_id(const struct net *n, uint64_t id)
 static void on_ctrl(struct net *n, const uint8_t *buf, size_t len, uint64_t now)
 {
 	struct wire_msg m;
-	if (len != sizeof(m)) {
+	if (len < sizeof(m)) {
 		nf_count_bad(n, "size", len);
 		return;
 	}
 	memcpy(&m, buf, sizeof(m));
+	if (m.type == MSG_REQUEST_MANY && m.magic == WIRE_MAGIC && m.version == WIRE_VERSION &&
+	    m.from < n->o.nnodes && m.from != n->o.node) {
+		if (m.arg == 0 || m.arg > MANY_MAX || len != sizeof(m) + m.arg * sizeof(struct wire_entry) ||
+		    m.id != 0 || m.sample != 0 || m.budget_ms == 0 || !n->bundles) {
+			nf_count_bad(n, "REQUEST_MANY fields", m.arg);
+			return;
+		}
+		nf_on_request_many(n, &m, (const struct wire_entry *)(buf + sizeof(m)), now);
+		return;
+	}
+	if (len != sizeof(m)) {
+		nf_count_bad(n, "size", len);
+		return;
+	}
 	if (m.magic != WIRE_MAGIC || m.version != WIRE_VERSION) {
 		nf_count_bad(n, "magic/version", ((uint64_t)m.magic << 16) | m.version);
 		return;
@@ -120,6 +134,10 @@ static void on_completion(struct net *n, const struct fi_cq_tagged_entry *c, uin
 		nf_warm_done(n, 0);
 		return;
 	}
+	if (x->kind == CTX_BUF) {
+		nf_bundle_completed(n, container_of(x, struct nbuf, c), c->len, now);
+		return;
+	}
 	if (x->kind == CTX_SLOT) {
 		struct ctrl_slot *s = container_of(x, struct ctrl_slot, c);
 		on_ctrl(n, s->buf, c->len, now);
@@ -142,6 +160,10 @@ static void on_error(struct net *n, const struct fi_cq_err_entry *e)
 	}
 	if (x->kind == CTX_WARM) {
 		nf_warm_done(n, e->err);
+		return;
+	}
+	if (x->kind == CTX_BUF) {
+		nf_bundle_failed(n, container_of(x, struct nbuf, c), e);
 		return;
 	}
 	if (x->kind == CTX_SLOT) {
@@ -280,7 +302,7 @@ static void expire(struct net *n, uint64_t now)
 static int wait_ms(struct net *n, uint64_t now)
 {
 	if (n->pending.n || n->nrepost || n->fetches.n || n->acked.n || n->cancelling.n ||
-	    n->sending.n || nf_warm_busy(n, now))
+	    n->sending.n || n->bq_n || n->rx_repost || nf_warm_busy(n, now))
 		return BUSY_WAIT_MS;
 	uint64_t ms = IDLE_WAIT_MS;
 	if (n->fetches.head) {
@@ -313,6 +335,8 @@ void *nf_thread_main(void *arg)
 			log_debug("net: fi_cq_read: %s", fi_strerror((int)-r));
 		now = now_ns();
 		expire(n, now);
+		/* what this pass queued for bundles goes out together */
+		busy += nf_bundle_pump(n, now);
 		if (busy)
 			continue;
 		/* Sleep in the provider. The dispatcher signals the CQ only when it

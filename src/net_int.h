@@ -8,6 +8,7 @@
  *   net_requester.c  this node's fetches: post, time out, cancel, complete; peer health
  *   net_owner.c      answering other nodes' requests: serve, defer, NAK, QUEUED
  *   net_core.c       lists and maps of operations, events and counters, errors
+ *   net_bundle.c     small samples many to a message: REQUEST_MANY and bundles
  *
  * Ownership: an operation (struct op) belongs to the dispatcher until it is
  * queued as a command, then to the network thread until it comes back as the
@@ -26,6 +27,7 @@
 
 #include <rdma/fabric.h>
 #include <rdma/fi_eq.h>
+#include <rdma/fi_domain.h>
 
 #include "handoff.h"
 #include "net.h"
@@ -35,11 +37,11 @@
  * tagged message whose tag is the request id. Daemons of one job run the
  * same build on the same architecture, so fields are in host byte order. */
 #define WIRE_MAGIC 0x4e524553u /* "SERN" */
-#define WIRE_VERSION 2
+#define WIRE_VERSION 3
 /* QUEUED: the owner deferred the request (the sample is still to be read)
  * and grants budget_ms more: the requester keeps waiting and, should even
  * that run out, falls back without taking the (live) owner for dead. */
-enum { MSG_REQUEST = 1, MSG_NAK = 2, MSG_QUEUED = 3 };
+enum { MSG_REQUEST = 1, MSG_NAK = 2, MSG_QUEUED = 3, MSG_REQUEST_MANY = 4 };
 #define QUEUED_GRANT 10 /* x the request's remaining budget */
 
 struct wire_msg {
@@ -62,10 +64,46 @@ _Static_assert(sizeof(struct wire_msg) == 40, "wire_msg is 40 bytes on the wire"
 #define ID_NODE_MAX (UINT32_C(1) << 23)
 #define ID_SEQ_MASK ((UINT64_C(1) << ID_NODE_SHIFT) - 1)
 
-#define CTRL_BUF 64                      /* > sizeof(wire_msg): oversize shows */
+/* REQUEST_MANY: a wire_msg {type, from, budget_ms, arg = count} followed by
+ * `count` entries; each is answered in a bundle (net_bundle.c). */
+struct wire_entry {
+	uint64_t id;        /* the fetch's request id */
+	uint32_t sample;
+	uint32_t len;
+};
+_Static_assert(sizeof(struct wire_entry) == 16, "wire_entry is 16 bytes on the wire");
+#define MANY_MAX 64u        /* entries in one REQUEST_MANY */
+
+/* A bundle: one tagged message (tag BUNDLE_TAG) from an owner to a
+ * requester: a header, then `count` answers, each an entry followed, when
+ * status is 0, by its `len` sample bytes padded to 8. status > 0: QUEUED,
+ * that many ms granted; < 0: NAK, -errno. */
+#define BUNDLE_TAG UINT64_C(2)
+#define BUNDLE_MAGIC 0x42524553u /* "SERB" */
+struct bundle_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t pad;
+	uint32_t from;
+	uint32_t count;
+};
+struct bundle_ent {
+	uint64_t id;
+	uint32_t len;
+	int32_t status;
+};
+_Static_assert(sizeof(struct bundle_hdr) == 16 && sizeof(struct bundle_ent) == 16,
+	       "bundle headers are 16 bytes on the wire");
+#define BUNDLE_BYTES (15u << 10)      /* a bundle at most, headers included */
+#define BUNDLE_SAMPLE_MAX (8u << 10)  /* larger samples travel alone, zero copy */
+#define BUNDLE_TX 16u                 /* owner: bundle buffers being filled or sent */
+#define BUNDLE_RX 64u                 /* requester: bundle receives kept posted */
+#define REQ_TX 32u                    /* requester: REQUEST_MANY buffers */
+
+#define CTRL_BUF (sizeof(struct wire_msg) + MANY_MAX * sizeof(struct wire_entry) + 8)
 
 /* ---- operations ------------------------------------------------------------ */
-enum ctx_kind { CTX_OP = 1, CTX_SLOT = 2, CTX_WARM = 3 };
+enum ctx_kind { CTX_OP = 1, CTX_SLOT = 2, CTX_WARM = 3, CTX_BUF = 4 };
 
 /* Every operation context given to libfabric starts with this. */
 struct octx {
@@ -96,12 +134,15 @@ struct op {
 	enum op_kind kind;
 	uint8_t state;         /* FETCH: enum fetch_state */
 	bool in_pend;
+	bool bundled;          /* FETCH: answered in a bundle; SERVE/REPLY/NAK: goes into one */
+	bool in_b;             /* in a peer's bundle queue (blink) */
 	int final;             /* FETCH: status reported when a cancelled receive ends */
 	int error;             /* NAK: what to send; 0 with grant_ms: send QUEUED */
 	uint32_t grant_ms;     /* QUEUED: the window granted */
 	struct op *qnext;      /* command queue */
 	struct link pend;      /* pending: waits for the provider (FI_EAGAIN) */
 	struct link hlink;     /* in `home`: fetches, cancelling or sending */
+	struct link blink;     /* in a peer's bundle queue: to ask for / to answer */
 	struct olist *home;    /* fetches, cancelling, sending or NULL */
 	struct hnode h;        /* FETCH: id -> op until it can no longer be NAKed */
 	void *buf;             /* FETCH: dst; REPLY/SERVE: src */
@@ -113,6 +154,7 @@ struct op {
 
 #define PEND offsetof(struct op, pend)
 #define HOME offsetof(struct op, hlink)
+#define BLINK offsetof(struct op, blink)
 
 /* A request the lookup deferred, waiting for net_reply / net_reply_error. */
 struct deferred {
@@ -122,6 +164,26 @@ struct deferred {
 	uint64_t len;
 	uint32_t peer, sample;
 	bool answered;
+	bool bundled;          /* asked in a REQUEST_MANY: answered in a bundle */
+};
+
+/* A registered buffer of the bundle pools (net_bundle.c). */
+struct nbuf {
+	struct octx c;
+	struct nbuf *next;     /* free list */
+	uint8_t *data;
+	uint32_t cap, used;
+	uint32_t peer;
+	uint8_t pool;          /* enum nbuf_pool */
+};
+enum nbuf_pool { NB_TX = 1, NB_RX = 2, NB_REQ = 3 };
+
+/* Per peer: bundling state (network thread). */
+struct bpeer {
+	struct olist ask;      /* requester: fetches to put in a REQUEST_MANY */
+	struct olist answer;   /* owner: answers to put in a bundle */
+	struct nbuf *out;      /* a filled buffer whose post met FI_EAGAIN */
+	struct nbuf *req_out;  /* the same for a REQUEST_MANY */
 };
 
 struct ctrl_slot {
@@ -151,6 +213,18 @@ struct net {
 	struct fid_mr *region_mr, *ctrl_mr;
 	void *region_desc, *ctrl_desc;
 	bool mr_local;         /* the provider needs a desc for every buffer */
+
+	/* bundles (net_bundle.c): on unless the options turn them off */
+	bool bundles;
+	uint8_t *bmem;
+	size_t bmem_len;
+	struct fid_mr *bmem_mr;
+	void *bmem_desc;
+	struct nbuf *nbufs;    /* BUNDLE_TX + BUNDLE_RX + REQ_TX */
+	struct nbuf *tx_free, *req_free;
+	struct nbuf *rx_repost; /* receives whose fi_trecv met FI_EAGAIN */
+	struct bpeer *bp;      /* per node */
+	uint32_t bq_n;         /* ops in bundle queues, buffers out (for wait_ms) */
 
 	struct ctrl_slot *slots;
 	uint32_t nslots;
@@ -196,6 +270,9 @@ struct net {
 
 /* ---- net_core.c: containers, operations, events, counters ------------------
  * Lists and maps: network thread only. Events and counters: any thread. */
+/* Plain list operations on the link at offset off of each op. */
+void nf_olist_push(struct olist *l, struct op *op, size_t off);
+void nf_olist_del(struct olist *l, struct op *op, size_t off);
 /* Move op to list l (or to none), off the list it was in. */
 void nf_home_set(struct op *op, struct olist *l);
 /* Queue op for posting (FI_EAGAIN, or not yet posted) / take it off. */
@@ -236,6 +313,10 @@ int nf_fetch_post(struct net *n, struct op *op, uint64_t now);
 /* Its receive completed with len bytes / failed. */
 void nf_fetch_completed(struct net *n, struct op *op, uint64_t len);
 void nf_fetch_failed(struct net *n, struct op *op, const struct fi_cq_err_entry *e);
+/* End a fetch with status (unlinked from everything first). */
+void nf_fetch_finish(struct net *n, struct op *op, int status);
+/* The owner queued it: wait grant_ms more. */
+void nf_fetch_queued(struct net *n, struct op *op, uint32_t grant_ms, uint64_t now);
 /* The owner's NAK / QUEUED for one of our fetches (fields checked). */
 void nf_on_nak(struct net *n, const struct wire_msg *m, uint64_t now);
 void nf_on_queued(struct net *n, const struct wire_msg *m, uint64_t now);
@@ -248,6 +329,10 @@ void nf_fetch_check_stuck(struct net *n, uint64_t now);
 /* A REQUEST arrived (fields checked): serve it from lookup, defer it to the
  * dispatcher (answering QUEUED) or NAK it. */
 void nf_on_request(struct net *n, const struct wire_msg *m, uint64_t now);
+/* One request (REQUEST, or an entry of a REQUEST_MANY when bundled): serve,
+ * defer or NAK it. */
+void nf_request_entry(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, uint64_t len,
+		      uint32_t budget_ms, uint64_t now, bool bundled);
 /* A net_reply / net_reply_error command arrives for a deferred request. */
 void nf_answer_start(struct net *n, struct op *op, uint64_t now);
 /* Post a send (REPLY, SERVE) / a NAK or QUEUED. 1 = done, 0 = FI_EAGAIN. */
@@ -257,6 +342,30 @@ int nf_nak_post(struct net *n, struct op *op);
 void nf_send_finish(struct net *n, struct op *op, int status);
 /* Forget deferred requests that were answered or whose requester gave up. */
 void nf_deferred_expire(struct net *n, uint64_t now);
+
+/* ---- net_bundle.c: small samples, many per message --------------------------- */
+/* Buffers: allocate and register (net_create), post the receives (net_start),
+ * free (net_destroy). 0 or -errno/-FI_* with a message. */
+int nf_bundle_setup(struct net *n, char *err, size_t errlen);
+void nf_bundle_start(struct net *n);
+void nf_bundle_free(struct net *n);
+/* Requester: does this fetch go by bundle? Then queue it to be asked for. */
+bool nf_bundle_wants(const struct net *n, const struct op *op);
+void nf_bundle_ask(struct net *n, struct op *op);
+/* Take op off whichever bundle queue holds it. */
+void nf_bundle_unqueue(struct net *n, struct op *op);
+/* Owner: a REQUEST_MANY arrived (header checked, entries not yet). */
+void nf_on_request_many(struct net *n, const struct wire_msg *m, const struct wire_entry *ents,
+			uint64_t now);
+/* Owner: queue an answer (SERVE, REPLY, NAK/QUEUED op with bundled set). */
+void nf_bundle_answer(struct net *n, struct op *op);
+/* A bundle buffer's operation completed: a bundle arrived (len bytes), a
+ * send ended; or failed with err. */
+void nf_bundle_completed(struct net *n, struct nbuf *b, uint64_t len, uint64_t now);
+void nf_bundle_failed(struct net *n, struct nbuf *b, const struct fi_cq_err_entry *e);
+/* Send what the queues hold: REQUEST_MANYs and bundles. Returns how many
+ * posts were made. */
+int nf_bundle_pump(struct net *n, uint64_t now);
 
 /* ---- net_warm.c: connecting and growing the provider's pools early --------- */
 void nf_warm_init(struct net *n);

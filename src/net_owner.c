@@ -21,14 +21,18 @@
 
 #include "util.h"
 
-static void queue_nak(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, int error)
+static void queue_nak(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, int error,
+		      bool bundled)
 {
 	struct op *op = nf_op_new(OP_NAK);
 	op->ev.peer = peer;
 	op->ev.req_id = id;
 	op->ev.sample = sample;
 	op->error = error < 0 && error > -4096 ? error : -EIO;
-	nf_pend_add(n, op);
+	if (bundled)
+		nf_bundle_answer(n, op);
+	else
+		nf_pend_add(n, op);
 }
 
 void nf_send_finish(struct net *n, struct op *op, int status)
@@ -62,7 +66,7 @@ int nf_send_post(struct net *n, struct op *op, uint64_t now)
 	void *desc = nf_desc_for(n, op->buf, op->ev.len, &ok);
 	if (!ok) {
 		/* unregistered memory on a provider that needs it: tell the requester */
-		queue_nak(n, op->ev.peer, op->ev.req_id, op->ev.sample, -EFAULT);
+		queue_nak(n, op->ev.peer, op->ev.req_id, op->ev.sample, -EFAULT, false);
 		nf_send_finish(n, op, -EFAULT);
 		return 1;
 	}
@@ -116,64 +120,87 @@ void nf_on_request(struct net *n, const struct wire_msg *m, uint64_t now)
 		nf_count_bad(n, "request length", len);
 		return;
 	}
-	if (m->budget_ms == 0) {
+	nf_request_entry(n, m->from, m->id, (uint32_t)m->sample, len, m->budget_ms, now, false);
+}
+
+/* An answer op goes out alone or in the peer's bundle. */
+static void queue_answer(struct net *n, struct op *op, bool bundled)
+{
+	if (bundled)
+		nf_bundle_answer(n, op);
+	else
+		nf_pend_add(n, op);
+}
+
+/* Defer a request to the dispatcher: remembered until answered or expired,
+ * QUEUED to the requester with 10 x its budget. */
+static void defer(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, uint64_t len,
+		  uint32_t budget_ms, uint64_t now, bool bundled)
+{
+	uint64_t grant = MIN((uint64_t)budget_ms * QUEUED_GRANT, UINT32_MAX);
+	struct op *q = nf_op_new(OP_NAK);
+	q->ev.peer = peer;
+	q->ev.req_id = id;
+	q->ev.sample = sample;
+	q->grant_ms = (uint32_t)grant;
+	queue_answer(n, q, bundled);
+	struct deferred *d = xcalloc(1, sizeof(*d));
+	d->h.key = id;
+	d->deadline = now + grant * 900000u;
+	d->peer = peer;
+	d->sample = sample;
+	d->len = len;
+	d->bundled = bundled;
+	nf_hmap_put(&n->deferred_ids, &d->h);
+	if (n->dq_tail)
+		n->dq_tail->next = d;
+	else
+		n->dq_head = d;
+	n->dq_tail = d;
+	struct net_event *e = xcalloc(1, sizeof(*e));
+	e->kind = NET_REQUEST;
+	e->peer = peer;
+	e->req_id = id;
+	e->sample = sample;
+	e->len = len;
+	nf_event_push(n, e);
+}
+
+void nf_request_entry(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, uint64_t len,
+		      uint32_t budget_ms, uint64_t now, bool bundled)
+{
+	if (len == 0) {
+		nf_count_bad(n, "request length", len);
+		return;
+	}
+	if (budget_ms == 0) {
 		nf_count_bad(n, "request budget", 0);
 		return;
 	}
-	if (nf_hmap_get(&n->deferred_ids, m->id)) {
-		nf_count_bad(n, "duplicate request id", m->id);
+	if (nf_hmap_get(&n->deferred_ids, id)) {
+		nf_count_bad(n, "duplicate request id", id);
 		return;
 	}
-	uint32_t peer = m->from, sample = (uint32_t)m->sample;
 	/* keep a tenth of the requester's budget for the way back */
-	uint64_t deadline = now + (uint64_t)m->budget_ms * 900000u;
+	uint64_t deadline = now + (uint64_t)budget_ms * 900000u;
 	const void *src = NULL;
 	int r = n->o.lookup(n->o.lookup_ctx, peer, sample, len, &src);
-	if (r > 0) {
-		if (!src) {
-			queue_nak(n, peer, m->id, sample, -EFAULT);
-			return;
-		}
+	if (r > 0 && !src) {
+		queue_nak(n, peer, id, sample, -EFAULT, bundled);
+	} else if (r > 0) {
 		struct op *op = nf_op_new(OP_SERVE);
 		op->ev.peer = peer;
-		op->ev.req_id = m->id;
+		op->ev.req_id = id;
 		op->ev.sample = sample;
 		op->ev.len = len;
 		op->buf = (void *)(uintptr_t)src;
 		op->t0 = now;
 		op->deadline = deadline;
-		nf_pend_add(n, op);
+		queue_answer(n, op, bundled);
 	} else if (r == 0) {
-		/* tell the requester it is queued, and give it (and us) longer */
-		uint64_t grant = MIN((uint64_t)m->budget_ms * QUEUED_GRANT, UINT32_MAX);
-		struct op *q = nf_op_new(OP_NAK);
-		q->ev.peer = peer;
-		q->ev.req_id = m->id;
-		q->ev.sample = sample;
-		q->grant_ms = (uint32_t)grant;
-		nf_pend_add(n, q);
-		deadline = now + grant * 900000u;
-		struct deferred *d = xcalloc(1, sizeof(*d));
-		d->h.key = m->id;
-		d->deadline = deadline;
-		d->peer = peer;
-		d->sample = sample;
-		d->len = len;
-		nf_hmap_put(&n->deferred_ids, &d->h);
-		if (n->dq_tail)
-			n->dq_tail->next = d;
-		else
-			n->dq_head = d;
-		n->dq_tail = d;
-		struct net_event *e = xcalloc(1, sizeof(*e));
-		e->kind = NET_REQUEST;
-		e->peer = peer;
-		e->req_id = m->id;
-		e->sample = sample;
-		e->len = len;
-		nf_event_push(n, e);
+		defer(n, peer, id, sample, len, budget_ms, now, bundled);
 	} else {
-		queue_nak(n, peer, m->id, sample, r);
+		queue_nak(n, peer, id, sample, r, bundled);
 	}
 }
 
@@ -191,6 +218,7 @@ static int deferred_take(struct net *n, struct op *op, uint64_t now)
 		return -ETIMEDOUT;
 	nf_hmap_del(&n->deferred_ids, &d->h);
 	d->answered = true;
+	op->bundled = d->bundled;
 	op->deadline = d->deadline;
 	op->ev.sample = d->sample;
 	if (now > d->deadline)
@@ -199,7 +227,7 @@ static int deferred_take(struct net *n, struct op *op, uint64_t now)
 		log_warn("net: reply of %llu bytes to a request for %llu bytes of sample %u: "
 			 "refused", (unsigned long long)op->ev.len, (unsigned long long)d->len,
 			 d->sample);
-		queue_nak(n, op->ev.peer, op->ev.req_id, d->sample, -EIO);
+		queue_nak(n, op->ev.peer, op->ev.req_id, d->sample, -EIO, d->bundled);
 		return -EINVAL;
 	}
 	return 0;
@@ -229,7 +257,7 @@ void nf_answer_start(struct net *n, struct op *op, uint64_t now)
 			nf_event_push(n, &op->ev);
 			break;
 		}
-		nf_pend_add(n, op);
+		queue_answer(n, op, op->bundled);
 		break;
 	}
 	case OP_NAK:
@@ -237,7 +265,7 @@ void nf_answer_start(struct net *n, struct op *op, uint64_t now)
 			free(op);
 			break;
 		}
-		nf_pend_add(n, op);
+		queue_answer(n, op, op->bundled);
 		break;
 	default:
 		free(op); /* OP_SERVE is never queued by the dispatcher */

@@ -25,6 +25,7 @@
 static void fetch_unlink(struct net *n, struct op *op)
 {
 	nf_pend_del(n, op);
+	nf_bundle_unqueue(n, op);
 	nf_home_set(op, NULL);
 	if (op->h.key) {
 		nf_hmap_del(&n->fetch_ids, &op->h);
@@ -32,7 +33,7 @@ static void fetch_unlink(struct net *n, struct op *op)
 	}
 }
 
-static void fetch_finish(struct net *n, struct op *op, int status)
+void nf_fetch_finish(struct net *n, struct op *op, int status)
 {
 	fetch_unlink(n, op);
 	nf_fetch_report(n, op, status);
@@ -80,7 +81,7 @@ int nf_fetch_post(struct net *n, struct op *op, uint64_t now)
 		if (r != 0) {
 			log_warn("net: fi_trecv (%llu bytes): %s", (unsigned long long)op->ev.len,
 				 fi_strerror((int)-r));
-			fetch_finish(n, op, nf_errno((int)r));
+			nf_fetch_finish(n, op, nf_errno((int)r));
 			return 1;
 		}
 		op->state = FS_RECV_POSTED;
@@ -121,7 +122,7 @@ void nf_fetch_completed(struct net *n, struct op *op, uint64_t len)
 	if (status)
 		log_warn("net: node %u sent %llu bytes of sample %u, %llu were asked for", op->ev.peer,
 			 (unsigned long long)len, op->ev.sample, (unsigned long long)op->ev.len);
-	fetch_finish(n, op, status);
+	nf_fetch_finish(n, op, status);
 }
 
 void nf_fetch_failed(struct net *n, struct op *op, const struct fi_cq_err_entry *e)
@@ -140,7 +141,7 @@ void nf_fetch_failed(struct net *n, struct op *op, const struct fi_cq_err_entry 
 			log_debug("net: receive from node %u failed: %s", op->ev.peer,
 				  fi_strerror(e->err));
 	}
-	fetch_finish(n, op, status);
+	nf_fetch_finish(n, op, status);
 }
 
 void nf_on_nak(struct net *n, const struct wire_msg *m, uint64_t now)
@@ -153,7 +154,10 @@ void nf_on_nak(struct net *n, const struct wire_msg *m, uint64_t now)
 		nf_count_bad(n, "NAK does not match its request", m->id);
 		return;
 	}
-	fetch_cancel(n, op, -(int)m->arg, now);
+	if (op->bundled)
+		nf_fetch_finish(n, op, -(int)m->arg); /* no receive of its own to cancel */
+	else
+		fetch_cancel(n, op, -(int)m->arg, now);
 }
 
 /* The owner has the request queued: wait the granted window, in the acked
@@ -169,9 +173,14 @@ void nf_on_queued(struct net *n, const struct wire_msg *m, uint64_t now)
 		nf_count_bad(n, "QUEUED does not match its request", m->id);
 		return;
 	}
+	nf_fetch_queued(n, op, m->budget_ms, now);
+}
+
+void nf_fetch_queued(struct net *n, struct op *op, uint32_t grant_ms, uint64_t now)
+{
 	if (op->home != &n->fetches || op->state == FS_CANCELLING)
 		return;
-	op->deadline = MAX(op->deadline, now + (uint64_t)m->budget_ms * 1000000u);
+	op->deadline = MAX(op->deadline, now + (uint64_t)grant_ms * 1000000u);
 	nf_home_set(op, &n->acked);
 }
 
@@ -184,7 +193,10 @@ void nf_fetch_start(struct net *n, struct op *op, uint64_t now)
 	op->h.key = op->ev.req_id;
 	nf_hmap_put(&n->fetch_ids, &op->h);
 	nf_home_set(op, &n->fetches); /* arrival order is deadline order */
-	nf_pend_add(n, op);
+	if (nf_bundle_wants(n, op))
+		nf_bundle_ask(n, op); /* no receive of its own: the answer comes in a bundle */
+	else
+		nf_pend_add(n, op);
 }
 
 void nf_fetch_expire(struct net *n, uint64_t now)
@@ -192,14 +204,19 @@ void nf_fetch_expire(struct net *n, uint64_t now)
 	while (n->fetches.head && n->fetches.head->deadline <= now) {
 		struct op *op = n->fetches.head;
 		mark_suspect(n, op->ev.peer, now);
-		if (op->state == FS_NEW)
-			fetch_finish(n, op, -ETIMEDOUT); /* nothing posted yet */
+		if (op->state == FS_NEW || op->bundled)
+			nf_fetch_finish(n, op, -ETIMEDOUT); /* nothing posted yet */
 		else
 			fetch_cancel(n, op, -ETIMEDOUT, now);
 	}
 	/* the owner answered "queued": it lives, it is only slow */
-	while (n->acked.head && n->acked.head->deadline <= now)
-		fetch_cancel(n, n->acked.head, -ETIMEDOUT, now);
+	while (n->acked.head && n->acked.head->deadline <= now) {
+		struct op *op = n->acked.head;
+		if (op->bundled)
+			nf_fetch_finish(n, op, -ETIMEDOUT);
+		else
+			fetch_cancel(n, op, -ETIMEDOUT, now);
+	}
 }
 
 void nf_fetch_check_stuck(struct net *n, uint64_t now)

@@ -139,11 +139,13 @@ void net_destroy(struct net *n)
 	close_fid(n->cq ? &n->cq->fid : NULL, "completion queue");
 	close_fid(n->ctrl_mr ? &n->ctrl_mr->fid : NULL, "control memory registration");
 	close_fid(n->region_mr ? &n->region_mr->fid : NULL, "region memory registration");
+	close_fid(n->bmem_mr ? &n->bmem_mr->fid : NULL, "bundle memory registration");
 	close_fid(n->domain ? &n->domain->fid : NULL, "domain");
 	close_fid(n->fabric ? &n->fabric->fid : NULL, "fabric");
 	if (n->info)
 		fi_freeinfo(n->info);
 	free_ops(n);
+	nf_bundle_free(n);
 	nf_warm_free(n);
 	free(n->fetch_ids.b);
 	free(n->deferred_ids.b);
@@ -336,16 +338,19 @@ int net_create(struct net **out, const struct net_opts *o, void **addr, size_t *
 	if (rc == 0)
 		rc = register_memory(n, err, errlen);
 	if (rc == 0)
+		rc = nf_bundle_setup(n, err, errlen);
+	if (rc == 0)
 		rc = local_address(n, addr, addrlen, err, errlen);
 	if (rc != 0) {
 		net_destroy(n);
 		return rc;
 	}
 	*out = n;
-	log_debug("net: node %u on '%s' (%s, domain %s), mr_mode %#x, inject %zu, %u control slots",
+	log_debug("net: node %u on '%s' (%s, domain %s), mr_mode %#x, inject %zu, %u control slots, "
+		  "bundles %s",
 		  n->o.node, n->info->fabric_attr->prov_name, n->info->fabric_attr->name,
 		  n->info->domain_attr->name, (unsigned)n->info->domain_attr->mr_mode,
-		  n->info->tx_attr->inject_size, n->nslots);
+		  n->info->tx_attr->inject_size, n->nslots, n->bundles ? "on" : "off");
 	return 0;
 }
 
@@ -378,6 +383,7 @@ int net_start(struct net *n, const void *addrs, size_t addrlen, char *err, size_
 		return rc;
 	for (uint32_t i = 0; i < n->nslots; i++)
 		nf_slot_post(n, i);
+	nf_bundle_start(n);
 	nf_warm_init(n);
 	n->last_stuck_check = now_ns();
 	rc = pthread_create(&n->thread, NULL, nf_thread_main, n);

@@ -91,6 +91,8 @@ static size_t pattern_off(uint32_t sample, uint64_t len)
 	return (size_t)(((uint64_t)sample * 4099u) % (PATTERN_LEN - len + 1));
 }
 
+static bool g_no_bundles; /* pair_open: every sample in a message of its own */
+
 struct owner {
 	uint8_t *pattern;       /* node 0's region */
 	atomic_uint lookups;
@@ -175,6 +177,7 @@ static void pair_open(const char *prov, uint32_t nnodes, const void *extra_addr,
 			.lookup_ctx = &P.own,
 			.timeout_s = t.timeout_s * SLOW,
 			.suspect_s = t.suspect_s * SLOW,
+			.no_bundles = g_no_bundles,
 		};
 		char err[512];
 		int rc = net_create(&P.net[i], &o, &addr[i], &alen[i], err, sizeof(err));
@@ -324,13 +327,17 @@ static void check_bytes(const struct rec *r)
  * parent's .rodata would not survive. */
 struct prov {
 	char name[32];
+	bool no_bundles;
 };
-static struct prov providers[] = { { "tcp;ofi_rxm" }, { "sockets" } };
+static struct prov providers[] = { { "tcp;ofi_rxm", false }, { "sockets", false } };
+/* The sizes test also runs with every sample in a message of its own. */
+static struct prov modes[] = { { "tcp;ofi_rxm", false }, { "sockets", false },
+			       { "tcp;ofi_rxm", true }, { "sockets", true } };
 
 /* ---- sizes, zero-copy and deferred ------------------------------------------ */
 ParameterizedTestParameters(net, sizes)
 {
-	return cr_make_param_array(struct prov, providers, ARRAY_SIZE(providers));
+	return cr_make_param_array(struct prov, modes, ARRAY_SIZE(modes));
 }
 
 ParameterizedTest(struct prov *prov, net, sizes, .timeout = 300)
@@ -342,6 +349,7 @@ ParameterizedTest(struct prov *prov, net, sizes, .timeout = 300)
 	size_t total = 0;
 	for (size_t i = 0; i < N; i++)
 		total += sizes[i];
+	g_no_bundles = prov->no_bundles;
 	pair_open(prov->name, 2, NULL, 0, total, LONG);
 	struct rec rec[N];
 	for (int round = 0; round < ROUNDS; round++) {
@@ -668,6 +676,7 @@ struct msg {
 	uint64_t id, sample, arg;
 };
 #define MAGIC 0x4e524553u
+#define WVER 3 /* the wire version */
 #define ID(node, seq) ((UINT64_C(1) << 63) | ((uint64_t)(node) << 40) | (seq))
 
 ParameterizedTestParameters(net, garbage)
@@ -685,7 +694,7 @@ ParameterizedTest(struct prov *prov, net, garbage, .timeout = 300)
 	cr_assert_eq(fi_av_insert(raw.av, P.addrs, 3, fa, 0, NULL), 3);
 
 	/* the raw requester's budget is long too: the owner serves it whenever */
-	const struct msg good = { MAGIC, 2, 1, 2, 600000, ID(2, 7), 5, 1000 };
+	const struct msg good = { MAGIC, WVER, 1, 2, 600000, ID(2, 7), 5, 1000 };
 	struct msg m;
 	int bad0 = 0, bad1 = 0;
 	raw_send(&raw, fa[0], "abc", 3), bad0++;
@@ -705,7 +714,7 @@ ParameterizedTest(struct prov *prov, net, garbage, .timeout = 300)
 			bad1++;                                                        \
 	} while (0)
 	BAD(0, type, 99);
-	BAD(0, version, 1);                     /* the previous wire version */
+	BAD(0, version, WVER - 1);              /* the previous wire version */
 	BAD(0, magic, 0x12345678u);
 	BAD(0, id, ID(1, 7));                   /* claims another requester's id */
 	BAD(0, id, ID(2, 7) & ~(UINT64_C(1) << 63));
@@ -717,7 +726,7 @@ ParameterizedTest(struct prov *prov, net, garbage, .timeout = 300)
 	BAD(0, from, 77);                       /* no such node */
 	BAD(1, from, 1);
 	/* NAKs: malformed, and well-formed for a request nobody made (ignored) */
-	struct msg nak = { MAGIC, 2, 2, 2, 0, ID(1, 99), 5, 5 };
+	struct msg nak = { MAGIC, WVER, 2, 2, 0, ID(1, 99), 5, 5 };
 	m = nak, m.arg = 0;
 	raw_send(&raw, fa[1], &m, sizeof(m)), bad1++;
 	m = nak, m.arg = 100000;
@@ -726,7 +735,7 @@ ParameterizedTest(struct prov *prov, net, garbage, .timeout = 300)
 	raw_send(&raw, fa[1], &m, sizeof(m)), bad1++;
 	raw_send(&raw, fa[1], &nak, sizeof(nak));
 	/* QUEUED: malformed, and well-formed for a request nobody made (ignored) */
-	struct msg queued = { MAGIC, 2, 3, 2, 5000, ID(1, 98), 5, 0 };
+	struct msg queued = { MAGIC, WVER, 3, 2, 5000, ID(1, 98), 5, 0 };
 	m = queued, m.budget_ms = 0;
 	raw_send(&raw, fa[1], &m, sizeof(m)), bad1++;
 	m = queued, m.arg = 7;
@@ -772,9 +781,9 @@ ParameterizedTest(struct prov *prov, net, garbage, .timeout = 300)
 	 * (sockets: a truncated receive) or drop the sender's connection
 	 * (tcp;ofi_rxm), so the send itself may fail. Either way nothing breaks
 	 * between the two nets. */
-	uint8_t *big = calloc(1, 1000);
+	uint8_t *big = calloc(1, 4096);
 	memcpy(big, &good, sizeof(good));
-	raw_send_any(&raw, fa[0], big, 1000);
+	raw_send_any(&raw, fa[0], big, 4096);
 	for (int i = 0; i < 10; i++)
 		pump_once(10);
 	struct rec r[2];
@@ -787,6 +796,174 @@ ParameterizedTest(struct prov *prov, net, garbage, .timeout = 300)
 	cr_assert_geq(s0.bad_msgs, (uint64_t)bad0);
 	free(big);
 	free(buf);
+	pair_close();
+	raw_close(&raw);
+}
+
+/* ---- bundles on the wire ------------------------------------------------------------------ */
+/* A REQUEST_MANY's entries and a bundle's header and entries (docs/net.md). */
+struct went {
+	uint64_t id;
+	uint32_t sample, len;
+};
+struct bhdr {
+	uint32_t magic;
+	uint16_t version, pad;
+	uint32_t from, count;
+};
+struct bent {
+	uint64_t id;
+	uint32_t len;
+	int32_t status;
+};
+#define BMAGIC 0x42524553u
+#define BTAG UINT64_C(2)
+#define MSG_MANY 4
+
+/* A REQUEST_MANY from node `from` declaring `arg` entries, carrying n. */
+static size_t many(uint8_t *buf, uint32_t from, const struct went *e, uint32_t n, uint64_t arg)
+{
+	struct msg m = { MAGIC, WVER, MSG_MANY, from, 600000, 0, 0, arg };
+	memcpy(buf, &m, sizeof(m));
+	memcpy(buf + sizeof(m), e, n * sizeof(*e));
+	return sizeof(m) + n * sizeof(*e);
+}
+
+static void raw_tsend(struct raw *r, fi_addr_t to, const void *buf, size_t len, uint64_t tag)
+{
+	struct fi_context2 ctx;
+	ssize_t k;
+	double t0 = now_s();
+	while ((k = fi_tsend(r->ep, buf, len, NULL, to, tag, &ctx)) == -FI_EAGAIN) {
+		fi_cq_read(r->cq, NULL, 0);
+		pump_once(0);
+		cr_assert(now_s() - t0 < STATE_LIMIT_S, "raw endpoint: the send queue stays full");
+	}
+	cr_assert_eq(k, 0, "raw fi_tsend: %s", fi_strerror((int)-k));
+	cr_assert_eq(raw_wait(r, &ctx, NULL), 0);
+}
+
+/* A bundle: header {from, count} then the given bytes. */
+static size_t bundle(uint8_t *buf, uint32_t magic, uint32_t from, uint32_t count, const void *body,
+		     size_t len)
+{
+	struct bhdr h = { magic, WVER, 0, from, count };
+	memcpy(buf, &h, sizeof(h));
+	memcpy(buf + sizeof(h), body, len);
+	return sizeof(h) + len;
+}
+
+static void wait_bad(uint64_t bad0, uint64_t bad1)
+{
+	struct net_stats s0, s1;
+	PUMP_UNTIL((net_get_stats(P.net[0], &s0), net_get_stats(P.net[1], &s1),
+		    s0.bad_msgs >= bad0 && s1.bad_msgs >= bad1),
+		   "bad messages counted: node 0 %llu of %llu, node 1 %llu of %llu",
+		   (unsigned long long)s0.bad_msgs, (unsigned long long)bad0,
+		   (unsigned long long)s1.bad_msgs, (unsigned long long)bad1);
+	for (int i = 0; i < 5; i++)
+		pump_once(10);
+	net_get_stats(P.net[0], &s0);
+	net_get_stats(P.net[1], &s1);
+	cr_assert_eq(s0.bad_msgs, bad0);
+	cr_assert_eq(s1.bad_msgs, bad1);
+}
+
+ParameterizedTestParameters(net, bundles)
+{
+	return cr_make_param_array(struct prov, providers, ARRAY_SIZE(providers));
+}
+
+/* A raw node 2 asks node 0 for three samples in one REQUEST_MANY and reads
+ * the bundle; then sends malformed REQUEST_MANYs to node 0 and malformed
+ * bundles to node 1: each is counted, none answered or delivered, and the
+ * pair still moves bundled samples afterwards. */
+ParameterizedTest(struct prov *prov, net, bundles, .timeout = 300)
+{
+	struct raw raw;
+	if (raw_open(&raw, prov->name))
+		cr_skip_test("provider '%s' not available on this machine", prov->name);
+	g_no_bundles = false;
+	pair_open(prov->name, 3, raw.addr, raw.addrlen, 1u << 20, LONG);
+	fi_addr_t fa[3];
+	cr_assert_eq(fi_av_insert(raw.av, P.addrs, 3, fa, 0, NULL), 3);
+
+	/* served, served, NAKed: one bundle, in the order asked */
+	const struct went ask[3] = { { ID(2, 1), S_SERVE + 1, 1000 },
+				     { ID(2, 2), S_SERVE + 2, 77 },
+				     { ID(2, 3), S_NAK + 1, 10 } };
+	uint8_t req[2048];
+	size_t cap = 256u << 10;
+	uint8_t *bb = calloc(1, cap);
+	struct fi_context2 rctx;
+	cr_assert_eq(fi_trecv(raw.ep, bb, cap, NULL, FI_ADDR_UNSPEC, BTAG, 0, &rctx), 0);
+	raw_send(&raw, fa[0], req, many(req, 2, ask, 3, 3));
+	size_t got = 0;
+	cr_assert_eq(raw_wait(&raw, &rctx, &got), 0);
+	struct bhdr h;
+	memcpy(&h, bb, sizeof(h));
+	cr_assert_eq(h.magic, BMAGIC);
+	cr_assert_eq(h.version, WVER);
+	cr_assert_eq(h.from, 0u);
+	cr_assert_eq(h.count, 3u);
+	size_t off = sizeof(h);
+	for (int i = 0; i < 3; i++) {
+		struct bent e;
+		memcpy(&e, bb + off, sizeof(e));
+		off += sizeof(e);
+		cr_assert_eq(e.id, ask[i].id, "entry %d", i);
+		if (i == 2) {
+			cr_assert_eq(e.status, -ENOENT);
+			cr_assert_eq(e.len, 0u);
+			continue;
+		}
+		cr_assert_eq(e.status, 0, "entry %d", i);
+		cr_assert_eq(e.len, ask[i].len);
+		cr_assert_eq(memcmp(bb + off, P.own.pattern + pattern_off(ask[i].sample, e.len), e.len),
+			     0, "entry %d's bytes", i);
+		off += (e.len + 7u) & ~7u;
+	}
+	cr_assert_eq(got, off, "bundle of %zu bytes, %zu parsed", got, off);
+
+	/* malformed REQUEST_MANYs to node 0 */
+	uint64_t bad0 = 0, bad1 = 0;
+	raw_send(&raw, fa[0], req, many(req, 2, ask, 0, 0)), bad0++;    /* no entries */
+	raw_send(&raw, fa[0], req, many(req, 2, ask, 2, 3)), bad0++;    /* 3 declared, 2 sent */
+	raw_send(&raw, fa[0], req, many(req, 2, ask, 3, 65)), bad0++;   /* more than 64 */
+	raw_send(&raw, fa[0], req, many(req, 0, ask, 3, 3)), bad0++;    /* from the receiver */
+	const struct went wrong[3] = { { ID(1, 5), S_SERVE, 100 },      /* another node's id */
+				       { ID(2, 6), S_SERVE, 40000 },    /* too large to bundle */
+				       { ID(2, 7), S_SERVE, 0 } };      /* zero length */
+	raw_send(&raw, fa[0], req, many(req, 2, wrong, 3, 3)), bad0 += 3;
+
+	/* malformed bundles to node 1 */
+	uint8_t bad[256];
+	struct bent ent = { ID(1, 77), 100, 0 };
+	raw_tsend(&raw, fa[1], "12345678", 8, BTAG), bad1++;                      /* short */
+	raw_tsend(&raw, fa[1], bad, bundle(bad, 0x1234u, 0, 1, &ent, 16), BTAG), bad1++;
+	raw_tsend(&raw, fa[1], bad, bundle(bad, BMAGIC, 1, 1, &ent, 16), BTAG), bad1++; /* itself */
+	raw_tsend(&raw, fa[1], bad, bundle(bad, BMAGIC, 77, 1, &ent, 16), BTAG), bad1++;
+	raw_tsend(&raw, fa[1], bad, bundle(bad, BMAGIC, 0, 2, &ent, 16), BTAG), bad1++; /* cut */
+	/* 100 bytes announced, 16 follow */
+	uint8_t body[32] = { 0 };
+	memcpy(body, &ent, sizeof(ent));
+	raw_tsend(&raw, fa[1], bad, bundle(bad, BMAGIC, 0, 1, body, 32), BTAG), bad1++;
+	ent.len = 0, ent.status = -5000;
+	raw_tsend(&raw, fa[1], bad, bundle(bad, BMAGIC, 0, 1, &ent, 16), BTAG), bad1++;
+	/* well formed, for a fetch nobody made: a late answer, ignored */
+	ent.status = -ENOENT;
+	raw_tsend(&raw, fa[1], bad, bundle(bad, BMAGIC, 0, 1, &ent, 16), BTAG);
+	wait_bad(bad0, bad1);
+	cr_assert_eq(P.requests, 0, "no garbage reached the dispatcher");
+
+	/* the pair still works, served and deferred, bundled */
+	struct rec r[2];
+	fetch(&r[0], S_SERVE + 11, 3000, P.dst);
+	fetch(&r[1], S_DEFER + 11, 5000, P.dst + 3000);
+	pump_until_done(r, 2);
+	check_bytes(&r[0]);
+	check_bytes(&r[1]);
+	free(bb);
 	pair_close();
 	raw_close(&raw);
 }
