@@ -126,6 +126,9 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	    (rc = arena_create(e, size, err, errlen)) != 0)
 		goto fail;
 	arena_prefill_staging(e);
+	arena_prefill_cache(e);
+	/* a task per sample this node caches, up to 8 chunks (~5 MB) */
+	task_reserve(e, MIN(cat->nsamples / MAX(e->nnodes, 1u) + 2 * TASK_CHUNK, 8 * TASK_CHUNK));
 	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
 	e->nopfs = strcmp(o->cfg->policy, "nopfs") == 0;
 	if (o->probe)

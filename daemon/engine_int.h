@@ -451,6 +451,7 @@ int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen);
 int arena_check_memory(const struct engine *e, uint64_t size, char *err, size_t errlen);
 void arena_split_staging(struct engine *e);
 void arena_prefill_staging(struct engine *e); /* at start, when staging will be used */
+void arena_prefill_cache(struct engine *e);   /* at start: this node's share of the cache */
 int arena_check_staging(struct engine *e, char *err, size_t errlen);
 uint64_t arena_key_off(const struct engine *e, uint32_t key);   /* a RAM slot's offset */
 uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
@@ -480,6 +481,8 @@ void pf_check_held(struct engine *e, struct trainer *t); /* held batches block i
 
 /* task.c: tasks, submission and completion */
 struct etask *task_new(struct engine *e);
+/* Make n tasks ready to use (their memory touched now, not in an epoch). */
+void task_reserve(struct engine *e, uint64_t n);
 struct etask *task_get(struct engine *e, uint32_t id);
 void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_t i);
 void task_wait_w(struct etask *t, struct waiter w);
