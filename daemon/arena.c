@@ -6,7 +6,8 @@
  * The RAM cache holds the planned samples at the plan's offsets (keys, see
  * route.h), this node's owned share then its replicas (src/plan.h: both
  * within the capacity the plan was given; the segment is a memfd, so only
- * the bytes the plan uses, nv.ram_used, ever take memory); staging is
+ * the bytes the plan uses, nv.ram_used, ever take memory -- and, from the
+ * start, this node's share of the dataset, arena_prefill_cache); staging is
  * split evenly among the node's trainers (each share a staging.c ring,
  * 4 KiB-aligned for O_DIRECT); bounce slots carry NVMe
  * samples on their way to peers (several nodes with an NVMe tier only).
