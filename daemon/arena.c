@@ -228,6 +228,22 @@ int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen)
 	return 0;
 }
 
+/* Pages [off, off + len) of the arena allocated and mapped now (what = the
+ * part, for the messages). */
+static void arena_populate(struct engine *e, uint64_t off, uint64_t len, const char *what)
+{
+	uint64_t t0 = now_ns();
+	int rc = madvise(e->abase + off, len, MADV_POPULATE_WRITE);
+	if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) /* before Linux 5.14 */
+		rc = fallocate(e->arena.fd, 0, (off_t)off, (off_t)len);
+	if (rc != 0)
+		log_warn("could not allocate the %s ahead (%s): its pages appear at first use", what,
+			 strerror(errno));
+	else
+		log_debug("%s: %llu MiB allocated and mapped in %.1f ms", what,
+			  (unsigned long long)(len >> 20), (double)(now_ns() - t0) / 1e6);
+}
+
 /* Staging's pages, allocated and mapped here before the first sample lands
  * in them. Trainers map only the arena pages that exist (client/prefault.c:
  * a read of a hole would allocate one), so staging made now is mapped by each
@@ -241,16 +257,7 @@ static void arena_fill_staging(struct engine *e, uint64_t len)
 {
 	if (staging_unused(e) || len == 0)
 		return;
-	uint64_t t0 = now_ns();
-	int rc = madvise(e->abase + e->stage_base, len, MADV_POPULATE_WRITE);
-	if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) /* before Linux 5.14 */
-		rc = fallocate(e->arena.fd, 0, (off_t)e->stage_base, (off_t)len);
-	if (rc != 0)
-		log_warn("could not allocate staging ahead (%s): its pages appear at first use",
-			 strerror(errno));
-	else
-		log_debug("staging: %llu MiB allocated and mapped in %.1f ms",
-			  (unsigned long long)(len >> 20), (double)(now_ns() - t0) / 1e6);
+	arena_populate(e, e->stage_base, len, "staging");
 }
 
 /* Staging made at start, before any trainer attaches, when it will surely
@@ -278,18 +285,8 @@ void arena_prefill_cache(struct engine *e)
 {
 	uint64_t share = e->cat->total_bytes / MAX(e->nnodes, 1u) + 1;
 	uint64_t len = ALIGN_UP(MIN(MIN(share, e->cache_cap), PREFILL_CACHE_MAX), 4096ull);
-	if (len == 0)
-		return;
-	uint64_t t0 = now_ns();
-	int rc = madvise(e->abase + e->cache_base, len, MADV_POPULATE_WRITE);
-	if (rc != 0 && (errno == EINVAL || errno == ENOSYS))
-		rc = fallocate(e->arena.fd, 0, (off_t)e->cache_base, (off_t)len);
-	if (rc != 0)
-		log_warn("could not allocate the RAM cache ahead (%s): its pages appear at first use",
-			 strerror(errno));
-	else
-		log_debug("RAM cache: first %llu MiB allocated and mapped in %.1f ms",
-			  (unsigned long long)(len >> 20), (double)(now_ns() - t0) / 1e6);
+	if (len > 0)
+		arena_populate(e, e->cache_base, len, "RAM cache");
 }
 
 /* Each local trainer's share of staging (once the local ranks are known). */
