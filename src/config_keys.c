@@ -128,7 +128,8 @@ const struct cfg_key cfg_keys[] = {
 	  "a peer fetch not answered in this time is read from the PFS instead" },
 	{ "net", "bundles", CFG_BOOL, F(net_bundles), "true", 0, 0, NULL, false,
 	  "samples of at most 8 KiB travel many to a message (one request for up to 64, "
-	  "answers in bundles of up to 15 KiB); false: one message each" },
+	  "answers in bundles of up to 15 KiB); false: this node asks for each in a message of "
+	  "its own (it still answers others' bundled requests)" },
 
 	{ "daemon", "socket", CFG_STR, F(socket), "", 0, 0, NULL, false,
 	  "unix socket path (empty: seer-<user>-<job id>.sock in $SEER_RUNTIME_DIR, a private "

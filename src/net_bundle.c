@@ -48,9 +48,9 @@
 /* ---- buffers ------------------------------------------------------------------ */
 int nf_bundle_setup(struct net *n, char *err, size_t errlen)
 {
+	/* answering bundles is always on (a node asking in them gets answers
+	 * whatever this node's net.bundles); the option only decides asking */
 	n->bundles = !n->o.no_bundles;
-	if (!n->bundles)
-		return 0;
 	n->bmem_len = (size_t)(BUNDLE_TX + BUNDLE_RX) * BUNDLE_BYTES + (size_t)REQ_TX * REQ_CAP;
 	void *m = mmap(NULL, n->bmem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED) {
@@ -106,7 +106,7 @@ static void rx_post(struct net *n, struct nbuf *b)
 
 void nf_bundle_start(struct net *n)
 {
-	for (uint32_t i = 0; n->bundles && i < NBUFS; i++)
+	for (uint32_t i = 0; i < NBUFS; i++)
 		if (n->nbufs[i].pool == NB_RX)
 			rx_post(n, &n->nbufs[i]);
 }
@@ -163,22 +163,38 @@ void nf_bundle_unqueue(struct net *n, struct op *op)
 	n->bq_n--;
 }
 
-static struct nbuf *take(struct nbuf **free_list)
+/* A buffer of the pool for peer, or NULL when none is free or the peer
+ * holds its share already (a requester that stopped reading must not take
+ * every buffer from the others). */
+static struct nbuf *take(struct net *n, enum nbuf_pool pool, uint32_t peer)
 {
+	struct bpeer *p = &n->bp[peer];
+	struct nbuf **free_list = pool == NB_TX ? &n->tx_free : &n->req_free;
+	uint32_t *held = pool == NB_TX ? &p->tx_held : &p->req_held;
 	struct nbuf *b = *free_list;
-	if (b)
-		*free_list = b->next;
+	if (!b || *held >= (pool == NB_TX ? PEER_TX_MAX : PEER_REQ_MAX))
+		return NULL;
+	*free_list = b->next;
+	(*held)++;
+	n->bq_n++;
+	b->peer = peer;
+	b->used = 0;
 	return b;
 }
 
 static void give_back(struct net *n, struct nbuf *b)
 {
+	struct bpeer *p = &n->bp[b->peer];
 	n->bq_n--;
-	b->next = b->pool == NB_TX ? n->tx_free : n->req_free;
-	if (b->pool == NB_TX)
+	if (b->pool == NB_TX) {
+		p->tx_held--;
+		b->next = n->tx_free;
 		n->tx_free = b;
-	else
+	} else {
+		p->req_held--;
+		b->next = n->req_free;
 		n->req_free = b;
+	}
 }
 
 /* ---- requester: asking -------------------------------------------------------- */
@@ -196,13 +212,16 @@ static void fail_asked(struct net *n, const struct nbuf *b, int status)
 	}
 }
 
-/* Fill a REQUEST_MANY from p's queue (the oldest fetch first: its deadline
- * sets the budget). */
-static void fill_request(struct net *n, struct bpeer *p, struct nbuf *b, uint32_t peer,
-			 uint64_t now)
+/* Fill a REQUEST_MANY from p's queue, oldest first. The budget is the
+ * newest entry's: an owner keeps answers that long, and an answer for a
+ * fetch that ended already is ignored, while one dropped early would leave
+ * a live fetch waiting for its timeout. */
+static void fill_request(struct net *n, struct bpeer *p, struct nbuf *b, uint64_t now)
 {
-	uint64_t first = p->ask.head->deadline;
-	uint64_t budget = first > now ? (first - now) / 1000000u : 0;
+	const struct op *last = p->ask.head;
+	for (uint32_t i = 1; i < MANY_MAX && last->blink.next; i++)
+		last = last->blink.next;
+	uint64_t budget = last->deadline > now ? (last->deadline - now) / 1000000u : 0;
 	struct wire_msg m = {
 		.magic = WIRE_MAGIC,
 		.version = WIRE_VERSION,
@@ -223,7 +242,6 @@ static void fill_request(struct net *n, struct bpeer *p, struct nbuf *b, uint32_
 	m.arg = k;
 	memcpy(b->data, &m, sizeof(m));
 	b->used = (uint32_t)(sizeof(m) + k * sizeof(struct wire_entry));
-	b->peer = peer;
 }
 
 /* 1 = posted, 0 = FI_EAGAIN (kept for the next pass). */
@@ -250,11 +268,10 @@ static int pump_asks(struct net *n, uint32_t peer, uint64_t now)
 	if (p->req_out && !post_request(n, p, p->req_out))
 		return k;
 	while (p->ask.head) {
-		struct nbuf *b = take(&n->req_free);
+		struct nbuf *b = take(n, NB_REQ, peer);
 		if (!b)
 			break; /* a send completion frees one */
-		n->bq_n++;
-		fill_request(n, p, b, peer, now);
+		fill_request(n, p, b, now);
 		k++;
 		if (!post_request(n, p, b))
 			break;
@@ -280,7 +297,9 @@ static bool append(struct net *n, struct nbuf *b, struct op *op, uint64_t now)
 	nf_bundle_unqueue(n, op);
 	if (data) {
 		e.len = (uint32_t)op->ev.len;
-		memcpy(b->data + b->used + sizeof(e), op->buf, op->ev.len);
+		uint8_t *d = b->data + b->used + sizeof(e);
+		memcpy(d, op->buf, op->ev.len);
+		memset(d + op->ev.len, 0, PAD8(op->ev.len) - op->ev.len); /* no stale bytes out */
 	} else {
 		e.status = op->error ? op->error : (int32_t)MIN(MAX(op->grant_ms, 1u), INT32_MAX);
 	}
@@ -322,12 +341,16 @@ static int pump_answers(struct net *n, uint32_t peer, uint64_t now)
 	int k = 0;
 	if (p->out && !post_bundle(n, p, p->out))
 		return k;
+	/* answers the requester gave up on end now, buffer or not */
+	while (p->answer.head && p->answer.head->kind != OP_NAK && now > p->answer.head->deadline) {
+		struct op *op = p->answer.head;
+		nf_bundle_unqueue(n, op);
+		nf_send_finish(n, op, -ETIMEDOUT);
+	}
 	while (p->answer.head) {
-		struct nbuf *b = take(&n->tx_free);
+		struct nbuf *b = take(n, NB_TX, peer);
 		if (!b)
 			break;
-		n->bq_n++;
-		b->peer = peer;
 		b->used = sizeof(struct bundle_hdr);
 		uint32_t count = 0;
 		while (p->answer.head) {
@@ -353,8 +376,6 @@ static int pump_answers(struct net *n, uint32_t peer, uint64_t now)
 
 int nf_bundle_pump(struct net *n, uint64_t now)
 {
-	if (!n->bundles)
-		return 0;
 	int k = 0;
 	while (n->rx_repost) {
 		struct nbuf *b = n->rx_repost;
@@ -364,7 +385,10 @@ int nf_bundle_pump(struct net *n, uint64_t now)
 			break; /* FI_EAGAIN again: next pass */
 		k++;
 	}
-	for (uint32_t peer = 0; peer < n->o.nnodes && n->bq_n; peer++) {
+	/* a different peer first each pass: none waits behind the others */
+	uint32_t first = n->bturn++ % n->o.nnodes;
+	for (uint32_t i = 0; i < n->o.nnodes && n->bq_n; i++) {
+		uint32_t peer = (first + i) % n->o.nnodes;
 		k += pump_asks(n, peer, now);
 		k += pump_answers(n, peer, now);
 	}

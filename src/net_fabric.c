@@ -73,7 +73,7 @@ static void on_ctrl(struct net *n, const uint8_t *buf, size_t len, uint64_t now)
 	if (m.type == MSG_REQUEST_MANY && m.magic == WIRE_MAGIC && m.version == WIRE_VERSION &&
 	    m.from < n->o.nnodes && m.from != n->o.node) {
 		if (m.arg == 0 || m.arg > MANY_MAX || len != sizeof(m) + m.arg * sizeof(struct wire_entry) ||
-		    m.id != 0 || m.sample != 0 || m.budget_ms == 0 || !n->bundles) {
+		    m.id != 0 || m.sample != 0 || m.budget_ms == 0) {
 			nf_count_bad(n, "REQUEST_MANY fields", m.arg);
 			return;
 		}

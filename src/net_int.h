@@ -99,6 +99,8 @@ _Static_assert(sizeof(struct bundle_hdr) == 16 && sizeof(struct bundle_ent) == 1
 #define BUNDLE_TX 16u                 /* owner: bundle buffers being filled or sent */
 #define BUNDLE_RX 64u                 /* requester: bundle receives kept posted */
 #define REQ_TX 32u                    /* requester: REQUEST_MANY buffers */
+#define PEER_TX_MAX 8u                /* of them one peer may hold */
+#define PEER_REQ_MAX 16u
 
 #define CTRL_BUF (sizeof(struct wire_msg) + MANY_MAX * sizeof(struct wire_entry) + 8)
 
@@ -184,6 +186,7 @@ struct bpeer {
 	struct olist answer;   /* owner: answers to put in a bundle */
 	struct nbuf *out;      /* a filled buffer whose post met FI_EAGAIN */
 	struct nbuf *req_out;  /* the same for a REQUEST_MANY */
+	uint32_t tx_held, req_held; /* buffers taken for this peer, not yet back */
 };
 
 struct ctrl_slot {
@@ -225,6 +228,7 @@ struct net {
 	struct nbuf *rx_repost; /* receives whose fi_trecv met FI_EAGAIN */
 	struct bpeer *bp;      /* per node */
 	uint32_t bq_n;         /* ops in bundle queues, buffers out (for wait_ms) */
+	uint32_t bturn;        /* the peer the next pump starts with */
 
 	struct ctrl_slot *slots;
 	uint32_t nslots;

@@ -91,7 +91,8 @@ static size_t pattern_off(uint32_t sample, uint64_t len)
 	return (size_t)(((uint64_t)sample * 4099u) % (PATTERN_LEN - len + 1));
 }
 
-static bool g_no_bundles; /* pair_open: every sample in a message of its own */
+/* pair_open: bit i set = node i asks for every sample in a message of its own */
+static unsigned g_no_bundles;
 
 struct owner {
 	uint8_t *pattern;       /* node 0's region */
@@ -177,7 +178,7 @@ static void pair_open(const char *prov, uint32_t nnodes, const void *extra_addr,
 			.lookup_ctx = &P.own,
 			.timeout_s = t.timeout_s * SLOW,
 			.suspect_s = t.suspect_s * SLOW,
-			.no_bundles = g_no_bundles,
+			.no_bundles = (g_no_bundles >> i) & 1u,
 		};
 		char err[512];
 		int rc = net_create(&P.net[i], &o, &addr[i], &alen[i], err, sizeof(err));
@@ -349,7 +350,7 @@ ParameterizedTest(struct prov *prov, net, sizes, .timeout = 300)
 	size_t total = 0;
 	for (size_t i = 0; i < N; i++)
 		total += sizes[i];
-	g_no_bundles = prov->no_bundles;
+	g_no_bundles = prov->no_bundles ? 3u : 0u;
 	pair_open(prov->name, 2, NULL, 0, total, LONG);
 	struct rec rec[N];
 	for (int round = 0; round < ROUNDS; round++) {
@@ -883,7 +884,7 @@ ParameterizedTest(struct prov *prov, net, bundles, .timeout = 300)
 	struct raw raw;
 	if (raw_open(&raw, prov->name))
 		cr_skip_test("provider '%s' not available on this machine", prov->name);
-	g_no_bundles = false;
+	g_no_bundles = 0;
 	pair_open(prov->name, 3, raw.addr, raw.addrlen, 1u << 20, LONG);
 	fi_addr_t fa[3];
 	cr_assert_eq(fi_av_insert(raw.av, P.addrs, 3, fa, 0, NULL), 3);
@@ -966,6 +967,32 @@ ParameterizedTest(struct prov *prov, net, bundles, .timeout = 300)
 	free(bb);
 	pair_close();
 	raw_close(&raw);
+}
+
+ParameterizedTestParameters(net, bundles_mixed)
+{
+	return cr_make_param_array(struct prov, providers, ARRAY_SIZE(providers));
+}
+
+/* The owner has net.bundles off, the requester on: the owner still answers
+ * bundled requests (served and deferred), byte for byte. */
+ParameterizedTest(struct prov *prov, net, bundles_mixed, .timeout = 300)
+{
+	enum { N = 64 };
+	g_no_bundles = 1u;
+	pair_open(prov->name, 2, NULL, 0, N * 4096, LONG);
+	struct rec r[N];
+	for (uint32_t i = 0; i < N; i++)
+		fetch(&r[i], (i & 1 ? S_DEFER : S_SERVE) + 100 + i, 1000 + i * 47, P.dst + i * 4096);
+	pump_until_done(r, N);
+	for (uint32_t i = 0; i < N; i++)
+		check_bytes(&r[i]);
+	struct net_stats s0;
+	net_get_stats(P.net[0], &s0);
+	cr_assert_eq(s0.served, N);
+	cr_assert_eq(s0.bad_msgs, 0);
+	g_no_bundles = 0;
+	pair_close();
 }
 
 /* ---- a peer process that stops answering ------------------------------------------------- */
