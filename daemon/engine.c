@@ -253,6 +253,7 @@ bool engine_arm(struct engine *e)
 	if (!e->shape_ready)
 		return true;
 	bool sleep_ok = true;
+	e->pace_wake_ns = 0; /* pf_can_prepare below sets it again */
 	for (uint32_t r = 0; r < e->world; r++) {
 		struct trainer *t = &e->tr[r];
 		if (!t->attached)
@@ -273,6 +274,15 @@ bool engine_arm(struct engine *e)
 			sleep_ok = false;
 	}
 	return sleep_ok;
+}
+
+int engine_wait_ms(const struct engine *e, int ms)
+{
+	if (!e->shape_ready || !e->pace_wake_ns)
+		return ms;
+	uint64_t now = now_ns();
+	uint64_t left = e->pace_wake_ns > now ? (e->pace_wake_ns - now + 999999u) / 1000000u : 0;
+	return (int)MIN((uint64_t)ms, left);
 }
 
 void engine_on_event(struct engine *e, uint64_t tag, uint32_t events)

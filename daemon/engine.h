@@ -60,6 +60,9 @@ void engine_work(struct engine *e);
 /* Arm wake-ups before the loop sleeps. Returns false when new work showed
  * up meanwhile (do not sleep). */
 bool engine_arm(struct engine *e);
+/* ms, at most `ms`, until a prepare engine_arm found paced may go ahead
+ * (prefetch.pace); call after engine_arm. */
+int engine_wait_ms(const struct engine *e, int ms);
 
 /* Drain: stop preparing, tell trainers; `now` true also drops batches
  * already published. */

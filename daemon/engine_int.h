@@ -91,6 +91,8 @@ struct trainer {
 	uint64_t batches, samples, bytes;
 	uint64_t attach_ns;
 	uint64_t last_release_ns;
+	uint64_t pace_taken, pace_ns; /* batches it had taken, and when that count was first seen */
+	bool pace_counted;    /* a prepare after that take was deferred (counted in e->paced) */
 	uint64_t last_stall_ns;  /* the trainer's stall counter at its last release */
 	bool blocked;         /* could not prepare: waits for a release or take */
 };
@@ -385,6 +387,8 @@ struct engine {
 	uint64_t epochs_done;
 	struct src_est src[SRC_COUNT];
 	double step_s;           /* EWMA of a trainer's time per batch */
+	uint64_t pace_wake_ns;   /* earliest end of a paced prepare's wait (0: none) */
+	uint64_t paced;          /* takes after which a prepare was deferred (prefetch.pace) */
 	double compute_s;        /* EWMA of the same less what it waited for the batch */
 	uint64_t compute_n;
 	/* per-step series for the stats file: every `step_stride`-th global

@@ -98,6 +98,38 @@ void pf_releases(struct engine *e, struct trainer *t)
 	}
 }
 
+/* Pacing (prefetch.pace). A trainer takes a batch, then reads it (on a GPU
+ * node: copies it to the device), then computes. Preparing its next batch at
+ * the take starts that batch's transfers exactly while it reads: on a node
+ * whose cores are all busy (trainers + seerd's threads) they compete with it
+ * and its step grows. When the trainer still holds a published batch beyond
+ * the one it took (it will not wait), the prepare waits until a quarter of a
+ * step (at most PACE_MAX_NS) after the take was first seen, when the trainer
+ * is computing. Behind (nothing more in hand), before a step time is known,
+ * or when a quarter step is under PACE_MIN_NS (the dispatcher sleeps in ms):
+ * at once. Sets e->pace_wake_ns for the dispatcher's sleep. */
+#define PACE_MAX_NS 50000000ull
+#define PACE_MIN_NS 1000000ull
+static bool pace_defer(struct engine *e, struct trainer *t, uint64_t taken)
+{
+	uint64_t now = now_ns();
+	if (!e->cfg->pace || e->step_s <= 0 || t->next_pub < taken + 1)
+		return false;
+	uint64_t wait = MIN((uint64_t)(e->step_s * 0.25e9), PACE_MAX_NS);
+	if (wait < PACE_MIN_NS)
+		return false; /* a step too short to place anything in */
+	uint64_t until = t->pace_ns + wait;
+	if (now >= until)
+		return false;
+	if (!e->pace_wake_ns || until < e->pace_wake_ns)
+		e->pace_wake_ns = until;
+	if (!t->pace_counted) {
+		t->pace_counted = true;
+		e->paced++;
+	}
+	return true;
+}
+
 bool pf_can_prepare(struct engine *e, struct trainer *t)
 {
 	if (!t->attached || t->resetting || t->next_prep >= e->end || atomic_load(&e->stopping))
@@ -110,7 +142,12 @@ bool pf_can_prepare(struct engine *e, struct trainer *t)
 				      atomic_load_explicit(&t->ci->cons, memory_order_relaxed),
 				      t->nslots);
 	uint64_t taken = t->next_pub - unread;
-	return t->next_prep < taken + e->cfg->lookahead;
+	if (taken != t->pace_taken) {
+		t->pace_taken = taken;
+		t->pace_ns = now_ns();
+		t->pace_counted = false;
+	}
+	return t->next_prep < taken + e->cfg->lookahead && !pace_defer(e, t, taken);
 }
 
 /* Bytes a read of x puts in place: its decoded-cache entry (blob) or the file. */

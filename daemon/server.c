@@ -266,6 +266,7 @@ static bool dispatch(struct server *s)
 {
 	int timeout = !engine_arm(s->e) ? 0 : cluster_urgent(s->cl) ? 1 : cluster_busy(s->cl) ? 10
 										    : 1000;
+	timeout = engine_wait_ms(s->e, timeout);
 	struct epoll_event evs[64];
 	int k = epoll_wait(s->epfd, evs, 64, timeout);
 	if (k < 0 && errno != EINTR) {

@@ -269,6 +269,8 @@ static json_t *status_json(struct engine *e, uint64_t max_epochs)
 			"elastic", e->rs.elastic, "elastic_batches", JU(e->tl.nb),
 			"record_bytes", JU(e->plan_rec_len))));
 	json_object_set_new(root, "coalescing", coalescing_json(e));
+	json_object_set_new(root, "pacing", must(json_pack("{sb sI}", "on", e->cfg->pace,
+							   "deferred", JU(e->paced))));
 	epochs_json(e, root, max_epochs);
 	return root;
 }

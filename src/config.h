@@ -59,6 +59,7 @@ struct seer_config {
 	char *provider;
 	double peer_timeout_ms;
 	bool net_bundles;
+	bool pace;               /* [prefetch] pace: defer a prepare off the trainer's take */
 	/* [daemon] */
 	char *socket;
 	char *state_dir;

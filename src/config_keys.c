@@ -101,6 +101,10 @@ const struct cfg_key cfg_keys[] = {
 	  "decoded or transposed whole, HDF5 chunk caches); 0: keep nothing decoded" },
 	{ "prefetch", "lookahead", CFG_U64, F(lookahead), "8", 1, 4096, NULL, false,
 	  "batches prepared ahead of each trainer" },
+	{ "prefetch", "pace", CFG_BOOL, F(pace), "true", 0, 0, NULL, false,
+	  "when a trainer holds a ready batch beyond the one it took, prepare the next one a "
+	  "quarter of a step (at most 50 ms) after the take, not at it: the transfers it starts "
+	  "run while the trainer computes instead of while it reads its batch; false: at once" },
 	{ "prefetch", "retries", CFG_U64, F(retries), "3", 0, 100, NULL, false,
 	  "retries of a failed read before its batch fails" },
 	{ "prefetch", "retry_backoff_ms", CFG_DOUBLE, F(retry_backoff_ms), "20", 0, 60000, NULL,

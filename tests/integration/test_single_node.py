@@ -81,6 +81,35 @@ def test_four_trainers_three_epochs():
         cleanup(tmp)
 
 
+def test_pacing():
+    """prefetch.pace: with trainers that compute (20 ms a step) and the dataset
+    in the RAM cache, the daemon defers preparing a batch off the trainer's
+    take while that trainer holds a ready one (counted in the stats'
+    pacing.deferred); with pace = false it never does. Batches are the same
+    bytes and order either way."""
+    tmp = tmpdir("seer-it-")
+    try:
+        root, cat = dataset(tmp, per_class=36)
+        deferred = {}
+        for pace in ("true", "false"):
+            s = base_settings(root, **{"cache.ram": "16MiB", "prefetch.pace": pace})
+            d, logs = run_job(tmp, root, cat, s, ["c", "py"], tag="pace-" + pace,
+                              extra={0: ["--compute-ms", "20"], 1: ["--compute-ms", "20"]})
+            sampler = seer.Sampler(len(cat), 42, 2, 8, drop_last=False)
+            for r in range(2):
+                n = verify_rank(cat, sampler, r, logs[r], 3)
+                check(n == 3 * sampler.batches_per_epoch, "pace %s rank %d: %d batches"
+                      % (pace, r, n))
+            st = d.stats()
+            check(st["pacing"]["on"] == (pace == "true"), "pacing.on: %s" % st["pacing"])
+            deferred[pace] = st["pacing"]["deferred"]
+        log("prepares deferred: pace on %d, off %d" % (deferred["true"], deferred["false"]))
+        check(deferred["true"] > 0, "pace = true deferred no prepare")
+        check(deferred["false"] == 0, "pace = false deferred %d prepares" % deferred["false"])
+    finally:
+        cleanup(tmp)
+
+
 def test_nopfs_policy():
     """The NoPFS-like comparison mode delivers the same batches and reads more
     from the PFS than seer's plan (per-trainer copies, no sharing)."""
@@ -325,7 +354,7 @@ def test_bad_input():
 
 
 if __name__ == "__main__":
-    run_tests([test_four_trainers_three_epochs, test_nopfs_policy, test_padding,
+    run_tests([test_four_trainers_three_epochs, test_pacing, test_nopfs_policy, test_padding,
                test_same_seed_same_batches,
                test_drop_last,
                test_killed_trainer, test_seek_and_start, test_torch_adapter, test_bad_input])
