@@ -64,11 +64,9 @@ struct prefault {
 	/* the pass: the helper's while it runs, the consumer's otherwise */
 	const uint8_t *base;       /* the mapping to fill: ours, or seer_arena_reader's */
 	uint64_t pos;              /* next offset of the open pass (arena_size: none open) */
-	uint64_t run_end;          /* [pos, run_end) is known present */
-	uint64_t *done;            /* one bit per 2 MiB chunk mapped in full */
-	uint64_t nchunks;
-	uint64_t pages, passes;    /* pages mapped (counting repeats), passes begun */
-	bool chunk_full;           /* no hole seen so far in pos's chunk */
+	uint64_t *done;            /* one bit per arena page already mapped */
+	uint64_t npages;
+	uint64_t pages, passes;    /* pages mapped, passes begun */
 	bool no_populate;          /* MADV_POPULATE_READ refused: byte reads only */
 	bool no_seek;              /* the fd cannot seek data: nothing to do */
 	uint8_t sink;
