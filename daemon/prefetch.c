@@ -112,14 +112,13 @@ void pf_releases(struct engine *e, struct trainer *t)
 #define PACE_MIN_NS 1000000ull
 static bool pace_defer(struct engine *e, struct trainer *t, uint64_t taken)
 {
-	uint64_t now = now_ns();
-	if (!e->cfg->pace || e->step_s <= 0 || t->next_pub < taken + 1)
-		return false;
+	if (!e->cfg->pace || e->step_s <= 0 || t->next_pub == taken)
+		return false; /* off, no step time yet, or nothing more in hand */
 	uint64_t wait = MIN((uint64_t)(e->step_s * 0.25e9), PACE_MAX_NS);
 	if (wait < PACE_MIN_NS)
 		return false; /* a step too short to place anything in */
 	uint64_t until = t->pace_ns + wait;
-	if (now >= until)
+	if (now_ns() >= until)
 		return false;
 	if (!e->pace_wake_ns || until < e->pace_wake_ns)
 		e->pace_wake_ns = until;
