@@ -241,6 +241,7 @@ struct engine {
 	struct shm_seg arena;
 	uint8_t *abase;
 	uint64_t cache_base, cache_cap, stage_base, stage_cap;
+	uint64_t stage_filled;     /* staging's first bytes populated (arena.c) */
 	uint64_t bounce_base, bounce_size; /* bounce slots: NVMe samples sent to peers */
 	uint32_t nbounce;
 	int nvme_fd;             /* one file per node, unlinked as soon as it is open */

@@ -1,6 +1,7 @@
 /* The format parsers on hand-made input (NPY headers, CRC32C, TFRecord
  * framing and DALI indexes, zip end records, indexed-binary checks), the one
- * list of formats, and the per-thread byte accounting. No test data needed. */
+ * list of formats, the per-thread byte accounting, and the transpose that
+ * cuts interleaved npz samples. No test data needed. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -13,6 +14,7 @@
 
 #include "../../src/catalog.h"
 #include "../../src/fmt/fmt.h"
+#include "../../src/fmt/npz.h"
 #include "../../src/util.h"
 #include "seer.h"
 
@@ -108,6 +110,51 @@ static uint32_t crc32c_bitwise(const uint8_t *p, size_t n)
 			c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1)));
 	}
 	return ~c;
+}
+
+/* Columns [c0, c0 + cc) of a rows x ncols matrix of isz-byte elements into
+ * one buffer per column, against the element-by-element definition: shapes
+ * on and off the 16 x 16 blocks of the one-byte path, a column range that
+ * starts mid-row, unwanted (NULL) columns and a row offset into the
+ * destinations; bytes around each destination stay untouched. */
+Test(parsers, npz_transpose_matches_the_definition)
+{
+	static const uint64_t shapes[][4] = { /* rows, ncols, c0, cc */
+		{ 4096, 512, 0, 512 }, { 16, 16, 0, 16 }, { 37, 53, 5, 41 }, { 15, 40, 0, 40 },
+		{ 200, 17, 1, 16 }, { 64, 100, 3, 15 }, { 1, 8, 2, 5 }, { 33, 33, 0, 33 },
+	};
+	const uint32_t iszs[] = { 1, 2, 4, 8 };
+	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+		for (size_t ii = 0; ii < 4; ii++) {
+			uint64_t rows = shapes[si][0], nc = shapes[si][1], c0 = shapes[si][2];
+			uint64_t cc = shapes[si][3], r0 = 3, isz = iszs[ii];
+			uint64_t col = (r0 + rows) * isz + 64; /* a destination, with a margin */
+			uint8_t *src = malloc(rows * nc * isz), *out = malloc(cc * col);
+			uint8_t **dst = malloc(cc * sizeof(*dst));
+			cr_assert(src && out && dst);
+			for (uint64_t i = 0; i < rows * nc * isz; i++)
+				src[i] = (uint8_t)(i * 131 + i / 251 + 7);
+			memset(out, 0xA5, cc * col);
+			for (uint64_t j = 0; j < cc; j++)
+				dst[j] = j % 7 == 3 ? NULL : out + j * col;
+			npz_transpose_cols(src, rows, nc, c0, cc, dst, r0, (uint32_t)isz);
+			for (uint64_t j = 0; j < cc; j++)
+				for (uint64_t b = 0; b < col; b++) {
+					uint64_t r = b / isz;
+					uint8_t want = 0xA5;
+					if (dst[j] && r >= r0 && r < r0 + rows)
+						want = src[((r - r0) * nc + c0 + j) * isz + b % isz];
+					cr_assert_eq(out[j * col + b], want,
+						     "rows %llu cols %llu c0 %llu cc %llu isz %llu: column "
+						     "%llu byte %llu", (unsigned long long)rows,
+						     (unsigned long long)nc, (unsigned long long)c0,
+						     (unsigned long long)cc, (unsigned long long)isz,
+						     (unsigned long long)j, (unsigned long long)b);
+				}
+			free(src);
+			free(out);
+			free(dst);
+		}
 }
 
 Test(parsers, crc32c)
