@@ -54,7 +54,7 @@ LIBS := $(PKG_LIBS) -lpthread -lm
 # modules shared by the daemon, the tools and the tests
 CORE_SRC := src/util.c src/base.c src/pfs_probe.c src/paths.c src/sampler.c src/sampler_record.c src/sampler_elastic.c \
 	src/catalog.c src/catalog_walk.c src/catalog_image.c src/catalog_images.c src/catalog_read.c \
-	src/config.c src/config_keys.c src/shm.c src/iopool.c src/extent.c $(wildcard src/net_*.c) src/plan.c \
+	src/config.c src/config_keys.c src/shm.c src/iopool.c src/extent.c src/spans.c $(wildcard src/net_*.c) src/plan.c \
 	src/plan_group.c src/plan_nopfs.c $(wildcard src/plansim*.c) src/forecast.c src/forecast_node.c \
 	src/dessim.c src/topo.c src/ctrl.c $(wildcard src/fmt/*.c) $(wildcard src/xform/*.c)
 # libseer: client code only (no logging, no allocator that aborts: see base.h)

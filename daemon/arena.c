@@ -251,10 +251,7 @@ static void arena_populate(struct engine *e, uint64_t off, uint64_t len, const c
 		return;
 	}
 	uint64_t t1 = now_ns();
-	for (uint64_t o = 0; o < len; o += 4096) {
-		volatile uint8_t *q = e->abase + off + o;
-		*q = *q;
-	}
+	mem_write_pages(e->abase + off, len);
 	log_debug("%s: %llu MiB allocated and mapped in %.1f ms, written in %.1f ms", what,
 		  (unsigned long long)(len >> 20), (double)(t1 - t0) / 1e6,
 		  (double)(now_ns() - t1) / 1e6);

@@ -32,6 +32,7 @@
 #include "../src/catalog.h"
 #include "../src/config.h"
 #include "../src/extent.h"
+#include "../src/spans.h"
 #include "../src/iopool.h"
 #include "../src/net.h"
 #include "../src/pfs_probe.h"
@@ -158,6 +159,8 @@ struct etask {
 	uint32_t nmem;
 	uint32_t file;        /* TK_EXTENT: bytes [foff, foff + len) of this file */
 	uint64_t foff;
+	uint64_t xoff;        /* TK_EXTENT, xpool: its buffer, at e->xbase + xoff */
+	bool xpool;           /* TK_EXTENT: buffer from the extent region (else its own) */
 	bool single;          /* TK_PFS: never coalesced (its extent failed) */
 	bool in_sub;          /* submitted, not yet handed to the pool */
 	bool cut;             /* its bytes were cut from an extent */
@@ -358,6 +361,9 @@ struct engine {
 	struct etask **ext_wait; /* extents waiting for extent memory */
 	uint32_t next_wait, capext_wait;
 	uint64_t ext_mem, ext_mem_peak; /* extent bytes in flight, at most */
+	uint8_t *xbase;          /* the extent region: buffers made before the job */
+	uint64_t xcap;
+	struct spans xspans;     /* its free ranges */
 	struct ext_cand *ext_c;  /* planning scratch, per candidate */
 	bool *ext_take;
 	struct etask **ext_tk;   /* the candidate's queued read, or NULL */

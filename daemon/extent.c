@@ -12,8 +12,9 @@
  * members: queued reads are taken back from the pool, planned ones get a
  * RAM-load task of their own. The extent waits until the extent memory
  * (prefetch.extent_memory) has room, then runs on an I/O thread
- * (worker.c: one counted read, each member's sample cut into its
- * destination: a staging span, a RAM slot, a bounce slot). When it ends,
+ * (worker.c: one counted read into a buffer of the extent region, made at
+ * start, each member's sample cut into its destination: a staging span, a
+ * RAM slot, a bounce slot). When it ends,
  * each member ends as a read of its own would (task_finish): caches,
  * waiters, corrupt samples; its bytes are the extent's, counted once.
  * Samples neither wanted nor planned here that lie inside are read and
@@ -27,10 +28,42 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../src/util.h"
 #include "engine_int.h"
 #include "seer.h"
+
+/* The extent region: prefetch.extent_memory (at most XREGION_MAX) mapped,
+ * populated and written once at start, from which the extents' buffers are
+ * cut (first fit, spans.h) while they fit; an extent that does not (a
+ * fragmented region, or one larger than it) maps a buffer of its own, as
+ * all did before. Why: a fresh 2 MiB buffer per extent cost its page
+ * allocation in the read, and, on the development VM (shadow paging), a
+ * trap on the first user-mode read of each of its 512 pages -- taken by the
+ * zip CRC pass, which became the cold npz epoch's largest CPU cost (19% of
+ * the samples while the extents were read, against 3% for the transpose).
+ * Resident from start to end: at most XREGION_MAX, 8 MiB (four 2 MiB
+ * extents of DLIO's npz files; with the default 16 MiB of extent memory a
+ * second 8 MiB in flight maps its own), so that seerd stays within cache +
+ * staging + 64 MiB beside a full format cache (test_formats_e2e). Failure:
+ * no region (logged); every extent maps its own buffer. */
+#define XREGION_MAX (8ull << 20)
+static void xregion_init(struct engine *e)
+{
+	uint64_t cap = ALIGN_UP(MIN(e->cfg->extent_memory, XREGION_MAX), 4096ull);
+	void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		log_warn("no memory for the %llu-byte extent region (%s): each coalesced read "
+			 "maps its own buffer", (unsigned long long)cap, strerror(errno));
+		return;
+	}
+	(void)madvise(p, cap, MADV_POPULATE_WRITE); /* a hint; older kernels fault instead */
+	mem_write_pages(p, cap);
+	e->xbase = p;
+	e->xcap = cap;
+	spans_init(&e->xspans, cap);
+}
 
 void ext_init(struct engine *e)
 {
@@ -39,13 +72,21 @@ void ext_init(struct engine *e)
 	bool on = m == CFG_COALESCE_ON ||
 		  (m == CFG_COALESCE_AUTO && (!e->probe.measured || e->probe.coalesce));
 	e->coalesce = on && f->span && (f->cut || f->cut_many);
-	if (e->coalesce)
+	if (e->coalesce) {
 		e->pfs_q = xcalloc(MAX(e->cat->nsamples, 1ull), sizeof(uint32_t));
+		xregion_init(e);
+	}
 }
 
-/* The planner's memory (task_free_all frees the waiting extents' members). */
+/* The planner's memory (task_free_all frees the waiting extents' members)
+ * and the extent region (no extent runs any more). */
 void ext_free(struct engine *e)
 {
+	if (e->xbase) {
+		munmap(e->xbase, e->xcap);
+		spans_fini(&e->xspans);
+		e->xbase = NULL;
+	}
 	free(e->pfs_q);
 	free(e->ext_wait);
 	free(e->ext_c);
@@ -266,6 +307,8 @@ static void ext_pump(struct engine *e)
 		if (e->ext_mem > 0 && e->ext_mem + x->len > e->cfg->extent_memory)
 			return;
 		e->ext_wait[best] = e->ext_wait[--e->next_wait];
+		x->xpool = e->xbase && spans_alloc(&e->xspans, ALIGN_UP(x->len, 4096ull),
+						   &x->xoff) == 0;
 		e->ext_mem += x->len;
 		e->ext_mem_peak = MAX(e->ext_mem_peak, e->ext_mem);
 		if (e->nsub == e->capsub) {
@@ -351,6 +394,9 @@ void ext_done(struct engine *e, struct etask *x, int status)
 {
 	if (e->ext_mem >= x->len)
 		e->ext_mem -= x->len;
+	if (x->xpool)
+		spans_free(&e->xspans, x->xoff, ALIGN_UP(x->len, 4096ull));
+	x->xpool = false;
 	uint64_t useful = 0, ok = 0;
 	for (uint32_t i = 0; status == 0 && i < x->nmem; i++)
 		if (x->mem[i]->io.status == 0) {

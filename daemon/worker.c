@@ -182,13 +182,15 @@ static void populate_dsts(const struct engine *e, const struct etask *t)
 #endif
 }
 
-/* TK_EXTENT: the byte range into a buffer of its own (counted in the
- * extent memory the dispatcher reserved), transient errors tried again as
+/* TK_EXTENT: the byte range into its buffer (counted in the extent memory
+ * the dispatcher reserved: a range of the extent region, or its own), transient errors tried again as
  * for one sample; then every member's sample cut into its destination, its
  * status and message in the member. */
 static int worker_extent(const struct engine *e, struct etask *t, struct cat_reader *rd)
 {
-	uint8_t *buf = mmap(NULL, t->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *buf = t->xpool ? e->xbase + t->xoff
+				: mmap(NULL, t->len, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	uint64_t *ids = malloc(t->nmem * sizeof(*ids));
 	void **dsts = malloc(t->nmem * sizeof(*dsts));
 	int rc = buf == MAP_FAILED || !ids || !dsts ? -ENOMEM : 0;
@@ -216,7 +218,7 @@ static int worker_extent(const struct engine *e, struct etask *t, struct cat_rea
 	} else {
 		str_copy(t->err, sizeof(t->err), rd->err);
 	}
-	if (buf != MAP_FAILED)
+	if (!t->xpool && buf != MAP_FAILED)
 		munmap(buf, t->len);
 	free(ids);
 	free(dsts);

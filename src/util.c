@@ -224,6 +224,14 @@ char *str_copy(char *dst, size_t len, const char *src)
 	return dst;
 }
 
+void mem_write_pages(void *p, uint64_t len)
+{
+	for (uint64_t o = 0; o < len; o += 4096) {
+		volatile uint8_t *q = (uint8_t *)p + o;
+		*q = *q;
+	}
+}
+
 char *sfmt(char *dst, size_t len, const char *fmt, ...)
 {
 	va_list ap;

@@ -56,6 +56,11 @@ char *xasprintf(const char *fmt, ...) PRINTF_LIKE(1, 2);
 char *str_copy(char *dst, size_t len, const char *src);
 /* snprintf that never overflows and always terminates; returns dst. */
 char *sfmt(char *dst, size_t len, const char *fmt, ...) PRINTF_LIKE(3, 4);
+/* Rewrite one byte of each 4 KiB page of [p, p + len) with its own value,
+ * from user mode: memory the kernel populated then takes no trap at its
+ * first write under a hypervisor that shadows page tables (daemon/arena.c,
+ * arena_populate, says why). Nothing else may write these pages meanwhile. */
+void mem_write_pages(void *p, uint64_t len);
 
 /* ---- files ---------------------------------------------------------------- */
 /* Read/write exactly n bytes at off, retrying on EINTR and short transfers.

@@ -2,13 +2,16 @@
  * extent (a wanted run, gaps bridged or not), the longest extent, the
  * amplification bound (also on random files: every plan within both bounds,
  * only wanted samples, none wanted left out inside its range), overlapping
- * ranges (npz members read whole) and a trigger too long for an extent. */
+ * ranges (npz members read whole) and a trigger too long for an extent;
+ * and the first-fit ranges of the extent region (src/spans.c). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../src/extent.h"
+#include "../../src/spans.h"
 #include "../../src/util.h"
 
 #define N 4096
@@ -196,4 +199,77 @@ Test(extent, random_files_meet_the_bounds)
 		for (uint32_t i = p.first; i <= p.last; i++)
 			cr_assert_eq(take[i], c[i].want, "round %d: wanted %u inside not taken", round, i);
 	}
+}
+
+/* ---- the extent region's ranges (src/spans.c) ---------------------------- */
+
+/* Every byte of the region is free or in exactly one live range, whatever
+ * the order of allocations and frees; frees merge back to one range. */
+static void spans_check(const struct spans *s, const uint8_t *owner, uint64_t cap)
+{
+	uint64_t freeb = 0;
+	for (uint32_t i = 0; i < s->n; i++) {
+		cr_assert(s->free[i].len > 0);
+		cr_assert(s->free[i].off + s->free[i].len <= cap);
+		if (i > 0) /* sorted, disjoint, never adjacent */
+			cr_assert(s->free[i - 1].off + s->free[i - 1].len < s->free[i].off);
+		for (uint64_t b = s->free[i].off; b < s->free[i].off + s->free[i].len; b++)
+			cr_assert_eq(owner[b], 0, "byte %llu is free and taken", (unsigned long long)b);
+		freeb += s->free[i].len;
+	}
+	uint64_t taken = 0;
+	for (uint64_t b = 0; b < cap; b++)
+		taken += owner[b] != 0;
+	cr_assert_eq(freeb + taken, cap);
+	cr_assert_eq(spans_free_bytes(s), freeb);
+}
+
+Test(spans, first_fit_out_of_order_frees_merge)
+{
+	enum { CAP = 4096, LIVE = 24 };
+	struct spans s;
+	spans_init(&s, CAP);
+	uint8_t owner[CAP] = { 0 };
+	uint64_t off[LIVE], len[LIVE];
+	bool live[LIVE] = { false };
+	uint64_t rng = 12345;
+	for (int step = 0; step < 4000; step++) {
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		uint32_t k = (uint32_t)(rng >> 33) % LIVE;
+		if (live[k]) {
+			spans_free(&s, off[k], len[k]);
+			memset(owner + off[k], 0, len[k]);
+			live[k] = false;
+		} else {
+			len[k] = 1 + (rng >> 45) % 700;
+			uint64_t lowest = UINT64_MAX; /* first fit: the lowest range that holds it */
+			for (uint32_t i = 0; i < s.n && lowest == UINT64_MAX; i++)
+				if (s.free[i].len >= len[k])
+					lowest = s.free[i].off;
+			int rc = spans_alloc(&s, len[k], &off[k]);
+			if (lowest == UINT64_MAX) {
+				cr_assert_eq(rc, -ENOSPC);
+			} else {
+				cr_assert_eq(rc, 0);
+				cr_assert_eq(off[k], lowest);
+				for (uint64_t b = off[k]; b < off[k] + len[k]; b++)
+					cr_assert_eq(owner[b], 0, "byte %llu given twice",
+						     (unsigned long long)b);
+				memset(owner + off[k], k + 1, len[k]);
+				live[k] = true;
+			}
+		}
+		spans_check(&s, owner, CAP);
+	}
+	for (int k = 0; k < LIVE; k++)
+		if (live[k])
+			spans_free(&s, off[k], len[k]);
+	cr_assert_eq(s.n, 1);
+	cr_assert(s.free[0].off == 0 && s.free[0].len == CAP);
+	uint64_t o;
+	cr_assert_eq(spans_alloc(&s, CAP + 1, &o), -ENOSPC);
+	cr_assert_eq(spans_alloc(&s, CAP, &o), 0);
+	cr_assert_eq(o, 0);
+	cr_assert_eq(spans_alloc(&s, 1, &o), -ENOSPC);
+	spans_fini(&s);
 }
