@@ -17,6 +17,11 @@
  * (one call instead of a fault per 16 pages) and then read one byte per page
  * (the hidden fault; a TLB miss elsewhere). Holes are never touched: a read
  * fault on a shmem hole would allocate a page the daemon may never fill.
+ * Only this trainer's share of staging is mapped: the daemon publishes the
+ * shares at the rank map (seer_ctrl_out.stage_*), and the other trainers'
+ * pages are marked done before the helper's first pass (with 2 trainers a
+ * node, half of staging: 16 MiB each in the lustre scenarios, 128 MiB in
+ * ResNet-50's, each page a hidden fault here).
  * Every page mapped is marked done (a bit per page: 32 KiB per GiB of arena)
  * and skipped by later passes; where pages are not done, lseek SEEK_DATA
  * skips a hole in one call and mincore, over at most PF_STEP, says how far
@@ -120,6 +125,7 @@ void pf_retarget(struct seer_client *c, const uint8_t *base)
 	pf_stop(c); /* the next seer_next starts it again */
 	pf->base = base;
 	pf->pos = c->arena_size;
+	pf->stage_known = false;
 	if (pf->done)
 		memset(pf->done, 0, (pf->npages + 63) / 64 * sizeof(uint64_t));
 }
@@ -166,10 +172,29 @@ static void map_run(struct seer_client *c, uint64_t a, uint64_t b)
 	pf->pages += (b - a) / PF_PAGE;
 }
 
+/* Once the daemon has published the node's staging and this trainer's
+ * share of it (seer_ctrl_out.stage_set), the other trainers' shares are
+ * marked done: never mapped here (they hold only their batches). Offsets
+ * that do not fit the arena are ignored. */
+static void pf_stage(struct seer_client *c)
+{
+	struct prefault *pf = &c->pf;
+	const struct seer_ctrl_out *co = c->co;
+	if (pf->stage_known || !co || !atomic_load_explicit(&co->stage_set, memory_order_acquire))
+		return;
+	pf->stage_known = true;
+	uint64_t lo = co->stage_lo, hi = co->stage_hi, olo = co->own_lo, ohi = co->own_hi;
+	if (lo > olo || olo > ohi || ohi > hi || hi > c->arena_size)
+		return;
+	mark_done(pf, (lo + PF_PAGE - 1) / PF_PAGE, olo / PF_PAGE);
+	mark_done(pf, (ohi + PF_PAGE - 1) / PF_PAGE, hi / PF_PAGE);
+}
+
 /* Begin a pass at the arena's start (one left open by a stopped helper is
  * dropped: the new pass covers it). */
 static void pf_restart(struct seer_client *c)
 {
+	pf_stage(c);
 	c->pf.pos = 0;
 	c->pf.passes++;
 }
@@ -233,6 +258,14 @@ static void *pf_main(void *arg)
 {
 	struct seer_client *c = arg;
 	while (!atomic_load(&c->pf.stop)) {
+		/* no pass before the staging shares are known (at the rank
+		 * map; never from an older daemon: the consumer's passes then
+		 * do it all) */
+		pf_stage(c);
+		if (!c->pf.stage_known) {
+			futex_wait(&c->pf.stop, 0, PF_POLL_NS);
+			continue;
+		}
 		pf_restart(c);
 		while (!atomic_load(&c->pf.stop) && pf_step(c)) {
 		}

@@ -245,6 +245,7 @@ struct engine {
 	uint8_t *abase;
 	uint64_t cache_base, cache_cap, stage_base, stage_cap;
 	uint64_t stage_filled;     /* staging's first bytes populated (arena.c) */
+	bool stage_split;          /* the trainers' shares are set (arena_split_staging) */
 	uint64_t bounce_base, bounce_size; /* bounce slots: NVMe samples sent to peers */
 	uint32_t nbounce;
 	int nvme_fd;             /* one file per node, unlinked as soon as it is open */
@@ -461,6 +462,7 @@ uint64_t arena_layout(struct engine *e);      /* returns the arena's size */
 int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen);
 int arena_check_memory(const struct engine *e, uint64_t size, char *err, size_t errlen);
 void arena_split_staging(struct engine *e);
+void arena_publish_share(const struct engine *e, struct trainer *t);
 void arena_prefill_staging(struct engine *e); /* at start, when staging will be used */
 void arena_prefill_cache(struct engine *e);   /* at start: this node's share of the cache */
 int arena_check_staging(struct engine *e, char *err, size_t errlen);

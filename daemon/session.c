@@ -126,6 +126,7 @@ static int make_ctrl(struct engine *e, struct trainer *t, int sock, const struct
 	t->co->ring_off = l->ring_off;
 	t->co->slots_off = l->slots_off;
 	t->co->max_held = (uint32_t)e->cfg->max_held;
+	arena_publish_share(e, t);
 	t->ci->magic = SEER_MAGIC_CTIN;
 	t->ci->version = SEER_PROTO_VERSION;
 	t->ci->nslots = ns;

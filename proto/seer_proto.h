@@ -267,10 +267,18 @@ struct seer_ctrl_out {
 	 * own rel_prod would wait for ever: seer_next fails with -EDEADLK. */
 	_Atomic uint32_t held_block;
 	_Atomic uint32_t held_rel;
-	uint8_t pad2_[SEER_CACHELINE - 20];
+	/* The node's staging [stage_lo, stage_hi) and this trainer's share of it
+	 * [own_lo, own_hi) (arena offsets), written once the rank map is known,
+	 * before stage_set is stored (release) as 1. The trainer's prefault
+	 * (client/prefault.c) then leaves the other trainers' shares alone.
+	 * stage_set 0 (before that, or an older daemon): nothing is known. */
+	_Atomic uint32_t stage_set;
+	uint64_t stage_lo, stage_hi, own_lo, own_hi;
+	uint8_t pad2_[SEER_CACHELINE - 56];
 };
 _Static_assert(offsetof(struct seer_ctrl_out, prod) % SEER_CACHELINE == 0, "prod on its own line");
 _Static_assert(offsetof(struct seer_ctrl_out, state) % SEER_CACHELINE == 0, "state on its own line");
+_Static_assert(offsetof(struct seer_ctrl_out, stage_lo) % 8 == 0, "stage ranges aligned");
 _Static_assert(sizeof(struct seer_ctrl_out) == 3 * SEER_CACHELINE, "ctrl_out header layout");
 
 struct seer_ctrl_in {

@@ -33,6 +33,7 @@ static const char *sock_path;
 static pid_t daemon_pid;
 static const char *marker;
 static int timeout_ms = 1000;
+static int rank = 0, world = 1;
 
 #define CHECK(cond, ...)                                                                    \
 	do {                                                                                \
@@ -56,7 +57,7 @@ static double now(void)
 
 static seer_client_t *connect_or_die(int tmo)
 {
-	seer_options_t o = { .socket_path = sock_path, .rank = 0, .world_size = 1,
+	seer_options_t o = { .socket_path = sock_path, .rank = rank, .world_size = world,
 			     .connect_timeout_ms = tmo };
 	seer_client_t *c = NULL;
 	double t0 = now();
@@ -574,6 +575,63 @@ static void mode_warm(void)
 	seer_close(c);
 }
 
+/* Pages of this process's arena mapping that are present (pagemap), or -1. */
+static long mapped_pages(seer_client_t *c)
+{
+	int pm = open("/proc/self/pagemap", O_RDONLY);
+	const uint8_t *base = seer_arena_base(c);
+	uint64_t size = seer_arena_size(c);
+	long n = pm < 0 ? -1 : 0;
+	for (uint64_t o = 0; n >= 0 && o < size; o += 4096) {
+		uint64_t ent;
+		off_t at = (off_t)(((uintptr_t)base + o) / 4096 * 8);
+		if (pread(pm, &ent, sizeof(ent), at) != (ssize_t)sizeof(ent))
+			n = -1;
+		else
+			n += (long)(ent >> 63 & 1);
+	}
+	if (pm >= 0)
+		close(pm);
+	return n;
+}
+
+/* shares (--rank r --world w, one process per rank, staging in use): every
+ * byte of two epochs read, then the arena pages this trainer has mapped:
+ * its prefault maps its own share of staging and the RAM cache, not the
+ * other trainers' shares (which the daemon populated at start). Prints
+ * "crcsum S samples N faults2 F mapped M" (faults2: page faults while
+ * reading epoch 2). */
+static void mode_shares(void)
+{
+	seer_client_t *c = connect_or_die(timeout_ms);
+	uint64_t crcsum = 0, samples = 0, e = 0;
+	long faults = 0;
+	seer_batch_t *b;
+	int rc;
+	while (e < 2 && (rc = seer_next(c, timeout_ms, &b)) != SEER_EEND) {
+		if (rc == SEER_EEPOCH) {
+			e++;
+			continue;
+		}
+		if (rc != 0) {
+			CHECK(0, "seer_next: %d", rc);
+			break;
+		}
+		struct rusage r0, r1;
+		getrusage(RUSAGE_SELF, &r0);
+		for (uint32_t i = 0; i < seer_batch_len(b); i++)
+			crcsum += crc32(0, seer_sample_data(b, i), (uInt)seer_sample_size(b, i));
+		getrusage(RUSAGE_SELF, &r1);
+		if (e == 1)
+			faults += r1.ru_minflt - r0.ru_minflt;
+		samples += seer_batch_len(b);
+		seer_release(c, b);
+	}
+	printf("crcsum %llu samples %llu faults2 %ld mapped %ld\n", (unsigned long long)crcsum,
+	       (unsigned long long)samples, faults, mapped_pages(c));
+	seer_close(c);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -581,6 +639,8 @@ int main(int argc, char **argv)
 		{ "daemon-pid", required_argument, NULL, 'p' },
 		{ "marker", required_argument, NULL, 'm' },
 		{ "timeout-ms", required_argument, NULL, 't' },
+		{ "rank", required_argument, NULL, 'r' },
+		{ "world", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int ch;
@@ -590,6 +650,8 @@ int main(int argc, char **argv)
 		case 'p': daemon_pid = (pid_t)atoi(optarg); break;
 		case 'm': marker = optarg; break;
 		case 't': timeout_ms = atoi(optarg); break;
+		case 'r': rank = atoi(optarg); break;
+		case 'w': world = atoi(optarg); break;
 		default: return 100;
 		}
 	}
@@ -603,6 +665,7 @@ int main(int argc, char **argv)
 		{ "close-seeking", mode_close_seeking },
 		{ "seek-timeout", mode_seek_timeout }, { "connect-timeout", mode_connect_timeout },
 		{ "fork", mode_fork }, { "connect", mode_connect }, { "warm", mode_warm },
+		{ "shares", mode_shares },
 	};
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
 		if (strcmp(argv[optind], modes[i].name) == 0) {

@@ -186,6 +186,56 @@ def test_warm_epoch_takes_no_page_fault():
         cleanup(tmp)
 
 
+def test_trainers_map_only_their_own_staging():
+    """Two trainers on one daemon, staging in use (the dataset is larger than
+    the RAM cache, so the daemon populates all of staging at start): each
+    maps the RAM cache and its own share of staging, not the other's (the
+    daemon publishes the shares at the rank map), reads epoch 2 without a page
+    fault, and the two streams together deliver every sample once per epoch.
+    With all of staging mapped, each would hold > 8,192 pages."""
+    tmp = tmpdir("seer-api-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["a", "b", "c"], 40, 20000, 60000, seed=7)
+        cat = catalog(root)
+        want = 2 * sum(crc for _, _, _, crc in cat)
+        stage, ram = 32 << 20, 2 << 20
+        s = {"dataset.path": root, "job.epochs": 3, "job.batch_size": 4, "cache.ram": "2MiB",
+             "cache.staging": "32MiB", "prefetch.lookahead": 4, "prefetch.io_threads": 2}
+        with Daemon(tmp, s) as d:
+            procs = [subprocess.Popen([APITEST, "shares", "--socket", d.sock, "--timeout-ms",
+                                       "20000", "--rank", str(r), "--world", "2"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                     for r in (0, 1)]
+            outs = []
+            for p in procs:
+                try:
+                    out, _ = p.communicate(timeout=120)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    raise Fail("seer-apitest shares hung:\n%s" % p.communicate()[0])
+                expect_clean("shares", p.returncode, out)
+                outs.append(out)
+        crcsum = n = 0
+        slack = 0 if os.environ.get("V", "release") == "release" else 64
+        for r, out in enumerate(outs):
+            m = re.search(r"crcsum (\d+) samples (\d+) faults2 (\d+) mapped (-?\d+)", out)
+            check(m is not None, "seer-apitest shares printed no summary:\n%s" % out)
+            c, k, faults, mapped = (int(x) for x in m.groups())
+            crcsum, n = crcsum + c, n + k
+            log("rank %d: %d arena pages mapped (RAM cache %d, staging %d, a share %d), %d page "
+                "faults in epoch 2" % (r, mapped, ram >> 12, stage >> 12, stage >> 13, faults))
+            check(0 < mapped <= (ram + stage // 2) // 4096 + 256,
+                  "rank %d mapped %d arena pages: more than the RAM cache and its own share of "
+                  "staging\n%s" % (r, mapped, out))
+            check(faults <= slack, "rank %d took %d page faults reading epoch 2" % (r, faults))
+        check(n == 2 * len(cat) and crcsum == want,
+              "two epochs delivered %d samples, crc sum %d; the files twice: %d, %d" %
+              (n, crcsum, 2 * len(cat), want))
+    finally:
+        cleanup(tmp)
+
+
 def test_stopped_daemon_timeouts():
     """A SIGSTOPped seerd: seer_connect and seer_seek end at the connect
     timeout with -ETIMEDOUT (they blocked until the daemon was killed)."""
@@ -661,6 +711,7 @@ def test_python_argument_ranges_and_messages():
 if __name__ == "__main__":
     tests = [test_c_api_without_daemon, test_c_api_misuse_on_a_live_client,
              test_stale_batch_handle, test_two_threads_in_next, test_warm_epoch_takes_no_page_fault,
+             test_trainers_map_only_their_own_staging,
              test_close_while_another_thread_waits, test_stopped_daemon_timeouts,
              test_forked_child_does_not_keep_the_rank, test_refuses_another_users_daemon,
              test_default_socket_in_a_private_directory, test_state_directory_and_files_are_checked,
