@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -513,6 +514,25 @@ static long unmapped_filled(seer_client_t *c)
 	return n;
 }
 
+/* The next batch of the job's first two epochs into *b (*e: the epochs
+ * ended so far): true; false once both are read, the job ended, or
+ * seer_next failed (a failed check). */
+static bool next_in_two_epochs(seer_client_t *c, uint64_t *e, seer_batch_t **b)
+{
+	while (*e < 2) {
+		int rc = seer_next(c, timeout_ms, b);
+		if (rc == SEER_EEND)
+			return false;
+		if (rc == SEER_EEPOCH) {
+			(*e)++;
+			continue;
+		}
+		CHECK(rc == 0, "seer_next: %d", rc);
+		return rc == 0;
+	}
+	return false;
+}
+
 /* warm (world 1, the dataset inside the RAM cache): take epoch 1 without
  * reading a byte, then read every byte of epoch 2. libseer mapped the cache
  * the daemon filled at the epoch boundary, so epoch 2's reads take no page
@@ -535,16 +555,7 @@ static void mode_warm(void)
 	long faults = 0, unmapped = -2; /* -2: epoch 1's last batch never came */
 	uint64_t steps = seer_batches_per_epoch(c);
 	seer_batch_t *b;
-	int rc;
-	while (e < 2 && (rc = seer_next(c, timeout_ms, &b)) != SEER_EEND) {
-		if (rc == SEER_EEPOCH) {
-			e++;
-			continue;
-		}
-		if (rc != 0) {
-			CHECK(0, "seer_next: %d", rc);
-			break;
-		}
+	while (next_in_two_epochs(c, &e, &b)) {
 		uint32_t n = seer_batch_len(b);
 		if (e == 0 && seer_batch_step(b) + 1 == steps)
 			unmapped = unmapped_filled(c);
@@ -607,16 +618,7 @@ static void mode_shares(void)
 	uint64_t crcsum = 0, samples = 0, e = 0;
 	long faults = 0;
 	seer_batch_t *b;
-	int rc;
-	while (e < 2 && (rc = seer_next(c, timeout_ms, &b)) != SEER_EEND) {
-		if (rc == SEER_EEPOCH) {
-			e++;
-			continue;
-		}
-		if (rc != 0) {
-			CHECK(0, "seer_next: %d", rc);
-			break;
-		}
+	while (next_in_two_epochs(c, &e, &b)) {
 		struct rusage r0, r1;
 		getrusage(RUSAGE_SELF, &r0);
 		for (uint32_t i = 0; i < seer_batch_len(b); i++)
