@@ -183,9 +183,9 @@ static void populate_dsts(const struct engine *e, const struct etask *t)
 }
 
 /* TK_EXTENT: the byte range into its buffer (counted in the extent memory
- * the dispatcher reserved: a range of the extent region, or its own), transient errors tried again as
- * for one sample; then every member's sample cut into its destination, its
- * status and message in the member. */
+ * the dispatcher reserved: a range of the extent region, or its own),
+ * transient errors tried again as for one sample; then every member's
+ * sample cut into its destination, its status and message in the member. */
 static int worker_extent(const struct engine *e, struct etask *t, struct cat_reader *rd)
 {
 	uint8_t *buf = t->xpool ? e->xbase + t->xoff
