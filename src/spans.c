@@ -9,7 +9,7 @@
 
 void spans_init(struct spans *s, uint64_t cap)
 {
-	*s = (struct spans){ .cap = cap };
+	*s = (struct spans){ 0 };
 	if (cap == 0)
 		return;
 	s->capn = 8;

@@ -17,7 +17,6 @@ struct span {
 };
 
 struct spans {
-	uint64_t cap;
 	struct span *free;   /* sorted by off */
 	uint32_t n, capn;
 };
