@@ -229,16 +229,23 @@ int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen)
 }
 
 /* Pages [off, off + len) of the arena allocated and mapped now (what = the
- * part, for the messages), then written once from user mode, a byte per
- * page rewritten with its own value (nothing else uses these pages yet).
- * Why the writes: under a hypervisor that shadows the guest's page tables
- * (the development VM), a page the kernel populated still traps on the
- * process's first user-mode write to it -- 10-13 us a page, measured
- * (2 MiB of uint8 samples transposed into 512 random arena pages: 6.5 ms,
- * 0.5 ms once the pages had been written) -- so the I/O threads' first cut
- * into each page paid it inside the cold epoch. Here it is paid at start
- * (about 5 us a page on that VM, 1.3 s per GiB; a few ms per GiB on bare
- * metal or hardware-assisted paging, where it traps nowhere). */
+ * part, for the messages), then primed (mem_prime_pages): a byte per page
+ * rewritten with its own value from user mode, then read by the kernel
+ * (nothing else uses these pages yet). Why: under a hypervisor that shadows
+ * the guest's page tables (the development VM), a page the kernel populated
+ * still traps on the process's first user-mode write to it -- 10-13 us a
+ * page, measured (2 MiB of uint8 samples transposed into 512 random arena
+ * pages: 6.5 ms, 0.5 ms once the pages had been written) -- and, apart from
+ * that, on the kernel's first access to it through this mapping: a recv of
+ * a peer's sample into staging, a send of a cached sample to a peer, a pread
+ * into the cache. Loopback TCP from and into such pages ran at ~450 MB/s
+ * against 3-4 GB/s once touched; in the ResNet-50 scenario's warm epochs the
+ * network threads took 24% of the machine's CPU, 9-11% with the kernel's
+ * pass (docs/results.md, "The kernel's own first touch"). So the I/O and
+ * network threads paid it inside the epochs; here it is paid at start
+ * (about 5 us a page for each pass on that VM, 2.6 s per GiB for both; a
+ * few ms per GiB on bare metal or hardware-assisted paging, where nothing
+ * traps). */
 static void arena_populate(struct engine *e, uint64_t off, uint64_t len, const char *what)
 {
 	uint64_t t0 = now_ns();
@@ -251,8 +258,8 @@ static void arena_populate(struct engine *e, uint64_t off, uint64_t len, const c
 		return;
 	}
 	uint64_t t1 = now_ns();
-	mem_write_pages(e->abase + off, len);
-	log_debug("%s: %llu MiB allocated and mapped in %.1f ms, written in %.1f ms", what,
+	mem_prime_pages(e->abase + off, len);
+	log_debug("%s: %llu MiB allocated and mapped in %.1f ms, primed in %.1f ms", what,
 		  (unsigned long long)(len >> 20), (double)(t1 - t0) / 1e6,
 		  (double)(now_ns() - t1) / 1e6);
 }

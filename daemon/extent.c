@@ -42,7 +42,9 @@
  * allocation in the read, and, on the development VM (shadow paging), a
  * trap on the first user-mode read of each of its 512 pages -- taken by the
  * zip CRC pass, which became the cold npz epoch's largest CPU cost (19% of
- * the samples while the extents were read, against 3% for the transpose).
+ * the samples while the extents were read, against 3% for the transpose) --
+ * and another on the kernel's first write of each (the read itself): the
+ * region is primed for both at start (mem_prime_pages).
  * Resident from start to end: at most XREGION_MAX, 8 MiB (four 2 MiB
  * extents of DLIO's npz files; with the default 16 MiB of extent memory a
  * second 8 MiB in flight maps its own), so that seerd stays within cache +
@@ -59,7 +61,7 @@ static void xregion_init(struct engine *e)
 		return;
 	}
 	(void)madvise(p, cap, MADV_POPULATE_WRITE); /* a hint; older kernels fault instead */
-	mem_write_pages(p, cap);
+	mem_prime_pages(p, cap);
 	e->xbase = p;
 	e->xcap = cap;
 	spans_init(&e->xspans, cap);

@@ -56,11 +56,16 @@ char *xasprintf(const char *fmt, ...) PRINTF_LIKE(1, 2);
 char *str_copy(char *dst, size_t len, const char *src);
 /* snprintf that never overflows and always terminates; returns dst. */
 char *sfmt(char *dst, size_t len, const char *fmt, ...) PRINTF_LIKE(3, 4);
-/* Rewrite one byte of each 4 KiB page of [p, p + len) with its own value,
- * from user mode: memory the kernel populated then takes no trap at its
- * first write under a hypervisor that shadows page tables (daemon/arena.c,
- * arena_populate, says why). Nothing else may write these pages meanwhile. */
-void mem_write_pages(void *p, uint64_t len);
+/* Prime each 4 KiB page of [p, p + len) for both of the ways it will be
+ * accessed: one byte rewritten with its own value from user mode, then read
+ * by the kernel (copied into a scratch file). Under a hypervisor that
+ * shadows the guest's page tables (the development VM), a populated page
+ * still traps on the process's first user-mode write to it and, separately,
+ * on the kernel's first access through this mapping (a pread, recv or send
+ * of its bytes) -- ~5 us each; primed, neither traps (daemon/arena.c,
+ * arena_populate, has the figures). Nothing else may write these pages
+ * meanwhile. Failure: none visible (unprimed pages trap at first use). */
+void mem_prime_pages(void *p, uint64_t len);
 
 /* ---- files ---------------------------------------------------------------- */
 /* Read/write exactly n bytes at off, retrying on EINTR and short transfers.

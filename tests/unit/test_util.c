@@ -1,10 +1,14 @@
-/* util: the number, size and boolean parsers every config key goes through. */
+/* util: the number, size and boolean parsers every config key goes through,
+ * and the page priming of the arena. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "../../src/util.h"
 
@@ -284,4 +288,51 @@ Test(util, log_parse_level)
 	cr_assert_eq(l, LOG_WARN);
 	cr_assert_eq(log_parse_level("verbose", &l), -EINVAL);
 	cr_assert_eq(l, LOG_WARN);
+}
+
+/* ---- mem_prime_pages ------------------------------------------------------- */
+
+static int open_fds(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	cr_assert_not_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* Priming touches every page from user mode and from the kernel but changes
+ * no byte of a shared file mapping (what the arena is), whatever the length
+ * (more pages than one pwritev takes, a partial last page, none), and leaves
+ * no descriptor behind. */
+Test(util, mem_prime_pages_keeps_every_byte)
+{
+	const size_t lens[] = { 0, 1, 4096, 3 * 4096 + 100, 1024 * 4096, 2500 * 4096 + 7 };
+	size_t cap = 2501 * 4096;
+	int fd = memfd_create("prime-test", MFD_CLOEXEC);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)cap), 0);
+	uint8_t *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	uint8_t *want = malloc(cap);
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	for (size_t i = 0; i < cap; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		want[i] = p[i] = (uint8_t)x;
+	}
+	int fds = open_fds();
+	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+		mem_prime_pages(p, lens[k]);
+		cr_assert_eq(memcmp(p, want, cap), 0, "priming %zu bytes changed the mapping", lens[k]);
+		cr_assert_eq(open_fds(), fds, "priming %zu bytes left a descriptor open", lens[k]);
+	}
+	uint8_t *back = malloc(cap);
+	cr_assert_eq(pread(fd, back, cap, 0), (ssize_t)cap);
+	cr_assert_eq(memcmp(back, want, cap), 0, "the file under the mapping changed");
+	free(back);
+	free(want);
+	munmap(p, cap);
+	close(fd);
 }
