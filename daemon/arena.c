@@ -66,45 +66,59 @@ static bool staging_unused(const struct engine *e)
 	return all_in_ram(e) && xfs_tensor_bytes(e, e->sh.batch) == 0;
 }
 
-/* Staging a trainer must have: [job] max_held batches of the largest samples
- * (what it may hold at once, the one it waits for included), or a trainer
- * holding them could wait for ever. That is the refusal. The ring never
- * splits a batch (a batch that does not fit before its end starts over at
- * its base, the skipped tail staying taken until reclaimed), so a trainer
- * holding max_held batches is only sure to get the next one with one more
- * batch of room; below lookahead + max_held average batches a warning says
- * so (batches are then also prepared less far ahead). */
+/* What a trainer's staging must and should hold: `need`, [job] max_held
+ * batches of the largest samples (what it may hold at once, the one it
+ * waits for included; 0 when staging stays unused); `mean`, an average
+ * batch (`one` the largest sample staged, 0 when only batch tensors are,
+ * `max` its size in the dataset, `tensor` the batch tensor). */
+struct stage_need {
+	uint64_t need, mean, one, max, tensor;
+};
+
+static struct stage_need stage_need(const struct engine *e)
+{
+	const struct catalog *cat = e->cat;
+	struct stage_need n = { .max = MAX(cat->max_len, xfs_cached_max(e)) };
+	/* staged bytes: files, or decoded images from NVMe and peers */
+	n.one = arena_stage_bytes(e, n.max, e->nvme_ok);
+	n.tensor = xfs_tensor_bytes(e, e->sh.batch); /* the batch tensor, if any */
+	uint64_t held = e->cfg->max_held;
+	unsigned __int128 need128 = ((unsigned __int128)e->sh.batch * n.one + n.tensor) * held;
+	n.mean = arena_stage_bytes(e, cat->total_bytes / MAX(cat->nsamples, 1ull), e->nvme_ok) *
+			 e->sh.batch + n.tensor;
+	if (all_in_ram(e)) {
+		need128 = (unsigned __int128)n.tensor * held; /* only the batch tensors are staged */
+		n.one = 0;
+		n.mean = n.tensor;
+	}
+	n.need = need128 > UINT64_MAX / 4 ? UINT64_MAX / 4 : (uint64_t)need128;
+	return n;
+}
+
+/* Staging a trainer must have: stage_need's need. That is the refusal. The
+ * ring never splits a batch (a batch that does not fit before its end
+ * starts over at its base, the skipped tail staying taken until reclaimed),
+ * so a trainer holding max_held batches is only sure to get the next one
+ * with one more batch of room; below lookahead + max_held average batches a
+ * warning says so (batches are then also prepared less far ahead). */
 int arena_check_staging(struct engine *e, char *err, size_t errlen)
 {
 	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
 	per &= ~(NVME_ALIGN - 1);
-	const struct catalog *cat = e->cat;
-	/* staged bytes: files, or decoded images from NVMe and peers */
-	uint64_t max = MAX(cat->max_len, xfs_cached_max(e));
-	uint64_t one = arena_stage_bytes(e, max, e->nvme_ok);
-	uint64_t tensor = xfs_tensor_bytes(e, e->sh.batch); /* the batch tensor, if any */
+	struct stage_need sn = stage_need(e);
+	if (sn.need == 0)
+		return 0; /* every sample lives in the RAM cache: staging stays unused */
 	uint64_t held = e->cfg->max_held;
-	unsigned __int128 need128 = ((unsigned __int128)e->sh.batch * one + tensor) * held;
-	uint64_t mean = arena_stage_bytes(e, cat->total_bytes / MAX(cat->nsamples, 1ull),
-					  e->nvme_ok) * e->sh.batch + tensor;
-	if (all_in_ram(e)) {
-		if (!tensor)
-			return 0; /* every sample lives in the RAM cache: staging stays unused */
-		need128 = (unsigned __int128)tensor * held; /* only the batch tensors are staged */
-		one = 0;
-		mean = tensor;
-	}
-	uint64_t need = need128 > UINT64_MAX / 2 ? UINT64_MAX / 2 : (uint64_t)need128;
 	char a[32], b[32], c[32], d[32];
-	if (per < need) {
+	if (per < sn.need) {
 		char what[96];
-		if (one == 0)
+		if (sn.one == 0)
 			snprintf(what, sizeof(what), "the batch tensor, %s",
-				 fmt_size(c, sizeof(c), tensor));
+				 fmt_size(c, sizeof(c), sn.tensor));
 		else
 			snprintf(what, sizeof(what), "%u x %s%s", e->sh.batch,
-				 fmt_size(c, sizeof(c), max), tensor ? " and the batch tensor" : "");
-		unsigned __int128 all = (unsigned __int128)need * MAX(e->nlocal, 1u);
+				 fmt_size(c, sizeof(c), sn.max), sn.tensor ? " and the batch tensor" : "");
+		unsigned __int128 all = (unsigned __int128)sn.need * MAX(e->nlocal, 1u);
 		snprintf(err, errlen,
 			 "[cache] staging = %s gives each of the node's %u trainers %s, less than "
 			 "[job] max_held = %llu batch%s of the largest samples (%s): set staging "
@@ -114,7 +128,7 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 			 fmt_size(d, sizeof(d), all > UINT64_MAX ? UINT64_MAX : (uint64_t)all));
 		return -ENOSPC;
 	}
-	uint64_t want = e->cfg->lookahead + held;
+	uint64_t want = e->cfg->lookahead + held, mean = sn.mean;
 	if (mean > 0 && per / mean < want)
 		log_warn("[cache] staging = %s gives each of the node's %u trainers %s, room for "
 			 "about %llu average batches, fewer than [prefetch] lookahead + [job] max_held "
@@ -125,6 +139,28 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 			 fmt_size(c, sizeof(c), (unsigned __int128)mean * want * MAX(e->nlocal, 1u) >
 				UINT64_MAX ? UINT64_MAX : mean * want * MAX(e->nlocal, 1u)));
 	return 0;
+}
+
+/* The ring a trainer cycles through in its share of `per` bytes: all of it,
+ * or, when the share is far larger than what the trainer's batches in
+ * flight take, twice that -- twice the larger of stage_need's need and
+ * lookahead + max_held average batches -- so that the ring's pages are the
+ * same few every epoch. Why: a trainer maps every page of its ring before
+ * the warm epochs (client/prefault.c), each a trap on the test VM (~5 us):
+ * a 16 MiB share is 4,096 of them in the cold epoch of the lustre
+ * scenarios, whose batches in flight take ~1 MiB; a 4 MiB staging ran
+ * bert-lustre's cold epoch 1.11x faster than 32 MiB (4 alternated pairs,
+ * medians 40,500 and 36,300 samples/s). The rest of the share stays unused. */
+static uint64_t stage_ring(const struct engine *e, uint64_t per)
+{
+	struct stage_need sn = stage_need(e);
+	if (sn.need == 0)
+		return per; /* staging unused */
+	unsigned __int128 batches = (unsigned __int128)sn.mean * (e->cfg->lookahead + e->cfg->max_held);
+	unsigned __int128 ring = 2 * (batches > sn.need ? batches : sn.need);
+	if (ring >= per)
+		return per;
+	return MIN(ALIGN_UP((uint64_t)ring, (uint64_t)NVME_ALIGN), per);
 }
 
 /* Capacities and offsets of the arena's parts (after nvme_open: bounce
@@ -333,11 +369,17 @@ void arena_publish_share(const struct engine *e, struct trainer *t)
 void arena_split_staging(struct engine *e)
 {
 	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(NVME_ALIGN - 1);
+	uint64_t ring = stage_ring(e, per);
 	e->stage_split = true;
 	for (uint32_t i = 0; i < e->nlocal; i++) {
 		struct trainer *t = &e->tr[e->local_ranks[i]];
-		stg_init(&t->stg, e->stage_base + per * i, per);
+		stg_init(&t->stg, e->stage_base + per * i, ring);
 		arena_publish_share(e, t);
+	}
+	if (ring < per) {
+		char a[32], b[32];
+		log_info("staging: each trainer's ring is %s of its %s share (twice what its batches "
+			 "in flight take)", fmt_size(a, sizeof(a), ring), fmt_size(b, sizeof(b), per));
 	}
 	arena_fill_staging(e, per * e->nlocal);
 }

@@ -192,7 +192,10 @@ def test_trainers_map_only_their_own_staging():
     maps the RAM cache and its own share of staging, not the other's (the
     daemon publishes the shares at the rank map), reads epoch 2 without a page
     fault, and the two streams together deliver every sample once per epoch.
-    With all of staging mapped, each would hold > 8,192 pages."""
+    With all of staging mapped, each would hold > 8,192 pages; with all of
+    its 16 MiB share, > 4,096. The daemon keeps each trainer's ring to twice
+    what its batches in flight take (~1.9 MiB here), so a trainer maps well
+    under an eighth of staging beside the RAM cache."""
     tmp = tmpdir("seer-api-")
     try:
         root = os.path.join(tmp, "data")
@@ -228,6 +231,9 @@ def test_trainers_map_only_their_own_staging():
             check(0 < mapped <= (ram + stage // 2) // 4096 + 256,
                   "rank %d mapped %d arena pages: more than the RAM cache and its own share of "
                   "staging\n%s" % (r, mapped, out))
+            check(mapped <= (ram + stage // 8) // 4096,
+                  "rank %d mapped %d arena pages: its whole share of staging, not the ring its "
+                  "batches take\n%s" % (r, mapped, out))
             check(faults <= slack, "rank %d took %d page faults reading epoch 2" % (r, faults))
         check(n == 2 * len(cat) and crcsum == want,
               "two epochs delivered %d samples, crc sum %d; the files twice: %d, %d" %
