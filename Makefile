@@ -268,7 +268,8 @@ test: all
 # the daemon-centric integration tests again with sanitized binaries (the
 # Python trainers keep the release libseer)
 SAN_TESTS := test_single_node test_nvme test_multi_node test_ops test_formats_e2e test_faults \
-	test_client_api test_replicas test_transform test_transform_threads test_hostile_daemon
+	test_client_api test_replicas test_transform test_transform_threads test_hostile_daemon \
+	test_huge_pages
 TSAN_TESTS := test_single_node test_nvme test_formats_e2e test_client_api test_transform_threads
 sanitize:
 	$(MAKE) V=asan all unit

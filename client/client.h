@@ -69,6 +69,7 @@ struct prefault {
 	uint64_t pages, passes;    /* pages mapped, passes begun */
 	bool no_populate;          /* MADV_POPULATE_READ refused: byte reads only */
 	bool no_seek;              /* the fd cannot seek data: nothing to do */
+	int8_t huge;               /* the arena is in huge pages: 1, not: 0, unknown: -1 */
 	bool stage_known;          /* the other trainers' staging shares marked done */
 	uint8_t sink;
 };

@@ -56,6 +56,13 @@
  * stint does the same for the last batches filled after a trainer's own
  * (2,255-5,839 pages, 10-46 ms at the boundary, in the ResNet-50 scenario).
  *
+ * An arena in huge pages (hugetlbfs: [cache] huge_pages) is mapped whole,
+ * without SEEK_DATA or mincore (which reports a huge page as absent until
+ * this process maps it): its pages were reserved when the daemon created it,
+ * so touching one the daemon has not filled takes no memory beyond that, and
+ * a 2 MiB page costs one fault (256 MiB: 5.7 ms against 97 ms in 4 KiB
+ * pages on the development VM).
+ *
  * The mapping prefaulted is libseer's own, or the one a binding reads through
  * (seer_arena_reader: the Python shim maps the arena itself).
  *
@@ -72,6 +79,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "../src/base.h"
@@ -85,6 +93,7 @@
 #define PF_PAGE 4096ull
 #define PF_STEP (256ull << 10) /* work between two looks at the stop flag */
 #define PF_POLL_NS 10000000ll  /* the helper's pause between passes */
+#define PF_HUGETLBFS_MAGIC 0x958458f6 /* linux/magic.h */
 
 void pf_init(struct seer_client *c)
 {
@@ -96,6 +105,7 @@ void pf_init(struct seer_client *c)
 	pf->off = !pf->done || (env && strcmp(env, "0") == 0);
 	pf->pos = c->arena_size; /* no pass open */
 	pf->base = c->arena;
+	pf->huge = -1;
 }
 
 
@@ -194,6 +204,9 @@ static void pf_stage(struct seer_client *c)
  * dropped: the new pass covers it). */
 static void pf_restart(struct seer_client *c)
 {
+	struct statfs sf;
+	if (c->pf.huge < 0 && c->arena_fd >= 0)
+		c->pf.huge = fstatfs(c->arena_fd, &sf) == 0 && sf.f_type == PF_HUGETLBFS_MAGIC;
 	pf_stage(c);
 	c->pf.pos = 0;
 	c->pf.passes++;
@@ -210,7 +223,18 @@ static bool pf_step(struct seer_client *c)
 	struct prefault *pf = &c->pf;
 	uint64_t size = c->arena_size, n = pf->npages;
 	unsigned char vec[PF_STEP / PF_PAGE];
-	while (!pf->no_seek && pf->pos < size) {
+	if (pf->huge > 0 && pf->pos < size) {
+		pf->pos = MIN(next_page(pf, pf->pos / PF_PAGE, n, false) * PF_PAGE, size);
+		uint64_t lim = MIN(next_page(pf, pf->pos / PF_PAGE, n, true) * PF_PAGE, size);
+		lim = MIN(lim, pf->pos + PF_STEP);
+		if (pf->pos < lim) {
+			map_run(c, pf->pos, lim);
+			mark_done(pf, pf->pos / PF_PAGE, (lim + PF_PAGE - 1) / PF_PAGE);
+			pf->pos = lim;
+			return true;
+		}
+	}
+	while (!pf->no_seek && pf->huge <= 0 && pf->pos < size) {
 		pf->pos = MIN(next_page(pf, pf->pos / PF_PAGE, n, false) * PF_PAGE, size);
 		if (pf->pos >= size)
 			break;

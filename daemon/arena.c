@@ -15,8 +15,13 @@
  * bytes are written by the I/O threads (each into the span its task names)
  * and the network thread (peer fetches into staging), and read by trainers
  * and the network thread. Staging, when it will be used, is allocated and
- * mapped at plan time (arena_fill_staging). Failure: an arena that cannot be
- * created or sealed stops the daemon with the reason, and so does one larger
+ * mapped at plan time (arena_fill_staging). The segment is in the node's
+ * reserved 2 MiB huge pages when [cache] huge_pages allows and enough are
+ * free (arena_create; docs/design.md "Huge pages"): its size is then
+ * rounded up to whole huge pages (memory reserved for it at creation, not
+ * at first use). Failure: an arena that cannot be
+ * created or sealed stops the daemon with the reason (huge_pages = on
+ * without enough free huge pages: the numbers to reserve), and so does one larger
  * than the node's RAM and swap (larger than 90 % of its RAM: a warning);
  * staging too small for [job] max_held batches of the largest samples is
  * refused with the size to set. */
@@ -229,17 +234,79 @@ int arena_check_memory(const struct engine *e, uint64_t size, char *err, size_t 
 	return 0;
 }
 
+/* The node's default huge page size and its pool (/proc/meminfo): 0s when
+ * the kernel has none. */
+static void huge_pool(uint64_t *size, uint64_t *nfree, uint64_t *total)
+{
+	*size = *nfree = *total = 0;
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (!f)
+		return;
+	char line[128];
+	unsigned long long v;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "HugePages_Total: %llu", &v) == 1)
+			*total = v;
+		else if (sscanf(line, "HugePages_Free: %llu", &v) == 1)
+			*nfree = v;
+		else if (sscanf(line, "Hugepagesize: %llu kB", &v) == 1)
+			*size = v << 10;
+	}
+	fclose(f);
+}
+
+/* The memfd: in huge pages when [cache] huge_pages allows and the pool has
+ * enough free (another daemon may take them first: the creation reserves
+ * them or fails, and auto then falls back), else in ordinary pages. Why:
+ * under a hypervisor that shadows page tables (the development VM), every
+ * 4 KiB page costs the daemon and each trainer a trap at its first access;
+ * a 256 MiB segment there: 836 ms to write at first, 97 ms for a second
+ * process to map and read a byte per page -- 46 ms and 5.7 ms in huge
+ * pages (docs/results.md, "Huge pages"). */
+static int arena_segment(struct engine *e, uint64_t size, char *err, size_t errlen)
+{
+	enum cfg_coalesce want = cfg_huge_pages(e->cfg);
+	uint64_t hsz, hfree, htot;
+	huge_pool(&hsz, &hfree, &htot);
+	int rc = -ENOMEM;
+	uint64_t need = hsz ? (size + hsz - 1) / hsz : 0;
+	if (want != CFG_COALESCE_OFF && hsz && hfree >= need)
+		rc = shm_create_huge(&e->arena, "seer-arena", size, hsz);
+	char a[32], b[32];
+	if (rc != 0 && want == CFG_COALESCE_ON) {
+		snprintf(err, errlen, "[cache] huge_pages = on: the %s arena needs %llu huge pages of "
+			 "%s, this node has %llu free of %llu reserved%s%s: reserve more (sysctl "
+			 "vm.nr_hugepages, as root) or set [cache] huge_pages = auto", fmt_size(a,
+			 sizeof(a), size), (unsigned long long)need, fmt_size(b, sizeof(b), hsz),
+			 (unsigned long long)hfree, (unsigned long long)htot, rc != -ENOMEM ? ": " : "",
+			 rc != -ENOMEM ? strerror(-rc) : "");
+		return rc;
+	}
+	if (rc == 0) {
+		log_info("arena in %s huge pages: %llu of the node's %llu free", fmt_size(a, sizeof(a),
+			 hsz), (unsigned long long)need, (unsigned long long)hfree);
+		return 0;
+	}
+	if (want == CFG_COALESCE_AUTO && hsz)
+		log_info("arena in 4 KiB pages: it would take %llu huge pages of %s, the node has "
+			 "%llu free of %llu reserved (sysctl vm.nr_hugepages; [cache] huge_pages)",
+			 (unsigned long long)need, fmt_size(b, sizeof(b), hsz),
+			 (unsigned long long)hfree, (unsigned long long)htot);
+	if ((rc = shm_create(&e->arena, "seer-arena", size)) != 0)
+		snprintf(err, errlen, "cannot create the %llu-byte arena: %s",
+			 (unsigned long long)size, strerror(-rc));
+	return rc;
+}
+
 /* The segment itself: created, bound to the NIC's NUMA node when known,
  * header and type table written, then sealed read-only for trainers. */
 int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen)
 {
 	const struct catalog *cat = e->cat;
-	int rc = shm_create(&e->arena, "seer-arena", size);
-	if (rc != 0) {
-		snprintf(err, errlen, "cannot create the %llu-byte arena: %s",
-			 (unsigned long long)size, strerror(-rc));
+	int rc = arena_segment(e, size, err, errlen);
+	if (rc != 0)
 		return rc;
-	}
+	size = e->arena.size; /* (rounded up to whole huge pages) */
 	e->abase = e->arena.base;
 	if (e->topo) {
 		int numa = topo_bind_memory(e->topo, e->abase, size);

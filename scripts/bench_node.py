@@ -29,6 +29,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench"))
+import hugepages  # noqa: E402
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BIN = os.path.join(ROOT, "bin")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -252,6 +255,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=0,
                     help="epochs of the warm cases (default 6, --quick 4)")
     ap.add_argument("--warm-only", action="store_true", help="only the warm-cache cases")
+    ap.add_argument("--huge-pages-mib", type=int, default=4096,
+                    help="reserve this much in 2 MiB huge pages for seerd's arena during the "
+                    "run, when root (scripts/bench/hugepages.py; 0: none)")
     a = ap.parse_args()
     base = os.environ.get("SEER_BENCH_DIR", os.path.join(ROOT, "data", "bench-node"))
     os.makedirs(base, exist_ok=True)
@@ -265,6 +271,8 @@ def main():
         lines.append("machine: %s cores, %s, %s RAM, Linux %s; load during the run: %s" %
                      (host[0], host[1].split(":")[-1].strip(), host[2], host[3],
                       open("/proc/loadavg").read().split()[0]))
+        lines.append("huge pages for seerd's arena ([cache] huge_pages = auto): %s" %
+                     hugepages.reserve(a.huge_pages_mib))
         epochs = a.epochs or (4 if a.quick else 6)
         core_bw = membw()
         cases = warm(tmp, base, a.quick, epochs)

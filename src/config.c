@@ -487,12 +487,22 @@ int cfg_transform(const struct seer_config *c, struct xf_params *p, char *err, s
 	return 0;
 }
 
-enum cfg_coalesce cfg_coalesce(const struct seer_config *c)
+static enum cfg_coalesce auto_bool(const char *v)
 {
 	bool b;
-	if (strcmp(c->coalesce, "auto") == 0 || parse_bool(c->coalesce, &b) != 0)
+	if (strcmp(v, "auto") == 0 || parse_bool(v, &b) != 0)
 		return CFG_COALESCE_AUTO;
 	return b ? CFG_COALESCE_ON : CFG_COALESCE_OFF;
+}
+
+enum cfg_coalesce cfg_coalesce(const struct seer_config *c)
+{
+	return auto_bool(c->coalesce);
+}
+
+enum cfg_coalesce cfg_huge_pages(const struct seer_config *c)
+{
+	return auto_bool(c->huge_pages);
 }
 
 int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step)

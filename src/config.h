@@ -40,6 +40,7 @@ struct seer_config {
 	char *nvme_dir;
 	uint64_t nvme;
 	char *policy;           /* "seer" or "nopfs" */
+	char *huge_pages;       /* "auto", "on" or "off": the arena in 2 MiB huge pages */
 	bool replicas;          /* spare RAM/NVMe holds replicas (src/plan.h) */
 	char *replica_fill;     /* "peer" or "pfs" */
 	uint64_t replica_fill_rate; /* bytes/s of background fills (0: no cap) */
@@ -123,6 +124,8 @@ int cfg_transform(const struct seer_config *c, struct xf_params *p, char *err, s
  * (the key was a boolean before auto). */
 enum cfg_coalesce { CFG_COALESCE_AUTO, CFG_COALESCE_ON, CFG_COALESCE_OFF };
 enum cfg_coalesce cfg_coalesce(const struct seer_config *c);
+/* [cache] huge_pages, the same three ways (CFG_COALESCE_* values). */
+enum cfg_coalesce cfg_huge_pages(const struct seer_config *c);
 
 /* [job] resume as (epoch, step); -ENOENT when unset or "auto". */
 int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step);

@@ -79,6 +79,11 @@ const struct cfg_key cfg_keys[] = {
 	  "node-local directory for the NVMe tier (empty: no NVMe tier)" },
 	{ "cache", "nvme", CFG_SIZE, F(nvme), "0", 0, SIZEMAX, NULL, false,
 	  "bytes of the NVMe tier" },
+	{ "cache", "huge_pages", CFG_ENUM, F(huge_pages), "auto", 0, 0, coalesce_modes, false,
+	  "the arena (cache and staging) in the node's reserved 2 MiB huge pages (hugetlbfs, "
+	  "vm.nr_hugepages): far fewer page faults for the daemon and every trainer. auto: when "
+	  "enough are free, else 4 KiB pages (logged); on: fail at start without them; off: "
+	  "4 KiB pages" },
 	{ "cache", "policy", CFG_ENUM, F(policy), "seer", 0, 0, policies, true,
 	  "seer: one planned copy per sample across the cluster; nopfs: for comparison, each "
 	  "trainer caches what it reads most in its own share of RAM (no sharing, no peers, "

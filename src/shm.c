@@ -13,10 +13,20 @@
 
 int shm_create(struct shm_seg *seg, const char *name, size_t size)
 {
+	return shm_create_huge(seg, name, size, 0);
+}
+
+int shm_create_huge(struct shm_seg *seg, const char *name, size_t size, size_t huge)
+{
 	seg->fd = -1;
 	seg->base = NULL;
 	seg->size = 0;
-	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	seg->huge = 0;
+	if (huge && (huge & (huge - 1)))
+		return -EINVAL;
+	if (huge)
+		size = (size + huge - 1) & ~(huge - 1);
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | (huge ? MFD_HUGETLB : 0));
 	if (fd < 0)
 		return -errno;
 	if (ftruncate(fd, (off_t)size) != 0) {
@@ -24,6 +34,8 @@ int shm_create(struct shm_seg *seg, const char *name, size_t size)
 		close(fd);
 		return e;
 	}
+	/* hugetlbfs reserves the whole shared mapping's pages here: ENOMEM when
+	 * the pool has too few free, never a SIGBUS later */
 	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		int e = -errno;
@@ -33,6 +45,7 @@ int shm_create(struct shm_seg *seg, const char *name, size_t size)
 	seg->fd = fd;
 	seg->base = p;
 	seg->size = size;
+	seg->huge = huge;
 	return 0;
 }
 
@@ -60,6 +73,7 @@ void shm_destroy(struct shm_seg *seg)
 	seg->base = NULL;
 	seg->fd = -1;
 	seg->size = 0;
+	seg->huge = 0;
 }
 
 int shm_map(int fd, size_t size, int writable, void **out)

@@ -12,11 +12,17 @@ struct shm_seg {
 	int fd;
 	void *base;
 	size_t size;
+	size_t huge;    /* hugetlbfs page size, 0: ordinary shmem pages */
 };
 
 /* Create and map (read-write) a memfd of `size` bytes, zero-filled.
  * 0 or -errno; seg->fd = -1 on failure. */
 int shm_create(struct shm_seg *seg, const char *name, size_t size);
+/* The same in hugetlbfs pages of `huge` bytes (the default huge page size;
+ * 0: ordinary pages), the size rounded up to a multiple of it (seg->size):
+ * mappings and unmappings of such a file must cover whole huge pages.
+ * -ENOMEM when the pool has too few free pages, -EINVAL without one. */
+int shm_create_huge(struct shm_seg *seg, const char *name, size_t size, size_t huge);
 /* Forbid any further writable mapping (the creator's mapping stays
  * writable): trainers can then only map it read-only. 0 or -errno. */
 int shm_seal_readonly(struct shm_seg *seg);

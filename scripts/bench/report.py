@@ -454,6 +454,9 @@ def write(summary, outdir, mdpath, plots=True):
              m.get("kernel"), m.get("debian", "?"), m.get("torch", "?"), m.get("mpirun", "?"),
              "/".join("%.1f" % x for x in m.get("loadavg_start", [])),
              "/".join("%.1f" % x for x in m.get("loadavg_end", []))),
+         "",
+         "Huge pages for seerd's arenas ([cache] huge_pages = auto): %s." % m.get(
+             "huge_pages", "not recorded"),
          ""]
     for n in summary.get("notes", []):
         L += ["**Note:** " + n, ""]

@@ -58,6 +58,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
+import hugepages  # noqa: E402
 import pfs_probe as P  # noqa: E402
 import workloads as W  # noqa: E402
 
@@ -674,6 +675,10 @@ def main():
     ap.add_argument("--seer-set", action="append", metavar="SECTION.KEY=VALUE",
                     help="an extra seerd setting for every seer system (repeatable), e.g. "
                     "daemon.log_level=debug")
+    ap.add_argument("--huge-pages-mib", type=int, default=4096,
+                    help="reserve this much in 2 MiB huge pages for seerd's arenas during the "
+                    "run, when root (scripts/bench/hugepages.py; 0: none, seerd then uses "
+                    "4 KiB pages)")
     ap.add_argument("--provider", default="", help="libfabric provider for seerd (default: "
                     "seerd's own, tcp;ofi_rxm)")
     ap.add_argument("--data", default=os.environ.get("SEER_BENCH_DIR",
@@ -735,9 +740,10 @@ def main():
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, on_signal)
 
+    huge = hugepages.reserve(a.huge_pages_mib, log)
     summary = dict(timestamp=ts, command="make bench" + (" BENCH_ARGS=%s" % shlex.quote(
         " ".join(sys.argv[1:])) if sys.argv[1:] else ""), argv=sys.argv[1:],
-        machine=machine(), notes=notes, systems=systems, torch_configs=tcfg,
+        machine=dict(machine(), huge_pages=huge), notes=notes, systems=systems, torch_configs=tcfg,
         rounds=a.rounds, nopfs_available=has_nopfs, args=vars(a), scenarios=[], runs=[])
     failed = 0
     try:

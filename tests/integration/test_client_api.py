@@ -145,8 +145,11 @@ def test_warm_epoch_takes_no_page_fault():
         cat = catalog(root)
         want = sum(crc for _, _, _, crc in cat)
         total = sum(size for _, _, size, _ in cat)
+        # 4 KiB pages: the page-by-page prefault is what is tested (in huge
+        # pages the arena is reserved whole and a fault maps 2 MiB:
+        # test_huge_pages.py)
         s = {"dataset.path": root, "job.epochs": 3, "job.batch_size": 4, "cache.ram": "16MiB",
-             "prefetch.lookahead": 4, "prefetch.io_threads": 2}
+             "prefetch.lookahead": 4, "prefetch.io_threads": 2, "cache.huge_pages": "off"}
         got = {}
         for prefault in ("1", "0"):
             with Daemon(tmp, s) as d:
@@ -204,7 +207,8 @@ def test_trainers_map_only_their_own_staging():
         want = 2 * sum(crc for _, _, _, crc in cat)
         stage, ram = 32 << 20, 2 << 20
         s = {"dataset.path": root, "job.epochs": 3, "job.batch_size": 4, "cache.ram": "2MiB",
-             "cache.staging": "32MiB", "prefetch.lookahead": 4, "prefetch.io_threads": 2}
+             "cache.staging": "32MiB", "prefetch.lookahead": 4, "prefetch.io_threads": 2,
+             "cache.huge_pages": "off"}  # (4 KiB pages: see test_warm_epoch_takes_no_page_fault)
         with Daemon(tmp, s) as d:
             procs = [subprocess.Popen([APITEST, "shares", "--socket", d.sock, "--timeout-ms",
                                        "20000", "--rank", str(r), "--world", "2"],
@@ -601,8 +605,11 @@ def test_python_warm_epoch_takes_no_page_fault():
         make_classes(root, ["a", "b", "c"], 40, 20000, 60000, seed=8)
         cat = catalog(root)
         want = sum(crc for _, _, _, crc in cat)
+        # 4 KiB pages: the page-by-page prefault is what is tested (in huge
+        # pages the arena is reserved whole and a fault maps 2 MiB:
+        # test_huge_pages.py)
         s = {"dataset.path": root, "job.epochs": 3, "job.batch_size": 4, "cache.ram": "16MiB",
-             "prefetch.lookahead": 4, "prefetch.io_threads": 2}
+             "prefetch.lookahead": 4, "prefetch.io_threads": 2, "cache.huge_pages": "off"}
         got = {}
         for prefault in ("1", "0"):
             with Daemon(tmp, s) as d:
