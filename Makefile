@@ -41,7 +41,7 @@ endif
 
 SONAME := libseer.so.0
 SOVER := 0.1.0
-PKGS := libxxhash inih zlib hdf5-openmpi hwloc libfabric libturbojpeg libjpeg libpng jansson
+PKGS := libxxhash inih zlib libdeflate hdf5-openmpi hwloc libfabric libturbojpeg libjpeg libpng jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CRIT_LIBS := $(shell pkg-config --libs criterion 2>/dev/null)

@@ -1,6 +1,9 @@
 /* Decoding the bytes of an npz member (or a whole .npy file): stored members
  * are read by offset, deflated ones inflated (zlib) through a bounded window.
- * Sizes and the zip CRC-32 are checked whenever a whole member is decoded.
+ * Sizes and the zip CRC-32 are checked whenever a whole member is decoded;
+ * the CRC with libdeflate's (carry-less multiply: 12.6-13.3 GB/s against
+ * zlib's 5.6 on the development VM; on a cold epoch of DLIO's npz files
+ * zlib's was ~5% of the machine's CPU while the extents were read).
  *
  * The bytes come from the caller's fd, or from a buffer already holding them
  * (a coalesced read: struct npz_src). Runs on the calling thread; memory:
@@ -12,6 +15,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libdeflate.h>
 #include <zlib.h>
 
 #include "seer.h"
@@ -216,7 +220,7 @@ int npz_member_decode_src(const struct npz_src *src, const struct member *m, uin
 		if (rc)
 			break;
 		if (whole)
-			crc = (uint32_t)crc32_z(crc, piece, n);
+			crc = libdeflate_crc32(crc, piece, n);
 		if (pos + n > lo) {
 			size_t skip = pos < lo ? (size_t)(lo - pos) : 0;
 			fn(ctx, piece + skip, n - skip, pos + skip);
