@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -738,6 +739,11 @@ static int serve(struct fuse *f)
 int main(int argc, char **argv)
 {
 	log_set_prog(PROG);
+	/* libfuse mallocs each read's buffer (up to max_read) and frees it after
+	 * the reply: keep those in the heap, mapped, rather than a fresh mmap
+	 * (and page faults) per request */
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 	struct emu_opts *o = &emu.o;
 	const char *src = NULL, *mnt = NULL;
 	int rc = emu_parse_args(argc, argv, o, &src, &mnt);
