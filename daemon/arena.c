@@ -272,14 +272,21 @@ static int arena_segment(struct engine *e, uint64_t size, char *err, size_t errl
 	uint64_t need = hsz ? (size + hsz - 1) / hsz : 0;
 	if (want != CFG_COALESCE_OFF && hsz && hfree >= need)
 		rc = shm_create_huge(&e->arena, "seer-arena", size, hsz);
-	char a[32], b[32];
+	char a[32], b[32], why[160];
+	if (!hsz)
+		snprintf(why, sizeof(why), "this kernel offers no huge pages (no Hugepagesize in "
+			 "/proc/meminfo)");
+	else if (rc != -ENOMEM || hfree >= need) /* enough free, yet refused */
+		snprintf(why, sizeof(why), "creating it in %s huge pages failed: %s",
+			 fmt_size(b, sizeof(b), hsz), strerror(-rc));
+	else
+		snprintf(why, sizeof(why), "it needs %llu huge pages of %s, this node has %llu free "
+			 "of %llu reserved", (unsigned long long)need, fmt_size(b, sizeof(b), hsz),
+			 (unsigned long long)hfree, (unsigned long long)htot);
 	if (rc != 0 && want == CFG_COALESCE_ON) {
-		snprintf(err, errlen, "[cache] huge_pages = on: the %s arena needs %llu huge pages of "
-			 "%s, this node has %llu free of %llu reserved%s%s: reserve more (sysctl "
-			 "vm.nr_hugepages, as root) or set [cache] huge_pages = auto", fmt_size(a,
-			 sizeof(a), size), (unsigned long long)need, fmt_size(b, sizeof(b), hsz),
-			 (unsigned long long)hfree, (unsigned long long)htot, rc != -ENOMEM ? ": " : "",
-			 rc != -ENOMEM ? strerror(-rc) : "");
+		snprintf(err, errlen, "[cache] huge_pages = on: the %s arena: %s; reserve more "
+			 "(sysctl vm.nr_hugepages, as root) or set [cache] huge_pages = auto",
+			 fmt_size(a, sizeof(a), size), why);
 		return rc;
 	}
 	if (rc == 0) {
@@ -288,10 +295,8 @@ static int arena_segment(struct engine *e, uint64_t size, char *err, size_t errl
 		return 0;
 	}
 	if (want == CFG_COALESCE_AUTO && hsz)
-		log_info("arena in 4 KiB pages: it would take %llu huge pages of %s, the node has "
-			 "%llu free of %llu reserved (sysctl vm.nr_hugepages; [cache] huge_pages)",
-			 (unsigned long long)need, fmt_size(b, sizeof(b), hsz),
-			 (unsigned long long)hfree, (unsigned long long)htot);
+		log_info("arena in 4 KiB pages: %s (sysctl vm.nr_hugepages; [cache] huge_pages)",
+			 why);
 	if ((rc = shm_create(&e->arena, "seer-arena", size)) != 0)
 		snprintf(err, errlen, "cannot create the %llu-byte arena: %s",
 			 (unsigned long long)size, strerror(-rc));

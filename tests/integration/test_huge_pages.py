@@ -85,19 +85,22 @@ def run(tmp, root, cat, huge, tag):
     return batches, kib, text
 
 
-def dataset(tmp):
-    root = os.path.join(tmp, "data")
-    make_classes(root, CLASSES, 30, 1000, 60000, seed=3)
-    return root, catalog(root)
-
-
-def test_huge_pages_same_batches():
+def with_dataset(body):
+    """body(tmp, root, cat) on a fresh dataset, as root (the pool is the node's)."""
     if os.geteuid() != 0:
         log("SKIPPED: reserving huge pages (vm.nr_hugepages) needs root")
         return
     tmp = tmpdir("seer-it-huge-")
     try:
-        root, cat = dataset(tmp)
+        root = os.path.join(tmp, "data")
+        make_classes(root, CLASSES, 30, 1000, 60000, seed=3)
+        body(tmp, root, catalog(root))
+    finally:
+        cleanup(tmp)
+
+
+def test_huge_pages_same_batches():
+    def body(tmp, root, cat):
         with Pool(64):
             on, kib_on, text = run(tmp, root, cat, "on", "on")
             check(kib_on == 2048, "huge_pages = on: the arena is in %d KiB pages" % kib_on)
@@ -106,17 +109,11 @@ def test_huge_pages_same_batches():
         check(kib_off == 4, "huge_pages = off: the arena is in %d KiB pages" % kib_off)
         check(on == off, "the batches differ between huge_pages = on and off")
         log("%d + %d batches, the same bytes in 2 MiB and 4 KiB pages" % (len(on[0]), len(on[1])))
-    finally:
-        cleanup(tmp)
+    with_dataset(body)
 
 
 def test_too_few_huge_pages():
-    if os.geteuid() != 0:
-        log("SKIPPED: reserving huge pages (vm.nr_hugepages) needs root")
-        return
-    tmp = tmpdir("seer-it-huge-")
-    try:
-        root, cat = dataset(tmp)
+    def body(tmp, root, cat):
         with Pool(1):  # the arena (2 MiB cache + 4 MiB staging) needs 4
             d = Daemon(tmp, settings(root, "on"), name="seerd-refused", wait=False)
             rc = d.wait(LONG)
@@ -132,8 +129,7 @@ def test_too_few_huge_pages():
                   "no fallback line:\n" + text)
         off, _, _ = run(tmp, root, cat, "off", "off")
         check(auto == off, "the batches differ between the fallback and huge_pages = off")
-    finally:
-        cleanup(tmp)
+    with_dataset(body)
 
 
 if __name__ == "__main__":
