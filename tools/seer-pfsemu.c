@@ -778,7 +778,6 @@ int main(int argc, char **argv)
 	log_set_level((enum log_level)o->log_level);
 	if (setup_model(o) != 0)
 		return 2;
-	heap_prime(MIN(o->threads, (uint64_t)PRIME_BUFS), o->max_read);
 
 	int log_fd = -1;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -806,10 +805,14 @@ int main(int argc, char **argv)
 		goto out;
 	emu_print_limits();
 	int drc = o->foreground ? 0 : emu_daemonize(log_fd);
-	if (drc != 0)
+	if (drc != 0) {
 		log_error("cannot daemonize: %s", strerror(-drc));
-	else
+	} else {
+		/* in the process that serves (pages touched before a fork would
+		 * fault again at the child's first write) */
+		heap_prime(MIN(o->threads, (uint64_t)PRIME_BUFS), o->max_read);
 		rc = serve(f);
+	}
 	fuse_unmount(f);
 	fuse_destroy(f);
 out:

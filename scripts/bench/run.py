@@ -743,8 +743,8 @@ def main():
     huge = hugepages.reserve(a.huge_pages_mib, log)
     summary = dict(timestamp=ts, command="make bench" + (" BENCH_ARGS=%s" % shlex.quote(
         " ".join(sys.argv[1:])) if sys.argv[1:] else ""), argv=sys.argv[1:],
-        machine=dict(machine(), huge_pages=huge), notes=notes, systems=systems, torch_configs=tcfg,
-        rounds=a.rounds, nopfs_available=has_nopfs, args=vars(a), scenarios=[], runs=[])
+        machine=dict(machine(), huge_pages=huge), notes=notes, systems=systems,
+        torch_configs=tcfg, rounds=a.rounds, nopfs_available=has_nopfs, args=vars(a), scenarios=[], runs=[])
     failed = 0
     try:
         for d in {s["dataset"] for s in scen}:
