@@ -39,12 +39,17 @@ int client_unusable(struct seer_client *c, const char *fn)
 	return 0;
 }
 
+/* Wake a sleeping daemon after our consumer or release index moved, unless
+ * it asked to be woken only once our ring runs low (ring_below). */
 static void notify_daemon(struct seer_client *c)
 {
 	/* pairs with the daemon's fence between setting need_wakeup and its last
 	 * look at our indices before it sleeps */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&c->co->need_wakeup, memory_order_relaxed)) {
+	if (!atomic_load_explicit(&c->co->need_wakeup, memory_order_acquire))
+		return;
+	uint32_t below = atomic_load_explicit(&c->co->ring_below, memory_order_relaxed);
+	if (below == 0 || ring_count(&c->out) < below) {
 		uint64_t one = 1;
 		ssize_t r UNUSED = write(c->efd, &one, sizeof(one));
 	}

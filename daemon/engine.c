@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "../src/ctrl.h"
 #include "../src/topo.h"
 #include "../src/util.h"
 #include "engine_int.h"
@@ -254,11 +255,28 @@ bool engine_arm(struct engine *e)
 		return true;
 	bool sleep_ok = true;
 	e->pace_wake_ns = 0; /* pf_can_prepare below sets it again */
+	/* While every trainer here has at least `below` (half the lookahead)
+	 * batches ready, no take or release needs us at once: a trainer wakes
+	 * us once its ring runs lower (ring_below; an empty ring always does),
+	 * and that pass takes every release and refills every ring. Otherwise
+	 * every take and release rings. */
+	uint32_t below = (uint32_t)MAX(1u, (e->cfg->lookahead + 1) / 2);
+	bool lazy = e->plan_ready;
+	for (uint32_t i = 0; lazy && i < e->nlocal; i++) {
+		struct trainer *t = &e->tr[e->local_ranks[i]];
+		lazy = !t->attached || (!t->resetting &&
+			ctrl_unread(atomic_load_explicit(&t->co->prod, memory_order_relaxed),
+				    atomic_load_explicit(&t->ci->cons, memory_order_relaxed),
+				    t->nslots) >= below);
+	}
+	below = lazy ? below : 0;
 	for (uint32_t r = 0; r < e->world; r++) {
 		struct trainer *t = &e->tr[r];
 		if (!t->attached)
 			continue;
-		atomic_store_explicit(&t->co->need_wakeup, 1, memory_order_relaxed);
+		atomic_store_explicit(&t->co->ring_below, below, memory_order_relaxed);
+		/* a trainer that sees this flag sees the ring_below above */
+		atomic_store_explicit(&t->co->need_wakeup, 1, memory_order_release);
 	}
 	/* pairs with the trainers' fence between moving an index and reading
 	 * need_wakeup: either they see the flag, or we see their update here */
@@ -304,7 +322,8 @@ void engine_on_event(struct engine *e, uint64_t tag, uint32_t events)
 	case EP_TEFD:
 		if (e->shape_ready && id < e->world && e->tr[id].attached) {
 			uint64_t v;
-			ssize_t r UNUSED = read(e->tr[id].efd, &v, sizeof(v));
+			if (read(e->tr[id].efd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+				e->tr[id].rings += v; /* the writes since the last read */
 		}
 		break;
 	default:

@@ -90,6 +90,7 @@ struct trainer {
 	uint32_t inflight;    /* reads in flight into this trainer's staging */
 
 	uint64_t batches, samples, bytes;
+	uint64_t rings;       /* times it wrote its eventfd to wake us (ring_below) */
 	uint64_t attach_ns;
 	uint64_t last_release_ns;
 	uint64_t pace_taken, pace_ns; /* batches it had taken, and when that count was first seen */

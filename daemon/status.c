@@ -175,7 +175,7 @@ static json_t *trainer_json(const struct engine *e, const struct trainer *t)
 	/* where it resumes: its first batch not released */
 	jobrec_pos(e, t->attached && !t->resetting ? sess_first_unreleased(t) : t->resume_g, &rep,
 		   &rst);
-	return json_pack("{sI sI sb sb sI sI sI sI sI sI sI sI sI sI sI sI sI so sI}",
+	return json_pack("{sI sI sb sb sI sI sI sI sI sI sI sI sI sI sI sI sI so sI sI}",
 			 "rank", JU(t->rank), "pid", JU(t->pid), "attached", t->attached,
 			 "done", t->done, "epoch", JU(ep), "step", JU(st),
 			 "resume_epoch", JU(rep), "resume_step", JU(rst),
@@ -184,7 +184,8 @@ static json_t *trainer_json(const struct engine *e, const struct trainer *t)
 			 "staging_used", JU(stg_used(&t->stg)), "staging_capacity", JU(t->stg.cap),
 			 "inflight", JU(t->inflight), "batches", JU(t->batches),
 			 "samples", JU(t->samples), "bytes", JU(t->bytes),
-			 "stall_s", jreal((double)stall_ns / 1e9, 6), "stalls", JU(stalls));
+			 "stall_s", jreal((double)stall_ns / 1e9, 6), "stalls", JU(stalls),
+			 "wakeups", JU(t->rings));
 }
 
 /* This node's replicas (replica.c): planned, filled, how. */

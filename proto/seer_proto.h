@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEER_PROTO_VERSION 3u /* 2: the batch tensor in struct seer_wire_slot, or checkpoint records
-				 * in the handshake (two builds); 3: both */
+#define SEER_PROTO_VERSION 4u /* 2: the batch tensor in struct seer_wire_slot, or checkpoint records
+				 * in the handshake (two builds); 3: both; 4: ctrl_out's ring_below */
 #define SEER_CACHELINE 64
 
 #define SEER_MAGIC_HELLO 0x4f4c4c4548524553ull /* "SERHELLO" */
@@ -256,7 +256,15 @@ struct seer_ctrl_out {
 	uint8_t pad1_[SEER_CACHELINE - 8];
 
 	_Alignas(SEER_CACHELINE) _Atomic uint32_t state;  /* enum seer_daemon_state */
-	_Atomic uint32_t need_wakeup; /* daemon sleeps: write the eventfd after a release */
+	_Atomic uint32_t need_wakeup; /* daemon sleeps: write the eventfd (see ring_below) */
+	/* While need_wakeup is set, the trainer writes the eventfd after taking
+	 * or releasing a batch only if ring_below is 0 or fewer than ring_below
+	 * published batches remain untaken in its ring. The daemon sets it before
+	 * need_wakeup: 0 when a release or a take may let it go on (it waits for
+	 * a slot, for staging, or for the trainer), else half the lookahead, so
+	 * that a trainer running ahead of nothing wakes it once per few batches
+	 * instead of twice per batch. An empty ring always rings. */
+	_Atomic uint32_t ring_below;
 	_Atomic uint32_t rel_cons;    /* release-ring consumer index (daemon's) */
 	/* held_block is 1 while the daemon cannot prepare the trainer's next
 	 * batch until the trainer releases one (the oldest batch it holds pins
@@ -273,8 +281,8 @@ struct seer_ctrl_out {
 	 * (client/prefault.c) then leaves the other trainers' shares alone.
 	 * stage_set 0 (before that, or an older daemon): nothing is known. */
 	_Atomic uint32_t stage_set;
-	uint64_t stage_lo, stage_hi, own_lo, own_hi;
-	uint8_t pad2_[SEER_CACHELINE - 56];
+	uint32_t pad2_;
+	uint64_t stage_lo, stage_hi, own_lo, own_hi; /* (ends the line) */
 };
 _Static_assert(offsetof(struct seer_ctrl_out, prod) % SEER_CACHELINE == 0, "prod on its own line");
 _Static_assert(offsetof(struct seer_ctrl_out, state) % SEER_CACHELINE == 0, "state on its own line");

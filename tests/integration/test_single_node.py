@@ -110,6 +110,37 @@ def test_pacing():
         cleanup(tmp)
 
 
+def test_wakeups():
+    """ring_below: with the dataset in the RAM cache and trainers that compute
+    (5 ms a step), a trainer wakes the daemon once its ring is half drained,
+    not after every take and release (seerd counts the eventfd writes:
+    stats trainers[].wakeups). 8 epochs of 16 batches per trainer: the old
+    protocol rang about twice a batch in every warm epoch; now at most a few
+    times an epoch, the cold one aside. Same bytes and order either way."""
+    tmp = tmpdir("seer-it-")
+    try:
+        root, cat = dataset(tmp, per_class=36)  # 252 samples, 2 ranks: 16 batches each
+        s = base_settings(root, **{"cache.ram": "16MiB", "job.epochs": 8,
+                                   "prefetch.lookahead": 8})
+        d, logs = run_job(tmp, root, cat, s, ["c", "py"], tag="wake",
+                          extra={0: ["--compute-ms", "5"], 1: ["--compute-ms", "5"]})
+        sampler = seer.Sampler(len(cat), 42, 2, 8, drop_last=False)
+        for r in range(2):
+            n = verify_rank(cat, sampler, r, logs[r], 8)
+            check(n == 8 * sampler.batches_per_epoch, "rank %d: %d batches" % (r, n))
+        st = d.stats()
+        tr = st["trainers"]
+        batches = sum(t["batches"] for t in tr)
+        wakeups = sum(t["wakeups"] for t in tr)
+        log("trainers took %d batches and woke the daemon %d times (%s)"
+            % (batches, wakeups, [t["wakeups"] for t in tr]))
+        check(batches == 2 * 8 * sampler.batches_per_epoch, "batches %d" % batches)
+        check(wakeups < 0.75 * batches, "%d wake-ups for %d batches: the trainers rang "
+              "after (nearly) every take and release" % (wakeups, batches))
+    finally:
+        cleanup(tmp)
+
+
 def test_nopfs_policy():
     """The NoPFS-like comparison mode delivers the same batches and reads more
     from the PFS than seer's plan (per-trainer copies, no sharing)."""
@@ -354,7 +385,8 @@ def test_bad_input():
 
 
 if __name__ == "__main__":
-    run_tests([test_four_trainers_three_epochs, test_pacing, test_nopfs_policy, test_padding,
+    run_tests([test_four_trainers_three_epochs, test_pacing, test_wakeups, test_nopfs_policy,
+               test_padding,
                test_same_seed_same_batches,
                test_drop_last,
                test_killed_trainer, test_seek_and_start, test_torch_adapter, test_bad_input])
