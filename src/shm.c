@@ -21,7 +21,6 @@ int shm_create_huge(struct shm_seg *seg, const char *name, size_t size, size_t h
 	seg->fd = -1;
 	seg->base = NULL;
 	seg->size = 0;
-	seg->huge = 0;
 	if (huge && (huge & (huge - 1)))
 		return -EINVAL;
 	if (huge)
@@ -45,7 +44,6 @@ int shm_create_huge(struct shm_seg *seg, const char *name, size_t size, size_t h
 	seg->fd = fd;
 	seg->base = p;
 	seg->size = size;
-	seg->huge = huge;
 	return 0;
 }
 
@@ -73,7 +71,6 @@ void shm_destroy(struct shm_seg *seg)
 	seg->base = NULL;
 	seg->fd = -1;
 	seg->size = 0;
-	seg->huge = 0;
 }
 
 int shm_map(int fd, size_t size, int writable, void **out)

@@ -12,7 +12,6 @@ struct shm_seg {
 	int fd;
 	void *base;
 	size_t size;
-	size_t huge;    /* hugetlbfs page size, 0: ordinary shmem pages */
 };
 
 /* Create and map (read-write) a memfd of `size` bytes, zero-filled.
