@@ -98,10 +98,21 @@ class Daemon:
             return json.load(f), self.rss or None
 
 
+# How mpirun places the trainers (--bind): "core" binds them to cores round
+# robin, as srun --cpu-bind=cores does on a cluster (with fewer cores than
+# trainers, several share a core); "none" leaves them to the scheduler, which
+# on this 2-core VM often stacked all 4 on one core for the first warm epochs
+# (the other idle 20-47% of each, futex wake-ups pulling the woken trainer to
+# the waker's core) -- see docs/results.md.
+MPI_BIND = {"core": ["--map-by", "core", "--bind-to", "core:overload-allowed"],
+            "none": ["--bind-to", "none"]}
+BIND = "core"
+
+
 def bench(tmp, trainers, args, name):
     out = os.path.join(tmp, name + ".json")
-    sh(["mpirun", "--oversubscribe", "-np", str(trainers), os.path.join(BIN, "seer-bench"),
-        "--json", out, "--quiet"] + args)
+    sh(["mpirun", "--oversubscribe"] + MPI_BIND[BIND] + ["-np", str(trainers),
+        os.path.join(BIN, "seer-bench"), "--json", out, "--quiet"] + args)
     with open(out) as f:
         return json.load(f)
 
@@ -264,7 +275,12 @@ def main():
     ap.add_argument("--huge-pages-mib", type=int, default=4096,
                     help="reserve this much in 2 MiB huge pages for seerd's arena during the "
                     "run, when root (scripts/bench/hugepages.py; 0: none)")
+    ap.add_argument("--bind", choices=sorted(MPI_BIND), default="core",
+                    help="trainers bound to cores round robin (default, as srun "
+                    "--cpu-bind=cores), or left to the scheduler")
     a = ap.parse_args()
+    global BIND
+    BIND = a.bind
     base = os.environ.get("SEER_BENCH_DIR", os.path.join(ROOT, "data", "bench-node"))
     os.makedirs(base, exist_ok=True)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
@@ -279,6 +295,10 @@ def main():
                       open("/proc/loadavg").read().split()[0]))
         lines.append("huge pages for seerd's arena ([cache] huge_pages = auto): %s" %
                      hugepages.reserve(a.huge_pages_mib))
+        lines.append("trainers (every case, seer and baseline): %s" % (
+            "bound to cores round robin (mpirun --map-by core --bind-to core; srun "
+            "--cpu-bind=cores does the same), seerd not bound" if BIND == "core" else
+            "not bound (mpirun --bind-to none): placed by the kernel's scheduler"))
         epochs = a.epochs or (4 if a.quick else 6)
         core_bw = membw()
         cases = warm(tmp, base, a.quick, epochs)

@@ -2,9 +2,10 @@
  *
  * Per step: take a batch, touch every byte, sleep the compute time, barrier
  * across trainers (as DDP's allreduce does; a futex when all ranks share a
- * node, so waiting trainers sleep: see step_barrier). Per epoch, rank 0 prints
- * samples/s, MB/s, accelerator utilisation AU = compute / wall, and the
- * stall per step (median, p99) over all ranks.
+ * node, so waiting trainers sleep: see step_barrier; --barrier epoch: only at
+ * each epoch's end, to measure delivery without the steps' lockstep). Per
+ * epoch, rank 0 prints samples/s, MB/s, accelerator utilisation AU = compute
+ * / wall, and the stall per step (median, p99) over all ranks.
  *
  *   mpirun -np 4 seer-bench --source seer [--socket PATH] [--compute-ms 5]
  *   mpirun -np 4 seer-bench --source files --data DIR --seed S --batch B --epochs E
@@ -96,7 +97,8 @@ static double membw(uint64_t mib, int passes, uint64_t *sink)
 struct shm_barrier {
 	_Atomic uint32_t count, gen;
 };
-static struct shm_barrier *g_bar; /* NULL: MPI_Barrier */
+static struct shm_barrier *g_bar; /* NULL: MPI_Barrier (or none) */
+static bool g_nobar;                /* --barrier epoch: none between steps */
 static uint32_t g_nbar;
 static MPI_Win g_win;
 
@@ -104,6 +106,7 @@ static void barrier_init(const char *mode, int world)
 {
 	if (mode && strcmp(mode, "mpi") == 0)
 		return;
+	g_nobar = mode && strcmp(mode, "epoch") == 0;
 	MPI_Comm local;
 	MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
 	int lsize, lrank, one_node, all;
@@ -128,7 +131,7 @@ static void barrier_init(const char *mode, int world)
 	MPI_Barrier(MPI_COMM_WORLD);
 }
 
-static void step_barrier(void)
+static void barrier_wait(void)
 {
 	if (!g_bar) {
 		MPI_Barrier(MPI_COMM_WORLD);
@@ -143,6 +146,18 @@ static void step_barrier(void)
 	}
 	while (atomic_load(&g_bar->gen) == gen)
 		futex_wait(&g_bar->gen, gen, -1);
+}
+
+static void step_barrier(void)
+{
+	if (!g_nobar)
+		barrier_wait();
+}
+
+static void epoch_barrier(void)
+{
+	if (g_nobar)
+		barrier_wait();
 }
 
 static void barrier_fini(void)
@@ -272,7 +287,8 @@ static void report(const struct opts *o, struct ep *eps, uint64_t nep, int rank,
 		fprintf(stderr, "seer-bench: %s: %s\n", o->json, strerror(errno));
 	if (js)
 		fprintf(js, "{\"source\":\"%s\",\"world\":%d,\"compute_ms\":%g,\"barrier\":\"%s\","
-			"\"epochs\":[", o->source, world, o->compute_ms, g_bar ? "futex" : "mpi");
+			"\"epochs\":[", o->source, world, o->compute_ms,
+			g_nobar ? "epoch" : g_bar ? "futex" : "mpi");
 	if (rank == 0 && !o->quiet)
 		printf("%-6s %6s %10s %10s %9s %7s %11s %11s %9s %9s %7s %7s %8s %8s\n", "source",
 		       "epoch", "wall_s", "samples/s", "MB/s", "AU_%", "stall_med_ms", "stall_p99_ms",
@@ -390,6 +406,7 @@ static int run_seer(const struct opts *o, int rank, int world, struct ep **out, 
 		if (rc == SEER_EEPOCH) {
 			eps[e].t1 = t;
 			eps[e].ru[PH_EPOCH_END] += t - tw;
+			epoch_barrier();
 			ru_close(&eps[e], ru_last);
 			e++;
 			started = false;
@@ -552,6 +569,7 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 		step_end(o, &eps[e], NULL, NULL);
 		if (g % sh.bpe == sh.bpe - 1) {
 			eps[e].t1 = now_s();
+			epoch_barrier();
 			ru_close(&eps[e], ru_last);
 		}
 	}
@@ -614,7 +632,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "usage: seer-bench --source seer|files [--socket P] [--data DIR "
 					"--format F --seed S --epochs E --batch B --drop-last --threads N "
 					"--prefetch P] [--compute-ms MS --compute-sd-ms SD] [--json FILE] "
-					"[--barrier futex|mpi]\n"
+					"[--barrier futex|mpi|epoch]\n"
 					"       seer-bench --membw[=MiB] [--json FILE]   (one core's "
 					"read bandwidth, no MPI)\n");
 			return 2;
@@ -638,9 +656,11 @@ int main(int argc, char **argv)
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &world);
 	rng_state ^= (uint64_t)(rank + 1) * 0x9e3779b97f4a7c15ull;
-	if (o.barrier && strcmp(o.barrier, "mpi") != 0 && strcmp(o.barrier, "futex") != 0) {
+	if (o.barrier && strcmp(o.barrier, "mpi") != 0 && strcmp(o.barrier, "futex") != 0 &&
+	    strcmp(o.barrier, "epoch") != 0) {
 		if (rank == 0)
-			fprintf(stderr, "seer-bench: --barrier futex or mpi, not '%s'\n", o.barrier);
+			fprintf(stderr, "seer-bench: --barrier futex, mpi or epoch, not '%s'\n",
+				o.barrier);
 		MPI_Finalize();
 		return 2;
 	}
