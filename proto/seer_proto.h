@@ -259,11 +259,11 @@ struct seer_ctrl_out {
 	_Atomic uint32_t need_wakeup; /* daemon sleeps: write the eventfd (see ring_below) */
 	/* While need_wakeup is set, the trainer writes the eventfd after taking
 	 * or releasing a batch only if ring_below is 0 or fewer than ring_below
-	 * published batches remain untaken in its ring. The daemon sets it before
-	 * need_wakeup: 0 when a release or a take may let it go on (it waits for
-	 * a slot, for staging, or for the trainer), else half the lookahead, so
-	 * that a trainer running ahead of nothing wakes it once per few batches
-	 * instead of twice per batch. An empty ring always rings. */
+	 * published batches remain untaken in its ring. The daemon sets it
+	 * before need_wakeup: half the lookahead when every trainer on the node
+	 * has at least that many ready (a take or release gives it nothing
+	 * urgent: it is woken once per few batches instead of twice per batch),
+	 * else 0 (every take and release rings). An empty ring always rings. */
 	_Atomic uint32_t ring_below;
 	_Atomic uint32_t rel_cons;    /* release-ring consumer index (daemon's) */
 	/* held_block is 1 while the daemon cannot prepare the trainer's next
