@@ -256,15 +256,19 @@ bool engine_arm(struct engine *e)
 	bool sleep_ok = true;
 	e->pace_wake_ns = 0; /* pf_can_prepare below sets it again */
 	/* While every trainer here has at least `below` (half the lookahead)
-	 * batches ready, no take or release needs us at once: a trainer wakes
-	 * us once its ring runs lower (ring_below; an empty ring always does),
-	 * and that pass takes every release and refills every ring. Otherwise
-	 * every take and release rings. */
+	 * batches ready and its last `lookahead` batches needed no PFS read, a
+	 * take or a release gives us nothing to do at once (staging and slots
+	 * are per trainer: one's release frees nothing another waits for): a
+	 * trainer wakes us once its ring runs lower (ring_below; an empty ring
+	 * always does), and that pass takes every release and refills every
+	 * ring. Otherwise -- PFS reads to start early, a stop, a reset -- every
+	 * take and release rings. Released positions (resume.c) are then
+	 * recorded at that pass, or at the 1 s timer at the latest. */
 	uint32_t below = (uint32_t)MAX(1u, (e->cfg->lookahead + 1) / 2);
-	bool lazy = e->plan_ready;
+	bool lazy = e->plan_ready && !e->draining && !atomic_load(&e->stopping);
 	for (uint32_t i = 0; lazy && i < e->nlocal; i++) {
 		struct trainer *t = &e->tr[e->local_ranks[i]];
-		lazy = !t->attached || (!t->resetting &&
+		lazy = !t->attached || (!t->resetting && t->no_pfs_run >= e->cfg->lookahead &&
 			ctrl_unread(atomic_load_explicit(&t->co->prod, memory_order_relaxed),
 				    atomic_load_explicit(&t->ci->cons, memory_order_relaxed),
 				    t->nslots) >= below);
@@ -275,11 +279,11 @@ bool engine_arm(struct engine *e)
 		if (!t->attached)
 			continue;
 		atomic_store_explicit(&t->co->ring_below, below, memory_order_relaxed);
-		/* a trainer that sees this flag sees the ring_below above */
 		atomic_store_explicit(&t->co->need_wakeup, 1, memory_order_release);
 	}
 	/* pairs with the trainers' fence between moving an index and reading
-	 * need_wakeup: either they see the flag, or we see their update here */
+	 * need_wakeup and ring_below: either they see this pass's flag and
+	 * threshold, or we see their update here */
 	atomic_thread_fence(memory_order_seq_cst);
 	for (uint32_t r = 0; r < e->world; r++) {
 		struct trainer *t = &e->tr[r];

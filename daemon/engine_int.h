@@ -90,7 +90,8 @@ struct trainer {
 	uint32_t inflight;    /* reads in flight into this trainer's staging */
 
 	uint64_t batches, samples, bytes;
-	uint64_t rings;       /* times it wrote its eventfd to wake us (ring_below) */
+	uint64_t rings;       /* eventfd writes it made to wake us (ring_below) */
+	uint32_t no_pfs_run;  /* batches prepared in a row without a PFS read (engine_arm) */
 	uint64_t attach_ns;
 	uint64_t last_release_ns;
 	uint64_t pace_taken, pace_ns; /* batches it had taken, and when that count was first seen */

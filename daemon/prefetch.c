@@ -441,6 +441,7 @@ bool pf_prepare(struct engine *e, struct trainer *t)
 {
 	uint64_t g = t->next_prep;
 	uint32_t n, subs = 0;
+	bool pfs = false;
 	uint64_t off, need = batch_route(e, t, g, &n, &subs);
 	uint64_t tensor = xfs_tensor_bytes(e, n); /* the batch tensor, first */
 	if (stg_alloc(&t->stg, need + tensor, &off) != 0)
@@ -463,6 +464,7 @@ bool pf_prepare(struct engine *e, struct trainer *t)
 			.id = s, .length = cs->length, .label = cs->label, .type = cs->type,
 		};
 		enum route_src src = e->routes[i];
+		pfs |= src == ROUTE_PFS;
 		if (src == ROUTE_RAM) {
 			prep_ram(e, t, sl, &d[i], e->keys[i], s, i);
 		} else {
@@ -478,6 +480,7 @@ bool pf_prepare(struct engine *e, struct trainer *t)
 	}
 	if (sl->pending == 0)
 		sl->st = SL_READY;
+	t->no_pfs_run = pfs ? 0 : t->no_pfs_run + (t->no_pfs_run < UINT32_MAX);
 	t->next_prep++;
 	return true;
 }

@@ -9,8 +9,10 @@
  *                  plan is made; a crash never leaves half of it);
  *   <run>-r<rank>  per rank, its first batch not released: a 64-byte file
  *                  the node serving the rank maps and updates in place at
- *                  every release (one aligned 8-byte store: whatever instant
- *                  seerd is killed at, the value is whole). A rank whose file
+ *                  every release it takes in (one aligned 8-byte store:
+ *                  whatever instant seerd is killed at, the value is whole;
+ *                  an idle seerd may take releases in up to ~1 s late,
+ *                  engine_arm's ring_below). A rank whose file
  *                  is missing or of another run is at its start.
  * Rank-keyed and per job, so a rank restarted on another node finds its
  * position, and a restart with another world size re-shards from all of them.

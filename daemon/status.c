@@ -185,7 +185,7 @@ static json_t *trainer_json(const struct engine *e, const struct trainer *t)
 			 "inflight", JU(t->inflight), "batches", JU(t->batches),
 			 "samples", JU(t->samples), "bytes", JU(t->bytes),
 			 "stall_s", jreal((double)stall_ns / 1e9, 6), "stalls", JU(stalls),
-			 "wakeups", JU(t->rings));
+			 "rings", JU(t->rings));
 }
 
 /* This node's replicas (replica.c): planned, filled, how. */

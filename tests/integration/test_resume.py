@@ -287,8 +287,9 @@ def released_to(d, world, point):
 def test_sigkill_seerd():
     """seerd SIGKILLed while every rank holds batch 1:3: the trainers are told
     it crashed (SEER_EDAEMON, its own message, in C and Python), and resume =
-    auto continues at the held batch: nothing released is delivered again
-    (positions are stored in place at every release, not every 10 s)."""
+    auto continues at the held batch: nothing whose release seerd took in
+    (released_to waits for that) is delivered again (positions are stored in
+    place at every release taken in, not every 10 s)."""
     tmp = tmpdir("seer-rs-")
     daemons = []
     try:

@@ -114,7 +114,7 @@ def test_wakeups():
     """ring_below: with the dataset in the RAM cache and trainers that compute
     (5 ms a step), a trainer wakes the daemon once its ring is half drained,
     not after every take and release (seerd counts the eventfd writes:
-    stats trainers[].wakeups). 8 epochs of 16 batches per trainer: the old
+    stats trainers[].rings). 8 epochs of 16 batches per trainer: the old
     protocol rang about twice a batch in every warm epoch; now at most a few
     times an epoch, the cold one aside. Same bytes and order either way."""
     tmp = tmpdir("seer-it-")
@@ -131,12 +131,12 @@ def test_wakeups():
         st = d.stats()
         tr = st["trainers"]
         batches = sum(t["batches"] for t in tr)
-        wakeups = sum(t["wakeups"] for t in tr)
-        log("trainers took %d batches and woke the daemon %d times (%s)"
-            % (batches, wakeups, [t["wakeups"] for t in tr]))
+        rings = sum(t["rings"] for t in tr)
+        log("trainers took %d batches and rang the daemon %d times (%s)"
+            % (batches, rings, [t["rings"] for t in tr]))
         check(batches == 2 * 8 * sampler.batches_per_epoch, "batches %d" % batches)
-        check(wakeups < 0.75 * batches, "%d wake-ups for %d batches: the trainers rang "
-              "after (nearly) every take and release" % (wakeups, batches))
+        check(rings < 0.75 * batches, "%d rings for %d batches: the trainers rang "
+              "after (nearly) every take and release" % (rings, batches))
     finally:
         cleanup(tmp)
 
