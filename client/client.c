@@ -80,15 +80,22 @@ static void release_all(struct seer_client *c)
 
 void client_destroy(struct seer_client *c, bool tell_daemon)
 {
-	if (tell_daemon && c->slots && c->co && !c->lost_deadline)
+	/* Batches still held are not done (the trainer stops before finishing
+	 * them: seerd resumes the rank at the first one, docs/resume.md),
+	 * unless the user was handed the job's last batch: then the rank
+	 * finished, and seerd must see every batch released. */
+	if (tell_daemon && c->slots && c->co && !c->lost_deadline && c->handed_next >= c->total)
 		release_all(c);
 	pf_free(c); /* the helper thread stops before the arena goes */
 	while (c->old) {
 		struct old_session *o = c->old;
 		c->old = o->next;
-		munmap((void *)o->arena, o->arena_size);
-		munmap((void *)o->co, o->co_size);
-		munmap(o->ci, o->ci_size);
+		if (o->arena) {
+			munmap((void *)o->arena, o->arena_size);
+			munmap((void *)o->co, o->co_size);
+			munmap(o->ci, o->ci_size);
+		}
+		free(o->held);
 		free(o->slots);
 		free(o->wslots);
 		free(o);
@@ -138,28 +145,37 @@ static int held_error(struct seer_client *c)
 	    atomic_load_explicit(&c->ci->rel_prod, memory_order_relaxed))
 		return 0;
 	uint32_t held = 0;
-	uint64_t oldest = UINT64_MAX, bpe = MAX(c->w.batches_per_epoch, 1ull);
+	uint64_t oldest = UINT64_MAX, oe = 0, os = 0;
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < c->nslots; i++) {
 		if (!atomic_load(&c->slots[i].held))
 			continue;
 		held++;
-		oldest = MIN(oldest, c->slots[i].epoch * bpe + c->slots[i].step);
+		if (c->slots[i].global < oldest) {
+			oldest = c->slots[i].global;
+			oe = c->slots[i].epoch;
+			os = c->slots[i].step;
+		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	uint32_t max = c->co->max_held;
-	char what[160];
+	char what[320];
 	if (held >= max)
-		snprintf(what, sizeof(what), "release a batch before asking for more, or raise [job] "
-			 "max_held (%u) and [cache] staging in seerd's config", max);
+		snprintf(what, sizeof(what), "release a batch before asking for more, or declare "
+			 "more (seer_options_t.max_held) or raise [job] max_held (%u) and [cache] "
+			 "staging in seerd's config", max);
+	else if (oldest != UINT64_MAX && c->next_global - oldest > held)
+		snprintf(what, sizeof(what), "seerd frees batch slots and staging in stream order, "
+			 "so the batch held since %llu batches ago keeps every later batch's room "
+			 "taken: release it (copy what you keep)",
+			 (unsigned long long)(c->next_global - oldest));
 	else
 		snprintf(what, sizeof(what), "raise [cache] staging in seerd's config (its log warns "
 			 "when staging is short of lookahead + max_held batches)");
 	err_set("seer_next: this trainer holds %u batch%s (the oldest: epoch %llu step %llu) and "
 		"seerd cannot prepare the next one until it releases one (staging and batch slots "
 		"are freed in order, and are full): %s", held, held == 1 ? "" : "es",
-		(unsigned long long)(oldest == UINT64_MAX ? 0 : oldest / bpe),
-		(unsigned long long)(oldest == UINT64_MAX ? 0 : oldest % bpe), what);
+		(unsigned long long)oe, (unsigned long long)os, what);
 	return -EDEADLK;
 }
 
@@ -290,6 +306,7 @@ static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
 	}
 	uint64_t d = handle_next_delivery();
 	s->ws = c->wslots[idx];
+	s->global = ws.global;
 	s->n = ws.n;
 	s->epoch = ws.epoch;
 	s->step = ws.step;
@@ -303,6 +320,8 @@ static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
 	c->nheld++;
 	pthread_mutex_unlock(&c->lock);
 	c->next_global++;
+	if (!c->take_ahead)
+		c->handed_next = c->next_global;
 	uint64_t epoch, step;
 	smp_tl_pos(&c->tl, c->next_global, &epoch, &step);
 	if (step == 0)
@@ -497,7 +516,9 @@ SEER_API int seer_release(seer_client_t *h, seer_batch_t *b)
 	}
 	pthread_mutex_lock(&c->lock);
 	if (d < c->first_delivery) {
-		/* taken before a reconnect: released with the old session */
+		/* taken before a reconnect: released with the old session (whose
+		 * memory goes with the last of its batches the user held) */
+		client_old_release(c, d);
 		pthread_mutex_unlock(&c->lock);
 		goto out;
 	}
@@ -591,7 +612,7 @@ SEER_API int seer_seek(seer_client_t *h, uint64_t epoch, uint64_t step)
 	}
 	/* entries published before the restart were reclaimed by the daemon */
 	atomic_store_explicit(&c->ci->cons, (uint32_t)r.prod, memory_order_release);
-	c->next_global = r.start;
+	c->next_global = c->handed_next = r.start;
 	c->epoch_marker = false;
 done:
 	atomic_store(&c->busy, 0);
@@ -614,6 +635,66 @@ SEER_API void seer_close(seer_client_t *h)
 	handle_close_end(hidx);
 }
 
+SEER_API int seer_handed(seer_client_t *h, seer_batch_t *b)
+{
+	struct seer_client *c;
+	struct slot *s;
+	int rc = handle_acquire(h, "seer_handed", &c);
+	if (rc != 0)
+		return rc;
+	if (!c->take_ahead)
+		goto out; /* seer_next handed it */
+	uint32_t hidx, k;
+	uint64_t d;
+	if ((rc = handle_batch_decode(b, "seer_handed", &hidx, &k, &d)) != 0)
+		goto out;
+	if (hidx != c->hidx) {
+		err_set("seer_handed: the batch belongs to another client");
+		rc = -EINVAL;
+		goto out;
+	}
+	if ((rc = consumer_enter(c, "seer_handed")) != 0)
+		goto out;
+	pthread_mutex_lock(&c->lock);
+	s = k < c->nslots ? &c->slots[k] : NULL;
+	if (d < c->first_delivery || !s || atomic_load(&s->delivery) != d ||
+	    !atomic_load(&s->held)) {
+		err_set("seer_handed: stale batch handle (released, or taken before a reconnect: "
+			"the new session delivers it again)");
+		rc = -ESTALE;
+	} else if (s->global != c->handed_next) {
+		uint64_t e0, s0;
+		smp_tl_pos(&c->tl, c->handed_next, &e0, &s0);
+		err_set("seer_handed: batch %llu:%llu handed out of order: the next batch to hand "
+			"is %llu:%llu", (unsigned long long)s->epoch, (unsigned long long)s->step,
+			(unsigned long long)e0, (unsigned long long)s0);
+		rc = -EINVAL;
+	} else {
+		c->handed_next++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	atomic_store(&c->busy, 0);
+out:
+	handle_release(c);
+	return rc;
+}
+
+SEER_API int seer_alive(seer_client_t *h)
+{
+	struct seer_client *c;
+	int rc = handle_acquire(h, "seer_alive", &c);
+	if (rc != 0)
+		return rc;
+	if ((rc = client_unusable(c, "seer_alive")) == 0) {
+		if (c->lost_deadline)
+			rc = c->lost_code;
+		else
+			rc = daemon_alive(c) ? state_error(c) : daemon_gone(c);
+	}
+	handle_release(c);
+	return rc;
+}
+
 /* ---- checkpoint records ----------------------------------------------------------- */
 
 int client_state(struct seer_client *c, uint8_t **buf, size_t *len)
@@ -632,7 +713,7 @@ int client_state(struct seer_client *c, uint8_t **buf, size_t *len)
 			return rc;
 	}
 	uint64_t epoch, step;
-	smp_tl_pos(&c->tl, c->next_global, &epoch, &step);
+	smp_tl_pos(&c->tl, c->handed_next, &epoch, &step);
 	seer_record_t *r;
 	if ((rc = seer_sampler_record(c->sampler, (uint32_t)c->rank, epoch, step, &r)) < 0)
 		return rc;

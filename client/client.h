@@ -42,6 +42,7 @@ _Static_assert(sizeof(void *) == 8, "handles are 64-bit tokens: libseer needs a 
 struct slot {
 	_Atomic uint64_t delivery; /* delivery number of the batch now in the slot */
 	_Atomic bool held;
+	uint64_t global;           /* the batch's number through the job */
 	const struct seer_wire_slot *ws; /* the shared slot (this session's mapping) */
 	uint32_t n;                /* samples, checked <= batch_size at delivery */
 	uint64_t epoch, step;
@@ -74,11 +75,15 @@ struct prefault {
 	uint8_t sink;
 };
 
-/* A session replaced by a reconnect: its mappings and slots stay until
- * seer_close, so pointers into batches held across the reconnect stay
- * readable and a racing accessor never reads freed memory. */
+/* A session replaced by a reconnect: its mappings stay while the user holds
+ * one of its batches (pointers into batches handed before the reconnect stay
+ * readable until released), and are unmapped with the last release; its
+ * slot arrays stay until seer_close (a racing accessor never reads freed
+ * memory). */
 struct old_session {
 	struct old_session *next;
+	uint64_t *held;            /* delivery numbers of its batches the user holds */
+	uint32_t nheld;
 	const uint8_t *arena;
 	size_t arena_size;
 	const struct seer_ctrl_out *co;
@@ -116,6 +121,10 @@ struct seer_client {
 	seer_sampler_t *sampler;   /* that plan, for seer_state (made on first use) */
 	uint64_t total;            /* the job's end (smp_tl_end) */
 	uint64_t next_global;      /* the batch we expect next (consumer thread) */
+	uint64_t handed_next;      /* the first batch not handed to the user (consumer thread;
+				      next_global unless take_ahead) */
+	bool take_ahead;           /* SEER_OPT_TAKE_AHEAD: seer_handed says what was handed */
+	uint32_t held;             /* batches declared to seerd (seer_options_t.max_held) */
 	bool epoch_marker;         /* return SEER_EEPOCH before the next batch */
 	/* reconnect (consumer thread, swaps under `lock`) */
 	int reconnect_ms;          /* 0: off */
@@ -167,6 +176,8 @@ void handle_close_end(uint32_t hidx);
  * session replaces the old one (kept mapped until close). 0, -ETIMEDOUT
  * (nobody answered yet: try again later), or the refusal's code. */
 int client_reconnect(struct seer_client *c, uint64_t deadline);
+/* A batch of a replaced session, delivery d, was released (c->lock held). */
+void client_old_release(struct seer_client *c, uint64_t d);
 /* c's position record (the batches it took) into a malloc'd buffer. */
 int client_state(struct seer_client *c, uint8_t **buf, size_t *len);
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -35,6 +36,8 @@ struct params {
 	const uint8_t *rec;   /* checkpoint record to resume from, or NULL */
 	size_t rec_len;
 	int reconnect_ms;
+	uint32_t held;        /* batches it may hold at once (0: seerd's max_held) */
+	bool take_ahead;      /* SEER_OPT_TAKE_AHEAD */
 };
 
 /* A non-negative int from the environment: 0, 1 (unset) or -EINVAL. */
@@ -74,15 +77,19 @@ static int resolve(const seer_options_t *o, struct params *p)
 	static const seer_options_t zero;
 	if (!o)
 		o = &zero;
-	if (o->flags & ~(SEER_OPT_START_AT | SEER_OPT_RECONNECT)) {
+	if (o->flags & ~(SEER_OPT_START_AT | SEER_OPT_RECONNECT | SEER_OPT_TAKE_AHEAD)) {
 		err_set("seer_connect: unknown flags 0x%x in seer_options_t", o->flags);
 		return -EINVAL;
 	}
-	if (o->world_size < 0 || o->connect_timeout_ms < 0 || o->reconnect_ms < 0) {
+	if (o->world_size < 0 || o->connect_timeout_ms < 0 || o->reconnect_ms < 0 ||
+	    o->max_held < 0) {
 		err_set("seer_connect: negative %s", o->world_size < 0 ? "world_size" :
-			o->reconnect_ms < 0 ? "reconnect_ms" : "connect_timeout_ms");
+			o->reconnect_ms < 0 ? "reconnect_ms" :
+			o->max_held < 0 ? "max_held" : "connect_timeout_ms");
 		return -EINVAL;
 	}
+	p->held = (uint32_t)o->max_held;
+	p->take_ahead = (o->flags & SEER_OPT_TAKE_AHEAD) != 0;
 	if ((o->record == NULL) != (o->record_len == 0) || o->record_len > SEER_RECORD_MAX) {
 		err_set("seer_connect: record %p of %zu bytes (a record is 1 to %u bytes, or NULL "
 			"and 0)", o->record, o->record_len, SEER_RECORD_MAX);
@@ -328,6 +335,7 @@ static int handshake(struct seer_client *c, const struct params *p, uint64_t dea
 		.magic = SEER_MAGIC_HELLO, .kind = SEER_MSG_HELLO, .version = SEER_PROTO_VERSION,
 		.rank = (uint32_t)c->rank, .world = (uint32_t)c->world,
 		.epoch = p->epoch, .step = p->step, .record_len = (uint32_t)p->rec_len,
+		.held = p->held,
 	};
 	snprintf(h.job_id, sizeof(h.job_id), "%s", p->job);
 	ssize_t n = send_until(c->sock, &h, sizeof(h), deadline);
@@ -468,7 +476,7 @@ static int attach(struct seer_client *c)
 			(unsigned long long)w->start, (unsigned long long)c->total);
 		return SEER_EPROTO;
 	}
-	c->next_global = w->start;
+	c->next_global = c->handed_next = w->start;
 	pf_init(c);
 	return 0;
 }
@@ -485,6 +493,8 @@ static struct seer_client *client_new(const struct params *p)
 	c->world = p->world;
 	c->timeout_ms = p->timeout_ms;
 	c->reconnect_ms = p->reconnect_ms;
+	c->held = p->held;
+	c->take_ahead = p->take_ahead;
 	snprintf(c->job, sizeof(c->job), "%s", p->job);
 	c->owner = getpid();
 	_Static_assert(sizeof(c->sock_path) == sizeof(p->sock), "socket path size");
@@ -539,14 +549,39 @@ fail:
 
 /* ---- reconnecting to a restarted seerd ----------------------------------------- */
 
-/* n's session into c; c's old one to its graveyard (c->lock held). */
-static void swap_session(struct seer_client *c, struct seer_client *n, struct old_session *o)
+/* An old session's shared memory (its arena, control segments). */
+static void old_unmap(struct old_session *o)
+{
+	if (!o->arena)
+		return;
+	munmap((void *)o->arena, o->arena_size);
+	munmap((void *)o->co, o->co_size);
+	munmap(o->ci, o->ci_size);
+	o->arena = NULL;
+	o->co = NULL;
+	o->ci = NULL;
+}
+
+/* n's session into c; c's old one to its graveyard (c->lock held). The
+ * graveyard keeps the old session's memory mapped while the user holds a
+ * batch of it (a batch handed before the reconnect stays readable until it
+ * is released); with none held it is unmapped now: a trainer whose seerd
+ * restarts N times does not pin N arenas. Batches taken and not handed
+ * (SEER_OPT_TAKE_AHEAD) are not the user's: they are dropped. */
+static void swap_session(struct seer_client *c, struct seer_client *n, struct old_session *o,
+			 uint64_t *held)
 {
 	*o = (struct old_session){ .next = c->old, .arena = c->arena, .arena_size = c->arena_size,
 				   .co = c->co, .co_size = c->co_size, .ci = c->ci,
-				   .ci_size = c->ci_size, .slots = c->slots, .wslots = c->wslots };
+				   .ci_size = c->ci_size, .slots = c->slots, .wslots = c->wslots,
+				   .held = held };
+	for (uint32_t i = 0; i < c->nslots; i++)
+		if (atomic_load(&c->slots[i].held) && c->slots[i].global < c->handed_next)
+			held[o->nheld++] = atomic_load(&c->slots[i].delivery);
 	c->old = o;
 	pf_free(c); /* the prefault helper reads the session's arena: stopped first */
+	if (o->nheld == 0)
+		old_unmap(o);
 	int fds[3] = { c->sock, c->efd, c->arena_fd };
 	for (int i = 0; i < 3; i++)
 		if (fds[i] >= 0)
@@ -571,7 +606,11 @@ static void swap_session(struct seer_client *c, struct seer_client *n, struct ol
 	c->w = n->w;
 	c->tl = n->tl;
 	c->total = n->total;
-	c->next_global = n->next_global;
+	/* batches taken beyond the last one handed (and the epoch marker among
+	 * them, which the binding has seen) come again from the new session */
+	if (c->next_global != n->next_global)
+		c->epoch_marker = false;
+	c->next_global = c->handed_next = n->next_global;
 	free(c->plan_rec);
 	c->plan_rec = n->plan_rec;
 	c->plan_rec_len = n->plan_rec_len;
@@ -584,6 +623,22 @@ static void swap_session(struct seer_client *c, struct seer_client *n, struct ol
 	atomic_fetch_add(&c->reconnects, 1);
 }
 
+/* A batch of a replaced session (delivery d) was released: its session's
+ * memory goes once the user holds none of its batches (c->lock held). */
+void client_old_release(struct seer_client *c, uint64_t d)
+{
+	for (struct old_session *o = c->old; o; o = o->next) {
+		for (uint32_t i = 0; i < o->nheld; i++) {
+			if (o->held[i] != d)
+				continue;
+			o->held[i] = o->held[--o->nheld];
+			if (o->nheld == 0)
+				old_unmap(o);
+			return;
+		}
+	}
+}
+
 int client_reconnect(struct seer_client *c, uint64_t deadline)
 {
 	uint8_t *rec;
@@ -592,16 +647,19 @@ int client_reconnect(struct seer_client *c, uint64_t deadline)
 	if (rc != 0)
 		return rc;
 	uint64_t e0, s0, e1, s1;
-	smp_tl_pos(&c->tl, c->next_global, &e0, &s0);
+	smp_tl_pos(&c->tl, c->handed_next, &e0, &s0);
 	struct params p = { .rank = c->rank, .world = c->world, .job = c->job,
 			    .timeout_ms = c->timeout_ms, .epoch = SEER_POS_RESUME, .rec = rec,
-			    .rec_len = len, .reconnect_ms = c->reconnect_ms };
+			    .rec_len = len, .reconnect_ms = c->reconnect_ms, .held = c->held,
+			    .take_ahead = c->take_ahead };
 	memcpy(p.sock, c->sock_path, sizeof(p.sock));
 	struct seer_client *n = client_new(&p);
 	struct old_session *o = malloc(sizeof(*o));
-	if (!n || !o) {
+	uint64_t *held = calloc(MAX(c->nslots, 1u), sizeof(*held));
+	if (!n || !o || !held) {
 		free(rec);
 		free(o);
+		free(held);
 		if (n)
 			client_destroy(n, false);
 		err_set("out of memory reconnecting");
@@ -624,10 +682,11 @@ int client_reconnect(struct seer_client *c, uint64_t deadline)
 	if (rc != 0) {
 		client_destroy(n, false);
 		free(o);
+		free(held);
 		return rc;
 	}
 	pthread_mutex_lock(&c->lock);
-	swap_session(c, n, o);
+	swap_session(c, n, o, held);
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_destroy(&n->lock);
 	free(n);

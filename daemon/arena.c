@@ -146,6 +146,42 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 	return 0;
 }
 
+int arena_check_held(struct engine *e, uint32_t held, char *err, size_t errlen)
+{
+	char a[32], b[32], c[32];
+	/* the batches it holds, the one it waits for, two in reclaim */
+	if ((uint64_t)held + 3 > e->nslots) {
+		snprintf(err, errlen, "this trainer may hold %u batches at once (workers x "
+			 "prefetch + kept), more than seerd's %u batch slots per trainer serve: set "
+			 "[job] max_held to at least %u", held, e->nslots, held);
+		return -ENOSPC;
+	}
+	struct stage_need sn = stage_need(e);
+	if (sn.need == 0 || sn.mean == 0)
+		return 0; /* every sample lives in the RAM cache: staging stays unused */
+	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(NVME_ALIGN - 1);
+	unsigned __int128 avg = (unsigned __int128)sn.mean * ((uint64_t)held + 1);
+	unsigned __int128 big = (unsigned __int128)sn.need / MAX(e->cfg->max_held, 1ull) *
+				((uint64_t)held + 1);
+	uint64_t all = avg * MAX(e->nlocal, 1u) > UINT64_MAX ? UINT64_MAX :
+		       (uint64_t)(avg * MAX(e->nlocal, 1u));
+	if (avg > per) {
+		snprintf(err, errlen, "this trainer may hold %u batches at once (workers x "
+			 "prefetch + kept); [cache] staging = %s gives each of %u trainers %s, %llu "
+			 "average batches: set [cache] staging to at least %s", held,
+			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
+			 (unsigned long long)(per / sn.mean), fmt_size(c, sizeof(c), all));
+		return -ENOSPC;
+	}
+	if (big > per)
+		log_warn("a trainer may hold %u batches at once: its %s share of [cache] staging "
+			 "holds them when they are of average size, not %u batches of the largest "
+			 "samples (%s): a run of large samples would make it release one first "
+			 "(-EDEADLK)", held, fmt_size(a, sizeof(a), per), held + 1,
+			 fmt_size(b, sizeof(b), (uint64_t)(big > UINT64_MAX ? UINT64_MAX : big)));
+	return 0;
+}
+
 /* The ring a trainer cycles through in its share of `per` bytes: all of it,
  * or, when the share is far larger than what the trainer's batches in
  * flight take, twice that -- twice the larger of stage_need's need and

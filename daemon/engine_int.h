@@ -98,6 +98,8 @@ struct trainer {
 	bool pace_counted;    /* a prepare after that take was deferred (counted in e->paced) */
 	uint64_t last_stall_ns;  /* the trainer's stall counter at its last release */
 	bool blocked;         /* could not prepare: waits for a release or take */
+	uint32_t held;        /* batches it may hold at once: [job] max_held, or more
+				 declared in its HELLO (arena_check_held) */
 };
 
 /* ---- tasks: one read (or NVMe write) of one sample ---------------------------- */
@@ -468,6 +470,10 @@ void arena_publish_share(const struct engine *e, struct trainer *t);
 void arena_prefill_staging(struct engine *e); /* at start, when staging will be used */
 void arena_prefill_cache(struct engine *e);   /* at start: this node's share of the cache */
 int arena_check_staging(struct engine *e, char *err, size_t errlen);
+/* A trainer declared at connect that it may hold `held` batches at once
+ * (more than [job] max_held): 0 when its batch slots and its staging share
+ * serve that many, else -ENOSPC with err saying what to raise. */
+int arena_check_held(struct engine *e, uint32_t held, char *err, size_t errlen);
 uint64_t arena_key_off(const struct engine *e, uint32_t key);   /* a RAM slot's offset */
 uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
 

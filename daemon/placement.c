@@ -16,6 +16,11 @@
  * size above the dataset's samples, or whose staging share is too small, is
  * refused before anything is sized by it. */
 #define _GNU_SOURCE
+/* batches a trainer may declare it holds at once without a [job] max_held
+ * that large: 16 TorchLoader workers x prefetch 2 + the batch in hand is 33 */
+#define HELD_DECLARED 64
+#define HANDLE_SLOTS 4096 /* the most a client takes (cfg_finish) */
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -332,9 +337,14 @@ int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *
 	e->step_stall = xcalloc(e->nsteps, sizeof(float));
 	e->step_count = xcalloc(e->nsteps, sizeof(uint16_t));
 	/* slots for the batches a trainer holds, the lookahead beyond them and
-	 * two in reclaim (cfg_finish keeps this within a client's 4096) */
+	 * two in reclaim (cfg_finish keeps this within a client's 4096); a
+	 * trainer may declare more held batches at connect (a TorchLoader's
+	 * workers x prefetch + 1): room for HELD_DECLARED of them by default */
+	uint64_t room = MAX(e->cfg->max_held, (uint64_t)HELD_DECLARED);
+	if (e->cfg->lookahead + room + 2 > HANDLE_SLOTS)
+		room = MAX(e->cfg->max_held, HANDLE_SLOTS - 2 - e->cfg->lookahead);
 	uint32_t ns = 4;
-	while (ns < e->cfg->lookahead + e->cfg->max_held + 2)
+	while (ns < e->cfg->lookahead + room + 2)
 		ns *= 2;
 	e->nslots = ns;
 	if (e->nnodes == 1) {

@@ -192,10 +192,9 @@ void pf_check_held(struct engine *e, struct trainer *t)
 		held += t->slots[g & (t->nslots - 1)].st == SL_PUB;
 	uint64_t epoch, step;
 	jobrec_pos(e, t->tail_g, &epoch, &step);
-	log_info("trainer rank %u holds %u batches (from epoch %llu step %llu; [job] max_held = %llu) "
+	log_info("trainer rank %u holds %u batches (from epoch %llu step %llu; it may hold %u) "
 		 "and its staging or batch slots are full: its next batch waits for a release",
-		 t->rank, held, (unsigned long long)epoch, (unsigned long long)step,
-		 (unsigned long long)e->cfg->max_held);
+		 t->rank, held, (unsigned long long)epoch, (unsigned long long)step, t->held);
 }
 
 /* on_corrupt = skip: the first sample after s (cyclically) not known to be

@@ -125,7 +125,7 @@ static int make_ctrl(struct engine *e, struct trainer *t, int sock, const struct
 	t->co->slot_stride = l->stride;
 	t->co->ring_off = l->ring_off;
 	t->co->slots_off = l->slots_off;
-	t->co->max_held = (uint32_t)e->cfg->max_held;
+	t->co->max_held = t->held;
 	arena_publish_share(e, t);
 	t->ci->magic = SEER_MAGIC_CTIN;
 	t->ci->version = SEER_PROTO_VERSION;
@@ -351,9 +351,16 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, co
 		rc = check_rank(e, sock, h, have ? &r : NULL, &start);
 	if (have)
 		smp_record_free(&r);
+	uint32_t held = (uint32_t)MAX((uint64_t)h->held, e->cfg->max_held);
+	if (rc == 0 && held > e->cfg->max_held &&
+	    (rc = arena_check_held(e, held, msg, sizeof(msg))) != 0) {
+		send_refusal(sock, SEER_EREFUSED, "rank %u: %s", h->rank, msg);
+		rc = SEER_EREFUSED;
+	}
 	if (rc != 0)
 		return rc;
 	struct trainer *t = &e->tr[h->rank];
+	t->held = held;
 	if (t->resetting) {
 		/* the previous session's reads are still landing in its staging */
 		if (t->pending_sock >= 0) {

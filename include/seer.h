@@ -115,6 +115,13 @@ typedef struct seer_options {
 	size_t record_len;
 	int reconnect_ms;   /* with SEER_OPT_RECONNECT: how long seer_next waits for a
 			       restarted seerd (0: 60000) */
+	/* Batches this trainer may hold at once (taken and not yet released),
+	 * told to seerd at connect: 0 = seerd's [job] max_held. A binding that
+	 * takes batches ahead of its user (a prefetching pipeline: TorchLoader
+	 * with workers) declares them all. seerd accepts it when its batch
+	 * slots and the trainer's staging fit that many, else refuses the
+	 * connect naming what to raise (SEER_EREFUSED). */
+	int max_held;
 } seer_options_t;
 
 #define SEER_OPT_START_AT 1u /* start at (start_epoch, start_step) */
@@ -126,6 +133,14 @@ typedef struct seer_options {
  * seer_close). Off by default: a stopped job then ends at once with
  * SEER_ESHUTDOWN / SEER_EDAEMON instead of waiting for a restart. */
 #define SEER_OPT_RECONNECT 2u
+/* The caller takes batches ahead of its user (a prefetching binding): a
+ * batch counts as given to the user -- for seer_state() and for the position
+ * a reconnect continues from -- only once seer_handed() says so, in stream
+ * order. At a reconnect, batches taken and not handed are dropped (their
+ * handles go stale; releasing them returns 0) and the new session delivers
+ * them again, starting right after the last batch handed. Without this
+ * flag every batch seer_next returns is handed at once. */
+#define SEER_OPT_TAKE_AHEAD 4u
 
 /* Connect to the node's daemon. On success *out is a client to free with
  * seer_close(). On failure returns a negative code; seer_errmsg() says why
@@ -143,9 +158,12 @@ typedef struct seer_options {
  * characters), -ENAMETOOLONG for a socket path over 107 bytes. */
 SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out);
 
-/* Close the connection. Held batches are released; their handles become
- * stale. The daemon keeps this rank's position for a later reconnect. NULL or
- * an already closed client: nothing happens. */
+/* Close the connection; every batch handle becomes stale. Batches still
+ * held are NOT counted as done: seerd keeps this rank's position at the first
+ * batch it did not release (a restarted trainer gets the held ones again,
+ * docs/resume.md), except once the job's last batch was handed, when the
+ * held batches are released (the rank finished). NULL or an already closed
+ * client: nothing happens. */
 SEER_API void seer_close(seer_client_t *c);
 
 /* Take the next batch, waiting up to timeout_ms (< 0: forever, 0: poll).
@@ -168,9 +186,17 @@ SEER_API int seer_next(seer_client_t *c, int timeout_ms, seer_batch_t **out);
  * held by whoever took it). -EBADF on a closed client or in a fork child. */
 SEER_API int seer_release(seer_client_t *c, seer_batch_t *b);
 
-/* This rank's position as a checkpoint record: the batches it took with
- * seer_next are consumed (the StatefulDataLoader convention: save it with the
- * model after the step on the last batch). Returns the record's size in
+/* With SEER_OPT_TAKE_AHEAD: batch b (taken with seer_next, held) reached
+ * the user. Batches are handed in stream order: b must be the first batch
+ * taken and not yet handed (-EINVAL otherwise, naming both). -ESTALE for a
+ * batch of a session a reconnect replaced. Without the flag: 0, nothing to
+ * do (seer_next handed it). */
+SEER_API int seer_handed(seer_client_t *c, seer_batch_t *b);
+
+/* This rank's position as a checkpoint record: the batches handed to the
+ * user (by seer_next; by seer_handed with SEER_OPT_TAKE_AHEAD) are consumed
+ * (the StatefulDataLoader convention: save it with the model after the step
+ * on the last batch). Returns the record's size in
  * bytes and writes it to buf when cap is at least that (seer_record_decode
  * reads it; seer_options_t.record resumes from it). -EBUSY while another
  * thread is in seer_next on this client. */
@@ -264,6 +290,12 @@ SEER_API uint64_t seer_dataset_hash(const seer_client_t *c);
 /* How many times this client reconnected to a restarted seerd
  * (SEER_OPT_RECONNECT); each gives a new arena (seer_arena_fd again). */
 SEER_API uint64_t seer_reconnects(const seer_client_t *c);
+/* Whether seerd still serves this client, without taking a batch (one
+ * non-blocking syscall): 0; SEER_ESHUTDOWN once it stops the job;
+ * SEER_EDAEMON when it went away; SEER_EEVICTED. A binding holding batches
+ * it took ahead checks it before handing one out: after a stop, seerd's
+ * positions are final and a batch handed then would be delivered again. */
+SEER_API int seer_alive(seer_client_t *c);
 SEER_API uint32_t seer_batch_size(const seer_client_t *c);
 SEER_API uint64_t seer_seed(const seer_client_t *c);
 

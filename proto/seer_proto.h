@@ -24,8 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEER_PROTO_VERSION 4u /* 2: the batch tensor in struct seer_wire_slot, or checkpoint records
-				 * in the handshake (two builds); 3: both; 4: ctrl_out's ring_below */
+#define SEER_PROTO_VERSION 5u /* 2: the batch tensor in struct seer_wire_slot, or checkpoint records
+				 * in the handshake (two builds); 3: both; 4: ctrl_out's ring_below;
+				 * 5: the HELLO's held */
 #define SEER_CACHELINE 64
 
 #define SEER_MAGIC_HELLO 0x4f4c4c4548524553ull /* "SERHELLO" */
@@ -71,7 +72,10 @@ struct seer_msg_hello {
 	uint32_t record_len; /* HELLO: bytes of the checkpoint record that follow in
 				SEER_MSG_RECORD packets (0: none); the trainer
 				resumes after the batches it says were consumed */
-	uint32_t flags;    /* 0 */
+	uint32_t held;     /* HELLO: batches the trainer may hold at once (taken, not
+			      released; seer_options_t.max_held); 0: the daemon's
+			      [job] max_held. seerd refuses more than its batch slots
+			      and the trainer's staging can serve (version 5) */
 };
 _Static_assert(sizeof(struct seer_msg_hello) == 240, "hello layout");
 /* The version is at the same offset in every protocol version, so a daemon

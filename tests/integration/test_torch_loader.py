@@ -291,8 +291,9 @@ def test_release_when_read_and_close_while_running():
     try:
         root, cat = jpegs(tmp)
         # 2 workers, 4 batches in flight: worker 0 blocks in 0:0 (0:2 waits behind
-        # it); worker 1 answers 0:1 and 0:3, which go back to seerd before they
-        # are yielded: seerd sees exactly 2 held.
+        # it); worker 1 answers 0:1 and 0:3, which stay held until the user is
+        # past them (a batch is done only once consumed, issue 28): seerd sees 4
+        # held, and its saved position stays at 0:0.
         with Daemon(tmp, settings(root, **{"job.epochs": 1}), name="rel") as d:
             L = TorchLoader(socket=d.sock, rank=0, world_size=1, transform=gated_fn,
                             num_workers=2)
@@ -306,13 +307,13 @@ def test_release_when_read_and_close_while_running():
             th = threading.Thread(target=run)
             th.start()
             wait_for(lambda: os.path.exists(gate + ".entered-0"), LONG, "the gated transform")
-            # 0:3 taken and transformed: no batch is taken or released until the gate
-            # opens except 0:1 and 0:3 (answered), so held == 2 says both went back
+            # 0:1 and 0:3 transformed: none is released before the user passed it
             wait_for(lambda: all(os.path.exists(gate + ".done-0-%d" % s) for s in (1, 3)), LONG,
                      "batches 0:1 and 0:3 to be transformed")
-            t = wait_for(lambda: (lambda t: t if t["held"] == 2 else None)(trainer_of(d)), LONG,
-                         "seerd to see 2 batches held (0:0 read, 0:2 queued) after 0:1 and "
-                         "0:3 were answered")
+            t = wait_for(lambda: (lambda t: t if t["held"] == 4 else None)(trainer_of(d)), LONG,
+                         "seerd to see 4 batches held (0:0 read, 0:2 queued, 0:1 and 0:3 "
+                         "answered and not yet consumed)")
+
             log("while 0:0 is transformed: seerd sees %d held, %d batches taken" %
                 (t["held"], t["batches"]))
             open(gate, "w").close()

@@ -87,6 +87,7 @@ class _Options(ctypes.Structure):
         ("record", ctypes.c_char_p),
         ("record_len", ctypes.c_size_t),
         ("reconnect_ms", ctypes.c_int),
+        ("max_held", ctypes.c_int),
     ]
 
 
@@ -99,7 +100,8 @@ _lib = None
 _load_lock = threading.Lock()
 _CONSTANTS = ("SEER_EEPOCH", "SEER_EEND", "SEER_ESHUTDOWN", "SEER_EBATCH", "SEER_ENOTHELD",
               "SEER_EDAEMON", "SEER_EREFUSED", "SEER_EDATASET", "SEER_ECONFIG",
-              "SEER_OPT_START_AT", "SEER_OPT_RECONNECT", "SEER_SAMPLER_DROP_LAST",
+              "SEER_OPT_START_AT", "SEER_OPT_RECONNECT", "SEER_OPT_TAKE_AHEAD",
+              "SEER_SAMPLER_DROP_LAST",
               "SEER_SAMPLER_NO_SHUFFLE", "SEER_MAX_DIMS")
 
 
@@ -132,6 +134,8 @@ def _signatures():
         "seer_close": (None, [P]),
         "seer_next": (I, [P, I, ctypes.POINTER(P)]),
         "seer_release": (I, [P, P]),
+        "seer_handed": (I, [P, P]),
+        "seer_alive": (I, [P]),
         "seer_seek": (I, [P, U64, U64]),
         "seer_batch_len": (U32, [P]),
         "seer_batch_epoch": (U64, [P]),
@@ -273,12 +277,16 @@ class Batch:
     int64 / uint64 copies and stay valid."""
 
     __slots__ = ("_loader", "_ptr", "epoch", "step", "ids", "labels", "sizes", "_offsets",
-                 "_types", "_samples", "error")
+                 "_types", "_samples", "error", "_arena", "_gen")
 
     def __init__(self, loader, ptr):
         lib = loader._lib
         self._loader = loader
         self._ptr = ptr
+        # the arena this batch's offsets point into: a reconnect maps another
+        # one for later batches, this batch keeps reading its own (issue 28)
+        self._arena = loader._arena
+        self._gen = loader._arena_gen
         self.epoch = lib.seer_batch_epoch(ptr)
         self.step = lib.seer_batch_step(ptr)
         n = lib.seer_batch_len(ptr)
@@ -311,7 +319,7 @@ class Batch:
             raise SeerError(-errno.ESTALE, "batch %d:%d already released: its views are gone" %
                             (self.epoch, self.step))
         if self._samples is None:
-            arena = self._loader._arena
+            arena = self._arena
             if arena is None:
                 raise _closed("batch %d:%d" % (self.epoch, self.step))
             types = self._loader._types
@@ -354,9 +362,13 @@ class Batch:
             raise _error(nd)
         if nd == 0:
             return None
-        c, arena = loader._c, loader._arena
+        c, arena = loader._c, self._arena
         if c is None or arena is None:
             raise _closed("batch %d:%d" % (self.epoch, self.step))
+        if self._gen != loader._arena_gen:
+            raise SeerError(-errno.ESTALE, "batch %d:%d was taken before seerd restarted: its "
+                            "tensor is no longer described (read it before the next batch, or "
+                            "pass copy=True)" % (self.epoch, self.step))
         npdt = _C.DTYPES.get(dt.value)
         shape = tuple(dims[k] for k in range(nd))
         off = data.value - lib.opt_seer_arena_base(c)
@@ -368,10 +380,10 @@ class Batch:
 
     def release(self):
         """Give the batch back; its sample views then no longer hold its bytes.
-        Nothing happens when the Loader was closed (that released it)."""
+        Nothing happens when the Loader was closed."""
         if self._ptr is None:
             return
-        ptr, self._ptr, self._samples = self._ptr, None, None
+        ptr, self._ptr, self._samples, self._arena = self._ptr, None, None, None
         c = self._loader._c
         if c is None:
             return
@@ -403,14 +415,24 @@ class Loader:
     another world size; state_dict() is this rank's position (every batch the
     iterator yielded counts as consumed): save it with the model.
     reconnect=seconds: when seerd goes away (crash, restart), wait up to that
-    long for a restarted one and continue the stream exactly (a delay, not an
-    error); None (default): SeerError at once.
+    long for a restarted one and continue the stream exactly after the last
+    batch handed out (a delay, not an error); None (default): SeerError at once.
+    max_held: batches you may hold at once (taken, not released), declared to
+    seerd, which refuses the connection when it cannot serve that many
+    (None: seerd's [job] max_held, 2).
+
+    Positions (docs/resume.md): a batch counts as done for seerd's saved
+    position (resume = auto) once released; the iterator releases the batch
+    it yielded when the next is requested or the loop ends. Batches held
+    when the process dies or closes are delivered again after a restart.
     """
 
     def __init__(self, socket=None, job_id=None, rank=None, world_size=None, start=None,
-                 timeout=None, connect_timeout=30.0, state=None, reconnect=None):
+                 timeout=None, connect_timeout=30.0, state=None, reconnect=None, max_held=None,
+                 _take_ahead=False):
         self._c = None
         self._arena = None
+        self._arena_gen = 0
         self._lib = _load()
         self._held = None
         self._taken = False
@@ -435,6 +457,10 @@ class Loader:
         if reconnect is not None:
             o.flags |= _C.OPT_RECONNECT
             o.reconnect_ms = max(1, self._ms("reconnect", reconnect))
+        if max_held is not None:
+            o.max_held = _check_int("max_held", max_held, 1, 4093)
+        if _take_ahead:
+            o.flags |= _C.OPT_TAKE_AHEAD
         self._opts = o
         self._connect(state)
 
@@ -570,6 +596,7 @@ class Loader:
         if n != self._reconnects:  # a restarted seerd: its arena is another
             self._reconnects = n
             self._map_arena()
+            self._arena_gen += 1
         if rc == _C.EEPOCH:
             raise EndOfEpoch()
         if rc == _C.EEND:
@@ -581,31 +608,47 @@ class Loader:
         self._taken = True
         return Batch(self, p.value)
 
+    def _handed(self, batch):
+        """A batch taken ahead (_take_ahead) reached the user: it counts in
+        state_dict() and a reconnect continues after it."""
+        if batch._ptr is None or self._c is None:
+            return
+        rc = self._lib.seer_handed(self._c, batch._ptr)
+        if rc < 0:
+            raise _error(rc)
+
+    def _alive(self):
+        """0 while seerd serves this Loader, else its stop or loss code."""
+        c = self._c
+        if c is None:
+            raise _closed("next_batch")
+        return self._lib.seer_alive(c)
+
     def _drop_held(self):
         if self._held is not None:
             held, self._held = self._held, None
             held.release()
 
     def __iter__(self):
-        """Iterate one epoch. Each batch yielded is released when the next is
-        requested or the loop ends."""
+        """Iterate one epoch. The batch yielded is released when the next is
+        requested (or the epoch ends): that is when seerd counts it as done.
+        Leaving the loop early (break, an exception, Ctrl-C) keeps it held
+        and readable; the next request releases it, and a crash or close()
+        before that delivers it again after a restart (docs/resume.md)."""
         if self._c is None:
             raise _closed("iterating")
-        try:
-            while True:
-                self._drop_held()
-                try:
-                    b = self.next_batch()
-                except (EndOfEpoch, EndOfJob):
-                    return
-                if b.error is not None:
-                    msg = b.error
-                    b.release()
-                    raise SeerError(_C.EBATCH, "batch %d:%d failed: %s" % (b.epoch, b.step, msg))
-                self._held = b
-                yield b
-        finally:
+        while True:
             self._drop_held()
+            try:
+                b = self.next_batch()
+            except (EndOfEpoch, EndOfJob):
+                return
+            if b.error is not None:
+                msg = b.error
+                self._held = b  # released with the next request, as any batch
+                raise SeerError(_C.EBATCH, "batch %d:%d failed: %s" % (b.epoch, b.step, msg))
+            self._held = b
+            yield b
 
     def seek(self, epoch, step):
         """Restart this rank's stream at (epoch, step); releases held batches."""
@@ -620,14 +663,16 @@ class Loader:
             raise _error(rc)
 
     def close(self):
-        """Disconnect (held batches are released). Safe to call twice and from
-        another thread: a next_batch() waiting there raises SeerError."""
+        """Disconnect. Held batches are not counted as done (seerd resumes
+        this rank at the first of them) unless the job's last batch was
+        handed out. Safe to call twice and from another thread: a
+        next_batch() waiting there raises SeerError."""
         c, self._c = self._c, None
         if c is None:
             return
         held, self._held = self._held, None
         if held is not None:
-            held._ptr = None  # seer_close releases it
+            held._ptr = None  # gone with the connection
         # libseer prefaults our mapping (seer_arena_reader) until seer_close
         # returns: drop it only after (views keep it alive beyond)
         self._lib.seer_close(c)

@@ -359,7 +359,9 @@ def _worker_main(wid, conn, arena, job, parent, keep):
             return
         if msg is None:
             return
-        task, freed = msg
+        task, freed, new_arena = msg
+        if new_arena is not None:  # seerd restarted: this task and the next read its arena
+            arena = new_arena
         bufs.release(freed)
         bufs.used = None
         try:
@@ -398,22 +400,35 @@ def _describe_exit(code):
 
 class Entry:
     """One place in the stream: a batch (held from seerd while `batch` is
-    set, i.e. until its worker answered), or the end of an epoch or job."""
+    set: until the user asks for the batch after it), or the end of an epoch
+    or job. `answered` once its worker is done with it (or it failed)."""
 
     __slots__ = ("kind", "seq", "batch", "worker", "images", "error", "epoch", "step", "ids",
-                 "labels")
+                 "labels", "answered")
 
     def __init__(self, kind, seq=None, b=None):
         self.kind, self.seq, self.batch = kind, seq, b
         self.worker = self.images = self.error = None
+        self.answered = False
         if b is not None:  # the facts outlive the release
             self.epoch, self.step, self.ids, self.labels = b.epoch, b.step, b.ids, b.labels
 
 
 class Pipeline:
-    """N worker processes fed in order from one seer.Loader. iterate() yields
-    (batch, images) per batch of one epoch in stream order; what was fetched
-    but not yet yielded when an iteration stops stays queued for the next."""
+    """N worker processes fed in order from one seer.Loader. next() gives the
+    entries of the stream in order; what was fetched but not yet handed out
+    when an iteration stops stays queued for the next.
+
+    Exactness (docs/resume.md, docs/torch.md): the Loader takes batches
+    ahead for the workers (SEER_OPT_TAKE_AHEAD) and declares them to seerd
+    (max_held); a batch is handed to the user (seer_handed: state_dict()
+    counts it) when next() returns it, and released -- counted done in
+    seerd's saved positions -- when the user asks for the one after it.
+    Before handing one out the pipeline checks that seerd still serves it
+    (after a stop its positions are final). At a reconnect (a restarted
+    seerd) the batches taken and not handed are dropped: the new seerd
+    delivers them again, from its own arena, which goes to the workers with
+    their next task."""
 
     def __init__(self, loader, job, num_workers, prefetch, context):
         self._loader = loader
@@ -424,7 +439,11 @@ class Pipeline:
         self._seq = 0
         self._fetching = True  # False after EndOfEpoch/EndOfJob until that marker is consumed
         self._broken = None
-        ctx = multiprocessing.get_context(context)
+        self._last = None  # the entry handed out last: released at the next request
+        self._gen = loader._arena_gen  # the arena generation the workers read
+        self._wgen = [self._gen] * num_workers  # what each worker was given
+        self._dropped = set()  # seqs dropped at a reconnect whose answers may still come
+        self._ctx = ctx = multiprocessing.get_context(context)
         if ctx.get_start_method() == "fork":
             arena = loader._arena
             fd = -1
@@ -460,13 +479,29 @@ class Pipeline:
             if fd >= 0:
                 os.close(fd)
 
+    def _arena_for(self, w):
+        """The new arena for worker w when it still reads an older one (an
+        fd passed by SCM_RIGHTS), else None."""
+        if self._wgen[w] == self._gen:
+            return None
+        loader = self._loader
+        fd = loader._lib.seer_arena_fd(loader._c)
+        if fd < 0:
+            from . import _error
+            raise _error(fd)
+        try:
+            # pickling dups the fd for the receiver (multiprocessing's DupFd)
+            return _ArenaFd(fd, len(loader._arena)), fd
+        except BaseException:
+            os.close(fd)
+            raise
+
     def _dispatch(self, b):
         seq, self._seq = self._seq, self._seq + 1
         e = Entry("batch", seq, b)
         if b.error is not None:
             e.error = SeerError(_C.EBATCH, "batch %d:%d failed: %s" % (b.epoch, b.step, b.error))
-            b.release()
-            e.batch = None
+            e.answered = True  # held until handed and moved past, as any batch
         else:
             w = seq % len(self._procs)
             task = (seq, b.epoch, b.step, b._offsets.tolist(), b.sizes.tolist(),
@@ -475,14 +510,37 @@ class Pipeline:
             freed, dq = [], self._freed[w]
             while dq:
                 freed.append(dq.popleft())
+            new = self._arena_for(w)
             try:
-                self._conns[w].send((task, freed))
+                self._conns[w].send((task, freed, new[0] if new else None))
             except (OSError, EOFError, ValueError):
                 self._queue.append(e)
                 if self._stopped:
                     raise _stopped_error()
                 raise self._dead(w, e)
+            finally:
+                if new:
+                    os.close(new[1])
+            if new:
+                self._wgen[w] = self._gen
         self._queue.append(e)
+
+    def _reconnected(self):
+        """seerd was restarted under us (Loader(reconnect=...)): the new
+        session starts right after the last batch handed out, so every
+        batch still queued comes again; drop them (their answers are
+        ignored) and give the workers the new arena with their next task."""
+        self._gen = self._loader._arena_gen
+        keep = collections.deque()
+        for e in self._queue:
+            if e.kind == "batch" or keep is None:
+                keep = None
+                if e.kind == "batch" and e.worker is not None and not e.answered:
+                    self._dropped.add(e.seq)
+                continue
+            keep.append(e)  # an epoch's end before the first batch not handed stays
+        self._queue = keep if keep is not None else collections.deque()
+        self._fetching = not any(e.kind != "batch" for e in self._queue)
 
     def _fetch(self, timeout):
         """Take one batch from seerd; False when none came within timeout
@@ -491,28 +549,36 @@ class Pipeline:
         try:
             b = self._loader.next_batch(timeout=timeout)
         except EndOfEpoch:
+            if self._loader._arena_gen != self._gen:
+                self._reconnected()
             self._queue.append(Entry("epoch"))
             self._fetching = False
             return True
         except EndOfJob:
+            if self._loader._arena_gen != self._gen:
+                self._reconnected()
             self._queue.append(Entry("end"))
             self._fetching = False
             return True
         except SeerError as ex:
+            if self._loader._arena_gen != self._gen:
+                self._reconnected()
             if timeout == 0 and ex.code == -errno.ETIMEDOUT:
                 return False
             raise
+        if self._loader._arena_gen != self._gen:
+            self._reconnected()
         self._dispatch(b)
         return True
 
     def _busy(self):
-        return [e for e in self._queue if e.batch is not None]
+        return [e for e in self._queue if e.kind == "batch" and e.worker is not None
+                and not e.answered]
 
     def _dead(self, w, e=None):
         p = self._procs[w]
         p.join(1.0)
-        held = e or next((x for x in self._queue if x.worker == w and x.batch is not None),
-                         None)
+        held = e or next((x for x in self._queue if x.worker == w and not x.answered), None)
         what = " while transforming batch %d:%d" % (held.epoch, held.step) if held else ""
         return WorkerError("seer.torch worker %d (pid %s) %s%s; the loader is closed (a "
                            "transform that crashes the interpreter or runs out of memory "
@@ -521,9 +587,11 @@ class Pipeline:
     def _collect(self, timeout):
         """Wait up to timeout (None: forever) for worker answers; store them."""
         busy = self._busy()
-        if not busy:
-            return
         workers = sorted({e.worker for e in busy})
+        if self._dropped:  # answers for batches dropped at a reconnect still come
+            workers = sorted(set(workers) | set(range(len(self._procs))))
+        if not workers:
+            return
         waitees = [self._conns[w] for w in workers] + [self._procs[w].sentinel for w in workers]
         waitees.append(self._wake_r)
         with self._lock:
@@ -553,6 +621,9 @@ class Pipeline:
                     out = self._images(w, images)
                 except (EOFError, OSError):  # its buffer's fd did not come: it died meanwhile
                     raise self._dead(w) from None
+                if seq in self._dropped:  # its buffer goes back when `out` dies here
+                    self._dropped.discard(seq)
+                    continue
                 self._settle(seq, out, err)
             elif self._procs[w].sentinel in ready:
                 if c.poll(0):  # its last answer came before it died
@@ -590,9 +661,8 @@ class Pipeline:
 
     def _settle(self, seq, out, err):
         for e in self._queue:
-            if e.seq == seq and e.batch is not None:
-                b, e.batch = e.batch, None
-                b.release()  # the worker has read it: seerd may reuse its staging
+            if e.seq == seq and e.kind == "batch" and not e.answered:
+                e.answered = True  # the worker has read it; it stays held until consumed
                 if err is not None:
                     msg, epoch, step, index, sid, label = err
                     e.error = TransformError(msg, epoch, step, index, sid, label)
@@ -602,25 +672,55 @@ class Pipeline:
         raise SeerError(-errno.EPROTO, "seer.torch: a worker answered for batch %d, which is "
                         "not in flight" % seq)
 
+    def consumed(self):
+        """The user is done with the entry handed out last: release it (seerd
+        counts it in its saved positions from now on)."""
+        last, self._last = self._last, None
+        if last is not None and last.batch is not None:
+            b, last.batch = last.batch, None
+            b.release()
+
     def next(self):
         """The next Entry in stream order: kind "batch" (with images), "epoch"
-        once after each epoch, "end" at the job's end (and after). A TransformError or failed batch raises for that batch only; a
-        WorkerError leaves the pipeline broken (it raises again)."""
+        once after each epoch, "end" at the job's end (and after). The entry
+        handed out before is released first. A TransformError or failed
+        batch raises for that batch only; a WorkerError leaves the pipeline
+        broken (it raises again)."""
         if self._broken is not None:
             raise self._broken
         try:
+            self.consumed()
             return self._next()
         except WorkerError as ex:
             self._broken = ex
             raise
 
     def drain(self):
-        """Wait until no worker reads a batch any more; drop what is queued
-        (before a seek)."""
+        """Wait until no worker reads a batch any more; release and drop what
+        is queued (before a seek)."""
         while self._busy():
             self._collect(None)
+        self.consumed()
+        for e in self._queue:
+            if e.batch is not None:
+                b, e.batch = e.batch, None
+                b.release()
         self._queue.clear()
         self._fetching = True
+
+    def _hand(self, head):
+        """Hand out the answered batch at the head: seerd must still serve us
+        (else the stop or reconnect is taken first, by a fetch), then the
+        loader records it as handed."""
+        loader = self._loader
+        if loader._alive() != 0:
+            return False
+        self._queue.popleft()
+        self._last = head
+        loader._handed(head.batch)
+        if head.error is not None:
+            raise head.error
+        return True
 
     def _next(self):
         backoff = 0.001
@@ -628,17 +728,23 @@ class Pipeline:
             while self._fetching and len(self._queue) < self._depth:
                 if not self._fetch(None if not self._queue else 0):
                     break
+            if not self._queue:
+                continue
             head = self._queue[0]
             if head.kind != "batch":
-                if head.kind == "epoch":
-                    self._queue.popleft()
-                    self._fetching = True
-                return head
-            if head.batch is None:  # answered (or failed)
                 self._queue.popleft()
-                if head.error is not None:
-                    raise head.error
+                if head.kind == "epoch":
+                    self._fetching = True
+                else:
+                    self._queue.appendleft(head)  # the job's end stays
                 return head
+            if head.answered:
+                if self._hand(head):
+                    return head
+                # seerd stopped or went away: the fetch says which, or
+                # reconnects (the queue is then dropped and filled anew)
+                self._fetch(None)
+                continue
             room = self._fetching and len(self._queue) < self._depth
             self._collect(backoff if room else None)
             if room:
@@ -647,7 +753,7 @@ class Pipeline:
     def stop(self):
         """End the workers (they only read the arena; an answer in flight is
         dropped) and wait for them; from any thread. Batches still held stay
-        held (their Loader releases them when it closes)."""
+        held (closing the Loader leaves them not done)."""
         with self._lock:
             if self._stopped:
                 return

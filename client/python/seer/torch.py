@@ -33,12 +33,15 @@ Three ways to get tensors:
    taking the view. fn returns a tensor, a numpy array or a number, of one
    shape and dtype for every sample. Labels are the int64 class indices.
 
-   Workers read the samples in place (only offsets cross the pipes) and the
-   batch goes back to seerd as soon as its worker is done with it. Batches
+   Workers read the samples in place (only offsets cross the pipes). Batches
    come in stream order. Workers start at the first iteration and live until
-   close(); up to prefetch_factor * num_workers batches are in flight (held
-   from seerd: give cache.staging room for them and prefetch.lookahead at
-   least that many).
+   close(); up to prefetch_factor * num_workers batches are in flight, held
+   from seerd, which the loader declares at connect (max_held: seerd refuses
+   the connection, saying what to raise, when it cannot serve that many). A
+   batch is released -- done, for seerd's saved positions -- when the user
+   asks for the batch after it, as with the plain iterator; state_dict()
+   counts the batches yielded, never those still with the workers; a
+   reconnect continues right after the last batch yielded (docs/resume.md).
 
    Determinism: before each sample, the generators a stock pipeline draws
    from (torch's default CPU generator, Python's random, numpy's global one)
@@ -122,6 +125,11 @@ class TorchLoader(Loader):
         if multiprocessing_context not in (None, "fork", "spawn", "forkserver"):
             raise ValueError("multiprocessing_context must be 'fork', 'spawn' or 'forkserver'")
         self._pipe = None
+        if transform is not None and num_workers > 0:
+            # the workers' batches are taken ahead of the user: declared to
+            # seerd (with the one in the user's hands), handed in order
+            kwargs.setdefault("max_held", num_workers * prefetch_factor + 1)
+            kwargs["_take_ahead"] = True
         super().__init__(*args, **kwargs)
         self.stack = stack
         self.copy = bool(copy)
