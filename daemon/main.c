@@ -157,7 +157,8 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 		.root = cfg->dataset_path, .format = cfg->dataset_format,
 		.params = { .hdf5_data = cfg->hdf5_data, .hdf5_labels = cfg->hdf5_labels,
 			    .npz_data = cfg->npz_data, .npz_labels = cfg->npz_labels,
-			    .npz_sample_axis = cfg->npz_sample_axis, .extensions = cfg->extensions },
+			    .npz_sample_axis = cfg->npz_sample_axis, .extensions = cfg->extensions,
+			    .allow_empty_classes = cfg->allow_empty_classes },
 		.cache_dir = cache_dir, .rebuild = cfg->catalog_rebuild, .progress = true,
 		/* the decoded-image cache is planned with every image's size */
 		.image_sizes = strcmp(cfg->xf_decode, "image") == 0 &&
