@@ -387,6 +387,20 @@ def test_same_job_id_refused():
         check(pos_files(pos) == saved, "the refused seerd touched %s: %s -> %s" %
               (pos, sorted(saved), sorted(pos_files(pos))))
         log("second seerd refused: " + [x for x in out.splitlines() if "in use" in x][0][:160])
+        # a two-node job with that id: node 0 refuses, node 1 leaves with it
+        try:
+            two = Cluster(tmp, 2, s, name="two")
+            daemons.append(two)
+            raise Fail("a two-node job with job id 'fixed' started beside the first:\n" +
+                       two.log())
+        except Fail as ex:
+            out = str(ex)
+        for want in ("seerd[0] ERROR [job] id 'fixed' is in use",
+                     "seerd[1] ERROR node 0: [job] id 'fixed' is in use",
+                     "seerd pid %d on host %s" % (a.proc.pid, host)):
+            check(want in out, "the two-node refusal does not say %r:\n%s" % (want, out))
+        check(pos_files(pos) == saved, "the refused job touched %s" % pos)
+        log("a two-node job with the same id refused on both nodes")
         a.proc.send_signal(signal.SIGTERM)
         wait_for(lambda: a.status()["state"] == "stopping", LONG, "seerd to be stopping")
         gate.go(at)
@@ -413,7 +427,10 @@ def test_same_job_id_refused():
             (at[0], at[1], n))
     finally:
         for x in daemons:
-            x.stop()
+            if isinstance(x, Cluster):
+                x.kill()
+            else:
+                x.stop()
         cleanup(tmp)
 
 
