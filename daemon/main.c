@@ -16,6 +16,8 @@
 #include "../src/util.h"
 #include "seer.h"
 #include "cluster.h"
+#include "joblock.h"
+#include "node_path.h"
 #include "server.h"
 
 static void usage(FILE *out)
@@ -155,16 +157,42 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 		.root = cfg->dataset_path, .format = cfg->dataset_format,
 		.params = { .hdf5_data = cfg->hdf5_data, .hdf5_labels = cfg->hdf5_labels,
 			    .npz_data = cfg->npz_data, .npz_labels = cfg->npz_labels,
-			    .npz_sample_axis = cfg->npz_sample_axis, .extensions = cfg->extensions },
+			    .npz_sample_axis = cfg->npz_sample_axis, .extensions = cfg->extensions,
+			    .allow_empty_classes = cfg->allow_empty_classes },
 		.cache_dir = cache_dir, .rebuild = cfg->catalog_rebuild, .progress = true,
 		/* the decoded-image cache is planned with every image's size */
 		.image_sizes = strcmp(cfg->xf_decode, "image") == 0 &&
 			       strcmp(cfg->xf_cache, "decoded") == 0,
 	};
+	/* the job's saved positions are this daemon's before anything is written
+	 * (the catalog cache included): node 0 locks them, every node learns */
+	int lock = -1;
+	if (!check) {
+		struct {
+			int32_t rc;
+			char msg[2044];
+		} v = { 0 };
+		char sock[4096];
+		if (node_path(sock, sizeof(sock), cfg->socket, 0) != 0)
+			snprintf(sock, sizeof(sock), "%s", cfg->socket);
+		if (node == 0)
+			v.rc = joblock_take(cfg, sock, &lock, v.msg, sizeof(v.msg));
+		if (cluster_bcast(cl, &v, sizeof(v)) != 0) {
+			log_error("sharing node 0's job lock verdict failed (MPI)");
+			v.rc = -EIO;
+		} else if (v.rc != 0) {
+			log_error("%s%s", node ? "node 0: " : "", v.msg);
+		}
+		if (v.rc != 0) {
+			joblock_drop(cfg, lock);
+			return 1;
+		}
+	}
 	struct catalog *cat;
 	int rc = cluster_share_catalog(cl, &co, &cat, err, sizeof(err));
 	if (rc != 0) {
 		log_error("%s", err);
+		joblock_drop(cfg, lock);
 		return 1;
 	}
 	if (check) {
@@ -183,6 +211,7 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 			rc = *fini = server_run(cfg, cat, cl, node, nnodes, probed ? &probe : NULL);
 	}
 	cat_free(cat);
+	joblock_drop(cfg, lock);
 	return rc;
 }
 

@@ -13,7 +13,9 @@
  *                  whatever instant seerd is killed at, the value is whole;
  *                  an idle seerd may take releases in up to ~1 s late,
  *                  engine_arm's ring_below). A rank whose file
- *                  is missing or of another run is at its start.
+ *                  is missing or of another run is at its start;
+ *   lock           held by node 0 for its life: one seerd per job id and
+ *                  state directory (joblock.h).
  * Rank-keyed and per job, so a rank restarted on another node finds its
  * position, and a restart with another world size re-shards from all of them.
  * The state directory must be one every node sees for that (the default, in
@@ -44,6 +46,7 @@
 #include "../src/paths.h"
 #include "../src/util.h"
 #include "engine_int.h"
+#include "joblock.h"
 #include "seer.h"
 
 #define PLAN_MAGIC "SEERPLN1"
@@ -71,7 +74,7 @@ struct resume_files {
 
 static char *pos_dir(const struct engine *e)
 {
-	return xasprintf("%s/seer-pos-%s", e->cfg->state_dir, e->cfg->job_id);
+	return joblock_dir(e->cfg); /* node 0 holds its lock: joblock.h */
 }
 
 static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -337,7 +340,7 @@ void resume_end(struct engine *e, bool complete)
 		char *plan = xasprintf("%s/plan", rf->dir);
 		unlink(plan);
 		free(plan);
-		rmdir(rf->dir); /* when the last node is done with it */
+		rmdir(rf->dir); /* when the last node is done with it (node 0: joblock_drop) */
 		log_info("job complete: its resume positions are removed");
 	} else if (rf->written && e->nlocal > 0 && !rf->reported) {
 		char span[128];

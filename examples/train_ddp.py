@@ -189,8 +189,8 @@ def make_seer(a, rank, world, start):
                              num_workers=a.workers, **kw)
     else:
         loader = TorchLoader(**kw)
-    classes = sorted(e.name for e in os.scandir(a.data) if e.is_dir()
-                     and not e.name.startswith("."))
+    # seer numbers classes as torchvision's find_classes: every directory of the root
+    classes = sorted(e.name for e in os.scandir(a.data) if e.is_dir())
 
     def epoch_iter(epoch, skip_batches):
         for x, y in loader:

@@ -59,7 +59,6 @@ struct cat_builder {
 	uint32_t cap_types;
 	char **classes;      /* sorted class directory names */
 	uint32_t nclasses;
-	bool flat_files;     /* some files sit directly in the root */
 	char err[512];
 };
 
@@ -228,26 +227,66 @@ static void builder_free(struct cat_builder *b)
 	free(b->pool.buf);
 }
 
-/* Class directories: the distinct first components of the sorted paths. */
-static void find_classes(struct cat_builder *b, char **paths, size_t n)
+/* Class directories, for a format labelling by them with some file below
+ * the root: every directory of the root, as torchvision's find_classes
+ * numbers them (cat_walk_classes), so that labels agree with an ImageFolder
+ * over the same tree. Files only at the root: flat, every label 0. */
+static int find_classes(struct cat_builder *b, char **paths, size_t n, char *err, size_t errlen)
 {
-	b->classes = xcalloc(MAX(n, (size_t)1), sizeof(char *));
-	for (size_t i = 0; i < n; i++) {
-		const char *slash = strchr(paths[i], '/');
-		if (!slash) {
-			b->flat_files = true;
-			continue;
-		}
-		size_t len = (size_t)(slash - paths[i]);
-		if (b->nclasses > 0 && strlen(b->classes[b->nclasses - 1]) == len &&
-		    memcmp(b->classes[b->nclasses - 1], paths[i], len) == 0)
-			continue;
-		b->classes[b->nclasses++] = xasprintf("%.*s", (int)len, paths[i]);
-	}
-	/* sorted paths put "a/x" before "a0/x" ('/' < '0') so classes come out sorted
-	 * except for names that are prefixes of each other; sort to be sure */
-	qsort(b->classes, b->nclasses, sizeof(char *), cmp_str);
+	bool nested = false;
+	for (size_t i = 0; i < n && !nested; i++)
+		nested = strchr(paths[i], '/') != NULL;
+	if (!nested || !b->c->fmt->dir_labels)
+		return 0;
+	int rc = cat_walk_classes(b->c->root, &b->classes, &b->nclasses, err, errlen);
 	b->c->nclasses = b->nclasses;
+	return rc;
+}
+
+/* Class directories with no sample (has[i] false; torchvision's ImageFolder
+ * refuses them: "Found no valid file for the classes ..."): an error naming
+ * them and what to do, or with dataset.allow_empty_classes a warning. The
+ * numbering stays find_classes' either way. */
+static int check_empty_classes(const struct cat_params *p, const char *root, char *const *names,
+			       uint32_t n, const bool *has, char *err, size_t errlen)
+{
+	uint32_t empty = 0;
+	char list[400] = "";
+	size_t used = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (has[i])
+			continue;
+		if (empty < 8 && used < sizeof(list)) {
+			int k = snprintf(list + used, sizeof(list) - used, "%s'%s'", empty ? ", " : "",
+					 names[i]);
+			used += k > 0 ? (size_t)k : 0;
+		}
+		empty++;
+	}
+	if (empty == 0)
+		return 0;
+	char more[48] = "", why[300], show[CAT_PATH_SHOW];
+	if (empty > 8)
+		snprintf(more, sizeof(more), " and %u more", empty - 8);
+	if (p->extensions && *p->extensions)
+		snprintf(why, sizeof(why), "no file with an extension of dataset.extensions = %.200s",
+			 p->extensions);
+	else
+		snprintf(why, sizeof(why), "no sample of their own (no file, only hidden ones, or "
+			 "a directory already listed under another name)");
+	cat_path_abbrev(show, sizeof(show), root);
+	if (p->allow_empty_classes) {
+		log_warn("dataset %s: %u of %u class directories hold %s: %s%s; with "
+			 "dataset.allow_empty_classes = true they keep their labels (torchvision's "
+			 "find_classes numbering) and have no samples", show, empty, n, why, list, more);
+		return 0;
+	}
+	snprintf(err, errlen, "dataset %s: %u of %u class directories hold %s: %s%s. Labels number "
+		 "every directory of the root as torchvision's find_classes does (ImageFolder "
+		 "refuses such a tree too): put samples in them, remove them, or set "
+		 "dataset.allow_empty_classes = true to keep that numbering with no samples for them",
+		 show, empty, n, why, list, more);
+	return SEER_EDATASET;
 }
 
 /* Open, stat and scan every listed file, in catalog order. */
@@ -309,7 +348,20 @@ static int list_files(struct cat_builder *b, struct cat_walk *w, char *err, size
 		return SEER_EDATASET;
 	}
 	qsort(w->paths, w->n, sizeof(char *), cmp_str);
-	find_classes(b, w->paths, w->n);
+	int rc = find_classes(b, w->paths, w->n, err, errlen);
+	if (rc == 0 && b->nclasses > 0) {
+		bool *has = xcalloc(b->nclasses, sizeof(bool));
+		for (size_t i = 0; i < w->n; i++) {
+			int64_t k = cat_builder_class(b, w->paths[i]);
+			if (k >= 0)
+				has[k] = true;
+		}
+		rc = check_empty_classes(&b->o->params, c->root, b->classes, b->nclasses, has, err,
+					 errlen);
+		free(has);
+	}
+	if (rc != 0)
+		return rc;
 	c->nfiles = (uint32_t)w->n;
 	c->files = xcalloc(w->n, sizeof(*c->files));
 	for (size_t i = 0; i < w->n; i++)
@@ -414,6 +466,32 @@ static bool cat_is_current(const struct catalog *c)
 	return true;
 }
 
+/* A cached catalog's class directories checked as a scan would
+ * (check_empty_classes, with this start's dataset.allow_empty_classes):
+ * false to rescan (the scan then says what is wrong). */
+static bool cat_classes_ok(const struct catalog *c, const struct cat_opts *o)
+{
+	if (!c->fmt->dir_labels || c->nclasses == 0)
+		return true;
+	char **names, err[1024];
+	uint32_t n;
+	if (cat_walk_classes(c->root, &names, &n, err, sizeof(err)) != 0)
+		return false;
+	bool ok = n == c->nclasses;
+	if (ok) {
+		bool *has = xcalloc(n, sizeof(bool));
+		for (uint64_t i = 0; i < c->nsamples; i++)
+			if (c->samples[i].label >= 0 && c->samples[i].label < (int64_t)n)
+				has[c->samples[i].label] = true;
+		ok = check_empty_classes(&o->params, c->root, names, n, has, err, sizeof(err)) == 0;
+		free(has);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	return ok;
+}
+
 static struct catalog *cat_try_load(const struct cat_opts *o, const char *root, const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -444,7 +522,7 @@ static struct catalog *cat_try_load(const struct cat_opts *o, const char *root, 
 		log_info("catalog cache %s was built for other settings; rescanning", path);
 	} else if (!cat_is_current(c)) {
 		log_info("dataset %s changed since its catalog was saved; rescanning", root);
-	} else {
+	} else if (cat_classes_ok(c, o)) {
 		return c;
 	}
 	cat_free(c);

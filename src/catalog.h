@@ -58,6 +58,7 @@ struct cat_params {
 	const char *npz_labels;    /* "y" */
 	const char *npz_sample_axis; /* "last" (DLIO) or "first" */
 	const char *extensions;    /* comma list filter for the files format; "" = all */
+	bool allow_empty_classes;  /* a class directory with no sample: warned, not refused */
 };
 
 struct fmt_ops;
@@ -203,6 +204,10 @@ struct fmt_ops {
 	const char *name;
 	/* Does this relative path hold samples? NULL: every regular file. */
 	bool (*accept)(const struct cat_params *p, const char *relpath);
+	/* Labels are class directories (cat_builder_class): the catalog numbers
+	 * the root's directories as torchvision's find_classes and refuses one
+	 * with no sample (unless cat_params.allow_empty_classes). */
+	bool dir_labels;
 	/* Add the samples of file `file` (open on fd, `size` bytes) with
 	 * cat_add_sample(). Return 0, or SEER_EDATASET/-errno with
 	 * cat_builder_error() called to say what is wrong. */
@@ -242,7 +247,8 @@ const struct cat_params *cat_builder_params(const struct cat_builder *b);
 const char *cat_builder_path(const struct cat_builder *b, uint32_t file); /* relative */
 const char *cat_builder_root(const struct cat_builder *b);
 /* Class label of a relative path: index of its top-level directory among the
- * sorted class directories, 0 for a flat dataset. */
+ * class directories (every directory of the root, sorted: torchvision's
+ * find_classes), 0 for a flat dataset. */
 int64_t cat_builder_class(const struct cat_builder *b, const char *relpath);
 /* Record why the scan failed (printf-style). */
 void cat_builder_error(struct cat_builder *b, const char *fmt, ...)

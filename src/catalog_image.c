@@ -20,7 +20,10 @@
 #include "util.h"
 
 #define CAT_IMG_MAGIC "SEERCAT"
-#define CAT_IMG_VERSION 3u /* 3: optional image sizes */
+/* 3: optional image sizes; 4: class labels number every directory of the
+ * root (torchvision's find_classes), not only those with samples: a cache of
+ * version 3 may carry the old labels */
+#define CAT_IMG_VERSION 4u
 #define CAT_IMG_F_IMAGES 1u /* struct cat_image[nsamples] follows the samples */
 /* no image side wider than this is recorded (JPEG's limit is 65500) */
 #define CAT_IMG_MAX_SIDE (1u << 24)

@@ -35,6 +35,12 @@ struct cat_walk {
 int cat_walk_tree(const char *root, const struct fmt_ops *fmt, const struct cat_params *params,
 		  bool progress, struct strpool *pool, struct cat_walk *w, char *err, size_t errlen);
 void cat_walk_free(struct cat_walk *w);
+/* The class directories of root as torchvision's find_classes lists them:
+ * every entry that is a directory, a symbolic link to one included, hidden
+ * names included, sorted bytewise (Python sorts str by code point: the same
+ * order for UTF-8 names). *names malloc'd (free each and the array); 0 or
+ * SEER_EDATASET / -ENOMEM with why in err. */
+int cat_walk_classes(const char *root, char ***names, uint32_t *n, char *err, size_t errlen);
 
 uint64_t cat_hash_params(const struct cat_opts *o);
 uint64_t cat_hash_content(const struct catalog *c);

@@ -14,6 +14,10 @@
  * two names is two samples, as with any directory listing); dangling links
  * are skipped.
  *
+ * Class directories (cat_walk_classes) are listed apart, as torchvision's
+ * find_classes lists them: every directory of the root, hidden ones and links
+ * included, whether or not the walk finds samples in it.
+ *
  * Readers open samples by their full path, so a path longer than PATH_MAX is
  * an error naming it (abbreviated) and saying what to do.
  *
@@ -296,6 +300,65 @@ int cat_walk_tree(const char *root, const struct fmt_ops *fmt, const struct cat_
 	free(w.stack);
 	free(w.seen);
 	return rc;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int cat_walk_classes(const char *root, char ***names, uint32_t *n, char *err, size_t errlen)
+{
+	*names = NULL;
+	*n = 0;
+	DIR *d = opendir(root);
+	if (!d) {
+		int e = errno;
+		snprintf(err, errlen, "dataset %s: cannot list its class directories: %s", root,
+			 strerror(e));
+		return e == ENOMEM ? -ENOMEM : SEER_EDATASET;
+	}
+	size_t cnt = 0, cap = 0;
+	char **v = NULL;
+	int rc = 0;
+	for (;;) {
+		errno = 0;
+		struct dirent *de = readdir(d);
+		if (!de) {
+			rc = errno;
+			break;
+		}
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		bool dir = de->d_type == DT_DIR;
+		if (de->d_type == DT_UNKNOWN || de->d_type == DT_LNK) {
+			struct stat es; /* os.scandir's is_dir(): links followed, dangling ones not */
+			dir = fstatat(dirfd(d), de->d_name, &es, 0) == 0 && S_ISDIR(es.st_mode);
+		}
+		if (!dir)
+			continue;
+		if (cnt == cap) {
+			cap = MAX(cap * 2, (size_t)64);
+			v = xrealloc(v, cap * sizeof(char *));
+		}
+		v[cnt++] = xstrdup(de->d_name);
+	}
+	closedir(d);
+	if (rc == 0 && cnt > UINT32_MAX)
+		rc = EOVERFLOW;
+	if (rc != 0) {
+		snprintf(err, errlen, "dataset %s: cannot list its class directories: %s", root,
+			 strerror(rc));
+		for (size_t i = 0; i < cnt; i++)
+			free(v[i]);
+		free(v);
+		return rc == ENOMEM ? -ENOMEM : SEER_EDATASET;
+	}
+	if (cnt > 1)
+		qsort(v, cnt, sizeof(char *), cmp_name);
+	*names = v;
+	*n = (uint32_t)cnt;
+	return 0;
 }
 
 void cat_walk_free(struct cat_walk *w)

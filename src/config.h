@@ -17,6 +17,7 @@ struct seer_config {
 	char *dataset_path;
 	char *dataset_format;
 	char *extensions;
+	bool allow_empty_classes;
 	char *hdf5_data;
 	char *hdf5_labels;
 	char *npz_data;

@@ -35,6 +35,10 @@ const struct cfg_key cfg_keys[] = {
 	  FMT_HELP },
 	{ "dataset", "extensions", CFG_STR, F(extensions), "", 0, 0, NULL, true,
 	  "files format: comma list of extensions to include (empty: all files)" },
+	{ "dataset", "allow_empty_classes", CFG_BOOL, F(allow_empty_classes), "false", 0, 0, NULL,
+	  true, "files format: a class directory with no sample (empty, or emptied by extensions) "
+	  "is warned about, not refused (torchvision's allow_empty); labels number every "
+	  "directory of the root either way" },
 	{ "dataset", "hdf5_data", CFG_STR, F(hdf5_data), "records", 0, 0, NULL, true,
 	  "hdf5: sample dataset name, or prefix of records_0..k-1" },
 	{ "dataset", "hdf5_labels", CFG_STR, F(hdf5_labels), "labels", 0, 0, NULL, true,

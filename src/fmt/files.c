@@ -1,8 +1,10 @@
 /* The files format: one sample per file, labelled by its class directory.
  *
  * A sample is the whole file (dtype BYTES); with class directories
- * (root/<class>/<file>) its label is the index of <class> among the sorted
- * class names, else 0. dataset.extensions filters by extension.
+ * (root/<class>/<file>) its label is the index of <class> among every
+ * directory of the root, sorted (torchvision's find_classes: a directory
+ * left with no sample keeps its index, src/catalog.c), else 0.
+ * dataset.extensions filters by extension.
  * Scan runs on the catalog-building thread; read on any reader's thread. */
 #define _GNU_SOURCE
 #include "fmt.h"
@@ -68,6 +70,7 @@ static int files_read(struct cat_reader *rd, uint64_t id, const struct cat_sampl
 const struct fmt_ops fmt_files = {
 	.name = "files",
 	.accept = files_accept,
+	.dir_labels = true,
 	.scan = files_scan,
 	.read = files_read,
 };

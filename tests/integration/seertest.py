@@ -1,9 +1,10 @@
 """Helpers for seer's integration tests (Debian's /usr/bin/python3).
 
 The expectations here are computed independently of seerd: the catalog order
-is rebuilt from the directory tree (sorted relative paths, class = top-level
-directory), bytes are hashed from the files themselves; only the access
-sequence comes from libseer's sampler (the function under contract).
+is rebuilt from the directory tree (sorted relative paths, class = the index
+of the top-level directory among torchvision's find_classes), bytes are
+hashed from the files themselves; only the access sequence comes from
+libseer's sampler (the function under contract).
 
 Tests never race the job they observe (they pass on a machine busy with
 other work: `make test-stress`): a test that must act while a job runs holds
@@ -69,8 +70,17 @@ def make_classes(root, classes, per_class, min_size, max_size, seed=1):
                 f.write(rnd.randbytes(size))
 
 
+def find_classes(root):
+    """Class directories as torchvision's find_classes numbers them: every
+    directory of the root (os.scandir's is_dir(): links followed, hidden
+    names included), sorted (code points: bytewise for UTF-8 names)."""
+    return sorted((e.name for e in os.scandir(root) if e.is_dir()), key=lambda c: c.encode())
+
+
 def catalog(root):
-    """[(relpath, label, size, crc32)] in seer's catalog order, rebuilt here."""
+    """[(relpath, label, size, crc32)] in seer's catalog order, rebuilt here:
+    files not hidden, sorted by path; label = the index of the top-level
+    directory among find_classes(root) (0 for files only at the root)."""
     rels = []
     for d, dirs, files in os.walk(root):
         dirs[:] = [x for x in dirs if not x.startswith(".")]
@@ -79,7 +89,7 @@ def catalog(root):
                 continue
             rels.append(os.path.relpath(os.path.join(d, f), root))
     rels.sort(key=lambda p: p.encode())
-    classes = sorted({p.split("/")[0] for p in rels if "/" in p}, key=lambda c: c.encode())
+    classes = find_classes(root) if any("/" in p for p in rels) else []
     out = []
     for p in rels:
         label = classes.index(p.split("/")[0]) if classes else 0

@@ -312,12 +312,21 @@ def test_sigkill_seerd():
         for r in range(world):
             check(max(before[r]) == at, "rank %d took %s, it held %s" % (r, max(before[r]), at))
             del before[r][at]  # held when seerd died: never released, delivered again
+        # the killed seerd's job lock is left behind naming it; the next start takes it over
+        lock = os.path.join(tmp, "state", "seer-pos-default", "lock")
+        check(os.path.exists(lock) and "pid %d\n" % d.proc.pid in open(lock).read(),
+              "no job lock naming the killed seerd (pid %d) in %s" % (d.proc.pid, lock))
         d2 = Daemon(tmp, s, name="second")
         daemons.append(d2)
+        check(("took over the job's lock %s from seerd pid %d on host" % (lock, d.proc.pid))
+              in d2.log(), "the restart did not say it took the killed seerd's lock over:\n" +
+              d2.log())
         second = [os.path.join(tmp, "b%d.log" % r) for r in range(world)]
         for rc, _, err in finish(trainers(["py", "c"], world, [d2.sock] * world, second)):
             check(rc == 0, "trainer failed after the restart: " + err)
         check(d2.wait(LONG) == 0, "second seerd failed:\n" + d2.log())
+        check(not os.path.exists(os.path.dirname(lock)),
+              "the completed job left %s" % os.path.dirname(lock))
         sampler = seer.Sampler(len(cat), 9, world, 3)
         for r in range(world):
             n = check_exact(cat, sampler, r, before[r], read_log(second[r]), 3)
@@ -325,6 +334,103 @@ def test_sigkill_seerd():
     finally:
         for x in daemons:
             x.stop()
+        cleanup(tmp)
+
+
+# ---- issue 28 (5): one job id, two daemons ---------------------------------------------------
+
+def pos_files(d):
+    """{name: bytes} of a positions directory."""
+    out = {}
+    for f in sorted(os.listdir(d)):
+        with open(os.path.join(d, f), "rb") as fh:
+            out[f] = fh.read()
+    return out
+
+
+def test_same_job_id_refused():
+    """Two seerd with one [job] id and state_dir (other sockets): the second
+    refuses to start, naming the job and the first (host, pid, socket), before
+    it writes anything: the first's plan and position files keep their bytes,
+    and after a stop its resume = auto restart continues exactly where it
+    stopped."""
+    tmp = tmpdir("seer-rs-")
+    daemons = []
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "job.seed": 4, "job.epochs": 3, "job.batch_size": 3,
+             "cache.ram": "48KiB", "job.resume": "auto", "job.id": "fixed"}
+        world = 2
+        a = Daemon(tmp, s, name="first")
+        daemons.append(a)
+        gate, at = Gate(tmp), (1, 2)
+        first = [os.path.join(tmp, "a%d.log" % r) for r in range(world)]
+        job = {"SEER_JOB_ID": "fixed"}
+        procs = trainers(["c", "py"], world, [a.sock] * world, first, gate.args(at), env=job)
+        gate.wait(range(world), at, procs)
+        released_to(a, world, at)
+        pos = os.path.join(tmp, "state", "seer-pos-fixed")
+        saved = pos_files(pos)
+        check("plan" in saved, "no resume plan in %s: %s" % (pos, sorted(saved)))
+        b = Daemon(tmp, s, name="second", wait=False)
+        daemons.append(b)
+        wait_for(lambda: b.proc.poll() is not None or os.path.exists(b.sock), LONG,
+                 "the second seerd to exit or listen")
+        out = b.log()
+        host = os.uname().nodename
+        check(b.proc.poll() is not None and b.proc.returncode != 0,
+              "a second seerd with job id 'fixed' and the same state_dir started:\n" + out)
+        for want in ("[job] id 'fixed' is in use", "seerd pid %d on host %s" % (a.proc.pid, host),
+                     "socket %s" % a.sock, "another [job] id", "stop that seerd"):
+            check(want in out, "the refusal does not say %r:\n%s" % (want, out))
+        check(not os.path.exists(b.sock), "the refused seerd left its socket")
+        check(pos_files(pos) == saved, "the refused seerd touched %s: %s -> %s" %
+              (pos, sorted(saved), sorted(pos_files(pos))))
+        log("second seerd refused: " + [x for x in out.splitlines() if "in use" in x][0][:160])
+        # a two-node job with that id: node 0 refuses, node 1 leaves with it
+        try:
+            two = Cluster(tmp, 2, s, name="two")
+            daemons.append(two)
+            raise Fail("a two-node job with job id 'fixed' started beside the first:\n" +
+                       two.log())
+        except Fail as ex:
+            out = str(ex)
+        for want in ("seerd[0] ERROR [job] id 'fixed' is in use",
+                     "seerd[1] ERROR node 0: [job] id 'fixed' is in use",
+                     "seerd pid %d on host %s" % (a.proc.pid, host)):
+            check(want in out, "the two-node refusal does not say %r:\n%s" % (want, out))
+        check(pos_files(pos) == saved, "the refused job touched %s" % pos)
+        log("a two-node job with the same id refused on both nodes")
+        a.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: a.status()["state"] == "stopping", LONG, "seerd to be stopping")
+        gate.go(at)
+        expect_shutdown(finish(procs, timeout=LONG), "SIGTERM")
+        check(a.wait(LONG) == 0, "first seerd after SIGTERM:\n" + a.log())
+        before = [read_log(p) for p in first]
+        for r in range(world):
+            check(max(before[r]) == at, "rank %d took %s, it held %s" % (r, max(before[r]), at))
+        c = Daemon(tmp, s, name="third")
+        daemons.append(c)
+        second = [os.path.join(tmp, "b%d.log" % r) for r in range(world)]
+        for rc, _, err in finish(trainers(["py", "c"], world, [c.sock] * world, second,
+                                          env=job)):
+            check(rc == 0, "trainer failed after the restart: " + err)
+        check(c.wait(LONG) == 0, "restarted seerd failed:\n" + c.log())
+        check("took over" not in c.log(), "a clean stop left its lock:\n" + c.log())
+        sampler = seer.Sampler(len(cat), 4, world, 3)
+        for r in range(world):
+            after = read_log(second[r])
+            check(min(after) == (at[0], at[1] + 1), "rank %d restarted at %s, it stopped after "
+                  "%s" % (r, min(after), at))
+            n = check_exact(cat, sampler, r, before[r], after, 3)
+        log("the first job's restart continued after %d:%d: %d batches per rank, exact" %
+            (at[0], at[1], n))
+    finally:
+        for x in daemons:
+            if isinstance(x, Cluster):
+                x.kill()
+            else:
+                x.stop()
         cleanup(tmp)
 
 
@@ -809,7 +915,7 @@ def test_load_state_dict():
 
 if __name__ == "__main__":
     run_tests([test_mpirun_sigterm_seerd, test_mpirun_sigterm_mpirun, test_slow_trainer_sigterm,
-               test_sigkill_seerd, test_rank_moves_to_another_node,
+               test_sigkill_seerd, test_same_job_id_refused, test_rank_moves_to_another_node,
                test_checkpoint_record_after_sigkill, test_reconnect_across_restarts,
                test_elastic_one_node, test_elastic_two_nodes, test_elastic_every_format,
                test_auto_resume_other_world, test_load_state_dict])

@@ -384,9 +384,73 @@ def test_bad_input():
         cleanup(tmp)
 
 
+def test_labels_match_torchvision():
+    """Class labels are torchvision's find_classes' (issue 28): a/, b/ (empty),
+    c/ (only *.txt, emptied by dataset.extensions = bin), d/. seerd refuses
+    the tree at scan naming b and c, as ImageFolder does; with
+    dataset.allow_empty_classes = true every delivered label is the index
+    find_classes gives the sample's folder (d is 3, seer once said 1), the
+    label ImageFolder gives that class in a validation tree with no class
+    empty, and the bytes are the file's."""
+    from torchvision.datasets import ImageFolder
+    from torchvision.datasets.folder import find_classes
+    tmp = tmpdir("seer-it-")
+    try:
+        root, val = os.path.join(tmp, "train"), os.path.join(tmp, "val")
+        make_classes(root, ["a", "d"], 9, 100, 2000, seed=5)
+        os.makedirs(os.path.join(root, "b"))
+        os.makedirs(os.path.join(root, "c"))
+        for i in range(3):
+            with open(os.path.join(root, "c", "note%d.txt" % i), "w") as f:
+                f.write("not a sample %d" % i)
+        make_classes(val, ["a", "b", "c", "d"], 2, 100, 400, seed=6)
+        is_bin = lambda p: p.endswith(".bin")  # noqa: E731
+        try:
+            ImageFolder(root, is_valid_file=is_bin)
+            raise Fail("ImageFolder accepted a tree with empty classes")
+        except FileNotFoundError as ex:
+            check("classes b, c" in str(ex), "ImageFolder: %s" % ex)
+        val_idx = ImageFolder(val, is_valid_file=is_bin).class_to_idx
+        tv_idx = find_classes(root)[1]
+        check(tv_idx == val_idx == {"a": 0, "b": 1, "c": 2, "d": 3},
+              "torchvision: %s, %s" % (tv_idx, val_idx))
+        st = os.path.join(tmp, "state")
+        seerd_error(["--set", "dataset.path=" + root, "--set", "dataset.extensions=bin",
+                     "--set", "daemon.state_dir=" + st],
+                    ["2 of 4 class directories", "'b', 'c'", "dataset.extensions = bin",
+                     "dataset.allow_empty_classes = true"])
+        log("empty classes refused at scan, as ImageFolder refuses them")
+        cat = [x for x in catalog(root) if x[0].endswith(".bin")]
+        for p, label, _, _ in cat:
+            check(label == tv_idx[p.split("/")[0]], "oracle: %s label %d" % (p, label))
+        s = base_settings(root, **{"dataset.extensions": "bin",
+                                   "dataset.allow_empty_classes": "true", "job.epochs": 2,
+                                   "job.batch_size": 3})
+        d, logs = run_job(tmp, root, cat, s, ["c", "py"])
+        check("2 of 4 class directories hold" in d.log() and "'b', 'c'" in d.log(),
+              "no warning about the empty classes:\n" + d.log())
+        sampler = seer.Sampler(len(cat), 42, 2, 3)
+        seen = set()
+        for r in range(2):
+            verify_rank(cat, sampler, r, logs[r], 2)
+            for b in logs[r].values():
+                for (_, sid, label, _, _) in b:
+                    cls = cat[sid][0].split("/")[0]
+                    check(label == tv_idx[cls] == val_idx[cls],
+                          "sample %d (%s): label %d, torchvision %d" % (sid, cat[sid][0], label,
+                                                                       tv_idx[cls]))
+                    seen.add((cls, label))
+        check(seen == {("a", 0), ("d", 3)}, "labels delivered: %s" % sorted(seen))
+        log("labels delivered = find_classes' = ImageFolder's on the validation tree: %s" %
+            sorted(seen))
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_four_trainers_three_epochs, test_pacing, test_wakeups, test_nopfs_policy,
                test_padding,
                test_same_seed_same_batches,
                test_drop_last,
-               test_killed_trainer, test_seek_and_start, test_torch_adapter, test_bad_input])
+               test_killed_trainer, test_seek_and_start, test_torch_adapter, test_bad_input,
+               test_labels_match_torchvision])

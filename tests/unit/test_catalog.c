@@ -12,7 +12,8 @@ TestSuite(catalog, .init = setup, .fini = teardown, .timeout = 60);
 /* Class directories sorted bytewise (uppercase before lowercase, UTF-8
  * after ASCII, "a" < "a-b" < "a0"); sample ids follow the sorted relative
  * paths ('-' < '/' < '0' puts "a-b/1" before "a/1"); nested directories
- * belong to their top-level class; hidden entries are ignored. */
+ * belong to their top-level class; hidden files are not samples (hidden
+ * directories of the root are classes: hidden_directories_are_classes). */
 Test(catalog, class_directories)
 {
 	mkfile("b/1", 11, 1);
@@ -25,12 +26,11 @@ Test(catalog, class_directories)
 	mkfile("Z/1", 18, 8);
 	mkfile("\xc3\xa9/1", 19, 9);
 	mkfile("a/0-empty", 0, 10);
-	/* hidden: files, directories, inside classes */
+	/* hidden: files, directories inside classes */
 	mkfile(".hidden", 5, 0);
-	mkfile(".git/objects/x", 5, 0);
 	mkfile("a/.DS_Store", 5, 0);
 	mkfile("a/sub/.swp", 5, 0);
-	mkfile(".hiddenclass/1", 5, 0);
+	mkfile("a/.git/objects/x", 5, 0);
 	struct cat_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
 	/* classes: B=0 Z=1 a=2 a-b=3 a0=4 b=5 é=6 */
@@ -100,6 +100,7 @@ Test(catalog, extension_filter)
 	mkfile("a/z.txt", 5, 3);
 	mkfile("a/jpg", 6, 4);
 	mkfile("b/w.jpeg", 7, 5);
+	mkfile("b/u.png", 9, 7);
 	mkfile("c/v.png", 8, 6);
 	struct cat_opts o = opts(false);
 	o.params.extensions = "jpg, png";
@@ -107,10 +108,129 @@ Test(catalog, extension_filter)
 	static const struct expect want[] = {
 		{ "a/x.jpg", 0, 3, 1 },
 		{ "a/y.PNG", 0, 4, 2 },
-		{ "c/v.png", 1, 8, 6 },
+		{ "b/u.png", 1, 9, 7 },
+		{ "c/v.png", 2, 8, 6 },
 	};
+	assert_catalog(c, want, 4);
+	cat_free(c);
+}
+
+/* ---- class numbering: torchvision's find_classes (issue 28) ------------------- */
+
+static void mklink(const char *target, const char *rel);
+static const char *paths_of(const struct catalog *c);
+
+static void mkdir_in_data(const char *rel)
+{
+	char path[PATH_MAX * 2];
+	snprintf(path, sizeof(path), "%s/%s", data, rel);
+	cr_assert_eq(mkdir_p(path, 0755), 0, "mkdir -p %s", path);
+}
+
+/* a/, b/ (empty), c/: find_classes numbers a=0 b=1 c=2 (and ImageFolder
+ * refuses the tree): refused naming b and what to do; with
+ * allow_empty_classes c keeps label 2 (seer once said 1). */
+Test(catalog, empty_class_keeps_its_index)
+{
+	mkfile("a/1", 3, 1);
+	mkfile("a/2", 4, 2);
+	mkdir_in_data("b");
+	mkfile("c/1", 5, 3);
+	mkdir_in_data("d/sub"); /* only empty directories below: no sample either */
+	struct cat_opts o = opts(false);
+	cr_assert_eq(open_fails(&o), SEER_EDATASET);
+	assert_has(err, "2 of 4 class directories");
+	assert_has(err, "'b', 'd'");
+	assert_has(err, "find_classes");
+	assert_has(err, "dataset.allow_empty_classes = true");
+	o.params.allow_empty_classes = true;
+	struct catalog *c = open_ok(&o);
+	static const struct expect want[] = {
+		{ "a/1", 0, 3, 1 },
+		{ "a/2", 0, 4, 2 },
+		{ "c/1", 2, 5, 3 },
+	};
+	cr_assert_eq(c->nclasses, 4);
 	assert_catalog(c, want, 3);
 	cat_free(c);
+}
+
+/* A class whose files dataset.extensions all leave out is a class with no
+ * sample too: refused naming it and the extensions; allowed, the next class
+ * keeps find_classes' index. */
+Test(catalog, class_emptied_by_extensions)
+{
+	mkfile("a/x.jpg", 3, 1);
+	mkfile("b/w.jpeg", 7, 5);
+	mkfile("b/t.txt", 7, 6);
+	mkfile("c/v.png", 8, 6);
+	struct cat_opts o = opts(false);
+	o.params.extensions = "jpg,png";
+	cr_assert_eq(open_fails(&o), SEER_EDATASET);
+	assert_has(err, "1 of 3 class directories");
+	assert_has(err, "'b'");
+	assert_has(err, "dataset.extensions = jpg,png");
+	o.params.allow_empty_classes = true;
+	struct catalog *c = open_ok(&o);
+	static const struct expect want[] = { { "a/x.jpg", 0, 3, 1 }, { "c/v.png", 2, 8, 6 } };
+	cr_assert_eq(c->nclasses, 3);
+	assert_catalog(c, want, 2);
+	cat_free(c);
+}
+
+/* find_classes lists every directory of the root (os.scandir, is_dir()):
+ * hidden ones too (".git" sorts first), links to directories too, dangling
+ * links and files not. Hidden files are never samples, so a hidden
+ * directory is a class with no sample. */
+Test(catalog, hidden_directories_are_classes)
+{
+	mkfile(".git/objects/x", 5, 0);
+	mkfile("a/1", 3, 1);
+	mkfile("b/1", 4, 2);
+	mkfile(".stray", 1, 0);
+	char outside[PATH_MAX * 2];
+	snprintf(outside, sizeof(outside), "%s/outside", base);
+	cr_assert_eq(mkdir(outside, 0755), 0);
+	snprintf(outside, sizeof(outside), "%s/outside/f", base);
+	FILE *f = fopen(outside, "w");
+	cr_assert_not_null(f);
+	fputs("link", f);
+	fclose(f);
+	mklink("../outside", "linked");
+	mklink("nowhere", "dangling");
+	struct cat_opts o = opts(false);
+	cr_assert_eq(open_fails(&o), SEER_EDATASET);
+	assert_has(err, "1 of 4 class directories");
+	assert_has(err, "'.git'");
+	o.params.allow_empty_classes = true;
+	struct catalog *c = open_ok(&o);
+	cr_assert_eq(c->nclasses, 4); /* .git=0 a=1 b=2 linked=3 */
+	cr_assert_str_eq(paths_of(c), "a/1 b/1 linked/f");
+	cr_assert_eq(c->samples[0].label, 1);
+	cr_assert_eq(c->samples[1].label, 2);
+	cr_assert_eq(c->samples[2].label, 3);
+	cat_free(c);
+}
+
+/* A cached catalog with an empty class (saved under allow_empty_classes)
+ * is not taken without it: the start refuses as a scan would. */
+Test(catalog, cached_empty_class_checked_again)
+{
+	mkfile("a/1", 3, 1);
+	mkdir_in_data("b");
+	mkfile("c/1", 5, 3);
+	age_tree();
+	struct cat_opts o = opts(true);
+	o.params.allow_empty_classes = true;
+	struct catalog *c = open_ok(&o);
+	cat_free(c);
+	c = open_ok(&o);
+	cr_assert_eq(c->from_cache, true);
+	cr_assert_eq(c->samples[1].label, 2);
+	cat_free(c);
+	o.params.allow_empty_classes = false;
+	cr_assert_eq(open_fails(&o), SEER_EDATASET);
+	assert_has(err, "'b'");
 }
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -242,6 +362,8 @@ Test(catalog, symlinks_followed_once)
 	mklink("nowhere", "other/dangling");
 	mklink("../real", "other/real_again");
 	struct cat_opts o = opts(false);
+	/* "real" is a class of find_classes with its files listed under "alias" */
+	o.params.allow_empty_classes = true;
 	struct catalog *c = open_ok(&o);
 	cr_assert_str_eq(paths_of(c), "alias/x alias/y other/x_link other/z");
 	cr_assert_eq(c->skipped_links, 2, "real and other/real_again are the directory of alias");
