@@ -414,6 +414,10 @@ static int map_segments(struct seer_client *c, const int fds[SEER_WELCOME_NFDS])
 		goto map_fail;
 	c->co = p;
 	c->co_size = w->ctrl_out_size;
+	/* its batch slots mapped now (seerd wrote them all at creation): a slot
+	 * first used in a warm epoch does not fault there (ignored by kernels
+	 * before 5.14: the slots then fault in when first read) */
+	madvise(p, w->ctrl_out_size, 22 /* MADV_POPULATE_READ, Linux 5.14 */);
 	if ((rc = shm_map(fds[2], w->ctrl_in_size, 1, &p)) != 0)
 		goto map_fail;
 	c->ci = p;

@@ -116,6 +116,10 @@ static int make_ctrl(struct engine *e, struct trainer *t, int sock, const struct
 	}
 	t->co = t->out_seg.base;
 	t->ci = t->in_seg.base;
+	/* every page of the batch slots written now (zeros), so the trainer
+	 * maps them all at connect (client/connect.c): a slot first used in a
+	 * warm epoch would otherwise cost its reader a page fault there */
+	memset((uint8_t *)t->co + l->slots_off, 0, l->out_size - l->slots_off);
 	t->co->magic = SEER_MAGIC_CTOUT;
 	t->co->version = SEER_PROTO_VERSION;
 	t->co->creator_pid = (uint32_t)getpid();
