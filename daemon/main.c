@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libgen.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../src/catalog.h"
@@ -16,6 +18,7 @@
 #include "../src/util.h"
 #include "seer.h"
 #include "cluster.h"
+#include "node_path.h"
 #include "server.h"
 
 static void usage(FILE *out)
@@ -108,6 +111,74 @@ static void raise_nofile(void)
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != was)
 		log_info("open-file limit raised from %llu to %llu (the hard limit)",
 			 (unsigned long long)was, (unsigned long long)rl.rlim_cur);
+}
+
+/* [daemon] stats_file is written at exit (write_file_atomic: a temporary
+ * file beside it, renamed): its directory must exist and be writable now,
+ * not be found missing when the job is over. 0, or the error in err naming
+ * the key and the path. Every node checks its own path (%n). */
+static int check_stats_file(const struct seer_config *cfg, uint32_t node, char *err,
+			    size_t errlen)
+{
+	if (!cfg->stats_file || !*cfg->stats_file)
+		return 0;
+	char path[4096], dir[4096];
+	if (node_path(path, sizeof(path), cfg->stats_file, node) != 0) {
+		snprintf(err, errlen, "[daemon] stats_file %.200s is too long with the node rank: "
+			 "set a shorter path", cfg->stats_file);
+		return -ENAMETOOLONG;
+	}
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "[daemon] stats_file %.200s is a directory: name a file in it, "
+			 "e.g. %.200s/seerd-stats.json", path, path);
+		return -EISDIR;
+	}
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *d = dirname(dir);
+	int e = stat(d, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+	if (e != 0) {
+		snprintf(err, errlen, "[daemon] stats_file %.200s: its directory %.200s %s: create "
+			 "it first, or set daemon.stats_file to a path in an existing directory", path,
+			 d, e == ENOENT ? "does not exist" : strerror(e));
+		return -e;
+	}
+	if (access(d, W_OK | X_OK) != 0) {
+		e = errno;
+		snprintf(err, errlen, "[daemon] stats_file %.200s: cannot write in its directory "
+			 "%.200s (%s): choose a writable directory", path, d, strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
+/* Every node's check_stats_file: 0 when all passed, else 1 with the first
+ * failing node's reason logged by node 0 and by the node itself. */
+static int agree_stats_file(const struct seer_config *cfg, struct cluster *cl, uint32_t node,
+			    uint32_t nnodes)
+{
+	struct {
+		int32_t rc;
+		char msg[1020];
+	} me = { 0 }, *all = xcalloc(nnodes, sizeof(me));
+	me.rc = check_stats_file(cfg, node, me.msg, sizeof(me.msg));
+	int rc = 0;
+	if (cluster_allgather(cl, &me, sizeof(me), all) != 0) {
+		rc = me.rc != 0;
+		if (rc)
+			log_error("%s", me.msg);
+	}
+	for (uint32_t k = 0; k < nnodes && rc == 0; k++) {
+		if (all[k].rc == 0)
+			continue;
+		if (k == node)
+			log_error("%s", all[k].msg);
+		else if (node == 0)
+			log_error("node %u: %s", k, all[k].msg);
+		rc = 1;
+	}
+	free(all);
+	return rc;
 }
 
 /* prefetch.coalesce = auto on a dataset that coalesced reads could serve
@@ -236,6 +307,8 @@ int main(int argc, char **argv)
 	} else if (cluster_agree_config(cl, &cfg, err, sizeof(err)) != 0) {
 		if (node == 0)
 			log_error("%s", err);
+		rc = 1;
+	} else if (agree_stats_file(&cfg, cl, node, nnodes) != 0) {
 		rc = 1;
 	} else {
 		raise_nofile();
