@@ -75,18 +75,32 @@ static int make_listener(struct server *s, char *err, size_t errlen)
 	return 0;
 }
 
+/* What seerd does with each signal it takes (server_signals lists them):
+ * SIGTERM, SIGINT, SIGQUIT: the clean stop (a second one: exit now);
+ * SIGUSR1, SIGUSR2: a snapshot (Slurm's --signal=USR1@T warns this way
+ * before the time limit), serving goes on; SIGHUP: logged and ignored
+ * (seerd has no terminal and no configuration to reload). */
 static void on_signal(struct server *s)
 {
 	struct signalfd_siginfo si;
 	while (read(s->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+		int sig = (int)si.ssi_signo;
+		if (sig == SIGHUP) {
+			log_info("SIGHUP from pid %u ignored: seerd is not a terminal program and reloads "
+				 "nothing (SIGTERM stops it)", si.ssi_pid);
+		} else if (sig == SIGUSR1 || sig == SIGUSR2) {
+			log_info("received %s from pid %u (Slurm's --signal warning?): writing the "
+				 "statistics and the resume positions; serving goes on",
+				 sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2", si.ssi_pid);
+			engine_snapshot(s->e);
+		} else if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
 			if (s->stop_deadline > 0) {
-				log_warn("second %s: exiting now", strsignal((int)si.ssi_signo));
+				log_warn("second %s: exiting now", strsignal(sig));
 				s->stop_deadline = now_s();
 				continue;
 			}
 			log_info("%s: stopping (trainers are told; shared memory and socket are "
-				 "removed)", strsignal((int)si.ssi_signo));
+				 "removed)", strsignal(sig));
 			stop_job(s, true);
 			s->exit_code = 0;
 		}
@@ -157,28 +171,32 @@ static int join_peers(struct server *s, char *err, size_t errlen)
 	return rc;
 }
 
-static void stop_signals(sigset_t *mask)
+void server_signals(sigset_t *mask)
 {
 	sigemptyset(mask);
 	sigaddset(mask, SIGTERM);
 	sigaddset(mask, SIGINT);
+	sigaddset(mask, SIGQUIT);
+	sigaddset(mask, SIGHUP);
+	sigaddset(mask, SIGUSR1);
+	sigaddset(mask, SIGUSR2);
 }
 
 void server_block_signals(void)
 {
 	sigset_t mask;
-	stop_signals(&mask);
+	server_signals(&mask);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 }
 
-/* The loop's own fds: SIGTERM/SIGINT through a signalfd (blocked by main
- * before MPI or any thread started, so only it sees them), epoll, and the
- * 1 s timer. */
+/* The loop's own fds: server_signals' signals through a signalfd (blocked
+ * by main before MPI or any thread started, so only it sees them), epoll,
+ * and the 1 s timer. */
 static int loop_open(struct server *s)
 {
 	sigset_t mask;
-	stop_signals(&mask);
+	server_signals(&mask);
 	server_block_signals(); /* already done by main; harmless again */
 	s->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);

@@ -2,6 +2,8 @@
 #ifndef SEERD_SERVER_H
 #define SEERD_SERVER_H
 
+#include <signal.h>
+
 #include "../src/catalog.h"
 #include "../src/config.h"
 #include "cluster.h"
@@ -14,11 +16,14 @@ struct pfs_probe;
 int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluster *cl,
 	       unsigned node, unsigned nnodes, const struct pfs_probe *probe);
 
-/* Block the signals the loop takes through its signalfd (SIGTERM, SIGINT) in
+/* Block the signals the loop takes through its signalfd (server_signals) in
  * the calling thread; ignore SIGPIPE. Call first thing in main, before MPI or
  * any library starts a thread: threads inherit the mask, and a thread with
  * SIGTERM unblocked would take it with the default action (death without a
  * drain). */
 void server_block_signals(void);
+/* The signals seerd takes itself: SIGTERM, SIGINT, SIGQUIT (stop), SIGUSR1,
+ * SIGUSR2 (snapshot), SIGHUP (ignored, logged). */
+void server_signals(sigset_t *mask);
 
 #endif /* SEERD_SERVER_H */
