@@ -20,6 +20,7 @@
 #include "cluster.h"
 #include "node_path.h"
 #include "server.h"
+#include "startup.h"
 
 static void usage(FILE *out)
 {
@@ -232,12 +233,31 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 		.image_sizes = strcmp(cfg->xf_decode, "image") == 0 &&
 			       strcmp(cfg->xf_cache, "decoded") == 0,
 	};
-	struct catalog *cat;
-	int rc = cluster_share_catalog(cl, &co, &cat, err, sizeof(err));
-	if (rc != 0) {
+	/* the socket answers from now on (startup.h): trainers and seerctl
+	 * see the scan's progress, a stop signal stops the scan */
+	struct cat_progress prog = { 0 };
+	struct startup *st = NULL;
+	co.threads = (unsigned)cfg->io_threads;
+	co.prog = &prog;
+	if (!check && startup_begin(&st, cfg, node, nnodes, &prog, err, sizeof(err)) != 0) {
 		log_error("%s", err);
+		*fini = 1; /* the other nodes are in the catalog's broadcast: abort them */
 		return 1;
 	}
+	struct catalog *cat;
+	int rc = cluster_share_catalog(cl, &co, &cat, err, sizeof(err));
+	if (rc == -ECANCELED) {
+		log_info("stopped during start-up (%s): exiting; no trainer was served, no positions "
+			 "to save", err);
+		startup_abort(st);
+		return 0;
+	}
+	if (rc != 0) {
+		log_error("%s", err);
+		startup_abort(st);
+		return 1;
+	}
+	startup_phase(st, STARTUP_SETUP);
 	if (check) {
 		char a[32];
 		printf("dataset %s: %llu samples, %s, %u files, format %s, catalog hash %016llx\n",
@@ -248,10 +268,12 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 	} else {
 		struct pfs_probe probe;
 		bool probed;
-		if (share_probe(cfg, cat, cl, node, &probe, &probed) != 0)
+		if (share_probe(cfg, cat, cl, node, &probe, &probed) != 0) {
 			rc = *fini = 1;
-		else
-			rc = *fini = server_run(cfg, cat, cl, node, nnodes, probed ? &probe : NULL);
+			startup_abort(st);
+		} else {
+			rc = *fini = server_run(cfg, cat, cl, node, nnodes, probed ? &probe : NULL, st);
+		}
 	}
 	cat_free(cat);
 	return rc;

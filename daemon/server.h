@@ -10,11 +10,20 @@
 
 struct pfs_probe;
 
+struct startup;
+
 /* Serve the job until every trainer finished (on every node), a stop was
  * requested, or a fatal error. Returns the process exit code. `probe`:
- * prefetch.coalesce = auto's verdict (daemon/main.c), or NULL. */
+ * prefetch.coalesce = auto's verdict (daemon/main.c), or NULL. `st`: the
+ * start-up thread listening on the socket (startup.h); it is ended here, its
+ * socket taken over, and a stop it took stops the job at once. */
 int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluster *cl,
-	       unsigned node, unsigned nnodes, const struct pfs_probe *probe);
+	       unsigned node, unsigned nnodes, const struct pfs_probe *probe, struct startup *st);
+
+/* Listen on the unix socket path (created 0600; a socket file left by a dead
+ * daemon is replaced, a live daemon's is an error). 0 and *lfd, or the error
+ * in err. */
+int server_listen(const char *path, int *lfd, char *err, size_t errlen);
 
 /* Block the signals the loop takes through its signalfd (server_signals) in
  * the calling thread; ignore SIGPIPE. Call first thing in main, before MPI or
