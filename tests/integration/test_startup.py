@@ -59,8 +59,10 @@ def test_signals_keep_serving():
         make_classes(src, ["a", "b", "c"], 12, 100, 900, seed=3)
         cat = catalog(src)
         epochs, batch = 3, 4
+        # the trainer stays paused holding (1, 2) through the stop: seerd leaves
+        # after 0.5 s of grace with that batch unreleased
         s = {"dataset.path": src, "job.seed": 5, "job.epochs": epochs, "job.batch_size": batch,
-             "job.resume": "auto"}
+             "job.resume": "auto", "daemon.stop_grace_s": 0.5}
         gate = Gate(tmp)
         with Daemon(tmp, s, env=DAEMON_ENV) as d:
             logf = os.path.join(tmp, "r0.log")
@@ -107,7 +109,8 @@ def test_sigquit_stops_cleanly():
     try:
         src = os.path.join(tmp, "data")
         make_classes(src, ["a", "b"], 10, 100, 500, seed=4)
-        s = {"dataset.path": src, "job.epochs": 2, "job.batch_size": 4, "job.resume": "auto"}
+        s = {"dataset.path": src, "job.epochs": 2, "job.batch_size": 4, "job.resume": "auto",
+             "daemon.stop_grace_s": 0.5}
         gate = Gate(tmp)
         with Daemon(tmp, s, env=DAEMON_ENV) as d:
             p = start_trainer("c", 0, 1, d.sock, os.path.join(tmp, "r0.log"),
@@ -224,7 +227,7 @@ def test_scan_trainer_waits():
     tmp = tmpdir("seer-su-")
     mnt = None
     try:
-        mnt, cat = slow_dataset(tmp, 120, 20)
+        mnt, cat = slow_dataset(tmp, 40, 20)
         epochs, batch = 2, 4
         s = {"dataset.path": mnt, "job.seed": 3, "job.epochs": epochs, "job.batch_size": batch}
         d = Daemon(tmp, s, env=DAEMON_ENV, wait=False)
@@ -253,8 +256,8 @@ def test_scan_trainer_waits():
 
 def test_scan_two_nodes_sigterm():
     """mpirun -np 2: during node 0's scan both nodes answer seerctl status
-    (node 0 its progress, node 1 that it waits); SIGTERM to mpirun stops both,
-    exit 0, both sockets removed."""
+    (node 0 its progress, node 1 that it waits); SIGTERM to mpirun stops both
+    cleanly (no error, no MPI abort), both sockets removed."""
     tmp = tmpdir("seer-su-")
     mnt = None
     try:
@@ -287,11 +290,16 @@ def test_scan_two_nodes_sigterm():
                     proc.wait()
         with open(logp) as f:
             out = f.read()
-        check(rc == 0, "mpirun exited %s after SIGTERM during the scan:\n%s" % (rc, out))
+        # mpirun reports its own SIGTERM as status 1; the daemons' clean exits
+        # are their stop lines, and no error or abort
+        check(rc in (0, 1), "mpirun exited %s after SIGTERM during the scan:\n%s" % (rc, out))
+        check(" ERROR " not in out and "MPI_ABORT" not in out and "abort" not in out.lower(),
+              "a node failed or aborted:\n" + out)
         check(not os.path.exists(s0) and not os.path.exists(s1), "a socket was left behind")
         check(out.count("stopped during start-up") == 2, "not both nodes stopped:\n" + out)
         log("two nodes during the scan: node 0 '%s', node 1 '%s'; SIGTERM to mpirun: both "
-            "exit 0" % (m.group(0), out1.stdout.strip().splitlines()[-1]))
+            "stop cleanly (mpirun status %d)" % (m.group(0), out1.stdout.strip().splitlines()[-1],
+                                                 rc))
     finally:
         if mnt:
             pfs().umount_pfs(mnt)
