@@ -237,7 +237,9 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 	 * see the scan's progress, a stop signal stops the scan */
 	struct cat_progress prog = { 0 };
 	struct startup *st = NULL;
-	co.threads = (unsigned)cfg->io_threads;
+	/* two scanning threads per I/O thread: a file's open and fstat are two
+	 * metadata round trips (a stat is one), threads are what hides them */
+	co.threads = (unsigned)MIN(cfg->io_threads * 2, (uint64_t)256);
 	co.prog = &prog;
 	if (!check && startup_begin(&st, cfg, node, nnodes, &prog, err, sizeof(err)) != 0) {
 		log_error("%s", err);
