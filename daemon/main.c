@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -336,6 +338,13 @@ int main(int argc, char **argv)
 		rc = 1;
 	} else {
 		raise_nofile();
+		if (a.check) {
+			/* --check serves nothing and saves nothing: Ctrl-C or SIGTERM
+			 * during its scan ends it at once (the default action) */
+			sigset_t mask;
+			server_signals(&mask);
+			pthread_sigmask(SIG_UNBLOCK, &mask, NULL);
+		}
 		rc = serve(&cfg, cl, node, nnodes, a.check, &fini);
 	}
 	cfg_free(&cfg);
