@@ -3,7 +3,7 @@
  *
  * Runs on the caller's thread. Every blocking step (connect retries, sending
  * the hello, waiting for the welcome) ends by one deadline, the connect
- * timeout. On failure everything set up so far is undone and the return
+ * timeout, moved on by each SEER_MSG_PROGRESS of a seerd still starting. On failure everything set up so far is undone and the return
  * value plus seer_errmsg() say why; nothing aborts. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -326,8 +326,12 @@ bad:
 	return SEER_EPROTO;
 }
 
-/* HELLO (+ the checkpoint record) -> WELCOME (+4 fds, + the plan's record)
- * or ERROR. */
+/* handshake()'s answer when seerd says it is alive but still starting
+ * (SEER_MSG_PROGRESS): not an error, connect again (open_session_wait). */
+#define HS_STARTING 1
+
+/* HELLO (+ the checkpoint record) -> WELCOME (+4 fds, + the plan's record),
+ * ERROR, or PROGRESS (HS_STARTING). */
 static int handshake(struct seer_client *c, const struct params *p, uint64_t deadline,
 		     int fds[SEER_WELCOME_NFDS])
 {
@@ -353,6 +357,12 @@ static int handshake(struct seer_client *c, const struct params *p, uint64_t dea
 	n = recv_until(c->sock, &c->w, sizeof(c->w), fds, &nfds, deadline);
 	if (n == -ETIMEDOUT)
 		return timed_out(p, "answer the handshake");
+	if (n >= (ssize_t)offsetof(struct seer_msg_welcome, nsamples) &&
+	    c->w.kind == SEER_MSG_PROGRESS) {
+		close_fds(fds, nfds);
+		c->w.msg[sizeof(c->w.msg) - 1] = '\0';
+		return HS_STARTING;
+	}
 	bool refusal = n >= (ssize_t)offsetof(struct seer_msg_welcome, nsamples) &&
 		       c->w.kind == SEER_MSG_ERROR;
 	if (!sent && !refusal) {
@@ -527,6 +537,30 @@ static int open_session(struct seer_client *c, const struct params *p, uint64_t 
 	return rc != 0 ? rc : attach(c);
 }
 
+/* open_session, waiting while seerd answers that it is still starting (its
+ * catalog scan): each such answer moves the deadline to the connect timeout
+ * from then, never past `limit`. So a long scan never fails a trainer, and a
+ * dead or stopped daemon still fails it within one connect timeout. */
+static int open_session_wait(struct seer_client *c, const struct params *p, uint64_t deadline,
+			     uint64_t limit)
+{
+	for (;;) {
+		int rc = open_session(c, p, deadline);
+		if (rc != HS_STARTING)
+			return rc;
+		close(c->sock);
+		c->sock = -1;
+		uint64_t t = now_ns();
+		deadline = MIN(limit, t + (uint64_t)p->timeout_ms * 1000000ull);
+		if (t >= deadline) {
+			err_set("seerd at %s is still starting (%s) after the reconnect deadline",
+				p->sock, c->w.msg);
+			return -ETIMEDOUT;
+		}
+		sleep_ns(MIN(50 * 1000000ull, deadline - t));
+	}
+}
+
 SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out)
 {
 	if (!out) {
@@ -542,7 +576,8 @@ SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out)
 	if (!c)
 		return -ENOMEM;
 	uint64_t deadline = now_ns() + (uint64_t)p.timeout_ms * 1000000ull;
-	if ((rc = open_session(c, &p, deadline)) != 0 || (rc = handle_register(c, out)) != 0)
+	if ((rc = open_session_wait(c, &p, deadline, UINT64_MAX)) != 0 ||
+	    (rc = handle_register(c, out)) != 0)
 		goto fail;
 	err_clear();
 	return 0;
@@ -670,7 +705,7 @@ int client_reconnect(struct seer_client *c, uint64_t deadline)
 		return -ENOMEM;
 	}
 	uint64_t hs = MIN(deadline, now_ns() + (uint64_t)c->timeout_ms * 1000000ull);
-	rc = open_session(n, &p, hs);
+	rc = open_session_wait(n, &p, hs, deadline);
 	free(rec);
 	if (rc == 0) {
 		smp_tl_pos(&n->tl, n->next_global, &e1, &s1);

@@ -267,7 +267,12 @@ int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct c
 		}
 		hdr.rc = rc;
 	}
-	MPI_Bcast(&hdr, sizeof(hdr), MPI_BYTE, 0, MPI_COMM_WORLD);
+	/* polled: the other nodes wait out node 0's scan without spinning a
+	 * core (their start-up threads answer meanwhile) */
+	if (cluster_bcast(cl, &hdr, sizeof(hdr)) != 0 && hdr.rc == 0) {
+		hdr.rc = -EIO;
+		snprintf(hdr.msg, sizeof(hdr.msg), "broadcasting the catalog's header failed (MPI)");
+	}
 	if (hdr.rc != 0) {
 		snprintf(err, errlen, "%s%s", cl->node ? "node 0: " : "", hdr.msg);
 		free(img);

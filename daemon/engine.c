@@ -355,6 +355,13 @@ void engine_end(struct engine *e, bool complete)
 	resume_end(e, complete);
 }
 
+void engine_snapshot(struct engine *e)
+{
+	engine_work(e); /* releases the trainers made meanwhile into the positions */
+	engine_write_stats(e);
+	resume_sync(e);
+}
+
 bool engine_finished(const struct engine *e)
 {
 	if (e->fatal[0])

@@ -71,6 +71,9 @@ void engine_stop(struct engine *e, bool now);
  * its last batch) removes the saved positions, else they stay for the next
  * run and the log says where. */
 void engine_end(struct engine *e, bool complete);
+/* SIGUSR1/SIGUSR2: the stats file as it stands now, and this node's resume
+ * positions written to disk (each logged); serving goes on. */
+void engine_snapshot(struct engine *e);
 /* Every trainer finished the job (or the engine stopped) and detached. */
 bool engine_finished(const struct engine *e);
 /* Why the engine cannot go on (it then reports finished), or NULL. */

@@ -625,5 +625,6 @@ int resume_load(struct engine *e, struct smp_record **rec, uint64_t **starts, ch
 void resume_begin(struct engine *e);
 void resume_note(struct engine *e, struct trainer *t);
 void resume_end(struct engine *e, bool complete);
+void resume_sync(struct engine *e);
 
 #endif /* SEERD_ENGINE_INT_H */

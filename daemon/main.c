@@ -3,10 +3,14 @@
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libgen.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../src/catalog.h"
@@ -19,6 +23,7 @@
 #include "joblock.h"
 #include "node_path.h"
 #include "server.h"
+#include "startup.h"
 
 static void usage(FILE *out)
 {
@@ -112,6 +117,74 @@ static void raise_nofile(void)
 			 (unsigned long long)was, (unsigned long long)rl.rlim_cur);
 }
 
+/* [daemon] stats_file is written at exit (write_file_atomic: a temporary
+ * file beside it, renamed): its directory must exist and be writable now,
+ * not be found missing when the job is over. 0, or the error in err naming
+ * the key and the path. Every node checks its own path (%n). */
+static int check_stats_file(const struct seer_config *cfg, uint32_t node, char *err,
+			    size_t errlen)
+{
+	if (!cfg->stats_file || !*cfg->stats_file)
+		return 0;
+	char path[4096], dir[4096];
+	if (node_path(path, sizeof(path), cfg->stats_file, node) != 0) {
+		snprintf(err, errlen, "[daemon] stats_file %.200s is too long with the node rank: "
+			 "set a shorter path", cfg->stats_file);
+		return -ENAMETOOLONG;
+	}
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "[daemon] stats_file %.200s is a directory: name a file in it, "
+			 "e.g. %.200s/seerd-stats.json", path, path);
+		return -EISDIR;
+	}
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *d = dirname(dir);
+	int e = stat(d, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+	if (e != 0) {
+		snprintf(err, errlen, "[daemon] stats_file %.200s: its directory %.200s %s: create "
+			 "it first, or set daemon.stats_file to a path in an existing directory", path,
+			 d, e == ENOENT ? "does not exist" : strerror(e));
+		return -e;
+	}
+	if (access(d, W_OK | X_OK) != 0) {
+		e = errno;
+		snprintf(err, errlen, "[daemon] stats_file %.200s: cannot write in its directory "
+			 "%.200s (%s): choose a writable directory", path, d, strerror(e));
+		return -e;
+	}
+	return 0;
+}
+
+/* Every node's check_stats_file: 0 when all passed, else 1 with the first
+ * failing node's reason logged by node 0 and by the node itself. */
+static int agree_stats_file(const struct seer_config *cfg, struct cluster *cl, uint32_t node,
+			    uint32_t nnodes)
+{
+	struct {
+		int32_t rc;
+		char msg[1020];
+	} me = { 0 }, *all = xcalloc(nnodes, sizeof(me));
+	me.rc = check_stats_file(cfg, node, me.msg, sizeof(me.msg));
+	int rc = 0;
+	if (cluster_allgather(cl, &me, sizeof(me), all) != 0) {
+		rc = me.rc != 0;
+		if (rc)
+			log_error("%s", me.msg);
+	}
+	for (uint32_t k = 0; k < nnodes && rc == 0; k++) {
+		if (all[k].rc == 0)
+			continue;
+		if (k == node)
+			log_error("%s", all[k].msg);
+		else if (node == 0)
+			log_error("node %u: %s", k, all[k].msg);
+		rc = 1;
+	}
+	free(all);
+	return rc;
+}
+
 /* prefetch.coalesce = auto on a dataset that coalesced reads could serve
  * (several samples per file, a format that cuts samples out of a byte
  * range, two samples fitting one extent): node 0 times the PFS
@@ -188,13 +261,36 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 			return 1;
 		}
 	}
-	struct catalog *cat;
-	int rc = cluster_share_catalog(cl, &co, &cat, err, sizeof(err));
-	if (rc != 0) {
+	/* the socket answers from now on (startup.h): trainers and seerctl
+	 * see the scan's progress, a stop signal stops the scan */
+	struct cat_progress prog = { 0 };
+	struct startup *st = NULL;
+	/* two scanning threads per I/O thread: a file's open and fstat are two
+	 * metadata round trips (a stat is one), threads are what hides them */
+	co.threads = (unsigned)MIN(cfg->io_threads * 2, (uint64_t)256);
+	co.prog = &prog;
+	if (!check && startup_begin(&st, cfg, node, nnodes, &prog, err, sizeof(err)) != 0) {
 		log_error("%s", err);
+		*fini = 1; /* the other nodes are in the catalog's broadcast: abort them */
 		joblock_drop(cfg, lock);
 		return 1;
 	}
+	struct catalog *cat;
+	int rc = cluster_share_catalog(cl, &co, &cat, err, sizeof(err));
+	if (rc == -ECANCELED) {
+		log_info("stopped during start-up (%s): exiting; no trainer was served, no positions "
+			 "to save", err);
+		startup_abort(st);
+		joblock_drop(cfg, lock);
+		return 0;
+	}
+	if (rc != 0) {
+		log_error("%s", err);
+		startup_abort(st);
+		joblock_drop(cfg, lock);
+		return 1;
+	}
+	startup_phase(st, STARTUP_SETUP);
 	if (check) {
 		char a[32];
 		printf("dataset %s: %llu samples, %s, %u files, format %s, catalog hash %016llx\n",
@@ -205,10 +301,12 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 	} else {
 		struct pfs_probe probe;
 		bool probed;
-		if (share_probe(cfg, cat, cl, node, &probe, &probed) != 0)
+		if (share_probe(cfg, cat, cl, node, &probe, &probed) != 0) {
 			rc = *fini = 1;
-		else
-			rc = *fini = server_run(cfg, cat, cl, node, nnodes, probed ? &probe : NULL);
+			startup_abort(st);
+		} else {
+			rc = *fini = server_run(cfg, cat, cl, node, nnodes, probed ? &probe : NULL, st);
+		}
 	}
 	cat_free(cat);
 	joblock_drop(cfg, lock);
@@ -266,8 +364,17 @@ int main(int argc, char **argv)
 		if (node == 0)
 			log_error("%s", err);
 		rc = 1;
+	} else if (agree_stats_file(&cfg, cl, node, nnodes) != 0) {
+		rc = 1;
 	} else {
 		raise_nofile();
+		if (a.check) {
+			/* --check serves nothing and saves nothing: Ctrl-C or SIGTERM
+			 * during its scan ends it at once (the default action) */
+			sigset_t mask;
+			server_signals(&mask);
+			pthread_sigmask(SIG_UNBLOCK, &mask, NULL);
+		}
 		rc = serve(&cfg, cl, node, nnodes, a.check, &fini);
 	}
 	cfg_free(&cfg);

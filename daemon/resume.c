@@ -303,6 +303,44 @@ void resume_note(struct engine *e, struct trainer *t)
 	__atomic_store_n(&t->pos->g, MIN(g, e->end), __ATOMIC_RELAXED);
 }
 
+/* SIGUSR1/SIGUSR2 (Slurm's --signal warning before the time limit): this
+ * node's rank files to the disk now (msync of each mapping, fsync of their
+ * directory), so that a node lost after the warning keeps the positions of
+ * the releases taken in so far. Logs what it did; a failure is logged and
+ * the job goes on. */
+void resume_sync(struct engine *e)
+{
+	struct resume_files *rf = e->rf;
+	if (!rf || !rf->written) {
+		log_info("no resume positions to save yet (no trainer's plan made)");
+		return;
+	}
+	uint32_t n = 0;
+	int err = 0;
+	for (uint32_t i = 0; e->tr && i < e->nlocal; i++) {
+		struct trainer *t = &e->tr[e->local_ranks[i]];
+		resume_note(e, t);
+		if (!t->pos)
+			continue;
+		if (msync(t->pos, sizeof(*t->pos), MS_SYNC) != 0 && !err)
+			err = errno;
+		else
+			n++;
+	}
+	int dfd = open(rf->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fsync(dfd) != 0) {
+		if (!err)
+			err = errno;
+	}
+	if (dfd >= 0)
+		close(dfd);
+	if (err)
+		log_warn("resume positions in %s: writing them to disk failed: %s (they stay in the "
+			 "page cache)", rf->dir, strerror(err));
+	else
+		log_info("resume positions of %u rank(s) written to disk in %s", n, rf->dir);
+}
+
 /* "epoch 1 step 3" .. "epoch 2 step 0" over the local ranks' positions. */
 static void local_span(const struct engine *e, char *buf, size_t len)
 {

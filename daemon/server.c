@@ -1,6 +1,7 @@
 /* The server: seerd's event loop (the dispatcher thread) around the engine.
  *
- * Owns the listening socket (the connections before their handshake and
+ * Owns the listening socket once the start-up thread (startup.c) hands it
+ * over (the connections before their handshake and
  * seerctl's requests are conn.c's), signals, the 1 s timer, the data
  * plane's start-up with the other nodes (join_peers) and the round the
  * loop runs: engine work, control-plane messages, the end of the job.
@@ -35,28 +36,29 @@
 #include "seer.h"
 
 #include "server_int.h"
+#include "startup.h"
 
-static int make_listener(struct server *s, char *err, size_t errlen)
+int server_listen(const char *path, int *lfd, char *err, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(s->sock_path) >= sizeof(sa.sun_path)) {
+	if (strlen(path) >= sizeof(sa.sun_path)) {
 		snprintf(err, errlen, "socket path %s is longer than %zu bytes: set [daemon] socket",
-			 s->sock_path, sizeof(sa.sun_path) - 1);
+			 path, sizeof(sa.sun_path) - 1);
 		return -ENAMETOOLONG;
 	}
-	strcpy(sa.sun_path, s->sock_path);
+	strcpy(sa.sun_path, path);
 	/* a socket file left by a dead daemon is removed; a live one is an error */
 	int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (probe >= 0) {
 		if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
 			close(probe);
 			snprintf(err, errlen, "another seerd already serves %s (same job id?): stop it "
-				 "or choose another [job] id", s->sock_path);
+				 "or choose another [job] id", path);
 			return -EADDRINUSE;
 		}
 		close(probe);
 	}
-	unlink(s->sock_path);
+	unlink(path);
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
 		snprintf(err, errlen, "socket(): %s", strerror(errno));
@@ -65,28 +67,42 @@ static int make_listener(struct server *s, char *err, size_t errlen)
 	mode_t old = umask(0177); /* the socket is created 0600 (bind: 0777 & ~umask) */
 	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
-	if (rc != 0 || chmod(s->sock_path, 0600) != 0 || listen(fd, 128) != 0) {
-		snprintf(err, errlen, "cannot listen on %s: %s", s->sock_path, strerror(errno));
+	if (rc != 0 || chmod(path, 0600) != 0 || listen(fd, 128) != 0) {
+		snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(errno));
 		rc = -errno;
 		close(fd);
 		return rc;
 	}
-	s->lfd = fd;
+	*lfd = fd;
 	return 0;
 }
 
+/* What seerd does with each signal it takes (server_signals lists them):
+ * SIGTERM, SIGINT, SIGQUIT: the clean stop (a second one: exit now);
+ * SIGUSR1, SIGUSR2: a snapshot (Slurm's --signal=USR1@T warns this way
+ * before the time limit), serving goes on; SIGHUP: logged and ignored
+ * (seerd has no terminal and no configuration to reload). */
 static void on_signal(struct server *s)
 {
 	struct signalfd_siginfo si;
 	while (read(s->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+		int sig = (int)si.ssi_signo;
+		if (sig == SIGHUP) {
+			log_info("SIGHUP from pid %u ignored: seerd is not a terminal program and reloads "
+				 "nothing (SIGTERM stops it)", si.ssi_pid);
+		} else if (sig == SIGUSR1 || sig == SIGUSR2) {
+			log_info("received %s from pid %u (Slurm's --signal warning?): writing the "
+				 "statistics and the resume positions; serving goes on",
+				 sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2", si.ssi_pid);
+			engine_snapshot(s->e);
+		} else if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
 			if (s->stop_deadline > 0) {
-				log_warn("second %s: exiting now", strsignal((int)si.ssi_signo));
+				log_warn("second %s: exiting now", strsignal(sig));
 				s->stop_deadline = now_s();
 				continue;
 			}
 			log_info("%s: stopping (trainers are told; shared memory and socket are "
-				 "removed)", strsignal((int)si.ssi_signo));
+				 "removed)", strsignal(sig));
 			stop_job(s, true);
 			s->exit_code = 0;
 		}
@@ -157,28 +173,32 @@ static int join_peers(struct server *s, char *err, size_t errlen)
 	return rc;
 }
 
-static void stop_signals(sigset_t *mask)
+void server_signals(sigset_t *mask)
 {
 	sigemptyset(mask);
 	sigaddset(mask, SIGTERM);
 	sigaddset(mask, SIGINT);
+	sigaddset(mask, SIGQUIT);
+	sigaddset(mask, SIGHUP);
+	sigaddset(mask, SIGUSR1);
+	sigaddset(mask, SIGUSR2);
 }
 
 void server_block_signals(void)
 {
 	sigset_t mask;
-	stop_signals(&mask);
+	server_signals(&mask);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 }
 
-/* The loop's own fds: SIGTERM/SIGINT through a signalfd (blocked by main
- * before MPI or any thread started, so only it sees them), epoll, and the
- * 1 s timer. */
+/* The loop's own fds: server_signals' signals through a signalfd (blocked
+ * by main before MPI or any thread started, so only it sees them), epoll,
+ * and the 1 s timer. */
 static int loop_open(struct server *s)
 {
 	sigset_t mask;
-	stop_signals(&mask);
+	server_signals(&mask);
 	server_block_signals(); /* already done by main; harmless again */
 	s->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -337,7 +357,7 @@ static void server_close(struct server *s, int rc)
 }
 
 int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluster *cl,
-	       unsigned node, unsigned nnodes, const struct pfs_probe *probe)
+	       unsigned node, unsigned nnodes, const struct pfs_probe *probe, struct startup *st)
 {
 	struct server s = { .cfg = cfg, .lfd = -1, .sfd = -1, .tfd = -1, .epfd = -1, .cl = cl,
 			    .node = node, .nnodes = nnodes, .spare_fd = -1 };
@@ -351,23 +371,33 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		log_error("[daemon] socket %s is longer than %zu bytes with the node rank: set a "
 			  "shorter path", cat_path_abbrev(show, sizeof(show), cfg->socket),
 			  sizeof(s.sock_path) - 1);
+		startup_abort(st);
 		goto out;
 	}
-	if (loop_open(&s) != 0)
+	if (loop_open(&s) != 0) {
+		s.lfd = startup_end(st, &(bool){ false });
 		goto out;
+	}
 	struct engine_opts eo = { .cfg = cfg, .cat = cat, .node = node, .nnodes = nnodes,
 				  .epfd = s.epfd, .probe = probe };
+	bool stop = false;
 	if (engine_create(&s.e, &eo, err, sizeof(err)) != 0 ||
-	    (nnodes > 1 && join_peers(&s, err, sizeof(err)) != 0) ||
-	    make_listener(&s, err, sizeof(err)) != 0) {
+	    (nnodes > 1 && join_peers(&s, err, sizeof(err)) != 0)) {
 		log_error("%s", err);
+		s.lfd = startup_end(st, &stop);
 		goto out;
 	}
+	/* the start-up thread's socket: what waits in its backlog is ours */
+	s.lfd = startup_end(st, &stop);
 	ep_add(s.epfd, s.lfd, EP_TAG(EP_LISTEN, 0));
 	spare_restore(&s);
 	/* launch scripts wait for this line's file */
 	log_info("serving job '%s' on %s", cfg->job_id, s.sock_path);
 	s.exit_code = 0;
+	if (stop) {
+		log_info("stopping: a stop was asked during start-up");
+		stop_job(&s, true);
+	}
 	for (;;) {
 		engine_work(s.e);
 		if (!cluster_round(&s))

@@ -53,6 +53,12 @@ enum seer_msg_kind {
 	SEER_MSG_ERROR = 7,   /* daemon -> peer: request refused, text in msg */
 	SEER_MSG_RECORD = 8,  /* a position record, in pieces: trainer -> daemon after a
 				 HELLO, daemon -> trainer after a WELCOME */
+	SEER_MSG_PROGRESS = 9, /* daemon -> trainer, instead of a WELCOME while seerd is still
+				  starting (its catalog scan): a struct seer_msg_welcome with
+				  this kind, status 0 and the progress in msg ("scanning: N
+				  of M files"); the daemon then closes the connection. The
+				  daemon is alive: libseer connects again, its connect
+				  timeout counted from this answer. */
 };
 
 /* Start position in a HELLO/SEEK: resume where this rank's last session left

@@ -61,7 +61,8 @@ class Daemon:
         self.log = open(os.path.join(tmp, "seerd.log"), "w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=ENV)
         t0 = time.time()
-        while not os.path.exists(self.sock):
+        # the socket answers from before the catalog scan: serving from this line
+        while not os.path.exists(self.sock) or "serving job '" not in open(self.log.name).read():
             if self.proc.poll() is not None or time.time() - t0 > 60:
                 raise SystemExit("seerd did not start: see %s" % self.log.name)
             time.sleep(0.02)

@@ -126,7 +126,8 @@ def seerd(a, sets, name):
     p = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
     try:
         t0 = time.time()
-        while not os.path.exists(sock):
+        # the socket answers from before the catalog scan: serving from this line
+        while not os.path.exists(sock) or "serving job '" not in open(logf.name).read():
             if p.poll() is not None or time.time() - t0 > 120:
                 raise RuntimeError("seerd did not start: see %s" % logf.name)
             time.sleep(0.02)

@@ -181,7 +181,8 @@ def seerd(ctx, sets):
     p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     try:
         t0 = time.time()
-        while not os.path.exists(sock):
+        # the socket answers from before the catalog scan: serving from this line
+        while not os.path.exists(sock) or "serving job '" not in open(log.name).read():
             if p.poll() is not None or time.time() - t0 > 120:
                 raise SystemExit("seerd did not start: see %s" % log.name)
             time.sleep(0.02)

@@ -14,6 +14,7 @@
 #ifndef SEER_CATALOG_H
 #define SEER_CATALOG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -95,6 +96,16 @@ struct catalog {
 				      else NULL; saved with the catalog */
 };
 
+/* A catalog build seen from another thread (seerd's start-up thread
+ * answers `seerctl status` and SIGTERM with it while the main thread
+ * builds): counters the build updates, a stop the build obeys. */
+struct cat_progress {
+	_Atomic uint64_t listed;   /* files of the dataset found by the walk so far */
+	_Atomic uint64_t total;    /* files to scan, once the walk is done (0 before) */
+	_Atomic uint64_t scanned;  /* of them, scanned (in catalog order) */
+	_Atomic bool stop;         /* set to stop the build: cat_open returns -ECANCELED */
+};
+
 struct cat_opts {
 	const char *root;
 	const char *format;        /* "files", "npz", "npy", "hdf5", "tfrecord", "indexed" */
@@ -104,7 +115,12 @@ struct cat_opts {
 	bool progress;             /* log progress of long scans */
 	bool image_sizes;          /* also record each sample's image size (the
 				      decoded-image cache plans with it) */
+	unsigned threads;          /* files scanned at once (open, fstat and the format's
+				      header reads; the catalog is the same for any
+				      number); 0: CAT_SCAN_THREADS */
+	struct cat_progress *prog; /* NULL, or the build's progress and stop */
 };
+#define CAT_SCAN_THREADS 16
 
 static inline const char *cat_path(const struct catalog *c, uint32_t file)
 {
@@ -117,7 +133,9 @@ static inline const char *cat_path(const struct catalog *c, uint32_t file)
 const char *cat_path_abbrev(char *buf, size_t len, const char *path);
 
 /* Build (or load from the cache) the catalog. On failure returns a negative
- * errno or SEER_EDATASET with a message naming the path and what to do in err. */
+ * errno or SEER_EDATASET with a message naming the path and what to do in err;
+ * -ECANCELED when o->prog->stop was set during the build. The files are
+ * scanned by o->threads threads (the caller's among them). */
 int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t errlen);
 void cat_free(struct catalog *c);
 

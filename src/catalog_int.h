@@ -29,8 +29,10 @@ struct cat_walk {
 	struct cat_dir *dirs;
 	size_t ndirs, capdirs;
 	uint64_t skipped_links;  /* links to directories walked before, not followed */
+	struct cat_progress *prog; /* set by the caller: counts `listed`, obeys `stop` */
 };
-/* Walk root. 0, or SEER_EDATASET / -errno with why in err (naming the path).
+/* Walk root. 0, or SEER_EDATASET / -errno with why in err (naming the path),
+ * -ECANCELED when w->prog->stop was set.
  * w holds what was found so far either way: free it with cat_walk_free. */
 int cat_walk_tree(const char *root, const struct fmt_ops *fmt, const struct cat_params *params,
 		  bool progress, struct strpool *pool, struct cat_walk *w, char *err, size_t errlen);

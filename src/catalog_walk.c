@@ -124,6 +124,8 @@ static void add_file(struct walk *w, char *rel)
 		o->paths = xrealloc(o->paths, o->cap * sizeof(char *));
 	}
 	o->paths[o->n++] = rel;
+	if (o->prog)
+		atomic_store_explicit(&o->prog->listed, o->n, memory_order_relaxed);
 	if (w->progress && o->n % 100000 == 0)
 		log_info("catalog: %zu files found so far", o->n);
 }
@@ -288,6 +290,10 @@ int cat_walk_tree(const char *root, const struct fmt_ops *fmt, const struct cat_
 	push_dir(&w, xstrdup(""));
 	while (w.nstack > 0) {
 		char *rel = w.stack[--w.nstack];
+		if (rc == 0 && out->prog && atomic_load(&out->prog->stop)) {
+			snprintf(err, errlen, "dataset %s: the catalog build was stopped", root);
+			rc = -ECANCELED;
+		}
 		if (rc == 0)
 			rc = walk_one(&w, rel);
 		free(rel);

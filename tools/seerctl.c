@@ -191,6 +191,15 @@ static int render_status(const char *text, FILE *out)
 		json_decref(root);
 		return -1;
 	}
+	if (json_object_get(root, "scanning")) {
+		/* seerd still starting (daemon/startup.c): its progress only */
+		fprintf(out, "seerd node %.0f of %.0f  pid %.0f  job %s  %s  up %.1f s\n%s\n",
+			jnum(root, "node"), jnum(root, "nodes"), jnum(root, "pid"),
+			jtext(root, "job_id"), jtext(root, "state"), jnum(root, "uptime_s"),
+			jtext(root, "scanning"));
+		json_decref(root);
+		return 0;
+	}
 	render_head(root, out);
 	render_trainers(root, out);
 	render_epochs(root, out);

@@ -458,7 +458,10 @@ def run_seer(res, job, rd, env, policy, args, extra=None):
         try:
             socks = [os.path.join(sockdir, "s-%d.sock" % k) for k in range(job.nodes)]
             t0 = time.monotonic()
-            while not all(os.path.exists(x) for x in socks):
+            # the sockets answer from before the catalog scan: serving from
+            # every node's "serving job" line
+            while (not all(os.path.exists(x) for x in socks) or
+                   open(os.path.join(rd, "seerd.log")).read().count("serving job '") < job.nodes):
                 if d.poll() is not None:
                     raise RuntimeError("seerd exited %d before listening (see %s)" %
                                        (d.returncode, os.path.join(rd, "seerd.log")))

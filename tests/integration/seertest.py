@@ -122,8 +122,10 @@ class Daemon:
             self.wait_socket()
 
     def wait_socket(self, timeout=LONG):
+        """Until seerd serves: its socket answers from before the catalog scan
+        (with its progress), the job from its "serving job" line on."""
         t0 = time.time()
-        while not os.path.exists(self.sock):
+        while not os.path.exists(self.sock) or "serving job '" not in self.log():
             if self.proc.poll() is not None:
                 raise Fail("seerd exited with %s before listening:\n%s" % (self.proc.returncode,
                                                                           self.log()))

@@ -566,8 +566,9 @@ def peer_death(mca, survivors_hold_last=False):
             env = dict(os.environ, OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1")
             self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT,
                                          env=env)
-            wait_for(lambda: all(os.path.exists(self.socket(k)) for k in range(mn.NODES)) or
-                     self.proc.poll() is not None, LONG, "the daemons to listen")
+            wait_for(lambda: (all(os.path.exists(self.socket(k)) for k in range(mn.NODES)) and
+                              self.log().count("serving job '") >= mn.NODES) or
+                     self.proc.poll() is not None, LONG, "the daemons to serve")
             check(self.proc.poll() is None, "mpirun exited: " + self.log())
 
     tmp = tmpdir("seer-ft-")

@@ -52,7 +52,10 @@ class Cluster:
         env = dict(os.environ, OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1")
         self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT, env=env)
         t0 = time.time()
-        while not all(os.path.exists(self.socket(k)) for k in range(NODES)):
+        # the sockets answer from before the catalog scan: wait for every
+        # node's "serving job" line
+        while (not all(os.path.exists(self.socket(k)) for k in range(NODES)) or
+               self.log().count("serving job '") < NODES):
             if self.proc.poll() is not None:
                 raise Fail("mpirun seerd exited %d:\n%s" % (self.proc.returncode, self.log()))
             if time.time() - t0 > LONG:

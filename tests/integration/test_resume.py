@@ -48,7 +48,8 @@ class Cluster:
     def _listening(self):
         if self.proc.poll() is not None:
             raise Fail("mpirun seerd exited %d:\n%s" % (self.proc.returncode, self.log()))
-        return all(os.path.exists(self.socket(k)) for k in range(self.nodes))
+        return (all(os.path.exists(self.socket(k)) for k in range(self.nodes)) and
+                self.log().count("serving job '") >= self.nodes)
 
     def socket(self, node):
         return self.sock.replace("%n", str(node))

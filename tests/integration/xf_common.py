@@ -154,7 +154,8 @@ class Mpi:
         env = dict(os.environ, OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1")
         self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT, env=env)
         t0 = time.time()
-        while not all(os.path.exists(self.socket(k)) for k in range(nodes)):
+        while (not all(os.path.exists(self.socket(k)) for k in range(nodes)) or
+               self.log().count("serving job '") < nodes):
             if self.proc.poll() is not None:
                 raise Fail("mpirun seerd exited %d:\n%s" % (self.proc.returncode, self.log()))
             if time.time() - t0 > LONG:

@@ -574,3 +574,76 @@ Test(catalog, reader_fd_cache)
 	cat_free(c);
 }
 
+
+/* ---- the parallel scan ------------------------------------------------------ */
+
+/* More files than the scan's window, in classes, of many sizes: scanned by
+ * 8 threads, the catalog is the serial one exactly (files, sizes, samples,
+ * types, hash). */
+Test(catalog, parallel_scan_is_the_serial_catalog)
+{
+	char rel[64];
+	for (unsigned i = 0; i < 2600; i++) {
+		snprintf(rel, sizeof(rel), "c%02u/f%05u", (i * 7919u) % 13, i);
+		mkfile(rel, (i * 37u) % 300, i);
+	}
+	struct cat_opts o = opts(false);
+	o.threads = 1;
+	struct catalog *a = open_ok(&o);
+	o.threads = 8;
+	struct cat_progress prog = { 0 };
+	o.prog = &prog;
+	struct catalog *b = open_ok(&o);
+	cr_assert_eq(a->nfiles, 2600);
+	cr_assert_eq(b->nfiles, a->nfiles);
+	cr_assert_eq(b->nsamples, a->nsamples);
+	cr_assert_eq(b->ntypes, a->ntypes);
+	cr_assert_eq(b->hash, a->hash);
+	cr_assert_eq(atomic_load(&prog.total), 2600);
+	cr_assert_eq(atomic_load(&prog.scanned), 2600);
+	cr_assert_eq(atomic_load(&prog.listed), 2600);
+	for (uint32_t i = 0; i < a->nfiles; i++) {
+		cr_assert_str_eq(cat_path(b, i), cat_path(a, i));
+		cr_assert_eq(b->files[i].size, a->files[i].size);
+		cr_assert_eq(b->files[i].first, a->files[i].first);
+		cr_assert_eq(b->files[i].nsamples, a->files[i].nsamples);
+	}
+	cr_assert_eq(memcmp(b->samples, a->samples, a->nsamples * sizeof(*a->samples)), 0);
+	cr_assert_eq(memcmp(b->types, a->types, a->ntypes * sizeof(*a->types)), 0);
+	cat_free(a);
+	cat_free(b);
+}
+
+/* Two bad files far apart: the parallel scan reports the first in catalog
+ * order, as the serial one does. */
+Test(catalog, parallel_scan_reports_the_first_bad_file)
+{
+	char rel[64];
+	for (unsigned i = 0; i < 400; i++) {
+		snprintf(rel, sizeof(rel), "%s/f%04u", i < 200 ? "a" : "z", i);
+		mkfile(rel, 10, i);
+	}
+	mkfile("m-stray.txt", 3, 1);
+	mkfile("y-stray.txt", 3, 2);
+	struct cat_opts o = opts(false);
+	o.threads = 8;
+	cr_assert_eq(open_fails(&o), SEER_EDATASET);
+	assert_has(err, "m-stray.txt");
+	cr_assert_null(strstr(err, "y-stray.txt"), "%s", err);
+}
+
+/* A stop set before or during the build: -ECANCELED, saying so. */
+Test(catalog, scan_stops_when_asked)
+{
+	char rel[64];
+	for (unsigned i = 0; i < 100; i++) {
+		snprintf(rel, sizeof(rel), "a/f%04u", i);
+		mkfile(rel, 10, i);
+	}
+	struct cat_progress prog = { 0 };
+	atomic_store(&prog.stop, true);
+	struct cat_opts o = opts(false);
+	o.prog = &prog;
+	cr_assert_eq(open_fails(&o), -ECANCELED);
+	assert_has(err, "stopped");
+}
