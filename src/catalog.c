@@ -435,7 +435,7 @@ static void *scan_thread(void *arg)
 	struct scan *sc = arg;
 	struct cat_builder *b = sc->b;
 	struct cat_builder tb = { .o = b->o, .pool = b->pool, .classes = b->classes,
-				  .nclasses = b->nclasses, .flat_files = b->flat_files };
+				  .nclasses = b->nclasses };
 	uint64_t b0 = fmt_thread_bytes();
 	const struct cat_opts *o = b->o;
 	pthread_mutex_lock(&sc->mu);

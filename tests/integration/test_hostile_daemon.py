@@ -130,7 +130,7 @@ def record(b):
             for i, (v, sid, lab) in enumerate(zip(b.samples, b.ids, b.labels))]
 
 
-def hold_until_refused(ld, limit=64):
+def hold_until_refused(ld, limit=200):
     """Take batches without releasing any until seer_next refuses: returns
     (batches held, the SeerError, seconds the refused call took)."""
     held = []
@@ -160,9 +160,12 @@ def test_max_held_refused_at_once():
         cat = catalog(root)
         sampler = seer.Sampler(len(cat), 0, 1, 4)
         # staging: 1 MiB = exactly 4 batches of 4 x 64 KiB; the RAM cache holds
-        # everything in the second run, where the 16 batch slots are the limit
-        for name, ram, what in (("staging", "0", "staging"), ("slots", "64MiB", "batch slots")):
-            s = {"dataset.path": root, "job.epochs": 3, "job.batch_size": 4,
+        # everything in the second run, where the 128 batch slots are the limit
+        # (8 + 64 + 2 rounded up: room for a TorchLoader's declared batches),
+        # so that job is longer than 128 batches
+        for name, ram, what, epochs in (("staging", "0", "staging", 3),
+                                        ("slots", "64MiB", "batch slots", 20)):
+            s = {"dataset.path": root, "job.epochs": epochs, "job.batch_size": 4,
                  "cache.ram": ram, "cache.staging": "1MiB"}
             batches = {}
             with Daemon(tmp, s, name=name) as d:
@@ -191,7 +194,7 @@ def test_max_held_refused_at_once():
                 check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
                 check("holds %d batches" % len(held) in d.log(), "no log line for the trainer "
                       "holding its batches:\n" + d.log())
-            verify_rank(cat, sampler, 0, batches, 3)
+            verify_rank(cat, sampler, 0, batches, epochs)
     finally:
         cleanup(tmp)
 
