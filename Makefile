@@ -269,8 +269,9 @@ test: all
 # Python trainers keep the release libseer)
 SAN_TESTS := test_single_node test_nvme test_multi_node test_ops test_formats_e2e test_faults \
 	test_client_api test_replicas test_transform test_transform_threads test_hostile_daemon \
-	test_huge_pages
-TSAN_TESTS := test_single_node test_nvme test_formats_e2e test_client_api test_transform_threads
+	test_huge_pages test_exact_paths test_startup
+TSAN_TESTS := test_single_node test_nvme test_formats_e2e test_client_api test_transform_threads \
+	test_startup
 sanitize:
 	$(MAKE) V=asan all unit
 	$(MAKE) V=asan integration SEER_TESTS="$(SAN_TESTS)"

@@ -306,7 +306,10 @@ static void client_ops(seer_client_t *c, struct fake *f, struct in *in)
 			}
 			break;
 		case 3:
-			seer_release(take(in, 1) % 4 ? c : pick(in), pick(in));
+			if (take(in, 1) % 4)
+				seer_release(take(in, 1) % 4 ? c : pick(in), pick(in));
+			else /* a binding that takes ahead hands them out (or misuses it) */
+				seer_handed(take(in, 1) % 4 ? c : pick(in), pick(in));
 			break;
 		case 4:
 			read_batch(pick(in), in);
@@ -330,6 +333,7 @@ static void client_ops(seer_client_t *c, struct fake *f, struct in *in)
 				       (int)(take(in, 1) % (SEER_MAX_DIMS + 1)));
 			seer_rank(c);
 			seer_num_samples(c);
+			seer_alive(c);
 			int fd = seer_arena_fd(c);
 			if (fd >= 0)
 				close(fd);
@@ -407,7 +411,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bool built = fake_build(&f, &in);
 	if (built && pthread_create(&t, NULL, fake_main, &f) == 0) {
 		seer_options_t o = { .socket_path = sock_path, .rank = 0, .world_size = 1,
-				     .connect_timeout_ms = f.answer_hello ? 100 : 2 };
+				     .connect_timeout_ms = f.answer_hello ? 100 : 2,
+				     .flags = take(&in, 1) % 2 ? SEER_OPT_TAKE_AHEAD : 0,
+				     .max_held = (int)(take(&in, 1) % 8) };
 		seer_client_t *c = NULL;
 		if (seer_connect(&o, &c) == 0) {
 			keep(c, &in);
