@@ -269,9 +269,7 @@ bool engine_arm(struct engine *e)
 	for (uint32_t i = 0; lazy && i < e->nlocal; i++) {
 		struct trainer *t = &e->tr[e->local_ranks[i]];
 		lazy = !t->attached || (!t->resetting && t->no_pfs_run >= e->cfg->lookahead &&
-			ctrl_unread(atomic_load_explicit(&t->co->prod, memory_order_relaxed),
-				    atomic_load_explicit(&t->ci->cons, memory_order_relaxed),
-				    t->nslots) >= below);
+					sess_unread(t) >= below);
 	}
 	below = lazy ? below : 0;
 	for (uint32_t r = 0; r < e->world; r++) {

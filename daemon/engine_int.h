@@ -68,6 +68,9 @@ struct trainer {
 	bool seek_pending;
 	bool done;            /* released the job's last batch */
 	uint64_t restart_g;   /* where the stream restarts after the reset */
+	bool ring_skipping;   /* a seek dropped the ring's entries before ring_skip... */
+	uint32_t ring_skip;   /* ...(SEEK_OK's prod): until the trainer's consumer index
+				 reaches it, they are not in its hands (sess_unread) */
 	int pending_sock;     /* a reconnect waiting for the reset, or -1 */
 	struct seer_msg_hello pending_hello;
 	uint64_t pending_start; /* where that reconnect starts */
@@ -485,6 +488,9 @@ void sess_finish_reset(struct engine *e, struct trainer *t); /* last staged read
 void sess_close(struct engine *e, struct trainer *t);
 void sess_doorbell(struct trainer *t);
 uint64_t sess_first_unreleased(const struct trainer *t);
+/* Batches published to t and not taken yet (its consumer index is a hint,
+ * clamped; entries a seek dropped are not counted). */
+uint32_t sess_unread(const struct trainer *t);
 
 /* prefetch.c: each trainer's batches, from sampling to release; fill */
 bool pf_can_prepare(struct engine *e, struct trainer *t);

@@ -87,6 +87,10 @@ void pf_releases(struct engine *e, struct trainer *t)
 	const char *why;
 	int n = ctrl_take_releases(prod, &cons, t->rel.entries, t->nslots, &ops, &why);
 	atomic_store_explicit(t->rel.cons, cons, memory_order_release);
+	/* its consumer index reached what a seek skipped to: counted as is again */
+	if (t->ring_skipping &&
+	    t->ring_skip - atomic_load_explicit(&t->ci->cons, memory_order_relaxed) - 1u >= t->nslots)
+		t->ring_skipping = false;
 	if (n < 0) {
 		sess_evict(e, t, why);
 		return;
@@ -137,10 +141,7 @@ bool pf_can_prepare(struct engine *e, struct trainer *t)
 		return false;
 	/* stay `lookahead` batches ahead of what the trainer took; its consumer
 	 * index is a hint: clamp it to what is possible */
-	uint32_t unread = ctrl_unread(atomic_load_explicit(&t->co->prod, memory_order_relaxed),
-				      atomic_load_explicit(&t->ci->cons, memory_order_relaxed),
-				      t->nslots);
-	uint64_t taken = t->next_pub - unread;
+	uint64_t taken = t->next_pub - sess_unread(t);
 	if (taken != t->pace_taken) {
 		t->pace_taken = taken;
 		t->pace_ns = now_ns();
@@ -168,11 +169,8 @@ void pf_check_held(struct engine *e, struct trainer *t)
 	bool stuck = false;
 	if (!t->resetting && t->next_prep < e->end && t->next_pub == t->next_prep &&
 	    t->tail_g < t->next_pub && !atomic_load(&e->stopping)) {
-		uint32_t unread = ctrl_unread(atomic_load_explicit(&t->co->prod, memory_order_relaxed),
-					      atomic_load_explicit(&t->ci->cons, memory_order_relaxed),
-					      t->nslots);
 		uint32_t mask = t->nslots - 1;
-		stuck = unread == 0 && t->slots[t->tail_g & mask].st == SL_PUB &&
+		stuck = sess_unread(t) == 0 && t->slots[t->tail_g & mask].st == SL_PUB &&
 			(t->blocked || t->slots[t->next_prep & mask].st != SL_FREE);
 	}
 	uint32_t rel = atomic_load_explicit(t->rel.cons, memory_order_relaxed);

@@ -163,7 +163,7 @@ static json_t *trainer_json(const struct engine *e, const struct trainer *t)
 	uint32_t unread = 0, held = 0;
 	uint64_t stall_ns = 0, stalls = 0;
 	if (t->attached) {
-		unread = ctrl_unread(atomic_load(&t->co->prod), atomic_load(&t->ci->cons), t->nslots);
+		unread = sess_unread(t);
 		for (uint32_t i = 0; i < t->nslots; i++)
 			held += t->slots[i].st == SL_PUB;
 		held = held >= unread ? held - unread : 0;
