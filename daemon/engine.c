@@ -6,7 +6,7 @@
  * events, releases, preparation, fill, submission, publication, epoch
  * bookkeeping), the sleep handshake with trainers (engine_arm), stopping,
  * the periodic duties, and the engine's epoll fds and thread placement.
- * The stages themselves live in their own files (docs/design.md has the
+ * The stages themselves live in their own files (daemon/README.md has the
  * map). Dispatcher thread only. Failure: engine_create reports why in err
  * and leaves nothing behind; a fatal condition later (engine_fatal) makes
  * engine_finished true and the daemon exits with it. */

@@ -3,7 +3,7 @@
  * It owns the arena (RAM cache + staging), the placement plan, one stream
  * per trainer rank (batch slots, staging ring, control segments), the NVMe
  * tier, peer serving and the I/O pool; each is a stage file of its own
- * (docs/design.md has the map, engine_int.h the shared state).
+ * (daemon/README.md has the map, engine_int.h the shared state).
  *
  * Threads: every function declared here is called on the dispatcher (the
  * server's event-loop thread). The engine also runs code elsewhere: the I/O

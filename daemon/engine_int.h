@@ -1,6 +1,5 @@
-/* The engine's insides, shared by its stage files (daemon/README-style map
- * in docs/design.md, "The daemon, file by file"). server.c and main.c see
- * only engine.h.
+/* The engine's insides, shared by its stage files (the map of which file
+ * owns what: daemon/README.md). server.c and main.c see only engine.h.
  *
  * Threads. Three kinds of thread touch the engine:
  *   - the dispatcher (the event loop of server.c), which runs every function

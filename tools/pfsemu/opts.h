@@ -1,7 +1,7 @@
 /* The PFS emulator's command line: options, defaults, presets, --help.
  *
  * Owns: the option table (one table drives parsing, defaults and --help) and
- * the presets (docs/pfsemu.md, "Presets", gives the numbers' sources).
+ * the presets (docs/pfsemu.md, "The lustre preset", gives the numbers' sources).
  * Threads: main thread only, before the file system starts.
  * Failure: emu_parse_args prints what is wrong (option, value, accepted
  * range) and returns -1; nothing is half-applied that the caller would use. */
