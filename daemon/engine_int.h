@@ -1,7 +1,7 @@
 /* The engine's insides, shared by its stage files (the map of which file
  * owns what: daemon/README.md). server.c and main.c see only engine.h.
  *
- * Threads. Three kinds of thread touch the engine:
+ * Threads. Five kinds of thread touch the engine:
  *   - the dispatcher (the event loop of server.c), which runs every function
  *     of the stage files except the two below, and owns every field not
  *     marked otherwise;

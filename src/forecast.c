@@ -1,5 +1,5 @@
 /* forecast: see forecast.h. Called from tools (seer-plan, seer-sim) and, for
- * a running job, from the daemon's control thread; nothing here is shared
+ * a running job, from the daemon's forecast thread (fcast.c); nothing here is shared
  * between calls except an fc_orders the caller passes in. Failure: a negative
  * errno, nothing leaked, *out empty. */
 #include "forecast.h"

@@ -6,7 +6,7 @@ arenas a trainer keeps mapped over restarts.
 Every check is on delivered data: each sample's crc32 (computed by the
 transform from the bytes it was handed, or from the views) against the
 file's, the ids against libseer's sampler, and the first batch after a
-restart against the rule of docs/resume.md ("What a position is"). Trainers
+restart against the rule of docs/resume.md (section 6, "What the position is"). Trainers
 run in this process, so the test acts between two batches without racing
 anything; daemons are waited for by state (exit, socket), never by time."""
 
