@@ -170,11 +170,11 @@ def test_held_batch_reads_its_own_arena_after_reconnect():
             prev = L.next_batch()
             n = 1
             while True:
-                if n == 5:
+                if n == 5:  # the new seerd lays its arena out otherwise
                     d.proc.kill()
                     d.wait()
                     d.stop()
-                    d = Daemon(tmp, sets, name="b")
+                    d = Daemon(tmp, dict(sets, **{"cache.ram": "1MiB"}), name="b")
                 try:
                     cur = L.next_batch()
                 except seer.EndOfEpoch:
