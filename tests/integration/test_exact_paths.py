@@ -87,6 +87,12 @@ class Stream:
                    else None))))
 
 
+def torch_loader(d, **kw):
+    """A TorchLoader of rank 0 of 1 on seerd d, transform crc_fn."""
+    kw.setdefault("transform", crc_fn)
+    return TorchLoader(socket=d.sock, job_id="exact", rank=0, world_size=1, **kw)
+
+
 def restart_after_exit(old, tmp, sets, out, name):
     """In a thread: once `old` exited, a new seerd on the same socket and
     state (resume = auto); out["d"] is it."""
@@ -126,8 +132,7 @@ def test_workers_reconnect_read_the_new_arena():
         sets = settings(tmp, root)
         st = Stream(cat)
         d = Daemon(tmp, sets, name="a")
-        L = TorchLoader(socket=d.sock, job_id="exact", rank=0, world_size=1, transform=crc_fn,
-                        num_workers=2, reconnect=60)
+        L = torch_loader(d, num_workers=2, reconnect=60)
         try:
             out = {}
             for e in range(L.epochs):
@@ -204,8 +209,7 @@ def test_state_dict_with_workers():
         root, cat = dataset(tmp, per_class=30)
         sets = settings(tmp, root, **{"job.resume": ""})
         with Daemon(tmp, sets, name="a") as d:
-            L = TorchLoader(socket=d.sock, job_id="exact", rank=0, world_size=1,
-                            transform=crc_fn, num_workers=4)
+            L = torch_loader(d, num_workers=4)
             try:
                 it = iter(L)
                 for _ in range(10):
@@ -251,8 +255,7 @@ def test_positions_never_run_ahead():
         # (a) SIGTERM of seerd with 4 workers: the user asked for batch 9
         # after finishing 0..8 and gets ESHUTDOWN: position 0:9
         d = Daemon(tmp, sets, name="a")
-        L = TorchLoader(socket=d.sock, job_id="exact", rank=0, world_size=1, transform=crc_fn,
-                        num_workers=4)
+        L = torch_loader(d, num_workers=4)
         try:
             it = _consume(L, 9)
             d.proc.send_signal(signal.SIGTERM)
@@ -271,8 +274,7 @@ def test_positions_never_run_ahead():
         # (b) Ctrl-C in the loop body with 4 workers: the batch in hand (0:13)
         # is not finished, so it comes again
         d = Daemon(tmp, sets, name="b")
-        L = TorchLoader(socket=d.sock, job_id="exact", rank=0, world_size=1, transform=crc_fn,
-                        num_workers=4)
+        L = torch_loader(d, num_workers=4)
         try:
             try:
                 for i, _ in enumerate(L):
@@ -289,8 +291,7 @@ def test_positions_never_run_ahead():
         # (c) a worker SIGKILLed while the user trains on 0:16: WorkerError at
         # the next request, which finished 0:16
         d = Daemon(tmp, sets, name="c")
-        L = TorchLoader(socket=d.sock, job_id="exact", rank=0, world_size=1, transform=crc_fn,
-                        num_workers=4)
+        L = torch_loader(d, num_workers=4)
         try:
             it = iter(L)
             while True:
@@ -321,8 +322,7 @@ def test_positions_never_run_ahead():
             if L._held is not None and L._held.step == 20:
                 raise KeyboardInterrupt
             return crc_fn(v)
-        L = TorchLoader(socket=d.sock, job_id="exact", rank=0, world_size=1, transform=fn,
-                        num_workers=0)
+        L = torch_loader(d, transform=fn, num_workers=0)
         try:
             try:
                 for _ in L:
@@ -354,8 +354,7 @@ def test_sixteen_workers_with_defaults():
         del sets["cache.ram"]
         st = Stream(cat)
         with Daemon(tmp, sets, name="a") as d:
-            L = TorchLoader(socket=d.sock, job_id="exact", rank=0, world_size=1,
-                            transform=crc_fn, num_workers=16)
+            L = torch_loader(d, num_workers=16)
             try:
                 for x, y in L:
                     st.torch_batch(L, x, y)
@@ -375,8 +374,7 @@ def test_sixteen_workers_with_defaults():
         small = dict(sets, **{"cache.ram": "64KiB", "cache.staging": "1MiB"})
         with Daemon(tmp, small, name="c") as d:
             try:
-                TorchLoader(socket=d.sock, job_id="exact", rank=0, world_size=1,
-                            transform=crc_fn, num_workers=16)
+                torch_loader(d, num_workers=16)
                 raise Fail("33 batches of 48 KiB accepted in 1 MiB of staging")
             except seer.SeerError as e:
                 check(e.code == seer.EREFUSED and "[cache] staging to at least" in str(e),
