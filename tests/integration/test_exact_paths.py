@@ -251,9 +251,13 @@ def test_positions_never_run_ahead():
     tmp = tmpdir("seer-ex-")
     try:
         root, cat = dataset(tmp, per_class=30)
-        sets = settings(tmp, root)
+        base = settings(tmp, root)
+
+        def own(part):  # each part its own saved positions: they start at 0:0
+            return dict(base, **{"daemon.state_dir": os.path.join(tmp, "state-" + part)})
         # (a) SIGTERM of seerd with 4 workers: the user asked for batch 9
         # after finishing 0..8 and gets ESHUTDOWN: position 0:9
+        sets = own("a")
         d = Daemon(tmp, sets, name="a")
         L = torch_loader(d, num_workers=4)
         try:
@@ -273,6 +277,7 @@ def test_positions_never_run_ahead():
               "want 0:9" % (pos,))
         # (b) Ctrl-C in the loop body with 4 workers: the batch in hand (0:13)
         # is not finished, so it comes again
+        sets = own("b")
         d = Daemon(tmp, sets, name="b")
         L = torch_loader(d, num_workers=4)
         try:
@@ -288,15 +293,17 @@ def test_positions_never_run_ahead():
         pos = first_after_restart(tmp, sets, "b2")
         check(pos == (0, 13), "Ctrl-C in the step on 0:13 (4 workers): resumed at %s, want "
               "0:13" % (pos,))
-        # (c) a worker SIGKILLed while the user trains on 0:16: WorkerError at
-        # the next request, which finished 0:16
+        # (c) the workers SIGKILLed while the user trains on 0:6: the batches
+        # they answered before come, then WorkerError at the next request,
+        # which finished the last one yielded
+        sets = own("c")
         d = Daemon(tmp, sets, name="c")
         L = torch_loader(d, num_workers=4)
         try:
             it = iter(L)
             while True:
                 next(it)
-                if L.last_batch.step == 16:
+                if L.last_batch.step == 6:
                     break
             pids = [p.pid for p in L._pipe._procs]
             for p in pids:
@@ -316,6 +323,7 @@ def test_positions_never_run_ahead():
               "the next was asked for): resumed at %s, want 0:%d" % (last, pos, last + 1))
         # (d) Ctrl-C inside the transform with 0 workers: batch 0:20 was taken,
         # never handed: it comes again
+        sets = own("d")
         d = Daemon(tmp, sets, name="d")
 
         def fn(v):
