@@ -6,6 +6,12 @@
             for x, y in loader:            # one epoch
                 ...
 
+DataLoader's surface (docs/torch.md, "A drop-in for the DataLoader"): len(),
+batch_size/drop_last/shuffle (seerd's job; the same arguments are checked
+against it), sampler.set_epoch(e), dataset; rank and world size from an
+initialised torch.distributed; the connection is made at the first use, so
+construct + load_state_dict(state) + iterate resumes with any world size.
+
 Three ways to get tensors:
 
 1. File bytes or format arrays, no transform (default): x is a list of
@@ -13,7 +19,9 @@ Three ways to get tensors:
    and valid until the iterator moves on (the batch is then released).
    Writing to one faults; ``.clone()`` or ``.to(device)`` makes a private
    copy. stack=True returns one contiguous tensor per batch instead (one
-   copy, as DataLoader's collate does; samples must share a shape).
+   copy, as DataLoader's collate does; samples must share a shape). x is a
+   SampleList: x.to(), x.cuda(), x.float() ... raise TypeError saying what
+   x is and how to get one batch tensor (docs/torch.md).
 
 2. A Python transform, ``transform=fn`` with ``num_workers=N``: fn runs in N
    worker processes (0: in the trainer) on every sample, and x is one tensor
