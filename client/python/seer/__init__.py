@@ -768,7 +768,8 @@ class Loader:
         by a seek), or None."""
         ref = self._live
         it = ref() if ref is not None else None
-        if it is None or it.gi_frame is None or self._live_gen != self._iter_gen:
+        if it is None or getattr(it, "gi_frame", 1) is None or \
+                self._live_gen != self._iter_gen:
             return None
         return it
 
