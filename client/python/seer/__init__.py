@@ -781,6 +781,9 @@ class Loader:
             return self._iter_epoch
         return self._position()["epoch"]
 
+    def __bool__(self):
+        return True  # a Loader is an object, not an empty epoch: `if loader` never connects
+
     def __len__(self):
         """Batches this rank gets in `epoch` (the running or next `for`'s), as
         DataLoader's len; a `for` continuing an epoch delivers its rest."""
