@@ -506,7 +506,7 @@ def loader(sock):
     t0 = time.time()
     while True:
         try:
-            return seer.Loader(socket=sock, rank=0, world_size=1, connect_timeout=5)
+            return seer.Loader(socket=sock, rank=0, world_size=1, connect_timeout=5).connect()
         except seer.SeerError as e:  # the daemon may not have seen the last session end
             if "already connected" not in str(e) or time.time() - t0 > 10:
                 raise

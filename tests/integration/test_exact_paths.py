@@ -372,7 +372,8 @@ def test_sixteen_workers_with_defaults():
         # more than the batch slots: refused at connect, naming [job] max_held
         with Daemon(tmp, sets, name="b") as d:
             try:
-                seer.Loader(socket=d.sock, job_id="exact", rank=0, world_size=1, max_held=200)
+                seer.Loader(socket=d.sock, job_id="exact", rank=0, world_size=1,
+                            max_held=200).connect()
                 raise Fail("max_held=200 accepted by a seerd with the default slots")
             except seer.SeerError as e:
                 check(e.code == seer.EREFUSED and "[job] max_held to at least 200" in str(e),
@@ -382,7 +383,7 @@ def test_sixteen_workers_with_defaults():
         small = dict(sets, **{"cache.ram": "64KiB", "cache.staging": "1MiB"})
         with Daemon(tmp, small, name="c") as d:
             try:
-                torch_loader(d, num_workers=16)
+                torch_loader(d, num_workers=16).connect()
                 raise Fail("33 batches of 48 KiB accepted in 1 MiB of staging")
             except seer.SeerError as e:
                 check(e.code == seer.EREFUSED and "[cache] staging to at least" in str(e),

@@ -327,7 +327,7 @@ def test_world_size_redecided():
             b = stray.next_batch(timeout=LONG)
             b.release()
             try:
-                seer.Loader(socket=d.sock, rank=0, world_size=2).close()
+                seer.Loader(socket=d.sock, rank=0, world_size=2).connect().close()
                 raise Fail("world size 2 accepted while a world-7 trainer is attached")
             except seer.SeerError as ex:
                 check("world size 2, but this job's trainers have world size 7" in str(ex) and
@@ -389,7 +389,7 @@ def test_world_size_bounded():
         s = dict(s, **{"job.world_size": 2, "cache.staging": "4MiB"})
         with Daemon(tmp, s, name="fixed") as d:
             try:
-                seer.Loader(socket=d.sock, rank=0, world_size=3).close()
+                seer.Loader(socket=d.sock, rank=0, world_size=3).connect().close()
                 raise Fail("world size 3 accepted with [job] world_size = 2")
             except seer.SeerError as ex:
                 check("[job] world_size" in str(ex), "the refusal must name the key: %s" % ex)

@@ -892,7 +892,8 @@ def test_load_state_dict():
             sd4 = seer.ElasticSampler(n, 3, 4, 3, dataset_hash=h).state_dict(None, 1, 1)
             ld2 = seer.Loader(socket=d.sock, rank=1, world_size=2)
             try:
-                ld2.load_state_dict(sd4)
+                ld2.load_state_dict(sd4)  # kept for the connection (lazy), which seerd refuses
+                ld2.connect()
                 raise Fail("an elastic record was taken by a job planned without it")
             except seer.SeerError as e:
                 check("needs another resume plan" in str(e) and "4 ranks at step 1" in str(e),

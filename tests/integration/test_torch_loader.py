@@ -450,7 +450,7 @@ def test_batch_tensor():
                 kw = {"transform": flip_fn, "num_workers": 2}
             with Daemon(tmp, settings(root, **XSPEC), name="bt-" + mode) as d, \
                     TorchLoader(socket=d.sock, rank=0, world_size=1, **kw) as L:
-                lo = L._arena.ctypes.data
+                lo = L.connect()._arena.ctypes.data  # (the connection is lazy)
                 hi = lo + len(L._arena)
                 got = []
                 for _ in range(L.epochs):

@@ -33,7 +33,10 @@ import ctypes.util
 import errno
 import mmap
 import os
+import re
+import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -399,27 +402,148 @@ class Batch:
         return False
 
 
+_RANK_ENV = (("SEER_RANK", "SEER_WORLD_SIZE"), ("RANK", "WORLD_SIZE"),
+             ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+             ("SLURM_PROCID", "SLURM_NTASKS"))
+
+
+def _env_rank():
+    """(rank, world, "NAME=v, NAME=v") from the launcher's environment, read as
+    libseer reads it (client/connect.c rank_from_env: the first pair whose
+    two variables are decimal integers in [0, INT_MAX]), or None."""
+    def val(name):
+        v = os.environ.get(name)
+        if not v or not re.fullmatch(r"[ \t\n\v\f\r]*[+-]?[0-9]+", v):
+            return None
+        x = int(v)
+        return x if 0 <= x <= _INT_MAX else None
+    for rn, wn in _RANK_ENV:
+        r, w = val(rn), val(wn)
+        if r is not None and w is not None:
+            return r, w, "%s=%s, %s=%s" % (rn, os.environ[rn].strip(), wn, os.environ[wn].strip())
+    return None
+
+
+def _dist_rank():
+    """(rank, world) of an initialised torch.distributed, else None. Never
+    imports torch: a process that did not import it has no process group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _check_bool(name, v):
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError("%s must be True or False, not %r" % (name, v))
+    return bool(v)
+
+
+class _EpochSampler:
+    """loader.sampler: DistributedSampler's surface over seerd's stream.
+    seerd computes the order; set_epoch(e) selects the epoch the next `for`
+    delivers (Loader.set_epoch)."""
+
+    def __init__(self, loader):
+        self._loader = weakref.ref(loader)
+
+    def _l(self):
+        loader = self._loader()
+        if loader is None:
+            raise _closed("sampler")
+        return loader
+
+    def set_epoch(self, epoch):
+        self._l().set_epoch(epoch)
+
+    @property
+    def epoch(self):
+        return self._l().epoch
+
+    num_replicas = property(lambda self: self._l().world_size)
+    rank = property(lambda self: self._l().rank)
+    seed = property(lambda self: self._l().seed)
+    shuffle = property(lambda self: self._l().shuffle)
+    drop_last = property(lambda self: self._l().drop_last)
+
+
+class _DatasetView:
+    """loader.dataset: what seerd serves, as far as the job says (its samples
+    are read by seerd; this view does not index them)."""
+
+    def __init__(self, loader):
+        self._loader = weakref.ref(loader)
+
+    def _l(self):
+        loader = self._loader()
+        if loader is None:
+            raise _closed("dataset")
+        return loader
+
+    def __len__(self):
+        return self._l().num_samples
+
+    num_samples = property(lambda self: self._l().num_samples)
+    dataset_hash = property(lambda self: self._l().dataset_hash)
+
+    def __repr__(self):
+        loader = self._loader()
+        n = loader._facts["num_samples"] if loader is not None and loader._facts else "?"
+        return "<seer dataset view: %s samples served by seerd>" % n
+
+
+def _fact_property(name, doc):
+    return property(lambda self: self._fact(name), doc=doc)
+
+
 class Loader:
     """Connection of one trainer rank to its node's seerd.
 
     Arguments (all optional): socket (else $SEER_SOCKET or derived from the
     job id), job_id (else $SEER_JOB_ID / $SLURM_JOB_ID), rank and world_size
-    (else from the launcher's environment), start=(epoch, step) to start
-    there instead of where this rank left off, timeout in seconds for each
-    batch (None: wait forever), connect_timeout in seconds (every step of
-    connecting and of a seek ends within it).
+    (else torch.distributed's when it is initialised, else the launcher's
+    environment; see below), start=(epoch, step) to start there instead of
+    where this rank left off, timeout in seconds for each batch (None: wait
+    forever), connect_timeout in seconds (every step of connecting and of a
+    seek ends within it).
+
+    The job's definition is seerd's ([job] in its config): batch_size,
+    shuffle, drop_last, seed and epochs given here are checked against it
+    when connecting, and a difference raises ValueError naming both values
+    (None: take seerd's).
+
+    Connecting is lazy (docs/torch.md): the constructor checks its arguments;
+    the connection is made by the first call that needs seerd -- iteration,
+    next_batch(), state_dict(), seek(), len(), set_epoch() or a job fact
+    (rank, epochs, batch_size, ...) -- or by connect(). Errors of connecting
+    (no seerd, a refusal, a job that differs from the arguments) come from
+    that call.
+
+    Rank and world size: explicit rank=/world_size= win; else an initialised
+    torch.distributed's get_rank()/get_world_size() (torch.multiprocessing.spawn
+    sets no environment); else the launcher's environment (SEER_RANK/
+    SEER_WORLD_SIZE, RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, PMI_*, SLURM_PROCID/
+    SLURM_NTASKS; none: rank 0 of 1). torch.distributed disagreeing with the
+    environment or with explicit arguments raises ValueError naming both.
 
     Checkpoints (the torchdata StatefulDataLoader convention, docs/resume.md):
     state=loader_state (a dict from state_dict(), as torch.load gives it back)
     resumes right after the batches it says were consumed, with this or
-    another world size; state_dict() is this rank's position (every batch the
-    iterator yielded counts as consumed): save it with the model.
+    another world size; so does load_state_dict(state) before the first use.
+    state_dict() is this rank's position (every batch the iterator yielded
+    counts as consumed): save it with the model.
     reconnect=seconds: when seerd goes away (crash, restart), wait up to that
     long for a restarted one and continue the stream exactly after the last
     batch handed out (a delay, not an error); None (default): SeerError at once.
     max_held: batches you may hold at once (taken, not released), declared to
     seerd, which refuses the connection when it cannot serve that many
     (None: seerd's [job] max_held, 2).
+
+    Epochs: one `for` delivers (the rest of) one epoch and ends at its end.
+    A `for` left early (break) leaves the epoch open: the next `for`
+    continues it, unless set_epoch() chose another epoch. len(loader) is the
+    batches of that epoch; one iterator at a time (a second iter() while one
+    is live raises).
 
     Positions (docs/resume.md): a batch counts as done for seerd's saved
     position (resume = auto) once released; the iterator releases the batch
@@ -429,22 +553,38 @@ class Loader:
 
     def __init__(self, socket=None, job_id=None, rank=None, world_size=None, start=None,
                  timeout=None, connect_timeout=30.0, state=None, reconnect=None, max_held=None,
+                 *, batch_size=None, shuffle=None, drop_last=None, seed=None, epochs=None,
                  _take_ahead=False):
         self._c = None
+        self._closed = False
+        self._facts = None
         self._arena = None
         self._arena_gen = 0
         self._lib = _load()
         self._held = None
         self._taken = False
+        self._connect_lock = threading.Lock()
+        # the user's view of the stream (docs/torch.md, "Epochs"): the live
+        # iterator and its epoch, the iterators' generation (seek() ends the
+        # live one), and whether the last thing handed out was a batch (its
+        # epoch in _last_epoch) rather than an epoch's end
+        self._live = None
+        self._live_gen = -1
+        self._iter_gen = 0
+        self._iter_epoch = None
+        self._mid_epoch = False
+        self._last_epoch = None
         self._timeout_ms = self._ms("timeout", timeout)
         o = _Options()
         o.socket_path = os.fsencode(socket) if socket else None
         o.job_id = job_id.encode() if job_id else None
+        self._explicit_rank = None
         if world_size is not None:
             if rank is None:
                 raise ValueError("rank is required with world_size")
             o.world_size = _check_int("world_size", world_size, 1, _INT_MAX)
             o.rank = _check_int("rank", rank, 0, o.world_size - 1)
+            self._explicit_rank = (o.rank, o.world_size)
         elif rank is not None:
             raise ValueError("world_size is required with rank")
         if start is not None:
@@ -461,53 +601,218 @@ class Loader:
             o.max_held = _check_int("max_held", max_held, 1, 4093)
         if _take_ahead:
             o.flags |= _C.OPT_TAKE_AHEAD
+        want = {}
+        if batch_size is not None:
+            want["batch_size"] = _check_int("batch_size", batch_size, 1, _U32_MAX)
+        if shuffle is not None:
+            want["shuffle"] = _check_bool("shuffle", shuffle)
+        if drop_last is not None:
+            want["drop_last"] = _check_bool("drop_last", drop_last)
+        if seed is not None:
+            want["seed"] = _check_int("seed", seed, 0, _U64_MAX)
+        if epochs is not None:
+            want["epochs"] = _check_int("epochs", epochs, 1, _U64_MAX)
+        self._want = want
         self._opts = o
-        self._connect(state)
+        self._state = self._record(state)
+
+    @staticmethod
+    def _record(state):
+        """The record bytes of `state` (None: none); a malformed dict raises here."""
+        if state is None:
+            return None
+        return bytes(state) if isinstance(state, (bytes, bytearray)) else record_encode(state)
+
+    # ---- connecting ---------------------------------------------------------
+
+    def connect(self):
+        """Connect now (otherwise the first call that needs seerd does);
+        raises what connecting raises. Returns self; nothing when connected."""
+        self._client("connect")
+        return self
+
+    def _client(self, what):
+        """The C client, connecting first when this Loader has not yet."""
+        c = self._c
+        if c is not None:
+            return c
+        with self._connect_lock:
+            if self._closed:
+                raise _closed(what)
+            if self._c is None:
+                self._connect(self._state)
+            return self._c
+
+    def _resolve_rank(self):
+        """Rank and world size for the connection (explicit, torch.distributed,
+        or left to libseer's environment reading); ValueError when sources
+        disagree."""
+        o = self._opts
+        dist = _dist_rank()
+        if self._explicit_rank is not None:
+            if dist is not None and dist != self._explicit_rank:
+                raise ValueError(
+                    "rank=%d, world_size=%d given, but torch.distributed is initialised as rank "
+                    "%d of %d: pass torch.distributed's (or nothing: the loader reads it)" %
+                    (self._explicit_rank + dist))
+            o.rank, o.world_size = self._explicit_rank
+        elif dist is not None:
+            env = _env_rank()
+            if env is not None and env[:2] != dist:
+                raise ValueError(
+                    "torch.distributed is initialised as rank %d of %d, but the launcher's "
+                    "environment says rank %d of %d (%s): which is this process? Pass "
+                    "rank= and world_size= explicitly (they override the environment), or "
+                    "fix the environment" % (dist + env))
+            o.rank, o.world_size = dist
+        else:
+            o.rank, o.world_size = 0, 0  # libseer reads the launcher's environment
 
     def _connect(self, state):
-        """Connect with self._opts (and the record of `state`, or none)."""
+        """Connect with self._opts (and the record bytes `state`, or none)."""
+        self._resolve_rank()
         o = self._opts
-        rec = None
-        if state is not None:
-            rec = bytes(state) if isinstance(state, (bytes, bytearray)) else record_encode(state)
-        o.record = rec
-        o.record_len = len(rec) if rec else 0
+        o.record = state
+        o.record_len = len(state) if state else 0
         c = ctypes.c_void_p()
         rc = self._lib.seer_connect(ctypes.byref(o), ctypes.byref(c))
         o.record, o.record_len = None, 0
         if rc < 0:
-            raise _error(rc)
+            e = _error(rc)
+            if state is not None and rc == _C.EREFUSED and "resume plan" in str(e):
+                raise SeerError(rc, "%s. seerd fixed this job's plan at its first connection: "
+                                "give the state to every rank before its first use "
+                                "(Loader(state=...) or load_state_dict() right after "
+                                "constructing)" % e) from None
+            raise e
         self._c = c.value
         try:
             self._map_arena()
+            lib = self._lib
+            self._reconnects = lib.seer_reconnects(self._c)
+            f = {"rank": lib.seer_rank(self._c), "world_size": lib.seer_world_size(self._c),
+                 "num_samples": lib.seer_num_samples(self._c),
+                 "epochs": lib.seer_epochs(self._c),
+                 "batches_per_epoch": lib.seer_batches_per_epoch(self._c),
+                 "batch_size": lib.seer_batch_size(self._c), "seed": lib.seer_seed(self._c),
+                 "dataset_hash": lib.seer_dataset_hash(self._c)}
+            rec = self._position()
+            f["drop_last"], f["shuffle"] = rec["drop_last"], rec["shuffle"]
+            self._check_job(f)
         except BaseException:
-            self.close()
+            self._disconnect()
             raise
-        lib = self._lib
-        self._reconnects = lib.seer_reconnects(self._c)
-        self.rank = lib.seer_rank(self._c)
-        self.world_size = lib.seer_world_size(self._c)
-        self.num_samples = lib.seer_num_samples(self._c)
-        self.epochs = lib.seer_epochs(self._c)
-        self.batches_per_epoch = lib.seer_batches_per_epoch(self._c)
-        self.batch_size = lib.seer_batch_size(self._c)
-        self.seed = lib.seer_seed(self._c)
-        self.dataset_hash = lib.seer_dataset_hash(self._c)
+        self._facts = f
+        self._mid_epoch = False
+        self._last_epoch = None
+        if self._closed:  # close() from another thread while connecting
+            self._disconnect()
+            raise _closed("connecting")
+
+    def _check_job(self, f):
+        """The constructor's job arguments against seerd's job."""
+        for key, v in self._want.items():
+            if f[key] == v:
+                continue
+            if key == "epochs":
+                raise ValueError("epochs=%d but seerd's job has %d epoch%s: seerd defines the "
+                                 "job (set [job] epochs = %d in its config, or pass epochs=%d)"
+                                 % (v, f[key], "" if f[key] == 1 else "s", v, f[key]))
+            show = (lambda x: str(x).lower()) if isinstance(v, bool) else str
+            raise ValueError("%s=%s but seerd's [job] %s is %s: seerd defines the job (set "
+                             "[job] %s = %s in its config, or pass %s=%s)" %
+                             (key, v, key, show(f[key]), key, show(v), key, f[key]))
+
+    def _fact(self, name):
+        f = self._facts
+        if f is None:
+            self._client(name)
+            f = self._facts
+        return f[name]
+
+    rank = _fact_property("rank", "this trainer's rank")
+    world_size = _fact_property("world_size", "the job's world size")
+    num_samples = _fact_property("num_samples", "samples in the dataset")
+    epochs = _fact_property("epochs", "epochs in the job ([job] epochs)")
+    batches_per_epoch = _fact_property("batches_per_epoch", "batches per rank in a plain epoch")
+    batch_size = _fact_property("batch_size", "samples per batch ([job] batch_size)")
+    seed = _fact_property("seed", "the job's shuffle seed ([job] seed)")
+    dataset_hash = _fact_property("dataset_hash", "the catalog's fingerprint")
+    drop_last = _fact_property("drop_last", "[job] drop_last")
+    shuffle = _fact_property("shuffle", "[job] shuffle")
+
+    @property
+    def sampler(self):
+        """DistributedSampler's surface: set_epoch(e), epoch, num_replicas,
+        rank, seed, shuffle, drop_last (seerd computes the order)."""
+        s = self.__dict__.get("_sampler")
+        if s is None:
+            s = self.__dict__["_sampler"] = _EpochSampler(self)
+        return s
+
+    @property
+    def dataset(self):
+        """A view of the dataset seerd serves: len() = num_samples."""
+        s = self.__dict__.get("_dataset")
+        if s is None:
+            s = self.__dict__["_dataset"] = _DatasetView(self)
+        return s
+
+    def _position(self):
+        return self.state_dict()
+
+    # ---- epochs --------------------------------------------------------------
+
+    def _live_iter(self):
+        """The live iterator of this Loader (started, not finished, not ended
+        by a seek), or None."""
+        ref = self._live
+        it = ref() if ref is not None else None
+        if it is None or getattr(it, "gi_frame", 1) is None or \
+                self._live_gen != self._iter_gen:
+            return None
+        return it
+
+    @property
+    def epoch(self):
+        """The epoch the running `for` delivers, or else the one the next `for`
+        will: after a `for` left early, the same epoch (it continues it)."""
+        if self._live_iter() is not None:
+            return self._iter_epoch
+        return self._position()["epoch"]
+
+    def __bool__(self):
+        return True  # a Loader is an object, not an empty epoch: `if loader` never connects
+
+    def __len__(self):
+        """Batches this rank gets in `epoch` (the running or next `for`'s), as
+        DataLoader's len; a `for` continuing an epoch delivers its rest."""
+        return self.epoch_batches(self.epoch)
+
+    def set_epoch(self, epoch):
+        """Select the epoch the next `for` delivers (as DistributedSampler's
+        set_epoch before each epoch): the epoch already being delivered (or
+        next, see `epoch`) is a no-op, so a `for` left early continues it;
+        another epoch, earlier or later, seeks to its start (releasing held
+        batches, ending a live iterator)."""
+        epoch = _check_int("epoch", epoch, 0, _U64_MAX)
+        if epoch >= self.epochs:
+            raise ValueError("set_epoch(%d): seerd's job has %d epoch%s (0 to %d)" %
+                             (epoch, self.epochs, "" if self.epochs == 1 else "s",
+                              self.epochs - 1))
+        if epoch != self.epoch:
+            self.seek(epoch, 0)
 
     def epoch_batches(self, epoch):
         """Batches per rank in `epoch` (an epoch re-sharded on resume has its own)."""
-        c = self._c
-        if c is None:
-            raise _closed("epoch_batches")
+        c = self._client("epoch_batches")
         return self._lib.seer_epoch_batches(c, _check_int("epoch", epoch, 0, _U64_MAX))
 
     def state_dict(self):
         """This rank's position as a dict of ints, bools, lists and strings
         (torch.save / json keep it): every batch the loader gave out counts as
         consumed. Resume with Loader(state=...) or load_state_dict()."""
-        c = self._c
-        if c is None:
-            raise _closed("state_dict")
+        c = self._client("state_dict")
         n = self._lib.seer_state(c, None, 0)
         if n < 0:
             raise _error(n)
@@ -518,25 +823,30 @@ class Loader:
         return record_decode(buf.raw)
 
     def load_state_dict(self, state):
-        """Resume from `state` (state_dict()'s dict): before the first batch,
-        connect again with it. seerd fixes a job's resume plan at its first
-        connection: when `state` needs another plan (another world size than
-        the checkpoint's), give it to every rank's constructor (state=...)."""
-        if self._c is None:
+        """Resume from `state` (state_dict()'s dict), StatefulDataLoader's
+        convention: construct, load_state_dict(state), iterate. Before the
+        first use it is kept for the connection (any world size); connected
+        and before the first batch, it connects again with it (seerd may then
+        refuse a record that needs another plan than the job's: another world
+        size than the checkpoint's -- load it before any other use)."""
+        if self._closed:
             raise _closed("load_state_dict")
+        rec = self._record(state)  # a malformed dict fails here
+        with self._connect_lock:
+            if self._c is None:
+                if self._closed:
+                    raise _closed("load_state_dict")
+                self._state = rec
+                return
         if self._taken:
             raise SeerError(-errno.EBUSY, "load_state_dict: this Loader already gave out "
                             "batches; load the state into a new Loader (state=...)")
-        record_encode(state)  # a malformed dict fails here, before disconnecting
-        self.close()
-        try:
-            self._connect(state)
-        except SeerError as e:
-            if e.code != _C.EREFUSED:
-                raise
-            raise SeerError(e.code, "%s. seerd fixed this job's plan at the first connection: "
-                            "give the state to every rank's constructor, "
-                            "seer.Loader(state=...)" % e) from None
+        self._disconnect()
+        self._iter_gen += 1
+        self._state = rec
+        self._client("load_state_dict")
+
+    # ---- the stream --------------------------------------------------------------
 
     @staticmethod
     def _ms(name, seconds):
@@ -580,15 +890,30 @@ class Loader:
 
     @property
     def closed(self):
-        return self._c is None
+        """True after close() (a Loader not yet connected is not closed)."""
+        return self._closed
 
     def next_batch(self, timeout=None):
         """The next batch (you release it). Raises EndOfEpoch once after each
         epoch's last batch, EndOfJob after the job's last, SeerError on
         failure (a batch that failed to load is returned with .error set)."""
-        c = self._c
-        if c is None:
-            raise _closed("next_batch")
+        try:
+            b = self._take(timeout)
+        except (EndOfEpoch, EndOfJob):
+            self._mid_epoch = False
+            raise
+        self._handed_out(b.epoch)
+        return b
+
+    def _handed_out(self, epoch):
+        """The user got a batch of `epoch` (the epoch's end not yet)."""
+        self._mid_epoch = True
+        self._last_epoch = epoch
+
+    def _take(self, timeout=None):
+        """next_batch without the user's epoch bookkeeping (the worker
+        pipeline takes batches ahead of the user)."""
+        c = self._client("next_batch")
         ms = self._timeout_ms if timeout is None else self._ms("timeout", timeout)
         p = ctypes.c_void_p()
         rc = self._lib.seer_next(c, ms, ctypes.byref(p))
@@ -630,19 +955,63 @@ class Loader:
             held.release()
 
     def __iter__(self):
-        """Iterate one epoch. The batch yielded is released when the next is
-        requested (or the epoch ends): that is when seerd counts it as done.
-        Leaving the loop early (break, an exception, Ctrl-C) keeps it held
-        and readable; the next request releases it, and a crash or close()
-        before that delivers it again after a restart (docs/resume.md)."""
-        if self._c is None:
-            raise _closed("iterating")
+        """Iterate (the rest of) one epoch. The batch yielded is released when
+        the next is requested (or the epoch ends): that is when seerd counts
+        it as done. Leaving the loop early (break, an exception, Ctrl-C) keeps
+        it held and readable; the next request releases it, and a crash or
+        close() before that delivers it again after a restart
+        (docs/resume.md). A `for` after one left early continues its epoch;
+        one after the epoch's last batch starts the next epoch (even when the
+        loop that got that batch did not see the epoch end). One iterator at
+        a time: iter() while another is live raises SeerError (EBUSY)."""
+        self._client("iterating")
+        if self._live_iter() is not None:
+            raise SeerError(-errno.EBUSY, "iter(loader): another iterator of this Loader is "
+                            "live (a `for` that has not ended, or an iterator kept in a "
+                            "variable): two iterators would split one stream between them. "
+                            "Finish or drop the other (it.close(), del it) first, or "
+                            "set_epoch()/seek() to restart the stream")
+        epoch = self._position()["epoch"]
+        # the previous loop got the epoch's last batch but not its end: that
+        # end belongs to the epoch already delivered, not to this loop
+        skip_end = self._mid_epoch and epoch != self._last_epoch
+        self._iter_gen += 1
+        it = self._iterate(self._iter_gen, skip_end)
+        self._live, self._live_gen, self._iter_epoch = weakref.ref(it), self._iter_gen, epoch
+        return it
+
+    def _iterate(self, gen, skip_end):
+        return self._batches(gen, skip_end)
+
+    def _still(self, gen):
+        """Raise in an iterator that seek(), set_epoch() or load_state_dict()
+        ended."""
+        if gen != self._iter_gen:
+            raise SeerError(-errno.ESTALE, "this iterator was ended by seek(), set_epoch() "
+                            "or load_state_dict(), which restart the stream: start a new `for`")
+
+    def _end(self, skip_end):
+        """An epoch's end reached the user's iterator: True when it ends the
+        loop (False: the previous epoch's, skipped)."""
+        self._mid_epoch = False
+        return not skip_end
+
+    def _batches(self, gen, skip_end):
         while True:
+            self._still(gen)
             self._drop_held()
             try:
-                b = self.next_batch()
-            except (EndOfEpoch, EndOfJob):
+                b = self._take()
+            except EndOfEpoch:
+                if self._end(skip_end):
+                    return
+                skip_end = False
+                continue
+            except EndOfJob:
+                self._mid_epoch = False
                 return
+            skip_end = False
+            self._handed_out(b.epoch)
             if b.error is not None:
                 msg = b.error
                 self._held = b  # released with the next request, as any batch
@@ -651,13 +1020,14 @@ class Loader:
             yield b
 
     def seek(self, epoch, step):
-        """Restart this rank's stream at (epoch, step); releases held batches."""
+        """Restart this rank's stream at (epoch, step); releases held batches
+        and ends a live iterator (the next `for` starts there)."""
         epoch = _check_int("epoch", epoch, 0, _U64_MAX)
         step = _check_int("step", step, 0, _U64_MAX)
-        c = self._c
-        if c is None:
-            raise _closed("seek")
+        c = self._client("seek")
         self._drop_held()
+        self._iter_gen += 1
+        self._mid_epoch = False
         rc = self._lib.seer_seek(c, epoch, step)
         if rc < 0:
             raise _error(rc)
@@ -666,7 +1036,12 @@ class Loader:
         """Disconnect. Held batches are not counted as done (seerd resumes
         this rank at the first of them) unless the job's last batch was
         handed out. Safe to call twice and from another thread: a
-        next_batch() waiting there raises SeerError."""
+        next_batch() waiting there raises SeerError. A Loader never
+        connected just becomes closed."""
+        self._closed = True
+        self._disconnect()
+
+    def _disconnect(self):
         c, self._c = self._c, None
         if c is None:
             return

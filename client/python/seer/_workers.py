@@ -131,14 +131,18 @@ def decode_pil(view):
 _DECODERS = {None: None, "pil": decode_pil}
 
 
+def check_decode(decode):
+    if decode not in _DECODERS and not callable(decode):
+        raise ValueError("decode=%r: use None (the sample as a numpy view), 'pil' (a PIL "
+                         "RGB image) or a callable taking the view" % (decode,))
+
+
 class Job:
     """What every worker needs (pickled once per worker under spawn):
     the transform, the decoder name, the job seed and the arena type table."""
 
     def __init__(self, transform, decode, seed, types):
-        if decode not in _DECODERS and not callable(decode):
-            raise ValueError("decode=%r: use None (the sample as a numpy view), 'pil' (a PIL "
-                             "RGB image) or a callable taking the view" % (decode,))
+        check_decode(decode)
         self.transform = transform
         self.decode = decode
         self.seed = seed
@@ -547,7 +551,7 @@ class Pipeline:
         (seconds; None: the Loader's timeout)."""
         from . import EndOfEpoch, EndOfJob
         try:
-            b = self._loader.next_batch(timeout=timeout)
+            b = self._loader._take(timeout=timeout)
         except EndOfEpoch:
             if self._loader._arena_gen != self._gen:
                 self._reconnected()

@@ -6,6 +6,12 @@
             for x, y in loader:            # one epoch
                 ...
 
+DataLoader's surface (docs/torch.md, "A drop-in for the DataLoader"): len(),
+batch_size/drop_last/shuffle (seerd's job; the same arguments are checked
+against it), sampler.set_epoch(e), dataset; rank and world size from an
+initialised torch.distributed; the connection is made at the first use, so
+construct + load_state_dict(state) + iterate resumes with any world size.
+
 Three ways to get tensors:
 
 1. File bytes or format arrays, no transform (default): x is a list of
@@ -13,7 +19,9 @@ Three ways to get tensors:
    and valid until the iterator moves on (the batch is then released).
    Writing to one faults; ``.clone()`` or ``.to(device)`` makes a private
    copy. stack=True returns one contiguous tensor per batch instead (one
-   copy, as DataLoader's collate does; samples must share a shape).
+   copy, as DataLoader's collate does; samples must share a shape). x is a
+   SampleList: x.to(), x.cuda(), x.float() ... raise TypeError saying what
+   x is and how to get one batch tensor (docs/torch.md).
 
 2. A Python transform, ``transform=fn`` with ``num_workers=N``: fn runs in N
    worker processes (0: in the trainer) on every sample, and x is one tensor
@@ -82,7 +90,7 @@ from . import _workers
 from ._workers import SampleInfo, TransformError, WorkerError, sample_seed
 
 __all__ = ["TorchLoader", "TransformError", "WorkerError", "SampleInfo", "sample_seed",
-           "sample_info", "decode_pil"]
+           "sample_info", "decode_pil", "SampleList"]
 
 decode_pil = _workers.decode_pil
 
@@ -100,6 +108,49 @@ def _as_tensor(a):
         # the views are deliberately read-only; torch warns about that
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(a)
+
+
+class SampleList(list):
+    """x from TorchLoader() without transform= when seerd has no [transform]
+    section: a list of zero-copy tensors, one per sample (file bytes, or the
+    format's arrays). It is a list, not a batch tensor; the tensor methods a
+    training step calls on x (.to, .cuda, .pin_memory, .float, ...) raise
+    TypeError saying what x is and how to get a batch tensor."""
+
+    __slots__ = ()
+
+    def _hint(self, what):
+        n = len(self)
+        if n and all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.dim() == 1
+                     for t in self):
+            sizes = [t.numel() for t in self]
+            kind = "the samples' file bytes (uint8, %d to %d bytes each)" % (min(sizes),
+                                                                              max(sizes))
+            stack = ""
+        else:
+            shapes = sorted({tuple(t.shape) for t in self if isinstance(t, torch.Tensor)})
+            kind = "the samples' arrays (shapes %s)" % ", ".join(str(list(x)) for x in shapes[:3])
+            stack = "; stack=True makes them one tensor (samples of one shape)"
+        return ("%s: x is a list of %d tensors, one per sample: %s, not one batch tensor "
+                "(seerd has no [transform] section and TorchLoader got no transform=). For "
+                "a batch tensor pass transform=fn (with decode='pil' for images, num_workers=N "
+                "to run it in workers)%s, or give seerd a [transform] section with decode = "
+                "image (docs/transform.md). To move the samples as they are: [t.to(device) "
+                "for t in x]" % (what, n, kind, stack))
+
+    def _refuse(self, name):
+        def method(*args, **kwargs):
+            raise TypeError(self._hint("x.%s()" % name))
+        return method
+
+    def __getattr__(self, name):
+        if name in ("to", "cuda", "cpu", "pin_memory", "float", "half", "double", "bfloat16",
+                    "long", "int", "byte", "contiguous", "size", "dim", "numel", "view",
+                    "reshape", "permute", "unsqueeze", "numpy", "clone", "detach"):
+            return self._refuse(name)
+        if name in ("shape", "dtype", "device", "is_cuda", "ndim"):
+            raise AttributeError(self._hint("x.%s" % name))
+        raise AttributeError("'SampleList' object has no attribute %r" % name)
 
 
 class TorchLoader(Loader):
@@ -124,6 +175,8 @@ class TorchLoader(Loader):
                              (prefetch_factor,))
         if multiprocessing_context not in (None, "fork", "spawn", "forkserver"):
             raise ValueError("multiprocessing_context must be 'fork', 'spawn' or 'forkserver'")
+        if transform is not None:
+            _workers.check_decode(decode)
         self._pipe = None
         if transform is not None and num_workers > 0:
             # the workers' batches are taken ahead of the user: declared to
@@ -139,23 +192,28 @@ class TorchLoader(Loader):
         self.multiprocessing_context = multiprocessing_context or "fork"
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.last_batch = None
-        self._job = (_workers.Job(transform, decode, self.seed, self._types)
-                     if transform is not None else None)
+        self._decode = decode
+        self._job = None  # made at the first iteration (it needs the job's seed)
+
+    def _transform_job(self):
+        if self._job is None:
+            self._job = _workers.Job(self.transform, self._decode, self.seed, self._types)
+        return self._job
 
     def _pinned(self, x, y):
         if self.pin_memory:
             return x.pin_memory(), y.pin_memory()
         return x, y
 
-    def __iter__(self):
+    def _iterate(self, gen, skip_end):
         if self.transform is None:
-            return self._iter_plain()
+            return self._iter_plain(gen, skip_end)
         if self.num_workers == 0:
-            return self._iter_inline()
-        return self._iter_workers()
+            return self._iter_inline(gen, skip_end)
+        return self._iter_workers(gen, skip_end)
 
-    def _iter_plain(self):
-        for batch in super().__iter__():
+    def _iter_plain(self, gen, skip_end):
+        for batch in self._batches(gen, skip_end):
             self.last_batch = LastBatch(batch.epoch, batch.step, batch.ids)
             labels = torch.from_numpy(batch.labels)
             block = batch.tensor
@@ -168,16 +226,17 @@ class TorchLoader(Loader):
             elif self.stack:
                 yield self._pinned(torch.from_numpy(np.stack(batch.samples)), labels)
             else:
-                yield [_as_tensor(s) for s in batch.samples], labels
+                yield SampleList(_as_tensor(s) for s in batch.samples), labels
 
-    def _iter_inline(self):
-        for batch in super().__iter__():
+    def _iter_inline(self, gen, skip_end):
+        job = self._transform_job()
+        for batch in self._batches(gen, skip_end):
             task = (0, batch.epoch, batch.step, batch._offsets.tolist(), batch.sizes.tolist(),
                     batch._types.tolist(), batch.ids.tolist(), batch.labels.tolist())
             state = (torch.default_generator.get_state(), _workers.random.getstate(),
                      np.random.get_state())
             try:
-                x = _workers.run_batch(self._job, self._arena, task)
+                x = _workers.run_batch(job, self._arena, task)
             finally:
                 torch.default_generator.set_state(state[0])
                 _workers.random.setstate(state[1])
@@ -185,20 +244,36 @@ class TorchLoader(Loader):
             self.last_batch = LastBatch(batch.epoch, batch.step, batch.ids)
             yield self._pinned(x, torch.from_numpy(batch.labels))
 
-    def _iter_workers(self):
+    def _iter_workers(self, gen, skip_end):
         if self._c is None:
             raise _closed("iterating")
         if self._pipe is None:
-            self._pipe = _workers.Pipeline(self, self._job, self.num_workers,
+            self._pipe = _workers.Pipeline(self, self._transform_job(), self.num_workers,
                                            self.prefetch_factor, self.multiprocessing_context)
         while True:
+            self._still(gen)
+            pipe = self._pipe
+            if pipe is None:
+                raise _closed("iterating")
             try:
-                e = self._pipe.next()
+                e = pipe.next()
             except WorkerError:
                 self.close()
                 raise
+            except SeerError:
+                if pipe._last is not None:  # a failed batch, handed in its place
+                    self._handed_out(pipe._last.epoch)
+                raise
+            if e.kind == "epoch":
+                if self._end(skip_end):
+                    return
+                skip_end = False
+                continue
             if e.kind != "batch":
+                self._mid_epoch = False
                 return
+            skip_end = False
+            self._handed_out(e.epoch)
             self.last_batch = LastBatch(e.epoch, e.step, e.ids)
             yield self._pinned(e.images, torch.from_numpy(e.labels))
 
