@@ -485,9 +485,13 @@ class Episode:
         self.classes = r.choice([3, 4, 5])
         self.per_class = r.choice([20, 30, 40])
         self.reconnect = ("recon" in a.ops and self.nodes == 1 and r.random() < 0.3)
+        # an elastic episode ends its first phase with every rank saving
+        # state_dict(): its trainers are Python until then
+        self.elastic = "elastic" in a.ops and r.random() < 0.35
         self.kinds = [self.draw_kind() for _ in range(self.world)]
 
     def draw_kind(self, python_only=False):
+        python_only = python_only or (self.elastic and getattr(self, "phase", 0) == 0)
         kinds = [k for k in self.args.kinds if not (python_only and k == "c")] or ["py"]
         k = self.rng.choice(kinds)
         hold = self.rng.choice(["iter", "double", "ooo"]) if "hold" in self.args.ops else "iter"
@@ -506,15 +510,14 @@ class Episode:
         kinds = list(kinds)
         for i, g in enumerate(pts):
             cand = []
+            if allow_elastic and self.elastic and i == len(pts) - 1:
+                ops = ["elastic"]
             for op in ops:
-                if op in ("hold",):
+                if op == "hold" or (op == "elastic" and len(ops) > 1):
                     continue
                 if op == "wkill" and not any(k[0] == "torch2" for k in kinds):
                     continue
                 if op in ("seek", "state") and not any(k[0] != "c" for k in kinds):
-                    continue
-                if op == "elastic" and (not allow_elastic or any(k[0] == "c" for k in kinds)
-                                        or i != len(pts) - 1):
                     continue
                 if op in ("dterm", "dkill") and self.reconnect:
                     continue
@@ -545,6 +548,7 @@ class Episode:
             elif op == "recon":
                 extra["sig"] = r.choice(["TERM", "KILL"])
             elif op == "elastic":
+                self.phase = 1  # the kinds drawn from here on are the new job's
                 w = [x for x in ((2, 3) if self.nodes == 2 else (1, 2, 3)) if x != len(kinds)]
                 extra["world"] = r.choice(w)
                 extra["kinds"] = [self.draw_kind() for _ in range(extra["world"])]
@@ -712,6 +716,7 @@ class Episode:
         self.plan = Plan(n, self.jseed, self.world, self.batch, self.drop_last, self.epochs)
         self.plans.append(self.plan)
         self.ops = self.draw_ops(self.plan, 0, self.kinds, "elastic" in a.ops)
+        self.phase = 0
         self.oplog.append("episode %d: nodes %d, world %d, %d samples, batch %d, epochs %d, "
                           "drop_last %s, seed %d, lookahead %d, ram %s%s; kinds %s" %
                           (self.number, self.nodes, self.world, n, self.batch, self.epochs,
@@ -730,7 +735,8 @@ class Episode:
             point = self.plan.positions[g]
             held = self.barrier(point)
             if self.do_op(k, point, op, rank, extra, held):
-                continue  # a new phase: self.ops replaced, k reset
+                k = 0  # a new phase: its own operations
+                continue
             k += 1
         self.finish()
         return self.check()
@@ -859,8 +865,66 @@ class Episode:
 
     # ---- the oracle over the whole episode ------------------------------------------------------
 
+    def inject(self, how):
+        """Falsify one handed batch in a log (--inject): the oracle must fail."""
+        for sess in self.history:
+            with open(sess.log) as f:
+                lines = f.read().split("\n")
+            if how == "restart":
+                # the first batch of a restarted session gone: a restart that skipped one
+                if sess.start_rule[0] == "fresh":
+                    continue
+                if sess.kind == "c":
+                    p = [ln.split() for ln in lines]
+                    k0 = next((x[:2] for x in p if len(x) == 7), None)
+                    lines = [ln for ln, x in zip(lines, p) if not (len(x) == 7 and x[:2] == k0)]
+                else:
+                    i = next((i for i, ln in enumerate(lines) if '"ev":"b"' in ln), None)
+                    if i is None:
+                        continue
+                    del lines[i]
+            elif sess.kind == "c":
+                idx = [i for i, ln in enumerate(lines) if len(ln.split()) == 7]
+                keys = []
+                for i in idx:
+                    k = tuple(lines[i].split()[:2])
+                    if k not in keys:
+                        keys.append(k)
+                if len(keys) < 3:
+                    continue
+                mine = [i for i in idx if tuple(lines[i].split()[:2]) == keys[1]]
+                if how == "crc":
+                    p = lines[mine[0]].split()
+                    p[6] = "%08x" % (int(p[6], 16) ^ 1)
+                    lines[mine[0]] = " ".join(p)
+                elif how == "drop":
+                    lines = [ln for i, ln in enumerate(lines) if i not in mine]
+                else:
+                    lines = lines[:mine[-1] + 1] + [lines[i] for i in mine] + lines[mine[-1] + 1:]
+            else:
+                idx = [i for i, ln in enumerate(lines) if '"ev":"b"' in ln]
+                if len(idx) < 3:
+                    continue
+                i = idx[1]
+                if how == "crc":
+                    ev = json.loads(lines[i])
+                    ev["crc"][0] ^= 1
+                    lines[i] = json.dumps(ev, separators=(",", ":"))
+                elif how == "drop":
+                    del lines[i]
+                else:
+                    lines.insert(i + 1, lines[i])
+            with open(sess.log, "w") as f:
+                f.write("\n".join(lines))
+            self.oplog.append("injected: %s (the second batch, or a restart's first) in rank %d's log %s" %
+                              (how, sess.rank, os.path.basename(sess.log)))
+            return
+        raise Fail("--inject: no session handed 3 batches")
+
     def check(self):
         o = self.oracle
+        if self.args.inject:
+            self.inject(self.args.inject)
         for phase, plan in enumerate(self.plans):
             sessions = [s for s in self.history if s.phase == phase]
             for rank in range(plan.world):
@@ -938,6 +1002,10 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the work dir on failure")
     ap.add_argument("--workdir", help="where episodes run (default: a new temporary dir)")
     ap.add_argument("--first-episode", type=int, default=0, help="replay from this episode")
+    ap.add_argument("--inject", choices=("drop", "dup", "crc", "restart"),
+                    help="check the oracle: falsify one handed batch in a log of each episode "
+                         "(drop it, log it twice, flip a crc bit; restart: drop the first batch "
+                         "of a restarted session); the walk must fail")
     a = ap.parse_args()
     a.ops = [x for x in a.ops.split(",") if x]
     a.kinds = [x for x in a.kinds.split(",") if x]
