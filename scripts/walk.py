@@ -510,10 +510,9 @@ class Episode:
         kinds = list(kinds)
         for i, g in enumerate(pts):
             cand = []
-            if allow_elastic and self.elastic and i == len(pts) - 1:
-                ops = ["elastic"]
-            for op in ops:
-                if op == "hold" or (op == "elastic" and len(ops) > 1):
+            forced = allow_elastic and self.elastic and i == len(pts) - 1
+            for op in (["elastic"] if forced else ops):
+                if op == "hold" or (op == "elastic" and not forced):
                     continue
                 if op == "wkill" and not any(k[0] == "torch2" for k in kinds):
                     continue
