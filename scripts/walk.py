@@ -662,9 +662,13 @@ class Episode:
             sess.proc.kill()
             raise Fail("rank %d's trainer hung after %s:\n%s" % (sess.rank, what, tail(sess.err)))
         if rc not in codes:
-            raise Fail("rank %d's trainer (%s) exited %d after %s (expected %s):\n%s\nseerd:\n%s" %
-                       (sess.rank, sess.describe(), rc, what, codes, tail(sess.err),
-                        self.daemon.log()[-3000:]))
+            drc = self.daemon.proc.poll()
+            raise Fail("rank %d's trainer (%s) exited %d after %s (expected %s)%s:\n%s\nseerd:\n%s"
+                       % (sess.rank, sess.describe(), rc, what, codes,
+                          "" if drc is None else "; seerd had exited %s%s" % (
+                              drc, " (killed by %s)" % signal.Signals(-drc).name if drc < 0
+                              else ""),
+                          tail(sess.err), self.daemon.log()[-3000:]))
         return rc
 
     def detached(self, rank):
@@ -785,16 +789,17 @@ class Episode:
             self.go(point, [r for r in self.sessions if r != rank])
         elif op in ("dterm", "dkill"):
             sig = signal.SIGTERM if op == "dterm" else signal.SIGKILL
-            if self.nodes == 1 or op == "dterm":
+            if self.nodes == 1:
                 self.daemon.signal(sig)
-            else:
+            else:  # one seerd: a SIGTERM drains every node, a SIGKILL ends the others
                 self.daemon.signal(sig, node=1)
             if op == "dterm":
                 wait_for(self.stopping, LONG, "seerd to be stopping")
             else:
                 self.daemon_gone()
             self.go(point)
-            want = (1, 3) if op == "dterm" else (1, 4)
+            # dkill on two nodes: a surviving seerd may stop its trainers (ESHUTDOWN)
+            want = (1, 3) if op == "dterm" else (1, 4) if self.nodes == 1 else (1, 3, 4)
             for r, sess in sorted(self.sessions.items()):
                 self.wait_exit(sess, want, "seerd's SIG%s" % sig.name[3:])
                 sess.end = op
