@@ -656,11 +656,22 @@ class Episode:
             os.rename(path + ".tmp", path)
 
     def wait_exit(self, sess, codes, what):
-        try:
-            rc = sess.proc.wait(LONG)
-        except subprocess.TimeoutExpired:
-            sess.proc.kill()
-            raise Fail("rank %d's trainer hung after %s:\n%s" % (sess.rank, what, tail(sess.err)))
+        t0 = time.time()
+        announced = set(os.listdir(self.sync))
+        while sess.proc.poll() is None:
+            new = [f for f in os.listdir(self.sync) if f not in announced and
+                   f.startswith("paused-%d-" % sess.rank)]
+            if new:
+                sess.proc.kill()
+                raise Fail("rank %d's trainer (%s) should have stopped after %s, but took more "
+                           "batches and paused at the next pause point (%s): libseer did not "
+                           "see its seerd go" % (sess.rank, sess.describe(), what, new[0]))
+            if time.time() - t0 > LONG:
+                sess.proc.kill()
+                raise Fail("rank %d's trainer hung after %s:\n%s" % (sess.rank, what,
+                                                                     tail(sess.err)))
+            time.sleep(0.01)
+        rc = sess.proc.returncode
         if rc not in codes:
             drc = self.daemon.proc.poll()
             raise Fail("rank %d's trainer (%s) exited %d after %s (expected %s)%s:\n%s\nseerd:\n%s"
@@ -697,12 +708,19 @@ class Episode:
         except Fail:
             return False
 
+    def debug(self, text):
+        if os.environ.get("WALK_DEBUG"):
+            print("  [%.1f s] %s" % (time.time() - self.t0, text), flush=True)
+
     def note(self, op, text):
         self.counts[op] = self.counts.get(op, 0) + 1
         self.oplog.append(text)
+        if os.environ.get("WALK_DEBUG"):
+            print("  [%.1f s] %s" % (time.time() - self.t0, text), flush=True)
 
     def run(self):
         a = self.args
+        self.t0 = time.time()
         self.choose()
         key = "data-%dx%d" % (self.classes, self.per_class)
         self.data = os.path.join(self.base, key)
@@ -791,18 +809,27 @@ class Episode:
             sig = signal.SIGTERM if op == "dterm" else signal.SIGKILL
             if self.nodes == 1:
                 self.daemon.signal(sig)
-            else:  # one seerd: a SIGTERM drains every node, a SIGKILL ends the others
+            elif op == "dterm":  # one seerd's SIGTERM drains every node
                 self.daemon.signal(sig, node=1)
+            else:  # every seerd killed (one alone: the others wait for it ~a minute)
+                pids = [self.daemon.pid(k) for k in range(self.nodes)]
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                # mpirun takes ~40 s to notice: once its seerds are gone, end it
+                wait_for(lambda: all(gone(p) for p in pids), LONG, "the seerds to die")
+                self.daemon.kill()
             if op == "dterm":
                 wait_for(self.stopping, LONG, "seerd to be stopping")
             else:
                 self.daemon_gone()
+            self.debug("seerd stopping or gone")
             self.go(point)
             # dkill on two nodes: a surviving seerd may stop its trainers (ESHUTDOWN)
             want = (1, 3) if op == "dterm" else (1, 4) if self.nodes == 1 else (1, 3, 4)
             for r, sess in sorted(self.sessions.items()):
                 self.wait_exit(sess, want, "seerd's SIG%s" % sig.name[3:])
                 sess.end = op
+            self.debug("trainers gone")
             self.daemon_gone((0,) if op == "dterm" else None, "SIGTERM")
             self.note(op, "at %s: %s seerd%s; restart it and every rank as %s" % (
                 at, sig.name, "" if self.nodes == 1 else "s", ",".join(
@@ -837,7 +864,7 @@ class Episode:
             path = os.path.join(self.sync, "state-0-%d-%d.json" % (held[0]["e"], held[0]["s"]))
             with open(path) as f:
                 sd = json.load(f)
-            self.daemon.signal(signal.SIGTERM)
+            self.daemon.signal(signal.SIGTERM, node=self.nodes - 1)
             self.daemon_gone((0,), "SIGTERM of an idle seerd")
             self.phase += 1
             w = extra["world"]
@@ -945,6 +972,18 @@ class Episode:
                     else plan.positions[-1]
                 rule_coverage(plan, rank, handed, plan.positions[0], last, excused)
         return o.batches, o.samples
+
+
+def gone(pid):
+    """pid has exited: gone, or a zombie whose threads are all gone too (a
+    SIGKILLed leader shows Z while its other threads still exit, and its
+    sockets stay open until the last one has)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            zombie = f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        return zombie and len(os.listdir("/proc/%d/task" % pid)) <= 1
+    except OSError:
+        return True
 
 
 def fmt_kind(k):
