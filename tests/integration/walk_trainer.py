@@ -38,8 +38,10 @@ After a WorkerError (a transform worker killed) the trainer connects again
 """
 
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 import zlib
@@ -294,6 +296,7 @@ class Trainer:
 
 
 def main():
+    faulthandler.register(signal.SIGUSR2, all_threads=True)  # the driver's view of a hang
     ap = argparse.ArgumentParser()
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
