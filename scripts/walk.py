@@ -4,7 +4,7 @@
 
     scripts/walk.py [--seed N] [--minutes M | --episodes K] [--ops LIST]
                     [--kinds LIST] [--nodes 1|2|mix] [--keep] [--workdir DIR]
-                    [--exclude KIND:OP,...] [--first-episode N] [--inject drop|dup|crc|restart]
+                    [--exclude KIND:OP,...] [--first-episode N] [--inject drop|dup|crc|restart|last]
 
 Each episode (reproducible from (seed, episode) as far as choices go) makes
 or reuses a small class-folder dataset of random bytes, starts seerd (or two
@@ -904,10 +904,19 @@ class Episode:
 
     def inject(self, how):
         """Falsify one handed batch in a log (--inject): the oracle must fail."""
-        for sess in self.history:
+        for sess in (self.history[::-1] if how == "last" else self.history):
             with open(sess.log) as f:
                 lines = f.read().split("\n")
-            if how == "restart":
+            if how == "last":
+                # the job's last batch of a rank never handed: only coverage sees it
+                if sess.kind == "c":
+                    p = [ln.split() for ln in lines]
+                    kl = [x[:2] for x in p if len(x) == 7][-1]
+                    lines = [ln for ln, x in zip(lines, p) if not (len(x) == 7 and x[:2] == kl)]
+                else:
+                    i = [i for i, ln in enumerate(lines) if '"ev":"b"' in ln][-1]
+                    del lines[i]
+            elif how == "restart":
                 # the first batch of a restarted session gone: a restart that skipped one
                 if sess.start_rule[0] == "fresh":
                     continue
@@ -1054,10 +1063,11 @@ def main():
     ap.add_argument("--exclude", default="",
                     help="KIND:OP,... : never OP while a trainer of KIND runs (a known bug "
                          "that would stop the walk, e.g. torch2:dterm)")
-    ap.add_argument("--inject", choices=("drop", "dup", "crc", "restart"),
+    ap.add_argument("--inject", choices=("drop", "dup", "crc", "restart", "last"),
                     help="check the oracle: falsify one handed batch in a log of each episode "
                          "(drop it, log it twice, flip a crc bit; restart: drop the first batch "
-                         "of a restarted session); the walk must fail")
+                         "of a restarted session; last: drop the job's last batch of a rank); "
+                         "the walk must fail")
     a = ap.parse_args()
     a.ops = [x for x in a.ops.split(",") if x]
     a.kinds = [x for x in a.kinds.split(",") if x]
