@@ -151,10 +151,21 @@ def rule_seek(rank, target, cur):
 def first_unreleased(plan, sess):
     """Rule 1: seerd's saved position for a rank is the first batch the rank
     has NOT released: the earliest held at the end of the session, else the
-    one after the last handed."""
+    one after the last handed. A session that handed nothing (killed at its
+    first batch) released nothing: where it started ((lo, hi) range of plan
+    indices, as its own start rule allowed)."""
     if sess.unreleased:
-        return min(sess.unreleased, key=plan.g)
-    return plan.next(sess.last) if sess.last else sess.first
+        g = plan.g(min(sess.unreleased, key=plan.g))
+        return g, g
+    if sess.last:
+        g = plan.g(sess.last) + 1
+        return g, g
+    return sess.start_range
+
+
+def fmt_range(plan, lo, hi):
+    p = lambda g: "%d:%d" % plan.positions[g] if g < len(plan.positions) else "the end"
+    return p(lo) if lo == hi else "%s..%s" % (p(lo), p(hi))
 
 
 def rule_restart_exact(plan, rank, prev, cur, why):
@@ -162,23 +173,27 @@ def rule_restart_exact(plan, rank, prev, cur, why):
     released) or seerd's SIGTERM, a restarted rank resumes exactly at the
     first batch it had not released: nothing skipped, nothing again but what
     it held."""
-    want = first_unreleased(plan, prev)
-    if tuple(cur) != tuple(want):
+    lo, hi = first_unreleased(plan, prev)
+    if not lo <= plan.g(cur) <= hi:
         raise Mismatch("rank %d: restart after %s: expected the first unreleased batch %s "
                        "(last handed %s, held %s), got %s" %
-                       (rank, why, want, prev.last, sorted(prev.unreleased), tuple(cur)))
+                       (rank, why, fmt_range(plan, lo, hi), prev.last,
+                        sorted(prev.unreleased), tuple(cur)))
+    return lo, hi
 
 
 def rule_restart_sigkill(plan, rank, prev, cur, lookahead):
     """Rule 5: after seerd's SIGKILL positions are exact to the last release
     seerd processed: up to about half the lookahead batches (bound here:
     the lookahead) may come again; never one skipped."""
-    want = first_unreleased(plan, prev)
-    g, gw = plan.g(cur), plan.g(want)
-    if not gw - lookahead <= g <= gw:
-        raise Mismatch("rank %d: restart after seerd SIGKILL: expected a batch from %s back to "
-                       "%d batches before it (lookahead), got %s" %
-                       (rank, want, lookahead, tuple(cur)))
+    lo, hi = first_unreleased(plan, prev)
+    lo = max(0, lo - lookahead)
+    if not lo <= plan.g(cur) <= hi:
+        raise Mismatch("rank %d: restart after seerd SIGKILL: expected a batch from %s (the "
+                       "first unreleased %s back by at most the lookahead, %d), got %s" %
+                       (rank, fmt_range(plan, lo, hi), fmt_range(plan, hi, hi), lookahead,
+                        tuple(cur)))
+    return lo, hi
 
 
 def rule_state(plan, rank, sess, state_pos):
@@ -330,26 +345,38 @@ class Oracle:
             elif k == "err" and ev["what"] == "worker":
                 after_worker = last
                 sess.unreleased = set()
+        if not start_checked:  # killed before it handed a batch
+            self.check_start(plan, sess, prev, None)
         sess.last = last
         sess.excused = excused
         return evs
 
     def check_start(self, plan, sess, prev, pos):
+        """Where a session started (pos; None when it handed nothing: then
+        only the range its start rule allows is recorded, for the next)."""
         how = sess.start_rule
         if how[0] == "fresh":
-            if tuple(pos) != plan.positions[0]:
+            if pos is not None and tuple(pos) != plan.positions[0]:
                 raise Mismatch("rank %d: a fresh job's first batch: expected %s, got %s" %
                                (sess.rank, plan.positions[0], pos))
+            rng = (0, 0)
         elif how[0] == "state":
-            rule_resume_state(sess.rank, how[1], pos)
-        elif how[0] == "tkill":
-            rule_restart_exact(plan, sess.rank, prev, pos, "the trainer's SIGKILL")
-        elif how[0] == "dterm":
-            rule_restart_exact(plan, sess.rank, prev, pos, "seerd's SIGTERM")
+            if pos is not None:
+                rule_resume_state(sess.rank, how[1], pos)
+            rng = (plan.g(how[1]), plan.g(how[1]))
+        elif how[0] in ("tkill", "dterm"):
+            why = "the trainer's SIGKILL" if how[0] == "tkill" else "seerd's SIGTERM"
+            rng = (first_unreleased(plan, prev) if pos is None else
+                   rule_restart_exact(plan, sess.rank, prev, pos, why))
         elif how[0] == "dkill":
-            rule_restart_sigkill(plan, sess.rank, prev, pos, self.lookahead)
+            if pos is None:
+                lo, hi = first_unreleased(plan, prev)
+                rng = (max(0, lo - self.lookahead), hi)
+            else:
+                rng = rule_restart_sigkill(plan, sess.rank, prev, pos, self.lookahead)
         else:
             raise AssertionError(how)
+        sess.start_range = rng
 
 
 # ==== daemons ==================================================================================
@@ -546,7 +573,8 @@ class Episode:
                 else:
                     kinds[rank] = extra["kind"] = self.draw_kind()
             elif op in ("dterm", "dkill"):
-                kinds = extra["kinds"] = [self.draw_kind() for _ in kinds]
+                kinds = [self.draw_kind() for _ in kinds]
+                extra["kinds"] = list(kinds)  # later draws change `kinds`, not this
             elif op == "recon":
                 extra["sig"] = r.choice(["TERM", "KILL"])
             elif op == "elastic":
@@ -595,7 +623,7 @@ class Episode:
             if self.reconnect:
                 args += ["--reconnect", "60000"]
             if state_file:
-                raw = state_file + ".rec"
+                raw = log + ".rec"  # one per session: another rank may be reading its own
                 with open(state_file) as f:
                     rec = json.load(f)
                 with open(raw, "wb") as f:
@@ -757,12 +785,14 @@ class Episode:
         for r in range(self.world):
             self.start_session(r, self.kinds[r], ("fresh",), self.points_after(-1))
         k = 0
+        self.debug("ops %s" % (self.ops,))
         while k < len(self.ops):
             g, op, rank, extra = self.ops[k]
             point = self.plan.positions[g]
             held = self.barrier(point)
             if self.do_op(k, point, op, rank, extra, held):
                 k = 0  # a new phase: its own operations
+                self.debug("phase %d ops %s" % (self.phase, self.ops))
                 continue
             k += 1
         self.finish()
