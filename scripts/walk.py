@@ -131,6 +131,18 @@ def rule_bytes(plan, cat, rank, b):
                             b["len"][i], b["crc"][i]))
 
 
+def rule_held_bytes(cat, rank, ev):
+    """Rule 4 (and the Loader's lifetime contract): a batch held across a
+    pause -- a reconnect, seerd SIGTERMed, SIGKILLed or restarted meanwhile --
+    keeps readable bytes: read again after it, they are still the files'."""
+    for i, sid in enumerate(ev["ids"]):
+        if ev["crc"][i] != cat[sid][3]:
+            raise Mismatch("rank %d: batch %d:%d held across a pause, read again: sample %d "
+                           "(id %d, %s) expected crc %08x, got %08x" %
+                           (rank, ev["e"], ev["s"], i, sid, cat[sid][0], cat[sid][3],
+                            ev["crc"][i]))
+
+
 def rule_unbroken(plan, rank, prev, cur, why="the session's stream"):
     """Within one connection the stream is unbroken: each batch handed is
     the one after the previous (rule 4 across reconnects: 'the stream
@@ -300,7 +312,7 @@ def read_events(sess):
 class Oracle:
     def __init__(self, cat, lookahead):
         self.cat, self.lookahead = cat, lookahead
-        self.batches = self.samples = 0
+        self.batches = self.samples = self.rechecks = 0
 
     def check_session(self, plan, sess, prev):
         """Every batch of a session; where it started (by how `prev`, the
@@ -334,6 +346,9 @@ class Oracle:
                 last = pos
                 sess.handed.append(pos)
                 sess.unreleased.add(pos)
+            elif k == "recheck":
+                rule_held_bytes(self.cat, sess.rank, ev)
+                self.rechecks += 1
             elif k == "rel":
                 sess.unreleased.discard((ev["e"], ev["s"]))
             elif k == "seek":
@@ -1016,7 +1031,7 @@ class Episode:
                 last = prev.last if prev.end == "state" and phase < len(self.plans) - 1 \
                     else plan.positions[-1]
                 rule_coverage(plan, rank, handed, plan.positions[0], last, excused)
-        return o.batches, o.samples
+        return o.batches, o.samples, o.rechecks
 
 
 def gone(pid):
@@ -1115,7 +1130,8 @@ def main():
     base = a.workdir or tempfile.mkdtemp(prefix="seer-walk-", dir=os.environ.get("SEER_TEST_TMP"))
     os.makedirs(base, exist_ok=True)
     t0 = time.time()
-    totals = {"episodes": 0, "batches": 0, "samples": 0, "failures": 0, "ops": {}}
+    totals = {"episodes": 0, "batches": 0, "samples": 0, "failures": 0, "ops": {},
+              "rechecks": 0}
     number = a.first_episode
     failed = False
     while True:
@@ -1126,7 +1142,7 @@ def main():
         ep = Episode(a, a.seed, number, base)
         te = time.time()
         try:
-            nb, ns = ep.run()
+            nb, ns, nr = ep.run()
         except Exception as ex:
             cleanup_episode(ep)
             totals["failures"] += 1
@@ -1147,18 +1163,21 @@ def main():
         totals["episodes"] += 1
         totals["batches"] += nb
         totals["samples"] += ns
+        totals["rechecks"] += nr
         for k, v in ep.counts.items():
             totals["ops"][k] = totals["ops"].get(k, 0) + v
-        print("episode %d (seed %d): %s | ops: %s | %d batches, %d samples checked (%.1f s)" %
+        print("episode %d (seed %d): %s | ops: %s | %d batches, %d samples checked, %d held "
+              "batches re-read after a pause (%.1f s)" %
               (number, a.seed, ep.oplog[0].split(": ", 1)[1],
-               "; ".join(ep.oplog[1:]) or "none", nb, ns, time.time() - te), flush=True)
+               "; ".join(ep.oplog[1:]) or "none", nb, ns, nr, time.time() - te), flush=True)
         shutil.rmtree(ep.tmp, ignore_errors=True)
         number += 1
     ops = ", ".join("%s %d" % (k, totals["ops"].get(k, 0)) for k in ALL_OPS if k in a.ops)
-    print("walk summary: seed %d, %d episodes in %.0f s, operations: %s; %d batches, %d samples "
-          "checked; %d failures" % (a.seed, totals["episodes"], time.time() - t0, ops,
-                                   totals["batches"], totals["samples"], totals["failures"]),
-          flush=True)
+    kinds = ", ".join("%s %d" % (k, totals["ops"].get("kind:" + k, 0)) for k in a.kinds)
+    print("walk summary: seed %d, %d episodes in %.0f s, operations: %s; trainer sessions: %s; "
+          "%d batches, %d samples checked, %d held batches re-read; %d failures" %
+          (a.seed, totals["episodes"], time.time() - t0, ops, kinds, totals["batches"],
+           totals["samples"], totals["rechecks"], totals["failures"]), flush=True)
     if not (failed and a.keep):
         shutil.rmtree(base, ignore_errors=True)
     sys.exit(1 if failed else 0)

@@ -18,6 +18,8 @@ ooo = take two, release the second, then the first.
 Log lines (one JSON object each):
   {"ev": "open", "kind", "hold", "pid"}      a connection was made
   {"ev": "b", "e", "s", "ids", "labels", "crc", "len"}   a batch handed
+  {"ev": "recheck", "e", "s", "ids", "crc"}  after a pause, a batch held
+                                             across it read again (Loader)
   {"ev": "rel", "e", "s"}                    a batch released (iter: logged
                                              as the next one is asked for)
   {"ev": "seek", "e", "s"}                   seek(e, s) returned
@@ -83,6 +85,7 @@ class Trainer:
         self.held = []       # batches handed and not released, in hand order (hold modes)
         self.last = None     # (e, s) handed last
         self.yielded = None  # iter mode: the batch the iterator yielded last
+        self.paused_now = False
 
     # ---- connection ----------------------------------------------------------------------
 
@@ -118,14 +121,26 @@ class Trainer:
         self.last = (e, s)
         return self.pause(e, s)
 
-    def hand_batch(self, b):
+    @staticmethod
+    def crcs(b):
         crcs, lens = [], []
         for v in b.samples:
             v = v.reshape(-1).view(np.uint8)
             crcs.append(zlib.crc32(v))
             lens.append(int(v.nbytes))
-        return self.hand(int(b.epoch), int(b.step), [int(x) for x in b.ids.tolist()],
-                         [int(x) for x in b.labels.tolist()], crcs, lens)
+        return crcs, lens
+
+    def hand_batch(self, b):
+        crcs, lens = self.crcs(b)
+        cmd = self.hand(int(b.epoch), int(b.step), [int(x) for x in b.ids.tolist()],
+                        [int(x) for x in b.labels.tolist()], crcs, lens)
+        if cmd == "go" and self.paused_now:
+            # what the pause did (a reconnect, seerd killed or restarted) must
+            # leave the bytes of the batches held meanwhile readable and intact
+            for h in (self.held if self.a.hold != "iter" else [b]):
+                self.log.write(ev="recheck", e=int(h.epoch), s=int(h.step),
+                               ids=[int(x) for x in h.ids.tolist()], crc=self.crcs(h)[0])
+        return cmd
 
     def hand_torch(self, x, y):
         lb = self.loader.last_batch
@@ -138,7 +153,9 @@ class Trainer:
         """At a pause point: announce, wait for the command; returns it
         ('go', ('seek', e, s) or 'close')."""
         cmd = "go"
+        self.paused_now = False
         while self.points and self.points[0] <= (e, s):
+            self.paused_now = True
             pe, ps = self.points.pop(0)
             d = self.a.sync
             held = [list(p) for p in self.held_now()]
