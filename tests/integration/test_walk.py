@@ -46,11 +46,11 @@ def run_walk(nodes, episodes, first=0):
 
 
 def test_walk_one_node():
-    run_walk(1, 14)
+    run_walk(1, 12)
 
 
 def test_walk_two_nodes():
-    run_walk(2, 3, first=100)
+    run_walk(2, 4, first=112)
 
 
 if __name__ == "__main__":
