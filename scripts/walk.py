@@ -55,7 +55,6 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
-import seertest  # noqa: E402
 from seertest import BIN, LONG, Daemon, Fail, catalog, make_classes, seer, wait_for  # noqa: E402
 
 ALL_OPS = ["tkill", "wkill", "seek", "state", "elastic", "dterm", "dkill", "recon", "hold",
@@ -68,7 +67,12 @@ PROVIDER = os.environ.get("SEER_TEST_PROVIDER", "tcp;ofi_rxm")
 
 
 class Mismatch(Fail):
-    """An oracle failure: rank, what was expected, what came."""
+    """An oracle failure: rank, what was expected, what came. `want`: the
+    position expected (plan index or (epoch, step)), for its ids."""
+
+    def __init__(self, msg, want=None):
+        super().__init__(msg)
+        self.want = want
 
 
 # ==== the expected streams =====================================================================
@@ -150,14 +154,14 @@ def rule_unbroken(plan, rank, prev, cur, why="the session's stream"):
     want = plan.next(prev)
     if tuple(cur) != want:
         raise Mismatch("rank %d: %s: after %s expected %s, got %s" %
-                       (rank, why, tuple(prev), want, tuple(cur)))
+                       (rank, why, tuple(prev), want, tuple(cur)), want=want)
 
 
 def rule_seek(rank, target, cur):
     """Explicit seek(epoch, step) restarts the stream there (rule, last line)."""
     if tuple(cur) != tuple(target):
-        raise Mismatch("rank %d: after seek%s expected %s, got %s" % (rank, tuple(target),
-                                                                   tuple(target), tuple(cur)))
+        raise Mismatch("rank %d: after seek%s expected %s, got %s" %
+                       (rank, tuple(target), tuple(target), tuple(cur)), want=tuple(target))
 
 
 def first_unreleased(plan, sess):
@@ -190,7 +194,7 @@ def rule_restart_exact(plan, rank, prev, cur, why):
         raise Mismatch("rank %d: restart after %s: expected the first unreleased batch %s "
                        "(last handed %s, held %s), got %s" %
                        (rank, why, fmt_range(plan, lo, hi), prev.last,
-                        sorted(prev.unreleased), tuple(cur)))
+                        sorted(prev.unreleased), tuple(cur)), want=hi)
     return lo, hi
 
 
@@ -204,7 +208,7 @@ def rule_restart_sigkill(plan, rank, prev, cur, lookahead):
         raise Mismatch("rank %d: restart after seerd SIGKILL: expected a batch from %s (the "
                        "first unreleased %s back by at most the lookahead, %d), got %s" %
                        (rank, fmt_range(plan, lo, hi), fmt_range(plan, hi, hi), lookahead,
-                        tuple(cur)))
+                        tuple(cur)), want=hi)
     return lo, hi
 
 
@@ -223,7 +227,7 @@ def rule_resume_state(rank, state_pos, cur):
     the record counts as consumed."""
     if tuple(cur) != tuple(state_pos):
         raise Mismatch("rank %d: resumed from state_dict at %s, got %s" %
-                       (rank, tuple(state_pos), tuple(cur)))
+                       (rank, tuple(state_pos), tuple(cur)), want=tuple(state_pos))
 
 
 def rule_worker_restart(plan, rank, last, cur):
@@ -234,7 +238,8 @@ def rule_worker_restart(plan, rank, last, cur):
     ok = [tuple(last), plan.next(last)]
     if tuple(cur) not in ok:
         raise Mismatch("rank %d: reconnect after WorkerError: expected %s or %s (last handed "
-                       "%s), got %s" % (rank, ok[0], ok[1], tuple(last), tuple(cur)))
+                       "%s), got %s" % (rank, ok[0], ok[1], tuple(last), tuple(cur)),
+                       want=ok[1] or ok[0])
 
 
 def rule_coverage(plan, rank, handed, first, last, excused):
@@ -326,22 +331,20 @@ class Oracle:
             k = ev["ev"]
             if k == "b":
                 pos = (ev["e"], ev["s"])
-                rule_bytes(plan, self.cat, sess.rank, ev)
-                self.batches += 1
-                self.samples += len(ev["ids"])
+                try:
+                    self.check_batch(plan, sess, prev, ev, pos, last, seek_to, after_worker,
+                                     start_checked, excused)
+                except Mismatch as m:
+                    if m.want is None:
+                        raise
+                    w = m.want if isinstance(m.want, tuple) else (
+                        plan.positions[m.want] if m.want < len(plan.positions) else None)
+                    raise Mismatch("%s; expected ids %s at %s, got ids %s at %d:%d" % (
+                        m, plan.ids(sess.rank, w) if w else "(the job's end)", w, ev["ids"],
+                        pos[0], pos[1]))
                 if not start_checked:
-                    self.check_start(plan, sess, prev, pos)
                     start_checked = True
                     sess.first = pos
-                elif seek_to is not None:
-                    rule_seek(sess.rank, seek_to, pos)
-                    if plan.g(seek_to) > plan.g(plan.next(last) or seek_to):
-                        for g in range(plan.g(plan.next(last)), plan.g(seek_to)):
-                            excused.add(plan.positions[g])
-                elif after_worker is not None:
-                    rule_worker_restart(plan, sess.rank, after_worker, pos)
-                else:
-                    rule_unbroken(plan, sess.rank, last, pos)
                 seek_to = after_worker = None
                 last = pos
                 sess.handed.append(pos)
@@ -366,6 +369,27 @@ class Oracle:
         sess.excused = excused
         return evs
 
+    def check_batch(self, plan, sess, prev, ev, pos, last, seek_to, after_worker, started,
+                    excused):
+        """One handed batch: its bytes, and that it is the one its place in
+        the session allows (the start rule, after a seek, after a WorkerError,
+        else the next one)."""
+        rule_bytes(plan, self.cat, sess.rank, ev)
+        self.batches += 1
+        self.samples += len(ev["ids"])
+        if not started:
+            self.check_start(plan, sess, prev, pos)
+        elif seek_to is not None:
+            rule_seek(sess.rank, seek_to, pos)
+            nxt = plan.next(last)
+            if nxt is not None and plan.g(seek_to) > plan.g(nxt):
+                for g in range(plan.g(nxt), plan.g(seek_to)):
+                    excused.add(plan.positions[g])
+        elif after_worker is not None:
+            rule_worker_restart(plan, sess.rank, after_worker, pos)
+        else:
+            rule_unbroken(plan, sess.rank, last, pos)
+
     def check_start(self, plan, sess, prev, pos):
         """Where a session started (pos; None when it handed nothing: then
         only the range its start rule allows is recorded, for the next)."""
@@ -373,7 +397,7 @@ class Oracle:
         if how[0] == "fresh":
             if pos is not None and tuple(pos) != plan.positions[0]:
                 raise Mismatch("rank %d: a fresh job's first batch: expected %s, got %s" %
-                               (sess.rank, plan.positions[0], pos))
+                               (sess.rank, plan.positions[0], pos), want=plan.positions[0])
             rng = (0, 0)
         elif how[0] == "state":
             if pos is not None:
@@ -1007,7 +1031,8 @@ class Episode:
                     lines.insert(i + 1, lines[i])
             with open(sess.log, "w") as f:
                 f.write("\n".join(lines))
-            self.oplog.append("injected: %s (the second batch, or a restart's first) in rank %d's log %s" %
+            self.oplog.append("injected: %s (a session's second batch, a restart's first or "
+                              "the last) in rank %d's log %s" %
                               (how, sess.rank, os.path.basename(sess.log)))
             return
         raise Fail("--inject: no session handed 3 batches")
