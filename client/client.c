@@ -378,6 +378,22 @@ static int try_reconnect(struct seer_client *c, int rc, uint64_t call_deadline)
 
 static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 {
+	int rc;
+	/* A binding that takes ahead asks past an epoch's end or the job's
+	 * while batches it took wait for its user: the daemon's state comes
+	 * first (a stop, or a reconnect that takes the stream back to the
+	 * first batch not handed), not a marker it has already seen. */
+	if (c->take_ahead && c->handed_next < c->next_global &&
+	    (c->epoch_marker || c->next_global >= c->total)) {
+		uint64_t dl = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000ull;
+		if (c->lost_deadline)
+			rc = try_reconnect(c, c->lost_code, dl);
+		else if ((rc = daemon_alive(c) ? state_error(c) : daemon_gone(c)) != 0 &&
+			 (rc == SEER_ESHUTDOWN || rc == SEER_EDAEMON) && c->reconnect_ms)
+			rc = try_reconnect(c, rc, dl);
+		if (rc != 0)
+			return rc;
+	}
 	if (c->epoch_marker) {
 		c->epoch_marker = false;
 		/* every page the daemon has filled by now, mapped before the next
@@ -393,7 +409,6 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	if (ep + 1 < c->w.epochs)
 		pf_start(c); /* the cold epoch's background prefault, for epochs to come */
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	int rc;
 	if (c->lost_deadline && (rc = try_reconnect(c, c->lost_code, deadline)) != 0)
 		return rc;
 	/* a stop began, or the daemon died: not one more batch, even one already

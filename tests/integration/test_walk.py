@@ -18,14 +18,11 @@ from seertest import ROOT, check, log, run_tests
 
 WALK = os.path.join(ROOT, "scripts", "walk.py")
 SEED = int(os.environ.get("WALK_SEED", "2028"))
-# every operation kind that passes at this build; sigusr1/sighup join when
-# seerd survives them
-OPS = os.environ.get("WALK_OPS", "tkill,wkill,seek,state,elastic,dterm,dkill,recon,hold")
+# every operation kind
+OPS = os.environ.get("WALK_OPS",
+                     "tkill,wkill,seek,state,elastic,dterm,dkill,recon,hold,sigusr1,sighup")
 KINDS = os.environ.get("WALK_KINDS", "c,py,torch0,torch2")
-# known bug at 5aed6c0: a TorchLoader with workers (no reconnect) spins in
-# Pipeline._next / _fetch after seerd's SIGTERM or SIGKILL instead of raising
-# ESHUTDOWN / EDAEMON
-EXCLUDE = os.environ.get("WALK_EXCLUDE", "torch2:dterm,torch2:dkill")
+EXCLUDE = os.environ.get("WALK_EXCLUDE", "")
 
 
 def run_walk(nodes, episodes, first=0):

@@ -717,8 +717,12 @@ class Pipeline:
         (else the stop or reconnect is taken first, by a fetch), then the
         loader records it as handed."""
         loader = self._loader
-        if loader._alive() != 0:
-            return False
+        rc = loader._alive()
+        if rc != 0:
+            if not (loader._opts.flags & _C.OPT_RECONNECT):
+                from . import _error
+                raise _error(rc)  # seerd stopped or died: not one more batch
+            return False  # the fetch reconnects
         self._queue.popleft()
         self._last = head
         loader._handed(head.batch)
