@@ -3,8 +3,9 @@
  *
  * Runs on the caller's thread. Every blocking step (connect retries, sending
  * the hello, waiting for the welcome) ends by one deadline, the connect
- * timeout, moved on by each SEER_MSG_PROGRESS of a seerd still starting. On failure everything set up so far is undone and the return
- * value plus seer_errmsg() say why; nothing aborts. */
+ * timeout, moved on by each SEER_MSG_PROGRESS of a seerd still starting. On
+ * failure everything set up so far is undone and the return value plus
+ * seer_errmsg() say why; nothing aborts. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
