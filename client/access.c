@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/base.h"
+#include "../src/common/base.h"
 #include "client.h"
 
 /* the wire's dtype codes are the public ones */

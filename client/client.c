@@ -17,8 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../src/base.h"
-#include "../src/shm.h"
+#include "../src/common/base.h"
+#include "../src/common/shm.h"
 #include "client.h"
 
 #define SPIN_ITERS 2000

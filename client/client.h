@@ -28,8 +28,8 @@
 #include <sys/types.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/ring.h"
-#include "../src/sampler_elastic.h"
+#include "../src/common/ring.h"
+#include "../src/sampler/sampler_elastic.h"
 #include "seer.h"
 
 _Static_assert(sizeof(void *) == 8, "handles are 64-bit tokens: libseer needs a 64-bit platform");

@@ -19,9 +19,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../src/base.h"
-#include "../src/paths.h"
-#include "../src/shm.h"
+#include "../src/common/base.h"
+#include "../src/common/paths.h"
+#include "../src/common/shm.h"
 #include "client.h"
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 30000

@@ -82,8 +82,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "../src/base.h"
-#include "../src/shm.h"
+#include "../src/common/base.h"
+#include "../src/common/shm.h"
 #include "client.h"
 
 #ifndef MADV_POPULATE_READ

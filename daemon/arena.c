@@ -4,7 +4,7 @@
  *   header | sample type table | RAM cache | staging | bounce slots
  *
  * The RAM cache holds the planned samples at the plan's offsets (keys, see
- * route.h), this node's owned share then its replicas (src/plan.h: both
+ * route.h), this node's owned share then its replicas (src/plan/plan.h: both
  * within the capacity the plan was given; the segment is a memfd, so only
  * the bytes the plan uses, nv.ram_used, ever take memory -- and, from the
  * start, this node's share of the dataset, arena_prefill_cache); staging is
@@ -34,8 +34,8 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
-#include "../src/topo.h"
-#include "../src/util.h"
+#include "../src/util/topo.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 
 #ifndef MADV_POPULATE_WRITE

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "seer.h"
 
 enum { TAG_ROLL = 101, TAG_MAP = 102, TAG_ABORT = 103, TAG_CFG = 104, TAG_STOP = 105 };

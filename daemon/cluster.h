@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../src/catalog.h"
-#include "../src/config.h"
+#include "../src/catalog/catalog.h"
+#include "../src/config/config.h"
 
 struct cluster;
 

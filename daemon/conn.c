@@ -18,8 +18,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../src/shm.h"
-#include "../src/util.h"
+#include "../src/common/shm.h"
+#include "../src/util/util.h"
 #include "seer.h"
 #include "server_int.h"
 

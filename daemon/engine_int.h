@@ -6,10 +6,10 @@
  *   - the dispatcher (the event loop of server.c), which runs every function
  *     of the stage files except the two below, and owns every field not
  *     marked otherwise;
- *   - the I/O threads (src/iopool.c), which run worker.c: each works on the
+ *   - the I/O threads (src/util/iopool.c), which run worker.c: each works on the
  *     one task the pool handed it and reads the "fixed at creation" fields
  *     listed below (never a dispatcher-owned one);
- *   - the network thread (src/net_fabric.c, several nodes only), which calls
+ *   - the network thread (src/net/net_fabric.c, several nodes only), which calls
  *     peer_lookup (peer.c): it reads the plan after `plan_published` and a
  *     sample's RAM state in `cstate`, both through acquire loads;
  *   - the forecast thread (fcast.c), started once the plan is made: it reads
@@ -29,20 +29,20 @@
 #include <stdint.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/catalog.h"
-#include "../src/config.h"
-#include "../src/extent.h"
-#include "../src/spans.h"
-#include "../src/iopool.h"
-#include "../src/net.h"
-#include "../src/pfs_probe.h"
-#include "../src/forecast.h"
-#include "../src/plan.h"
-#include "../src/plan_nopfs.h"
-#include "../src/ring.h"
-#include "../src/sampler.h"
-#include "../src/sampler_elastic.h"
-#include "../src/shm.h"
+#include "../src/catalog/catalog.h"
+#include "../src/config/config.h"
+#include "../src/plan/extent_plan.h"
+#include "../src/util/spans.h"
+#include "../src/util/iopool.h"
+#include "../src/net/net.h"
+#include "../src/util/pfs_probe.h"
+#include "../src/plan/forecast.h"
+#include "../src/plan/plan.h"
+#include "../src/plan/plan_nopfs.h"
+#include "../src/common/ring.h"
+#include "../src/sampler/sampler.h"
+#include "../src/sampler/sampler_elastic.h"
+#include "../src/common/shm.h"
 #include "engine.h"
 #include "route.h"
 #include "staging.h"
@@ -549,7 +549,7 @@ void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, 
 void peer_replay_early(struct engine *e);
 void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *w, int status);
 void peer_bounce_unref(struct engine *e, int32_t b);
-/* the network thread's lookup (src/net.h): 1 with *src set when s is in RAM */
+/* the network thread's lookup (src/net/net.h): 1 with *src set when s is in RAM */
 int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src);
 
 /* transform.c: decoded, augmented tensors ([transform] decode = image).

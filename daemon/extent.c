@@ -7,7 +7,7 @@
  * file around it that this node wants -- a read of them already queued (a
  * trainer's batch needs them within the prefetch horizon, a peer asked) or
  * a RAM slot of this node's cache they are planned for and not yet loaded
- * -- are offered to the extent planner (src/extent.c: extent_max, the
+ * -- are offered to the extent planner (src/plan/extent_plan.c: extent_max, the
  * amplification bound, extent_gap); those it picks become the extent's
  * members: queued reads are taken back from the pool, planned ones get a
  * RAM-load task of their own. The extent waits until the extent memory
@@ -30,7 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 

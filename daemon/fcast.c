@@ -1,5 +1,5 @@
 /* The running daemon's forecast: this node's bytes by source and time per
- * epoch (src/forecast.h, "one node's forecast"), with the rates the daemon
+ * epoch (src/plan/forecast.h, "one node's forecast"), with the rates the daemon
  * has measured, against what each epoch actually did.
  *
  * Owns the forecast thread and its tally (e->fct): once the plan and the
@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 
 static void *tally_main(void *arg)

@@ -20,8 +20,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../src/base.h"
-#include "../src/util.h"
+#include "../src/common/base.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 

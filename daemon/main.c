@@ -13,11 +13,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/catalog.h"
-#include "../src/config.h"
+#include "../src/catalog/catalog.h"
+#include "../src/config/config.h"
 #include "../src/fmt/fmt.h"
-#include "../src/pfs_probe.h"
-#include "../src/util.h"
+#include "../src/util/pfs_probe.h"
+#include "../src/util/util.h"
 #include "seer.h"
 #include "cluster.h"
 #include "joblock.h"
@@ -188,7 +188,7 @@ static int agree_stats_file(const struct seer_config *cfg, struct cluster *cl, u
 /* prefetch.coalesce = auto on a dataset that coalesced reads could serve
  * (several samples per file, a format that cuts samples out of a byte
  * range, two samples fitting one extent): node 0 times the PFS
- * (src/pfs_probe.h) and every node plans with its verdict. 0 and *probed
+ * (src/util/pfs_probe.h) and every node plans with its verdict. 0 and *probed
  * false: no probe (the mode decides alone); -EIO: the verdict could not be
  * shared (fatal: nodes planning differently would disagree on owners). */
 static int share_probe(const struct seer_config *cfg, const struct catalog *cat,

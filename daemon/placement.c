@@ -1,5 +1,5 @@
-/* Placement glue: the job's shape, the plan (src/plan.c, and under
- * cache.policy = nopfs src/plan_nopfs.c), this node's replica set
+/* Placement glue: the job's shape, the plan (src/plan/plan.c, and under
+ * cache.policy = nopfs src/plan/plan_nopfs.c), this node's replica set
  * (plan_node_build, cache.replicas = on, several nodes) and what routing
  * reads of them.
  *
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "cluster.h"
 #include "engine_int.h"
 #include "seer.h"
@@ -71,7 +71,7 @@ bool place_local_nvme(const struct engine *e, uint32_t s)
 	return route_local_nvme(&v, s);
 }
 
-/* cache.policy = nopfs: the private copies (src/plan_nopfs.c) and their
+/* cache.policy = nopfs: the private copies (src/plan/plan_nopfs.c) and their
  * cache states, after the samples' */
 static void np_build(struct engine *e)
 {
@@ -89,7 +89,7 @@ static void np_build(struct engine *e)
 }
 
 /* cache.replicas = on with several nodes: the samples this node rereads
- * most, in the RAM and NVMe its owned share leaves (src/plan.h). A job too
+ * most, in the RAM and NVMe its owned share leaves (src/plan/plan.h). A job too
  * long for the replica set's 32-bit ticks goes without, said once. */
 static void repl_plan(struct engine *e)
 {
@@ -165,7 +165,7 @@ void place_plan(struct engine *e)
 	struct plan_cap none[e->nnodes];
 	memset(none, 0, sizeof(none));
 	/* nopfs: the node-wide plan caches nothing; np_build places the copies.
-	 * Coalesced reads: packed files cached whole (src/plan_group.c), unless
+	 * Coalesced reads: packed files cached whole (src/plan/plan_group.c), unless
 	 * the tiers hold decoded images (transform.cache = decoded: planned with
 	 * their lengths) or the first epoch is an elastic one (its order of need
 	 * is the re-sharded batches'): then sample by sample. */

@@ -13,7 +13,7 @@
  *   -> the trainer -> pf_releases -> pf_reclaim
  *
  * Dispatcher thread only; the trainer's side of the control region is read
- * once per value and range-checked (src/ctrl.c). Failure: a batch whose
+ * once per value and range-checked (src/util/ctrl.c). Failure: a batch whose
  * sample failed is published with the first error (the trainer sees it in
  * the batch); full staging waits for releases (prepare returns false), and a
  * trainer whose own held batches fill it is told so (pf_check_held); a
@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/ctrl.h"
-#include "../src/util.h"
+#include "../src/util/ctrl.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 

@@ -1,4 +1,4 @@
-/* Replicas: this node's copies of samples other nodes own (src/plan.h,
+/* Replicas: this node's copies of samples other nodes own (src/plan/plan.h,
  * plan_node; placement.c plans them), and how they get their bytes.
  *
  * Owns the background fills. Replicas are filled in the order of their
@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 
 /* Pool keys of background fills: after every key a batch's read can have

@@ -42,9 +42,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../src/base.h"
-#include "../src/paths.h"
-#include "../src/util.h"
+#include "../src/common/base.h"
+#include "../src/common/paths.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "joblock.h"
 #include "seer.h"

@@ -28,8 +28,8 @@
 #include <unistd.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/shm.h"
-#include "../src/util.h"
+#include "../src/common/shm.h"
+#include "../src/util/util.h"
 #include "cluster.h"
 #include "engine.h"
 #include "node_path.h"

@@ -9,7 +9,7 @@
 #include <sys/types.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/config.h"
+#include "../src/config/config.h"
 #include "cluster.h"
 #include "engine.h"
 

@@ -19,8 +19,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "../src/topo.h"
-#include "../src/util.h"
+#include "../src/util/topo.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 

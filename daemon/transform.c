@@ -46,7 +46,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "../src/xform/xform.h"
 #include "engine_int.h"
 #include "seer.h"

@@ -1,4 +1,4 @@
-/* The I/O threads' side of a task (src/iopool.c calls these).
+/* The I/O threads' side of a task (src/util/iopool.c calls these).
  *
  * Each I/O thread has its own catalog reader (worker_init); worker_exec
  * moves one task's bytes: the dataset into the arena (PFS reads, with
@@ -21,7 +21,7 @@
 #include <sys/mman.h>
 #include <xxhash.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 

@@ -28,10 +28,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "../src/catalog.h"
-#include "../src/sampler.h"
-#include "../src/shm.h"
-#include "../src/util.h"
+#include "../src/catalog/catalog.h"
+#include "../src/sampler/sampler.h"
+#include "../src/common/shm.h"
+#include "../src/util/util.h"
 #include "seer.h"
 
 struct opts {

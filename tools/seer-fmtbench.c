@@ -27,9 +27,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "../src/catalog.h"
+#include "../src/catalog/catalog.h"
 #include "../src/fmt/fmt.h"
-#include "../src/util.h"
+#include "../src/util/util.h"
 
 struct job {
 	const struct catalog *c;

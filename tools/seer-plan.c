@@ -1,6 +1,6 @@
 /* seer-plan: how many bytes each cache policy reads from the PFS, from peers
  * and locally, per epoch, for a job described on the command line; and the
- * lower bound on each epoch's time. The model is src/plansim.h's; the
+ * lower bound on each epoch's time. The model is src/sim/plansim.h's; the
  * assumptions and measured tables are in docs/planner.md. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/forecast.h"
-#include "../src/plan.h"
-#include "../src/plansim.h"
-#include "../src/sampler.h"
-#include "../src/util.h"
+#include "../src/plan/forecast.h"
+#include "../src/plan/plan.h"
+#include "../src/sim/plansim.h"
+#include "../src/sampler/sampler.h"
+#include "../src/util/util.h"
 
 static void usage(FILE *out)
 {
@@ -40,7 +40,7 @@ static void usage(FILE *out)
 		"  --pfs-bw BYTES      aggregate PFS bandwidth per second (0: ignore)\n"
 		"  --net-bw BYTES      network bandwidth per node per second (0: ignore)\n"
 		"  --compute-s SEC     compute time per step (0)\n"
-		"forecast (seer's plan with replicas, per node, src/forecast.h)\n"
+		"forecast (seer's plan with replicas, per node, src/plan/forecast.h)\n"
 		"  --forecast          print the forecast instead of the policy comparison\n"
 		"                      (with --policies: both)\n"
 		"  --replicas on|off|both   spare RAM/NVMe holds replicas (on)\n"

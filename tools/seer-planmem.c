@@ -14,11 +14,11 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "../src/catalog.h"
-#include "../src/forecast.h"
-#include "../src/plan.h"
-#include "../src/sampler.h"
-#include "../src/util.h"
+#include "../src/catalog/catalog.h"
+#include "../src/plan/forecast.h"
+#include "../src/plan/plan.h"
+#include "../src/sampler/sampler.h"
+#include "../src/util/util.h"
 
 static long peak_kib(void)
 {

@@ -1,5 +1,5 @@
 /* seer-sim: discrete-event simulation of seer's data path at scale
- * (src/dessim.h), next to the forecast (src/forecast.h) of the same job.
+ * (src/sim/dessim.h), next to the forecast (src/plan/forecast.h) of the same job.
  * Scenarios with their parameters and sources are in docs/simulation.md. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/dessim.h"
-#include "../src/forecast.h"
-#include "../src/plansim.h"
-#include "../src/util.h"
+#include "../src/sim/dessim.h"
+#include "../src/plan/forecast.h"
+#include "../src/sim/plansim.h"
+#include "../src/util/util.h"
 
 struct opts {
 	uint64_t samples, size, size_mean, size_sd, size_seed;

@@ -3,7 +3,7 @@
  * A sample is the whole file (dtype BYTES); with class directories
  * (root/<class>/<file>) its label is the index of <class> among every
  * directory of the root, sorted (torchvision's find_classes: a directory
- * left with no sample keeps its index, src/catalog.c), else 0.
+ * left with no sample keeps its index, src/catalog/catalog.c), else 0.
  * dataset.extensions filters by extension.
  * Scan runs on the catalog-building thread; read on any reader's thread. */
 #define _GNU_SOURCE
@@ -14,7 +14,7 @@
 #include <strings.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 static bool files_accept(const struct cat_params *p, const char *relpath)
 {

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "../catalog.h"
+#include "../catalog/catalog.h"
 #include "crc32c.h"
 #include "registry.h"
 

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 static pthread_mutex_t h5_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool h5_quiet;

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define fail fmt_fail
 #define H5_OPEN_FILES 8

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "../util.h"
+#include "../util/util.h"
 
 #define MC_PAGES_MIN (256u << 10)
 

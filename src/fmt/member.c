@@ -19,7 +19,7 @@
 #include <zlib.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define fail fmt_fail
 

@@ -12,7 +12,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "../util.h"
+#include "../util/util.h"
 
 uint64_t npz_axis_stride(const uint64_t *shape, uint32_t nd, bool fortran, bool last,
 			 uint32_t isz)

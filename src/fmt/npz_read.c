@@ -26,7 +26,7 @@
 
 #include "mcache.h"
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define fail fmt_fail
 

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define fail fmt_fail
 #define LABELS_MAX (1ull << 30)

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "../util.h"
+#include "../util/util.h"
 
 #define FMT_ENTRY(name, desc) &fmt_##name,
 static const struct fmt_ops *const all[] = { FMT_LIST(FMT_ENTRY) };

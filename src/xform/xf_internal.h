@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base.h"
+#include "../common/base.h"
 #include "xform.h"
 
 #define XF_MAX_SIDE 65500u                 /* JPEG's own limit; PNG is held to it too */
@@ -129,6 +129,6 @@ int xf_resample_u8(struct xf_scratch *s, const struct xf_region *r, const struct
 		   const struct xf_taps *ty, uint8_t *dst);
 
 /* Error text helper: snprintf into err when err is not NULL; returns rc. */
-#define xf_fail err_fmt /* src/base.h: the message into err, returns rc */
+#define xf_fail err_fmt /* src/common/base.h: the message into err, returns rc */
 
 #endif /* SEER_XF_INTERNAL_H */

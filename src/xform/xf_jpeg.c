@@ -31,7 +31,7 @@
 #include <turbojpeg.h>
 
 #include "xf_internal.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define XFJ_MAX_SCANS 500
 

@@ -20,7 +20,7 @@
 #include <png.h>
 
 #include "xf_internal.h"
-#include "../util.h"
+#include "../util/util.h"
 
 struct xfp_io {
 	const uint8_t *p;

@@ -16,7 +16,7 @@
 
 #include "seer.h"
 #include "xf_internal.h"
-#include "../util.h"
+#include "../util/util.h"
 
 static const char blob_magic[8] = { 'S', 'E', 'E', 'R', 'R', 'G', 'B', '1' };
 

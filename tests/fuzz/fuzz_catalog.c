@@ -5,7 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "../../src/catalog.h"
+#include "../../src/catalog/catalog.h"
 
 static void load(const uint8_t *data, size_t size);
 

@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../src/catalog.h"
+#include "../../src/catalog/catalog.h"
 #include "../../src/fmt/fmt.h"
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 
 static char dir[64];
 

@@ -1,4 +1,4 @@
-/* The catalog tests' fixture (test_catalog.c, test_catalog_image.c): a
+/* The catalog tests' fixture (test_catalog.c, test_catalog_cache.c): a
  * temporary dataset directory per test, files of known bytes, and checks of a
  * catalog against what the tree holds. Header of static helpers, one copy per
  * test binary. */
@@ -22,8 +22,8 @@
 #include <xxhash.h>
 
 #include "seer.h"
-#include "../../src/catalog.h"
-#include "../../src/util.h"
+#include "../../src/catalog/catalog.h"
+#include "../../src/util/util.h"
 
 
 #define FIXTURE_FN __attribute__((unused))

@@ -21,9 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../src/catalog.h"
+#include "../../src/catalog/catalog.h"
 #include "../../src/fmt/fmt.h"
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 #include "seer.h"
 
 #define FIXTURE_FN __attribute__((unused))

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/plan.h"
-#include "../../src/plansim.h"
-#include "../../src/sampler.h"
+#include "../../src/plan/plan.h"
+#include "../../src/sim/plansim.h"
+#include "../../src/sampler/sampler.h"
 
 #define KiB 1024ull
 

@@ -1,7 +1,7 @@
 /* catalog: the files format on real trees in a temporary directory (ids,
  * labels, lengths, bytes), its error messages, the tree walk (symbolic links,
  * loops, depth, long paths), and reads of files that changed after
- * cataloguing. The cache file is test_catalog_image.c. */
+ * cataloguing. The cache file is test_catalog_cache.c. */
 #define _GNU_SOURCE
 #include "catalog_fixture.h"
 

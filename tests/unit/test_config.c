@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../src/config.h"
-#include "../../src/util.h"
+#include "../../src/config/config.h"
+#include "../../src/util/util.h"
 
 
 static char tmpdir[64];

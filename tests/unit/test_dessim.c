@@ -1,4 +1,4 @@
-/* dessim (src/dessim.h): the discrete-event simulation against bounds worked
+/* dessim (src/sim/dessim.h): the discrete-event simulation against bounds worked
  * out by hand for simple cases (compute-bound, PFS-bound, network-bound, a
  * shared PFS), against the forecast's byte counts (the same plan replayed
  * without time), byte identities, and determinism. */
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/dessim.h"
-#include "../../src/forecast.h"
+#include "../../src/sim/dessim.h"
+#include "../../src/plan/forecast.h"
 #include "plan_fixture.h"
 
 #define MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -1,18 +1,18 @@
-/* The extent planner (src/extent.c) without a daemon: which samples join an
+/* The extent planner (src/plan/extent_plan.c) without a daemon: which samples join an
  * extent (a wanted run, gaps bridged or not), the longest extent, the
  * amplification bound (also on random files: every plan within both bounds,
  * only wanted samples, none wanted left out inside its range), overlapping
  * ranges (npz members read whole) and a trigger too long for an extent;
- * and the first-fit ranges of the extent region (src/spans.c). */
+ * and the first-fit ranges of the extent region (src/util/spans.c). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/extent.h"
-#include "../../src/spans.h"
-#include "../../src/util.h"
+#include "../../src/plan/extent_plan.h"
+#include "../../src/util/spans.h"
+#include "../../src/util/util.h"
 
 #define N 4096
 
@@ -201,7 +201,7 @@ Test(extent, random_files_meet_the_bounds)
 	}
 }
 
-/* ---- the extent region's ranges (src/spans.c) ---------------------------- */
+/* ---- the extent region's ranges (src/util/spans.c) ---------------------------- */
 
 /* Every byte of the region is free or in exactly one live range, whatever
  * the order of allocations and frees; frees merge back to one range. */

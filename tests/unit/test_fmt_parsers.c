@@ -12,10 +12,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../../src/catalog.h"
+#include "../../src/catalog/catalog.h"
 #include "../../src/fmt/fmt.h"
 #include "../../src/fmt/npz.h"
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 #include "seer.h"
 
 static size_t npy_make(uint8_t *buf, unsigned major, const char *dict)

@@ -1,4 +1,4 @@
-/* forecast (src/forecast.h): bytes per node and epoch by source, replica
+/* forecast (src/plan/forecast.h): bytes per node and epoch by source, replica
  * fills, epoch times, the capacity search.
  *
  * With replicas off the byte counts must equal plansim's seer policy (an
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/forecast.h"
+#include "../../src/plan/forecast.h"
 #include "plan_fixture.h"
 
 static struct fc_job fjob(const struct tjob *t, bool on)

@@ -1,4 +1,4 @@
-/* One node's forecast (src/forecast_node.c), the daemon's: for every node of
+/* One node's forecast (src/plan/forecast_node.c), the daemon's: for every node of
  * a job, its bytes by source per epoch must equal what fc_run (which replays
  * every node and keeps every epoch's order) counts for it, bit for bit, with
  * replicas on and off; with replicas off what it sends too. With a resumed
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/forecast.h"
+#include "../../src/plan/forecast.h"
 #include "plan_fixture.h"
 
 struct ncase {

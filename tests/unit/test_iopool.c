@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../src/iopool.h"
+#include "../../src/util/iopool.h"
 
 
 

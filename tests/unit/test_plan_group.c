@@ -1,4 +1,4 @@
-/* The plan by files (src/plan_group.c, plan_build_files) on hand-made
+/* The plan by files (src/plan/plan_group.c, plan_build_files) on hand-made
  * catalogs: a packed file is cached whole by one node, the node reading most
  * of it unless that breaks the even share of the files or its capacity;
  * capacity is filled in order of first need (whole files, the last one cut
@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/catalog.h"
-#include "../../src/plan.h"
-#include "../../src/sampler.h"
-#include "../../src/util.h"
+#include "../../src/catalog/catalog.h"
+#include "../../src/plan/plan.h"
+#include "../../src/sampler/sampler.h"
+#include "../../src/util/util.h"
 
 /* A catalog of nfiles files of per samples of len bytes each (only what
  * the plan reads: files, samples, counts). */

@@ -1,4 +1,4 @@
-/* Replicas (src/plan.h, plan_node_build): what each node does with the RAM
+/* Replicas (src/plan/plan.h, plan_node_build): what each node does with the RAM
  * and NVMe its owned share leaves free.
  *
  * The reference below recomputes a node's replica set independently: it

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../../src/sampler.h"
+#include "../../src/sampler/sampler.h"
 
 
 static uint32_t *perm(uint64_t seed, uint64_t epoch, uint64_t n)

@@ -4,7 +4,7 @@
  * built, merged, encoded and decoded as a trainer would) with ref_*: a
  * literal transcription of docs/resume.md that materializes every
  * segment's padded list and rank streams, sharing no arithmetic with
- * src/sampler_elastic.c. Independently of the reference they check the
+ * src/sampler/sampler_elastic.c. Independently of the reference they check the
  * promises: no sample of the interrupted epoch is lost or repeated (apart
  * from padding, drop_last's tail), equal batch counts per rank, later epochs
  * equal a fresh job's, determinism. */
@@ -17,9 +17,9 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../../src/sampler.h"
-#include "../../src/sampler_record.h"
-#include "../../src/util.h"
+#include "../../src/sampler/sampler.h"
+#include "../../src/sampler/sampler_record.h"
+#include "../../src/util/util.h"
 
 #define SEED 0x5eedull
 #define HASH 0xda7a5e7ull

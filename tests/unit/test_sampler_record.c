@@ -12,7 +12,7 @@
 #include <zlib.h>
 
 #include "seer.h"
-#include "../../src/sampler_record.h"
+#include "../../src/sampler/sampler_record.h"
 
 /* n 1000, seed 42, hash 0123456789abcdef, batch 8, epoch 7, all ranks,
  * drop_last off, shuffle on; 8 ranks at steps 3,3,2,3,3,3,3,3, then 4 ranks

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 
 #include "seer.h"
-#include "../../src/sampler.h"
-#include "../../src/sampler_elastic.h"
-#include "../../src/sampler_record.h"
+#include "../../src/sampler/sampler.h"
+#include "../../src/sampler/sampler_elastic.h"
+#include "../../src/sampler/sampler_record.h"
 
 #define SEED 77
 #define HASH 0xabcdefull

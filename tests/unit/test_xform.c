@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../../src/config.h"
+#include "../../src/config/config.h"
 #include "../../src/xform/xform.h"
 
 static char err[512];
