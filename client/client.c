@@ -86,7 +86,7 @@ void client_destroy(struct seer_client *c, bool tell_daemon)
 	 * finished, and seerd must see every batch released. */
 	if (tell_daemon && c->slots && c->co && !c->lost_deadline && c->handed_next >= c->total)
 		release_all(c);
-	pf_free(c); /* the helper thread stops before the arena goes */
+	prefault_free(c); /* the helper thread stops before the arena goes */
 	while (c->old) {
 		struct old_session *o = c->old;
 		c->old = o->next;
@@ -383,7 +383,7 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 		/* every page the daemon has filled by now, mapped before the next
 		 * epoch's reads: after the cold epoch, the whole cache (none
 		 * after the last epoch) */
-		pf_epoch_end(c, c->next_global < c->total);
+		prefault_epoch_end(c, c->next_global < c->total);
 		return SEER_EEPOCH;
 	}
 	if (c->next_global >= c->total)
@@ -391,7 +391,7 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	uint64_t ep, st;
 	smp_tl_pos(&c->tl, c->next_global, &ep, &st); /* (an elastic epoch too) */
 	if (ep + 1 < c->w.epochs)
-		pf_start(c); /* the cold epoch's background prefault, for epochs to come */
+		prefault_start(c); /* the cold epoch's background prefault, for epochs to come */
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	int rc;
 	if (c->lost_deadline && (rc = try_reconnect(c, c->lost_code, deadline)) != 0)
@@ -436,7 +436,7 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	 * for the others; the helper maps the later fills meanwhile, and the
 	 * boundary's pass only what is left */
 	if (c->epoch_marker && c->next_global < c->total && (rc == 0 || rc == SEER_EBATCH))
-		pf_last_batch(c);
+		prefault_last_batch(c);
 	return rc;
 }
 
@@ -490,7 +490,7 @@ SEER_API int seer_arena_reader(seer_client_t *h, const void *base)
 			"seer_arena_size() bytes of seer_arena_fd(), page-aligned)", base);
 		rc = -EINVAL;
 	} else {
-		pf_retarget(c, base ? base : c->arena);
+		prefault_retarget(c, base ? base : c->arena);
 	}
 	atomic_store(&c->busy, 0);
 out:

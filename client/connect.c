@@ -491,7 +491,7 @@ static int attach(struct seer_client *c)
 		return SEER_EPROTO;
 	}
 	c->next_global = c->handed_next = w->start;
-	pf_init(c);
+	prefault_init(c);
 	return 0;
 }
 
@@ -618,7 +618,7 @@ static void swap_session(struct seer_client *c, struct seer_client *n, struct ol
 		if (atomic_load(&c->slots[i].held) && c->slots[i].global < c->handed_next)
 			held[o->nheld++] = atomic_load(&c->slots[i].delivery);
 	c->old = o;
-	pf_free(c); /* the prefault helper reads the session's arena: stopped first */
+	prefault_free(c); /* the prefault helper reads the session's arena: stopped first */
 	if (o->nheld == 0)
 		old_unmap(o);
 	int fds[3] = { c->sock, c->efd, c->arena_fd };
@@ -657,8 +657,8 @@ static void swap_session(struct seer_client *c, struct seer_client *n, struct ol
 		seer_sampler_free(c->sampler);
 	c->sampler = NULL;
 	c->first_delivery = handle_next_delivery();
-	pf_free(n);
-	pf_init(c); /* libseer's own mapping of the new arena (a binding names its own again) */
+	prefault_free(n);
+	prefault_init(c); /* libseer's own mapping of the new arena (a binding names its own again) */
 	atomic_fetch_add(&c->reconnects, 1);
 }
 

@@ -29,9 +29,7 @@
 
 void engine_ep_add(struct engine *e, int fd, uint64_t tag)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
-	if (epoll_ctl(e->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
-		log_error("epoll_ctl add: %s", strerror(errno));
+	epoll_watch(e->epfd, fd, tag);
 }
 
 void engine_ep_del(struct engine *e, int fd)

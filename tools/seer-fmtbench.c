@@ -82,7 +82,7 @@ static void usage(void)
 			"[-m format_memory] FORMAT[:LABEL]=DIR ...\n  FORMAT: %s\n"
 			"  -W: warm passes only (no cold pass, no page-cache drop)\n"
 			"  -m: bytes the format may keep decoded (e.g. 256MiB; default 32MiB)\n",
-		cat_format_names());
+		fmt_registry_names());
 	exit(2);
 }
 

@@ -70,7 +70,7 @@ struct opts {
 	double pfs_bw, net_bw, compute_s;
 	unsigned policies;
 	bool policies_set;
-	enum psim_nopfs_fill fill;
+	enum plansim_nopfs_fill fill;
 	/* forecast */
 	bool forecast, search;
 	int replicas;            /* 0 off, 1 on, 2 both */
@@ -219,7 +219,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	o->epochs = 10;
 	o->batch = 32;
 	o->threads = 2;
-	o->policies = PSIM_ALL;
+	o->policies = PLANSIM_ALL;
 	o->replicas = 1;
 	o->cores = 1;
 	int c;
@@ -303,7 +303,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case O_JSON: o->json = true; break;
 		case O_TOTALS: o->totals = true; break;
 		case O_POL:
-			if (psim_parse_policies(optarg, &o->policies))
+			if (plansim_parse_policies(optarg, &o->policies))
 				return bad(name, optarg);
 			o->policies_set = true;
 			break;
@@ -345,13 +345,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 /* ---- running the policies, two at a time on two cores -------------------- */
 
 struct work {
-	const struct psim_job *job;
-	enum psim_policy todo[PSIM_NPOLICIES];
+	const struct plansim_job *job;
+	enum plansim_policy todo[PLANSIM_NPOLICIES];
 	unsigned ntodo;
 	atomic_uint next;
-	struct psim_result res[PSIM_NPOLICIES];
-	int rc[PSIM_NPOLICIES];
-	double secs[PSIM_NPOLICIES];
+	struct plansim_result res[PLANSIM_NPOLICIES];
+	int rc[PLANSIM_NPOLICIES];
+	double secs[PLANSIM_NPOLICIES];
 };
 
 static void *worker(void *arg)
@@ -361,9 +361,9 @@ static void *worker(void *arg)
 		unsigned i = atomic_fetch_add(&w->next, 1);
 		if (i >= w->ntodo)
 			return NULL;
-		enum psim_policy p = w->todo[i];
+		enum plansim_policy p = w->todo[i];
 		double t0 = now_s();
-		w->rc[p] = psim_run(w->job, p, &w->res[p]);
+		w->rc[p] = plansim_run(w->job, p, &w->res[p]);
 		w->secs[p] = now_s() - t0;
 	}
 }
@@ -379,8 +379,8 @@ static void print_table(const struct opts *o, const struct smp_shape *sh, const 
 			uint64_t dataset, uint64_t capacity, double wall)
 {
 	char a[32], b[32], c[32], d[32], e[32];
-	const struct psim_result *opt = (o->policies & PSIM_BIT(PSIM_OPTIMUM)) ?
-		&w->res[PSIM_OPTIMUM] : NULL;
+	const struct plansim_result *opt = (o->policies & PLANSIM_BIT(PLANSIM_OPTIMUM)) ?
+		&w->res[PLANSIM_OPTIMUM] : NULL;
 	printf("dataset   %llu samples, %s (%s per sample%s)\n", (unsigned long long)o->samples,
 	       sz(a, dataset), sz(b, dataset / o->samples), o->lognormal ? " on average, lognormal" : "");
 	printf("job       %llu nodes x %llu trainers (%s), batch %llu, %llu epochs of %llu steps%s, seed %llu\n",
@@ -393,34 +393,34 @@ static void print_table(const struct opts *o, const struct smp_shape *sh, const 
 	printf("bounds    PFS %s/s aggregate, network %s/s per node, compute %g s/step\n",
 	       o->pfs_bw > 0 ? sz(a, (uint64_t)o->pfs_bw) : "-", o->net_bw > 0 ? sz(b, (uint64_t)o->net_bw) : "-",
 	       o->compute_s);
-	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
-		if (!(o->policies & PSIM_BIT(i)))
+	for (unsigned i = 0; i < PLANSIM_NPOLICIES; i++) {
+		if (!(o->policies & PLANSIM_BIT(i)))
 			continue;
-		const struct psim_result *r = &w->res[i];
-		printf("\n== %s", psim_policy_name(i));
-		if (i == PSIM_SEER)
+		const struct plansim_result *r = &w->res[i];
+		printf("\n== %s", plansim_policy_name(i));
+		if (i == PLANSIM_SEER)
 			printf(": plan holds %s, %llu samples spilled", sz(a, r->held),
 			       (unsigned long long)r->spilled);
-		else if (i == PSIM_NOPFS)
+		else if (i == PLANSIM_NOPFS)
 			printf(": rank caches hold %s, %s distinct (fill: %s)", sz(a, r->held),
-			       sz(b, r->distinct), o->fill == PSIM_FILL_READ ? "on first read" : "prefetch");
-		else if (i == PSIM_LRU)
+			       sz(b, r->distinct), o->fill == PLANSIM_FILL_READ ? "on first read" : "prefetch");
+		else if (i == PLANSIM_LRU)
 			printf(": caches hold %s at the end, %s distinct", sz(a, r->held), sz(b, r->distinct));
 		else
 			printf(": C = min(D, aggregate) = %s", sz(a, r->held));
 		printf("  [%.1f s]\n", w->secs[i]);
 		printf("%6s %13s %13s %13s %13s %13s %7s %10s %s\n", "epoch", "PFS", "peer", "local RAM",
 		       "local NVMe", "peer max/node", "PFS/D", "t_lb (s)", "bound");
-		bool opt_row = i == PSIM_OPTIMUM;
+		bool opt_row = i == PLANSIM_OPTIMUM;
 		double tsum = 0;
 		for (uint64_t ep = 0; ep <= r->epochs; ep++) {
 			bool tot = ep == r->epochs;
-			const struct psim_epoch *x = tot ? &r->total : &r->ep[ep];
+			const struct plansim_epoch *x = tot ? &r->total : &r->ep[ep];
 			const char *bound = "";
 			double t = 0;
 			if (!tot) {
-				struct psim_epoch y = *x;
-				t = psim_epoch_time(&y, sh->bpe, o->compute_s, o->pfs_bw, o->net_bw, &bound);
+				struct plansim_epoch y = *x;
+				t = plansim_epoch_time(&y, sh->bpe, o->compute_s, o->pfs_bw, o->net_bw, &bound);
 				tsum += t;
 			}
 			if (!tot && o->totals)
@@ -432,32 +432,32 @@ static void print_table(const struct opts *o, const struct smp_shape *sh, const 
 			       opt_row ? "-" : sz(d, x->nvme), opt_row ? "-" : sz(e, x->peer_max),
 			       (double)x->pfs / (double)dataset, tot ? tsum : t, tot ? "(sum)" : bound);
 		}
-		if (opt && i != PSIM_OPTIMUM)
+		if (opt && i != PLANSIM_OPTIMUM)
 			printf("%6s PFS %.4f x optimum (%+.3f x dataset)\n", "", (double)r->total.pfs /
 			       (double)opt->total.pfs, ((double)r->total.pfs - (double)opt->total.pfs) /
 			       (double)dataset);
 	}
 	printf("\n%-8s %13s %9s %9s %13s %13s %12s\n", "summary", "PFS", "PFS/D", "x opt", "peer",
 	       "local", "time lb (s)");
-	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
-		if (!(o->policies & PSIM_BIT(i)))
+	for (unsigned i = 0; i < PLANSIM_NPOLICIES; i++) {
+		if (!(o->policies & PLANSIM_BIT(i)))
 			continue;
-		const struct psim_result *r = &w->res[i];
+		const struct plansim_result *r = &w->res[i];
 		double t = 0;
 		for (uint64_t ep = 0; ep < r->epochs; ep++)
-			t += psim_epoch_time(&r->ep[ep], sh->bpe, o->compute_s, o->pfs_bw, o->net_bw, NULL);
+			t += plansim_epoch_time(&r->ep[ep], sh->bpe, o->compute_s, o->pfs_bw, o->net_bw, NULL);
 		char xo[16] = "-";
 		if (opt)
 			snprintf(xo, sizeof(xo), "%.4f", (double)r->total.pfs / (double)opt->total.pfs);
-		bool opt_row = i == PSIM_OPTIMUM;
-		printf("%-8s %13s %9.3f %9s %13s %13s %12.1f\n", psim_policy_name(i), sz(a, r->total.pfs),
+		bool opt_row = i == PLANSIM_OPTIMUM;
+		printf("%-8s %13s %9.3f %9s %13s %13s %12.1f\n", plansim_policy_name(i), sz(a, r->total.pfs),
 		       (double)r->total.pfs / (double)dataset, xo, opt_row ? "-" : sz(b, r->total.peer),
 		       opt_row ? "-" : sz(c, r->total.ram + r->total.nvme), t);
 	}
 	printf("\nsimulated in %.1f s\n", wall);
 }
 
-static void json_epoch(const struct psim_epoch *x, uint64_t dataset)
+static void json_epoch(const struct plansim_epoch *x, uint64_t dataset)
 {
 	printf("{\"pfs\": %llu, \"fill\": %llu, \"peer\": %llu, \"ram\": %llu, \"nvme\": %llu, "
 	       "\"peer_max_node\": %llu, \"demand\": %llu, \"pfs_over_dataset\": %.6f",
@@ -470,8 +470,8 @@ static void json_epoch(const struct psim_epoch *x, uint64_t dataset)
 static void print_json(const struct opts *o, const struct smp_shape *sh, const struct work *w,
 		       uint64_t dataset, uint64_t capacity, double wall)
 {
-	const struct psim_result *opt = (o->policies & PSIM_BIT(PSIM_OPTIMUM)) ?
-		&w->res[PSIM_OPTIMUM] : NULL;
+	const struct plansim_result *opt = (o->policies & PLANSIM_BIT(PLANSIM_OPTIMUM)) ?
+		&w->res[PLANSIM_OPTIMUM] : NULL;
 	printf("{\n  \"config\": {\"samples\": %llu, \"dataset_bytes\": %llu, \"size_dist\": \"%s\", "
 	       "\"size_mean\": %llu, \"size_sd\": %llu, \"nodes\": %llu, \"trainers_per_node\": %llu, "
 	       "\"placement\": \"%s\", \"epochs\": %llu, \"batch\": %llu, \"drop_last\": %s, "
@@ -486,22 +486,22 @@ static void print_json(const struct opts *o, const struct smp_shape *sh, const s
 	       o->drop_last ? "true" : "false", (unsigned long long)o->seed,
 	       (unsigned long long)sh->bpe, (unsigned long long)o->ram, (unsigned long long)o->nvme,
 	       (unsigned long long)capacity, o->pfs_bw, o->net_bw, o->compute_s,
-	       o->fill == PSIM_FILL_READ ? "read" : "prefetch");
+	       o->fill == PLANSIM_FILL_READ ? "read" : "prefetch");
 	printf("  \"policies\": [");
 	bool first = true;
-	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
-		if (!(o->policies & PSIM_BIT(i)))
+	for (unsigned i = 0; i < PLANSIM_NPOLICIES; i++) {
+		if (!(o->policies & PLANSIM_BIT(i)))
 			continue;
-		const struct psim_result *r = &w->res[i];
+		const struct plansim_result *r = &w->res[i];
 		printf("%s\n    {\"name\": \"%s\", \"seconds\": %.3f, \"held\": %llu, \"distinct\": %llu, "
-		       "\"spilled\": %llu,\n     \"epochs\": [", first ? "" : ",", psim_policy_name(i),
+		       "\"spilled\": %llu,\n     \"epochs\": [", first ? "" : ",", plansim_policy_name(i),
 		       w->secs[i], (unsigned long long)r->held, (unsigned long long)r->distinct,
 		       (unsigned long long)r->spilled);
 		first = false;
 		double tsum = 0;
 		for (uint64_t ep = 0; ep < r->epochs; ep++) {
 			const char *bound;
-			double t = psim_epoch_time(&r->ep[ep], sh->bpe, o->compute_s, o->pfs_bw,
+			double t = plansim_epoch_time(&r->ep[ep], sh->bpe, o->compute_s, o->pfs_bw,
 						   o->net_bw, &bound);
 			tsum += t;
 			printf("%s\n       ", ep ? "," : "");
@@ -629,7 +629,7 @@ static void print_forecast_json(const struct fcrun *f, bool first)
 
 /* --search: the smallest RAM, then NVMe, per node with no I/O-bound epoch
  * after the first. 0 or a negative errno (reported). */
-static int search(const struct opts *o, const struct psim_job *pj, struct fc_job *job,
+static int search(const struct opts *o, const struct plansim_job *pj, struct fc_job *job,
 		  const struct fc_rates *rates)
 {
 	int rc = 0;
@@ -669,7 +669,7 @@ static int search(const struct opts *o, const struct psim_job *pj, struct fc_job
 }
 
 /* Runs the forecast(s) and the capacity search; prints. 0 or an exit code. */
-static int forecast(const struct opts *o, const struct psim_job *pj)
+static int forecast(const struct opts *o, const struct plansim_job *pj)
 {
 	struct fc_rates rates;
 	fc_rates_of(o, &rates);
@@ -753,7 +753,7 @@ int main(int argc, char **argv)
 	}
 	uint64_t *len = xmalloc(o.samples * sizeof(uint64_t));
 	if (o.lognormal) {
-		psim_lognormal_sizes(len, o.samples, (double)o.size_mean, (double)o.size_sd, o.size_seed);
+		plansim_lognormal_sizes(len, o.samples, (double)o.size_mean, (double)o.size_sd, o.size_seed);
 	} else {
 		for (uint64_t s = 0; s < o.samples; s++)
 			len[s] = o.sample_size;
@@ -764,7 +764,7 @@ int main(int argc, char **argv)
 	struct plan_cap *cap = xmalloc(o.nodes * sizeof(*cap));
 	for (uint64_t k = 0; k < o.nodes; k++)
 		cap[k] = (struct plan_cap){ .ram = o.ram, .nvme = o.nvme };
-	struct psim_job job = {
+	struct plansim_job job = {
 		.len = len, .sh = &sh, .epochs = o.epochs, .nnodes = (uint32_t)o.nodes,
 		.rank_node = rank_node, .cap = cap, .nopfs_fill = o.fill,
 	};
@@ -785,14 +785,14 @@ int main(int argc, char **argv)
 
 	/* the expensive ones first, so two threads finish together */
 	static struct work w;
-	static const enum psim_policy by_cost[] = { PSIM_NOPFS, PSIM_LRU, PSIM_SEER, PSIM_OPTIMUM };
+	static const enum plansim_policy by_cost[] = { PLANSIM_NOPFS, PLANSIM_LRU, PLANSIM_SEER, PLANSIM_OPTIMUM };
 	w.job = &job;
 	for (unsigned i = 0; i < ARRAY_SIZE(by_cost); i++)
-		if (o.policies & PSIM_BIT(by_cost[i]))
+		if (o.policies & PLANSIM_BIT(by_cost[i]))
 			w.todo[w.ntodo++] = by_cost[i];
 	atomic_init(&w.next, 0);
 	unsigned nthr = (unsigned)MIN(o.threads, (uint64_t)w.ntodo);
-	pthread_t thr[PSIM_NPOLICIES];
+	pthread_t thr[PLANSIM_NPOLICIES];
 	unsigned started = 0;
 	for (unsigned i = 1; i < nthr; i++)
 		if (pthread_create(&thr[started], NULL, worker, &w) == 0)
@@ -802,15 +802,15 @@ int main(int argc, char **argv)
 		pthread_join(thr[i], NULL);
 	double wall = now_s() - t0;
 
-	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
-		if ((o.policies & PSIM_BIT(i)) && w.rc[i]) {
+	for (unsigned i = 0; i < PLANSIM_NPOLICIES; i++) {
+		if ((o.policies & PLANSIM_BIT(i)) && w.rc[i]) {
 			const char *why = "";
-			if (i == PSIM_NOPFS && w.rc[i] == -EINVAL)
+			if (i == PLANSIM_NOPFS && w.rc[i] == -EINVAL)
 				why = " (the NoPFS model takes < 65536 trainers and epochs and < 2^32"
 				      " reads per trainer)";
-			if (i == PSIM_LRU && w.rc[i] == -EOVERFLOW)
+			if (i == PLANSIM_LRU && w.rc[i] == -EOVERFLOW)
 				why = " (the LRU model takes < 2^31 reads per node)";
-			fprintf(stderr, "seer-plan: %s: %s%s\n", psim_policy_name(i), strerror(-w.rc[i]),
+			fprintf(stderr, "seer-plan: %s: %s%s\n", plansim_policy_name(i), strerror(-w.rc[i]),
 				why);
 			return 1;
 		}
@@ -819,8 +819,8 @@ int main(int argc, char **argv)
 		print_json(&o, &sh, &w, dataset, capacity, wall);
 	else
 		print_table(&o, &sh, &w, dataset, capacity, wall);
-	for (unsigned i = 0; i < PSIM_NPOLICIES; i++)
-		psim_result_free(&w.res[i]);
+	for (unsigned i = 0; i < PLANSIM_NPOLICIES; i++)
+		plansim_result_free(&w.res[i]);
 	free(cap);
 	free(rank_node);
 	free(len);

@@ -521,7 +521,7 @@ static int list_files(struct cat_builder *b, struct cat_walk *w, char *err, size
 		snprintf(err, errlen,
 			 "dataset %s holds no files of format %s: point dataset.path at the data "
 			 "directory or set dataset.format (one of %s)",
-			 c->root, c->fmt->name, cat_format_names());
+			 c->root, c->fmt->name, fmt_registry_names());
 		return SEER_EDATASET;
 	}
 	if (w->n > UINT32_MAX) {
@@ -745,10 +745,10 @@ static int cat_add_images(struct catalog *c, char *err, size_t errlen)
 
 int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t errlen)
 {
-	const struct fmt_ops *fmt = cat_find_format(o->format);
+	const struct fmt_ops *fmt = fmt_registry_find(o->format);
 	if (!fmt) {
 		snprintf(err, errlen, "unknown dataset format '%s' (known: %s)", o->format,
-			 cat_format_names());
+			 fmt_registry_names());
 		return SEER_ECONFIG;
 	}
 	char root[PATH_MAX], show[CAT_PATH_SHOW]; /* abbreviated: the reason must survive */

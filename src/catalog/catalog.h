@@ -139,10 +139,6 @@ const char *cat_path_abbrev(char *buf, size_t len, const char *path);
 int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t errlen);
 void cat_free(struct catalog *c);
 
-/* Known format? */
-const struct fmt_ops *cat_find_format(const char *name);
-const char *cat_format_names(void); /* "files, npz, ..." for messages */
-
 /* Serialization (exposed for tests and the fuzzer): a self-checking image of
  * the catalog. cat_deserialize validates every field; it never trusts buf. */
 int cat_serialize(const struct catalog *c, void **buf, size_t *len);

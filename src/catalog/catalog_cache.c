@@ -16,6 +16,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "../fmt/fmt.h"
 #include "seer.h"
 #include "../util/util.h"
 
@@ -132,7 +133,7 @@ static int img_check(const char *p, size_t len, struct cat_img_hdr *h,
 	if (XXH64(p, len - sizeof(sum), 0) != sum)
 		BAD("catalog cache checksum mismatch (file damaged)");
 	h->format[sizeof(h->format) - 1] = '\0';
-	*fmt = cat_find_format(h->format);
+	*fmt = fmt_registry_find(h->format);
 	if (!*fmt)
 		BAD("catalog cache names unknown format '%s'", h->format);
 	return 0;

@@ -23,6 +23,10 @@
 FMT_LIST(FMT_DECLARE)
 #undef FMT_DECLARE
 
+/* Known format? (fmt/registry.c, from the list in registry.h) */
+const struct fmt_ops *fmt_registry_find(const char *name);
+const char *fmt_registry_names(void); /* "files, npz, ..." for messages */
+
 /* Write why into err (printf-style) and return SEER_EDATASET. */
 int fmt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* accept() for formats whose directories also hold *.idx index files. */

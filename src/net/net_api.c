@@ -38,12 +38,12 @@ static void queue_command(struct net *n, struct op *op)
 /* A fetch that never reaches the network: reported at once. */
 static void fetch_fail_now(struct net *n, struct op *op, int status)
 {
-	nf_fetch_report(n, op, status);
+	net_fetch_report(n, op, status);
 }
 
 void net_fetch(struct net *n, uint32_t peer, uint32_t sample, void *dst, uint64_t len, void *user)
 {
-	struct op *op = nf_op_new(OP_FETCH);
+	struct op *op = net_op_new(OP_FETCH);
 	uint64_t now = now_ns();
 	op->ev.peer = peer;
 	op->ev.sample = sample;
@@ -56,14 +56,14 @@ void net_fetch(struct net *n, uint32_t peer, uint32_t sample, void *dst, uint64_
 	op->ev.req_id = ID_DATA_BIT | ((uint64_t)n->o.node << ID_NODE_SHIFT) | seq;
 	bool ok = false;
 	if (peer < n->o.nnodes && dst && len > 0 && len <= n->max_len)
-		nf_desc_for(n, dst, len, &ok);
+		net_desc_for(n, dst, len, &ok);
 	if (peer >= n->o.nnodes || peer == n->o.node || !dst || len == 0) {
 		fetch_fail_now(n, op, -EINVAL);
 	} else if (len > n->max_len) {
 		fetch_fail_now(n, op, -EMSGSIZE);
 	} else if (!ok) {
 		fetch_fail_now(n, op, -EFAULT); /* the provider needs registered memory */
-	} else if (nf_peer_suspect_at(n, peer, now)) {
+	} else if (net_peer_suspect_at(n, peer, now)) {
 		fetch_fail_now(n, op, -EHOSTDOWN);
 	} else {
 		queue_command(n, op);
@@ -73,7 +73,7 @@ void net_fetch(struct net *n, uint32_t peer, uint32_t sample, void *dst, uint64_
 void net_reply(struct net *n, uint32_t peer, uint64_t req_id, const void *src, uint64_t len,
 	       void *user)
 {
-	struct op *op = nf_op_new(OP_REPLY);
+	struct op *op = net_op_new(OP_REPLY);
 	op->ev.peer = peer;
 	op->ev.req_id = req_id;
 	op->ev.len = len;
@@ -83,7 +83,7 @@ void net_reply(struct net *n, uint32_t peer, uint64_t req_id, const void *src, u
 	if (peer >= n->o.nnodes || !src || len == 0 || len > n->max_len) {
 		op->ev.kind = NET_REPLY_DONE;
 		op->ev.status = -EINVAL;
-		nf_event_push(n, &op->ev);
+		net_event_push(n, &op->ev);
 		return;
 	}
 	queue_command(n, op);
@@ -93,7 +93,7 @@ void net_reply_error(struct net *n, uint32_t peer, uint64_t req_id, int error)
 {
 	if (peer >= n->o.nnodes)
 		return;
-	struct op *op = nf_op_new(OP_NAK);
+	struct op *op = net_op_new(OP_NAK);
 	op->ev.peer = peer;
 	op->ev.req_id = req_id;
 	op->error = error < 0 && error > -4096 ? error : -EIO;
@@ -134,5 +134,5 @@ int net_peer_suspect(struct net *n, uint32_t peer)
 {
 	if (peer >= n->o.nnodes)
 		return 0;
-	return nf_peer_suspect_at(n, peer, now_ns());
+	return net_peer_suspect_at(n, peer, now_ns());
 }

@@ -46,7 +46,7 @@
 #define NBUFS (BUNDLE_TX + BUNDLE_RX + REQ_TX)
 
 /* ---- buffers ------------------------------------------------------------------ */
-int nf_bundle_setup(struct net *n, char *err, size_t errlen)
+int net_bundle_setup(struct net *n, char *err, size_t errlen)
 {
 	/* answering bundles is always on (a node asking in them gets answers
 	 * whatever this node's net.bundles); the option only decides asking */
@@ -104,7 +104,7 @@ static void rx_post(struct net *n, struct nbuf *b)
 	n->rx_repost = b;
 }
 
-void nf_bundle_start(struct net *n)
+void net_bundle_start(struct net *n)
 {
 	for (uint32_t i = 0; i < NBUFS; i++)
 		if (n->nbufs[i].pool == NB_RX)
@@ -112,7 +112,7 @@ void nf_bundle_start(struct net *n)
 }
 
 /* With the endpoint closed and the thread stopped: answers never sent. */
-void nf_bundle_free(struct net *n)
+void net_bundle_free(struct net *n)
 {
 	for (uint32_t p = 0; n->bp && p < n->o.nnodes; p++) {
 		for (struct op *op = n->bp[p].answer.head, *next; op; op = next) {
@@ -130,7 +130,7 @@ void nf_bundle_free(struct net *n)
 }
 
 /* ---- queues ------------------------------------------------------------------- */
-bool nf_bundle_wants(const struct net *n, const struct op *op)
+bool net_bundle_wants(const struct net *n, const struct op *op)
 {
 	return n->bundles && op->ev.len <= BUNDLE_SAMPLE_MAX;
 }
@@ -139,26 +139,26 @@ static void enqueue(struct net *n, struct olist *l, struct op *op)
 {
 	op->bundled = true;
 	op->in_b = true;
-	nf_olist_push(l, op, BLINK);
+	net_olist_push(l, op, BLINK);
 	n->bq_n++;
 }
 
-void nf_bundle_ask(struct net *n, struct op *op)
+void net_bundle_ask(struct net *n, struct op *op)
 {
 	enqueue(n, &n->bp[op->ev.peer].ask, op);
 }
 
-void nf_bundle_answer(struct net *n, struct op *op)
+void net_bundle_answer(struct net *n, struct op *op)
 {
 	enqueue(n, &n->bp[op->ev.peer].answer, op);
 }
 
-void nf_bundle_unqueue(struct net *n, struct op *op)
+void net_bundle_unqueue(struct net *n, struct op *op)
 {
 	if (!op->in_b)
 		return;
 	struct bpeer *p = &n->bp[op->ev.peer];
-	nf_olist_del(op->kind == OP_FETCH ? &p->ask : &p->answer, op, BLINK);
+	net_olist_del(op->kind == OP_FETCH ? &p->ask : &p->answer, op, BLINK);
 	op->in_b = false;
 	n->bq_n--;
 }
@@ -206,9 +206,9 @@ static void fail_asked(struct net *n, const struct nbuf *b, int status)
 	for (uint64_t i = 0; i < m.arg; i++) {
 		struct wire_entry e;
 		memcpy(&e, b->data + sizeof(m) + i * sizeof(e), sizeof(e));
-		struct hnode *h = nf_hmap_get(&n->fetch_ids, e.id);
+		struct hnode *h = net_hmap_get(&n->fetch_ids, e.id);
 		if (h)
-			nf_fetch_finish(n, container_of(h, struct op, h), status);
+			net_fetch_finish(n, container_of(h, struct op, h), status);
 	}
 }
 
@@ -232,7 +232,7 @@ static void fill_request(struct net *n, struct bpeer *p, struct nbuf *b, uint64_
 	uint32_t k = 0;
 	while (p->ask.head && k < MANY_MAX) {
 		struct op *op = p->ask.head;
-		nf_bundle_unqueue(n, op);
+		net_bundle_unqueue(n, op);
 		op->state = FS_SENT;
 		struct wire_entry e = { .id = op->ev.req_id, .sample = op->ev.sample,
 					.len = (uint32_t)op->ev.len };
@@ -255,7 +255,7 @@ static int post_request(struct net *n, struct bpeer *p, struct nbuf *b)
 	p->req_out = NULL;
 	if (r != 0) {
 		log_warn("net: sending a request to node %u: %s", b->peer, fi_strerror((int)-r));
-		fail_asked(n, b, nf_errno((int)r));
+		fail_asked(n, b, net_errno((int)r));
 		give_back(n, b);
 	}
 	return 1;
@@ -287,14 +287,14 @@ static bool append(struct net *n, struct nbuf *b, struct op *op, uint64_t now)
 	bool data = op->kind != OP_NAK;
 	if (data && now > op->deadline) {
 		/* the requester gave up already */
-		nf_bundle_unqueue(n, op);
-		nf_send_finish(n, op, -ETIMEDOUT);
+		net_bundle_unqueue(n, op);
+		net_send_finish(n, op, -ETIMEDOUT);
 		return true;
 	}
 	uint64_t need = sizeof(e) + (data ? PAD8(op->ev.len) : 0);
 	if (b->used + need > b->cap)
 		return false;
-	nf_bundle_unqueue(n, op);
+	net_bundle_unqueue(n, op);
 	if (data) {
 		e.len = (uint32_t)op->ev.len;
 		uint8_t *d = b->data + b->used + sizeof(e);
@@ -306,7 +306,7 @@ static bool append(struct net *n, struct nbuf *b, struct op *op, uint64_t now)
 	memcpy(b->data + b->used, &e, sizeof(e));
 	b->used += (uint32_t)need;
 	if (data) {
-		nf_send_finish(n, op, 0); /* counted served; a REPLY's src is free again */
+		net_send_finish(n, op, 0); /* counted served; a REPLY's src is free again */
 	} else {
 		if (op->error) {
 			pthread_mutex_lock(&n->st_mu);
@@ -344,8 +344,8 @@ static int pump_answers(struct net *n, uint32_t peer, uint64_t now)
 	/* answers the requester gave up on end now, buffer or not */
 	while (p->answer.head && p->answer.head->kind != OP_NAK && now > p->answer.head->deadline) {
 		struct op *op = p->answer.head;
-		nf_bundle_unqueue(n, op);
-		nf_send_finish(n, op, -ETIMEDOUT);
+		net_bundle_unqueue(n, op);
+		net_send_finish(n, op, -ETIMEDOUT);
 	}
 	while (p->answer.head) {
 		struct nbuf *b = take(n, NB_TX, peer);
@@ -374,7 +374,7 @@ static int pump_answers(struct net *n, uint32_t peer, uint64_t now)
 	return k;
 }
 
-int nf_bundle_pump(struct net *n, uint64_t now)
+int net_bundle_pump(struct net *n, uint64_t now)
 {
 	int k = 0;
 	while (n->rx_repost) {
@@ -396,21 +396,21 @@ int nf_bundle_pump(struct net *n, uint64_t now)
 }
 
 /* ---- owner: REQUEST_MANY -------------------------------------------------------- */
-void nf_on_request_many(struct net *n, const struct wire_msg *m, const struct wire_entry *ents,
+void net_on_request_many(struct net *n, const struct wire_msg *m, const struct wire_entry *ents,
 			uint64_t now)
 {
 	for (uint64_t i = 0; i < m->arg; i++) {
 		struct wire_entry e;
 		memcpy(&e, &ents[i], sizeof(e));
 		if (!(e.id & ID_DATA_BIT) || ((e.id & ~ID_DATA_BIT) >> ID_NODE_SHIFT) != m->from) {
-			nf_count_bad(n, "request id", e.id);
+			net_count_bad(n, "request id", e.id);
 			continue;
 		}
 		if (e.len > BUNDLE_SAMPLE_MAX) {
-			nf_count_bad(n, "bundled request length", e.len);
+			net_count_bad(n, "bundled request length", e.len);
 			continue;
 		}
-		nf_request_entry(n, m->from, e.id, e.sample, e.len, m->budget_ms, now, true);
+		net_request_entry(n, m->from, e.id, e.sample, e.len, m->budget_ms, now, true);
 	}
 }
 
@@ -418,25 +418,25 @@ void nf_on_request_many(struct net *n, const struct wire_msg *m, const struct wi
 static void on_entry(struct net *n, uint32_t from, const struct bundle_ent *e,
 		     const uint8_t *bytes, uint64_t now)
 {
-	struct hnode *h = nf_hmap_get(&n->fetch_ids, e->id);
+	struct hnode *h = net_hmap_get(&n->fetch_ids, e->id);
 	if (!h)
 		return; /* the fetch ended already (timed out): a late answer */
 	struct op *op = container_of(h, struct op, h);
 	if (!op->bundled || op->ev.peer != from) {
-		nf_count_bad(n, "bundle entry does not match its request", e->id);
+		net_count_bad(n, "bundle entry does not match its request", e->id);
 		return;
 	}
 	if (e->status > 0) {
-		nf_fetch_queued(n, op, (uint32_t)e->status, now);
+		net_fetch_queued(n, op, (uint32_t)e->status, now);
 	} else if (e->status < 0) {
-		nf_fetch_finish(n, op, e->status);
+		net_fetch_finish(n, op, e->status);
 	} else if (e->len != op->ev.len) {
 		log_warn("net: node %u sent %u bytes of sample %u, %llu were asked for", from, e->len,
 			 op->ev.sample, (unsigned long long)op->ev.len);
-		nf_fetch_finish(n, op, -EPROTO);
+		net_fetch_finish(n, op, -EPROTO);
 	} else {
 		memcpy(op->buf, bytes, e->len);
-		nf_fetch_finish(n, op, 0);
+		net_fetch_finish(n, op, 0);
 	}
 }
 
@@ -444,33 +444,33 @@ static void on_bundle(struct net *n, const uint8_t *d, uint64_t len, uint64_t no
 {
 	struct bundle_hdr h;
 	if (len < sizeof(h)) {
-		nf_count_bad(n, "bundle size", len);
+		net_count_bad(n, "bundle size", len);
 		return;
 	}
 	memcpy(&h, d, sizeof(h));
 	if (h.magic != BUNDLE_MAGIC || h.version != WIRE_VERSION) {
-		nf_count_bad(n, "bundle magic/version", ((uint64_t)h.magic << 16) | h.version);
+		net_count_bad(n, "bundle magic/version", ((uint64_t)h.magic << 16) | h.version);
 		return;
 	}
 	if (h.from >= n->o.nnodes || h.from == n->o.node) {
-		nf_count_bad(n, "bundle sender", h.from);
+		net_count_bad(n, "bundle sender", h.from);
 		return;
 	}
 	uint64_t off = sizeof(h);
 	for (uint32_t i = 0; i < h.count; i++) {
 		struct bundle_ent e;
 		if (len - off < sizeof(e)) {
-			nf_count_bad(n, "bundle truncated", i);
+			net_count_bad(n, "bundle truncated", i);
 			return;
 		}
 		memcpy(&e, d + off, sizeof(e));
 		off += sizeof(e);
 		if (e.status == 0 && (e.len == 0 || e.len > len - off)) {
-			nf_count_bad(n, "bundle entry length", e.len);
+			net_count_bad(n, "bundle entry length", e.len);
 			return;
 		}
 		if (e.status != 0 && (e.len != 0 || e.status <= -4096)) {
-			nf_count_bad(n, "bundle entry status", (uint64_t)(int64_t)e.status);
+			net_count_bad(n, "bundle entry status", (uint64_t)(int64_t)e.status);
 			return;
 		}
 		on_entry(n, h.from, &e, d + off, now);
@@ -479,7 +479,7 @@ static void on_bundle(struct net *n, const uint8_t *d, uint64_t len, uint64_t no
 	}
 }
 
-void nf_bundle_completed(struct net *n, struct nbuf *b, uint64_t len, uint64_t now)
+void net_bundle_completed(struct net *n, struct nbuf *b, uint64_t len, uint64_t now)
 {
 	if (b->pool != NB_RX) {
 		give_back(n, b);
@@ -489,13 +489,13 @@ void nf_bundle_completed(struct net *n, struct nbuf *b, uint64_t len, uint64_t n
 	rx_post(n, b);
 }
 
-void nf_bundle_failed(struct net *n, struct nbuf *b, const struct fi_cq_err_entry *e)
+void net_bundle_failed(struct net *n, struct nbuf *b, const struct fi_cq_err_entry *e)
 {
 	if (b->pool == NB_RX) {
 		if (e->err == FI_ECANCELED && atomic_load(&n->stop))
 			return;
 		if (e->err == FI_ETRUNC || e->err == FI_ETOOSMALL)
-			nf_count_bad(n, "oversized bundle", e->len + e->olen);
+			net_count_bad(n, "oversized bundle", e->len + e->olen);
 		else
 			log_debug("net: bundle receive: %s", fi_strerror(e->err));
 		rx_post(n, b);
@@ -504,6 +504,6 @@ void nf_bundle_failed(struct net *n, struct nbuf *b, const struct fi_cq_err_entr
 	log_warn("net: sending %s of %u bytes to node %u failed: %s",
 		 b->pool == NB_REQ ? "a request" : "a bundle", b->used, b->peer, fi_strerror(e->err));
 	if (b->pool == NB_REQ)
-		fail_asked(n, b, nf_errno(e->err));
+		fail_asked(n, b, net_errno(e->err));
 	give_back(n, b);
 }

@@ -2,8 +2,8 @@
  * maps that track operations, error mapping, operation allocation, the event
  * hand-off to the dispatcher, counters and registration descriptors.
  *
- * Threads: lists and maps are the network thread's; nf_event_push and the
- * counters (st_mu) may be used from either thread, and nf_fetch_report is
+ * Threads: lists and maps are the network thread's; net_event_push and the
+ * counters (st_mu) may be used from either thread, and net_fetch_report is
  * also called by the dispatcher for fetches it fails at once. Failure:
  * nothing here fails; allocation aborts on out of memory (xcalloc), as the
  * daemon does everywhere. */
@@ -23,7 +23,7 @@ static struct link *lk(struct op *op, size_t off)
 	return (struct link *)((char *)op + off);
 }
 
-void nf_olist_push(struct olist *l, struct op *op, size_t off)
+void net_olist_push(struct olist *l, struct op *op, size_t off)
 {
 	struct link *k = lk(op, off);
 	k->prev = l->tail;
@@ -36,7 +36,7 @@ void nf_olist_push(struct olist *l, struct op *op, size_t off)
 	l->n++;
 }
 
-void nf_olist_del(struct olist *l, struct op *op, size_t off)
+void net_olist_del(struct olist *l, struct op *op, size_t off)
 {
 	struct link *k = lk(op, off);
 	if (k->prev)
@@ -51,27 +51,27 @@ void nf_olist_del(struct olist *l, struct op *op, size_t off)
 	l->n--;
 }
 
-void nf_home_set(struct op *op, struct olist *l)
+void net_home_set(struct op *op, struct olist *l)
 {
 	if (op->home)
-		nf_olist_del(op->home, op, HOME);
+		net_olist_del(op->home, op, HOME);
 	op->home = l;
 	if (l)
-		nf_olist_push(l, op, HOME);
+		net_olist_push(l, op, HOME);
 }
 
-void nf_pend_add(struct net *n, struct op *op)
+void net_pend_add(struct net *n, struct op *op)
 {
 	if (!op->in_pend) {
-		nf_olist_push(&n->pending, op, PEND);
+		net_olist_push(&n->pending, op, PEND);
 		op->in_pend = true;
 	}
 }
 
-void nf_pend_del(struct net *n, struct op *op)
+void net_pend_del(struct net *n, struct op *op)
 {
 	if (op->in_pend) {
-		nf_olist_del(&n->pending, op, PEND);
+		net_olist_del(&n->pending, op, PEND);
 		op->in_pend = false;
 	}
 }
@@ -81,14 +81,14 @@ static uint32_t hslot(const struct hmap *h, uint64_t key)
 	return (uint32_t)((key * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & h->mask;
 }
 
-void nf_hmap_init(struct hmap *h)
+void net_hmap_init(struct hmap *h)
 {
 	h->mask = 1023;
 	h->count = 0;
 	h->b = xcalloc(h->mask + 1, sizeof(*h->b));
 }
 
-void nf_hmap_put(struct hmap *h, struct hnode *e)
+void net_hmap_put(struct hmap *h, struct hnode *e)
 {
 	if (h->count > h->mask) {
 		uint32_t old = h->mask + 1;
@@ -111,7 +111,7 @@ void nf_hmap_put(struct hmap *h, struct hnode *e)
 	h->count++;
 }
 
-struct hnode *nf_hmap_get(const struct hmap *h, uint64_t key)
+struct hnode *net_hmap_get(const struct hmap *h, uint64_t key)
 {
 	for (struct hnode *x = h->b[hslot(h, key)]; x; x = x->next)
 		if (x->key == key)
@@ -119,7 +119,7 @@ struct hnode *nf_hmap_get(const struct hmap *h, uint64_t key)
 	return NULL;
 }
 
-void nf_hmap_del(struct hmap *h, struct hnode *e)
+void net_hmap_del(struct hmap *h, struct hnode *e)
 {
 	for (struct hnode **p = &h->b[hslot(h, e->key)]; *p; p = &(*p)->next) {
 		if (*p == e) {
@@ -133,7 +133,7 @@ void nf_hmap_del(struct hmap *h, struct hnode *e)
 
 /* ---- errors ---------------------------------------------------------------- */
 /* libfabric error numbers below 256 are errno values; the rest are its own. */
-int nf_errno(int fierr)
+int net_errno(int fierr)
 {
 	if (fierr < 0)
 		fierr = -fierr;
@@ -152,7 +152,7 @@ int nf_errno(int fierr)
 }
 
 /* ---- operations, events and stats ------------------------------------------ */
-struct op *nf_op_new(enum op_kind kind)
+struct op *net_op_new(enum op_kind kind)
 {
 	struct op *op = xcalloc(1, sizeof(*op));
 	op->kind = kind;
@@ -162,7 +162,7 @@ struct op *nf_op_new(enum op_kind kind)
 
 _Static_assert(offsetof(struct net_event, link) == 0, "an event is its hand-off node");
 
-void nf_event_push(struct net *n, struct net_event *e)
+void net_event_push(struct net *n, struct net_event *e)
 {
 	pthread_mutex_lock(&n->ev_mu);
 	handoff_push(&n->events, &e->link, n->efd);
@@ -170,7 +170,7 @@ void nf_event_push(struct net *n, struct net_event *e)
 }
 
 /* Report a fetch (the op becomes the event). Caller has unlinked it. */
-void nf_fetch_report(struct net *n, struct op *op, int status)
+void net_fetch_report(struct net *n, struct op *op, int status)
 {
 	uint64_t now = now_ns();
 	op->ev.kind = NET_FETCH_DONE;
@@ -187,10 +187,10 @@ void nf_fetch_report(struct net *n, struct op *op, int status)
 			n->st.fetch_timeouts++;
 	}
 	pthread_mutex_unlock(&n->st_mu);
-	nf_event_push(n, &op->ev);
+	net_event_push(n, &op->ev);
 }
 
-void nf_count_bad(struct net *n, const char *what, uint64_t v)
+void net_count_bad(struct net *n, const char *what, uint64_t v)
 {
 	pthread_mutex_lock(&n->st_mu);
 	uint64_t k = ++n->st.bad_msgs;
@@ -201,7 +201,7 @@ void nf_count_bad(struct net *n, const char *what, uint64_t v)
 			 (unsigned long long)v, (unsigned long long)k);
 }
 
-void *nf_desc_for(struct net *n, const void *p, uint64_t len, bool *ok)
+void *net_desc_for(struct net *n, const void *p, uint64_t len, bool *ok)
 {
 	uintptr_t a = (uintptr_t)p, r = (uintptr_t)n->o.region;
 	if (n->region_mr && a >= r && len <= n->o.region_len && a - r <= n->o.region_len - len) {

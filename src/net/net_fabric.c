@@ -45,7 +45,7 @@
 #define SEND_WINDOW 1024
 
 /* ---- control messages ------------------------------------------------------ */
-void nf_slot_post(struct net *n, uint32_t i)
+void net_slot_post(struct net *n, uint32_t i)
 {
 	struct ctrl_slot *s = &n->slots[i];
 	ssize_t r = fi_recv(n->ep, s->buf, sizeof(s->buf), n->ctrl_desc, FI_ADDR_UNSPEC, &s->c.fi);
@@ -66,7 +66,7 @@ static void on_ctrl(struct net *n, const uint8_t *buf, size_t len, uint64_t now)
 {
 	struct wire_msg m;
 	if (len < sizeof(m)) {
-		nf_count_bad(n, "size", len);
+		net_count_bad(n, "size", len);
 		return;
 	}
 	memcpy(&m, buf, sizeof(m));
@@ -74,52 +74,52 @@ static void on_ctrl(struct net *n, const uint8_t *buf, size_t len, uint64_t now)
 	    m.from < n->o.nnodes && m.from != n->o.node) {
 		if (m.arg == 0 || m.arg > MANY_MAX || len != sizeof(m) + m.arg * sizeof(struct wire_entry) ||
 		    m.id != 0 || m.sample != 0 || m.budget_ms == 0) {
-			nf_count_bad(n, "REQUEST_MANY fields", m.arg);
+			net_count_bad(n, "REQUEST_MANY fields", m.arg);
 			return;
 		}
-		nf_on_request_many(n, &m, (const struct wire_entry *)(buf + sizeof(m)), now);
+		net_on_request_many(n, &m, (const struct wire_entry *)(buf + sizeof(m)), now);
 		return;
 	}
 	if (len != sizeof(m)) {
-		nf_count_bad(n, "size", len);
+		net_count_bad(n, "size", len);
 		return;
 	}
 	if (m.magic != WIRE_MAGIC || m.version != WIRE_VERSION) {
-		nf_count_bad(n, "magic/version", ((uint64_t)m.magic << 16) | m.version);
+		net_count_bad(n, "magic/version", ((uint64_t)m.magic << 16) | m.version);
 		return;
 	}
 	if (m.from >= n->o.nnodes || m.from == n->o.node) {
-		nf_count_bad(n, "sender node", m.from);
+		net_count_bad(n, "sender node", m.from);
 		return;
 	}
 	if (m.sample > UINT32_MAX) {
-		nf_count_bad(n, "sample", m.sample);
+		net_count_bad(n, "sample", m.sample);
 		return;
 	}
 	switch (m.type) {
 	case MSG_REQUEST:
 		if (!(m.id & ID_DATA_BIT) || ((m.id & ~ID_DATA_BIT) >> ID_NODE_SHIFT) != m.from) {
-			nf_count_bad(n, "request id", m.id);
+			net_count_bad(n, "request id", m.id);
 			return;
 		}
-		nf_on_request(n, &m, now);
+		net_on_request(n, &m, now);
 		break;
 	case MSG_NAK:
 		if (!own_fetch_id(n, m.id) || m.arg == 0 || m.arg >= 4096 || m.budget_ms != 0) {
-			nf_count_bad(n, "NAK fields", m.id);
+			net_count_bad(n, "NAK fields", m.id);
 			return;
 		}
-		nf_on_nak(n, &m, now);
+		net_on_nak(n, &m, now);
 		break;
 	case MSG_QUEUED:
 		if (!own_fetch_id(n, m.id) || m.arg != 0 || m.budget_ms == 0) {
-			nf_count_bad(n, "QUEUED fields", m.id);
+			net_count_bad(n, "QUEUED fields", m.id);
 			return;
 		}
-		nf_on_queued(n, &m, now);
+		net_on_queued(n, &m, now);
 		break;
 	default:
-		nf_count_bad(n, "type", m.type);
+		net_count_bad(n, "type", m.type);
 		break;
 	}
 }
@@ -131,24 +131,24 @@ static void on_completion(struct net *n, const struct fi_cq_tagged_entry *c, uin
 	if (!x)
 		return;
 	if (x->kind == CTX_WARM) {
-		nf_warm_done(n, 0);
+		net_warm_done(n, 0);
 		return;
 	}
 	if (x->kind == CTX_BUF) {
-		nf_bundle_completed(n, container_of(x, struct nbuf, c), c->len, now);
+		net_bundle_completed(n, container_of(x, struct nbuf, c), c->len, now);
 		return;
 	}
 	if (x->kind == CTX_SLOT) {
 		struct ctrl_slot *s = container_of(x, struct ctrl_slot, c);
 		on_ctrl(n, s->buf, c->len, now);
-		nf_slot_post(n, (uint32_t)(s - n->slots));
+		net_slot_post(n, (uint32_t)(s - n->slots));
 		return;
 	}
 	struct op *op = container_of(x, struct op, ctx);
 	if (op->kind == OP_FETCH)
-		nf_fetch_completed(n, op, c->len);
+		net_fetch_completed(n, op, c->len);
 	else
-		nf_send_finish(n, op, 0);
+		net_send_finish(n, op, 0);
 }
 
 static void on_error(struct net *n, const struct fi_cq_err_entry *e)
@@ -159,11 +159,11 @@ static void on_error(struct net *n, const struct fi_cq_err_entry *e)
 		return;
 	}
 	if (x->kind == CTX_WARM) {
-		nf_warm_done(n, e->err);
+		net_warm_done(n, e->err);
 		return;
 	}
 	if (x->kind == CTX_BUF) {
-		nf_bundle_failed(n, container_of(x, struct nbuf, c), e);
+		net_bundle_failed(n, container_of(x, struct nbuf, c), e);
 		return;
 	}
 	if (x->kind == CTX_SLOT) {
@@ -171,22 +171,22 @@ static void on_error(struct net *n, const struct fi_cq_err_entry *e)
 		if (e->err == FI_ECANCELED && atomic_load(&n->stop))
 			return;
 		if (e->err == FI_ETRUNC || e->err == FI_ETOOSMALL)
-			nf_count_bad(n, "oversized", e->len + e->olen);
+			net_count_bad(n, "oversized", e->len + e->olen);
 		else
 			log_debug("net: control receive: %s", fi_strerror(e->err));
-		nf_slot_post(n, (uint32_t)(s - n->slots));
+		net_slot_post(n, (uint32_t)(s - n->slots));
 		return;
 	}
 	struct op *op = container_of(x, struct op, ctx);
 	if (op->kind == OP_FETCH) {
-		nf_fetch_failed(n, op, e);
+		net_fetch_failed(n, op, e);
 	} else {
 		char why[128];
 		const char *pe = fi_cq_strerror(n->cq, e->prov_errno, e->err_data, why, sizeof(why));
 		log_debug("net: sending %llu bytes to node %u failed: %s (%s)",
 			  (unsigned long long)op->ev.len, op->ev.peer, fi_strerror(e->err),
 			  pe ? pe : "");
-		nf_send_finish(n, op, nf_errno(e->err));
+		net_send_finish(n, op, net_errno(e->err));
 	}
 }
 
@@ -230,9 +230,9 @@ static void take_commands(struct net *n, uint64_t now)
 		struct op *next = op->qnext;
 		op->qnext = NULL;
 		if (op->kind == OP_FETCH)
-			nf_fetch_start(n, op, now);
+			net_fetch_start(n, op, now);
 		else
-			nf_answer_start(n, op, now);
+			net_answer_start(n, op, now);
 		op = next;
 	}
 }
@@ -243,11 +243,11 @@ static int post_pending(struct net *n, uint64_t now)
 {
 	int posted = 0;
 	bool recv_blocked = false;
-	posted += nf_warm_post(n, now);
+	posted += net_warm_post(n, now);
 	while (n->nrepost > 0 && !recv_blocked) {
 		uint32_t i = n->repost[--n->nrepost];
 		uint32_t before = n->nrepost;
-		nf_slot_post(n, i);
+		net_slot_post(n, i);
 		if (n->nrepost > before)
 			recv_blocked = true;
 	}
@@ -259,7 +259,7 @@ static int post_pending(struct net *n, uint64_t now)
 		int r;
 		switch (op->kind) {
 		case OP_FETCH:
-			r = nf_fetch_post(n, op, now);
+			r = net_fetch_post(n, op, now);
 			if (!r && op->state == FS_NEW)
 				recv_blocked = true;
 			else if (!r)
@@ -269,12 +269,12 @@ static int post_pending(struct net *n, uint64_t now)
 		case OP_SERVE:
 			if (n->sending.n >= SEND_WINDOW)
 				continue; /* a completion frees room; fetches still go */
-			r = nf_send_post(n, op, now);
+			r = net_send_post(n, op, now);
 			if (!r)
 				goto peer;
 			break;
 		default:
-			r = nf_nak_post(n, op);
+			r = net_nak_post(n, op);
 			if (!r)
 				goto peer;
 			break;
@@ -294,15 +294,15 @@ peer:
 
 static void expire(struct net *n, uint64_t now)
 {
-	nf_fetch_expire(n, now);
-	nf_deferred_expire(n, now);
-	nf_fetch_check_stuck(n, now);
+	net_fetch_expire(n, now);
+	net_deferred_expire(n, now);
+	net_fetch_check_stuck(n, now);
 }
 
 static int wait_ms(struct net *n, uint64_t now)
 {
 	if (n->pending.n || n->nrepost || n->fetches.n || n->acked.n || n->cancelling.n ||
-	    n->sending.n || n->bq_n || n->rx_repost || nf_warm_busy(n, now))
+	    n->sending.n || n->bq_n || n->rx_repost || net_warm_busy(n, now))
 		return BUSY_WAIT_MS;
 	uint64_t ms = IDLE_WAIT_MS;
 	if (n->fetches.head) {
@@ -321,7 +321,7 @@ static bool commands_waiting(struct net *n)
 	return w;
 }
 
-void *nf_thread_main(void *arg)
+void *net_thread_main(void *arg)
 {
 	struct net *n = arg;
 	struct fi_cq_tagged_entry ents[CQ_BATCH];
@@ -336,7 +336,7 @@ void *nf_thread_main(void *arg)
 		now = now_ns();
 		expire(n, now);
 		/* what this pass queued for bundles goes out together */
-		busy += nf_bundle_pump(n, now);
+		busy += net_bundle_pump(n, now);
 		if (busy)
 			continue;
 		/* Sleep in the provider. The dispatcher signals the CQ only when it

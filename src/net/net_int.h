@@ -275,35 +275,35 @@ struct net {
 /* ---- net_core.c: containers, operations, events, counters ------------------
  * Lists and maps: network thread only. Events and counters: any thread. */
 /* Plain list operations on the link at offset off of each op. */
-void nf_olist_push(struct olist *l, struct op *op, size_t off);
-void nf_olist_del(struct olist *l, struct op *op, size_t off);
+void net_olist_push(struct olist *l, struct op *op, size_t off);
+void net_olist_del(struct olist *l, struct op *op, size_t off);
 /* Move op to list l (or to none), off the list it was in. */
-void nf_home_set(struct op *op, struct olist *l);
+void net_home_set(struct op *op, struct olist *l);
 /* Queue op for posting (FI_EAGAIN, or not yet posted) / take it off. */
-void nf_pend_add(struct net *n, struct op *op);
-void nf_pend_del(struct net *n, struct op *op);
-void nf_hmap_init(struct hmap *h);
-void nf_hmap_put(struct hmap *h, struct hnode *e);
-struct hnode *nf_hmap_get(const struct hmap *h, uint64_t key);
-void nf_hmap_del(struct hmap *h, struct hnode *e);
+void net_pend_add(struct net *n, struct op *op);
+void net_pend_del(struct net *n, struct op *op);
+void net_hmap_init(struct hmap *h);
+void net_hmap_put(struct hmap *h, struct hnode *e);
+struct hnode *net_hmap_get(const struct hmap *h, uint64_t key);
+void net_hmap_del(struct hmap *h, struct hnode *e);
 
 /* A libfabric error (either sign) as a negative errno. */
-int nf_errno(int fierr);
+int net_errno(int fierr);
 /* A zeroed operation of that kind (aborts on out of memory, as xcalloc). */
-struct op *nf_op_new(enum op_kind kind);
+struct op *net_op_new(enum op_kind kind);
 /* Hand an event to the dispatcher (rings the event fd). */
-void nf_event_push(struct net *n, struct net_event *e);
+void net_event_push(struct net *n, struct net_event *e);
 /* Report a fetch with `status` (the op becomes the event) and count it. The
  * caller has unlinked it from every list. */
-void nf_fetch_report(struct net *n, struct op *op, int status);
+void net_fetch_report(struct net *n, struct op *op, int status);
 /* Count a malformed control message; warns for the first ten, then at powers
  * of two. */
-void nf_count_bad(struct net *n, const char *what, uint64_t v);
+void net_count_bad(struct net *n, const char *what, uint64_t v);
 /* The registration descriptor for [p, p + len): the region's, or NULL; *ok
  * is false when the provider needs one and the range is outside the region. */
-void *nf_desc_for(struct net *n, const void *p, uint64_t len, bool *ok);
+void *net_desc_for(struct net *n, const void *p, uint64_t len, bool *ok);
 
-static inline bool nf_peer_suspect_at(struct net *n, uint32_t peer, uint64_t now)
+static inline bool net_peer_suspect_at(struct net *n, uint32_t peer, uint64_t now)
 {
 	return atomic_load_explicit(&n->suspect_until[peer], memory_order_relaxed) > now;
 }
@@ -311,76 +311,76 @@ static inline bool nf_peer_suspect_at(struct net *n, uint32_t peer, uint64_t now
 /* ---- net_requester.c: this node's fetches (network thread) ----------------- */
 /* A fetch command arrives: fail it at once if the peer is suspect, else
  * track it and queue its posts. */
-void nf_fetch_start(struct net *n, struct op *op, uint64_t now);
+void net_fetch_start(struct net *n, struct op *op, uint64_t now);
 /* Post what a fetch still needs. 1 = done with posting, 0 = FI_EAGAIN. */
-int nf_fetch_post(struct net *n, struct op *op, uint64_t now);
+int net_fetch_post(struct net *n, struct op *op, uint64_t now);
 /* Its receive completed with len bytes / failed. */
-void nf_fetch_completed(struct net *n, struct op *op, uint64_t len);
-void nf_fetch_failed(struct net *n, struct op *op, const struct fi_cq_err_entry *e);
+void net_fetch_completed(struct net *n, struct op *op, uint64_t len);
+void net_fetch_failed(struct net *n, struct op *op, const struct fi_cq_err_entry *e);
 /* End a fetch with status (unlinked from everything first). */
-void nf_fetch_finish(struct net *n, struct op *op, int status);
+void net_fetch_finish(struct net *n, struct op *op, int status);
 /* The owner queued it: wait grant_ms more. */
-void nf_fetch_queued(struct net *n, struct op *op, uint32_t grant_ms, uint64_t now);
+void net_fetch_queued(struct net *n, struct op *op, uint32_t grant_ms, uint64_t now);
 /* The owner's NAK / QUEUED for one of our fetches (fields checked). */
-void nf_on_nak(struct net *n, const struct wire_msg *m, uint64_t now);
-void nf_on_queued(struct net *n, const struct wire_msg *m, uint64_t now);
+void net_on_nak(struct net *n, const struct wire_msg *m, uint64_t now);
+void net_on_queued(struct net *n, const struct wire_msg *m, uint64_t now);
 /* Give up on fetches past their deadline (the peer of an unanswered one
  * becomes suspect); warn once about cancelled transfers that never end. */
-void nf_fetch_expire(struct net *n, uint64_t now);
-void nf_fetch_check_stuck(struct net *n, uint64_t now);
+void net_fetch_expire(struct net *n, uint64_t now);
+void net_fetch_check_stuck(struct net *n, uint64_t now);
 
 /* ---- net_owner.c: answering other nodes (network thread) ------------------- */
 /* A REQUEST arrived (fields checked): serve it from lookup, defer it to the
  * dispatcher (answering QUEUED) or NAK it. */
-void nf_on_request(struct net *n, const struct wire_msg *m, uint64_t now);
+void net_on_request(struct net *n, const struct wire_msg *m, uint64_t now);
 /* One request (REQUEST, or an entry of a REQUEST_MANY when bundled): serve,
  * defer or NAK it. */
-void nf_request_entry(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, uint64_t len,
+void net_request_entry(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, uint64_t len,
 		      uint32_t budget_ms, uint64_t now, bool bundled);
 /* A net_reply / net_reply_error command arrives for a deferred request. */
-void nf_answer_start(struct net *n, struct op *op, uint64_t now);
+void net_answer_start(struct net *n, struct op *op, uint64_t now);
 /* Post a send (REPLY, SERVE) / a NAK or QUEUED. 1 = done, 0 = FI_EAGAIN. */
-int nf_send_post(struct net *n, struct op *op, uint64_t now);
-int nf_nak_post(struct net *n, struct op *op);
+int net_send_post(struct net *n, struct op *op, uint64_t now);
+int net_nak_post(struct net *n, struct op *op);
 /* A send ended (0 or -errno): count it, report a REPLY, free a SERVE. */
-void nf_send_finish(struct net *n, struct op *op, int status);
+void net_send_finish(struct net *n, struct op *op, int status);
 /* Forget deferred requests that were answered or whose requester gave up. */
-void nf_deferred_expire(struct net *n, uint64_t now);
+void net_deferred_expire(struct net *n, uint64_t now);
 
 /* ---- net_bundle.c: small samples, many per message --------------------------- */
 /* Buffers: allocate and register (net_create), post the receives (net_start),
  * free (net_destroy). 0 or -errno/-FI_* with a message. */
-int nf_bundle_setup(struct net *n, char *err, size_t errlen);
-void nf_bundle_start(struct net *n);
-void nf_bundle_free(struct net *n);
+int net_bundle_setup(struct net *n, char *err, size_t errlen);
+void net_bundle_start(struct net *n);
+void net_bundle_free(struct net *n);
 /* Requester: does this fetch go by bundle? Then queue it to be asked for. */
-bool nf_bundle_wants(const struct net *n, const struct op *op);
-void nf_bundle_ask(struct net *n, struct op *op);
+bool net_bundle_wants(const struct net *n, const struct op *op);
+void net_bundle_ask(struct net *n, struct op *op);
 /* Take op off whichever bundle queue holds it. */
-void nf_bundle_unqueue(struct net *n, struct op *op);
+void net_bundle_unqueue(struct net *n, struct op *op);
 /* Owner: a REQUEST_MANY arrived (header checked, entries not yet). */
-void nf_on_request_many(struct net *n, const struct wire_msg *m, const struct wire_entry *ents,
+void net_on_request_many(struct net *n, const struct wire_msg *m, const struct wire_entry *ents,
 			uint64_t now);
 /* Owner: queue an answer (SERVE, REPLY, NAK/QUEUED op with bundled set). */
-void nf_bundle_answer(struct net *n, struct op *op);
+void net_bundle_answer(struct net *n, struct op *op);
 /* A bundle buffer's operation completed: a bundle arrived (len bytes), a
  * send ended; or failed with err. */
-void nf_bundle_completed(struct net *n, struct nbuf *b, uint64_t len, uint64_t now);
-void nf_bundle_failed(struct net *n, struct nbuf *b, const struct fi_cq_err_entry *e);
+void net_bundle_completed(struct net *n, struct nbuf *b, uint64_t len, uint64_t now);
+void net_bundle_failed(struct net *n, struct nbuf *b, const struct fi_cq_err_entry *e);
 /* Send what the queues hold: REQUEST_MANYs and bundles. Returns how many
  * posts were made. */
-int nf_bundle_pump(struct net *n, uint64_t now);
+int net_bundle_pump(struct net *n, uint64_t now);
 
 /* ---- net_warm.c: connecting and growing the provider's pools early --------- */
-void nf_warm_init(struct net *n);
-int nf_warm_post(struct net *n, uint64_t now);
-void nf_warm_done(struct net *n, int err);
-bool nf_warm_busy(const struct net *n, uint64_t now);
-void nf_warm_free(struct net *n);
+void net_warm_init(struct net *n);
+int net_warm_post(struct net *n, uint64_t now);
+void net_warm_done(struct net *n, int err);
+bool net_warm_busy(const struct net *n, uint64_t now);
+void net_warm_free(struct net *n);
 
 /* ---- net_fabric.c: the network thread -------------------------------------- */
 /* (Re)post control receive slot i. */
-void nf_slot_post(struct net *n, uint32_t i);
-void *nf_thread_main(void *arg);
+void net_slot_post(struct net *n, uint32_t i);
+void *net_thread_main(void *arg);
 
 #endif /* SEER_NET_INT_H */

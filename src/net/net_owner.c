@@ -24,21 +24,21 @@
 static void queue_nak(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, int error,
 		      bool bundled)
 {
-	struct op *op = nf_op_new(OP_NAK);
+	struct op *op = net_op_new(OP_NAK);
 	op->ev.peer = peer;
 	op->ev.req_id = id;
 	op->ev.sample = sample;
 	op->error = error < 0 && error > -4096 ? error : -EIO;
 	if (bundled)
-		nf_bundle_answer(n, op);
+		net_bundle_answer(n, op);
 	else
-		nf_pend_add(n, op);
+		net_pend_add(n, op);
 }
 
-void nf_send_finish(struct net *n, struct op *op, int status)
+void net_send_finish(struct net *n, struct op *op, int status)
 {
-	nf_pend_del(n, op);
-	nf_home_set(op, NULL);
+	net_pend_del(n, op);
+	net_home_set(op, NULL);
 	if (status == 0) {
 		pthread_mutex_lock(&n->st_mu);
 		n->st.served++;
@@ -48,26 +48,26 @@ void nf_send_finish(struct net *n, struct op *op, int status)
 	if (op->kind == OP_REPLY) {
 		op->ev.kind = NET_REPLY_DONE;
 		op->ev.status = status;
-		nf_event_push(n, &op->ev);
+		net_event_push(n, &op->ev);
 	} else {
 		free(op);
 	}
 }
 
 /* 1 = done with posting, 0 = FI_EAGAIN. */
-int nf_send_post(struct net *n, struct op *op, uint64_t now)
+int net_send_post(struct net *n, struct op *op, uint64_t now)
 {
 	if (now > op->deadline) {
 		/* the requester gave up already: sending would leave data nobody takes */
-		nf_send_finish(n, op, -ETIMEDOUT);
+		net_send_finish(n, op, -ETIMEDOUT);
 		return 1;
 	}
 	bool ok;
-	void *desc = nf_desc_for(n, op->buf, op->ev.len, &ok);
+	void *desc = net_desc_for(n, op->buf, op->ev.len, &ok);
 	if (!ok) {
 		/* unregistered memory on a provider that needs it: tell the requester */
 		queue_nak(n, op->ev.peer, op->ev.req_id, op->ev.sample, -EFAULT, false);
-		nf_send_finish(n, op, -EFAULT);
+		net_send_finish(n, op, -EFAULT);
 		return 1;
 	}
 	ssize_t r = fi_tsend(n->ep, op->buf, op->ev.len, desc, op->ev.peer, op->ev.req_id, &op->ctx.fi);
@@ -76,15 +76,15 @@ int nf_send_post(struct net *n, struct op *op, uint64_t now)
 	if (r != 0) {
 		log_warn("net: sending %llu bytes to node %u: %s", (unsigned long long)op->ev.len,
 			 op->ev.peer, fi_strerror((int)-r));
-		nf_send_finish(n, op, nf_errno((int)r));
+		net_send_finish(n, op, net_errno((int)r));
 		return 1;
 	}
-	nf_pend_del(n, op);
-	nf_home_set(op, &n->sending);
+	net_pend_del(n, op);
+	net_home_set(op, &n->sending);
 	return 1;
 }
 
-int nf_nak_post(struct net *n, struct op *op)
+int net_nak_post(struct net *n, struct op *op)
 {
 	struct wire_msg m = {
 		.magic = WIRE_MAGIC,
@@ -99,7 +99,7 @@ int nf_nak_post(struct net *n, struct op *op)
 	ssize_t r = fi_inject(n->ep, &m, sizeof(m), op->ev.peer);
 	if (r == -FI_EAGAIN)
 		return 0;
-	nf_pend_del(n, op);
+	net_pend_del(n, op);
 	if (r == 0 && !op->error) {
 		/* QUEUED sent */
 	} else if (r == 0) {
@@ -113,23 +113,23 @@ int nf_nak_post(struct net *n, struct op *op)
 	return 1;
 }
 
-void nf_on_request(struct net *n, const struct wire_msg *m, uint64_t now)
+void net_on_request(struct net *n, const struct wire_msg *m, uint64_t now)
 {
 	uint64_t len = m->arg;
 	if (len == 0 || len > n->max_len) {
-		nf_count_bad(n, "request length", len);
+		net_count_bad(n, "request length", len);
 		return;
 	}
-	nf_request_entry(n, m->from, m->id, (uint32_t)m->sample, len, m->budget_ms, now, false);
+	net_request_entry(n, m->from, m->id, (uint32_t)m->sample, len, m->budget_ms, now, false);
 }
 
 /* An answer op goes out alone or in the peer's bundle. */
 static void queue_answer(struct net *n, struct op *op, bool bundled)
 {
 	if (bundled)
-		nf_bundle_answer(n, op);
+		net_bundle_answer(n, op);
 	else
-		nf_pend_add(n, op);
+		net_pend_add(n, op);
 }
 
 /* Defer a request to the dispatcher: remembered until answered or expired,
@@ -138,7 +138,7 @@ static void defer(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, ui
 		  uint32_t budget_ms, uint64_t now, bool bundled)
 {
 	uint64_t grant = MIN((uint64_t)budget_ms * QUEUED_GRANT, UINT32_MAX);
-	struct op *q = nf_op_new(OP_NAK);
+	struct op *q = net_op_new(OP_NAK);
 	q->ev.peer = peer;
 	q->ev.req_id = id;
 	q->ev.sample = sample;
@@ -151,7 +151,7 @@ static void defer(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, ui
 	d->sample = sample;
 	d->len = len;
 	d->bundled = bundled;
-	nf_hmap_put(&n->deferred_ids, &d->h);
+	net_hmap_put(&n->deferred_ids, &d->h);
 	if (n->dq_tail)
 		n->dq_tail->next = d;
 	else
@@ -163,22 +163,22 @@ static void defer(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, ui
 	e->req_id = id;
 	e->sample = sample;
 	e->len = len;
-	nf_event_push(n, e);
+	net_event_push(n, e);
 }
 
-void nf_request_entry(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, uint64_t len,
+void net_request_entry(struct net *n, uint32_t peer, uint64_t id, uint32_t sample, uint64_t len,
 		      uint32_t budget_ms, uint64_t now, bool bundled)
 {
 	if (len == 0) {
-		nf_count_bad(n, "request length", len);
+		net_count_bad(n, "request length", len);
 		return;
 	}
 	if (budget_ms == 0) {
-		nf_count_bad(n, "request budget", 0);
+		net_count_bad(n, "request budget", 0);
 		return;
 	}
-	if (nf_hmap_get(&n->deferred_ids, id)) {
-		nf_count_bad(n, "duplicate request id", id);
+	if (net_hmap_get(&n->deferred_ids, id)) {
+		net_count_bad(n, "duplicate request id", id);
 		return;
 	}
 	/* keep a tenth of the requester's budget for the way back */
@@ -188,7 +188,7 @@ void nf_request_entry(struct net *n, uint32_t peer, uint64_t id, uint32_t sample
 	if (r > 0 && !src) {
 		queue_nak(n, peer, id, sample, -EFAULT, bundled);
 	} else if (r > 0) {
-		struct op *op = nf_op_new(OP_SERVE);
+		struct op *op = net_op_new(OP_SERVE);
 		op->ev.peer = peer;
 		op->ev.req_id = id;
 		op->ev.sample = sample;
@@ -210,13 +210,13 @@ void nf_request_entry(struct net *n, uint32_t peer, uint64_t id, uint32_t sample
  * length is not the one asked for (the request is then NAKed). */
 static int deferred_take(struct net *n, struct op *op, uint64_t now)
 {
-	struct hnode *h = nf_hmap_get(&n->deferred_ids, op->ev.req_id);
+	struct hnode *h = net_hmap_get(&n->deferred_ids, op->ev.req_id);
 	if (!h)
 		return -ETIMEDOUT;
 	struct deferred *d = container_of(h, struct deferred, h);
 	if (d->peer != op->ev.peer)
 		return -ETIMEDOUT;
-	nf_hmap_del(&n->deferred_ids, &d->h);
+	net_hmap_del(&n->deferred_ids, &d->h);
 	d->answered = true;
 	op->bundled = d->bundled;
 	op->deadline = d->deadline;
@@ -233,7 +233,7 @@ static int deferred_take(struct net *n, struct op *op, uint64_t now)
 	return 0;
 }
 
-void nf_deferred_expire(struct net *n, uint64_t now)
+void net_deferred_expire(struct net *n, uint64_t now)
 {
 	while (n->dq_head && (n->dq_head->answered || n->dq_head->deadline < now)) {
 		struct deferred *d = n->dq_head;
@@ -241,12 +241,12 @@ void nf_deferred_expire(struct net *n, uint64_t now)
 		if (!n->dq_head)
 			n->dq_tail = NULL;
 		if (!d->answered)
-			nf_hmap_del(&n->deferred_ids, &d->h);
+			net_hmap_del(&n->deferred_ids, &d->h);
 		free(d);
 	}
 }
 
-void nf_answer_start(struct net *n, struct op *op, uint64_t now)
+void net_answer_start(struct net *n, struct op *op, uint64_t now)
 {
 	switch (op->kind) {
 	case OP_REPLY: {
@@ -254,7 +254,7 @@ void nf_answer_start(struct net *n, struct op *op, uint64_t now)
 		if (rc) {
 			op->ev.kind = NET_REPLY_DONE;
 			op->ev.status = rc;
-			nf_event_push(n, &op->ev);
+			net_event_push(n, &op->ev);
 			break;
 		}
 		queue_answer(n, op, op->bundled);

@@ -24,24 +24,24 @@
 
 static void fetch_unlink(struct net *n, struct op *op)
 {
-	nf_pend_del(n, op);
-	nf_bundle_unqueue(n, op);
-	nf_home_set(op, NULL);
+	net_pend_del(n, op);
+	net_bundle_unqueue(n, op);
+	net_home_set(op, NULL);
 	if (op->h.key) {
-		nf_hmap_del(&n->fetch_ids, &op->h);
+		net_hmap_del(&n->fetch_ids, &op->h);
 		op->h.key = 0;
 	}
 }
 
-void nf_fetch_finish(struct net *n, struct op *op, int status)
+void net_fetch_finish(struct net *n, struct op *op, int status)
 {
 	fetch_unlink(n, op);
-	nf_fetch_report(n, op, status);
+	net_fetch_report(n, op, status);
 }
 
 static void mark_suspect(struct net *n, uint32_t peer, uint64_t now)
 {
-	bool was = nf_peer_suspect_at(n, peer, now);
+	bool was = net_peer_suspect_at(n, peer, now);
 	atomic_store_explicit(&n->suspect_until[peer], now + n->suspect_ns, memory_order_relaxed);
 	if (!was)
 		log_warn("net: node %u did not answer within %.3g s; fetching from it is skipped "
@@ -56,12 +56,12 @@ static void fetch_cancel(struct net *n, struct op *op, int status, uint64_t now)
 	op->final = status;
 	op->state = FS_CANCELLING;
 	op->cancel_t = now;
-	nf_pend_del(n, op);
+	net_pend_del(n, op);
 	if (op->h.key) {
-		nf_hmap_del(&n->fetch_ids, &op->h);
+		net_hmap_del(&n->fetch_ids, &op->h);
 		op->h.key = 0;
 	}
-	nf_home_set(op, &n->cancelling);
+	net_home_set(op, &n->cancelling);
 	ssize_t r = fi_cancel(&n->ep->fid, &op->ctx.fi);
 	if (r != 0 && r != -FI_ENOENT)
 		log_debug("net: fi_cancel for request %#llx: %s", (unsigned long long)op->ev.req_id,
@@ -69,11 +69,11 @@ static void fetch_cancel(struct net *n, struct op *op, int status, uint64_t now)
 }
 
 /* Post what a fetch still needs. 1 = done with posting, 0 = FI_EAGAIN. */
-int nf_fetch_post(struct net *n, struct op *op, uint64_t now)
+int net_fetch_post(struct net *n, struct op *op, uint64_t now)
 {
 	if (op->state == FS_NEW) {
 		bool ok;
-		void *desc = nf_desc_for(n, op->buf, op->ev.len, &ok);
+		void *desc = net_desc_for(n, op->buf, op->ev.len, &ok);
 		ssize_t r = fi_trecv(n->ep, op->buf, op->ev.len, desc, FI_ADDR_UNSPEC, op->ev.req_id, 0,
 				     &op->ctx.fi);
 		if (r == -FI_EAGAIN)
@@ -81,7 +81,7 @@ int nf_fetch_post(struct net *n, struct op *op, uint64_t now)
 		if (r != 0) {
 			log_warn("net: fi_trecv (%llu bytes): %s", (unsigned long long)op->ev.len,
 				 fi_strerror((int)-r));
-			nf_fetch_finish(n, op, nf_errno((int)r));
+			net_fetch_finish(n, op, net_errno((int)r));
 			return 1;
 		}
 		op->state = FS_RECV_POSTED;
@@ -106,32 +106,32 @@ int nf_fetch_post(struct net *n, struct op *op, uint64_t now)
 		if (r != 0) {
 			log_warn("net: sending a request to node %u: %s", op->ev.peer,
 				 fi_strerror((int)-r));
-			fetch_cancel(n, op, nf_errno((int)r), now);
+			fetch_cancel(n, op, net_errno((int)r), now);
 			return 1;
 		}
 		op->state = FS_SENT;
 	}
-	nf_pend_del(n, op);
+	net_pend_del(n, op);
 	return 1;
 }
 
-void nf_fetch_completed(struct net *n, struct op *op, uint64_t len)
+void net_fetch_completed(struct net *n, struct op *op, uint64_t len)
 {
 	/* Complete data is good data, even after a timeout or a NAK. */
 	int status = len == op->ev.len ? 0 : -EPROTO;
 	if (status)
 		log_warn("net: node %u sent %llu bytes of sample %u, %llu were asked for", op->ev.peer,
 			 (unsigned long long)len, op->ev.sample, (unsigned long long)op->ev.len);
-	nf_fetch_finish(n, op, status);
+	net_fetch_finish(n, op, status);
 }
 
-void nf_fetch_failed(struct net *n, struct op *op, const struct fi_cq_err_entry *e)
+void net_fetch_failed(struct net *n, struct op *op, const struct fi_cq_err_entry *e)
 {
 	int status;
 	if (e->err == FI_ECANCELED && op->state == FS_CANCELLING) {
 		status = op->final;
 	} else {
-		status = nf_errno(e->err);
+		status = net_errno(e->err);
 		if (op->state == FS_CANCELLING && op->final)
 			status = op->final;
 		else if (e->err == FI_ETRUNC)
@@ -141,21 +141,21 @@ void nf_fetch_failed(struct net *n, struct op *op, const struct fi_cq_err_entry 
 			log_debug("net: receive from node %u failed: %s", op->ev.peer,
 				  fi_strerror(e->err));
 	}
-	nf_fetch_finish(n, op, status);
+	net_fetch_finish(n, op, status);
 }
 
-void nf_on_nak(struct net *n, const struct wire_msg *m, uint64_t now)
+void net_on_nak(struct net *n, const struct wire_msg *m, uint64_t now)
 {
-	struct hnode *h = nf_hmap_get(&n->fetch_ids, m->id);
+	struct hnode *h = net_hmap_get(&n->fetch_ids, m->id);
 	if (!h)
 		return; /* already finished or cancelled: nothing to do */
 	struct op *op = container_of(h, struct op, h);
 	if (op->ev.peer != m->from || op->ev.sample != m->sample || op->state != FS_SENT) {
-		nf_count_bad(n, "NAK does not match its request", m->id);
+		net_count_bad(n, "NAK does not match its request", m->id);
 		return;
 	}
 	if (op->bundled)
-		nf_fetch_finish(n, op, -(int)m->arg); /* no receive of its own to cancel */
+		net_fetch_finish(n, op, -(int)m->arg); /* no receive of its own to cancel */
 	else
 		fetch_cancel(n, op, -(int)m->arg, now);
 }
@@ -163,49 +163,49 @@ void nf_on_nak(struct net *n, const struct wire_msg *m, uint64_t now)
 /* The owner has the request queued: wait the granted window, in the acked
  * list (kept in deadline order: every grant is the same multiple of about
  * the same budget). */
-void nf_on_queued(struct net *n, const struct wire_msg *m, uint64_t now)
+void net_on_queued(struct net *n, const struct wire_msg *m, uint64_t now)
 {
-	struct hnode *h = nf_hmap_get(&n->fetch_ids, m->id);
+	struct hnode *h = net_hmap_get(&n->fetch_ids, m->id);
 	if (!h)
 		return; /* finished or cancelled meanwhile */
 	struct op *op = container_of(h, struct op, h);
 	if (op->ev.peer != m->from || op->ev.sample != m->sample) {
-		nf_count_bad(n, "QUEUED does not match its request", m->id);
+		net_count_bad(n, "QUEUED does not match its request", m->id);
 		return;
 	}
-	nf_fetch_queued(n, op, m->budget_ms, now);
+	net_fetch_queued(n, op, m->budget_ms, now);
 }
 
-void nf_fetch_queued(struct net *n, struct op *op, uint32_t grant_ms, uint64_t now)
+void net_fetch_queued(struct net *n, struct op *op, uint32_t grant_ms, uint64_t now)
 {
 	if (op->home != &n->fetches || op->state == FS_CANCELLING)
 		return;
 	op->deadline = MAX(op->deadline, now + (uint64_t)grant_ms * 1000000u);
-	nf_home_set(op, &n->acked);
+	net_home_set(op, &n->acked);
 }
 
-void nf_fetch_start(struct net *n, struct op *op, uint64_t now)
+void net_fetch_start(struct net *n, struct op *op, uint64_t now)
 {
-	if (nf_peer_suspect_at(n, op->ev.peer, now)) {
-		nf_fetch_report(n, op, -EHOSTDOWN);
+	if (net_peer_suspect_at(n, op->ev.peer, now)) {
+		net_fetch_report(n, op, -EHOSTDOWN);
 		return;
 	}
 	op->h.key = op->ev.req_id;
-	nf_hmap_put(&n->fetch_ids, &op->h);
-	nf_home_set(op, &n->fetches); /* arrival order is deadline order */
-	if (nf_bundle_wants(n, op))
-		nf_bundle_ask(n, op); /* no receive of its own: the answer comes in a bundle */
+	net_hmap_put(&n->fetch_ids, &op->h);
+	net_home_set(op, &n->fetches); /* arrival order is deadline order */
+	if (net_bundle_wants(n, op))
+		net_bundle_ask(n, op); /* no receive of its own: the answer comes in a bundle */
 	else
-		nf_pend_add(n, op);
+		net_pend_add(n, op);
 }
 
-void nf_fetch_expire(struct net *n, uint64_t now)
+void net_fetch_expire(struct net *n, uint64_t now)
 {
 	while (n->fetches.head && n->fetches.head->deadline <= now) {
 		struct op *op = n->fetches.head;
 		mark_suspect(n, op->ev.peer, now);
 		if (op->state == FS_NEW || op->bundled)
-			nf_fetch_finish(n, op, -ETIMEDOUT); /* nothing posted yet */
+			net_fetch_finish(n, op, -ETIMEDOUT); /* nothing posted yet */
 		else
 			fetch_cancel(n, op, -ETIMEDOUT, now);
 	}
@@ -213,13 +213,13 @@ void nf_fetch_expire(struct net *n, uint64_t now)
 	while (n->acked.head && n->acked.head->deadline <= now) {
 		struct op *op = n->acked.head;
 		if (op->bundled)
-			nf_fetch_finish(n, op, -ETIMEDOUT);
+			net_fetch_finish(n, op, -ETIMEDOUT);
 		else
 			fetch_cancel(n, op, -ETIMEDOUT, now);
 	}
 }
 
-void nf_fetch_check_stuck(struct net *n, uint64_t now)
+void net_fetch_check_stuck(struct net *n, uint64_t now)
 {
 	if (now - n->last_stuck_check < 1000000000u)
 		return;

@@ -145,8 +145,8 @@ void net_destroy(struct net *n)
 	if (n->info)
 		fi_freeinfo(n->info);
 	free_ops(n);
-	nf_bundle_free(n);
-	nf_warm_free(n);
+	net_bundle_free(n);
+	net_warm_free(n);
 	free(n->fetch_ids.b);
 	free(n->deferred_ids.b);
 	free(n->slots);
@@ -183,8 +183,8 @@ static struct net *net_alloc(const struct net_opts *o)
 	pthread_mutex_init(&n->cmd_mu, NULL);
 	pthread_mutex_init(&n->ev_mu, NULL);
 	pthread_mutex_init(&n->st_mu, NULL);
-	nf_hmap_init(&n->fetch_ids);
-	nf_hmap_init(&n->deferred_ids);
+	net_hmap_init(&n->fetch_ids);
+	net_hmap_init(&n->deferred_ids);
 	n->suspect_until = xcalloc(o->nnodes, sizeof(*n->suspect_until));
 	n->peer_blocked = xcalloc(o->nnodes, 1);
 	n->blocked = xcalloc(o->nnodes, sizeof(*n->blocked));
@@ -338,7 +338,7 @@ int net_create(struct net **out, const struct net_opts *o, void **addr, size_t *
 	if (rc == 0)
 		rc = register_memory(n, err, errlen);
 	if (rc == 0)
-		rc = nf_bundle_setup(n, err, errlen);
+		rc = net_bundle_setup(n, err, errlen);
 	if (rc == 0)
 		rc = local_address(n, addr, addrlen, err, errlen);
 	if (rc != 0) {
@@ -382,11 +382,11 @@ int net_start(struct net *n, const void *addrs, size_t addrlen, char *err, size_
 	if (rc)
 		return rc;
 	for (uint32_t i = 0; i < n->nslots; i++)
-		nf_slot_post(n, i);
-	nf_bundle_start(n);
-	nf_warm_init(n);
+		net_slot_post(n, i);
+	net_bundle_start(n);
+	net_warm_init(n);
 	n->last_stuck_check = now_ns();
-	rc = pthread_create(&n->thread, NULL, nf_thread_main, n);
+	rc = pthread_create(&n->thread, NULL, net_thread_main, n);
 	if (rc)
 		return err_fmt(err, errlen, -rc, "net: starting the network thread: %s", strerror(rc));
 	pthread_setname_np(n->thread, "seer-net");

@@ -13,8 +13,8 @@
  * other node and sends each one WARM_LEN bytes with tag WARM_TAG (bit 63
  * clear: no request id has it), whose contents nobody reads.
  *
- * Network thread only (nf_warm_post, nf_warm_done); nf_warm_init before
- * net_start, nf_warm_free after the endpoint is closed. Failure: warming is
+ * Network thread only (net_warm_post, net_warm_done); net_warm_init before
+ * net_start, net_warm_free after the endpoint is closed. Failure: warming is
  * best effort -- a send or receive that fails is logged at debug level and
  * forgotten (the job's own messages connect as before); providers that need
  * registered local buffers are not warmed. */
@@ -37,7 +37,7 @@
  * found by its own timeouts. */
 #define WARM_BUSY_NS (UINT64_C(5) * 1000000000u)
 
-void nf_warm_init(struct net *n)
+void net_warm_init(struct net *n)
 {
 	uint32_t peers = n->o.nnodes > 0 ? n->o.nnodes - 1 : 0;
 	if (peers == 0 || n->mr_local)
@@ -51,7 +51,7 @@ void nf_warm_init(struct net *n)
 
 /* Post what is left: the receives first (a peer's message may come at
  * once), then one send per other node. 1 when something was posted. */
-int nf_warm_post(struct net *n, uint64_t now)
+int net_warm_post(struct net *n, uint64_t now)
 {
 	if (n->warm_posted == 2 * n->warm_n)
 		return 0;
@@ -91,7 +91,7 @@ int nf_warm_post(struct net *n, uint64_t now)
 }
 
 /* A warm-up operation ended (err 0, or the libfabric error). */
-void nf_warm_done(struct net *n, int err)
+void net_warm_done(struct net *n, int err)
 {
 	if (n->warm_out > 0)
 		n->warm_out--;
@@ -103,13 +103,13 @@ void nf_warm_done(struct net *n, int err)
 }
 
 /* Operations still out, and not for too long: the thread keeps polling. */
-bool nf_warm_busy(const struct net *n, uint64_t now)
+bool net_warm_busy(const struct net *n, uint64_t now)
 {
 	return (n->warm_out > 0 || n->warm_posted < 2 * n->warm_n) &&
 	       now - n->warm_t0 < WARM_BUSY_NS;
 }
 
-void nf_warm_free(struct net *n)
+void net_warm_free(struct net *n)
 {
 	free(n->warm);
 	free(n->warm_buf);

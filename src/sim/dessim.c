@@ -51,8 +51,8 @@ struct req {
 };
 
 struct sim {
-	const struct des_params *p;
-	struct des_result *out;
+	const struct dessim_params *p;
+	struct dessim_result *out;
 	const struct smp_shape *sh;
 	uint32_t K, L;
 	uint64_t n, words, E;
@@ -92,20 +92,20 @@ static inline struct fc_bytes *acct(struct sim *x, uint64_t e, uint32_t k)
 	return &x->out->node[e * x->K + k];
 }
 
-const char *des_policy_name(enum des_policy p)
+const char *dessim_policy_name(enum dessim_policy p)
 {
-	static const char *const names[DES_NPOLICIES] = { "seer", "naive" };
-	return p < DES_NPOLICIES ? names[p] : "?";
+	static const char *const names[DESSIM_NPOLICIES] = { "seer", "naive" };
+	return p < DESSIM_NPOLICIES ? names[p] : "?";
 }
 
 /* ---- servers ------------------------------------------------------------------ */
 
 static double pfs_read(struct sim *x, uint32_t k, double a, uint64_t len)
 {
-	const struct des_params *p = x->p;
+	const struct dessim_params *p = x->p;
 	struct dnode *d = &x->nd[k];
 	double end;
-	if (p->pfs_model == DES_PFS_PER_STREAM) {
+	if (p->pfs_model == DESSIM_PFS_PER_STREAM) {
 		uint32_t c = 0, ns = p->pfs_streams ? p->pfs_streams : 1;
 		for (uint32_t i = 1; i < ns; i++)
 			if (d->ch[i] < d->ch[c])
@@ -137,7 +137,7 @@ static double local_read(struct sim *x, uint32_t k, uint8_t tier, double a, uint
 static double peer_read(struct sim *x, uint32_t k, uint32_t o, uint8_t tier, double a,
 			uint64_t len)
 {
-	const struct des_params *p = x->p;
+	const struct dessim_params *p = x->p;
 	struct dnode *src = &x->nd[o], *dst = &x->nd[k];
 	double *srv = tier == PLAN_RAM ? &src->ram : &src->nvme;
 	double st1 = MAX(a, *srv);
@@ -188,7 +188,7 @@ static struct req classify(struct sim *x, uint64_t e, uint64_t pos, uint32_t s, 
 	struct req q = { s, r, k, K_PFS, PLAN_NONE, len };
 	b->reads++;
 	b->demand += len;
-	if (x->p->policy == DES_NAIVE || pl->tier[s] == PLAN_NONE) {
+	if (x->p->policy == DESSIM_NAIVE || pl->tier[s] == PLAN_NONE) {
 		b->pfs += len;
 		return q;
 	}
@@ -377,7 +377,7 @@ static void tail_out(struct sim *x, double a, uint64_t e)
 /* Clients of the PFS at instant a: nodes with reads in flight or starting. */
 static void pfs_rate(struct sim *x, double a)
 {
-	const struct des_params *p = x->p;
+	const struct dessim_params *p = x->p;
 	uint32_t clients = 0;
 	for (uint32_t k = 0; k < x->K; k++) {
 		clients += x->nd[k].pfs_now || x->nd[k].pfs_busy > a;
@@ -386,7 +386,7 @@ static void pfs_rate(struct sim *x, double a)
 	struct fc_rates r = { .pfs_bw = p->pfs_bw, .pfs_clients = p->pfs_clients,
 			      .pfs_curve = p->pfs_curve, .npfs = p->npfs };
 	double agg = fc_pfs_bw(&r, clients ? clients : 1);
-	if (p->pfs_model == DES_PFS_PER_STREAM) {
+	if (p->pfs_model == DESSIM_PFS_PER_STREAM) {
 		x->rate = clients ? agg / clients : agg;
 		if (p->pfs_link_bw > 0)
 			x->rate = MIN(x->rate, p->pfs_link_bw);
@@ -440,7 +440,7 @@ static int unread_loads(struct sim *x)
 		return -ENOMEM;
 	for (uint64_t pos = MIN(x->n, sh->per_rank * sh->world); pos < x->n; pos++) {
 		uint32_t s = order[pos];
-		if (x->plan.tier[s] == PLAN_NONE || x->p->policy == DES_NAIVE)
+		if (x->plan.tier[s] == PLAN_NONE || x->p->policy == DESSIM_NAIVE)
 			continue;
 		uint32_t o = x->plan.owner[s];
 		acct(x, 0, o)->pfs_load += x->p->len[s];
@@ -485,7 +485,7 @@ static int instant(struct sim *x, uint64_t g, double a, uint64_t G, uint64_t g_n
  * the end of step g frees the slot of batch g for batch g + L + 1. */
 static int simulate(struct sim *x)
 {
-	const struct des_params *p = x->p;
+	const struct dessim_params *p = x->p;
 	const struct smp_shape *sh = x->sh;
 	uint64_t G = x->out->epochs * sh->bpe;
 	uint32_t L1 = x->L + 1;
@@ -498,7 +498,7 @@ static int simulate(struct sim *x)
 	for (uint64_t g = 0; g <= x->L && g < G && rc == 0; g++)
 		rc = instant(x, g, 0.0, G, 0);
 	for (uint64_t g = 0; g < G && rc == 0; g++) {
-		struct des_epoch *ep = &x->out->ep[g / sh->bpe];
+		struct dessim_epoch *ep = &x->out->ep[g / sh->bpe];
 		uint64_t slot = g % L1;
 		double end = tau, comp = 0;
 		for (uint32_t r = 0; r < sh->world; r++) {
@@ -556,7 +556,7 @@ static int window_queue(struct sim *x, struct dnode *d, const struct plan_node *
 
 static int build_replicas(struct sim *x)
 {
-	const struct des_params *p = x->p;
+	const struct dessim_params *p = x->p;
 	struct plan_orders prov = fc_orders_provider(&x->orders);
 	uint64_t words = x->words * x->K;
 	x->held = calloc(words, sizeof(uint64_t));
@@ -611,9 +611,9 @@ static int build_replicas(struct sim *x)
 
 static int setup(struct sim *x)
 {
-	const struct des_params *p = x->p;
+	const struct dessim_params *p = x->p;
 	uint32_t L1 = x->L + 1, ns = p->pfs_streams ? p->pfs_streams : 1, nc = p->cores ? p->cores : 1;
-	struct des_result *out = x->out;
+	struct dessim_result *out = x->out;
 	out->ep = calloc(out->epochs, sizeof(*out->ep));
 	out->node = calloc(out->epochs * x->K, sizeof(*out->node));
 	x->nd = calloc(x->K, sizeof(*x->nd));
@@ -632,15 +632,15 @@ static int setup(struct sim *x)
 		x->have[s] = 0;
 	out->mem_bytes = x->n * (sizeof(double) + 11) + out->epochs * x->K * sizeof(struct fc_bytes);
 	int rc = fc_orders_init(&x->orders, x->sh, 0, x->E);
-	if (rc == 0 && p->policy == DES_SEER)
+	if (rc == 0 && p->policy == DESSIM_SEER)
 		rc = plan_build_lengths(&x->plan, p->len, x->n, x->sh, 0, p->rank_node, x->K, p->cap);
 	if (rc)
 		return rc;
 	/* a planned sample is on its owner once the owner has loaded it */
-	for (uint64_t s = 0; s < x->n && p->policy == DES_SEER; s++)
+	for (uint64_t s = 0; s < x->n && p->policy == DESSIM_SEER; s++)
 		if (x->plan.tier[s] != PLAN_NONE)
 			x->have[s] = INFINITY;
-	if (p->policy == DES_SEER && p->repl.on && x->E > 1)
+	if (p->policy == DESSIM_SEER && p->repl.on && x->E > 1)
 		rc = build_replicas(x);
 	return rc;
 }
@@ -670,26 +670,26 @@ static void teardown(struct sim *x)
 /* Sums, maxima and bounds per epoch. */
 static void finish(struct sim *x)
 {
-	const struct des_params *p = x->p;
-	struct des_result *out = x->out;
+	const struct dessim_params *p = x->p;
+	struct dessim_result *out = x->out;
 	struct fc_rates r = { .pfs_bw = p->pfs_bw, .pfs_clients = p->pfs_clients,
 			      .pfs_curve = p->pfs_curve, .npfs = p->npfs };
 	double bw = fc_pfs_bw(&r, x->K);
-	if (p->pfs_model == DES_PFS_PER_STREAM) {
+	if (p->pfs_model == DESSIM_PFS_PER_STREAM) {
 		double per = bw / x->K;
 		if (p->pfs_link_bw > 0)
 			per = MIN(per, p->pfs_link_bw);
 		bw = per * x->K * (p->pfs_streams ? p->pfs_streams : 1);
 	}
 	uint64_t cap = 0, D = 0;
-	for (uint32_t k = 0; k < x->K && p->policy == DES_SEER; k++)
+	for (uint32_t k = 0; k < x->K && p->policy == DESSIM_SEER; k++)
 		cap += p->cap[k].ram + p->cap[k].nvme;
 	for (uint64_t s = 0; s < x->n; s++)
 		D += p->len[s];
 	uint64_t C = MIN(cap, D);
 	uint32_t nc = p->cores ? p->cores : 1;
 	for (uint64_t e = 0; e < out->epochs; e++) {
-		struct des_epoch *ep = &out->ep[e];
+		struct dessim_epoch *ep = &out->ep[e];
 		uint64_t distinct = ep->pfs_opt;
 		ep->pfs_opt = e == 0 ? distinct : distinct > C ? distinct - C : 0;
 		double dec = 0;
@@ -715,11 +715,11 @@ static void finish(struct sim *x)
 	}
 }
 
-int des_run(const struct des_params *p, struct des_result *out)
+int dessim_run(const struct dessim_params *p, struct dessim_result *out)
 {
 	memset(out, 0, sizeof(*out));
-	if (!p || !p->len || !p->sh || !p->rank_node || (p->policy == DES_SEER && !p->cap) ||
-	    p->epochs == 0 || p->sim_epochs > p->epochs || p->policy >= DES_NPOLICIES ||
+	if (!p || !p->len || !p->sh || !p->rank_node || (p->policy == DESSIM_SEER && !p->cap) ||
+	    p->epochs == 0 || p->sim_epochs > p->epochs || p->policy >= DESSIM_NPOLICIES ||
 	    p->sh->per_rank == 0 || plan_check_nodes(p->sh, p->rank_node, p->nnodes) != 0)
 		return -EINVAL;
 	struct sim x = { .p = p, .out = out, .sh = p->sh, .K = p->nnodes, .L = p->lookahead,
@@ -734,11 +734,11 @@ int des_run(const struct des_params *p, struct des_result *out)
 		finish(&x);
 	teardown(&x);
 	if (rc)
-		des_result_free(out);
+		dessim_result_free(out);
 	return rc;
 }
 
-void des_result_free(struct des_result *r)
+void dessim_result_free(struct dessim_result *r)
 {
 	free(r->ep);
 	free(r->node);
@@ -760,7 +760,7 @@ static inline double unit_open(uint64_t seed, uint64_t i)
 	return ((double)(splitmix(seed * 0x100000001b3ull + i) >> 11) + 0.5) / 9007199254740992.0;
 }
 
-void des_normal_sizes(uint64_t *len, uint64_t n, double mean, double sd, uint64_t seed)
+void dessim_normal_sizes(uint64_t *len, uint64_t n, double mean, double sd, uint64_t seed)
 {
 	const double two_pi = 6.283185307179586476925;
 	for (uint64_t i = 0; i < n; i++) {

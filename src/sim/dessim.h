@@ -15,9 +15,9 @@
  *     link (stages pipelined), or the PFS; then one of the node's decode
  *     cores;
  *   - the PFS delivers t(clients) in aggregate, clients = nodes with PFS reads
- *     in flight (DES_PFS_AGGREGATE: one shared server at t(clients), each
+ *     in flight (DESSIM_PFS_AGGREGATE: one shared server at t(clients), each
  *     node behind its own link), or, as the NoPFS simulator does, every read
- *     stream of a node gets t(clients) / clients (DES_PFS_PER_STREAM: the
+ *     stream of a node gets t(clients) / clients (DESSIM_PFS_PER_STREAM: the
  *     aggregate then grows with the streams per node);
  *   - replicas are filled in the background, earliest deadline first, from
  *     owners that already hold them, as far as the receiving link is idle; a
@@ -39,15 +39,15 @@
 #include "../plan/plan.h"
 #include "../sampler/sampler.h"
 
-enum des_policy {
-	DES_SEER = 0,   /* seer's plan (replicas per `repl`) */
-	DES_NAIVE,      /* every read from the PFS, nothing cached */
-	DES_NPOLICIES
+enum dessim_policy {
+	DESSIM_SEER = 0,   /* seer's plan (replicas per `repl`) */
+	DESSIM_NAIVE,      /* every read from the PFS, nothing cached */
+	DESSIM_NPOLICIES
 };
 
-enum des_pfs_model { DES_PFS_AGGREGATE = 0, DES_PFS_PER_STREAM = 1 };
+enum dessim_pfs_model { DESSIM_PFS_AGGREGATE = 0, DESSIM_PFS_PER_STREAM = 1 };
 
-struct des_params {
+struct dessim_params {
 	/* the job */
 	const uint64_t *len;          /* sh->n sample sizes */
 	const struct smp_shape *sh;
@@ -57,7 +57,7 @@ struct des_params {
 	uint64_t epochs;              /* epochs of the job (the plan's horizon) */
 	uint64_t sim_epochs;          /* epochs simulated, <= epochs (0: all) */
 	/* the policy */
-	enum des_policy policy;
+	enum dessim_policy policy;
 	struct plan_repl_opts repl;
 	uint32_t lookahead;           /* batches prepared ahead of each trainer */
 	/* compute, per trainer */
@@ -68,13 +68,13 @@ struct des_params {
 	double decode_bw;             /* bytes/s per core (0: no such term) */
 	uint32_t cores;               /* decode channels (0: 1) */
 	/* PFS */
-	enum des_pfs_model pfs_model;
+	enum dessim_pfs_model pfs_model;
 	double pfs_bw;                /* aggregate bytes/s when npfs == 0 */
 	const double *pfs_clients;    /* t(clients), as in struct fc_rates */
 	const double *pfs_curve;
 	uint32_t npfs;
 	double pfs_link_bw;           /* per node (0: unlimited) */
-	uint32_t pfs_streams;         /* per node, DES_PFS_PER_STREAM (0: 1) */
+	uint32_t pfs_streams;         /* per node, DESSIM_PFS_PER_STREAM (0: 1) */
 	double pfs_lat;               /* seconds added to every PFS read */
 	/* network and tiers, per node */
 	double net_bw;                /* each direction (0: unlimited) */
@@ -83,7 +83,7 @@ struct des_params {
 	double nvme_bw;               /* 0: unlimited */
 };
 
-struct des_epoch {
+struct dessim_epoch {
 	double time;          /* wall time of the epoch */
 	double compute;       /* its steps' compute alone (the NoPFS simulator's
 			       * lower bound: every sample there when needed) */
@@ -95,10 +95,10 @@ struct des_epoch {
 	uint64_t net_max;     /* most bytes one node sent or received */
 };
 
-struct des_result {
+struct dessim_result {
 	uint64_t epochs;      /* simulated */
 	uint32_t nnodes;
-	struct des_epoch *ep;
+	struct dessim_epoch *ep;
 	struct fc_bytes *node;     /* epochs x nnodes */
 	double time, compute, lb;  /* sums */
 	uint64_t reads;
@@ -107,12 +107,12 @@ struct des_result {
 };
 
 /* 0, -EINVAL, -ENOMEM. */
-int des_run(const struct des_params *p, struct des_result *out);
-void des_result_free(struct des_result *r);
-const char *des_policy_name(enum des_policy p);
+int dessim_run(const struct dessim_params *p, struct dessim_result *out);
+void dessim_result_free(struct dessim_result *r);
+const char *dessim_policy_name(enum dessim_policy p);
 
 /* n sizes from a normal law truncated to [1, inf) (the NoPFS simulator's
  * synthetic datasets), deterministic in seed. */
-void des_normal_sizes(uint64_t *len, uint64_t n, double mean, double sd, uint64_t seed);
+void dessim_normal_sizes(uint64_t *len, uint64_t n, double mean, double sd, uint64_t seed);
 
 #endif /* SEER_DESSIM_H */

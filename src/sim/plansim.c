@@ -22,7 +22,7 @@
 
 /* Large arrays are touched at random: ask for transparent huge pages so the
  * TLB does not dominate. */
-void *ps_big_alloc(size_t bytes)
+void *plansim_big_alloc(size_t bytes)
 {
 	if (bytes < 4 * (size_t)HUGE_PAGE)
 		return malloc(bytes ? bytes : 1);
@@ -33,7 +33,7 @@ void *ps_big_alloc(size_t bytes)
 	return p;
 }
 
-static int job_check(const struct psim_job *job)
+static int job_check(const struct plansim_job *job)
 {
 	if (!job || !job->len || !job->sh || !job->rank_node || !job->cap || job->epochs == 0 ||
 	    job->sh->n == 0 || job->sh->world == 0 || job->sh->per_rank == 0)
@@ -41,7 +41,7 @@ static int job_check(const struct psim_job *job)
 	return plan_check_nodes(job->sh, job->rank_node, job->nnodes);
 }
 
-static int result_init(struct psim_result *r, enum psim_policy p, const struct psim_job *job)
+static int result_init(struct plansim_result *r, enum plansim_policy p, const struct plansim_job *job)
 {
 	memset(r, 0, sizeof(*r));
 	r->policy = p;
@@ -56,13 +56,13 @@ static int result_init(struct psim_result *r, enum psim_policy p, const struct p
 	return 0;
 }
 
-void psim_result_free(struct psim_result *r)
+void plansim_result_free(struct plansim_result *r)
 {
 	free(r->ep);
 	memset(r, 0, sizeof(*r));
 }
 
-int ps_result_start(const struct psim_job *job, enum psim_policy p, struct psim_result *out)
+int plansim_result_start(const struct plansim_job *job, enum plansim_policy p, struct plansim_result *out)
 {
 	memset(out, 0, sizeof(*out));
 	int rc = job_check(job);
@@ -71,7 +71,7 @@ int ps_result_start(const struct psim_job *job, enum psim_policy p, struct psim_
 
 /* Per-node bytes received from peers: the epoch's maximum goes to ep, the
  * job's per-node sums to tot; recv is cleared for the next epoch. */
-static void epoch_close(struct psim_epoch *ep, uint64_t *recv, uint64_t *tot, uint32_t nnodes)
+static void epoch_close(struct plansim_epoch *ep, uint64_t *recv, uint64_t *tot, uint32_t nnodes)
 {
 	for (uint32_t k = 0; k < nnodes; k++) {
 		ep->peer_max = MAX(ep->peer_max, recv[k]);
@@ -80,9 +80,9 @@ static void epoch_close(struct psim_epoch *ep, uint64_t *recv, uint64_t *tot, ui
 	}
 }
 
-void ps_result_finish(struct psim_result *r, const uint64_t *tot, uint32_t nnodes)
+void plansim_result_finish(struct plansim_result *r, const uint64_t *tot, uint32_t nnodes)
 {
-	struct psim_epoch *t = &r->total;
+	struct plansim_epoch *t = &r->total;
 	memset(t, 0, sizeof(*t));
 	for (uint64_t e = 0; e < r->epochs; e++) {
 		t->demand += r->ep[e].demand;
@@ -97,7 +97,7 @@ void ps_result_finish(struct psim_result *r, const uint64_t *tot, uint32_t nnode
 }
 
 /* ---- the access sequence in order of need -------------------------------- */
-void ps_walk_free(struct ps_walk *w)
+void plansim_walk_free(struct plansim_walk *w)
 {
 	free(w->order);
 	free(w->smp);
@@ -105,7 +105,7 @@ void ps_walk_free(struct ps_walk *w)
 	memset(w, 0, sizeof(*w));
 }
 
-int ps_walk_init(struct ps_walk *w, const struct smp_shape *sh, bool reads)
+int plansim_walk_init(struct plansim_walk *w, const struct smp_shape *sh, bool reads)
 {
 	memset(w, 0, sizeof(*w));
 	w->sh = sh;
@@ -116,27 +116,27 @@ int ps_walk_init(struct ps_walk *w, const struct smp_shape *sh, bool reads)
 		w->rank = malloc(w->nacc * sizeof(uint32_t));
 	}
 	if (!w->order || (reads && (!w->smp || !w->rank))) {
-		ps_walk_free(w);
+		plansim_walk_free(w);
 		return -ENOMEM;
 	}
 	return 0;
 }
 
-void ps_walk_order(struct ps_walk *w, uint64_t epoch)
+void plansim_walk_order(struct plansim_walk *w, uint64_t epoch)
 {
 	smp_epoch_order(w->sh, epoch, w->order);
 }
 
-void ps_walk_epoch(struct ps_walk *w, uint64_t epoch)
+void plansim_walk_epoch(struct plansim_walk *w, uint64_t epoch)
 {
 	const struct smp_shape *sh = w->sh;
-	ps_walk_order(w, epoch);
+	plansim_walk_order(w, epoch);
 	uint64_t t = 0;
 	for (uint64_t step = 0; step < sh->bpe; step++) {
 		uint32_t blen = smp_batch_len(sh, step);
 		for (uint32_t r = 0; r < sh->world; r++) {
 			for (uint32_t i = 0; i < blen; i++, t++) {
-				w->smp[t] = ps_walk_at(w, smp_position(sh, r, step, i));
+				w->smp[t] = plansim_walk_at(w, smp_position(sh, r, step, i));
 				w->rank[t] = r;
 			}
 		}
@@ -144,40 +144,40 @@ void ps_walk_epoch(struct ps_walk *w, uint64_t epoch)
 }
 
 /* ---- the replay ------------------------------------------------------------ */
-int ps_replay_init(struct ps_replay *rp, const struct psim_job *job, enum psim_policy p,
-		   struct psim_result *out)
+int plansim_replay_init(struct plansim_replay *rp, const struct plansim_job *job, enum plansim_policy p,
+		   struct plansim_result *out)
 {
 	memset(rp, 0, sizeof(*rp));
-	int rc = ps_result_start(job, p, out);
+	int rc = plansim_result_start(job, p, out);
 	if (rc)
 		return rc;
 	rp->job = job;
 	rp->out = out;
 	rp->recv = calloc(job->nnodes, sizeof(uint64_t));
 	rp->tot = calloc(job->nnodes, sizeof(uint64_t));
-	if (!rp->recv || !rp->tot || ps_walk_init(&rp->w, job->sh, true) != 0)
-		return ps_replay_end(rp, -ENOMEM);
+	if (!rp->recv || !rp->tot || plansim_walk_init(&rp->w, job->sh, true) != 0)
+		return plansim_replay_end(rp, -ENOMEM);
 	return 0;
 }
 
-struct psim_epoch *ps_replay_epoch(struct ps_replay *rp, uint64_t e)
+struct plansim_epoch *plansim_replay_epoch(struct plansim_replay *rp, uint64_t e)
 {
-	ps_walk_epoch(&rp->w, e);
+	plansim_walk_epoch(&rp->w, e);
 	return &rp->out->ep[e];
 }
 
-void ps_replay_close(struct ps_replay *rp, struct psim_epoch *ep)
+void plansim_replay_close(struct plansim_replay *rp, struct plansim_epoch *ep)
 {
 	epoch_close(ep, rp->recv, rp->tot, rp->job->nnodes);
 }
 
-int ps_replay_end(struct ps_replay *rp, int rc)
+int plansim_replay_end(struct plansim_replay *rp, int rc)
 {
 	if (rc == 0)
-		ps_result_finish(rp->out, rp->tot, rp->job->nnodes);
+		plansim_result_finish(rp->out, rp->tot, rp->job->nnodes);
 	else
-		psim_result_free(rp->out);
-	ps_walk_free(&rp->w);
+		plansim_result_free(rp->out);
+	plansim_walk_free(&rp->w);
 	free(rp->tot);
 	free(rp->recv);
 	return rc;
@@ -186,10 +186,10 @@ int ps_replay_end(struct ps_replay *rp, int rc)
 /* ---- seer ------------------------------------------------------------------ */
 
 /* Epoch e of seer's plan p; seen: samples read before (epoch 0 only). */
-static void seer_epoch(struct ps_replay *rp, const struct plan *p, uint8_t *seen, uint64_t e)
+static void seer_epoch(struct plansim_replay *rp, const struct plan *p, uint8_t *seen, uint64_t e)
 {
-	const struct psim_job *job = rp->job;
-	struct psim_epoch *ep = ps_replay_epoch(rp, e);
+	const struct plansim_job *job = rp->job;
+	struct plansim_epoch *ep = plansim_replay_epoch(rp, e);
 	for (uint64_t t = 0; t < rp->w.nacc; t++) {
 		uint32_t s = rp->w.smp[t];
 		uint32_t k = job->rank_node[rp->w.rank[t]];
@@ -214,7 +214,7 @@ static void seer_epoch(struct ps_replay *rp, const struct plan *p, uint8_t *seen
 			else
 				ep->nvme += len;
 		} else {
-			ps_replay_peer(rp, ep, k, len);
+			plansim_replay_peer(rp, ep, k, len);
 		}
 	}
 	if (e == 0) {
@@ -227,20 +227,20 @@ static void seer_epoch(struct ps_replay *rp, const struct plan *p, uint8_t *seen
 			}
 		}
 	}
-	ps_replay_close(rp, ep);
+	plansim_replay_close(rp, ep);
 }
 
-int psim_seer(const struct psim_job *job, struct psim_result *out)
+int plansim_seer(const struct plansim_job *job, struct plansim_result *out)
 {
-	struct ps_replay rp;
-	int rc = ps_replay_init(&rp, job, PSIM_SEER, out);
+	struct plansim_replay rp;
+	int rc = plansim_replay_init(&rp, job, PLANSIM_SEER, out);
 	if (rc)
 		return rc;
 	const uint64_t n = job->sh->n;
 	struct plan p;
 	rc = plan_build_lengths(&p, job->len, n, job->sh, 0, job->rank_node, job->nnodes, job->cap);
 	if (rc)
-		return ps_replay_end(&rp, rc);
+		return plansim_replay_end(&rp, rc);
 	uint8_t *seen = calloc(n, 1);
 	if (!seen)
 		rc = -ENOMEM;
@@ -250,66 +250,66 @@ int psim_seer(const struct psim_job *job, struct psim_result *out)
 	out->spilled = p.spilled;
 	free(seen);
 	plan_free(&p);
-	return ps_replay_end(&rp, rc);
+	return plansim_replay_end(&rp, rc);
 }
 
 /* ---- the optimum -------------------------------------------------------------- */
 
-int psim_optimum(const struct psim_job *job, struct psim_result *out)
+int plansim_optimum(const struct plansim_job *job, struct plansim_result *out)
 {
-	int rc = ps_result_start(job, PSIM_OPTIMUM, out);
+	int rc = plansim_result_start(job, PLANSIM_OPTIMUM, out);
 	if (rc)
 		return rc;
 	const struct smp_shape *sh = job->sh;
 	const uint64_t c = MIN(out->dataset, out->capacity);
 	const uint64_t nread = sh->per_rank * sh->world;
-	struct ps_walk w = { 0 };
-	if (nread != sh->n && ps_walk_init(&w, sh, false) != 0) {
-		psim_result_free(out);
+	struct plansim_walk w = { 0 };
+	if (nread != sh->n && plansim_walk_init(&w, sh, false) != 0) {
+		plansim_result_free(out);
 		return -ENOMEM;
 	}
 	for (uint64_t e = 0; e < job->epochs; e++) {
-		struct psim_epoch *ep = &out->ep[e];
+		struct plansim_epoch *ep = &out->ep[e];
 		uint64_t de = out->dataset; /* bytes of distinct samples read */
 		ep->demand = de;
 		if (nread != sh->n) {
-			ps_walk_order(&w, e);
+			plansim_walk_order(&w, e);
 			de = 0;
 			for (uint64_t p = 0; p < MIN(nread, sh->n); p++)
 				de += job->len[w.order[p]];
 			ep->demand = de;
 			for (uint64_t p = sh->n; p < nread; p++)
-				ep->demand += job->len[ps_walk_at(&w, p)];
+				ep->demand += job->len[plansim_walk_at(&w, p)];
 		}
 		ep->pfs = e == 0 ? de : de > c ? de - c : 0;
 	}
-	ps_walk_free(&w);
+	plansim_walk_free(&w);
 	out->held = out->distinct = c;
-	ps_result_finish(out, NULL, 0);
+	plansim_result_finish(out, NULL, 0);
 	return 0;
 }
 
-int psim_run(const struct psim_job *job, enum psim_policy p, struct psim_result *out)
+int plansim_run(const struct plansim_job *job, enum plansim_policy p, struct plansim_result *out)
 {
 	switch (p) {
-	case PSIM_SEER: return psim_seer(job, out);
-	case PSIM_NOPFS: return psim_nopfs(job, out);
-	case PSIM_LRU: return psim_lru(job, out);
-	case PSIM_OPTIMUM: return psim_optimum(job, out);
+	case PLANSIM_SEER: return plansim_seer(job, out);
+	case PLANSIM_NOPFS: return plansim_nopfs(job, out);
+	case PLANSIM_LRU: return plansim_lru(job, out);
+	case PLANSIM_OPTIMUM: return plansim_optimum(job, out);
 	default: memset(out, 0, sizeof(*out)); return -EINVAL;
 	}
 }
 
 /* ---- small things ----------------------------------------------------------------- */
 
-static const char *const policy_names[PSIM_NPOLICIES] = { "seer", "nopfs", "lru", "optimum" };
+static const char *const policy_names[PLANSIM_NPOLICIES] = { "seer", "nopfs", "lru", "optimum" };
 
-const char *psim_policy_name(enum psim_policy p)
+const char *plansim_policy_name(enum plansim_policy p)
 {
-	return (unsigned)p < PSIM_NPOLICIES ? policy_names[p] : "?";
+	return (unsigned)p < PLANSIM_NPOLICIES ? policy_names[p] : "?";
 }
 
-int psim_parse_policies(const char *list, unsigned *mask)
+int plansim_parse_policies(const char *list, unsigned *mask)
 {
 	unsigned m = 0;
 	const char *s = list;
@@ -317,12 +317,12 @@ int psim_parse_policies(const char *list, unsigned *mask)
 		size_t l = strcspn(s, ",");
 		bool ok = false;
 		if (l == 3 && strncmp(s, "all", 3) == 0) {
-			m |= PSIM_ALL;
+			m |= PLANSIM_ALL;
 			ok = true;
 		}
-		for (unsigned p = 0; p < PSIM_NPOLICIES && !ok; p++) {
+		for (unsigned p = 0; p < PLANSIM_NPOLICIES && !ok; p++) {
 			if (strlen(policy_names[p]) == l && strncmp(s, policy_names[p], l) == 0) {
-				m |= PSIM_BIT(p);
+				m |= PLANSIM_BIT(p);
 				ok = true;
 			}
 		}
@@ -338,7 +338,7 @@ int psim_parse_policies(const char *list, unsigned *mask)
 	return 0;
 }
 
-double psim_epoch_time(const struct psim_epoch *e, uint64_t steps, double compute_s,
+double plansim_epoch_time(const struct plansim_epoch *e, uint64_t steps, double compute_s,
 		       double pfs_bw, double net_bw, const char **bound)
 {
 	double t = compute_s * (double)steps;
@@ -369,7 +369,7 @@ static inline double unit_open(uint64_t x)
 	return ((double)(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-void psim_lognormal_sizes(uint64_t *len, uint64_t n, double mean, double sd, uint64_t seed)
+void plansim_lognormal_sizes(uint64_t *len, uint64_t n, double mean, double sd, uint64_t seed)
 {
 	const double two_pi = 6.283185307179586476925286766559;
 	double s2 = log1p((sd / mean) * (sd / mean));

@@ -38,29 +38,29 @@
 #include "../plan/plan.h"
 #include "../sampler/sampler.h"
 
-enum psim_policy { PSIM_SEER = 0, PSIM_NOPFS, PSIM_LRU, PSIM_OPTIMUM, PSIM_NPOLICIES };
-#define PSIM_BIT(p) (1u << (p))
-#define PSIM_ALL ((1u << PSIM_NPOLICIES) - 1)
+enum plansim_policy { PLANSIM_SEER = 0, PLANSIM_NOPFS, PLANSIM_LRU, PLANSIM_OPTIMUM, PLANSIM_NPOLICIES };
+#define PLANSIM_BIT(p) (1u << (p))
+#define PLANSIM_ALL ((1u << PLANSIM_NPOLICIES) - 1)
 
 /* When a NoPFS rank's cache gets its samples. READ: on the rank's first read
  * of each (NoPFS's fetch_and_cache path; the copy is not visible to other
  * ranks before). PREFETCH: all of them before the first step (NoPFS's
  * background prefetchers at infinite speed; the fill bytes are charged to
  * epoch 0). The truth lies between. */
-enum psim_nopfs_fill { PSIM_FILL_READ = 0, PSIM_FILL_PREFETCH = 1 };
+enum plansim_nopfs_fill { PLANSIM_FILL_READ = 0, PLANSIM_FILL_PREFETCH = 1 };
 
-struct psim_job {
+struct plansim_job {
 	const uint64_t *len;          /* sh->n sample sizes in bytes */
 	const struct smp_shape *sh;   /* the access sequence; sh->world ranks */
 	uint64_t epochs;              /* epochs 0 .. epochs-1 are simulated */
 	uint32_t nnodes;
 	const uint32_t *rank_node;    /* sh->world entries, each < nnodes */
 	const struct plan_cap *cap;   /* nnodes entries */
-	enum psim_nopfs_fill nopfs_fill;
+	enum plansim_nopfs_fill nopfs_fill;
 };
 
 /* Bytes of one epoch (or of the job). */
-struct psim_epoch {
+struct plansim_epoch {
 	uint64_t demand;    /* bytes the trainers read */
 	uint64_t pfs;       /* bytes read from the PFS, fill included */
 	uint64_t fill;      /* PFS bytes that served no trainer read (cache loads) */
@@ -72,11 +72,11 @@ struct psim_epoch {
 /* For every policy but the optimum: demand == pfs - fill + peer + ram + nvme.
  * The optimum fills only pfs and demand. */
 
-struct psim_result {
-	enum psim_policy policy;
+struct plansim_result {
+	enum plansim_policy policy;
 	uint64_t epochs;
-	struct psim_epoch *ep;      /* epochs entries, owned: psim_result_free */
-	struct psim_epoch total;    /* sums; total.peer_max is the most bytes one
+	struct plansim_epoch *ep;      /* epochs entries, owned: plansim_result_free */
+	struct plansim_epoch total;    /* sums; total.peer_max is the most bytes one
 				     * node received over the job */
 	uint64_t dataset;           /* D: bytes of all samples */
 	uint64_t capacity;          /* sum of node RAM + NVMe */
@@ -88,28 +88,28 @@ struct psim_result {
 };
 
 /* Each returns 0, -EINVAL (bad job) or -ENOMEM; on success *out is filled
- * and owns memory until psim_result_free(out). On failure *out is empty. */
-int psim_seer(const struct psim_job *job, struct psim_result *out);
-int psim_nopfs(const struct psim_job *job, struct psim_result *out);
-int psim_lru(const struct psim_job *job, struct psim_result *out);
-int psim_optimum(const struct psim_job *job, struct psim_result *out);
+ * and owns memory until plansim_result_free(out). On failure *out is empty. */
+int plansim_seer(const struct plansim_job *job, struct plansim_result *out);
+int plansim_nopfs(const struct plansim_job *job, struct plansim_result *out);
+int plansim_lru(const struct plansim_job *job, struct plansim_result *out);
+int plansim_optimum(const struct plansim_job *job, struct plansim_result *out);
 /* Dispatch on p. */
-int psim_run(const struct psim_job *job, enum psim_policy p, struct psim_result *out);
-void psim_result_free(struct psim_result *r);
+int plansim_run(const struct plansim_job *job, enum plansim_policy p, struct plansim_result *out);
+void plansim_result_free(struct plansim_result *r);
 
 /* "seer", "nopfs", "lru", "optimum". */
-const char *psim_policy_name(enum psim_policy p);
-/* Comma-separated names (or "all") to a PSIM_BIT mask; 0 or -EINVAL. */
-int psim_parse_policies(const char *list, unsigned *mask);
+const char *plansim_policy_name(enum plansim_policy p);
+/* Comma-separated names (or "all") to a PLANSIM_BIT mask; 0 or -EINVAL. */
+int plansim_parse_policies(const char *list, unsigned *mask);
 
 /* Lower bound on an epoch's time in seconds:
  * max(compute_s * steps, pfs / pfs_bw, peer_max / net_bw); a bandwidth of 0
  * drops its term. *bound (may be NULL) gets "compute", "pfs" or "net". */
-double psim_epoch_time(const struct psim_epoch *e, uint64_t steps, double compute_s,
+double plansim_epoch_time(const struct plansim_epoch *e, uint64_t steps, double compute_s,
 		       double pfs_bw, double net_bw, const char **bound);
 
 /* n sample sizes drawn from a lognormal law with the given mean and standard
  * deviation in bytes (deterministic in seed; every size >= 1). */
-void psim_lognormal_sizes(uint64_t *len, uint64_t n, double mean, double sd, uint64_t seed);
+void plansim_lognormal_sizes(uint64_t *len, uint64_t n, double mean, double sd, uint64_t seed);
 
 #endif /* SEER_PLANSIM_H */

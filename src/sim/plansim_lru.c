@@ -108,7 +108,7 @@ static void lru_fit_nvme(struct lru *L, uint32_t k)
 	while (nd->used[T_NVME] > nd->cap[T_NVME]) {
 		struct lru_ent x = lru_pop(L, k, T_NVME);
 		L->st[(uint64_t)k * L->n + x.smp] = 0;
-		nd->used[T_NVME] -= ps_nvme_size(x.len);
+		nd->used[T_NVME] -= plansim_nvme_size(x.len);
 	}
 }
 
@@ -117,7 +117,7 @@ static void lru_fit_nvme(struct lru *L, uint32_t k)
 static int lru_put_nvme(struct lru *L, uint32_t k, uint32_t s, uint32_t stamp, uint64_t len)
 {
 	struct lru_node *nd = &L->node[k];
-	uint64_t a = ps_nvme_size(len);
+	uint64_t a = plansim_nvme_size(len);
 	if (a > nd->cap[T_NVME]) {
 		L->st[(uint64_t)k * L->n + s] = 0;
 		return 0;
@@ -135,7 +135,7 @@ static int lru_put_ram(struct lru *L, uint32_t k, uint32_t s, uint64_t len)
 {
 	struct lru_node *nd = &L->node[k];
 	uint32_t stamp = ++nd->clock;
-	uint64_t a = ps_ram_size(len);
+	uint64_t a = plansim_ram_size(len);
 	if (a > nd->cap[T_RAM])
 		return lru_put_nvme(L, k, s, stamp, len);
 	L->st[(uint64_t)k * L->n + s] = lru_code(stamp, T_RAM);
@@ -144,7 +144,7 @@ static int lru_put_ram(struct lru *L, uint32_t k, uint32_t s, uint64_t len)
 	nd->used[T_RAM] += a;
 	while (nd->used[T_RAM] > nd->cap[T_RAM]) {
 		struct lru_ent x = lru_pop(L, k, T_RAM);
-		nd->used[T_RAM] -= ps_ram_size(x.len);
+		nd->used[T_RAM] -= plansim_ram_size(x.len);
 		if (lru_put_nvme(L, k, x.smp, x.stamp, x.len) != 0)
 			return -ENOMEM;
 	}
@@ -163,12 +163,12 @@ static void lru_free(struct lru *L, uint32_t nn)
 
 /* Empty caches of the job's capacities. 0, -ENOMEM or -EOVERFLOW; free
  * with lru_free either way. */
-static int lru_init(struct lru *L, const struct psim_job *job)
+static int lru_init(struct lru *L, const struct plansim_job *job)
 {
 	const uint32_t nn = job->nnodes;
 	L->n = job->sh->n;
 	L->node = calloc(nn, sizeof(struct lru_node));
-	L->st = ps_big_alloc((size_t)nn * L->n * sizeof(uint32_t));
+	L->st = plansim_big_alloc((size_t)nn * L->n * sizeof(uint32_t));
 	uint64_t *reads = calloc(nn, sizeof(uint64_t));
 	int rc = -ENOMEM;
 	if (!L->node || !L->st || !reads)
@@ -199,13 +199,13 @@ out:
 	return rc;
 }
 
-static int lru_epoch(struct ps_replay *rp, struct lru *L, uint64_t e)
+static int lru_epoch(struct plansim_replay *rp, struct lru *L, uint64_t e)
 {
 	enum { AHEAD = 32 };
-	const struct psim_job *job = rp->job;
-	const struct ps_walk *w = &rp->w;
+	const struct plansim_job *job = rp->job;
+	const struct plansim_walk *w = &rp->w;
 	const uint64_t n = L->n;
-	struct psim_epoch *ep = ps_replay_epoch(rp, e);
+	struct plansim_epoch *ep = plansim_replay_epoch(rp, e);
 	for (uint64_t t = 0; t < w->nacc; t++) {
 		if (t + AHEAD < w->nacc) {
 			__builtin_prefetch(&L->st[(uint64_t)job->rank_node[w->rank[t + AHEAD]] * n +
@@ -221,21 +221,21 @@ static int lru_epoch(struct ps_replay *rp, struct lru *L, uint64_t e)
 			ep->pfs += len;
 		} else if ((v & 1) == T_RAM) {
 			ep->ram += len;
-			L->node[k].used[T_RAM] -= ps_ram_size(len);
+			L->node[k].used[T_RAM] -= plansim_ram_size(len);
 		} else {
 			ep->nvme += len;
-			L->node[k].used[T_NVME] -= ps_nvme_size(len);
+			L->node[k].used[T_NVME] -= plansim_nvme_size(len);
 		}
 		/* the old log entry (if any) goes stale with the new stamp */
 		if (lru_put_ram(L, k, s, len) != 0)
 			return -ENOMEM;
 	}
-	ps_replay_close(rp, ep);
+	plansim_replay_close(rp, ep);
 	return 0;
 }
 
 /* What the caches hold at the end: out->held and out->distinct. */
-static int lru_held(const struct lru *L, uint32_t nn, struct psim_result *out)
+static int lru_held(const struct lru *L, uint32_t nn, struct plansim_result *out)
 {
 	uint8_t *mark = calloc(L->n, 1);
 	if (!mark)
@@ -259,10 +259,10 @@ static int lru_held(const struct lru *L, uint32_t nn, struct psim_result *out)
 	return 0;
 }
 
-int psim_lru(const struct psim_job *job, struct psim_result *out)
+int plansim_lru(const struct plansim_job *job, struct plansim_result *out)
 {
-	struct ps_replay rp;
-	int rc = ps_replay_init(&rp, job, PSIM_LRU, out);
+	struct plansim_replay rp;
+	int rc = plansim_replay_init(&rp, job, PLANSIM_LRU, out);
 	if (rc)
 		return rc;
 	struct lru L = { 0 };
@@ -272,5 +272,5 @@ int psim_lru(const struct psim_job *job, struct psim_result *out)
 	if (rc == 0)
 		rc = lru_held(&L, job->nnodes, out);
 	lru_free(&L, job->nnodes);
-	return ps_replay_end(&rp, rc);
+	return plansim_replay_end(&rp, rc);
 }

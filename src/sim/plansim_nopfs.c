@@ -31,7 +31,7 @@ struct nx_extra {
 };
 
 struct nsel {
-	const struct psim_job *job;
+	const struct plansim_job *job;
 	uint64_t n, E, PR;
 	uint32_t W;
 	uint64_t wmagic;     /* p / W without a division: see nsel_add */
@@ -102,7 +102,7 @@ static void nsel_free(struct nsel *q)
 	free(q->first);
 }
 
-static int nsel_init(struct nsel *q, const struct psim_job *job)
+static int nsel_init(struct nsel *q, const struct plansim_job *job)
 {
 	const struct smp_shape *sh = job->sh;
 	memset(q, 0, sizeof(*q));
@@ -116,32 +116,32 @@ static int nsel_init(struct nsel *q, const struct psim_job *job)
 	if (q->E >= (1u << 16) || q->E * q->PR >= (1ull << 32) || sh->per_rank * sh->world >= NIL ||
 	    q->W > UINT16_MAX)
 		return -EINVAL;
-	struct ps_walk w;
-	if (ps_walk_init(&w, sh, false) != 0)
+	struct plansim_walk w;
+	if (plansim_walk_init(&w, sh, false) != 0)
 		return -ENOMEM;
 	uint64_t nread = sh->per_rank * sh->world;
 	uint64_t pad = nread > q->n ? nread - q->n : 0;
-	q->pmap = ps_big_alloc(q->n * q->E * sizeof(uint32_t));
+	q->pmap = plansim_big_alloc(q->n * q->E * sizeof(uint32_t));
 	q->ex = malloc((pad * q->E + 1) * sizeof(*q->ex));
 	q->stamp = calloc(q->W, sizeof(uint32_t));
 	q->cnt = calloc(q->W, sizeof(uint32_t));
 	q->touched = calloc(q->W, sizeof(uint32_t));
 	q->first = calloc(q->W, sizeof(uint64_t));
 	if (!q->pmap || !q->ex || !q->stamp || !q->cnt || !q->touched || !q->first) {
-		ps_walk_free(&w);
+		plansim_walk_free(&w);
 		nsel_free(q);
 		return -ENOMEM;
 	}
 	memset(q->pmap, 0xff, q->n * q->E * sizeof(uint32_t));
 	for (uint64_t e = 0; e < q->E; e++) {
-		ps_walk_order(&w, e);
+		plansim_walk_order(&w, e);
 		uint64_t lim = MIN(nread, q->n);
 		for (uint64_t p = 0; p < lim; p++)
 			q->pmap[(uint64_t)w.order[p] * q->E + e] = (uint32_t)p;
 		for (uint64_t p = q->n; p < nread; p++)
-			q->ex[q->nex++] = (struct nx_extra){ ps_walk_at(&w, p), (uint32_t)e, (uint32_t)p };
+			q->ex[q->nex++] = (struct nx_extra){ plansim_walk_at(&w, p), (uint32_t)e, (uint32_t)p };
 	}
-	ps_walk_free(&w);
+	plansim_walk_free(&w);
 	qsort(q->ex, q->nex, sizeof(*q->ex), cmp_extra);
 	return 0;
 }
@@ -179,7 +179,7 @@ static int nsel_cut(struct nsel *q, struct ncut *c, uint32_t tier)
 		uint64_t cur = 0;
 		for (uint64_t s = 0; s < q->n; s++) {
 			nsel_gather(q, (uint32_t)s, &cur);
-			uint64_t sz = ps_tier_size(q->job->len[s], tier);
+			uint64_t sz = plansim_tier_size(q->job->len[s], tier);
 			for (uint32_t i = 0; i < q->ntouched; i++) {
 				uint32_t r = q->touched[i];
 				if (!c[r].active)
@@ -298,7 +298,7 @@ static void ncache_free(struct ncache *nc)
  * capacities. */
 static int nopfs_cuts(struct nsel *q, struct ncut **ramc_out, struct ncut **nvmc_out)
 {
-	const struct psim_job *job = q->job;
+	const struct plansim_job *job = q->job;
 	const uint32_t W = q->W;
 	struct ncut *ramc = calloc(W, sizeof(*ramc)), *nvmc = calloc(W, sizeof(*nvmc));
 	uint32_t *on_node = calloc(job->nnodes, sizeof(uint32_t));
@@ -446,7 +446,7 @@ static int nopfs_rows(struct ncache *nc, struct nent *ent, uint64_t n)
 /* The rank caches as NoPFS plans them; the holder a non-holder asks (NoPFS
  * DistributedManager: lowest storage class, then lowest offset in the
  * holder's prefetch list) first in each row. */
-static int nopfs_caches(const struct psim_job *job, struct ncache *nc)
+static int nopfs_caches(const struct plansim_job *job, struct ncache *nc)
 {
 	struct nsel q;
 	memset(nc, 0, sizeof(*nc));
@@ -475,12 +475,12 @@ static int nopfs_caches(const struct psim_job *job, struct ncache *nc)
 }
 
 /* Epoch e of the replay against the rank caches nc. */
-static void nopfs_epoch(struct ps_replay *rp, struct ncache *nc, uint64_t e)
+static void nopfs_epoch(struct plansim_replay *rp, struct ncache *nc, uint64_t e)
 {
 	enum { AHEAD = 32 };
-	const struct psim_job *job = rp->job;
-	const struct ps_walk *w = &rp->w;
-	struct psim_epoch *ep = ps_replay_epoch(rp, e);
+	const struct plansim_job *job = rp->job;
+	const struct plansim_walk *w = &rp->w;
+	struct plansim_epoch *ep = plansim_replay_epoch(rp, e);
 	for (uint64_t t = 0; t < w->nacc; t++) {
 		if (t + AHEAD < w->nacc) {
 			__builtin_prefetch(&nc->row[w->smp[t + AHEAD]]);
@@ -505,7 +505,7 @@ static void nopfs_epoch(struct ps_replay *rp, struct ncache *nc, uint64_t e)
 		uint64_t src = own < m ? own : 0;
 		if (m && (nc->flags[b + src] & NF_FILLED)) {
 			if (job->rank_node[rk[src]] != k)
-				ps_replay_peer(rp, ep, k, len);
+				plansim_replay_peer(rp, ep, k, len);
 			else if ((nc->flags[b + src] & NF_TIER) == PLAN_RAM)
 				ep->ram += len;
 			else
@@ -518,24 +518,24 @@ static void nopfs_epoch(struct ps_replay *rp, struct ncache *nc, uint64_t e)
 		if (own < m)
 			nc->flags[b + own] |= NF_FILLED;
 	}
-	ps_replay_close(rp, ep);
+	plansim_replay_close(rp, ep);
 }
 
-int psim_nopfs(const struct psim_job *job, struct psim_result *out)
+int plansim_nopfs(const struct plansim_job *job, struct plansim_result *out)
 {
-	struct ps_replay rp;
-	int rc = ps_replay_init(&rp, job, PSIM_NOPFS, out);
+	struct plansim_replay rp;
+	int rc = plansim_replay_init(&rp, job, PLANSIM_NOPFS, out);
 	if (rc)
 		return rc;
 	struct ncache nc;
 	if ((rc = nopfs_caches(job, &nc)) != 0)
-		return ps_replay_end(&rp, rc);
+		return plansim_replay_end(&rp, rc);
 	for (uint64_t s = 0; s < job->sh->n; s++) {
 		if (nc.row[s + 1] > nc.row[s])
 			out->distinct += job->len[s];
 		out->held += (nc.row[s + 1] - nc.row[s]) * job->len[s];
 	}
-	if (job->nopfs_fill == PSIM_FILL_PREFETCH) {
+	if (job->nopfs_fill == PLANSIM_FILL_PREFETCH) {
 		for (uint64_t i = 0; i < nc.nent; i++)
 			nc.flags[i] |= NF_FILLED;
 		out->ep[0].pfs += out->held;
@@ -544,5 +544,5 @@ int psim_nopfs(const struct psim_job *job, struct psim_result *out)
 	for (uint64_t e = 0; e < job->epochs; e++)
 		nopfs_epoch(&rp, &nc, e);
 	ncache_free(&nc);
-	return ps_replay_end(&rp, 0);
+	return plansim_replay_end(&rp, 0);
 }

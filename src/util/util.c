@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -354,4 +355,11 @@ int write_file_atomic(const char *path, const void *buf, size_t n)
 	if (rc != 0)
 		unlink(tmp);
 	return rc;
+}
+
+void epoll_watch(int epfd, int fd, uint64_t tag)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+		log_error("epoll_ctl add: %s", strerror(errno));
 }

@@ -77,5 +77,8 @@ int write_full(int fd, const void *buf, size_t n);
 int mkdir_p(const char *path, unsigned mode);
 /* Write a file atomically (temp file + rename); 0 or -errno. */
 int write_file_atomic(const char *path, const void *buf, size_t n);
+/* Add fd to the epoll set epfd for input, its events carrying tag. A failure
+ * is logged (the fd then never wakes the loop). */
+void epoll_watch(int epfd, int fd, uint64_t tag);
 
 #endif /* SEER_UTIL_H */

@@ -1,5 +1,5 @@
 /* A job for the plan, forecast and simulation tests: sizes, ranks on nodes,
- * capacities, and the psim_job describing them (block placement). */
+ * capacities, and the plansim_job describing them (block placement). */
 #ifndef SEER_TEST_PLAN_FIXTURE_H
 #define SEER_TEST_PLAN_FIXTURE_H
 
@@ -20,7 +20,7 @@ struct tjob {
 	uint64_t *len;
 	uint32_t *rank_node;
 	struct plan_cap *cap;
-	struct psim_job job;
+	struct plansim_job job;
 };
 
 static inline void tjob_init(struct tjob *t, uint64_t n, uint32_t nodes, uint32_t tpn,
@@ -34,9 +34,9 @@ static inline void tjob_init(struct tjob *t, uint64_t n, uint32_t nodes, uint32_
 	cr_assert(t->len && t->rank_node && t->cap);
 	for (uint32_t r = 0; r < nodes * tpn; r++)
 		t->rank_node[r] = r / tpn;
-	t->job = (struct psim_job){ .len = t->len, .sh = &t->sh, .epochs = epochs, .nnodes = nodes,
+	t->job = (struct plansim_job){ .len = t->len, .sh = &t->sh, .epochs = epochs, .nnodes = nodes,
 				    .rank_node = t->rank_node, .cap = t->cap,
-				    .nopfs_fill = PSIM_FILL_READ };
+				    .nopfs_fill = PLANSIM_FILL_READ };
 }
 
 static inline void tjob_sizes(struct tjob *t, uint64_t size)

@@ -250,11 +250,11 @@ Test(parsers, zip_and_idx)
 
 Test(registry, every_listed_format_is_found_by_its_name)
 {
-	const char *names = cat_format_names();
+	const char *names = fmt_registry_names();
 	size_t n = 0;
 #define CHECK_FORMAT(fname, fdesc)                                                           \
 	do {                                                                               \
-		const struct fmt_ops *f = cat_find_format(#fname);                         \
+		const struct fmt_ops *f = fmt_registry_find(#fname);                         \
 		cr_assert_not_null(f, "%s not found", #fname);                             \
 		cr_assert_str_eq(f->name, #fname);                                          \
 		cr_assert(f == &fmt_##fname);                                               \
@@ -265,7 +265,7 @@ Test(registry, every_listed_format_is_found_by_its_name)
 #undef CHECK_FORMAT
 	cr_assert_eq(n, 6);
 	cr_assert_str_eq(names, "files, npz, npy, hdf5, tfrecord, indexed");
-	cr_assert_null(cat_find_format("parquet"));
+	cr_assert_null(fmt_registry_find("parquet"));
 }
 
 /* ---- byte accounting -------------------------------------------------------------- */

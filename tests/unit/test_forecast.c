@@ -99,7 +99,7 @@ static void fcase_job(struct tjob *t, const struct fcase *c)
 {
 	tjob_init(t, 3000, c->nodes, c->tpn, c->batch, c->drop_last, c->epochs, 13);
 	if (c->lognormal)
-		psim_lognormal_sizes(t->len, t->sh.n, 4000, 3000, 6);
+		plansim_lognormal_sizes(t->len, t->sh.n, 4000, 3000, 6);
 	else
 		tjob_sizes(t, 4000);
 	tjob_caps(t, c->ram, c->nvme);
@@ -115,14 +115,14 @@ ParameterizedTest(struct fcase *c, forecast, off_is_plansim_seer)
 {
 	struct tjob t;
 	fcase_job(&t, c);
-	struct psim_result ps;
-	cr_assert_eq(psim_seer(&t.job, &ps), 0);
+	struct plansim_result ps;
+	cr_assert_eq(plansim_seer(&t.job, &ps), 0);
 	struct fc_result f = frun(&t, false, NULL);
 	check_identities(&f);
 	cr_assert_eq(f.repl_bytes, 0);
 	for (uint64_t e = 0; e < c->epochs; e++) {
 		const struct fc_epoch *x = &f.ep[e];
-		const struct psim_epoch *y = &ps.ep[e];
+		const struct plansim_epoch *y = &ps.ep[e];
 		cr_assert_eq(x->sum.pfs + x->sum.pfs_load, y->pfs, "epoch %llu pfs",
 			     (unsigned long long)e);
 		cr_assert_eq(x->sum.pfs_load, y->fill);
@@ -133,7 +133,7 @@ ParameterizedTest(struct fcase *c, forecast, off_is_plansim_seer)
 		cr_assert_eq(x->max.peer_in, y->peer_max);
 		cr_assert_eq(x->sum.fill_in, 0);
 	}
-	psim_result_free(&ps);
+	plansim_result_free(&ps);
 	fc_result_free(&f);
 	tjob_free(&t);
 }
@@ -154,10 +154,10 @@ ParameterizedTest(struct fcase *c, forecast, on_keeps_pfs_and_identities)
 			     off.ep[e].sum.pfs + off.ep[e].sum.pfs_load);
 	cr_assert_leq(net(&on.total), net(&off.total));
 	if (!c->lognormal && !c->drop_last && !c->starve0) {
-		struct psim_result opt;
-		cr_assert_eq(psim_optimum(&t.job, &opt), 0);
+		struct plansim_result opt;
+		cr_assert_eq(plansim_optimum(&t.job, &opt), 0);
 		cr_assert_eq(on.total.pfs + on.total.pfs_load, opt.total.pfs);
-		psim_result_free(&opt);
+		plansim_result_free(&opt);
 	}
 	fc_result_free(&off);
 	fc_result_free(&on);
@@ -171,7 +171,7 @@ Test(forecast, room_for_all_is_the_network_floor)
 {
 	struct tjob t;
 	tjob_init(&t, 3000, 4, 2, 8, false, 6, 17);
-	psim_lognormal_sizes(t.len, t.sh.n, 5000, 3000, 2);
+	plansim_lognormal_sizes(t.len, t.sh.n, 5000, 3000, 2);
 	uint64_t d = dataset(&t);
 	tjob_caps(&t, d / 2 + 3000 * 64, d);
 	struct fc_result on = frun(&t, true, NULL);
@@ -342,7 +342,7 @@ Test(forecast, deterministic_and_bad_input)
 {
 	struct tjob t;
 	tjob_init(&t, 2000, 3, 2, 8, false, 5, 31);
-	psim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 8);
+	plansim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 8);
 	tjob_caps(&t, 3000 * KiB, 3000 * KiB);
 	struct fc_rates r = { .compute_s = 0.01, .pfs_bw = 5e6, .net_bw = 2e6, .nvme_bw = 1e7 };
 	struct fc_result a = frun(&t, true, &r), b = frun(&t, true, &r);

@@ -38,7 +38,7 @@ static void ncase_job(struct tjob *t, const struct ncase *c)
 {
 	tjob_init(t, 3000, c->nodes, c->tpn, c->batch, c->drop_last, c->epochs, 13);
 	if (c->lognormal)
-		psim_lognormal_sizes(t->len, t->sh.n, 4000, 3000, 6);
+		plansim_lognormal_sizes(t->len, t->sh.n, 4000, 3000, 6);
 	else
 		tjob_sizes(t, 4000);
 	tjob_caps(t, c->ram, c->nvme);
@@ -150,7 +150,7 @@ Test(forecast_node, resumed_job_by_hand)
 {
 	struct tjob t;
 	tjob_init(&t, 1500, 3, 2, 7, false, 6, 41);
-	psim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 3);
+	plansim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 3);
 	tjob_caps(&t, 700 * 4096, 300 * 4096);
 	const uint64_t first = 2, E = 4;
 	struct plan p;

@@ -271,7 +271,7 @@ ParameterizedTest(struct rcase *c, replicas, match_reference, .timeout = 60)
 	struct tjob t;
 	tjob_init(&t, 4000, c->nodes, c->tpn, c->batch, c->drop_last, c->epochs, 21);
 	if (c->lognormal)
-		psim_lognormal_sizes(t.len, t.sh.n, 4000, 3000, 3);
+		plansim_lognormal_sizes(t.len, t.sh.n, 4000, 3000, 3);
 	else
 		tjob_sizes(&t, 4000);
 	tjob_caps(&t, c->ram, c->nvme);
@@ -313,7 +313,7 @@ Test(replicas, full_room_holds_what_is_read)
 {
 	struct tjob t;
 	tjob_init(&t, 3000, 4, 2, 8, false, 5, 2);
-	psim_lognormal_sizes(t.len, t.sh.n, 5000, 2000, 9);
+	plansim_lognormal_sizes(t.len, t.sh.n, 5000, 2000, 9);
 	tjob_caps(&t, 3000 * 8 * KiB, 0);
 	struct plan p = build(&t);
 	struct smp_cache sc;
@@ -385,7 +385,7 @@ Test(replicas, deterministic)
 {
 	struct tjob t;
 	tjob_init(&t, 3000, 4, 2, 8, false, 6, 8);
-	psim_lognormal_sizes(t.len, t.sh.n, 5000, 3000, 4);
+	plansim_lognormal_sizes(t.len, t.sh.n, 5000, 3000, 4);
 	tjob_caps(&t, 4000 * KiB, 4000 * KiB);
 	struct plan p = build(&t);
 	uint32_t *perms[6];
