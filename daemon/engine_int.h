@@ -208,7 +208,7 @@ struct epoch_stats {
 	double t_done;                       /* when the last local trainer finished it */
 	/* this node's forecast for the epoch, made as it began (fcast.c) */
 	bool fc_set, fc_timed;               /* made; with a measured rate */
-	uint8_t fc_bound;                    /* enum fc_term */
+	uint8_t fc_bound;                    /* enum forecast_term */
 	double fc_time, fc_lb;
 	uint64_t fc_ram, fc_nvme, fc_peer, fc_pfs;
 };
@@ -369,7 +369,7 @@ struct engine {
 	uint8_t *xbase;          /* the extent region: buffers made before the job */
 	uint64_t xcap;
 	struct spans xspans;     /* its free ranges */
-	struct ext_cand *ext_c;  /* planning scratch, per candidate */
+	struct extent_cand *ext_c;  /* planning scratch, per candidate */
 	bool *ext_take;
 	struct etask **ext_tk;   /* the candidate's queued read, or NULL */
 	uint32_t ext_cap;
@@ -419,7 +419,7 @@ struct engine {
 	bool fct_started, fct_warned;
 	_Atomic bool fct_ready;
 	int fct_rc;
-	struct fc_tally fct;
+	struct forecast_tally fct;
 
 	/* reporting (engine.c) */
 	char pin_desc[160];

@@ -164,7 +164,7 @@ static bool span(const struct engine *e, uint64_t x, uint64_t *lo, uint64_t *hi)
 static bool candidate(struct engine *e, uint64_t x, uint32_t i, bool trigger)
 {
 	scratch(e, i + 1);
-	struct ext_cand *c = &e->ext_c[i];
+	struct extent_cand *c = &e->ext_c[i];
 	if (!span(e, x, &c->lo, &c->hi))
 		return false;
 	c->useful = e->cat->samples[x].length;
@@ -190,7 +190,7 @@ static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 	for (uint64_t x = s + 1; x < f->first + f->nsamples; x++) {
 		if (!candidate(e, x, n, false))
 			break;
-		const struct ext_cand *c = &e->ext_c[n];
+		const struct extent_cand *c = &e->ext_c[n];
 		if (MAX(c->hi, lo_s) - lo_s > max || (c->lo > edge && c->lo - edge > gap))
 			break;
 		if (c->want)
@@ -202,7 +202,7 @@ static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 	for (uint64_t x = s; x-- > f->first;) {
 		if (!candidate(e, x, n, false))
 			break;
-		const struct ext_cand *c = &e->ext_c[n];
+		const struct extent_cand *c = &e->ext_c[n];
 		if (hi_s - MIN(c->lo, hi_s) > max || (c->hi < edge && edge - c->hi > gap))
 			break;
 		if (c->want)
@@ -248,10 +248,10 @@ static bool ext_try(struct engine *e, struct etask *t)
 	if (t->blob || !span(e, t->sample, &lo_s, &hi_s))
 		return false;
 	gather(e, t->sample, &a, &b);
-	const struct ext_opts o = { .max_bytes = e->cfg->extent_max,
+	const struct extent_opts o = { .max_bytes = e->cfg->extent_max,
 				    .max_amp = e->cfg->max_amplification,
 				    .gap_max = e->cfg->extent_gap };
-	struct ext_plan p = ext_plan(e->ext_c, (uint32_t)(b - a), (uint32_t)(t->sample - a), &o,
+	struct extent_plan p = extent_plan(e->ext_c, (uint32_t)(b - a), (uint32_t)(t->sample - a), &o,
 				     e->ext_take);
 	if (p.taken < 2)
 		return false;

@@ -524,26 +524,26 @@ static void print_json(const struct opts *o, const struct smp_shape *sh, const s
 
 struct fcrun {
 	bool on;
-	struct fc_result res;
+	struct forecast_result res;
 	double secs;
 };
 
-static void fc_rates_of(const struct opts *o, struct fc_rates *r)
+static void fc_rates_of(const struct opts *o, struct forecast_rates *r)
 {
-	*r = (struct fc_rates){ .compute_s = o->compute_s, .pfs_bw = o->pfs_bw,
+	*r = (struct forecast_rates){ .compute_s = o->compute_s, .pfs_bw = o->pfs_bw,
 				.pfs_clients = o->curve_x, .pfs_curve = o->curve_y,
 				.npfs = o->ncurve, .net_bw = o->net_bw, .nvme_bw = o->nvme_bw,
 				.decode_s = o->decode_s, .cores = (uint32_t)o->cores };
 }
 
-static uint64_t net_of(const struct fc_bytes *b)
+static uint64_t net_of(const struct forecast_bytes *b)
 {
 	return b->peer_in + b->fill_in;
 }
 
 static void print_forecast(const struct opts *o, const struct fcrun *f)
 {
-	const struct fc_result *r = &f->res;
+	const struct forecast_result *r = &f->res;
 	char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
 	double K = r->nnodes;
 	printf("\n== forecast: seer, replicas %s", f->on ? "on" : "off");
@@ -561,7 +561,7 @@ static void print_forecast(const struct opts *o, const struct fcrun *f)
 		bool tot = ep == r->epochs;
 		if (!tot && o->totals)
 			continue;
-		const struct fc_bytes *x = tot ? &r->total : &r->ep[ep].sum;
+		const struct forecast_bytes *x = tot ? &r->total : &r->ep[ep].sum;
 		char lbl[24];
 		snprintf(lbl, sizeof(lbl), tot ? "job" : "%llu", (unsigned long long)ep);
 		printf("%6s %11s %11s %11s %11s %11s %11s %11s %10.2f %-7s %10.2f\n", lbl,
@@ -570,7 +570,7 @@ static void print_forecast(const struct opts *o, const struct fcrun *f)
 		       tot ? "-" : sz(e, r->ep[ep].net_max),
 		       sz(g, (uint64_t)((x->pfs + x->pfs_load) / K)), sz(h, x->pfs + x->pfs_load),
 		       tot ? r->time : r->ep[ep].time,
-		       tot ? "(sum)" : fc_term_name(r->ep[ep].bound), tot ? r->lb : r->ep[ep].lb);
+		       tot ? "(sum)" : forecast_term_name(r->ep[ep].bound), tot ? r->lb : r->ep[ep].lb);
 	}
 	uint64_t after1 = 0, after2 = 0;
 	for (uint64_t ep = 1; ep < r->epochs; ep++) {
@@ -586,7 +586,7 @@ static void print_forecast(const struct opts *o, const struct fcrun *f)
 	       r->lb > 0 ? r->time / r->lb : 0.0);
 }
 
-static void json_bytes(const char *name, const struct fc_bytes *x)
+static void json_bytes(const char *name, const struct forecast_bytes *x)
 {
 	printf("\"%s\": {\"reads\": %llu, \"demand\": %llu, \"ram\": %llu, \"nvme\": %llu, "
 	       "\"replica\": %llu, \"peer_in\": %llu, \"pfs\": %llu, \"peer_out\": %llu, "
@@ -601,7 +601,7 @@ static void json_bytes(const char *name, const struct fc_bytes *x)
 
 static void print_forecast_json(const struct fcrun *f, bool first)
 {
-	const struct fc_result *r = &f->res;
+	const struct forecast_result *r = &f->res;
 	printf("%s\n    {\"replicas\": %s, \"seconds\": %.3f, \"dataset\": %llu, \"owned\": %llu, "
 	       "\"spilled\": %llu, \"replica_bytes\": %llu, \"replica_min_node\": %llu, "
 	       "\"replica_max_node\": %llu, \"time_s\": %.6f, \"lb_s\": %.6f,\n     ",
@@ -612,25 +612,25 @@ static void print_forecast_json(const struct fcrun *f, bool first)
 	json_bytes("total", &r->total);
 	printf(",\n     \"epochs\": [");
 	for (uint64_t e = 0; e < r->epochs; e++) {
-		const struct fc_epoch *x = &r->ep[e];
+		const struct forecast_epoch *x = &r->ep[e];
 		printf("%s\n       {\"epoch\": %llu, ", e ? "," : "", (unsigned long long)e);
 		json_bytes("sum", &x->sum);
 		printf(", ");
 		json_bytes("max", &x->max);
 		printf(", \"net_max\": %llu, \"pfs_opt\": %llu, \"t\": {", (unsigned long long)x->net_max,
 		       (unsigned long long)x->pfs_opt);
-		for (int t = 0; t < FC_NTERMS; t++)
-			printf("%s\"%s\": %.6f", t ? ", " : "", fc_term_name(t), x->t[t]);
+		for (int t = 0; t < FORECAST_NTERMS; t++)
+			printf("%s\"%s\": %.6f", t ? ", " : "", forecast_term_name(t), x->t[t]);
 		printf("}, \"time_s\": %.6f, \"bound\": \"%s\", \"lb_s\": %.6f}", x->time,
-		       fc_term_name(x->bound), x->lb);
+		       forecast_term_name(x->bound), x->lb);
 	}
 	printf("]}");
 }
 
 /* --search: the smallest RAM, then NVMe, per node with no I/O-bound epoch
  * after the first. 0 or a negative errno (reported). */
-static int search(const struct opts *o, const struct plansim_job *pj, struct fc_job *job,
-		  const struct fc_rates *rates)
+static int search(const struct opts *o, const struct plansim_job *pj, struct forecast_job *job,
+		  const struct forecast_rates *rates)
 {
 	int rc = 0;
 	uint64_t tol = o->search_tol;
@@ -651,7 +651,7 @@ static int search(const struct opts *o, const struct plansim_job *pj, struct fc_
 		uint64_t bytes;
 		bool found;
 		double t0 = now_s();
-		rc = fc_min_capacity(job, rates, w == 1, tol, &bytes, &found);
+		rc = forecast_min_capacity(job, rates, w == 1, tol, &bytes, &found);
 		if (rc)
 			fprintf(stderr, "seer-plan: search: %s\n", strerror(-rc));
 		else if (o->json)
@@ -671,15 +671,15 @@ static int search(const struct opts *o, const struct plansim_job *pj, struct fc_
 /* Runs the forecast(s) and the capacity search; prints. 0 or an exit code. */
 static int forecast(const struct opts *o, const struct plansim_job *pj)
 {
-	struct fc_rates rates;
+	struct forecast_rates rates;
 	fc_rates_of(o, &rates);
-	struct fc_orders orders;
-	if (fc_orders_init(&orders, pj->sh, 0, pj->epochs))
+	struct forecast_orders orders;
+	if (forecast_orders_init(&orders, pj->sh, 0, pj->epochs))
 		return 1;
-	struct fc_job job = {
+	struct forecast_job job = {
 		.len = pj->len, .sh = pj->sh, .epochs = pj->epochs, .nnodes = pj->nnodes,
 		.rank_node = pj->rank_node, .cap = pj->cap, .orders = &orders,
-		.repl = { .fill = o->repl_fill, .pfs_bw = fc_pfs_bw(&rates, pj->nnodes),
+		.repl = { .fill = o->repl_fill, .pfs_bw = forecast_pfs_bw(&rates, pj->nnodes),
 			  .net_bw = o->net_bw },
 	};
 	struct fcrun runs[2];
@@ -691,12 +691,12 @@ static int forecast(const struct opts *o, const struct plansim_job *pj)
 		job.repl.on = on;
 		f->on = on;
 		double t0 = now_s();
-		int rc = fc_run(&job, &rates, &f->res);
+		int rc = forecast_run(&job, &rates, &f->res);
 		f->secs = now_s() - t0;
 		if (rc) {
 			fprintf(stderr, "seer-plan: forecast: %s%s\n", strerror(-rc), rc == -EOVERFLOW ?
 				" (a node reads more than 2^32 samples over the job)" : "");
-			fc_orders_free(&orders);
+			forecast_orders_free(&orders);
 			return 1;
 		}
 		nrun++;
@@ -711,7 +711,7 @@ static int forecast(const struct opts *o, const struct plansim_job *pj)
 			print_forecast(o, &runs[i]);
 	}
 	if (nrun == 2 && !o->json) {
-		const struct fc_result *on = &runs[0].res, *off = &runs[1].res;
+		const struct forecast_result *on = &runs[0].res, *off = &runs[1].res;
 		double n_on = (double)(on->total.peer_in + on->total.fill_in);
 		double n_off = (double)(off->total.peer_in + off->total.fill_in);
 		printf("\nreplicas on vs off: network bytes %.4f x (%+.1f%%), PFS bytes %.4f x, "
@@ -722,11 +722,11 @@ static int forecast(const struct opts *o, const struct plansim_job *pj)
 		       off->time > 0 ? on->time / off->time : 0.0);
 	}
 	for (unsigned i = 0; i < nrun; i++)
-		fc_result_free(&runs[i].res);
+		forecast_result_free(&runs[i].res);
 	int rc = o->search ? search(o, pj, &job, &rates) : 0;
 	if (o->json)
 		printf("\n}\n");
-	fc_orders_free(&orders);
+	forecast_orders_free(&orders);
 	return rc ? 1 : 0;
 }
 

@@ -4,7 +4,7 @@
  * directories), the global owner map (plan_build) and the node's replica set
  * (plan_node_build), and prints the time each took, the bytes each holds and
  * the process's peak resident memory; then the node's forecast as seerd
- * makes it (fc_tally_node on its own thread, fc_node_forecast per request).
+ * makes it (forecast_tally_node on its own thread, forecast_node_forecast per request).
  * docs/planner.md ("Memory at scale") has the figures. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -107,17 +107,17 @@ static int report_forecast(const struct plan *p, const struct plan_node *nv,
 {
 	long before = peak_kib();
 	double t0 = now_s();
-	struct fc_tally ta;
-	int rc = fc_tally_node(&ta, p, nv, cat, NULL, sh, 0, epochs, rank_node, node, cap);
+	struct forecast_tally ta;
+	int rc = forecast_tally_node(&ta, p, nv, cat, NULL, sh, 0, epochs, rank_node, node, cap);
 	double t_tally = now_s() - t0;
 	if (rc) {
-		fprintf(stderr, "seer-planmem: fc_tally_node: %s\n", strerror(-rc));
+		fprintf(stderr, "seer-planmem: forecast_tally_node: %s\n", strerror(-rc));
 		return 1;
 	}
-	struct fc_node_epoch *f = xcalloc(epochs, sizeof(*f));
-	struct fc_rates r = { .compute_s = 0.05, .pfs_bw = 5.0 * (1ull << 30), .net_bw = 12.5e9 };
+	struct forecast_node_epoch *f = xcalloc(epochs, sizeof(*f));
+	struct forecast_rates r = { .compute_s = 0.05, .pfs_bw = 5.0 * (1ull << 30), .net_bw = 12.5e9 };
 	t0 = now_s();
-	rc = fc_node_forecast(&ta, &r, f);
+	rc = forecast_node_forecast(&ta, &r, f);
 	double t_fc = now_s() - t0;
 	long after = peak_kib();
 	char a[32], b[32], c[32], d[32];
@@ -128,7 +128,7 @@ static int report_forecast(const struct plan *p, const struct plan_node *nv,
 	       fmt_size(c, 32, (uint64_t)after * 1024),
 	       fmt_size(d, 32, (uint64_t)(after - before) * 1024));
 	free(f);
-	fc_tally_free(&ta);
+	forecast_tally_free(&ta);
 	return rc ? 1 : 0;
 }
 

@@ -352,10 +352,10 @@ static const char *sz(char *b, uint64_t v)
 	return fmt_size(b, 32, v);
 }
 
-static void forecast_rates(const struct opts *o, const struct job *j, struct fc_rates *r)
+static void opts_rates(const struct opts *o, const struct job *j, struct forecast_rates *r)
 {
 	const struct dessim_params *d = &o->dp;
-	*r = (struct fc_rates){
+	*r = (struct forecast_rates){
 		.compute_s = d->compute_s + (d->compute_bw > 0 ? j->sh.batch * j->mean / d->compute_bw : 0),
 		.pfs_bw = d->pfs_bw, .pfs_clients = o->curve_x, .pfs_curve = o->curve_y,
 		.npfs = d->npfs, .net_bw = d->net_bw, .nvme_bw = d->nvme_bw,
@@ -378,7 +378,7 @@ static void forecast_rates(const struct opts *o, const struct job *j, struct fc_
 }
 
 static void print_run(const struct opts *o, const struct job *j, const char *label,
-		      const struct dessim_result *r, double secs, const struct fc_result *f)
+		      const struct dessim_result *r, double secs, const struct forecast_result *f)
 {
 	char a[32], b[32], c[32], d[32], e[32], g[32];
 	double K = j->nodes;
@@ -398,7 +398,7 @@ static void print_run(const struct opts *o, const struct job *j, const char *lab
 		       sz(c, x->sum.pfs + x->sum.pfs_load), sz(d, (uint64_t)((x->sum.ram + x->sum.nvme) / K)),
 		       sz(e, (uint64_t)(x->sum.fill_in / K)));
 		if (f)
-			printf("   %12.2f %s", f->ep[ep].time, fc_term_name(f->ep[ep].bound));
+			printf("   %12.2f %s", f->ep[ep].time, forecast_term_name(f->ep[ep].bound));
 		printf("\n");
 	}
 	printf("%6s %10.2f %10.2f %9.2f %10.2f %7.3f   replica reads that filled their replica: "
@@ -476,10 +476,10 @@ static int run_one(const struct opts *o, const struct job *j, enum dessim_policy
 	}
 	p.pfs_clients = o->curve_x;
 	p.pfs_curve = o->curve_y;
-	struct fc_rates rates;
-	forecast_rates(o, j, &rates);
+	struct forecast_rates rates;
+	opts_rates(o, j, &rates);
 	p.repl = (struct plan_repl_opts){ .on = repl, .fill = o->fill,
-					  .pfs_bw = fc_pfs_bw(&rates, j->nodes), .net_bw = p.net_bw };
+					  .pfs_bw = forecast_pfs_bw(&rates, j->nodes), .net_bw = p.net_bw };
 	struct dessim_result r;
 	double t0 = now_s();
 	int rc = dessim_run(&p, &r);
@@ -488,16 +488,16 @@ static int run_one(const struct opts *o, const struct job *j, enum dessim_policy
 		fprintf(stderr, "seer-sim: %s: %s\n", dessim_policy_name(pol), strerror(-rc));
 		return rc;
 	}
-	struct fc_result f;
+	struct forecast_result f;
 	bool have_f = false;
 	if (o->forecast && pol == DESSIM_SEER && !o->json) {
-		struct fc_job fj = { .len = j->len, .sh = &j->sh, .epochs = o->sim_epochs,
+		struct forecast_job fj = { .len = j->len, .sh = &j->sh, .epochs = o->sim_epochs,
 				     .nnodes = j->nodes, .rank_node = j->rank_node, .cap = j->cap,
 				     .repl = p.repl };
 		/* the plan's horizon is the job's: forecast the whole job, show
 		 * the simulated epochs */
 		fj.epochs = o->epochs;
-		rc = fc_run(&fj, &rates, &f);
+		rc = forecast_run(&fj, &rates, &f);
 		have_f = rc == 0;
 	}
 	char label[64];
@@ -509,7 +509,7 @@ static int run_one(const struct opts *o, const struct job *j, enum dessim_policy
 		print_run(o, j, label, &r, secs, have_f ? &f : NULL);
 	*first = false;
 	if (have_f)
-		fc_result_free(&f);
+		forecast_result_free(&f);
 	dessim_result_free(&r);
 	return 0;
 }

@@ -8,8 +8,8 @@
 /* The farthest wanted candidate right of p->last whose joining (with every
  * wanted one between) keeps the extent within the bounds; it and those
  * between join. true when the extent grew. */
-static bool grow_right(const struct ext_cand *c, uint32_t n, const struct ext_opts *o,
-		       struct ext_plan *p, bool *take)
+static bool grow_right(const struct extent_cand *c, uint32_t n, const struct extent_opts *o,
+		       struct extent_plan *p, bool *take)
 {
 	uint64_t lo = p->lo, hi = p->hi, u = p->useful;
 	uint32_t best = p->last;
@@ -27,7 +27,7 @@ static bool grow_right(const struct ext_cand *c, uint32_t n, const struct ext_op
 		u += c[j].useful;
 		if (hi - lo > o->max_bytes)
 			break;
-		if (ext_amp_ok(hi - lo, u, o->max_amp)) {
+		if (extent_amp_ok(hi - lo, u, o->max_amp)) {
 			best = j;
 			best_lo = lo;
 			best_hi = hi;
@@ -48,7 +48,7 @@ static bool grow_right(const struct ext_cand *c, uint32_t n, const struct ext_op
 	return true;
 }
 
-static bool grow_left(const struct ext_cand *c, const struct ext_opts *o, struct ext_plan *p,
+static bool grow_left(const struct extent_cand *c, const struct extent_opts *o, struct extent_plan *p,
 		      bool *take)
 {
 	uint64_t lo = p->lo, hi = p->hi, u = p->useful;
@@ -67,7 +67,7 @@ static bool grow_left(const struct ext_cand *c, const struct ext_opts *o, struct
 		u += c[i].useful;
 		if (hi - lo > o->max_bytes)
 			break;
-		if (ext_amp_ok(hi - lo, u, o->max_amp)) {
+		if (extent_amp_ok(hi - lo, u, o->max_amp)) {
 			best = i;
 			best_lo = lo;
 			best_hi = hi;
@@ -91,8 +91,8 @@ static bool grow_left(const struct ext_cand *c, const struct ext_opts *o, struct
 /* The next wanted candidate from i in direction d (+1, -1) that can still
  * join p's range within max_bytes and gap_max; -1 when none (candidates are
  * sorted by lo: past the first that cannot, none can). */
-static int64_t next_joinable(const struct ext_cand *c, uint32_t n, int64_t i, int d,
-			     const struct ext_opts *o, const struct ext_plan *p)
+static int64_t next_joinable(const struct extent_cand *c, uint32_t n, int64_t i, int d,
+			     const struct extent_opts *o, const struct extent_plan *p)
 {
 	for (; i >= 0 && i < (int64_t)n; i += d) {
 		uint64_t lo = MIN(p->lo, c[i].lo), hi = MAX(p->hi, c[i].hi);
@@ -111,10 +111,10 @@ static int64_t next_joinable(const struct ext_cand *c, uint32_t n, int64_t i, in
  * amplification bound: the best range that meets it on the way. Finds what
  * neither side reaches alone: samples of an npz member read whole, wanted
  * on both sides of the trigger. */
-static struct ext_plan grow_joint(const struct ext_cand *c, uint32_t n, const struct ext_opts *o,
-				  struct ext_plan p)
+static struct extent_plan grow_joint(const struct extent_cand *c, uint32_t n, const struct extent_opts *o,
+				  struct extent_plan p)
 {
-	struct ext_plan best = p;
+	struct extent_plan best = p;
 	for (;;) {
 		int64_t r = next_joinable(c, n, (int64_t)p.last + 1, 1, o, &p);
 		int64_t l = next_joinable(c, n, (int64_t)p.first - 1, -1, o, &p);
@@ -131,22 +131,22 @@ static struct ext_plan grow_joint(const struct ext_cand *c, uint32_t n, const st
 			p.last = (uint32_t)i;
 		else
 			p.first = (uint32_t)i;
-		if (ext_amp_ok(p.hi - p.lo, p.useful, o->max_amp) && p.useful > best.useful)
+		if (extent_amp_ok(p.hi - p.lo, p.useful, o->max_amp) && p.useful > best.useful)
 			best = p;
 	}
 	return best;
 }
 
-struct ext_plan ext_plan(const struct ext_cand *c, uint32_t n, uint32_t t,
-			 const struct ext_opts *o, bool *take)
+struct extent_plan extent_plan(const struct extent_cand *c, uint32_t n, uint32_t t,
+			 const struct extent_opts *o, bool *take)
 {
 	memset(take, 0, n * sizeof(*take));
 	take[t] = true;
-	struct ext_plan p = { .lo = c[t].lo, .hi = c[t].hi, .useful = c[t].useful, .taken = 1,
+	struct extent_plan p = { .lo = c[t].lo, .hi = c[t].hi, .useful = c[t].useful, .taken = 1,
 			      .first = t, .last = t };
 	if (c[t].hi < c[t].lo || c[t].hi - c[t].lo > o->max_bytes)
 		return p; /* longer than an extent: read alone */
-	const struct ext_plan alone = p;
+	const struct extent_plan alone = p;
 	/* each side to its farthest feasible point in turn, until neither moves:
 	 * a side that joined brings useful bytes that may let the other bridge
 	 * more */
@@ -156,7 +156,7 @@ struct ext_plan ext_plan(const struct ext_cand *c, uint32_t n, uint32_t t,
 		grew = grow_left(c, o, &p, take) || grew;
 	}
 	/* both sides at once when that serves more (ties: the forward one) */
-	struct ext_plan q = grow_joint(c, n, o, alone);
+	struct extent_plan q = grow_joint(c, n, o, alone);
 	if (q.useful > p.useful) {
 		p = q;
 		memset(take, 0, n * sizeof(*take));

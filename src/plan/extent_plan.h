@@ -33,19 +33,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct ext_cand {
+struct extent_cand {
 	uint64_t lo, hi;     /* bytes of the file its read takes */
 	uint64_t useful;     /* bytes it delivers (the sample's length) */
 	bool want;           /* needed, or planned for this node's cache */
 };
 
-struct ext_opts {
+struct extent_opts {
 	uint64_t max_bytes;  /* longest extent */
 	double max_amp;      /* bytes read / bytes delivered, at most (>= 1) */
 	uint64_t gap_max;    /* longest gap bridged */
 };
 
-struct ext_plan {
+struct extent_plan {
 	uint64_t lo, hi;     /* the extent: bytes [lo, hi) of the file */
 	uint64_t useful;     /* bytes of the samples that join */
 	uint32_t taken;      /* samples that join (the trigger included) */
@@ -59,11 +59,11 @@ struct ext_plan {
  * may break max_amp, e.g. a sample interleaved in an npz member). Returns
  * the plan; when taken > 1, (hi - lo) <= max_bytes and
  * (hi - lo) <= max_amp * useful. */
-struct ext_plan ext_plan(const struct ext_cand *c, uint32_t n, uint32_t t,
-			 const struct ext_opts *o, bool *take);
+struct extent_plan extent_plan(const struct extent_cand *c, uint32_t n, uint32_t t,
+			 const struct extent_opts *o, bool *take);
 
 /* Does an extent of `bytes` delivering `useful` bytes meet max_amp? */
-static inline bool ext_amp_ok(uint64_t bytes, uint64_t useful, double max_amp)
+static inline bool extent_amp_ok(uint64_t bytes, uint64_t useful, double max_amp)
 {
 	return (double)bytes <= max_amp * (double)useful;
 }

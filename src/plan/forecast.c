@@ -1,6 +1,6 @@
 /* forecast: see forecast.h. Called from tools (seer-plan, seer-sim) and, for
  * a running job, from the daemon's control thread; nothing here is shared
- * between calls except an fc_orders the caller passes in. Failure: a negative
+ * between calls except an forecast_orders the caller passes in. Failure: a negative
  * errno, nothing leaked, *out empty. */
 #include "forecast.h"
 
@@ -13,7 +13,7 @@
 
 /* ---- epoch orders ------------------------------------------------------------ */
 
-int fc_orders_init(struct fc_orders *o, const struct smp_shape *sh, uint64_t first_epoch,
+int forecast_orders_init(struct forecast_orders *o, const struct smp_shape *sh, uint64_t first_epoch,
 		   uint64_t epochs)
 {
 	memset(o, 0, sizeof(*o));
@@ -24,7 +24,7 @@ int fc_orders_init(struct fc_orders *o, const struct smp_shape *sh, uint64_t fir
 	return o->perm ? 0 : -ENOMEM;
 }
 
-void fc_orders_free(struct fc_orders *o)
+void forecast_orders_free(struct forecast_orders *o)
 {
 	for (uint64_t i = 0; o->perm && i < o->count; i++)
 		free(o->perm[i]);
@@ -32,7 +32,7 @@ void fc_orders_free(struct fc_orders *o)
 	memset(o, 0, sizeof(*o));
 }
 
-const uint32_t *fc_order(struct fc_orders *o, uint64_t epoch)
+const uint32_t *forecast_order(struct forecast_orders *o, uint64_t epoch)
 {
 	if (epoch < o->first || epoch - o->first >= o->count)
 		return NULL;
@@ -51,17 +51,17 @@ const uint32_t *fc_order(struct fc_orders *o, uint64_t epoch)
 
 static const uint32_t *orders_get(void *ctx, uint64_t epoch)
 {
-	return fc_order(ctx, epoch);
+	return forecast_order(ctx, epoch);
 }
 
-struct plan_orders fc_orders_provider(struct fc_orders *o)
+struct plan_orders forecast_orders_provider(struct forecast_orders *o)
 {
 	return (struct plan_orders){ orders_get, o };
 }
 
 /* ---- rates ------------------------------------------------------------------- */
 
-double fc_pfs_bw(const struct fc_rates *r, double clients)
+double forecast_pfs_bw(const struct forecast_rates *r, double clients)
 {
 	if (r->npfs == 0)
 		return r->pfs_bw;
@@ -74,21 +74,21 @@ double fc_pfs_bw(const struct fc_rates *r, double clients)
 	return y[r->npfs - 1];
 }
 
-const char *fc_term_name(enum fc_term t)
+const char *forecast_term_name(enum forecast_term t)
 {
-	static const char *const names[FC_NTERMS] = { "compute", "pfs", "net", "nvme", "decode" };
-	return t < FC_NTERMS ? names[t] : "?";
+	static const char *const names[FORECAST_NTERMS] = { "compute", "pfs", "net", "nvme", "decode" };
+	return t < FORECAST_NTERMS ? names[t] : "?";
 }
 
 /* ---- the run ------------------------------------------------------------------- */
 
 struct run {
-	const struct fc_job *job;
-	const struct fc_rates *r;
-	struct fc_result *out;
+	const struct forecast_job *job;
+	const struct forecast_rates *r;
+	struct forecast_result *out;
 	struct plan p;
-	struct fc_orders own_orders;
-	struct fc_orders *orders;
+	struct forecast_orders own_orders;
+	struct forecast_orders *orders;
 	uint32_t *ranks;      /* ranks of the node being walked */
 	uint32_t *buf;        /* its reads of one epoch ... */
 	uint64_t *pos;        /* ... and their positions */
@@ -101,12 +101,12 @@ struct run {
 	double *oload;        /* per owner: bytes those proposals ask of it */
 };
 
-static inline struct fc_bytes *nb(const struct run *x, uint64_t e, uint32_t k)
+static inline struct forecast_bytes *nb(const struct run *x, uint64_t e, uint32_t k)
 {
 	return &x->out->node[e * x->job->nnodes + k];
 }
 
-static int job_check(const struct fc_job *j)
+static int job_check(const struct forecast_job *j)
 {
 	if (!j || !j->len || !j->sh || !j->rank_node || !j->cap || j->epochs == 0 ||
 	    j->sh->n == 0 || j->sh->per_rank == 0)
@@ -120,7 +120,7 @@ static void account(struct run *x, struct plan_node *nv, uint64_t e, uint32_t k,
 {
 	const struct plan *p = &x->p;
 	uint64_t len = x->job->len[s];
-	struct fc_bytes *b = nb(x, e, k);
+	struct forecast_bytes *b = nb(x, e, k);
 	b->reads++;
 	b->demand += len;
 	if (pos < x->job->sh->n)
@@ -143,7 +143,7 @@ static void account(struct run *x, struct plan_node *nv, uint64_t e, uint32_t k,
 		b->pfs += len;
 		return;
 	} else {
-		struct fc_bytes *o = nb(x, e, p->owner[s]);
+		struct forecast_bytes *o = nb(x, e, p->owner[s]);
 		b->peer_in += len;
 		o->peer_out += len;
 		if (p->tier[s] == PLAN_NVME)
@@ -158,16 +158,16 @@ static void account(struct run *x, struct plan_node *nv, uint64_t e, uint32_t k,
  * epoch. */
 static int walk_node(struct run *x, uint32_t k)
 {
-	const struct fc_job *j = x->job;
+	const struct forecast_job *j = x->job;
 	const struct smp_shape *sh = j->sh;
 	const uint64_t E = j->epochs;
 	struct plan_node nv;
-	struct plan_orders prov = fc_orders_provider(x->orders);
+	struct plan_orders prov = forecast_orders_provider(x->orders);
 	int rc = plan_node_build(&nv, &x->p, NULL, j->len, sh, 0, E, j->rank_node, k, &j->cap[k],
 				 &j->repl, &prov);
 	if (rc)
 		return rc;
-	struct fc_result *out = x->out;
+	struct forecast_result *out = x->out;
 	out->repl_bytes += nv.repl_bytes;
 	out->repl_count += nv.nrepl;
 	out->repl_min = k == 0 ? nv.repl_bytes : MIN(out->repl_min, nv.repl_bytes);
@@ -188,7 +188,7 @@ static int walk_node(struct run *x, uint32_t k)
 		if (j->rank_node[r] == k)
 			x->ranks[nr++] = r;
 	for (uint64_t e = 0; e < E && rc == 0; e++) {
-		const uint32_t *order = fc_order(x->orders, e);
+		const uint32_t *order = forecast_order(x->orders, e);
 		if (!order) {
 			rc = -ENOMEM;
 			break;
@@ -214,7 +214,7 @@ static int walk_node(struct run *x, uint32_t k)
 static int unread_loads(struct run *x)
 {
 	const struct smp_shape *sh = x->job->sh;
-	const uint32_t *order = fc_order(x->orders, 0);
+	const uint32_t *order = forecast_order(x->orders, 0);
 	if (!order)
 		return -ENOMEM;
 	for (uint64_t pos = MIN(sh->n, sh->per_rank * sh->world); pos < sh->n; pos++) {
@@ -228,14 +228,14 @@ static int unread_loads(struct run *x)
 /* Terms of epoch e from its per-node bytes; fills the sums and maxima. */
 static void epoch_times(struct run *x, uint64_t e)
 {
-	const struct fc_rates *r = x->r;
-	struct fc_epoch *ep = &x->out->ep[e];
+	const struct forecast_rates *r = x->r;
+	struct forecast_epoch *ep = &x->out->ep[e];
 	uint32_t K = x->job->nnodes, readers = 0;
 	uint64_t net = 0, nvme = 0, reads = 0;
 	memset(&ep->sum, 0, sizeof(ep->sum));
 	memset(&ep->max, 0, sizeof(ep->max));
 	for (uint32_t k = 0; k < K; k++) {
-		const struct fc_bytes *b = nb(x, e, k);
+		const struct forecast_bytes *b = nb(x, e, k);
 		const uint64_t *f = &b->reads, *end = (const uint64_t *)(b + 1);
 		uint64_t *s = &ep->sum.reads, *m = &ep->max.reads;
 		for (; f < end; f++, s++, m++) {
@@ -248,29 +248,29 @@ static void epoch_times(struct run *x, uint64_t e)
 		readers += b->pfs + b->pfs_load > 0;
 	}
 	ep->net_max = net;
-	double pfs_bw = fc_pfs_bw(r, readers ? readers : K);
+	double pfs_bw = forecast_pfs_bw(r, readers ? readers : K);
 	uint32_t cores = r->cores ? r->cores : 1;
 	memset(ep->t, 0, sizeof(ep->t));
-	ep->t[FC_COMPUTE] = r->compute_s * (double)x->job->sh->bpe;
+	ep->t[FORECAST_COMPUTE] = r->compute_s * (double)x->job->sh->bpe;
 	if (pfs_bw > 0)
-		ep->t[FC_PFS] = (double)(ep->sum.pfs + ep->sum.pfs_load) / pfs_bw;
+		ep->t[FORECAST_PFS] = (double)(ep->sum.pfs + ep->sum.pfs_load) / pfs_bw;
 	if (r->net_bw > 0)
-		ep->t[FC_NET] = (double)net / r->net_bw;
+		ep->t[FORECAST_NET] = (double)net / r->net_bw;
 	if (r->nvme_bw > 0)
-		ep->t[FC_NVME] = (double)nvme / r->nvme_bw;
-	ep->t[FC_DECODE] = r->decode_s * (double)reads / cores;
+		ep->t[FORECAST_NVME] = (double)nvme / r->nvme_bw;
+	ep->t[FORECAST_DECODE] = r->decode_s * (double)reads / cores;
 	ep->time = 0;
-	ep->bound = FC_COMPUTE;
+	ep->bound = FORECAST_COMPUTE;
 	/* a term binds when it exceeds the others by more than rounding: fills
 	 * sized to the unused time must not make an epoch look net-bound */
-	for (int t = 0; t < FC_NTERMS; t++) {
+	for (int t = 0; t < FORECAST_NTERMS; t++) {
 		if (ep->t[t] > ep->time * (1 + 1e-9)) {
 			ep->time = ep->t[t];
-			ep->bound = (enum fc_term)t;
+			ep->bound = (enum forecast_term)t;
 		}
 	}
-	double opt_bw = fc_pfs_bw(r, K);
-	ep->lb = MAX(ep->t[FC_COMPUTE], ep->t[FC_DECODE]);
+	double opt_bw = forecast_pfs_bw(r, K);
+	ep->lb = MAX(ep->t[FORECAST_COMPUTE], ep->t[FORECAST_DECODE]);
 	if (opt_bw > 0)
 		ep->lb = MAX(ep->lb, (double)ep->pfs_opt / opt_bw);
 }
@@ -283,7 +283,7 @@ static void forced(struct run *x, uint64_t e)
 	uint64_t E = x->job->epochs;
 	for (uint32_t k = 0; k < K; k++) {
 		uint64_t f = x->pend_in[(uint64_t)k * E + e], fr = x->pend_ram[(uint64_t)k * E + e];
-		struct fc_bytes *b = nb(x, e, k);
+		struct forecast_bytes *b = nb(x, e, k);
 		b->ram -= fr;
 		b->nvme -= f - fr;
 		b->nvme_read -= f - fr;
@@ -328,13 +328,13 @@ static void split_owners(struct run *x, uint64_t d, uint64_t take, uint64_t tota
  * the owners load the samples as that epoch runs. */
 static void fills(struct run *x, uint64_t e)
 {
-	const struct fc_job *j = x->job;
+	const struct forecast_job *j = x->job;
 	uint32_t K = j->nnodes;
 	uint64_t E = j->epochs;
-	struct fc_epoch *ep = &x->out->ep[e];
+	struct forecast_epoch *ep = &x->out->ep[e];
 	bool pfs = plan_fill_choose(j->repl.fill, j->repl.pfs_bw, j->repl.net_bw, K) ==
 		   PLAN_FILL_PFS;
-	double pfs_bw = fc_pfs_bw(x->r, K);
+	double pfs_bw = forecast_pfs_bw(x->r, K);
 	double rate = pfs ? pfs_bw : x->r->net_bw;
 	bool unlimited = rate <= 0 || ep->time <= 0;
 	double window = ep->time * (e == 0 ? 0.5 : 1.0);
@@ -342,7 +342,7 @@ static void fills(struct run *x, uint64_t e)
 	uint64_t *y = x->prop;
 	/* what each node would take, earliest due first */
 	for (uint32_t k = 0; k < K; k++) {
-		const struct fc_bytes *b = nb(x, e, k);
+		const struct forecast_bytes *b = nb(x, e, k);
 		double room = pfs ? pfs_room / K
 				  : rate * window - (double)MAX(b->peer_in + b->fill_in,
 								b->peer_out + b->fill_out);
@@ -368,7 +368,7 @@ static void fills(struct run *x, uint64_t e)
 				x->oload[o] += want * (double)x->pend_out[(uint64_t)o * E + d] / total;
 		}
 		for (uint32_t o = 0; o < K; o++) {
-			const struct fc_bytes *b = nb(x, e, o);
+			const struct forecast_bytes *b = nb(x, e, o);
 			double room = rate * window - (double)MAX(b->peer_out + b->fill_out,
 								  b->peer_in + b->fill_in);
 			if (x->oload[o] > 0)
@@ -398,9 +398,9 @@ static void fills(struct run *x, uint64_t e)
 
 static int run_alloc(struct run *x)
 {
-	const struct fc_job *j = x->job;
+	const struct forecast_job *j = x->job;
 	uint64_t E = j->epochs, KE = (uint64_t)j->nnodes * E;
-	struct fc_result *out = x->out;
+	struct forecast_result *out = x->out;
 	out->ep = calloc(E, sizeof(*out->ep));
 	out->node = calloc(KE, sizeof(*out->node));
 	x->ranks = malloc(j->sh->world * sizeof(uint32_t));
@@ -420,7 +420,7 @@ static int run_alloc(struct run *x)
 		return 0;
 	}
 	x->orders = &x->own_orders;
-	return fc_orders_init(&x->own_orders, j->sh, 0, E);
+	return forecast_orders_init(&x->own_orders, j->sh, 0, E);
 }
 
 static void run_free(struct run *x)
@@ -435,11 +435,11 @@ static void run_free(struct run *x)
 	free(x->prop);
 	free(x->oload);
 	if (x->orders == &x->own_orders)
-		fc_orders_free(&x->own_orders);
+		forecast_orders_free(&x->own_orders);
 	plan_free(&x->p);
 }
 
-void fc_result_free(struct fc_result *r)
+void forecast_result_free(struct forecast_result *r)
 {
 	free(r->ep);
 	free(r->node);
@@ -449,11 +449,11 @@ void fc_result_free(struct fc_result *r)
 /* Epoch by epoch: forced first reads, times, fills, times again; sums. */
 static void schedule(struct run *x)
 {
-	const struct fc_job *j = x->job;
-	struct fc_result *out = x->out;
+	const struct forecast_job *j = x->job;
+	struct forecast_result *out = x->out;
 	uint64_t C = MIN(out->dataset, out->capacity);
 	for (uint64_t e = 0; e < j->epochs; e++) {
-		struct fc_epoch *ep = &out->ep[e];
+		struct forecast_epoch *ep = &out->ep[e];
 		ep->pfs_opt = e == 0 ? ep->distinct : (ep->distinct > C ? ep->distinct - C : 0);
 		if (e > 0)
 			forced(x, e);
@@ -469,7 +469,7 @@ static void schedule(struct run *x)
 	}
 }
 
-int fc_run(const struct fc_job *job, const struct fc_rates *r, struct fc_result *out)
+int forecast_run(const struct forecast_job *job, const struct forecast_rates *r, struct forecast_result *out)
 {
 	memset(out, 0, sizeof(*out));
 	int rc = job_check(job);
@@ -496,43 +496,43 @@ int fc_run(const struct fc_job *job, const struct fc_rates *r, struct fc_result 
 		schedule(&x);
 	run_free(&x);
 	if (rc)
-		fc_result_free(out);
+		forecast_result_free(out);
 	return rc;
 }
 
 /* ---- the capacity search ---------------------------------------------------------- */
 
-static int io_free_after_first(const struct fc_job *job, const struct fc_rates *r,
+static int io_free_after_first(const struct forecast_job *job, const struct forecast_rates *r,
 			       struct plan_cap *cap, bool which_nvme, uint64_t bytes, bool *ok)
 {
 	for (uint32_t k = 0; k < job->nnodes; k++) {
 		cap[k] = job->cap[k];
 		*(which_nvme ? &cap[k].nvme : &cap[k].ram) = bytes;
 	}
-	struct fc_job j = *job;
+	struct forecast_job j = *job;
 	j.cap = cap;
-	struct fc_result res;
-	int rc = fc_run(&j, r, &res);
+	struct forecast_result res;
+	int rc = forecast_run(&j, r, &res);
 	if (rc)
 		return rc;
 	*ok = true;
 	for (uint64_t e = 1; e < res.epochs; e++)
-		if (fc_io_bound(&res.ep[e]))
+		if (forecast_io_bound(&res.ep[e]))
 			*ok = false;
-	fc_result_free(&res);
+	forecast_result_free(&res);
 	return 0;
 }
 
-int fc_min_capacity(const struct fc_job *job, const struct fc_rates *r, bool which_nvme,
+int forecast_min_capacity(const struct forecast_job *job, const struct forecast_rates *r, bool which_nvme,
 		    uint64_t tol, uint64_t *bytes, bool *found)
 {
 	int rc = job_check(job);
 	if (rc)
 		return rc;
-	struct fc_orders own;
-	struct fc_job j = *job;
+	struct forecast_orders own;
+	struct forecast_job j = *job;
 	if (!j.orders) {
-		if ((rc = fc_orders_init(&own, job->sh, 0, job->epochs)) != 0)
+		if ((rc = forecast_orders_init(&own, job->sh, 0, job->epochs)) != 0)
 			return rc;
 		j.orders = &own;
 	}
@@ -560,6 +560,6 @@ int fc_min_capacity(const struct fc_job *job, const struct fc_rates *r, bool whi
 	}
 	free(cap);
 	if (j.orders == &own)
-		fc_orders_free(&own);
+		forecast_orders_free(&own);
 	return rc;
 }

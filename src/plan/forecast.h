@@ -7,7 +7,7 @@
  *
  * with the binding term named. The same code serves seer-plan (rates from the
  * command line) and the daemon and `seerctl forecast` (rates it has
- * measured; its own node only: fc_tally_node and fc_node_forecast below):
+ * measured; its own node only: forecast_tally_node and forecast_node_forecast below):
  * everything is a function of the job and the rates.
  *
  * The bytes come from replaying the job's exact access sequence against the
@@ -33,23 +33,23 @@
 /* Every epoch's order of a job, computed on first use and kept (4 n bytes
  * per epoch), so repeated forecasts (the capacity search) and per-node
  * replica selection do not recompute permutations. */
-struct fc_orders {
+struct forecast_orders {
 	const struct smp_shape *sh;
 	uint64_t first, count;    /* epochs first .. first + count - 1 */
 	uint32_t **perm;
 	bool failed;              /* an allocation failed */
 };
 
-int fc_orders_init(struct fc_orders *o, const struct smp_shape *sh, uint64_t first_epoch,
+int forecast_orders_init(struct forecast_orders *o, const struct smp_shape *sh, uint64_t first_epoch,
 		   uint64_t epochs);
-void fc_orders_free(struct fc_orders *o);
+void forecast_orders_free(struct forecast_orders *o);
 /* The provider plan_node_build takes. */
-struct plan_orders fc_orders_provider(struct fc_orders *o);
+struct plan_orders forecast_orders_provider(struct forecast_orders *o);
 /* Order of `epoch` (within the range), or NULL on out of memory. */
-const uint32_t *fc_order(struct fc_orders *o, uint64_t epoch);
+const uint32_t *forecast_order(struct forecast_orders *o, uint64_t epoch);
 
 /* Rates. A zero rate drops its term. */
-struct fc_rates {
+struct forecast_rates {
 	double compute_s;          /* per training step */
 	double pfs_bw;             /* aggregate PFS bytes/s (when npfs == 0) */
 	const double *pfs_clients; /* t(clients): npfs points, clients ascending */
@@ -64,9 +64,9 @@ struct fc_rates {
 /* Aggregate PFS bandwidth with `clients` nodes reading: pfs_bw, or the curve
  * interpolated linearly between its points and held flat outside them (the
  * NoPFS simulator's rule, Böhringer 2021, eq. 4.1). */
-double fc_pfs_bw(const struct fc_rates *r, double clients);
+double forecast_pfs_bw(const struct forecast_rates *r, double clients);
 
-struct fc_job {
+struct forecast_job {
 	const uint64_t *len;        /* sh->n sample sizes */
 	const struct smp_shape *sh;
 	uint64_t epochs;            /* epochs 0 .. epochs - 1 */
@@ -74,14 +74,14 @@ struct fc_job {
 	const uint32_t *rank_node;  /* sh->world entries */
 	const struct plan_cap *cap; /* nnodes entries */
 	struct plan_repl_opts repl;
-	struct fc_orders *orders;   /* optional: shared across runs of the same job */
+	struct forecast_orders *orders;   /* optional: shared across runs of the same job */
 };
 
-enum fc_term { FC_COMPUTE = 0, FC_PFS, FC_NET, FC_NVME, FC_DECODE, FC_NTERMS };
-const char *fc_term_name(enum fc_term t);
+enum forecast_term { FORECAST_COMPUTE = 0, FORECAST_PFS, FORECAST_NET, FORECAST_NVME, FORECAST_DECODE, FORECAST_NTERMS };
+const char *forecast_term_name(enum forecast_term t);
 
 /* One node's bytes in one epoch (or a sum or maximum over nodes). */
-struct fc_bytes {
+struct forecast_bytes {
 	uint64_t reads;       /* samples its trainers read */
 	uint64_t demand;      /* bytes its trainers read */
 	uint64_t ram, nvme;   /* ... served from its own RAM / NVMe */
@@ -98,25 +98,25 @@ struct fc_bytes {
 			       * reads and fills it served */
 };
 
-struct fc_epoch {
-	struct fc_bytes sum, max;  /* over nodes (max field by field) */
+struct forecast_epoch {
+	struct forecast_bytes sum, max;  /* over nodes (max field by field) */
 	uint64_t net_max;          /* most network bytes of one node, one direction,
 				    * fills included */
 	uint64_t distinct;         /* bytes of the distinct samples read */
-	double t[FC_NTERMS];       /* seconds per term */
+	double t[FORECAST_NTERMS];       /* seconds per term */
 	double time;               /* max of the terms */
-	enum fc_term bound;
+	enum forecast_term bound;
 	double lb;                 /* lower bound: max(compute, decode, the
 				    * optimum's PFS bytes / PFS bandwidth) */
 	uint64_t pfs_opt;          /* the optimum's PFS bytes this epoch */
 };
 
-struct fc_result {
+struct forecast_result {
 	uint64_t epochs;
 	uint32_t nnodes;
-	struct fc_epoch *ep;
-	struct fc_bytes *node;     /* epochs x nnodes: node[e * nnodes + k] */
-	struct fc_bytes total;     /* sums over the job */
+	struct forecast_epoch *ep;
+	struct forecast_bytes *node;     /* epochs x nnodes: node[e * nnodes + k] */
+	struct forecast_bytes total;     /* sums over the job */
 	double time, lb;           /* sums over epochs */
 	uint64_t dataset;          /* D */
 	uint64_t capacity;         /* sum of RAM + NVMe */
@@ -128,13 +128,13 @@ struct fc_result {
 };
 
 /* 0, -EINVAL, -ENOMEM, -EOVERFLOW (plan_node_build). */
-int fc_run(const struct fc_job *job, const struct fc_rates *r, struct fc_result *out);
-void fc_result_free(struct fc_result *r);
+int forecast_run(const struct forecast_job *job, const struct forecast_rates *r, struct forecast_result *out);
+void forecast_result_free(struct forecast_result *r);
 
 /* Is an epoch I/O-bound (PFS, network or NVMe binds)? */
-static inline bool fc_io_bound(const struct fc_epoch *e)
+static inline bool forecast_io_bound(const struct forecast_epoch *e)
 {
-	return e->time > 0 && (e->bound == FC_PFS || e->bound == FC_NET || e->bound == FC_NVME);
+	return e->time > 0 && (e->bound == FORECAST_PFS || e->bound == FORECAST_NET || e->bound == FORECAST_NVME);
 }
 
 /* The smallest capacity per node for which no epoch after the first is
@@ -142,16 +142,16 @@ static inline bool fc_io_bound(const struct fc_epoch *e)
  * NVMe as in job->cap (which_nvme false), or NVMe with RAM as in job->cap
  * (true). *found false: not even a whole dataset's worth is enough (then
  * *bytes is that upper end). Capacities of every node are set alike. */
-int fc_min_capacity(const struct fc_job *job, const struct fc_rates *r, bool which_nvme,
+int forecast_min_capacity(const struct forecast_job *job, const struct forecast_rates *r, bool which_nvme,
 		    uint64_t tol, uint64_t *bytes, bool *found);
 
 /* ---- one node's forecast, for a running daemon (src/plan/forecast_node.c) -----
  *
- * fc_run replays every node and keeps every epoch's order: right for the
+ * forecast_run replays every node and keeps every epoch's order: right for the
  * tools, too much for a daemon (461 MiB of orders at ImageNet / 90 epochs).
  * A daemon knows the owner map and its own replica set only, so it
  * forecasts its own node:
- *   - its bytes by source per epoch are exact: the same replay as fc_run's,
+ *   - its bytes by source per epoch are exact: the same replay as forecast_run's,
  *     one epoch order at a time;
  *   - the cluster's PFS bytes are exact (first reads, spills, uncached
  *     samples; replica fills from the PFS are this node's times nodes);
@@ -162,15 +162,15 @@ int fc_min_capacity(const struct fc_job *job, const struct fc_rates *r, bool whi
  *     with replicas off), and they fill from it what it fills from them.
  * Memory: one epoch order (4 n bytes) while tallying, then O(epochs).
  *
- * Two steps: fc_tally_node counts the bytes (no rates: once per plan,
+ * Two steps: forecast_tally_node counts the bytes (no rates: once per plan,
  * O(epochs x n) time, on a thread of its own in the daemon), and
- * fc_node_forecast adds the rates: missed fills, fills placed in the time
+ * forecast_node_forecast adds the rates: missed fills, fills placed in the time
  * each epoch leaves unused, the time terms (O(epochs^2), cheap enough for
  * every request). Epoch i of both is the job's epoch first_epoch + i. */
 
-struct fc_tally_epoch {
-	struct fc_bytes b;         /* this node, every replica filled by its deadline:
-				    * fill_* and peer_out zero (fc_node_forecast
+struct forecast_tally_epoch {
+	struct forecast_bytes b;         /* this node, every replica filled by its deadline:
+				    * fill_* and peer_out zero (forecast_node_forecast
 				    * estimates them) */
 	uint64_t peer_in1;         /* this node's reads owned elsewhere (one copy) */
 	uint64_t peer_out1;        /* peers' reads of samples this node owns (one copy) */
@@ -180,7 +180,7 @@ struct fc_tally_epoch {
 	uint64_t due, due_ram;     /* replica bytes first needed this epoch (in RAM) */
 };
 
-struct fc_tally {
+struct forecast_tally {
 	uint64_t first_epoch, epochs;
 	uint32_t node, nnodes;
 	uint64_t steps;            /* per epoch */
@@ -189,7 +189,7 @@ struct fc_tally {
 	uint64_t owned, owned_nvme; /* bytes this node owns (one copy), on NVMe */
 	uint64_t repl_bytes;
 	bool pfs_fill;             /* replicas filled from the PFS */
-	struct fc_tally_epoch *ep; /* epochs entries */
+	struct forecast_tally_epoch *ep; /* epochs entries */
 };
 
 /* This node's bytes over epochs first_epoch .. first_epoch + epochs - 1 of
@@ -197,27 +197,27 @@ struct fc_tally {
  * replica set nv (NULL: none). len: sample sizes, or NULL to take them from
  * catalog c. cap: every node's capacities (p->nnodes entries). 0, -EINVAL,
  * -ENOMEM (nothing to free then). */
-int fc_tally_node(struct fc_tally *t, const struct plan *p, const struct plan_node *nv,
+int forecast_tally_node(struct forecast_tally *t, const struct plan *p, const struct plan_node *nv,
 		  const struct catalog *c, const uint64_t *len, const struct smp_shape *sh,
 		  uint64_t first_epoch, uint64_t epochs, const uint32_t *rank_node, uint32_t node,
 		  const struct plan_cap *cap);
-void fc_tally_free(struct fc_tally *t);
+void forecast_tally_free(struct forecast_tally *t);
 
-struct fc_node_epoch {
-	struct fc_bytes b;         /* this node's bytes, fills and missed fills
+struct forecast_node_epoch {
+	struct forecast_bytes b;         /* this node's bytes, fills and missed fills
 				    * included (peer_out, fill_out estimated) */
 	uint64_t pfs_all;          /* the cluster's PFS bytes, PFS fills included */
 	uint64_t pfs_opt;          /* the optimum's PFS bytes this epoch */
-	double t[FC_NTERMS];       /* seconds per term */
+	double t[FORECAST_NTERMS];       /* seconds per term */
 	double time;               /* the largest */
-	enum fc_term bound;
+	enum forecast_term bound;
 	double lb;                 /* max(compute, decode, pfs_opt / PFS bandwidth) */
 };
 
 /* The forecast of t with rates r into out (t->epochs entries): per epoch,
  * fills due then that no earlier epoch had room for become the reads that
- * need them, then the terms, then fills into the unused time (as fc_run).
+ * need them, then the terms, then fills into the unused time (as forecast_run).
  * 0 or -ENOMEM. */
-int fc_node_forecast(const struct fc_tally *t, const struct fc_rates *r, struct fc_node_epoch *out);
+int forecast_node_forecast(const struct forecast_tally *t, const struct forecast_rates *r, struct forecast_node_epoch *out);
 
 #endif /* SEER_FORECAST_H */

@@ -1,7 +1,7 @@
 /* forecast, one node (see forecast.h, "one node's forecast"): the daemon's
- * own node, in bounded memory. fc_tally_node runs on whatever thread the
+ * own node, in bounded memory. forecast_tally_node runs on whatever thread the
  * caller gives it (seerd: a thread of its own, reading a plan that no longer
- * changes); fc_node_forecast is a pure function of the tally and the rates.
+ * changes); forecast_node_forecast is a pure function of the tally and the rates.
  * Failure: a negative errno, nothing leaked, the output empty. */
 #include <errno.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 #include "forecast.h"
 #include "../util/util.h"
 
-void fc_tally_free(struct fc_tally *t)
+void forecast_tally_free(struct forecast_tally *t)
 {
 	free(t->ep);
 	memset(t, 0, sizeof(*t));
@@ -23,7 +23,7 @@ static inline uint64_t sample_len(const struct catalog *c, const uint64_t *len, 
 
 /* The job's first read of s in the tally's first epoch, by node j: from the
  * PFS; a sample owned elsewhere (spilled) is loaded by its owner too. */
-static void first_read(struct fc_tally *t, const struct plan *p, struct fc_tally_epoch *ep,
+static void first_read(struct forecast_tally *t, const struct plan *p, struct forecast_tally_epoch *ep,
 		       uint32_t s, uint32_t j, uint64_t len)
 {
 	ep->pfs_all += len;
@@ -40,10 +40,10 @@ static void first_read(struct fc_tally *t, const struct plan *p, struct fc_tally
 }
 
 /* A later read of s by node j (replicas in effect after the first epoch). */
-static void later_read(struct fc_tally *t, const struct plan *p, const struct plan_node *nv,
-		       struct fc_tally_epoch *ep, uint32_t s, uint32_t j, uint64_t len)
+static void later_read(struct forecast_tally *t, const struct plan *p, const struct plan_node *nv,
+		       struct forecast_tally_epoch *ep, uint32_t s, uint32_t j, uint64_t len)
 {
-	struct fc_bytes *b = &ep->b;
+	struct forecast_bytes *b = &ep->b;
 	if (p->tier[s] == PLAN_NONE) {
 		ep->pfs_all += len;
 		if (j == t->node) {
@@ -80,11 +80,11 @@ static void later_read(struct fc_tally *t, const struct plan *p, const struct pl
 }
 
 /* Epoch i of the tally (the job's first_epoch + i) in order `order`. */
-static void tally_epoch(struct fc_tally *t, const struct plan *p, const struct plan_node *nv,
+static void tally_epoch(struct forecast_tally *t, const struct plan *p, const struct plan_node *nv,
 			const struct catalog *c, const uint64_t *len, const struct smp_shape *sh,
 			const uint32_t *rank_node, const uint32_t *order, uint64_t i)
 {
-	struct fc_tally_epoch *ep = &t->ep[i];
+	struct forecast_tally_epoch *ep = &t->ep[i];
 	const uint64_t n = sh->n, W = sh->world, read = sh->per_rank * W;
 	for (uint64_t pos = 0; pos < read; pos++) {
 		if (pos + 16 < read) {
@@ -117,7 +117,7 @@ static void tally_epoch(struct fc_tally *t, const struct plan *p, const struct p
 	}
 }
 
-int fc_tally_node(struct fc_tally *t, const struct plan *p, const struct plan_node *nv,
+int forecast_tally_node(struct forecast_tally *t, const struct plan *p, const struct plan_node *nv,
 		  const struct catalog *c, const uint64_t *len, const struct smp_shape *sh,
 		  uint64_t first_epoch, uint64_t epochs, const uint32_t *rank_node, uint32_t node,
 		  const struct plan_cap *cap)
@@ -151,7 +151,7 @@ int fc_tally_node(struct fc_tally *t, const struct plan *p, const struct plan_no
 	uint32_t *order = malloc(sh->n * sizeof(uint32_t));
 	if (!t->ep || !order) {
 		free(order);
-		fc_tally_free(t);
+		forecast_tally_free(t);
 		return -ENOMEM;
 	}
 	for (uint64_t i = 0; nv && i < nv->nrepl; i++) {
@@ -180,8 +180,8 @@ int fc_tally_node(struct fc_tally *t, const struct plan *p, const struct plan_no
 /* ---- rates ---------------------------------------------------------------------- */
 
 struct sched {
-	const struct fc_tally *t;
-	const struct fc_rates *r;
+	const struct forecast_tally *t;
+	const struct forecast_rates *r;
 	uint64_t *pin, *pram;  /* replica bytes still to fill, by due epoch (and in RAM) */
 	double onv;            /* share of this node's owned bytes on NVMe */
 };
@@ -192,31 +192,31 @@ static uint64_t scaled(uint64_t x, double f)
 }
 
 /* The terms of epoch i from its bytes. */
-static void node_times(const struct sched *x, struct fc_node_epoch *o)
+static void node_times(const struct sched *x, struct forecast_node_epoch *o)
 {
-	const struct fc_rates *r = x->r;
-	const struct fc_bytes *b = &o->b;
+	const struct forecast_rates *r = x->r;
+	const struct forecast_bytes *b = &o->b;
 	double K = x->t->nnodes;
-	double pfs_bw = fc_pfs_bw(r, K);
+	double pfs_bw = forecast_pfs_bw(r, K);
 	memset(o->t, 0, sizeof(o->t));
-	o->t[FC_COMPUTE] = r->compute_s * (double)x->t->steps;
+	o->t[FORECAST_COMPUTE] = r->compute_s * (double)x->t->steps;
 	if (pfs_bw > 0)
-		o->t[FC_PFS] = (double)o->pfs_all / pfs_bw;
+		o->t[FORECAST_PFS] = (double)o->pfs_all / pfs_bw;
 	if (r->net_bw > 0)
-		o->t[FC_NET] = (double)MAX(b->peer_in + b->fill_in, b->peer_out + b->fill_out) /
+		o->t[FORECAST_NET] = (double)MAX(b->peer_in + b->fill_in, b->peer_out + b->fill_out) /
 			       r->net_bw;
 	if (r->nvme_bw > 0)
-		o->t[FC_NVME] = (double)b->nvme_read / r->nvme_bw;
-	o->t[FC_DECODE] = r->decode_s * (double)b->reads / (r->cores ? r->cores : 1);
+		o->t[FORECAST_NVME] = (double)b->nvme_read / r->nvme_bw;
+	o->t[FORECAST_DECODE] = r->decode_s * (double)b->reads / (r->cores ? r->cores : 1);
 	o->time = 0;
-	o->bound = FC_COMPUTE;
-	for (int k = 0; k < FC_NTERMS; k++) {
+	o->bound = FORECAST_COMPUTE;
+	for (int k = 0; k < FORECAST_NTERMS; k++) {
 		if (o->t[k] > o->time * (1 + 1e-9)) {
 			o->time = o->t[k];
-			o->bound = (enum fc_term)k;
+			o->bound = (enum forecast_term)k;
 		}
 	}
-	o->lb = MAX(o->t[FC_COMPUTE], o->t[FC_DECODE]);
+	o->lb = MAX(o->t[FORECAST_COMPUTE], o->t[FORECAST_DECODE]);
 	if (pfs_bw > 0)
 		o->lb = MAX(o->lb, (double)o->pfs_opt / pfs_bw);
 }
@@ -225,12 +225,12 @@ static void node_times(const struct sched *x, struct fc_node_epoch *o)
  * this node's link (the fills it serves estimated equal to those it takes)
  * or on its share of the PFS; all of them without rates; half the time in
  * the first epoch (the owners load the samples as it runs). */
-static void node_fills(struct sched *x, uint64_t i, struct fc_node_epoch *o)
+static void node_fills(struct sched *x, uint64_t i, struct forecast_node_epoch *o)
 {
-	const struct fc_tally *t = x->t;
-	const struct fc_rates *r = x->r;
-	struct fc_bytes *b = &o->b;
-	double K = t->nnodes, pfs_bw = fc_pfs_bw(r, K);
+	const struct forecast_tally *t = x->t;
+	const struct forecast_rates *r = x->r;
+	struct forecast_bytes *b = &o->b;
+	double K = t->nnodes, pfs_bw = forecast_pfs_bw(r, K);
 	double rate = t->pfs_fill ? pfs_bw : r->net_bw;
 	bool unlimited = rate <= 0 || o->time <= 0;
 	double window = o->time * (i == 0 ? 0.5 : 1.0);
@@ -255,7 +255,7 @@ static void node_fills(struct sched *x, uint64_t i, struct fc_node_epoch *o)
 	}
 }
 
-int fc_node_forecast(const struct fc_tally *t, const struct fc_rates *r, struct fc_node_epoch *out)
+int forecast_node_forecast(const struct forecast_tally *t, const struct forecast_rates *r, struct forecast_node_epoch *out)
 {
 	const uint64_t E = t->epochs;
 	struct sched x = { .t = t, .r = r };
@@ -273,8 +273,8 @@ int fc_node_forecast(const struct fc_tally *t, const struct fc_rates *r, struct 
 	}
 	uint64_t C = MIN(t->dataset, t->capacity);
 	for (uint64_t i = 0; i < E; i++) {
-		const struct fc_tally_epoch *te = &t->ep[i];
-		struct fc_node_epoch *o = &out[i];
+		const struct forecast_tally_epoch *te = &t->ep[i];
+		struct forecast_node_epoch *o = &out[i];
 		memset(o, 0, sizeof(*o));
 		o->b = te->b;
 		o->pfs_all = te->pfs_all;

@@ -63,7 +63,7 @@ struct sim {
 	double pfs_free;                  /* the shared PFS (aggregate model) */
 	double rate;                      /* PFS bytes/s per stream or in all */
 	double *ready, *bbytes;           /* rank x (L + 1) ring of batches */
-	struct fc_orders orders;
+	struct forecast_orders orders;
 	struct req *rq;
 	uint64_t nrq, cap_rq;
 	double step_s;                    /* the last step's duration */
@@ -87,7 +87,7 @@ static inline double dur(uint64_t len, double bw)
 {
 	return bw > 0 ? (double)len / bw : 0.0;
 }
-static inline struct fc_bytes *acct(struct sim *x, uint64_t e, uint32_t k)
+static inline struct forecast_bytes *acct(struct sim *x, uint64_t e, uint32_t k)
 {
 	return &x->out->node[e * x->K + k];
 }
@@ -184,7 +184,7 @@ static struct req classify(struct sim *x, uint64_t e, uint64_t pos, uint32_t s, 
 	const struct plan *pl = &x->plan;
 	uint32_t k = x->p->rank_node[r];
 	uint64_t len = x->p->len[s];
-	struct fc_bytes *b = acct(x, e, k);
+	struct forecast_bytes *b = acct(x, e, k);
 	struct req q = { s, r, k, K_PFS, PLAN_NONE, len };
 	b->reads++;
 	b->demand += len;
@@ -217,7 +217,7 @@ static struct req classify(struct sim *x, uint64_t e, uint64_t pos, uint32_t s, 
 	q.kind = K_PEER;
 	q.tier = pl->tier[s];
 	b->peer_in += len;
-	struct fc_bytes *ob = acct(x, e, pl->owner[s]);
+	struct forecast_bytes *ob = acct(x, e, pl->owner[s]);
 	ob->peer_out += len;
 	if (q.tier == PLAN_NVME)
 		ob->nvme_read += len;
@@ -228,7 +228,7 @@ static int classify_batch(struct sim *x, uint64_t g)
 {
 	const struct smp_shape *sh = x->sh;
 	uint64_t e = g / sh->bpe, step = g % sh->bpe;
-	const uint32_t *order = fc_order(&x->orders, e);
+	const uint32_t *order = forecast_order(&x->orders, e);
 	if (!order)
 		return -ENOMEM;
 	uint32_t blen = smp_batch_len(sh, step);
@@ -288,7 +288,7 @@ static int fill_one(struct sim *x, uint32_t k, uint32_t s, uint64_t e, bool pfs)
 		acct(x, e, k)->pfs_load += len;
 	} else {
 		acct(x, e, k)->fill_in += len;
-		struct fc_bytes *ob = acct(x, e, x->plan.owner[s]);
+		struct forecast_bytes *ob = acct(x, e, x->plan.owner[s]);
 		ob->fill_out += len;
 		if (q.tier == PLAN_NVME)
 			ob->nvme_read += len;
@@ -305,7 +305,7 @@ static int pick_fills(struct sim *x, uint32_t k, double a, uint64_t g, uint64_t 
 	struct dnode *d = &x->nd[k];
 	bool pfs = plan_fill_choose(x->p->repl.fill, x->p->repl.pfs_bw, x->p->repl.net_bw, x->K) ==
 		   PLAN_FILL_PFS;
-	double bw = pfs ? fc_pfs_bw(&(struct fc_rates){ .pfs_bw = x->p->pfs_bw,
+	double bw = pfs ? forecast_pfs_bw(&(struct forecast_rates){ .pfs_bw = x->p->pfs_bw,
 							 .pfs_clients = x->p->pfs_clients,
 							 .pfs_curve = x->p->pfs_curve,
 							 .npfs = x->p->npfs }, x->K) / x->K
@@ -365,7 +365,7 @@ static void tail_out(struct sim *x, double a, uint64_t e)
 		prev = upto;
 		d->tail_out -= y;
 		d->tail_onv -= yv;
-		struct fc_bytes *b = acct(x, e, o);
+		struct forecast_bytes *b = acct(x, e, o);
 		b->fill_out += y;
 		b->nvme_read += yv;
 		d->out = MAX(d->out, a) + dur(y, x->p->net_bw);
@@ -383,9 +383,9 @@ static void pfs_rate(struct sim *x, double a)
 		clients += x->nd[k].pfs_now || x->nd[k].pfs_busy > a;
 		x->nd[k].pfs_now = false;
 	}
-	struct fc_rates r = { .pfs_bw = p->pfs_bw, .pfs_clients = p->pfs_clients,
+	struct forecast_rates r = { .pfs_bw = p->pfs_bw, .pfs_clients = p->pfs_clients,
 			      .pfs_curve = p->pfs_curve, .npfs = p->npfs };
-	double agg = fc_pfs_bw(&r, clients ? clients : 1);
+	double agg = forecast_pfs_bw(&r, clients ? clients : 1);
 	if (p->pfs_model == DESSIM_PFS_PER_STREAM) {
 		x->rate = clients ? agg / clients : agg;
 		if (p->pfs_link_bw > 0)
@@ -435,7 +435,7 @@ static void serve(struct sim *x, double a, uint64_t slot)
 static int unread_loads(struct sim *x)
 {
 	const struct smp_shape *sh = x->sh;
-	const uint32_t *order = fc_order(&x->orders, 0);
+	const uint32_t *order = forecast_order(&x->orders, 0);
 	if (!order)
 		return -ENOMEM;
 	for (uint64_t pos = MIN(x->n, sh->per_rank * sh->world); pos < x->n; pos++) {
@@ -557,7 +557,7 @@ static int window_queue(struct sim *x, struct dnode *d, const struct plan_node *
 static int build_replicas(struct sim *x)
 {
 	const struct dessim_params *p = x->p;
-	struct plan_orders prov = fc_orders_provider(&x->orders);
+	struct plan_orders prov = forecast_orders_provider(&x->orders);
 	uint64_t words = x->words * x->K;
 	x->held = calloc(words, sizeof(uint64_t));
 	x->inram = calloc(words, sizeof(uint64_t));
@@ -630,8 +630,8 @@ static int setup(struct sim *x)
 	}
 	for (uint64_t s = 0; s < x->n; s++)
 		x->have[s] = 0;
-	out->mem_bytes = x->n * (sizeof(double) + 11) + out->epochs * x->K * sizeof(struct fc_bytes);
-	int rc = fc_orders_init(&x->orders, x->sh, 0, x->E);
+	out->mem_bytes = x->n * (sizeof(double) + 11) + out->epochs * x->K * sizeof(struct forecast_bytes);
+	int rc = forecast_orders_init(&x->orders, x->sh, 0, x->E);
 	if (rc == 0 && p->policy == DESSIM_SEER)
 		rc = plan_build_lengths(&x->plan, p->len, x->n, x->sh, 0, p->rank_node, x->K, p->cap);
 	if (rc)
@@ -663,7 +663,7 @@ static void teardown(struct sim *x)
 	free(x->inram);
 	free(x->filled);
 	free(x->rq);
-	fc_orders_free(&x->orders);
+	forecast_orders_free(&x->orders);
 	plan_free(&x->plan);
 }
 
@@ -672,9 +672,9 @@ static void finish(struct sim *x)
 {
 	const struct dessim_params *p = x->p;
 	struct dessim_result *out = x->out;
-	struct fc_rates r = { .pfs_bw = p->pfs_bw, .pfs_clients = p->pfs_clients,
+	struct forecast_rates r = { .pfs_bw = p->pfs_bw, .pfs_clients = p->pfs_clients,
 			      .pfs_curve = p->pfs_curve, .npfs = p->npfs };
-	double bw = fc_pfs_bw(&r, x->K);
+	double bw = forecast_pfs_bw(&r, x->K);
 	if (p->pfs_model == DESSIM_PFS_PER_STREAM) {
 		double per = bw / x->K;
 		if (p->pfs_link_bw > 0)
@@ -694,7 +694,7 @@ static void finish(struct sim *x)
 		ep->pfs_opt = e == 0 ? distinct : distinct > C ? distinct - C : 0;
 		double dec = 0;
 		for (uint32_t k = 0; k < x->K; k++) {
-			const struct fc_bytes *b = &out->node[e * x->K + k];
+			const struct forecast_bytes *b = &out->node[e * x->K + k];
 			const uint64_t *f = &b->reads, *end = (const uint64_t *)(b + 1);
 			uint64_t *s = &ep->sum.reads, *m = &ep->max.reads;
 			for (; f < end; f++, s++, m++) {

@@ -70,7 +70,7 @@ struct dessim_params {
 	/* PFS */
 	enum dessim_pfs_model pfs_model;
 	double pfs_bw;                /* aggregate bytes/s when npfs == 0 */
-	const double *pfs_clients;    /* t(clients), as in struct fc_rates */
+	const double *pfs_clients;    /* t(clients), as in struct forecast_rates */
 	const double *pfs_curve;
 	uint32_t npfs;
 	double pfs_link_bw;           /* per node (0: unlimited) */
@@ -91,7 +91,7 @@ struct dessim_epoch {
 	double lb;            /* max(compute, the optimum's PFS bytes /
 			       * t(nodes), decode) */
 	uint64_t pfs_opt;
-	struct fc_bytes sum, max;  /* bytes per node, as in the forecast */
+	struct forecast_bytes sum, max;  /* bytes per node, as in the forecast */
 	uint64_t net_max;     /* most bytes one node sent or received */
 };
 
@@ -99,7 +99,7 @@ struct dessim_result {
 	uint64_t epochs;      /* simulated */
 	uint32_t nnodes;
 	struct dessim_epoch *ep;
-	struct fc_bytes *node;     /* epochs x nnodes */
+	struct forecast_bytes *node;     /* epochs x nnodes */
 	double time, compute, lb;  /* sums */
 	uint64_t reads;
 	uint64_t forced;           /* replica reads that found no fill yet */

@@ -37,7 +37,7 @@ static void check_identities(const struct dessim_result *r)
 	for (uint64_t e = 0; e < r->epochs; e++) {
 		uint64_t in = 0, out = 0, fin = 0, fout = 0;
 		for (uint32_t k = 0; k < r->nnodes; k++) {
-			const struct fc_bytes *b = &r->node[e * r->nnodes + k];
+			const struct forecast_bytes *b = &r->node[e * r->nnodes + k];
 			cr_assert_eq(b->demand, b->ram + b->nvme + b->peer_in + b->pfs);
 			in += b->peer_in;
 			out += b->peer_out;
@@ -163,13 +163,13 @@ Test(dessim, bytes_are_the_forecasts)
 	p.pfs_bw = 1e7;
 	p.nvme_bw = 1e8;
 	struct dessim_result r = drun(&p);
-	struct fc_job j = { .len = t.len, .sh = &t.sh, .epochs = 4, .nnodes = 3,
+	struct forecast_job j = { .len = t.len, .sh = &t.sh, .epochs = 4, .nnodes = 3,
 			    .rank_node = t.rank_node, .cap = t.cap };
-	struct fc_rates none = { 0 };
-	struct fc_result f;
-	cr_assert_eq(fc_run(&j, &none, &f), 0);
+	struct forecast_rates none = { 0 };
+	struct forecast_result f;
+	cr_assert_eq(forecast_run(&j, &none, &f), 0);
 	for (uint64_t i = 0; i < 4 * 3; i++) {
-		const struct fc_bytes *a = &r.node[i], *b = &f.node[i];
+		const struct forecast_bytes *a = &r.node[i], *b = &f.node[i];
 		cr_assert(a->reads == b->reads && a->demand == b->demand && a->ram == b->ram &&
 			  a->nvme == b->nvme && a->peer_in == b->peer_in &&
 			  a->peer_out == b->peer_out && a->pfs == b->pfs &&
@@ -178,7 +178,7 @@ Test(dessim, bytes_are_the_forecasts)
 			  (unsigned long long)(i % 3));
 	}
 	check_identities(&r);
-	fc_result_free(&f);
+	forecast_result_free(&f);
 	dessim_result_free(&r);
 	tjob_free(&t);
 }
@@ -267,7 +267,7 @@ Test(dessim, deterministic_and_bad_input)
 	p.decode_s = 1e-4;
 	p.cores = 2;
 	struct dessim_result a = drun(&p), b = drun(&p);
-	cr_assert_eq(memcmp(a.node, b.node, 3 * 3 * sizeof(struct fc_bytes)), 0);
+	cr_assert_eq(memcmp(a.node, b.node, 3 * 3 * sizeof(struct forecast_bytes)), 0);
 	for (uint64_t e = 0; e < 3; e++)
 		cr_assert(a.ep[e].time == b.ep[e].time);
 	check_identities(&a);
