@@ -260,7 +260,7 @@ static bool ext_try(struct engine *e, struct etask *t)
 	x->kind = TK_EXTENT;
 	x->file = e->cat->samples[t->sample].file;
 	x->need_g = t->need_g;
-	x->io.key = t->io.key;
+	x->io.pq.key = t->io.pq.key;
 	x->mem = xmalloc(p.taken * sizeof(*x->mem));
 	uint64_t lo = UINT64_MAX, hi = 0;
 	for (uint64_t i = p.first; i <= p.last; i++) {
@@ -273,7 +273,7 @@ static bool ext_try(struct engine *e, struct etask *t)
 			m = pf_ram_new(e, s, s, false);
 			m->need_g = t->need_g;
 			m->bg_key = t->bg_key; /* a background trigger's members stay background */
-			m->io.key = t->io.key;
+			m->io.pq.key = t->io.pq.key;
 		}
 		if (e->pfs_q[s] == m->id + 1)
 			e->pfs_q[s] = 0;
@@ -281,8 +281,8 @@ static bool ext_try(struct engine *e, struct etask *t)
 		x->mem[x->nmem++] = m;
 		lo = MIN(lo, e->ext_c[i].lo);
 		hi = MAX(hi, e->ext_c[i].hi);
-		if (m->io.key < x->io.key) {
-			x->io.key = m->io.key;
+		if (m->io.pq.key < x->io.pq.key) {
+			x->io.pq.key = m->io.pq.key;
 			x->need_g = m->need_g;
 		}
 	}
@@ -303,7 +303,7 @@ static void ext_pump(struct engine *e)
 	while (e->next_wait > 0) {
 		uint32_t best = 0;
 		for (uint32_t i = 1; i < e->next_wait; i++)
-			if (e->ext_wait[i]->io.key < e->ext_wait[best]->io.key)
+			if (e->ext_wait[i]->io.pq.key < e->ext_wait[best]->io.pq.key)
 				best = i;
 		struct etask *x = e->ext_wait[best];
 		if (e->ext_mem > 0 && e->ext_mem + x->len > e->cfg->extent_memory)
@@ -324,7 +324,7 @@ static void ext_pump(struct engine *e)
 static int by_key(const void *pa, const void *pb)
 {
 	const struct etask *a = *(struct etask *const *)pa, *b = *(struct etask *const *)pb;
-	return a->io.key < b->io.key ? -1 : a->io.key > b->io.key ? 1
+	return a->io.pq.key < b->io.pq.key ? -1 : a->io.pq.key > b->io.pq.key ? 1
 	       : a->id < b->id ? -1 : a->id > b->id;
 }
 

@@ -10,59 +10,9 @@
 
 #include "util.h"
 
-static bool before(const struct io_task *a, const struct io_task *b)
+static struct io_task *task_of(struct pq_node *n)
 {
-	return a->key < b->key || (a->key == b->key && a->seq < b->seq);
-}
-
-static void heap_set(struct iopool *p, uint32_t i, struct io_task *t)
-{
-	p->heap[i] = t;
-	t->heap_idx = (int32_t)i;
-}
-
-static void sift_up(struct iopool *p, uint32_t i, struct io_task *t)
-{
-	while (i > 0) {
-		uint32_t up = (i - 1) / 2;
-		if (!before(t, p->heap[up]))
-			break;
-		heap_set(p, i, p->heap[up]);
-		i = up;
-	}
-	heap_set(p, i, t);
-}
-
-static void heap_push(struct iopool *p, struct io_task *t)
-{
-	if (p->nheap == p->capheap) {
-		p->capheap = MAX(p->capheap * 2, 256);
-		p->heap = xrealloc(p->heap, p->capheap * sizeof(*p->heap));
-	}
-	sift_up(p, p->nheap++, t);
-}
-
-static struct io_task *heap_pop(struct iopool *p)
-{
-	struct io_task *top = p->heap[0];
-	struct io_task *last = p->heap[--p->nheap];
-	uint32_t i = 0;
-	for (;;) {
-		uint32_t l = 2 * i + 1, r = l + 1, m = i;
-		const struct io_task *best = last;
-		if (l < p->nheap && before(p->heap[l], best))
-			m = l, best = p->heap[l];
-		if (r < p->nheap && before(p->heap[r], best))
-			m = r;
-		if (m == i)
-			break;
-		heap_set(p, i, p->heap[m]);
-		i = m;
-	}
-	if (p->nheap > 0)
-		heap_set(p, i, last);
-	top->heap_idx = -1;
-	return top;
+	return (struct io_task *)((char *)n - offsetof(struct io_task, pq));
 }
 
 _Static_assert(offsetof(struct io_task, link) == 0, "a done task is its hand-off node");
@@ -86,11 +36,11 @@ static void *worker_main(void *arg)
 	void *tls = p->tls_init ? p->tls_init(p->ctx, wa.idx) : NULL;
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
-		while (!p->stop && p->nheap == 0)
+		while (!p->stop && p->queue.n == 0)
 			pthread_cond_wait(&p->cv, &p->mu);
 		if (p->stop)
 			break;
-		struct io_task *t = heap_pop(p);
+		struct io_task *t = task_of(pq_pop(&p->queue));
 		p->running++;
 		pthread_mutex_unlock(&p->mu);
 		t->t_start = now_ns();
@@ -145,10 +95,9 @@ void iopool_submit(struct iopool *p, struct io_task **tasks, uint32_t n)
 	uint64_t t = now_ns();
 	pthread_mutex_lock(&p->mu);
 	for (uint32_t i = 0; i < n; i++) {
-		tasks[i]->heap_idx = -1;
-		tasks[i]->seq = p->seq++;
+		tasks[i]->pq.idx = -1;
 		tasks[i]->t_submit = t;
-		heap_push(p, tasks[i]);
+		pq_push(&p->queue, &tasks[i]->pq);
 	}
 	if (n == 1)
 		pthread_cond_signal(&p->cv);
@@ -160,43 +109,14 @@ void iopool_submit(struct iopool *p, struct io_task **tasks, uint32_t n)
 void iopool_boost(struct iopool *p, struct io_task *t, uint64_t key)
 {
 	pthread_mutex_lock(&p->mu);
-	if (key < t->key) {
-		t->key = key;
-		/* a queued task moves up; otherwise the key is simply kept */
-		if (t->heap_idx >= 0 && (uint32_t)t->heap_idx < p->nheap && p->heap[t->heap_idx] == t)
-			sift_up(p, (uint32_t)t->heap_idx, t);
-	}
+	pq_lower(&p->queue, &t->pq, key);
 	pthread_mutex_unlock(&p->mu);
 }
 
 bool iopool_cancel(struct iopool *p, struct io_task *t)
 {
 	pthread_mutex_lock(&p->mu);
-	bool queued = t->heap_idx >= 0 && (uint32_t)t->heap_idx < p->nheap &&
-		      p->heap[t->heap_idx] == t;
-	if (queued) {
-		uint32_t i = (uint32_t)t->heap_idx;
-		struct io_task *last = p->heap[--p->nheap];
-		if (i < p->nheap) {
-			/* the last one takes t's place, then moves up or down */
-			sift_up(p, i, last);
-			uint32_t at = (uint32_t)last->heap_idx;
-			for (;;) {
-				uint32_t l = 2 * at + 1, r = l + 1, m = at;
-				if (l < p->nheap && before(p->heap[l], p->heap[m]))
-					m = l;
-				if (r < p->nheap && before(p->heap[r], p->heap[m]))
-					m = r;
-				if (m == at)
-					break;
-				struct io_task *x = p->heap[m];
-				heap_set(p, m, last);
-				heap_set(p, at, x);
-				at = m;
-			}
-		}
-		t->heap_idx = -1;
-	}
+	bool queued = pq_remove(&p->queue, &t->pq);
 	pthread_mutex_unlock(&p->mu);
 	return queued;
 }
@@ -209,7 +129,7 @@ struct io_task *iopool_take_done(struct iopool *p)
 uint32_t iopool_pending(struct iopool *p)
 {
 	pthread_mutex_lock(&p->mu);
-	uint32_t n = p->nheap + p->running;
+	uint32_t n = p->queue.n + p->running;
 	pthread_mutex_unlock(&p->mu);
 	return n;
 }
@@ -225,17 +145,15 @@ void iopool_stop(struct iopool *p)
 	for (unsigned i = 0; i < p->nthreads; i++)
 		pthread_join(p->threads[i], NULL);
 	pthread_mutex_lock(&p->mu);
-	while (p->nheap > 0) {
-		struct io_task *t = heap_pop(p);
+	while (p->queue.n > 0) {
+		struct io_task *t = task_of(pq_pop(&p->queue));
 		t->status = -ECANCELED;
 		push_done(p, t);
 	}
 	pthread_mutex_unlock(&p->mu);
 	free(p->threads);
 	p->threads = NULL;
-	free(p->heap);
-	p->heap = NULL;
-	p->capheap = 0;
+	pq_free(&p->queue);
 }
 
 void iopool_destroy(struct iopool *p)

@@ -13,15 +13,14 @@
 #include <stdint.h>
 
 #include "handoff.h"
+#include "pqueue.h"
 
 struct io_task {
 	union {
 		struct io_task *next;     /* done-list link */
 		struct handoff_node link; /* the same, as the done list sees it */
 	};
-	uint64_t key;           /* priority: smaller runs first */
-	uint64_t seq;           /* FIFO tie-break, set by submit */
-	int32_t heap_idx;       /* position while queued, -1 otherwise (pool's) */
+	struct pq_node pq;      /* pq.key: priority, smaller runs first (seq, idx: the pool's) */
 	uint64_t t_submit, t_start, t_end; /* ns, monotonic */
 	int status;             /* set by the exec function */
 	void *user;             /* owned by the submitter */
@@ -35,9 +34,7 @@ typedef void (*io_tls_fini_fn)(void *tls, void *ctx);
 struct iopool {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	struct io_task **heap;
-	uint32_t nheap, capheap;
-	uint64_t seq;
+	struct pqueue queue;    /* queued tasks */
 	struct handoff done;    /* finished tasks, under mu */
 	int done_efd;           /* eventfd: readable when done tasks wait */
 	unsigned nthreads;
