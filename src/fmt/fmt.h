@@ -184,16 +184,16 @@ int zip_local_data_off(const void *buf, size_t len, const struct zip_entry *e,
 #define TFR_FOOTER_LEN 4  /* u32 masked CRC32C of the payload */
 
 /* Payload length of the record whose header starts buf, its CRC checked. */
-int tfr_parse_header(const void *buf, size_t len, uint64_t *payload_len, char *err,
+int tfrecord_parse_header(const void *buf, size_t len, uint64_t *payload_len, char *err,
 		     size_t errlen);
 
-struct tfr_extent {
+struct tfrecord_extent {
 	uint64_t off;        /* of the record header */
 	uint64_t len;        /* whole record: header + payload + footer */
 };
 /* Parse a DALI tfrecord2idx index ("<offset> <size>\n" per record). *out is
  * malloc'd (the caller frees it), NULL when *n is 0. -ENOMEM possible. */
-int tfr_parse_index(const char *buf, size_t len, struct tfr_extent **out, uint64_t *n,
+int tfrecord_parse_index(const char *buf, size_t len, struct tfrecord_extent **out, uint64_t *n,
 		    char *err, size_t errlen);
 
 /* ---- indexed binary ------------------------------------------------------- */
@@ -201,7 +201,7 @@ int tfr_parse_index(const char *buf, size_t len, struct tfr_extent **out, uint64
 /* Check n (offset, size) pairs, little-endian u64 arrays as DLIO writes them to
  * <data>.off.idx and <data>.sz.idx, against a data file of data_size bytes;
  * first is the index of off[0] (for messages). */
-int idx_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
+int indexed_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
 	      char *err, size_t errlen);
 
 /* ---- HDF5 ---------------------------------------------------------------------

@@ -23,7 +23,7 @@
 
 #define fail fmt_fail
 
-int idx_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
+int indexed_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
 	      char *err, size_t errlen)
 {
 	const uint8_t *o = off, *z = sz;
@@ -47,7 +47,7 @@ struct idxfile {
 	uint64_t size;
 };
 
-static int idx_open(struct cat_builder *b, struct idxfile *f, const char *rel, const char *base,
+static int indexed_open(struct cat_builder *b, struct idxfile *f, const char *rel, const char *base,
 		    const char *suffix)
 {
 	f->fd = -1;
@@ -73,7 +73,7 @@ static int idx_open(struct cat_builder *b, struct idxfile *f, const char *rel, c
 
 #define IDX_CHUNK 65536 /* entries read at once */
 
-static int idx_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+static int indexed_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 {
 	(void)fd;
 	const char *rel = cat_builder_path(b, file);
@@ -82,9 +82,9 @@ static int idx_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 	const char *base = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
 	struct idxfile fo, fs;
 	uint8_t *bo = NULL, *bs = NULL;
-	int rc = idx_open(b, &fo, rel, base, ".off.idx");
+	int rc = indexed_open(b, &fo, rel, base, ".off.idx");
 	if (rc == 0)
-		rc = idx_open(b, &fs, rel, base, ".sz.idx");
+		rc = indexed_open(b, &fs, rel, base, ".sz.idx");
 	else
 		fs.fd = -1;
 	if (rc)
@@ -119,7 +119,7 @@ static int idx_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 		}
 		if (rc)
 			goto out;
-		if ((rc = idx_check(bo, bs, cnt, size, i, err, sizeof(err))) != 0) {
+		if ((rc = indexed_check(bo, bs, cnt, size, i, err, sizeof(err))) != 0) {
 			cat_builder_error(b, "%s.off.idx / .sz.idx: %s", base, err);
 			goto out;
 		}
@@ -140,7 +140,7 @@ out:
 }
 
 
-static int idx_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+static int indexed_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
 {
 	int fd = cat_reader_fd(rd, s->file);
 	if (fd < 0)
@@ -153,7 +153,7 @@ static int idx_read(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 	return rc;
 }
 
-static bool idx_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+static bool indexed_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
 		     uint64_t *hi)
 {
 	(void)c;
@@ -163,7 +163,7 @@ static bool idx_span(const struct catalog *c, uint64_t id, const struct cat_samp
 	return *hi > *lo;
 }
 
-static int idx_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+static int indexed_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
 		   const uint8_t *buf, uint64_t off, uint64_t len, void *dst)
 {
 	if (s->offset < off || s->offset - off > len || len - (s->offset - off) < s->length)
@@ -177,8 +177,8 @@ static int idx_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *
 const struct fmt_ops fmt_indexed = {
 	.name = "indexed",
 	.accept = fmt_not_index,
-	.scan = idx_scan,
-	.read = idx_read,
-	.span = idx_span,
-	.cut = idx_cut,
+	.scan = indexed_scan,
+	.read = indexed_read,
+	.span = indexed_span,
+	.cut = indexed_cut,
 };

@@ -1,10 +1,10 @@
 /* Internals of the npz and npy formats, shared by their files:
- *   npy.c       NPY header parser (public: fmt.h)
- *   zip.c       zip structures (public parsers: fmt.h), an archive's member index
- *   member.c    where a member's bytes are, and decoding a range of them
- *   ndview.c    which bytes of an array make sample k; gathering, transposing
- *   npz_scan.c  the catalog scan of .npz and .npy files, and the two fmt_ops
- *   npz_read.c  reading a sample: one pread, or through the decoded-member cache
+ *   npy.c        NPY header parser (public: fmt.h)
+ *   zip.c        zip structures (public parsers: fmt.h), an archive's member index
+ *   npz_member.c where a member's bytes are, and decoding a range of them
+ *   npz_ndview.c which bytes of an array make sample k; gathering, transposing
+ *   npz_scan.c   the catalog scan of .npz and .npy files, and the two fmt_ops
+ *   npz_read.c   reading a sample: one pread, or through the decoded-member cache
  * Not for other modules. Pure helpers unless said otherwise; the scan runs on
  * the catalog-building thread, reads on any reader thread. */
 #ifndef SEER_FMT_NPZ_H

@@ -65,17 +65,17 @@ void *npz_shared_new(const struct catalog *c)
 			 "uncompressed on the first axis", c->root, files, c->fmt->name,
 			 fmt_size(a, sizeof(a), need), fmt_size(b, sizeof(b), limit), a);
 	}
-	return mc_new(limit);
+	return mcache_new(limit);
 }
 
 void npz_shared_free(void *shared)
 {
-	mc_free(shared);
+	mcache_free(shared);
 }
 
 void npz_mem_stats(void *shared, struct fmt_mem_stats *st)
 {
-	mc_stats(shared, st);
+	mcache_stats(shared, st);
 }
 
 uint64_t npz_range_count(uint64_t n, uint64_t sbytes, uint64_t limit)
@@ -248,8 +248,8 @@ static int read_cached(struct cat_reader *rd, uint64_t id, int fd, const struct 
 	struct mcache *mc = rd->cat->fmt_shared;
 	uint64_t first = k / count * count, cnt = MIN(count, a->n - first);
 	uint32_t file = rd->cat->samples[id].file;
-	struct mc_entry *e;
-	int got = mc_acquire(mc, file, (uint32_t)first, (uint32_t)cnt, cnt * a->v.total, &e);
+	struct mcache_entry *e;
+	int got = mcache_acquire(mc, file, (uint32_t)first, (uint32_t)cnt, cnt * a->v.total, &e);
 	if (got == MC_NOFIT)
 		return MC_NOFIT;
 	if (got == MC_LOAD) {
@@ -262,13 +262,13 @@ static int read_cached(struct cat_reader *rd, uint64_t id, int fd, const struct 
 			      : -ENOMEM;
 		free(dsts);
 		if (rc) {
-			mc_abort(mc, e);
+			mcache_abort(mc, e);
 			return rc == SEER_EDATASET ? cat_read_error(rd, id, rc, "%s", err) : rc;
 		}
-		mc_ready(mc, e);
+		mcache_ready(mc, e);
 	}
 	memcpy(dst, e->buf + (k - first) * a->v.total, (size_t)a->v.total);
-	mc_release(mc, e);
+	mcache_release(mc, e);
 	return 0;
 }
 
@@ -289,13 +289,13 @@ int npz_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, voi
 					      "layout: restart seerd to rescan");
 	} else {
 		struct mcache *mc = rd->cat->fmt_shared;
-		uint64_t count = npz_range_count(a.n, a.v.total, mc_limit(mc));
+		uint64_t count = npz_range_count(a.n, a.v.total, mcache_limit(mc));
 		rc = count ? read_cached(rd, id, fd, &a, k, count, dst) : MC_NOFIT;
 		if (rc == MC_NOFIT) {
 			char err[256];
 			const struct npz_src src = { .fd = fd };
 			uint8_t *one = dst;
-			mc_note_streamed(mc);
+			mcache_note_streamed(mc);
 			rc = decode_range(&src, &a, k, 1, &one, false, err, sizeof(err));
 			if (rc == SEER_EDATASET)
 				return cat_read_error(rd, id, rc, "%s", err);

@@ -275,14 +275,14 @@ Test(parsers, mutations_never_crash)
 							   &ze, &doff, err, sizeof(err));
 			}
 		}
-		struct tfr_extent *ix;
+		struct tfrecord_extent *ix;
 		uint64_t nix;
-		rc = tfr_parse_index((const char *)copy, cut, &ix, &nix, err, sizeof(err));
+		rc = tfrecord_parse_index((const char *)copy, cut, &ix, &nix, err, sizeof(err));
 		cr_assert(rc == 0 || rc == SEER_EDATASET);
 		if (rc == 0)
 			free(ix);
 		uint64_t plen;
-		tfr_parse_header(copy, cut, &plen, err, sizeof(err));
+		tfrecord_parse_header(copy, cut, &plen, err, sizeof(err));
 		free(copy);
 	}
 }
