@@ -301,7 +301,7 @@ static void huge_pool(uint64_t *size, uint64_t *nfree, uint64_t *total)
  * pages (docs/results.md, "Huge pages"). */
 static int arena_segment(struct engine *e, uint64_t size, char *err, size_t errlen)
 {
-	enum cfg_coalesce want = cfg_huge_pages(e->cfg);
+	enum config_coalesce want = config_huge_pages(e->cfg);
 	uint64_t hsz, hfree, htot;
 	huge_pool(&hsz, &hfree, &htot);
 	int rc = -ENOMEM;

@@ -168,7 +168,7 @@ static int bcast_big(void *buf, uint64_t len)
 	return 0;
 }
 
-/* The value of `key` ("section.key") in a cfg_dump_job text, or "(unset)". */
+/* The value of `key` ("section.key") in a config_dump_job text, or "(unset)". */
 static void dump_value(const char *dump, const char *key, char *out, size_t outlen)
 {
 	size_t kl = strlen(key);
@@ -209,7 +209,7 @@ int cluster_agree_config(struct cluster *cl, const struct seer_config *cfg, char
 {
 	if (!cl->mpi || cl->nnodes == 1)
 		return 0;
-	uint64_t h = cfg_job_hash(cfg);
+	uint64_t h = config_job_hash(cfg);
 	uint64_t *all = xcalloc(cl->nnodes, sizeof(uint64_t));
 	MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
 	int bad = -1;
@@ -222,7 +222,7 @@ int cluster_agree_config(struct cluster *cl, const struct seer_config *cfg, char
 	if (bad < 0)
 		return 0;
 	char msg[1024] = "";
-	char *dump = cfg_dump_job(cfg);
+	char *dump = config_dump_job(cfg);
 	if ((int)cl->node == bad) {
 		MPI_Send(dump, (int)strlen(dump) + 1, MPI_CHAR, 0, TAG_CFG, MPI_COMM_WORLD);
 	} else if (cl->node == 0) {

@@ -70,7 +70,7 @@ static void xregion_init(struct engine *e)
 void ext_init(struct engine *e)
 {
 	const struct fmt_ops *f = e->cat->fmt;
-	enum cfg_coalesce m = cfg_coalesce(e->cfg);
+	enum config_coalesce m = config_coalesce(e->cfg);
 	bool on = m == CFG_COALESCE_ON ||
 		  (m == CFG_COALESCE_AUTO && (!e->probe.measured || e->probe.coalesce));
 	e->coalesce = on && f->span && (f->cut || f->cut_many);

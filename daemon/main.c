@@ -40,7 +40,7 @@ static void usage(FILE *out)
 		"  -V, --version\n"
 		"\n"
 		"Configuration keys (value types: size takes units such as 512MiB, 64GiB):\n");
-	cfg_help(out);
+	config_help(out);
 }
 
 /* What the command line asked for. */
@@ -86,15 +86,15 @@ static int parse_args(int argc, char **argv, struct args *a)
  * the error in err. */
 static int load_config(struct seer_config *cfg, const struct args *a, char *err, size_t errlen)
 {
-	if (cfg_init(cfg, err, errlen) != 0)
+	if (config_init(cfg, err, errlen) != 0)
 		return -EINVAL;
 	for (int i = 0; i < a->nfiles; i++)
-		if (cfg_load_file(cfg, a->files[i], err, errlen) != 0)
+		if (config_load_file(cfg, a->files[i], err, errlen) != 0)
 			return -EINVAL;
 	for (int i = 0; i < a->nsets; i++)
-		if (cfg_set(cfg, a->sets[i], err, errlen) != 0)
+		if (config_set(cfg, a->sets[i], err, errlen) != 0)
 			return -EINVAL;
-	return cfg_finish(cfg, err, errlen);
+	return config_finish(cfg, err, errlen);
 }
 
 /* Open files: the soft limit up to the hard one (often 1024 of 4096 or
@@ -196,7 +196,7 @@ static int share_probe(const struct seer_config *cfg, const struct catalog *cat,
 {
 	const struct fmt_ops *f = cat->fmt;
 	*probed = false;
-	if (cfg_coalesce(cfg) != CFG_COALESCE_AUTO || cat->nsamples <= cat->nfiles ||
+	if (config_coalesce(cfg) != CFG_COALESCE_AUTO || cat->nsamples <= cat->nfiles ||
 	    !f->span || !(f->cut || f->cut_many) ||
 	    cat->total_bytes / cat->nsamples * 2 > cfg->extent_max)
 		return 0;
@@ -340,7 +340,7 @@ int main(int argc, char **argv)
 	int rc = parse_args(argc, argv, &a), fini = rc;
 	if (rc < 0 && load_config(&cfg, &a, err, sizeof(err)) != 0) {
 		fprintf(stderr, "seerd: %s\n", err);
-		cfg_free(&cfg);
+		config_free(&cfg);
 		rc = 2;
 		fini = 0; /* every node reports it: no MPI abort */
 	}
@@ -356,7 +356,7 @@ int main(int argc, char **argv)
 	log_set_node((int)node);
 	fini = 0;
 	if (a.print) {
-		char *d = cfg_dump(&cfg);
+		char *d = config_dump(&cfg);
 		fputs(d, stdout);
 		free(d);
 		rc = 0;
@@ -377,7 +377,7 @@ int main(int argc, char **argv)
 		}
 		rc = serve(&cfg, cl, node, nnodes, a.check, &fini);
 	}
-	cfg_free(&cfg);
+	config_free(&cfg);
 	cluster_fini(cl, fini);
 	return rc;
 }

@@ -19,7 +19,7 @@
 /* batches a trainer may declare it holds at once without a [job] max_held
  * that large: 16 TorchLoader workers x prefetch 2 + the batch in hand is 33 */
 #define HELD_DECLARED 64
-#define HANDLE_SLOTS 4096 /* the most a client takes (cfg_finish) */
+#define HANDLE_SLOTS 4096 /* the most a client takes (config_finish) */
 
 #include <errno.h>
 #include <stdio.h>
@@ -245,7 +245,7 @@ static int shape_plan(struct engine *e, const struct smp_record *rec, bool from_
 	uint64_t re, rs, *starts = NULL;
 	struct smp_record *saved = NULL;
 	int rc = 0;
-	bool fixed = cfg_resume(cfg, &re, &rs) == 0, resumed = false;
+	bool fixed = config_resume(cfg, &re, &rs) == 0, resumed = false;
 	if (!rec && !from_map && strcmp(cfg->resume, "auto") == 0) {
 		rc = resume_load(e, &saved, &starts, err, errlen);
 		if (rc < 0)
@@ -337,7 +337,7 @@ int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *
 	e->step_stall = xcalloc(e->nsteps, sizeof(float));
 	e->step_count = xcalloc(e->nsteps, sizeof(uint16_t));
 	/* slots for the batches a trainer holds, the lookahead beyond them and
-	 * two in reclaim (cfg_finish keeps this within a client's 4096); a
+	 * two in reclaim (config_finish keeps this within a client's 4096); a
 	 * trainer may declare more held batches at connect (a TorchLoader's
 	 * workers x prefetch + 1): room for HELD_DECLARED of them by default */
 	uint64_t room = MAX(e->cfg->max_held, (uint64_t)HELD_DECLARED);

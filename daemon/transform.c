@@ -294,7 +294,7 @@ int xfs_create(struct engine *e, char *err, size_t errlen)
 {
 	struct xf_params p;
 	char why[400];
-	if (cfg_transform(e->cfg, &p, why, sizeof(why)) != 0) {
+	if (config_transform(e->cfg, &p, why, sizeof(why)) != 0) {
 		snprintf(err, errlen, "%s", why);
 		return SEER_ECONFIG;
 	}

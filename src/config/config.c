@@ -15,13 +15,13 @@
 #include "../xform/xform.h"
 
 
-static void *field(struct seer_config *c, const struct cfg_key *k) { return (char *)c + k->off; }
+static void *field(struct seer_config *c, const struct config_key *k) { return (char *)c + k->off; }
 
-static const struct cfg_key *find_key(const char *section, const char *name)
+static const struct config_key *find_key(const char *section, const char *name)
 {
-	for (size_t i = 0; i < cfg_nkeys; i++)
-		if (strcmp(cfg_keys[i].section, section) == 0 && strcmp(cfg_keys[i].name, name) == 0)
-			return &cfg_keys[i];
+	for (size_t i = 0; i < config_nkeys; i++)
+		if (strcmp(config_keys[i].section, section) == 0 && strcmp(config_keys[i].name, name) == 0)
+			return &config_keys[i];
 	return NULL;
 }
 
@@ -105,7 +105,7 @@ static bool expand_into(const char *s, size_t len, char **out, size_t *olen, siz
 	return true;
 }
 
-char *cfg_expand(const char *s, char *err, size_t errlen)
+char *config_expand(const char *s, char *err, size_t errlen)
 {
 	char *out = NULL;
 	size_t olen = 0, ocap = 0;
@@ -119,7 +119,7 @@ char *cfg_expand(const char *s, char *err, size_t errlen)
 /* ---- setting one key -------------------------------------------------------- */
 
 /* An enum or a log level: 0 if v is one of the key's choices, else -EINVAL and why. */
-static int check_choice(const struct cfg_key *k, const char *v, char *why, size_t whylen)
+static int check_choice(const struct config_key *k, const char *v, char *why, size_t whylen)
 {
 	if (k->type == CFG_LOGLEVEL) {
 		enum log_level l;
@@ -140,7 +140,7 @@ static int check_choice(const struct cfg_key *k, const char *v, char *why, size_
 }
 
 /* A number-typed key (u64, size, bool, double): parsed, range-checked, stored in f. */
-static int set_number(const struct cfg_key *k, void *f, const char *v, char *why, size_t whylen)
+static int set_number(const struct config_key *k, void *f, const char *v, char *why, size_t whylen)
 {
 	int rc;
 	switch (k->type) {
@@ -184,10 +184,10 @@ static int set_number(const struct cfg_key *k, void *f, const char *v, char *why
 	}
 }
 
-static int set_key(struct seer_config *c, const struct cfg_key *k, const char *raw,
+static int set_key(struct seer_config *c, const struct config_key *k, const char *raw,
 		   const char *origin, char *why, size_t whylen)
 {
-	char *v = cfg_expand(raw, why, whylen);
+	char *v = config_expand(raw, why, whylen);
 	if (!v)
 		return -EINVAL;
 	int rc;
@@ -204,32 +204,32 @@ static int set_key(struct seer_config *c, const struct cfg_key *k, const char *r
 	}
 	free(v);
 	if (rc == 0) {
-		size_t idx = (size_t)(k - cfg_keys);
+		size_t idx = (size_t)(k - config_keys);
 		free(c->origin[idx]);
 		c->origin[idx] = xstrdup(origin);
 	}
 	return rc ? -EINVAL : 0;
 }
 
-int cfg_init(struct seer_config *c, char *err, size_t errlen)
+int config_init(struct seer_config *c, char *err, size_t errlen)
 {
 	memset(c, 0, sizeof(*c));
-	c->origin = xcalloc(cfg_nkeys, sizeof(char *));
-	for (size_t i = 0; i < cfg_nkeys; i++) {
+	c->origin = xcalloc(config_nkeys, sizeof(char *));
+	for (size_t i = 0; i < config_nkeys; i++) {
 		char why[256];
-		if (set_key(c, &cfg_keys[i], cfg_keys[i].def, "default", why, sizeof(why)) != 0) {
-			snprintf(err, errlen, "default of [%s] %s: %s", cfg_keys[i].section, cfg_keys[i].name, why);
+		if (set_key(c, &config_keys[i], config_keys[i].def, "default", why, sizeof(why)) != 0) {
+			snprintf(err, errlen, "default of [%s] %s: %s", config_keys[i].section, config_keys[i].name, why);
 			return -EINVAL;
 		}
 	}
 	return 0;
 }
 
-void cfg_free(struct seer_config *c)
+void config_free(struct seer_config *c)
 {
-	for (size_t i = 0; i < cfg_nkeys; i++) {
-		if (cfg_keys[i].type == CFG_STR || cfg_keys[i].type == CFG_ENUM || cfg_keys[i].type == CFG_LOGLEVEL)
-			free(*(char **)field(c, &cfg_keys[i]));
+	for (size_t i = 0; i < config_nkeys; i++) {
+		if (config_keys[i].type == CFG_STR || config_keys[i].type == CFG_ENUM || config_keys[i].type == CFG_LOGLEVEL)
+			free(*(char **)field(c, &config_keys[i]));
 		if (c->origin)
 			free(c->origin[i]);
 	}
@@ -252,7 +252,7 @@ struct ini_ctx {
 /* inih reads the file through this, so that the handler knows its line and
  * a line longer than inih's fixed buffer stops the parse (inih would cut it
  * in two and parse the halves as two lines). */
-static char *cfg_ini_read_line(char *buf, int num, void *stream)
+static char *config_ini_read_line(char *buf, int num, void *stream)
 {
 	struct ini_ctx *x = stream;
 	if (x->too_long || !fgets(buf, num, x->f))
@@ -270,7 +270,7 @@ static char *cfg_ini_read_line(char *buf, int num, void *stream)
 	return buf;
 }
 
-static int cfg_ini_handler(void *user, const char *section, const char *name, const char *value)
+static int config_ini_handler(void *user, const char *section, const char *name, const char *value)
 {
 	struct ini_ctx *x = user;
 	if (x->failed)
@@ -281,11 +281,11 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
 		x->fail_line = x->line;
 		return 0;
 	}
-	const struct cfg_key *k = find_key(section, name);
+	const struct config_key *k = find_key(section, name);
 	if (!k) {
 		bool sec_known = false;
-		for (size_t i = 0; i < cfg_nkeys; i++)
-			sec_known |= strcmp(cfg_keys[i].section, section) == 0;
+		for (size_t i = 0; i < config_nkeys; i++)
+			sec_known |= strcmp(config_keys[i].section, section) == 0;
 		if (sec_known)
 			snprintf(x->msg, sizeof(x->msg),
 				 "unknown key '%s' in [%s] (seerd --help lists the keys)", name, section);
@@ -309,7 +309,7 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
 	return 1;
 }
 
-int cfg_load_file(struct seer_config *c, const char *path, char *err, size_t errlen)
+int config_load_file(struct seer_config *c, const char *path, char *err, size_t errlen)
 {
 	struct ini_ctx x = { .c = c, .path = path };
 	x.f = fopen(path, "r");
@@ -317,7 +317,7 @@ int cfg_load_file(struct seer_config *c, const char *path, char *err, size_t err
 		snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
 		return -EINVAL;
 	}
-	int line = ini_parse_stream(cfg_ini_read_line, &x, cfg_ini_handler, &x);
+	int line = ini_parse_stream(config_ini_read_line, &x, config_ini_handler, &x);
 	bool io_error = ferror(x.f);
 	fclose(x.f);
 	if (line == -2) {
@@ -346,7 +346,7 @@ int cfg_load_file(struct seer_config *c, const char *path, char *err, size_t err
 	return 0;
 }
 
-int cfg_set(struct seer_config *c, const char *assignment, char *err, size_t errlen)
+int config_set(struct seer_config *c, const char *assignment, char *err, size_t errlen)
 {
 	const char *eq = strchr(assignment, '=');
 	const char *dot = strchr(assignment, '.');
@@ -364,7 +364,7 @@ int cfg_set(struct seer_config *c, const char *assignment, char *err, size_t err
 	section[sl] = '\0';
 	memcpy(name, dot + 1, nl);
 	name[nl] = '\0';
-	const struct cfg_key *k = find_key(section, name);
+	const struct config_key *k = find_key(section, name);
 	if (!k) {
 		snprintf(err, errlen, "--set %s: unknown key %s.%s (seerd --help lists the keys)",
 			 assignment, section, name);
@@ -394,7 +394,7 @@ static int parse_resume(const char *s, uint64_t *e, uint64_t *st)
 	return 0;
 }
 
-int cfg_finish(struct seer_config *c, char *err, size_t errlen)
+int config_finish(struct seer_config *c, char *err, size_t errlen)
 {
 	if (!c->dataset_path || !*c->dataset_path) {
 		snprintf(err, errlen, "[dataset] path is not set: give the dataset directory in the "
@@ -438,7 +438,7 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	struct xf_params xp;
-	int xrc = cfg_transform(c, &xp, err, errlen);
+	int xrc = config_transform(c, &xp, err, errlen);
 	if (xrc)
 		return xrc;
 	if (!*c->socket) {
@@ -462,7 +462,7 @@ int cfg_finish(struct seer_config *c, char *err, size_t errlen)
 	return 0;
 }
 
-int cfg_transform(const struct seer_config *c, struct xf_params *p, char *err, size_t errlen)
+int config_transform(const struct seer_config *c, struct xf_params *p, char *err, size_t errlen)
 {
 	static const char *const names[] = { "decode", "crop", "size", "scale", "ratio",
 					     "normalize", "output", "cache" };
@@ -487,7 +487,7 @@ int cfg_transform(const struct seer_config *c, struct xf_params *p, char *err, s
 	return 0;
 }
 
-static enum cfg_coalesce auto_bool(const char *v)
+static enum config_coalesce auto_bool(const char *v)
 {
 	bool b;
 	if (strcmp(v, "auto") == 0 || parse_bool(v, &b) != 0)
@@ -495,24 +495,24 @@ static enum cfg_coalesce auto_bool(const char *v)
 	return b ? CFG_COALESCE_ON : CFG_COALESCE_OFF;
 }
 
-enum cfg_coalesce cfg_coalesce(const struct seer_config *c)
+enum config_coalesce config_coalesce(const struct seer_config *c)
 {
 	return auto_bool(c->coalesce);
 }
 
-enum cfg_coalesce cfg_huge_pages(const struct seer_config *c)
+enum config_coalesce config_huge_pages(const struct seer_config *c)
 {
 	return auto_bool(c->huge_pages);
 }
 
-int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step)
+int config_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step)
 {
 	if (!*c->resume || strcmp(c->resume, "auto") == 0)
 		return -ENOENT;
 	return parse_resume(c->resume, epoch, step);
 }
 
-static void value_str(const struct seer_config *c, const struct cfg_key *k, char *buf, size_t len)
+static void value_str(const struct seer_config *c, const struct config_key *k, char *buf, size_t len)
 {
 	const void *f = (const char *)c + k->off;
 	switch (k->type) {
@@ -554,15 +554,15 @@ static void text_append(char **out, size_t *len, size_t *cap, const char *line)
 	*len += n;
 }
 
-char *cfg_dump(const struct seer_config *c)
+char *config_dump(const struct seer_config *c)
 {
 	size_t cap = 8192, len = 0;
 	char *out = xmalloc(cap);
 	out[0] = '\0';
 	const char *section = "";
-	for (size_t i = 0; i < cfg_nkeys; i++) {
+	for (size_t i = 0; i < config_nkeys; i++) {
 		char raw[1024], val[1024], line[1400];
-		value_str(c, &cfg_keys[i], raw, sizeof(raw));
+		value_str(c, &config_keys[i], raw, sizeof(raw));
 		/* '$' doubled, so that reading the dump back does not expand it */
 		size_t v = 0;
 		for (const char *r = raw; *r && v + 2 < sizeof(val); r++) {
@@ -572,43 +572,43 @@ char *cfg_dump(const struct seer_config *c)
 		}
 		val[v] = '\0';
 		int n = 0;
-		if (strcmp(section, cfg_keys[i].section) != 0) {
-			section = cfg_keys[i].section;
+		if (strcmp(section, config_keys[i].section) != 0) {
+			section = config_keys[i].section;
 			n = snprintf(line, sizeof(line), "%s[%s]\n", len ? "\n" : "", section);
 		}
-		snprintf(line + n, sizeof(line) - (size_t)n, "%s = %s    ; %s\n", cfg_keys[i].name, val,
+		snprintf(line + n, sizeof(line) - (size_t)n, "%s = %s    ; %s\n", config_keys[i].name, val,
 			 c->origin && c->origin[i] ? c->origin[i] : "default");
 		text_append(&out, &len, &cap, line);
 	}
 	return out;
 }
 
-void cfg_help(FILE *out)
+void config_help(FILE *out)
 {
 	const char *section = "";
-	for (size_t i = 0; i < cfg_nkeys; i++) {
-		if (strcmp(section, cfg_keys[i].section) != 0) {
-			section = cfg_keys[i].section;
+	for (size_t i = 0; i < config_nkeys; i++) {
+		if (strcmp(section, config_keys[i].section) != 0) {
+			section = config_keys[i].section;
 			fprintf(out, "\n[%s]\n", section);
 		}
 		static const char *tn[] = { "string", "integer", "size", "bool", "number", "choice",
 					    "level" };
-		fprintf(out, "  %-18s %-8s default %-12s %s\n", cfg_keys[i].name, tn[cfg_keys[i].type],
-			*cfg_keys[i].def ? cfg_keys[i].def : "\"\"", cfg_keys[i].help);
+		fprintf(out, "  %-18s %-8s default %-12s %s\n", config_keys[i].name, tn[config_keys[i].type],
+			*config_keys[i].def ? config_keys[i].def : "\"\"", config_keys[i].help);
 	}
 }
 
-uint64_t cfg_job_hash(const struct seer_config *c)
+uint64_t config_job_hash(const struct seer_config *c)
 {
 	XXH64_state_t *st = XXH64_createState();
 	XXH64_reset(st, 0x10b5);
-	for (size_t i = 0; i < cfg_nkeys; i++) {
-		if (!cfg_keys[i].job)
+	for (size_t i = 0; i < config_nkeys; i++) {
+		if (!config_keys[i].job)
 			continue;
 		char val[1024];
-		value_str(c, &cfg_keys[i], val, sizeof(val));
-		XXH64_update(st, cfg_keys[i].section, strlen(cfg_keys[i].section) + 1);
-		XXH64_update(st, cfg_keys[i].name, strlen(cfg_keys[i].name) + 1);
+		value_str(c, &config_keys[i], val, sizeof(val));
+		XXH64_update(st, config_keys[i].section, strlen(config_keys[i].section) + 1);
+		XXH64_update(st, config_keys[i].name, strlen(config_keys[i].name) + 1);
 		XXH64_update(st, val, strlen(val) + 1);
 	}
 	uint64_t h = XXH64_digest(st);
@@ -617,28 +617,28 @@ uint64_t cfg_job_hash(const struct seer_config *c)
 }
 
 
-char *cfg_dump_job(const struct seer_config *c)
+char *config_dump_job(const struct seer_config *c)
 {
 	size_t cap = 4096, len = 0;
 	char *out = xmalloc(cap);
 	out[0] = '\0';
-	for (size_t i = 0; i < cfg_nkeys; i++) {
-		if (!cfg_keys[i].job)
+	for (size_t i = 0; i < config_nkeys; i++) {
+		if (!config_keys[i].job)
 			continue;
 		char val[1024], line[1200];
-		value_str(c, &cfg_keys[i], val, sizeof(val));
-		snprintf(line, sizeof(line), "%s.%s = %s\n", cfg_keys[i].section, cfg_keys[i].name,
+		value_str(c, &config_keys[i], val, sizeof(val));
+		snprintf(line, sizeof(line), "%s.%s = %s\n", config_keys[i].section, config_keys[i].name,
 			 val);
 		text_append(&out, &len, &cap, line);
 	}
 	return out;
 }
 
-bool cfg_item(const struct seer_config *c, size_t i, struct cfg_item *out)
+bool config_item(const struct seer_config *c, size_t i, struct config_item *out)
 {
-	if (i >= cfg_nkeys)
+	if (i >= config_nkeys)
 		return false;
-	const struct cfg_key *k = &cfg_keys[i];
+	const struct config_key *k = &config_keys[i];
 	static const char kinds[] = { [CFG_STR] = 's', [CFG_U64] = 'u', [CFG_SIZE] = 'u',
 				      [CFG_BOOL] = 'b', [CFG_DOUBLE] = 'd', [CFG_ENUM] = 's',
 				      [CFG_LOGLEVEL] = 's' };

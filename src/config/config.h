@@ -90,57 +90,57 @@ struct seer_config {
 
 /* Fill with defaults. 0, or an error text in err (a default that does not
  * expand in this environment). */
-int cfg_init(struct seer_config *c, char *err, size_t errlen);
-void cfg_free(struct seer_config *c);
+int config_init(struct seer_config *c, char *err, size_t errlen);
+void config_free(struct seer_config *c);
 
 /* Apply an INI file / a "section.key=value" assignment. 0 or -EINVAL with
  * a message naming the source, line and key in err. */
-int cfg_load_file(struct seer_config *c, const char *path, char *err, size_t errlen);
-int cfg_set(struct seer_config *c, const char *assignment, char *err, size_t errlen);
+int config_load_file(struct seer_config *c, const char *path, char *err, size_t errlen);
+int config_set(struct seer_config *c, const char *assignment, char *err, size_t errlen);
 
 /* Cross-key checks and derived values (socket path from the job id).
  * Call once after all files and --set. */
-int cfg_finish(struct seer_config *c, char *err, size_t errlen);
+int config_finish(struct seer_config *c, char *err, size_t errlen);
 
 /* The effective configuration as INI text with each key's origin (malloc'd);
- * cfg_load_file reads it back to the same values. */
-char *cfg_dump(const struct seer_config *c);
+ * config_load_file reads it back to the same values. */
+char *config_dump(const struct seer_config *c);
 /* Every key with type, default and description. */
-void cfg_help(FILE *out);
+void config_help(FILE *out);
 /* "section.key = value" lines of the keys every node must agree on (malloc'd). */
-char *cfg_dump_job(const struct seer_config *c);
+char *config_dump_job(const struct seer_config *c);
 /* Hash of the keys every node of a job must agree on. */
-uint64_t cfg_job_hash(const struct seer_config *c);
+uint64_t config_job_hash(const struct seer_config *c);
 
 /* Expand ${VAR} and ${VAR:-default} in s. Returns a malloc'd string, or NULL
  * with the reason in err. */
-char *cfg_expand(const char *s, char *err, size_t errlen);
+char *config_expand(const char *s, char *err, size_t errlen);
 
 /* The [transform] section as checked transform parameters. 0, or -EINVAL
  * with "[transform] key: reason" in err. */
 struct xf_params;
-int cfg_transform(const struct seer_config *c, struct xf_params *p, char *err, size_t errlen);
+int config_transform(const struct seer_config *c, struct xf_params *p, char *err, size_t errlen);
 
 /* [prefetch] coalesce: "auto", or on/off in any of the boolean spellings
  * (the key was a boolean before auto). */
-enum cfg_coalesce { CFG_COALESCE_AUTO, CFG_COALESCE_ON, CFG_COALESCE_OFF };
-enum cfg_coalesce cfg_coalesce(const struct seer_config *c);
+enum config_coalesce { CFG_COALESCE_AUTO, CFG_COALESCE_ON, CFG_COALESCE_OFF };
+enum config_coalesce config_coalesce(const struct seer_config *c);
 /* [cache] huge_pages, the same three ways (CFG_COALESCE_* values). */
-enum cfg_coalesce cfg_huge_pages(const struct seer_config *c);
+enum config_coalesce config_huge_pages(const struct seer_config *c);
 
 /* [job] resume as (epoch, step); -ENOENT when unset or "auto". */
-int cfg_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step);
+int config_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step);
 
 /* Key i of the table (0, 1, ... in --help order) with its effective value
- * as text (as cfg_dump writes it, '$' not doubled) and where it was set.
+ * as text (as config_dump writes it, '$' not doubled) and where it was set.
  * kind: 's' text, 'u' unsigned integer (sizes in bytes), 'b' true/false,
  * 'd' number. false past the last key. section/name/origin stay valid as
  * long as c. */
-struct cfg_item {
+struct config_item {
 	const char *section, *name, *origin;
 	char kind;
 	char value[1024];
 };
-bool cfg_item(const struct seer_config *c, size_t i, struct cfg_item *out);
+bool config_item(const struct seer_config *c, size_t i, struct config_item *out);
 
 #endif /* SEER_CONFIG_H */

@@ -7,12 +7,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum cfg_type { CFG_STR, CFG_U64, CFG_SIZE, CFG_BOOL, CFG_DOUBLE, CFG_ENUM, CFG_LOGLEVEL };
+enum config_type { CFG_STR, CFG_U64, CFG_SIZE, CFG_BOOL, CFG_DOUBLE, CFG_ENUM, CFG_LOGLEVEL };
 
-struct cfg_key {
+struct config_key {
 	const char *section;
 	const char *name;
-	enum cfg_type type;
+	enum config_type type;
 	size_t off;
 	const char *def;
 	uint64_t min, max;        /* numbers and sizes */
@@ -21,7 +21,7 @@ struct cfg_key {
 	const char *help;
 };
 
-extern const struct cfg_key cfg_keys[];
-extern const size_t cfg_nkeys;
+extern const struct config_key config_keys[];
+extern const size_t config_nkeys;
 
 #endif

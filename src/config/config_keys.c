@@ -28,7 +28,7 @@ static const char *const coalesce_modes[] = { "auto", "on", "off", "true", "fals
  * them cannot wrap (2^64 - 1 used to round to "0 B") */
 #define SIZEMAX (1ull << 60)
 
-const struct cfg_key cfg_keys[] = {
+const struct config_key config_keys[] = {
 	{ "dataset", "path", CFG_STR, F(dataset_path), "", 0, 0, NULL, false,
 	  "directory holding the dataset (required)" },
 	{ "dataset", "format", CFG_ENUM, F(dataset_format), "files", 0, 0, formats, true,
@@ -195,4 +195,4 @@ const struct cfg_key cfg_keys[] = {
 	  "decoded: shorter side of cached images (0: full size)" },
 };
 
-const size_t cfg_nkeys = ARRAY_SIZE(cfg_keys);
+const size_t config_nkeys = ARRAY_SIZE(config_keys);
