@@ -323,7 +323,7 @@ static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
 	if (!c->take_ahead)
 		c->handed_next = c->next_global;
 	uint64_t epoch, step;
-	smp_tl_pos(&c->tl, c->next_global, &epoch, &step);
+	sampler_tl_pos(&c->tl, c->next_global, &epoch, &step);
 	if (step == 0)
 		c->epoch_marker = true;
 	*out = handle_batch_token(c, idx, d);
@@ -389,7 +389,7 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	if (c->next_global >= c->total)
 		return SEER_EEND;
 	uint64_t ep, st;
-	smp_tl_pos(&c->tl, c->next_global, &ep, &st); /* (an elastic epoch too) */
+	sampler_tl_pos(&c->tl, c->next_global, &ep, &st); /* (an elastic epoch too) */
 	if (ep + 1 < c->w.epochs)
 		prefault_start(c); /* the cold epoch's background prefault, for epochs to come */
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000ull;
@@ -592,11 +592,11 @@ SEER_API int seer_seek(seer_client_t *h, uint64_t epoch, uint64_t step)
 		return rc;
 	if ((rc = consumer_enter(c, "seer_seek")) != 0)
 		goto out;
-	if (epoch >= c->w.epochs || step >= smp_tl_batches(&c->tl, epoch)) {
+	if (epoch >= c->w.epochs || step >= sampler_tl_batches(&c->tl, epoch)) {
 		err_set("seek to epoch %llu step %llu: the job has %llu epochs of %llu steps%s",
 			(unsigned long long)epoch, (unsigned long long)step,
 			(unsigned long long)c->w.epochs,
-			(unsigned long long)smp_tl_batches(&c->tl, epoch),
+			(unsigned long long)sampler_tl_batches(&c->tl, epoch),
 			epoch == c->tl.epoch && c->tl.nb != c->tl.bpe ? " (re-sharded on resume)" : "");
 		rc = -ERANGE;
 		goto done;
@@ -664,7 +664,7 @@ SEER_API int seer_handed(seer_client_t *h, seer_batch_t *b)
 		rc = -ESTALE;
 	} else if (s->global != c->handed_next) {
 		uint64_t e0, s0;
-		smp_tl_pos(&c->tl, c->handed_next, &e0, &s0);
+		sampler_tl_pos(&c->tl, c->handed_next, &e0, &s0);
 		err_set("seer_handed: batch %llu:%llu handed out of order: the next batch to hand "
 			"is %llu:%llu", (unsigned long long)s->epoch, (unsigned long long)s->step,
 			(unsigned long long)e0, (unsigned long long)s0);
@@ -713,7 +713,7 @@ int client_state(struct seer_client *c, uint8_t **buf, size_t *len)
 			return rc;
 	}
 	uint64_t epoch, step;
-	smp_tl_pos(&c->tl, c->handed_next, &epoch, &step);
+	sampler_tl_pos(&c->tl, c->handed_next, &epoch, &step);
 	seer_record_t *r;
 	if ((rc = seer_sampler_record(c->sampler, (uint32_t)c->rank, epoch, step, &r)) < 0)
 		return rc;

@@ -115,11 +115,11 @@ struct seer_client {
 	uint32_t nslots;
 	uint32_t nheld;            /* under `lock` */
 	struct seer_msg_welcome w;
-	struct smp_timeline tl;    /* global batch numbers of the job's plan */
+	struct sampler_timeline tl;    /* global batch numbers of the job's plan */
 	uint8_t *plan_rec;         /* the record the job's plan was made from (or NULL) */
 	size_t plan_rec_len;
 	seer_sampler_t *sampler;   /* that plan, for seer_state (made on first use) */
-	uint64_t total;            /* the job's end (smp_tl_end) */
+	uint64_t total;            /* the job's end (sampler_tl_end) */
 	uint64_t next_global;      /* the batch we expect next (consumer thread) */
 	uint64_t handed_next;      /* the first batch not handed to the user (consumer thread;
 				      next_global unless take_ahead) */

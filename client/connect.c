@@ -480,11 +480,11 @@ static int attach(struct seer_client *c)
 		c->wslots[i] = (const void *)((const uint8_t *)co + co->slots_off + stride * i);
 		c->slots[i].ws = c->wslots[i];
 	}
-	c->tl = (struct smp_timeline){ .bpe = w->batches_per_epoch, .epoch = w->resume_epoch,
+	c->tl = (struct sampler_timeline){ .bpe = w->batches_per_epoch, .epoch = w->resume_epoch,
 				       .nb = w->resume_batches, .epochs = w->epochs };
 	if (c->tl.nb == c->tl.bpe)
 		c->tl.epoch = 0;
-	c->total = smp_tl_end(&c->tl);
+	c->total = sampler_tl_end(&c->tl);
 	if (w->start > c->total) {
 		err_set("seerd starts this rank at batch %llu, past the job's %llu",
 			(unsigned long long)w->start, (unsigned long long)c->total);
@@ -686,7 +686,7 @@ int client_reconnect(struct seer_client *c, uint64_t deadline)
 	if (rc != 0)
 		return rc;
 	uint64_t e0, s0, e1, s1;
-	smp_tl_pos(&c->tl, c->handed_next, &e0, &s0);
+	sampler_tl_pos(&c->tl, c->handed_next, &e0, &s0);
 	struct params p = { .rank = c->rank, .world = c->world, .job = c->job,
 			    .timeout_ms = c->timeout_ms, .epoch = SEER_POS_RESUME, .rec = rec,
 			    .rec_len = len, .reconnect_ms = c->reconnect_ms, .held = c->held,
@@ -708,7 +708,7 @@ int client_reconnect(struct seer_client *c, uint64_t deadline)
 	rc = open_session_wait(n, &p, hs, deadline);
 	free(rec);
 	if (rc == 0) {
-		smp_tl_pos(&n->tl, n->next_global, &e1, &s1);
+		sampler_tl_pos(&n->tl, n->next_global, &e1, &s1);
 		if (e1 != e0 || s1 != s0 || n->w.nsamples != c->w.nsamples ||
 		    n->w.batch_size != c->w.batch_size) {
 			err_set("the restarted seerd at %s resumed rank %d at epoch %llu step %llu, its "

@@ -287,10 +287,10 @@ struct engine {
 	/* == Everything below: the dispatcher's alone. */
 
 	/* job shape (placement.c) */
-	struct smp_shape sh;
-	struct smp_cache smp;
+	struct sampler_shape sh;
+	struct sampler_cache smp;
 	uint32_t world;
-	uint64_t end;            /* the job's last global batch + 1 (smp_tl_end) */
+	uint64_t end;            /* the job's last global batch + 1 (sampler_tl_end) */
 	uint64_t default_start;  /* from [job] resume */
 	bool shape_ready;
 	uint32_t nslots;         /* batch slots per trainer */
@@ -300,8 +300,8 @@ struct engine {
 
 	/* the job's resume plan (jobrec.c): where it starts, the epoch an
 	 * elastic resume re-shards, and the record it was made from */
-	struct smp_resume rs;
-	struct smp_timeline tl;  /* global batch numbers (g) <-> (epoch, step) */
+	struct sampler_resume rs;
+	struct sampler_timeline tl;  /* global batch numbers (g) <-> (epoch, step) */
 	uint8_t *plan_rec;       /* that record, encoded (NULL: a fresh job's plan) */
 	size_t plan_rec_len;
 	uint32_t plan_key;       /* what every node's plan must share (0: plain) */
@@ -448,7 +448,7 @@ void engine_ep_del(struct engine *e, int fd);
 void engine_repin(struct engine *e);          /* place the daemon's threads again */
 
 /* placement.c: the job's shape and the plan */
-int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *rec,
+int place_shape_init(struct engine *e, uint32_t world, const struct sampler_record *rec,
 		     bool from_map, char *err, size_t errlen);
 void place_shape_free(struct engine *e);
 /* another world size: 0 when it may be decided again, else why not */
@@ -609,18 +609,18 @@ struct json_t *st_must(struct json_t *j);           /* out of memory: logged, ab
 struct json_t *st_real(double x, int decimals);     /* rounded; null when not finite */
 
 /* jobrec.c: the job's resume plan and the trainers' checkpoint records */
-struct smp_job jobrec_job(const struct engine *e, uint32_t world);
-int jobrec_decode(struct engine *e, const uint8_t *buf, size_t len, struct smp_record *out,
+struct sampler_job jobrec_job(const struct engine *e, uint32_t world);
+int jobrec_decode(struct engine *e, const uint8_t *buf, size_t len, struct sampler_record *out,
 		  char *msg, size_t msglen);
-int jobrec_plan(struct engine *e, const struct smp_record *rec, char *msg, size_t msglen);
+int jobrec_plan(struct engine *e, const struct sampler_record *rec, char *msg, size_t msglen);
 void jobrec_free(struct engine *e);
-int jobrec_start(struct engine *e, const struct smp_record *rec, uint64_t *g, char *msg,
+int jobrec_start(struct engine *e, const struct sampler_record *rec, uint64_t *g, char *msg,
 		 size_t msglen);
 uint32_t jobrec_batch(struct engine *e, uint32_t rank, uint64_t g, uint32_t *ids);
 void jobrec_pos(const struct engine *e, uint64_t g, uint64_t *epoch, uint64_t *step);
 
 /* resume.c: position files ([job] resume = auto) */
-int resume_load(struct engine *e, struct smp_record **rec, uint64_t **starts, char *msg,
+int resume_load(struct engine *e, struct sampler_record **rec, uint64_t **starts, char *msg,
 		size_t msglen);
 void resume_begin(struct engine *e);
 void resume_note(struct engine *e, struct trainer *t);

@@ -189,7 +189,7 @@ void repl_fill(struct engine *e)
 	const struct plan_node *nv = &e->nv;
 	while (e->repl_next < nv->nrepl && started(e, e->repl_next))
 		e->repl_next++;
-	uint64_t first = smp_tl_g(&e->tl, e->first_epoch, 0);
+	uint64_t first = sampler_tl_g(&e->tl, e->first_epoch, 0);
 	bool waiting = false, any = false;
 	uint64_t end = MIN(nv->nrepl, e->repl_next + REPL_SCAN);
 	for (uint64_t i = e->repl_next; i < end; i++) {

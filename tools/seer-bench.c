@@ -502,14 +502,14 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 		fprintf(stderr, "seer-bench: %s\n", err);
 		return 1;
 	}
-	struct smp_shape sh;
-	if (smp_shape_init(&sh, cat->nsamples, o->seed, (uint32_t)world, o->batch, o->drop_last,
+	struct sampler_shape sh;
+	if (sampler_shape_init(&sh, cat->nsamples, o->seed, (uint32_t)world, o->batch, o->drop_last,
 			   true) != 0 || o->batch > 1024) {
 		fprintf(stderr, "seer-bench: bad batch size for the dataset (max 1024)\n");
 		return 1;
 	}
-	struct smp_cache sc;
-	smp_cache_init(&sc, &sh);
+	struct sampler_cache sc;
+	sampler_cache_init(&sc, &sh);
 	uint64_t total = o->epochs * sh.bpe;
 	unsigned depth = MAX(1u, o->prefetch);
 	struct fjob *jobs = xcalloc(depth, sizeof(*jobs));
@@ -534,7 +534,7 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 		pthread_mutex_lock(&p.mu);
 		while (issued < total && issued < g + depth) {
 			struct fjob *j = &jobs[issued % depth];
-			int n = smp_batch(&sc, issued / sh.bpe, (uint32_t)rank, issued % sh.bpe, ids);
+			int n = sampler_batch(&sc, issued / sh.bpe, (uint32_t)rank, issued % sh.bpe, ids);
 			j->g = issued;
 			j->n = (uint32_t)n;
 			memcpy(j->ids, ids, sizeof(uint32_t) * (size_t)n);
@@ -581,7 +581,7 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 		pthread_join(th[t], NULL);
 	*out = eps;
 	*nep = o->epochs;
-	smp_cache_free(&sc);
+	sampler_cache_free(&sc);
 	cat_free(cat);
 	return 0;
 }

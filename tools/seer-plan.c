@@ -375,7 +375,7 @@ static const char *sz(char *buf, uint64_t b)
 	return fmt_size(buf, 32, b);
 }
 
-static void print_table(const struct opts *o, const struct smp_shape *sh, const struct work *w,
+static void print_table(const struct opts *o, const struct sampler_shape *sh, const struct work *w,
 			uint64_t dataset, uint64_t capacity, double wall)
 {
 	char a[32], b[32], c[32], d[32], e[32];
@@ -467,7 +467,7 @@ static void json_epoch(const struct plansim_epoch *x, uint64_t dataset)
 	       (double)x->pfs / (double)dataset);
 }
 
-static void print_json(const struct opts *o, const struct smp_shape *sh, const struct work *w,
+static void print_json(const struct opts *o, const struct sampler_shape *sh, const struct work *w,
 		       uint64_t dataset, uint64_t capacity, double wall)
 {
 	const struct plansim_result *opt = (o->policies & PLANSIM_BIT(PLANSIM_OPTIMUM)) ?
@@ -742,9 +742,9 @@ int main(int argc, char **argv)
 	if (rc)
 		return rc;
 	double t0 = now_s();
-	struct smp_shape sh;
+	struct sampler_shape sh;
 	uint32_t world = (uint32_t)(o.nodes * o.tpn);
-	rc = smp_shape_init(&sh, o.samples, o.seed, world, (uint32_t)o.batch, o.drop_last, true);
+	rc = sampler_shape_init(&sh, o.samples, o.seed, world, (uint32_t)o.batch, o.drop_last, true);
 	if (rc) {
 		fprintf(stderr, "seer-plan: %s\n", rc == -ERANGE ?
 			"no trainer gets a full batch (too few samples for nodes x trainers x batch)" :

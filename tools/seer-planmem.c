@@ -102,7 +102,7 @@ static void report(uint64_t n, uint64_t size, uint64_t nodes, uint64_t tpn, uint
 /* The node's forecast as seerd makes it: the tally (once, on a thread of its
  * own) and the forecast with rates (per `seerctl forecast`). */
 static int report_forecast(const struct plan *p, const struct plan_node *nv,
-			   const struct catalog *cat, const struct smp_shape *sh, uint64_t epochs,
+			   const struct catalog *cat, const struct sampler_shape *sh, uint64_t epochs,
 			   const uint32_t *rank_node, uint32_t node, const struct plan_cap *cap)
 {
 	long before = peak_kib();
@@ -207,9 +207,9 @@ int main(int argc, char **argv)
 	double t_cat = now_s() - t0;
 	long after_cat = peak_kib();
 
-	struct smp_shape sh;
+	struct sampler_shape sh;
 	uint32_t world = (uint32_t)(nodes * tpn);
-	if (smp_shape_init(&sh, n, seed, world, (uint32_t)batch, false, true)) {
+	if (sampler_shape_init(&sh, n, seed, world, (uint32_t)batch, false, true)) {
 		fprintf(stderr, "seer-planmem: no trainer gets a batch\n");
 		return 2;
 	}

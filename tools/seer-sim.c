@@ -339,7 +339,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 /* ---- runs and output ---------------------------------------------------------- */
 
 struct job {
-	struct smp_shape sh;
+	struct sampler_shape sh;
 	uint64_t *len;
 	uint32_t *rank_node;
 	struct plan_cap *cap;
@@ -434,7 +434,7 @@ static int job_init(struct job *j, const struct opts *o, uint32_t nodes, const u
 	memset(j, 0, sizeof(*j));
 	j->nodes = nodes;
 	uint64_t world = nodes * o->tpn;
-	if (world > UINT32_MAX || smp_shape_init(&j->sh, o->samples, o->seed, (uint32_t)world,
+	if (world > UINT32_MAX || sampler_shape_init(&j->sh, o->samples, o->seed, (uint32_t)world,
 						 (uint32_t)o->batch, false, true)) {
 		fprintf(stderr, "seer-sim: %u nodes x %llu trainers x batch %llu: no trainer gets a "
 			"batch of %llu samples\n", nodes, (unsigned long long)o->tpn,

@@ -13,7 +13,7 @@
 
 /* ---- epoch orders ------------------------------------------------------------ */
 
-int forecast_orders_init(struct forecast_orders *o, const struct smp_shape *sh, uint64_t first_epoch,
+int forecast_orders_init(struct forecast_orders *o, const struct sampler_shape *sh, uint64_t first_epoch,
 		   uint64_t epochs)
 {
 	memset(o, 0, sizeof(*o));
@@ -38,13 +38,13 @@ const uint32_t *forecast_order(struct forecast_orders *o, uint64_t epoch)
 		return NULL;
 	uint32_t **slot = &o->perm[epoch - o->first];
 	if (!*slot) {
-		const struct smp_shape *sh = o->sh;
+		const struct sampler_shape *sh = o->sh;
 		*slot = malloc(sh->n * sizeof(uint32_t));
 		if (!*slot) {
 			o->failed = true;
 			return NULL;
 		}
-		smp_epoch_order(sh, epoch, *slot);
+		sampler_epoch_order(sh, epoch, *slot);
 	}
 	return *slot;
 }
@@ -159,7 +159,7 @@ static void account(struct run *x, struct plan_node *nv, uint64_t e, uint32_t k,
 static int walk_node(struct run *x, uint32_t k)
 {
 	const struct forecast_job *j = x->job;
-	const struct smp_shape *sh = j->sh;
+	const struct sampler_shape *sh = j->sh;
 	const uint64_t E = j->epochs;
 	struct plan_node nv;
 	struct plan_orders prov = forecast_orders_provider(x->orders);
@@ -213,7 +213,7 @@ static int walk_node(struct run *x, uint32_t k)
  * load them from the PFS then. */
 static int unread_loads(struct run *x)
 {
-	const struct smp_shape *sh = x->job->sh;
+	const struct sampler_shape *sh = x->job->sh;
 	const uint32_t *order = forecast_order(x->orders, 0);
 	if (!order)
 		return -ENOMEM;

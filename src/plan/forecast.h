@@ -34,13 +34,13 @@
  * per epoch), so repeated forecasts (the capacity search) and per-node
  * replica selection do not recompute permutations. */
 struct forecast_orders {
-	const struct smp_shape *sh;
+	const struct sampler_shape *sh;
 	uint64_t first, count;    /* epochs first .. first + count - 1 */
 	uint32_t **perm;
 	bool failed;              /* an allocation failed */
 };
 
-int forecast_orders_init(struct forecast_orders *o, const struct smp_shape *sh, uint64_t first_epoch,
+int forecast_orders_init(struct forecast_orders *o, const struct sampler_shape *sh, uint64_t first_epoch,
 		   uint64_t epochs);
 void forecast_orders_free(struct forecast_orders *o);
 /* The provider plan_node_build takes. */
@@ -68,7 +68,7 @@ double forecast_pfs_bw(const struct forecast_rates *r, double clients);
 
 struct forecast_job {
 	const uint64_t *len;        /* sh->n sample sizes */
-	const struct smp_shape *sh;
+	const struct sampler_shape *sh;
 	uint64_t epochs;            /* epochs 0 .. epochs - 1 */
 	uint32_t nnodes;
 	const uint32_t *rank_node;  /* sh->world entries */
@@ -198,7 +198,7 @@ struct forecast_tally {
  * catalog c. cap: every node's capacities (p->nnodes entries). 0, -EINVAL,
  * -ENOMEM (nothing to free then). */
 int forecast_tally_node(struct forecast_tally *t, const struct plan *p, const struct plan_node *nv,
-		  const struct catalog *c, const uint64_t *len, const struct smp_shape *sh,
+		  const struct catalog *c, const uint64_t *len, const struct sampler_shape *sh,
 		  uint64_t first_epoch, uint64_t epochs, const uint32_t *rank_node, uint32_t node,
 		  const struct plan_cap *cap);
 void forecast_tally_free(struct forecast_tally *t);

@@ -81,7 +81,7 @@ static void later_read(struct forecast_tally *t, const struct plan *p, const str
 
 /* Epoch i of the tally (the job's first_epoch + i) in order `order`. */
 static void tally_epoch(struct forecast_tally *t, const struct plan *p, const struct plan_node *nv,
-			const struct catalog *c, const uint64_t *len, const struct smp_shape *sh,
+			const struct catalog *c, const uint64_t *len, const struct sampler_shape *sh,
 			const uint32_t *rank_node, const uint32_t *order, uint64_t i)
 {
 	struct forecast_tally_epoch *ep = &t->ep[i];
@@ -93,7 +93,7 @@ static void tally_epoch(struct forecast_tally *t, const struct plan *p, const st
 			__builtin_prefetch(&p->owner[a]);
 			__builtin_prefetch(c ? (const void *)&c->samples[a].length : &len[a]);
 		}
-		/* padded position pos is rank pos % W's (smp_position) */
+		/* padded position pos is rank pos % W's (sampler_position) */
 		uint32_t s = order[pos < n ? pos : pos % n];
 		uint32_t j = rank_node[pos % W];
 		uint64_t l = sample_len(c, len, s);
@@ -118,7 +118,7 @@ static void tally_epoch(struct forecast_tally *t, const struct plan *p, const st
 }
 
 int forecast_tally_node(struct forecast_tally *t, const struct plan *p, const struct plan_node *nv,
-		  const struct catalog *c, const uint64_t *len, const struct smp_shape *sh,
+		  const struct catalog *c, const uint64_t *len, const struct sampler_shape *sh,
 		  uint64_t first_epoch, uint64_t epochs, const uint32_t *rank_node, uint32_t node,
 		  const struct plan_cap *cap)
 {
@@ -166,7 +166,7 @@ int forecast_tally_node(struct forecast_tally *t, const struct plan *p, const st
 	}
 	for (uint64_t i = 0; i < epochs; i++) {
 		if (sh->shuffle) {
-			smp_permute(sh->seed, first_epoch + i, sh->n, order);
+			sampler_permute(sh->seed, first_epoch + i, sh->n, order);
 		} else {
 			for (uint64_t s = 0; s < sh->n; s++)
 				order[s] = (uint32_t)s;

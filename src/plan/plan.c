@@ -45,7 +45,7 @@ int plan_place(struct plan *p, uint32_t s, uint64_t len, uint32_t node, const st
 	return place(p, s, len, node, cap);
 }
 
-int plan_check_nodes(const struct smp_shape *sh, const uint32_t *rank_node, uint32_t nnodes)
+int plan_check_nodes(const struct sampler_shape *sh, const uint32_t *rank_node, uint32_t nnodes)
 {
 	if (nnodes == 0 || nnodes > UINT16_MAX)
 		return -EINVAL;
@@ -88,7 +88,7 @@ static void spill_pass(struct plan *p, const struct catalog *c, const uint64_t *
 }
 
 static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, uint64_t n,
-		 const struct smp_shape *sh, const struct smp_resume *rs, uint64_t first_epoch,
+		 const struct sampler_shape *sh, const struct sampler_resume *rs, uint64_t first_epoch,
 		 const uint32_t *rank_node, uint32_t nnodes, const struct plan_cap *cap)
 {
 	memset(p, 0, sizeof(*p));
@@ -115,7 +115,7 @@ static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, 
 		plan_free(p);
 		return -ENOMEM;
 	}
-	smp_epoch_order(sh, first_epoch, order); /* n == sh->n, checked above */
+	sampler_epoch_order(sh, first_epoch, order); /* n == sh->n, checked above */
 
 	/* pass 1: walk the first epoch in order of need (step-major, then rank),
 	 * give each sample to the node that reads it first while it has room;
@@ -123,12 +123,12 @@ static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, 
 	bool el = rs && rs->elastic && rs->epoch == first_epoch;
 	uint64_t nb = el ? rs->rsh.bpe : sh->bpe, nspill = 0;
 	for (uint64_t step = 0; step < nb; step++) {
-		uint32_t blen = smp_batch_len(sh, MIN(step, sh->bpe - 1));
+		uint32_t blen = sampler_batch_len(sh, MIN(step, sh->bpe - 1));
 		for (uint32_t r = 0; r < sh->world; r++) {
 			if (el)
-				blen = (uint32_t)smp_resume_batch(rs, order, r, step, ids);
+				blen = (uint32_t)sampler_resume_batch(rs, order, r, step, ids);
 			for (uint32_t i = 0; i < blen; i++) {
-				uint32_t s = el ? ids[i] : smp_at(sh, order, smp_position(sh, r, step, i));
+				uint32_t s = el ? ids[i] : sampler_at(sh, order, sampler_position(sh, r, step, i));
 				if (seen[s])
 					continue;
 				seen[s] = 1;
@@ -152,7 +152,7 @@ static int build(struct plan *p, const struct catalog *c, const uint64_t *lens, 
 	return 0;
 }
 
-int plan_build(struct plan *p, const struct catalog *c, const struct smp_shape *sh,
+int plan_build(struct plan *p, const struct catalog *c, const struct sampler_shape *sh,
 	       uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
 	       const struct plan_cap *cap)
 {
@@ -160,14 +160,14 @@ int plan_build(struct plan *p, const struct catalog *c, const struct smp_shape *
 }
 
 int plan_build_resumed(struct plan *p, const struct catalog *c, const uint64_t *len,
-		       const struct smp_shape *sh, const struct smp_resume *rs, uint64_t first_epoch,
+		       const struct sampler_shape *sh, const struct sampler_resume *rs, uint64_t first_epoch,
 		       const uint32_t *rank_node, uint32_t nnodes, const struct plan_cap *cap)
 {
 	return build(p, len ? NULL : c, len, c->nsamples, sh, rs, first_epoch, rank_node, nnodes,
 		     cap);
 }
 
-int plan_build_lengths(struct plan *p, const uint64_t *len, uint64_t n, const struct smp_shape *sh,
+int plan_build_lengths(struct plan *p, const uint64_t *len, uint64_t n, const struct sampler_shape *sh,
 		       uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
 		       const struct plan_cap *cap)
 {
@@ -219,22 +219,22 @@ static void rsel_free(struct rsel *r)
 	free(r->buf);
 }
 
-static const uint32_t *epoch_order(const struct plan_orders *o, const struct smp_shape *sh,
+static const uint32_t *epoch_order(const struct plan_orders *o, const struct sampler_shape *sh,
 				   uint64_t epoch, uint32_t *scratch)
 {
 	if (o && o->get)
 		return o->get(o->ctx, epoch);
-	smp_epoch_order(sh, epoch, scratch);
+	sampler_epoch_order(sh, epoch, scratch);
 	return scratch;
 }
 
-uint64_t plan_node_reads(const struct smp_shape *sh, const uint32_t *order, const uint32_t *ranks,
+uint64_t plan_node_reads(const struct sampler_shape *sh, const uint32_t *order, const uint32_t *ranks,
 			 uint32_t nranks, uint32_t *smp, uint64_t *pos_out)
 {
 	const uint64_t W = sh->world, n = sh->n, ahead = 2 * W * sh->batch;
 	uint64_t m = 0;
 	for (uint64_t step = 0; step < sh->bpe; step++) {
-		uint32_t blen = smp_batch_len(sh, step);
+		uint32_t blen = sampler_batch_len(sh, step);
 		for (uint32_t k = 0; k < nranks; k++) {
 			uint64_t pos = ranks[k] + W * step * sh->batch;
 			for (uint32_t i = 0; i < blen; i++, pos += W, m++) {
@@ -253,7 +253,7 @@ uint64_t plan_node_reads(const struct smp_shape *sh, const uint32_t *order, cons
  * (epoch, step, rank, position in batch), counting each owned-elsewhere
  * sample's reads and recording its first tick. Candidates come out in order
  * of their first read. */
-static int rsel_walk(struct rsel *r, const struct plan *p, const struct smp_shape *sh,
+static int rsel_walk(struct rsel *r, const struct plan *p, const struct sampler_shape *sh,
 		     uint64_t first_epoch, uint64_t epochs, uint32_t node,
 		     const struct plan_orders *orders)
 {
@@ -266,7 +266,7 @@ static int rsel_walk(struct rsel *r, const struct plan *p, const struct smp_shap
 		uint64_t nread = plan_node_reads(sh, order, r->ranks, r->nranks, r->buf, NULL);
 		uint64_t m = 0;
 		for (uint64_t step = 0; step < sh->bpe; step++) {
-			uint32_t blen = smp_batch_len(sh, step);
+			uint32_t blen = sampler_batch_len(sh, step);
 			for (uint32_t k = 0; k < r->nranks; k++) {
 				for (uint32_t i = 0; i < blen; i++, m++) {
 					if (m + AHEAD < nread) {
@@ -405,7 +405,7 @@ static int node_place(struct plan_node *nv, struct rsel *r, const uint32_t *rank
 /* ready[i]: the step of the first epoch at which the owner first reads the
  * sample, i.e. loads it (position i < n of the epoch order is a sample's
  * first; positions past the read ones are loaded by the end: bpe). */
-static int node_ready(struct plan_node *nv, const struct smp_shape *sh, uint64_t first_epoch,
+static int node_ready(struct plan_node *nv, const struct sampler_shape *sh, uint64_t first_epoch,
 		      const struct plan_orders *orders, uint32_t *scratch)
 {
 	const uint32_t *order = epoch_order(orders, sh, first_epoch, scratch);
@@ -423,7 +423,7 @@ static int node_ready(struct plan_node *nv, const struct smp_shape *sh, uint64_t
 }
 
 int plan_node_build(struct plan_node *nv, const struct plan *p, const struct catalog *c,
-		    const uint64_t *len, const struct smp_shape *sh, uint64_t first_epoch,
+		    const uint64_t *len, const struct sampler_shape *sh, uint64_t first_epoch,
 		    uint64_t epochs, const uint32_t *rank_node, uint32_t node,
 		    const struct plan_cap *cap, const struct plan_repl_opts *o,
 		    const struct plan_orders *orders)

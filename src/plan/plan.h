@@ -53,29 +53,29 @@ struct plan {
 /* Build the plan for a job starting at `first_epoch`. rank_node[r] is the
  * node of trainer rank r (sh->world entries); cap[k] the capacities of node k.
  * 0 or -ENOMEM / -EINVAL. */
-int plan_build(struct plan *p, const struct catalog *c, const struct smp_shape *sh,
+int plan_build(struct plan *p, const struct catalog *c, const struct sampler_shape *sh,
 	       uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
 	       const struct plan_cap *cap);
-struct smp_resume; /* sampler_elastic.h */
+struct sampler_resume; /* sampler_elastic.h */
 /* The same for a resumed job: when first_epoch is the epoch rs re-shards
  * (an elastic resume), its order of need is the re-sharded batches'. len,
  * when not NULL, gives the c->nsamples lengths to place instead of the
  * files' (transform.cache = decoded: the decoded images'). */
 int plan_build_resumed(struct plan *p, const struct catalog *c, const uint64_t *len,
-		       const struct smp_shape *sh, const struct smp_resume *rs, uint64_t first_epoch,
+		       const struct sampler_shape *sh, const struct sampler_resume *rs, uint64_t first_epoch,
 		       const uint32_t *rank_node, uint32_t nnodes, const struct plan_cap *cap);
 void plan_free(struct plan *p);
 
 /* Whether nnodes nodes can carry a plan (1 .. UINT16_MAX: owners are 16-bit)
  * and every one of the sh->world ranks is on one of them: 0 or -EINVAL. */
-int plan_check_nodes(const struct smp_shape *sh, const uint32_t *rank_node, uint32_t nnodes);
+int plan_check_nodes(const struct sampler_shape *sh, const uint32_t *rank_node, uint32_t nnodes);
 /* The plan for coalesced reads (src/plan/plan_group.c): the same inputs, but
  * each file with several samples is cached whole by one owner -- the node
  * whose trainers read most of it in the first epoch, among those with room
  * and within an even share of the files -- which reads it once in large
  * extents and serves the others. Files with one sample, or a catalog of
  * only those: as plan_build. Equally optimal in PFS bytes. */
-int plan_build_files(struct plan *p, const struct catalog *c, const struct smp_shape *sh,
+int plan_build_files(struct plan *p, const struct catalog *c, const struct sampler_shape *sh,
 		     uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
 		     const struct plan_cap *cap);
 /* Place sample s (len bytes) on node: RAM if it fits, else NVMe; 1 when
@@ -83,7 +83,7 @@ int plan_build_files(struct plan *p, const struct catalog *c, const struct smp_s
 int plan_place(struct plan *p, uint32_t s, uint64_t len, uint32_t node, const struct plan_cap *cap);
 
 /* Same as plan_build but from sample lengths alone (for the planner tool). */
-int plan_build_lengths(struct plan *p, const uint64_t *len, uint64_t n, const struct smp_shape *sh,
+int plan_build_lengths(struct plan *p, const uint64_t *len, uint64_t n, const struct sampler_shape *sh,
 		       uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
 		       const struct plan_cap *cap);
 
@@ -173,7 +173,7 @@ struct plan_orders {
  * room: an empty set. 0, -EINVAL, -ENOMEM, or -EOVERFLOW when this node's
  * reads over the job do not fit 32-bit ticks. */
 int plan_node_build(struct plan_node *nv, const struct plan *p, const struct catalog *c,
-		    const uint64_t *len, const struct smp_shape *sh, uint64_t first_epoch,
+		    const uint64_t *len, const struct sampler_shape *sh, uint64_t first_epoch,
 		    uint64_t epochs, const uint32_t *rank_node, uint32_t node,
 		    const struct plan_cap *cap, const struct plan_repl_opts *o,
 		    const struct plan_orders *orders);
@@ -210,7 +210,7 @@ static inline void plan_node_due(const struct plan_node *nv, uint64_t i, uint64_
  * order `order`, in order of need (step, rank, position in the batch), into
  * smp (per_rank * nranks entries) and, if pos is not NULL, their padded
  * positions. Returns the count. */
-uint64_t plan_node_reads(const struct smp_shape *sh, const uint32_t *order, const uint32_t *ranks,
+uint64_t plan_node_reads(const struct sampler_shape *sh, const uint32_t *order, const uint32_t *ranks,
 			 uint32_t nranks, uint32_t *smp, uint64_t *pos);
 
 /* PLAN_FILL_AUTO: PFS when a node's share of the PFS (pfs_bw / nnodes) beats

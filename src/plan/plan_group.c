@@ -52,15 +52,15 @@ static void grp_free(struct grp *g)
 
 /* Walk the first epoch in order of need: per file, its first reader and the
  * bytes each node reads of it; files in order of first need. */
-static void grp_walk(struct grp *g, const struct smp_shape *sh, const uint32_t *order,
+static void grp_walk(struct grp *g, const struct sampler_shape *sh, const uint32_t *order,
 		     const uint32_t *rank_node)
 {
 	const struct catalog *c = g->c;
 	for (uint64_t step = 0; step < sh->bpe; step++) {
-		uint32_t blen = smp_batch_len(sh, step);
+		uint32_t blen = sampler_batch_len(sh, step);
 		for (uint32_t r = 0; r < sh->world; r++) {
 			for (uint32_t i = 0; i < blen; i++) {
-				uint32_t s = smp_at(sh, order, smp_position(sh, r, step, i));
+				uint32_t s = sampler_at(sh, order, sampler_position(sh, r, step, i));
 				uint32_t f = c->samples[s].file, node = rank_node[r];
 				if (g->first_node[f] == UINT32_MAX) {
 					g->first_node[f] = node;
@@ -152,7 +152,7 @@ static void grp_place(struct grp *g, struct plan *p, const struct plan_cap *cap,
 	}
 }
 
-int plan_build_files(struct plan *p, const struct catalog *c, const struct smp_shape *sh,
+int plan_build_files(struct plan *p, const struct catalog *c, const struct sampler_shape *sh,
 		     uint64_t first_epoch, const uint32_t *rank_node, uint32_t nnodes,
 		     const struct plan_cap *cap)
 {
@@ -195,7 +195,7 @@ int plan_build_files(struct plan *p, const struct catalog *c, const struct smp_s
 			g.mix[f] = ++m;
 	}
 	if (sh->shuffle)
-		smp_permute(sh->seed, first_epoch, p->n, order);
+		sampler_permute(sh->seed, first_epoch, p->n, order);
 	else
 		for (uint64_t i = 0; i < p->n; i++)
 			order[i] = (uint32_t)i;

@@ -35,16 +35,16 @@ struct scratch {
 
 /* The samples `rank` reads in [g0, g1), most read first, into x->cand;
  * returns how many, or -ENOMEM. */
-static int64_t rank_candidates(struct scratch *x, const struct catalog *cat, struct smp_cache *smp,
-			       const struct smp_resume *rs, const struct smp_timeline *tl,
+static int64_t rank_candidates(struct scratch *x, const struct catalog *cat, struct sampler_cache *smp,
+			       const struct sampler_resume *rs, const struct sampler_timeline *tl,
 			       uint32_t rank, uint64_t g0, uint64_t g1)
 {
 	memset(x->count, 0, cat->nsamples * sizeof(uint32_t));
 	uint32_t pos = 0, ncand = 0;
 	for (uint64_t g = g0; g < g1; g++) {
 		uint64_t epoch, step;
-		smp_tl_pos(tl, g, &epoch, &step);
-		int m = smp_plan_batch(smp, rs, epoch, rank, step, x->ids);
+		sampler_tl_pos(tl, g, &epoch, &step);
+		int m = sampler_plan_batch(smp, rs, epoch, rank, step, x->ids);
 		if (m < 0)
 			return m;
 		for (int i = 0; i < m; i++) {
@@ -103,9 +103,9 @@ static int take_share(struct plan_nopfs *np, uint32_t k, const struct catalog *c
 	return 0;
 }
 
-int plan_nopfs_build(struct plan_nopfs *np, const struct catalog *cat, struct smp_cache *smp,
-		     const struct smp_shape *sh, const struct smp_resume *rs,
-		     const struct smp_timeline *tl, const uint32_t *ranks, uint32_t nranks,
+int plan_nopfs_build(struct plan_nopfs *np, const struct catalog *cat, struct sampler_cache *smp,
+		     const struct sampler_shape *sh, const struct sampler_resume *rs,
+		     const struct sampler_timeline *tl, const uint32_t *ranks, uint32_t nranks,
 		     uint64_t g0, uint64_t g1, uint64_t cache_cap)
 {
 	memset(np, 0, sizeof(*np));

@@ -36,11 +36,11 @@ struct plan_nopfs {
 /* Place the copies of ranks[0..nranks) over global batches [g0, g1) of the
  * job (numbered by tl, batches from the resume plan rs: sampler_elastic.h) in
  * a RAM cache of cache_cap bytes. 0, or -ENOMEM (np is then empty). */
-struct smp_resume;
-struct smp_timeline;
-int plan_nopfs_build(struct plan_nopfs *np, const struct catalog *cat, struct smp_cache *smp,
-		     const struct smp_shape *sh, const struct smp_resume *rs,
-		     const struct smp_timeline *tl, const uint32_t *ranks, uint32_t nranks,
+struct sampler_resume;
+struct sampler_timeline;
+int plan_nopfs_build(struct plan_nopfs *np, const struct catalog *cat, struct sampler_cache *smp,
+		     const struct sampler_shape *sh, const struct sampler_resume *rs,
+		     const struct sampler_timeline *tl, const uint32_t *ranks, uint32_t nranks,
 		     uint64_t g0, uint64_t g1, uint64_t cache_cap);
 void plan_nopfs_free(struct plan_nopfs *np);
 

@@ -48,7 +48,7 @@ static inline uint64_t rng_below(struct ctr_rng *r, uint64_t range)
 	return (uint64_t)(m >> 64);
 }
 
-void smp_permute(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t *out)
+void sampler_permute(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t *out)
 {
 	struct ctr_rng r = { mix64(mix64(seed ^ 0x5eed5eed5eed5eedull) + (epoch + 1) * GOLDEN), 0 };
 	for (uint64_t i = 0; i < n; i++)
@@ -61,17 +61,17 @@ void smp_permute(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t *out)
 	}
 }
 
-void smp_epoch_order(const struct smp_shape *sh, uint64_t epoch, uint32_t *out)
+void sampler_epoch_order(const struct sampler_shape *sh, uint64_t epoch, uint32_t *out)
 {
 	if (sh->shuffle) {
-		smp_permute(sh->seed, epoch, sh->n, out);
+		sampler_permute(sh->seed, epoch, sh->n, out);
 	} else {
 		for (uint64_t i = 0; i < sh->n; i++)
 			out[i] = (uint32_t)i;
 	}
 }
 
-int smp_shape_init(struct smp_shape *sh, uint64_t n, uint64_t seed, uint32_t world,
+int sampler_shape_init(struct sampler_shape *sh, uint64_t n, uint64_t seed, uint32_t world,
 		   uint32_t batch, bool drop_last, bool shuffle)
 {
 	memset(sh, 0, sizeof(*sh));
@@ -93,14 +93,14 @@ int smp_shape_init(struct smp_shape *sh, uint64_t n, uint64_t seed, uint32_t wor
 	return sh->bpe == 0 ? -ERANGE : 0;
 }
 
-int smp_cache_init(struct smp_cache *c, const struct smp_shape *sh)
+int sampler_cache_init(struct sampler_cache *c, const struct sampler_shape *sh)
 {
 	memset(c, 0, sizeof(*c));
 	c->sh = *sh;
 	for (int i = 0; i < SMP_CACHE_WAYS; i++) {
 		c->perm[i] = malloc(sh->n * sizeof(uint32_t));
 		if (!c->perm[i]) {
-			smp_cache_free(c);
+			sampler_cache_free(c);
 			return -ENOMEM;
 		}
 		c->epoch[i] = UINT64_MAX;
@@ -108,7 +108,7 @@ int smp_cache_init(struct smp_cache *c, const struct smp_shape *sh)
 	return 0;
 }
 
-void smp_cache_free(struct smp_cache *c)
+void sampler_cache_free(struct sampler_cache *c)
 {
 	for (int i = 0; i < SMP_CACHE_WAYS; i++) {
 		free(c->perm[i]);
@@ -116,7 +116,7 @@ void smp_cache_free(struct smp_cache *c)
 	}
 }
 
-const uint32_t *smp_cache_epoch(struct smp_cache *c, uint64_t epoch)
+const uint32_t *sampler_cache_epoch(struct sampler_cache *c, uint64_t epoch)
 {
 	int victim = 0;
 	for (int i = 0; i < SMP_CACHE_WAYS; i++) {
@@ -130,23 +130,23 @@ const uint32_t *smp_cache_epoch(struct smp_cache *c, uint64_t epoch)
 	}
 	if (!c->perm[victim])
 		return NULL;
-	smp_epoch_order(&c->sh, epoch, c->perm[victim]);
+	sampler_epoch_order(&c->sh, epoch, c->perm[victim]);
 	c->epoch[victim] = epoch;
 	c->used[victim] = ++c->tick;
 	return c->perm[victim];
 }
 
-int smp_batch(struct smp_cache *c, uint64_t epoch, uint32_t rank, uint64_t step, uint32_t *ids)
+int sampler_batch(struct sampler_cache *c, uint64_t epoch, uint32_t rank, uint64_t step, uint32_t *ids)
 {
-	const struct smp_shape *sh = &c->sh;
+	const struct sampler_shape *sh = &c->sh;
 	if (rank >= sh->world || step >= sh->bpe)
 		return -ERANGE;
-	const uint32_t *order = smp_cache_epoch(c, epoch);
+	const uint32_t *order = sampler_cache_epoch(c, epoch);
 	if (!order)
 		return -ENOMEM;
-	uint32_t len = smp_batch_len(sh, step);
+	uint32_t len = sampler_batch_len(sh, step);
 	for (uint32_t i = 0; i < len; i++)
-		ids[i] = smp_at(sh, order, smp_position(sh, rank, step, i));
+		ids[i] = sampler_at(sh, order, sampler_position(sh, rank, step, i));
 	return (int)len;
 }
 
@@ -155,21 +155,21 @@ int smp_batch(struct smp_cache *c, uint64_t epoch, uint32_t rank, uint64_t step,
 /* A sampler is the new job's plain order (cache) plus its resume plan (a
  * fresh sampler's plan starts at 0:0 and has no re-sharded epoch). */
 struct seer_sampler {
-	struct smp_cache cache;
-	struct smp_resume rs;
+	struct sampler_cache cache;
+	struct sampler_resume rs;
 	uint32_t *tmp;
 };
 
 struct seer_record {
-	struct smp_record r;
+	struct sampler_record r;
 };
 
-static int sampler_make(const struct smp_job *job, const struct smp_record *rec,
+static int sampler_make(const struct sampler_job *job, const struct sampler_record *rec,
 			seer_sampler_t **out)
 {
 	*out = NULL;
-	struct smp_shape sh;
-	int rc = smp_shape_init(&sh, job->n, job->seed, job->world, job->batch, job->drop_last,
+	struct sampler_shape sh;
+	int rc = sampler_shape_init(&sh, job->n, job->seed, job->world, job->batch, job->drop_last,
 				job->shuffle);
 	if (rc == -EINVAL) {
 		err_set("sampler: nsamples, world and batch must be > 0 and nsamples < 2^32");
@@ -186,9 +186,9 @@ static int sampler_make(const struct smp_job *job, const struct smp_record *rec,
 	s->tmp = malloc(sizeof(uint32_t) * job->batch);
 	if (!s->tmp)
 		goto oom_s;
-	if (smp_cache_init(&s->cache, &sh) != 0)
+	if (sampler_cache_init(&s->cache, &sh) != 0)
 		goto oom_tmp;
-	rc = smp_resume_init(&s->rs, job, rec);
+	rc = sampler_resume_init(&s->rs, job, rec);
 	if (rc < 0) {
 		seer_sampler_free(s);
 		return rc;
@@ -204,10 +204,10 @@ oom:
 	return -ENOMEM;
 }
 
-static struct smp_job job_of(uint64_t nsamples, uint64_t seed, uint32_t world, uint32_t batch,
+static struct sampler_job job_of(uint64_t nsamples, uint64_t seed, uint32_t world, uint32_t batch,
 			     unsigned flags, uint64_t dataset_hash)
 {
-	return (struct smp_job){ .n = nsamples, .seed = seed, .dataset_hash = dataset_hash,
+	return (struct sampler_job){ .n = nsamples, .seed = seed, .dataset_hash = dataset_hash,
 				 .world = world, .batch = batch,
 				 .drop_last = flags & SEER_SAMPLER_DROP_LAST,
 				 .shuffle = !(flags & SEER_SAMPLER_NO_SHUFFLE) };
@@ -216,7 +216,7 @@ static struct smp_job job_of(uint64_t nsamples, uint64_t seed, uint32_t world, u
 SEER_API seer_sampler_t *seer_sampler_new(uint64_t nsamples, uint64_t seed, uint32_t world,
 					  uint32_t batch, unsigned flags)
 {
-	struct smp_job job = job_of(nsamples, seed, world, batch, flags, 0);
+	struct sampler_job job = job_of(nsamples, seed, world, batch, flags, 0);
 	seer_sampler_t *s;
 	return sampler_make(&job, NULL, &s) == 0 ? s : NULL;
 }
@@ -225,8 +225,8 @@ SEER_API void seer_sampler_free(seer_sampler_t *s)
 {
 	if (!s)
 		return;
-	smp_resume_free(&s->rs);
-	smp_cache_free(&s->cache);
+	sampler_resume_free(&s->rs);
+	sampler_cache_free(&s->cache);
 	free(s->tmp);
 	free(s);
 }
@@ -250,12 +250,12 @@ SEER_API int seer_sampler_batch(seer_sampler_t *s, uint64_t epoch, uint32_t rank
 		return -ERANGE;
 	}
 	if (s->rs.elastic && epoch == s->rs.epoch) {
-		const uint32_t *order = smp_cache_epoch(&s->cache, epoch);
+		const uint32_t *order = sampler_cache_epoch(&s->cache, epoch);
 		if (!order)
 			return -ENOMEM;
-		n = smp_resume_batch(&s->rs, order, rank, step, s->tmp);
+		n = sampler_resume_batch(&s->rs, order, rank, step, s->tmp);
 	} else {
-		n = smp_batch(&s->cache, epoch, rank, step, s->tmp);
+		n = sampler_batch(&s->cache, epoch, rank, step, s->tmp);
 	}
 	if (n < 0)
 		err_set("sampler: no batch %llu of rank %u in epoch %llu (%llu batches per epoch, "
@@ -272,7 +272,7 @@ SEER_API int seer_sampler_resume(uint64_t nsamples, uint64_t seed, uint32_t worl
 				 unsigned flags, uint64_t dataset_hash, const seer_record_t *rec,
 				 seer_sampler_t **out)
 {
-	struct smp_job job = job_of(nsamples, seed, world, batch, flags, dataset_hash);
+	struct sampler_job job = job_of(nsamples, seed, world, batch, flags, dataset_hash);
 	return sampler_make(&job, rec ? &rec->r : NULL, out);
 }
 
@@ -284,14 +284,14 @@ SEER_API void seer_sampler_start(const seer_sampler_t *s, uint64_t *epoch, uint6
 
 SEER_API uint64_t seer_sampler_epoch_batches(const seer_sampler_t *s, uint64_t epoch)
 {
-	return smp_resume_batches(&s->rs, &s->cache.sh, epoch);
+	return sampler_resume_batches(&s->rs, &s->cache.sh, epoch);
 }
 
-static int record_out(struct smp_record *r, seer_record_t **out)
+static int record_out(struct sampler_record *r, seer_record_t **out)
 {
 	*out = malloc(sizeof(**out));
 	if (!*out) {
-		smp_record_free(r);
+		sampler_record_free(r);
 		err_set("checkpoint record: out of memory");
 		return -ENOMEM;
 	}
@@ -302,52 +302,52 @@ static int record_out(struct smp_record *r, seer_record_t **out)
 SEER_API int seer_sampler_record(const seer_sampler_t *s, uint32_t rank, uint64_t epoch,
 				 uint64_t steps, seer_record_t **out)
 {
-	struct smp_record r;
+	struct sampler_record r;
 	*out = NULL;
-	int rc = smp_resume_record(&s->rs, &s->cache.sh, rank, epoch, steps, &r);
+	int rc = sampler_resume_record(&s->rs, &s->cache.sh, rank, epoch, steps, &r);
 	return rc < 0 ? rc : record_out(&r, out);
 }
 
 SEER_API int seer_record_check(const seer_record_t *rec, const seer_sampler_t *s)
 {
-	int rc = smp_record_check_job(&rec->r, &s->rs.job);
-	return rc < 0 ? rc : smp_record_validate(&rec->r, NULL);
+	int rc = sampler_record_check_job(&rec->r, &s->rs.job);
+	return rc < 0 ? rc : sampler_record_validate(&rec->r, NULL);
 }
 
 SEER_API int64_t seer_record_encode(const seer_record_t *rec, void *buf, size_t cap)
 {
-	size_t n = smp_record_size(&rec->r);
+	size_t n = sampler_record_size(&rec->r);
 	if (buf && cap >= n)
-		smp_record_encode(&rec->r, buf);
+		sampler_record_encode(&rec->r, buf);
 	return (int64_t)n;
 }
 
 SEER_API int seer_record_decode(const void *buf, size_t len, seer_record_t **out)
 {
-	struct smp_record r;
+	struct sampler_record r;
 	*out = NULL;
 	if (!buf) {
 		err_set("checkpoint record: no bytes");
 		return -EINVAL;
 	}
-	int rc = smp_record_decode(buf, len, &r);
-	if (rc == 0 && (rc = smp_record_validate(&r, NULL)) < 0)
-		smp_record_free(&r);
+	int rc = sampler_record_decode(buf, len, &r);
+	if (rc == 0 && (rc = sampler_record_validate(&r, NULL)) < 0)
+		sampler_record_free(&r);
 	return rc < 0 ? rc : record_out(&r, out);
 }
 
 SEER_API int seer_record_merge(const seer_record_t *const *recs, size_t n, seer_record_t **out)
 {
 	*out = NULL;
-	const struct smp_record **in = calloc(n ? n : 1, sizeof(*in));
+	const struct sampler_record **in = calloc(n ? n : 1, sizeof(*in));
 	if (!in) {
 		err_set("checkpoint records: out of memory");
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++)
 		in[i] = &recs[i]->r;
-	struct smp_record r;
-	int rc = smp_record_merge(in, n, &r);
+	struct sampler_record r;
+	int rc = sampler_record_merge(in, n, &r);
 	free(in);
 	return rc < 0 ? rc : record_out(&r, out);
 }
@@ -359,13 +359,13 @@ SEER_API uint64_t seer_record_epoch(const seer_record_t *rec)
 
 SEER_API void seer_record_describe(const seer_record_t *rec, char *buf, size_t len)
 {
-	smp_record_describe(&rec->r, buf, len);
+	sampler_record_describe(&rec->r, buf, len);
 }
 
 SEER_API void seer_record_free(seer_record_t *rec)
 {
 	if (!rec)
 		return;
-	smp_record_free(&rec->r);
+	sampler_record_free(&rec->r);
 	free(rec);
 }

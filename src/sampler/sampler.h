@@ -18,9 +18,9 @@
 #include <stdint.h>
 
 /* Writes the permutation of epoch `epoch` into out[0..n). */
-void smp_permute(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t *out);
+void sampler_permute(uint64_t seed, uint64_t epoch, uint64_t n, uint32_t *out);
 
-struct smp_shape {
+struct sampler_shape {
 	uint64_t n;          /* samples in the dataset */
 	uint64_t seed;
 	uint32_t world;      /* trainers */
@@ -33,15 +33,15 @@ struct smp_shape {
 
 /* Fills the derived fields; -EINVAL when an argument is zero or the ids do
  * not fit 32 bits, -ERANGE when no rank would get a single batch. */
-int smp_shape_init(struct smp_shape *sh, uint64_t n, uint64_t seed, uint32_t world,
+int sampler_shape_init(struct sampler_shape *sh, uint64_t n, uint64_t seed, uint32_t world,
 		   uint32_t batch, bool drop_last, bool shuffle);
 
 /* Writes epoch `epoch`'s order into out[0..sh->n): the permutation, or the
  * identity without shuffle. */
-void smp_epoch_order(const struct smp_shape *sh, uint64_t epoch, uint32_t *out);
+void sampler_epoch_order(const struct sampler_shape *sh, uint64_t epoch, uint32_t *out);
 
 /* Samples in batch `step` (< bpe). */
-static inline uint32_t smp_batch_len(const struct smp_shape *sh, uint64_t step)
+static inline uint32_t sampler_batch_len(const struct sampler_shape *sh, uint64_t step)
 {
 	uint64_t first = step * sh->batch;
 	uint64_t left = sh->per_rank - first;
@@ -49,7 +49,7 @@ static inline uint32_t smp_batch_len(const struct smp_shape *sh, uint64_t step)
 }
 
 /* Position in the padded epoch order of sample i of batch `step` of `rank`. */
-static inline uint64_t smp_position(const struct smp_shape *sh, uint32_t rank, uint64_t step,
+static inline uint64_t sampler_position(const struct sampler_shape *sh, uint32_t rank, uint64_t step,
 				    uint32_t i)
 {
 	return (uint64_t)rank + (uint64_t)sh->world * (step * sh->batch + i);
@@ -59,8 +59,8 @@ static inline uint64_t smp_position(const struct smp_shape *sh, uint32_t rank, u
  * once (the end of one, the start of the next) does not recompute them.
  * Not thread-safe. */
 #define SMP_CACHE_WAYS 3
-struct smp_cache {
-	struct smp_shape sh;
+struct sampler_cache {
+	struct sampler_shape sh;
 	uint32_t *perm[SMP_CACHE_WAYS];
 	uint64_t epoch[SMP_CACHE_WAYS];
 	uint64_t used[SMP_CACHE_WAYS];
@@ -68,20 +68,20 @@ struct smp_cache {
 };
 
 /* 0 or -ENOMEM. */
-int smp_cache_init(struct smp_cache *c, const struct smp_shape *sh);
-void smp_cache_free(struct smp_cache *c);
+int sampler_cache_init(struct sampler_cache *c, const struct sampler_shape *sh);
+void sampler_cache_free(struct sampler_cache *c);
 /* The epoch's order (n entries), or NULL on out of memory. Valid until the
  * next call that asks for an epoch not cached. */
-const uint32_t *smp_cache_epoch(struct smp_cache *c, uint64_t epoch);
+const uint32_t *sampler_cache_epoch(struct sampler_cache *c, uint64_t epoch);
 
 /* Sample id at padded position `pos` of an epoch order. */
-static inline uint32_t smp_at(const struct smp_shape *sh, const uint32_t *order, uint64_t pos)
+static inline uint32_t sampler_at(const struct sampler_shape *sh, const uint32_t *order, uint64_t pos)
 {
 	return order[pos % sh->n];
 }
 
 /* Fills ids with batch `step` of `rank` in `epoch`; returns its length, or
  * -ERANGE / -ENOMEM. */
-int smp_batch(struct smp_cache *c, uint64_t epoch, uint32_t rank, uint64_t step, uint32_t *ids);
+int sampler_batch(struct sampler_cache *c, uint64_t epoch, uint32_t rank, uint64_t step, uint32_t *ids);
 
 #endif /* SEER_SAMPLER_H */

@@ -12,12 +12,12 @@
 #include "seer.h"
 #include "../common/base.h"
 
-void smp_seg_shape(uint64_t m, uint32_t world, uint32_t batch, bool drop_last,
-		   struct smp_seg_shape *out)
+void sampler_seg_shape(uint64_t m, uint32_t world, uint32_t batch, bool drop_last,
+		   struct sampler_seg_shape *out)
 {
 	out->m = m;
 	out->world = world;
-	/* DistributedSampler then BatchSampler, as smp_shape_init */
+	/* DistributedSampler then BatchSampler, as sampler_shape_init */
 	out->per_rank = drop_last ? m / world : (m + world - 1) / world;
 	out->bpe = drop_last ? out->per_rank / batch : (out->per_rank + batch - 1) / batch;
 	if (drop_last)
@@ -25,30 +25,30 @@ void smp_seg_shape(uint64_t m, uint32_t world, uint32_t batch, bool drop_last,
 }
 
 /* Stream entries rank `rank` consumed: its first min(steps * batch, per_rank). */
-static uint64_t consumed_entries(const struct smp_seg_shape *sh, uint32_t batch, uint64_t steps)
+static uint64_t consumed_entries(const struct sampler_seg_shape *sh, uint32_t batch, uint64_t steps)
 {
 	if (steps >= sh->bpe)
 		return sh->per_rank;
 	return MIN(steps * batch, sh->per_rank);
 }
 
-uint64_t smp_seg_consumed(const struct smp_seg_shape *sh, uint32_t batch,
-			  const struct smp_segment *seg)
+uint64_t sampler_seg_consumed(const struct sampler_seg_shape *sh, uint32_t batch,
+			  const struct sampler_segment *seg)
 {
 	uint64_t total = 0;
 	for (uint32_t r = 0; r < sh->world && r < sh->m; r++) {
 		/* stream entry t of rank r is list index r + W t: real while < m */
 		uint64_t real = (sh->m - r + sh->world - 1) / sh->world;
-		total += MIN(consumed_entries(sh, batch, smp_seg_steps(seg, r)), real);
+		total += MIN(consumed_entries(sh, batch, sampler_seg_steps(seg, r)), real);
 	}
 	return total;
 }
 
 #define BAD(...) do { err_set("checkpoint record: " __VA_ARGS__); return -EBADMSG; } while (0)
 
-int smp_record_validate(const struct smp_record *r, uint64_t *m_out)
+int sampler_record_validate(const struct sampler_record *r, uint64_t *m_out)
 {
-	const struct smp_job *j = &r->job;
+	const struct sampler_job *j = &r->job;
 	if (r->nseg == 0 || r->nseg > SMP_REC_MAX_SEGS || j->n == 0 || j->n > UINT32_MAX ||
 	    j->batch == 0)
 		BAD("%u segments, %" PRIu64 " samples, batch size %u", r->nseg, j->n, j->batch);
@@ -57,9 +57,9 @@ int smp_record_validate(const struct smp_record *r, uint64_t *m_out)
 		    r->seg[r->nseg - 1].world);
 	uint64_t m = j->n;
 	for (uint32_t k = 0; k < r->nseg; k++) {
-		const struct smp_segment *s = &r->seg[k];
-		struct smp_seg_shape sh;
-		smp_seg_shape(m, s->world, j->batch, j->drop_last, &sh);
+		const struct sampler_segment *s = &r->seg[k];
+		struct sampler_seg_shape sh;
+		sampler_seg_shape(m, s->world, j->batch, j->drop_last, &sh);
 		if (sh.bpe == 0)
 			BAD("segment %u: %" PRIu64 " samples over %u trainers give no batch of %u",
 			    k, m, s->world, j->batch);
@@ -79,7 +79,7 @@ int smp_record_validate(const struct smp_record *r, uint64_t *m_out)
 		if (complete && k + 1 < r->nseg)
 			BAD("segment %u of epoch %" PRIu64 " is complete, yet segment %u follows",
 			    k, r->epoch, k + 1);
-		m -= smp_seg_consumed(&sh, j->batch, s);
+		m -= sampler_seg_consumed(&sh, j->batch, s);
 		if (m_out)
 			m_out[k] = m;
 	}
@@ -87,12 +87,12 @@ int smp_record_validate(const struct smp_record *r, uint64_t *m_out)
 }
 
 /* Remainder length before segment k. */
-static uint64_t m_before(const struct smp_record *r, const uint64_t *m, uint32_t k)
+static uint64_t m_before(const struct sampler_record *r, const uint64_t *m, uint32_t k)
 {
 	return k == 0 ? r->job.n : m[k - 1];
 }
 
-static bool seg_uniform(const struct smp_segment *s)
+static bool seg_uniform(const struct sampler_segment *s)
 {
 	for (uint32_t i = 1; i < s->nsteps; i++)
 		if (s->steps[i] != s->steps[0])
@@ -100,17 +100,17 @@ static bool seg_uniform(const struct smp_segment *s)
 	return true;
 }
 
-int smp_record_normalize(struct smp_record *r)
+int sampler_record_normalize(struct sampler_record *r)
 {
 	uint64_t m[SMP_REC_MAX_SEGS];
-	if (smp_record_validate(r, m) != 0)
+	if (sampler_record_validate(r, m) != 0)
 		return -EBADMSG;
 	for (uint32_t k = 0; k < r->nseg; k++)
 		if (r->seg[k].nsteps > 1 && seg_uniform(&r->seg[k]))
 			r->seg[k].nsteps = 1; /* the array keeps its size; only [0] is read */
-	const struct smp_segment *last = &r->seg[r->nseg - 1];
-	struct smp_seg_shape sh;
-	smp_seg_shape(m_before(r, m, r->nseg - 1), last->world, r->job.batch, r->job.drop_last,
+	const struct sampler_segment *last = &r->seg[r->nseg - 1];
+	struct sampler_seg_shape sh;
+	sampler_seg_shape(m_before(r, m, r->nseg - 1), last->world, r->job.batch, r->job.drop_last,
 		      &sh);
 	if (last->nsteps != 1 || last->steps[0] != sh.bpe)
 		return 0;
@@ -119,15 +119,15 @@ int smp_record_normalize(struct smp_record *r)
 		return -ERANGE;
 	}
 	uint32_t world = last->world;
-	smp_record_free(r);
+	sampler_record_free(r);
 	r->epoch++;
 	uint64_t zero = 0;
-	return smp_record_push(r, world, 1, &zero);
+	return sampler_record_push(r, world, 1, &zero);
 }
 
 /* ---- merging ------------------------------------------------------------- */
 
-static const char *job_diff(const struct smp_job *a, const struct smp_job *b, uint64_t *x,
+static const char *job_diff(const struct sampler_job *a, const struct sampler_job *b, uint64_t *x,
 			    uint64_t *y)
 {
 #define CMP(f, name) if (a->f != b->f) { *x = a->f; *y = b->f; return name; }
@@ -142,13 +142,13 @@ static const char *job_diff(const struct smp_job *a, const struct smp_job *b, ui
 	return NULL;
 }
 
-static bool seg_equal(const struct smp_segment *a, const struct smp_segment *b)
+static bool seg_equal(const struct sampler_segment *a, const struct sampler_segment *b)
 {
 	if (a->world != b->world)
 		return false;
 	uint32_t w = a->world;
 	for (uint32_t r = 0; r < w; r++)
-		if (smp_seg_steps(a, r) != smp_seg_steps(b, r))
+		if (sampler_seg_steps(a, r) != sampler_seg_steps(b, r))
 			return false;
 	return true;
 }
@@ -162,12 +162,12 @@ static const char *rank_name(uint32_t rank, char *buf, size_t len)
 }
 
 /* Inputs share the job, the epoch (or start the next one) and the history. */
-static int merge_check(const struct smp_record *const *in, size_t k, const struct smp_record **base)
+static int merge_check(const struct sampler_record *const *in, size_t k, const struct sampler_record **base)
 {
 	char n1[32], n2[32];
 	uint64_t emin = UINT64_MAX;
 	for (size_t i = 0; i < k; i++) {
-		int rc = smp_record_validate(in[i], NULL);
+		int rc = sampler_record_validate(in[i], NULL);
 		if (rc < 0)
 			return rc;
 		uint64_t x, y;
@@ -184,17 +184,17 @@ static int merge_check(const struct smp_record *const *in, size_t k, const struc
 			*base = in[i];
 		}
 	}
-	const struct smp_record *b = *base;
+	const struct sampler_record *b = *base;
 	for (size_t i = 0; i < k; i++) {
-		const struct smp_record *r = in[i];
+		const struct sampler_record *r = in[i];
 		bool fresh = r->nseg == 1 && r->seg[0].nsteps == 1 && r->seg[0].steps[0] == 0;
 		bool ok = r->epoch == emin ? r->nseg == b->nseg : r->epoch == emin + 1 && fresh;
 		for (uint32_t s = 0; ok && r->epoch == emin && s + 1 < r->nseg; s++)
 			ok = seg_equal(&r->seg[s], &b->seg[s]);
 		if (!ok) {
 			char d1[256], d2[256];
-			smp_record_describe(b, d1, sizeof(d1));
-			smp_record_describe(r, d2, sizeof(d2));
+			sampler_record_describe(b, d1, sizeof(d1));
+			sampler_record_describe(r, d2, sizeof(d2));
 			err_set("checkpoint records are not from one moment of the job: %s and %s "
 				"(save every rank's record at the same step)", d1, d2);
 			return -EINVAL;
@@ -217,24 +217,24 @@ static int merge_fact(uint64_t *cnt, uint8_t *known, uint32_t rank, uint64_t c)
 }
 
 /* Counts of the last segment from every input: cnt[r] with known[r]. */
-static int merge_gather(const struct smp_record *const *in, size_t k, const struct smp_record *b,
+static int merge_gather(const struct sampler_record *const *in, size_t k, const struct sampler_record *b,
 			uint64_t *cnt, uint8_t *known)
 {
 	uint64_t m[SMP_REC_MAX_SEGS];
-	int rc = smp_record_validate(b, m);
+	int rc = sampler_record_validate(b, m);
 	if (rc < 0)
 		return rc;
-	struct smp_seg_shape sh;
-	smp_seg_shape(m_before(b, m, b->nseg - 1), b->job.world, b->job.batch, b->job.drop_last,
+	struct sampler_seg_shape sh;
+	sampler_seg_shape(m_before(b, m, b->nseg - 1), b->job.world, b->job.batch, b->job.drop_last,
 		      &sh);
 	for (size_t i = 0; i < k && rc == 0; i++) {
-		const struct smp_record *r = in[i];
-		const struct smp_segment *s = &r->seg[r->nseg - 1];
+		const struct sampler_record *r = in[i];
+		const struct sampler_segment *s = &r->seg[r->nseg - 1];
 		bool finished = r->epoch != b->epoch; /* at the start of the next epoch */
 		for (uint32_t q = 0; q < s->world && rc == 0; q++) {
 			if (r->rank != SMP_REC_ALL && q != r->rank)
 				continue;
-			uint64_t c = finished ? sh.bpe : r->rank == SMP_REC_ALL ? smp_seg_steps(s, q)
+			uint64_t c = finished ? sh.bpe : r->rank == SMP_REC_ALL ? sampler_seg_steps(s, q)
 								  : s->steps[0];
 			rc = merge_fact(cnt, known, q, c);
 		}
@@ -244,7 +244,7 @@ static int merge_gather(const struct smp_record *const *in, size_t k, const stru
 
 /* The last segment from the gathered counts: all known, or all equal. */
 static int merge_last(const uint64_t *cnt, const uint8_t *known, uint32_t world,
-		      struct smp_record *out)
+		      struct sampler_record *out)
 {
 	uint32_t first = UINT32_MAX, missing = 0, first_missing = 0, other = UINT32_MAX;
 	for (uint32_t q = 0; q < world; q++) {
@@ -260,7 +260,7 @@ static int merge_last(const uint64_t *cnt, const uint8_t *known, uint32_t world,
 	}
 	if (missing == 0) {
 		out->rank = SMP_REC_ALL;
-		return smp_record_push(out, world, world, cnt);
+		return sampler_record_push(out, world, world, cnt);
 	}
 	if (other != UINT32_MAX) {
 		err_set("checkpoint records: ranks %u and %u consumed %" PRIu64 " and %" PRIu64
@@ -270,17 +270,17 @@ static int merge_last(const uint64_t *cnt, const uint8_t *known, uint32_t world,
 		return -EINVAL;
 	}
 	out->rank = first; /* a lockstep claim, as the inputs made */
-	return smp_record_push(out, world, 1, &cnt[first]);
+	return sampler_record_push(out, world, 1, &cnt[first]);
 }
 
-int smp_record_merge(const struct smp_record *const *in, size_t k, struct smp_record *out)
+int sampler_record_merge(const struct sampler_record *const *in, size_t k, struct sampler_record *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (k == 0) {
 		err_set("checkpoint records: nothing to merge");
 		return -EINVAL;
 	}
-	const struct smp_record *b = NULL;
+	const struct sampler_record *b = NULL;
 	int rc = merge_check(in, k, &b);
 	if (rc < 0)
 		return rc;
@@ -294,13 +294,13 @@ int smp_record_merge(const struct smp_record *const *in, size_t k, struct smp_re
 	}
 	rc = merge_gather(in, k, b, cnt, known);
 	if (rc == 0)
-		rc = smp_record_copy(out, b, b->nseg - 1);
+		rc = sampler_record_copy(out, b, b->nseg - 1);
 	if (rc == 0)
 		rc = merge_last(cnt, known, world, out);
 	if (rc == 0)
-		rc = smp_record_normalize(out);
+		rc = sampler_record_normalize(out);
 	if (rc < 0)
-		smp_record_free(out);
+		sampler_record_free(out);
 out:
 	free(cnt);
 	free(known);
@@ -310,10 +310,10 @@ out:
 /* ---- resume plans ------------------------------------------------------------ */
 
 /* L after the first `nseg` segments of r, as epoch positions. */
-static int build_remainder(const struct smp_record *r, uint32_t nseg, uint32_t **out,
+static int build_remainder(const struct sampler_record *r, uint32_t nseg, uint32_t **out,
 			   uint64_t *mout)
 {
-	const struct smp_job *j = &r->job;
+	const struct sampler_job *j = &r->job;
 	uint32_t *pos = malloc(sizeof(*pos) * j->n);
 	if (!pos) {
 		err_set("elastic resume: out of memory for %" PRIu64 " positions", j->n);
@@ -323,13 +323,13 @@ static int build_remainder(const struct smp_record *r, uint32_t nseg, uint32_t *
 		pos[i] = (uint32_t)i;
 	uint64_t m = j->n;
 	for (uint32_t k = 0; k < nseg; k++) {
-		const struct smp_segment *s = &r->seg[k];
-		struct smp_seg_shape sh;
-		smp_seg_shape(m, s->world, j->batch, j->drop_last, &sh);
+		const struct sampler_segment *s = &r->seg[k];
+		struct sampler_seg_shape sh;
+		sampler_seg_shape(m, s->world, j->batch, j->drop_last, &sh);
 		uint64_t w = 0; /* compaction in place: w never passes the read index */
 		for (uint64_t t = 0, i = 0; i < m; t++)
 			for (uint32_t q = 0; q < s->world && i < m; q++, i++)
-				if (t >= consumed_entries(&sh, j->batch, smp_seg_steps(s, q)))
+				if (t >= consumed_entries(&sh, j->batch, sampler_seg_steps(s, q)))
 					pos[w++] = pos[i];
 		m = w;
 	}
@@ -339,14 +339,14 @@ static int build_remainder(const struct smp_record *r, uint32_t nseg, uint32_t *
 }
 
 /* Which segments are finished and whether the last one continues. */
-static void plan_shape(const struct smp_record *rec, const uint64_t *m, uint32_t world,
-		       struct smp_resume *p, uint32_t *frozen)
+static void plan_shape(const struct sampler_record *rec, const uint64_t *m, uint32_t world,
+		       struct sampler_resume *p, uint32_t *frozen)
 {
-	const struct smp_job *j = &rec->job;
+	const struct sampler_job *j = &rec->job;
 	uint32_t last = rec->nseg - 1;
-	const struct smp_segment *s = &rec->seg[last];
-	struct smp_seg_shape sh;
-	smp_seg_shape(m_before(rec, m, last), s->world, j->batch, j->drop_last, &sh);
+	const struct sampler_segment *s = &rec->seg[last];
+	struct sampler_seg_shape sh;
+	sampler_seg_shape(m_before(rec, m, last), s->world, j->batch, j->drop_last, &sh);
 	bool uniform = seg_uniform(s);
 	p->epoch = rec->epoch;
 	p->step = 0;
@@ -364,7 +364,7 @@ static void plan_shape(const struct smp_record *rec, const uint64_t *m, uint32_t
 }
 
 /* The epoch after the record's does not exist. */
-static int past_end(const struct smp_resume *p, const struct smp_record *rec)
+static int past_end(const struct sampler_resume *p, const struct sampler_record *rec)
 {
 	if (p->epoch >= rec->epoch)
 		return 0;
@@ -373,17 +373,17 @@ static int past_end(const struct smp_resume *p, const struct smp_record *rec)
 	return -ERANGE;
 }
 
-int smp_resume_init(struct smp_resume *p, const struct smp_job *job, const struct smp_record *rec)
+int sampler_resume_init(struct sampler_resume *p, const struct sampler_job *job, const struct sampler_record *rec)
 {
 	memset(p, 0, sizeof(*p));
 	p->job = *job;
 	if (!rec)
 		return 0;
-	int rc = smp_record_check_job(rec, job);
+	int rc = sampler_record_check_job(rec, job);
 	if (rc < 0)
 		return rc;
 	uint64_t m[SMP_REC_MAX_SEGS];
-	rc = smp_record_validate(rec, m);
+	rc = sampler_record_validate(rec, m);
 	if (rc < 0)
 		return rc;
 	uint32_t frozen;
@@ -393,17 +393,17 @@ int smp_resume_init(struct smp_resume *p, const struct smp_job *job, const struc
 	rc = build_remainder(rec, frozen, &p->pos, &p->rsh.m);
 	if (rc < 0)
 		return rc;
-	smp_seg_shape(p->rsh.m, job->world, job->batch, job->drop_last, &p->rsh);
+	sampler_seg_shape(p->rsh.m, job->world, job->batch, job->drop_last, &p->rsh);
 	if (p->rsh.bpe == 0) {
 		/* nothing (or less than a batch per rank, dropped) left */
 		free(p->pos);
 		p->pos = NULL;
-		p->rsh = (struct smp_seg_shape){ 0 };
+		p->rsh = (struct sampler_seg_shape){ 0 };
 		p->epoch = rec->epoch + 1;
 		p->step = 0;
 		return past_end(p, rec);
 	}
-	rc = smp_record_copy(&p->hist, rec, frozen);
+	rc = sampler_record_copy(&p->hist, rec, frozen);
 	if (rc < 0) {
 		free(p->pos);
 		p->pos = NULL;
@@ -414,14 +414,14 @@ int smp_resume_init(struct smp_resume *p, const struct smp_job *job, const struc
 	return 0;
 }
 
-void smp_resume_free(struct smp_resume *p)
+void sampler_resume_free(struct sampler_resume *p)
 {
 	free(p->pos);
 	p->pos = NULL;
-	smp_record_free(&p->hist);
+	sampler_record_free(&p->hist);
 }
 
-uint64_t smp_resume_batches(const struct smp_resume *p, const struct smp_shape *sh,
+uint64_t sampler_resume_batches(const struct sampler_resume *p, const struct sampler_shape *sh,
 			    uint64_t epoch)
 {
 	if (epoch < p->epoch)
@@ -431,10 +431,10 @@ uint64_t smp_resume_batches(const struct smp_resume *p, const struct smp_shape *
 	return sh->bpe;
 }
 
-int smp_resume_batch(const struct smp_resume *p, const uint32_t *order, uint32_t rank,
+int sampler_resume_batch(const struct sampler_resume *p, const uint32_t *order, uint32_t rank,
 		     uint64_t step, uint32_t *ids)
 {
-	const struct smp_seg_shape *rs = &p->rsh;
+	const struct sampler_seg_shape *rs = &p->rsh;
 	if (!p->elastic || rank >= rs->world || step >= rs->bpe)
 		return -ERANGE;
 	uint64_t first = step * p->job.batch;
@@ -448,15 +448,15 @@ int smp_resume_batch(const struct smp_resume *p, const uint32_t *order, uint32_t
 	return (int)len;
 }
 
-int smp_resume_record(const struct smp_resume *p, const struct smp_shape *sh, uint32_t rank,
-		      uint64_t epoch, uint64_t steps, struct smp_record *out)
+int sampler_resume_record(const struct sampler_resume *p, const struct sampler_shape *sh, uint32_t rank,
+		      uint64_t epoch, uint64_t steps, struct sampler_record *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (rank != SMP_REC_ALL && rank >= p->job.world) {
 		err_set("checkpoint record: rank %u of %u", rank, p->job.world);
 		return -EINVAL;
 	}
-	uint64_t nb = smp_resume_batches(p, sh, epoch);
+	uint64_t nb = sampler_resume_batches(p, sh, epoch);
 	if (epoch < p->epoch || steps > nb) {
 		err_set("checkpoint record: epoch %" PRIu64 " step %" PRIu64 " is not a position "
 			"of this job (it resumed at epoch %" PRIu64 " step %" PRIu64 "; the epoch "
@@ -465,26 +465,26 @@ int smp_resume_record(const struct smp_resume *p, const struct smp_shape *sh, ui
 	}
 	int rc;
 	if (p->elastic && epoch == p->epoch) {
-		rc = smp_record_copy(out, &p->hist, SMP_REC_MAX_SEGS);
+		rc = sampler_record_copy(out, &p->hist, SMP_REC_MAX_SEGS);
 		out->job = p->job;
 	} else {
-		smp_record_init(out, &p->job, epoch, rank);
+		sampler_record_init(out, &p->job, epoch, rank);
 		rc = 0;
 	}
 	out->rank = rank;
 	if (rc == 0)
-		rc = smp_record_push(out, p->job.world, 1, &steps);
+		rc = sampler_record_push(out, p->job.world, 1, &steps);
 	if (rc == 0)
-		rc = smp_record_normalize(out);
+		rc = sampler_record_normalize(out);
 	if (rc < 0)
-		smp_record_free(out);
+		sampler_record_free(out);
 	return rc;
 }
 
 /* ---- a resumed job's batches, numbered --------------------------------------- */
 
-void smp_timeline_init(struct smp_timeline *tl, uint64_t bpe, uint64_t epochs,
-		       const struct smp_resume *p)
+void sampler_timeline_init(struct sampler_timeline *tl, uint64_t bpe, uint64_t epochs,
+		       const struct sampler_resume *p)
 {
 	tl->bpe = bpe;
 	tl->epochs = epochs;
@@ -492,22 +492,22 @@ void smp_timeline_init(struct smp_timeline *tl, uint64_t bpe, uint64_t epochs,
 	tl->nb = p && p->elastic ? p->rsh.bpe : bpe;
 }
 
-int smp_plan_batch(struct smp_cache *c, const struct smp_resume *p, uint64_t epoch,
+int sampler_plan_batch(struct sampler_cache *c, const struct sampler_resume *p, uint64_t epoch,
 		   uint32_t rank, uint64_t step, uint32_t *ids)
 {
 	if (!p || !p->elastic || epoch != p->epoch)
-		return smp_batch(c, epoch, rank, step, ids);
-	const uint32_t *order = smp_cache_epoch(c, epoch);
+		return sampler_batch(c, epoch, rank, step, ids);
+	const uint32_t *order = sampler_cache_epoch(c, epoch);
 	if (!order)
 		return -ENOMEM;
-	return smp_resume_batch(p, order, rank, step, ids);
+	return sampler_resume_batch(p, order, rank, step, ids);
 }
 
-uint32_t smp_plan_batch_len(const struct smp_shape *sh, const struct smp_resume *p,
+uint32_t sampler_plan_batch_len(const struct sampler_shape *sh, const struct sampler_resume *p,
 			    uint64_t epoch, uint64_t step)
 {
 	if (!p || !p->elastic || epoch != p->epoch)
-		return smp_batch_len(sh, step);
+		return sampler_batch_len(sh, step);
 	uint64_t first = step * p->job.batch;
 	return (uint32_t)MIN(p->rsh.per_rank - first, (uint64_t)p->job.batch);
 }

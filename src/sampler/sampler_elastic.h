@@ -23,7 +23,7 @@
  * batches (or when the remainder gives a new world no batch). Later epochs
  * are plain epochs of the new world.
  *
- * Threads: no shared state; a struct smp_resume is read-only after init and
+ * Threads: no shared state; a struct sampler_resume is read-only after init and
  * may be shared by readers. Failures: negative errno or SEER_E* with
  * err_set(). */
 #ifndef SEER_SAMPLER_ELASTIC_H
@@ -35,76 +35,76 @@
 #include "sampler.h"
 #include "sampler_record.h"
 
-/* Shape of a segment over m list entries: smp_shape_init's counts, with
+/* Shape of a segment over m list entries: sampler_shape_init's counts, with
  * bpe == 0 (and no error) when the segment gives no batch. */
-struct smp_seg_shape {
+struct sampler_seg_shape {
 	uint64_t m;
 	uint64_t per_rank;
 	uint64_t bpe;
 	uint32_t world;
 };
-void smp_seg_shape(uint64_t m, uint32_t world, uint32_t batch, bool drop_last,
-		   struct smp_seg_shape *out);
+void sampler_seg_shape(uint64_t m, uint32_t world, uint32_t batch, bool drop_last,
+		   struct sampler_seg_shape *out);
 /* List entries (not padding) the segment's ranks consumed. */
-uint64_t smp_seg_consumed(const struct smp_seg_shape *sh, uint32_t batch,
-			  const struct smp_segment *seg);
+uint64_t sampler_seg_consumed(const struct sampler_seg_shape *sh, uint32_t batch,
+			  const struct sampler_segment *seg);
 
 /* Checks a record's counts against its segments' shapes: every segment gives
  * at least one batch, no rank consumed more than bpe, only the last segment
  * may be complete. 0 or -EBADMSG (err_set() says which segment and rank).
  * m_out (optional) gets the remainder length after each segment: m_out[k] is
  * |L_{k+1}|. */
-int smp_record_validate(const struct smp_record *r, uint64_t *m_out);
+int sampler_record_validate(const struct sampler_record *r, uint64_t *m_out);
 
 /* Canonical form: per-rank counts that are all equal become one count; a
  * complete last segment becomes the next epoch's start (epoch + 1, one
  * segment of the same world at step 0). Assumes a validated record. 0 or
  * -ENOMEM. */
-int smp_record_normalize(struct smp_record *r);
+int sampler_record_normalize(struct sampler_record *r);
 
 /* One record from several (each DDP rank saves its own). All must share the
  * fingerprint and the epoch's history (a rank at the start of epoch e + 1
  * counts as having finished epoch e). Ranks whose counts are known from the
  * inputs must agree, or every rank must be known. 0, -EINVAL with err_set()
  * naming the disagreeing ranks and values, -EBADMSG, -ENOMEM. *out is
- * normalized; free it with smp_record_free(). */
-int smp_record_merge(const struct smp_record *const *in, size_t k, struct smp_record *out);
+ * normalized; free it with sampler_record_free(). */
+int sampler_record_merge(const struct sampler_record *const *in, size_t k, struct sampler_record *out);
 
 /* The resumed job: (epoch, step) it starts at, and the interrupted epoch's
  * remainder when that epoch runs re-sharded. */
-struct smp_resume {
-	struct smp_job job;       /* the new job (its world W') */
+struct sampler_resume {
+	struct sampler_job job;       /* the new job (its world W') */
 	uint64_t epoch;           /* first epoch delivered */
 	uint64_t step;            /* first step delivered in it */
 	bool elastic;             /* `epoch` runs the remainder below */
-	struct smp_seg_shape rsh; /* the running segment: m entries over W' */
+	struct sampler_seg_shape rsh; /* the running segment: m entries over W' */
 	uint32_t *pos;            /* rsh.m epoch positions (L of the running segment) */
-	struct smp_record hist;   /* epoch and the finished segments before it */
+	struct sampler_record hist;   /* epoch and the finished segments before it */
 };
 
 /* Plans `job` resuming from `rec` (NULL: a fresh job at 0:0). The record is
- * validated and checked against the job (see smp_record_check_job).
+ * validated and checked against the job (see sampler_record_check_job).
  *  - last segment complete: epoch + 1, step 0;
  *  - last segment's ranks all at c and world == W': that segment continues
  *    at step c (a plain epoch when it is segment 0);
  *  - otherwise a new segment of W' ranks over what nobody consumed, from
  *    step 0 (epoch + 1 when it gives no batch).
- * 0 or a negative code; free with smp_resume_free(). */
-int smp_resume_init(struct smp_resume *p, const struct smp_job *job, const struct smp_record *rec);
-void smp_resume_free(struct smp_resume *p);
+ * 0 or a negative code; free with sampler_resume_free(). */
+int sampler_resume_init(struct sampler_resume *p, const struct sampler_job *job, const struct sampler_record *rec);
+void sampler_resume_free(struct sampler_resume *p);
 
 /* Batches per rank in `epoch` (0 for epochs before the resume point). */
-uint64_t smp_resume_batches(const struct smp_resume *p, const struct smp_shape *sh,
+uint64_t sampler_resume_batches(const struct sampler_resume *p, const struct sampler_shape *sh,
 			    uint64_t epoch);
 /* Batch `step` of `rank` of the running segment (p->elastic), from the
  * epoch's order; returns its length or -ERANGE. */
-int smp_resume_batch(const struct smp_resume *p, const uint32_t *order, uint32_t rank,
+int sampler_resume_batch(const struct sampler_resume *p, const uint32_t *order, uint32_t rank,
 		     uint64_t step, uint32_t *ids);
 /* The record of `rank` (or SMP_REC_ALL: every rank) having consumed `steps`
  * batches of `epoch` as this plan numbers them; normalized. 0, -ERANGE (an
  * epoch before the resume point, steps past the epoch's batches), -ENOMEM. */
-int smp_resume_record(const struct smp_resume *p, const struct smp_shape *sh, uint32_t rank,
-		      uint64_t epoch, uint64_t steps, struct smp_record *out);
+int sampler_resume_record(const struct sampler_resume *p, const struct sampler_shape *sh, uint32_t rank,
+		      uint64_t epoch, uint64_t steps, struct sampler_record *out);
 
 /* ---- a resumed job's batches, numbered -------------------------------------
  * The job's plan (p, NULL for a fresh job) fixes which batches each epoch has:
@@ -112,35 +112,35 @@ int smp_resume_record(const struct smp_resume *p, const struct smp_shape *sh, ui
  * plain bpe. Daemon and client number a rank's batches through the job with
  * one global index g: epoch * bpe + step up to the re-sharded epoch, shifted
  * by the difference after it (a fresh job's g is epoch * bpe + step). */
-struct smp_timeline {
+struct sampler_timeline {
 	uint64_t bpe;      /* batches per rank of a plain epoch */
 	uint64_t epoch;    /* the re-sharded epoch (0 when none: nb == bpe) */
 	uint64_t nb;       /* its batches per rank */
 	uint64_t epochs;   /* epochs in the job */
 };
 
-void smp_timeline_init(struct smp_timeline *tl, uint64_t bpe, uint64_t epochs,
-		       const struct smp_resume *p);
+void sampler_timeline_init(struct sampler_timeline *tl, uint64_t bpe, uint64_t epochs,
+		       const struct sampler_resume *p);
 
-static inline uint64_t smp_tl_batches(const struct smp_timeline *tl, uint64_t epoch)
+static inline uint64_t sampler_tl_batches(const struct sampler_timeline *tl, uint64_t epoch)
 {
 	return epoch == tl->epoch ? tl->nb : tl->bpe;
 }
 
 /* g of (epoch, step); (epochs, 0) is the job's end. */
-static inline uint64_t smp_tl_g(const struct smp_timeline *tl, uint64_t epoch, uint64_t step)
+static inline uint64_t sampler_tl_g(const struct sampler_timeline *tl, uint64_t epoch, uint64_t step)
 {
 	if (epoch <= tl->epoch)
 		return epoch * tl->bpe + step;
 	return tl->epoch * tl->bpe + tl->nb + (epoch - tl->epoch - 1) * tl->bpe + step;
 }
 
-static inline uint64_t smp_tl_end(const struct smp_timeline *tl)
+static inline uint64_t sampler_tl_end(const struct sampler_timeline *tl)
 {
-	return smp_tl_g(tl, tl->epochs, 0);
+	return sampler_tl_g(tl, tl->epochs, 0);
 }
 
-static inline void smp_tl_pos(const struct smp_timeline *tl, uint64_t g, uint64_t *epoch,
+static inline void sampler_tl_pos(const struct sampler_timeline *tl, uint64_t g, uint64_t *epoch,
 			      uint64_t *step)
 {
 	uint64_t g0 = tl->epoch * tl->bpe;
@@ -158,12 +158,12 @@ static inline void smp_tl_pos(const struct smp_timeline *tl, uint64_t g, uint64_
 }
 
 /* Batch `step` of `rank` in `epoch` of the job planned by p (NULL: a fresh
- * job), from the cache's orders: the re-sharded epoch by smp_resume_batch,
- * the others by smp_batch. Returns its length, -ERANGE or -ENOMEM. */
-int smp_plan_batch(struct smp_cache *c, const struct smp_resume *p, uint64_t epoch,
+ * job), from the cache's orders: the re-sharded epoch by sampler_resume_batch,
+ * the others by sampler_batch. Returns its length, -ERANGE or -ENOMEM. */
+int sampler_plan_batch(struct sampler_cache *c, const struct sampler_resume *p, uint64_t epoch,
 		   uint32_t rank, uint64_t step, uint32_t *ids);
 /* Samples in that batch (step within the epoch's batches). */
-uint32_t smp_plan_batch_len(const struct smp_shape *sh, const struct smp_resume *p,
+uint32_t sampler_plan_batch_len(const struct sampler_shape *sh, const struct sampler_resume *p,
 			    uint64_t epoch, uint64_t step);
 
 #endif /* SEER_SAMPLER_ELASTIC_H */

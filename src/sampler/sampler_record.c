@@ -12,7 +12,7 @@
 #include "seer.h"
 #include "../common/base.h"
 
-void smp_record_init(struct smp_record *r, const struct smp_job *job, uint64_t epoch,
+void sampler_record_init(struct sampler_record *r, const struct sampler_job *job, uint64_t epoch,
 		     uint32_t rank)
 {
 	memset(r, 0, sizeof(*r));
@@ -21,7 +21,7 @@ void smp_record_init(struct smp_record *r, const struct smp_job *job, uint64_t e
 	r->rank = rank;
 }
 
-void smp_record_free(struct smp_record *r)
+void sampler_record_free(struct sampler_record *r)
 {
 	for (uint32_t k = 0; k < r->nseg && k < SMP_REC_MAX_SEGS; k++) {
 		free(r->seg[k].steps);
@@ -30,7 +30,7 @@ void smp_record_free(struct smp_record *r)
 	r->nseg = 0;
 }
 
-int smp_record_push(struct smp_record *r, uint32_t world, uint32_t nsteps, const uint64_t *steps)
+int sampler_record_push(struct sampler_record *r, uint32_t world, uint32_t nsteps, const uint64_t *steps)
 {
 	if (r->nseg >= SMP_REC_MAX_SEGS) {
 		err_set("checkpoint record: more than %u segments in one epoch", SMP_REC_MAX_SEGS);
@@ -47,18 +47,18 @@ int smp_record_push(struct smp_record *r, uint32_t world, uint32_t nsteps, const
 		return -ENOMEM;
 	}
 	memcpy(s, steps, sizeof(*s) * nsteps);
-	r->seg[r->nseg++] = (struct smp_segment){ .world = world, .nsteps = nsteps, .steps = s };
+	r->seg[r->nseg++] = (struct sampler_segment){ .world = world, .nsteps = nsteps, .steps = s };
 	return 0;
 }
 
-int smp_record_copy(struct smp_record *dst, const struct smp_record *src, uint32_t nseg)
+int sampler_record_copy(struct sampler_record *dst, const struct sampler_record *src, uint32_t nseg)
 {
-	smp_record_init(dst, &src->job, src->epoch, src->rank);
+	sampler_record_init(dst, &src->job, src->epoch, src->rank);
 	for (uint32_t k = 0; k < src->nseg && k < nseg; k++) {
-		int rc = smp_record_push(dst, src->seg[k].world, src->seg[k].nsteps,
+		int rc = sampler_record_push(dst, src->seg[k].world, src->seg[k].nsteps,
 					 src->seg[k].steps);
 		if (rc < 0) {
-			smp_record_free(dst);
+			sampler_record_free(dst);
 			return rc;
 		}
 	}
@@ -103,7 +103,7 @@ static uint64_t get64(const uint8_t *p)
 	return v;
 }
 
-size_t smp_record_size(const struct smp_record *r)
+size_t sampler_record_size(const struct sampler_record *r)
 {
 	size_t n = SMP_REC_HDR_SIZE + 4;
 	for (uint32_t k = 0; k < r->nseg; k++)
@@ -111,9 +111,9 @@ size_t smp_record_size(const struct smp_record *r)
 	return n;
 }
 
-void smp_record_encode(const struct smp_record *r, uint8_t *buf)
+void sampler_record_encode(const struct sampler_record *r, uint8_t *buf)
 {
-	size_t size = smp_record_size(r);
+	size_t size = sampler_record_size(r);
 	memset(buf, 0, SMP_REC_HDR_SIZE);
 	memcpy(buf, SMP_REC_MAGIC, 8);
 	put16(buf + 8, SMP_REC_VERSION);
@@ -143,7 +143,7 @@ void smp_record_encode(const struct smp_record *r, uint8_t *buf)
 #define BAD(...) do { err_set("checkpoint record: " __VA_ARGS__); return -EBADMSG; } while (0)
 
 /* Header fields; the segments are read by the caller. */
-static int decode_header(const uint8_t *buf, size_t len, struct smp_record *r, uint32_t *nseg)
+static int decode_header(const uint8_t *buf, size_t len, struct sampler_record *r, uint32_t *nseg)
 {
 	if (len < 8 || memcmp(buf, SMP_REC_MAGIC, 8) != 0)
 		BAD("not a seer position record (no \"SEERPOS\" magic in its %zu bytes)", len);
@@ -167,12 +167,12 @@ static int decode_header(const uint8_t *buf, size_t len, struct smp_record *r, u
 	uint32_t flags = get32(buf + 60);
 	if ((flags & ~(SMP_REC_FLAG_DROP_LAST | SMP_REC_FLAG_SHUFFLE)) || get32(buf + 68) != 0)
 		BAD("unknown flags %#x or reserved field set", flags);
-	struct smp_job job = {
+	struct sampler_job job = {
 		.n = get64(buf + 16), .seed = get64(buf + 24), .dataset_hash = get64(buf + 32),
 		.batch = get32(buf + 48), .world = get32(buf + 52),
 		.drop_last = flags & SMP_REC_FLAG_DROP_LAST, .shuffle = flags & SMP_REC_FLAG_SHUFFLE,
 	};
-	smp_record_init(r, &job, get64(buf + 40), get32(buf + 56));
+	sampler_record_init(r, &job, get64(buf + 40), get32(buf + 56));
 	*nseg = get32(buf + 64);
 	if (job.n == 0 || job.n > UINT32_MAX || job.batch == 0)
 		BAD("%" PRIu64 " samples, batch size %u", job.n, job.batch);
@@ -181,7 +181,7 @@ static int decode_header(const uint8_t *buf, size_t len, struct smp_record *r, u
 	return 0;
 }
 
-int smp_record_decode(const uint8_t *buf, size_t len, struct smp_record *r)
+int sampler_record_decode(const uint8_t *buf, size_t len, struct sampler_record *r)
 {
 	uint32_t nseg;
 	memset(r, 0, sizeof(*r));
@@ -195,47 +195,47 @@ int smp_record_decode(const uint8_t *buf, size_t len, struct smp_record *r)
 		uint32_t world = get32(p), nsteps = get32(p + 4);
 		p += 8;
 		if (world == 0 || world > SMP_REC_MAX_WORLD || (nsteps != 1 && nsteps != world)) {
-			smp_record_free(r);
+			sampler_record_free(r);
 			BAD("segment %u: %u trainers with %u step counts", k, world, nsteps);
 		}
 		if ((size_t)(end - p) < 8 * (size_t)nsteps)
 			goto short_;
 		uint64_t *steps = malloc(8 * (size_t)nsteps);
 		if (!steps) {
-			smp_record_free(r);
+			sampler_record_free(r);
 			err_set("checkpoint record: out of memory");
 			return -ENOMEM;
 		}
 		for (uint32_t i = 0; i < nsteps; i++, p += 8)
 			steps[i] = get64(p);
-		r->seg[r->nseg++] = (struct smp_segment){ world, nsteps, steps };
+		r->seg[r->nseg++] = (struct sampler_segment){ world, nsteps, steps };
 	}
 	if (p != end) {
-		smp_record_free(r);
+		sampler_record_free(r);
 		BAD("%td bytes after the last segment", end - p);
 	}
-	const struct smp_segment *last = &r->seg[r->nseg - 1];
+	const struct sampler_segment *last = &r->seg[r->nseg - 1];
 	if (r->job.world != last->world) {
-		smp_record_free(r);
+		sampler_record_free(r);
 		BAD("world size %u, but its last segment has %u trainers", r->job.world,
 		    last->world);
 	}
 	if (r->rank != SMP_REC_ALL && (r->rank >= last->world || last->nsteps != 1)) {
-		smp_record_free(r);
+		sampler_record_free(r);
 		BAD("saved by rank %u of %u with %u step counts", r->rank, last->world,
 		    last->nsteps);
 	}
 	return 0;
 short_:
-	smp_record_free(r);
+	sampler_record_free(r);
 	BAD("segment list ends early (the size field and the segments disagree)");
 }
 
 /* ---- comparison and text --------------------------------------------------- */
 
-int smp_record_check_job(const struct smp_record *r, const struct smp_job *job)
+int sampler_record_check_job(const struct sampler_record *r, const struct sampler_job *job)
 {
-	const struct smp_job *a = &r->job;
+	const struct sampler_job *a = &r->job;
 	if (a->dataset_hash != job->dataset_hash) {
 		err_set("checkpoint record is for dataset hash %016" PRIx64 ", this job's dataset "
 			"has hash %016" PRIx64 ": the dataset changed since the checkpoint (restore "
@@ -267,7 +267,7 @@ int smp_record_check_job(const struct smp_record *r, const struct smp_job *job)
 	return 0;
 }
 
-static void describe_segment(const struct smp_segment *s, char *buf, size_t len)
+static void describe_segment(const struct sampler_segment *s, char *buf, size_t len)
 {
 	size_t o = (size_t)snprintf(buf, len, "%u rank%s at step%s ", s->world,
 				    s->world == 1 ? "" : "s", s->nsteps == 1 ? "" : "s");
@@ -275,7 +275,7 @@ static void describe_segment(const struct smp_segment *s, char *buf, size_t len)
 		o += (size_t)snprintf(buf + o, len - o, "%s%" PRIu64, i ? "," : "", s->steps[i]);
 }
 
-void smp_record_describe(const struct smp_record *r, char *buf, size_t len)
+void sampler_record_describe(const struct sampler_record *r, char *buf, size_t len)
 {
 	if (len == 0)
 		return;

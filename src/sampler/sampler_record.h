@@ -34,7 +34,7 @@
 /* The job fingerprint. world is the number of trainers when the record was
  * made (the last segment's); every other field must match the job that
  * resumes from the record. */
-struct smp_job {
+struct sampler_job {
 	uint64_t n;             /* samples in the dataset */
 	uint64_t seed;
 	uint64_t dataset_hash;  /* the catalog's content hash; 0 when unknown */
@@ -46,14 +46,14 @@ struct smp_job {
 
 /* One segment: `world` trainers, rank r consumed steps[r] batches of it
  * (nsteps == world), or every rank steps[0] (nsteps == 1). */
-struct smp_segment {
+struct sampler_segment {
 	uint32_t world;
 	uint32_t nsteps;
 	uint64_t *steps; /* owned by the record */
 };
 
-struct smp_record {
-	struct smp_job job;
+struct sampler_record {
+	struct sampler_job job;
 	uint64_t epoch;
 	/* The rank that saved the record, whose count is the last segment's
 	 * steps[0] (a DDP rank speaks for all: ranks move in lockstep), or
@@ -61,22 +61,22 @@ struct smp_record {
 	 * job, or merged). */
 	uint32_t rank;
 	uint32_t nseg;
-	struct smp_segment seg[SMP_REC_MAX_SEGS];
+	struct sampler_segment seg[SMP_REC_MAX_SEGS];
 };
 
 /* An empty record (no segment) for `job` at `epoch`. */
-void smp_record_init(struct smp_record *r, const struct smp_job *job, uint64_t epoch,
+void sampler_record_init(struct sampler_record *r, const struct sampler_job *job, uint64_t epoch,
 		     uint32_t rank);
-void smp_record_free(struct smp_record *r);
+void sampler_record_free(struct sampler_record *r);
 /* Appends a segment (steps copied); 0, -E2BIG past SMP_REC_MAX_SEGS,
  * -EINVAL for nsteps not 1 or world, -ENOMEM. */
-int smp_record_push(struct smp_record *r, uint32_t world, uint32_t nsteps,
+int sampler_record_push(struct sampler_record *r, uint32_t world, uint32_t nsteps,
 		    const uint64_t *steps);
 /* Deep copy of the first `nseg` segments of src (all when nseg >= src->nseg);
  * dst is overwritten (not freed first). 0 or -ENOMEM. */
-int smp_record_copy(struct smp_record *dst, const struct smp_record *src, uint32_t nseg);
+int sampler_record_copy(struct sampler_record *dst, const struct sampler_record *src, uint32_t nseg);
 /* Steps rank `rank` consumed in segment `k`. */
-static inline uint64_t smp_seg_steps(const struct smp_segment *s, uint32_t rank)
+static inline uint64_t sampler_seg_steps(const struct sampler_segment *s, uint32_t rank)
 {
 	return s->nsteps == 1 ? s->steps[0] : s->steps[rank];
 }
@@ -89,22 +89,22 @@ static inline uint64_t smp_seg_steps(const struct smp_segment *s, uint32_t rank)
  *   64 u32 segments  68 u32 reserved (0)
  *   then per segment: u32 world, u32 nsteps, u64 steps[nsteps]
  *   last 4 bytes: CRC-32 (zlib's) of everything before them. */
-size_t smp_record_size(const struct smp_record *r);
-/* Writes smp_record_size(r) bytes. */
-void smp_record_encode(const struct smp_record *r, uint8_t *buf);
+size_t sampler_record_size(const struct sampler_record *r);
+/* Writes sampler_record_size(r) bytes. */
+void sampler_record_encode(const struct sampler_record *r, uint8_t *buf);
 /* Parses and checks the structure (magic, version, sizes, checksum, segment
- * lists); not the counts against segment shapes (smp_record_validate).
+ * lists); not the counts against segment shapes (sampler_record_validate).
  * On success *r owns its segments; on failure *r holds nothing. */
-int smp_record_decode(const uint8_t *buf, size_t len, struct smp_record *r);
+int sampler_record_decode(const uint8_t *buf, size_t len, struct sampler_record *r);
 
 /* Compares the fingerprint with `job` (world excepted: that is what an
  * elastic restart changes). 0, SEER_EDATASET (other sample count or dataset
  * hash) or SEER_ECONFIG (other seed, batch size, drop_last, shuffle), with
  * err_set() naming the field and both values. */
-int smp_record_check_job(const struct smp_record *r, const struct smp_job *job);
+int sampler_record_check_job(const struct sampler_record *r, const struct sampler_job *job);
 
 /* "epoch 3, 4 ranks at step 5" / "epoch 3: 4 ranks at steps 5,5,4,5, then 2
  * ranks at step 1". Truncated to len. */
-void smp_record_describe(const struct smp_record *r, char *buf, size_t len);
+void sampler_record_describe(const struct sampler_record *r, char *buf, size_t len);
 
 #endif /* SEER_SAMPLER_RECORD_H */

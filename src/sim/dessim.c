@@ -53,7 +53,7 @@ struct req {
 struct sim {
 	const struct dessim_params *p;
 	struct dessim_result *out;
-	const struct smp_shape *sh;
+	const struct sampler_shape *sh;
 	uint32_t K, L;
 	uint64_t n, words, E;
 	struct plan plan;
@@ -226,16 +226,16 @@ static struct req classify(struct sim *x, uint64_t e, uint64_t pos, uint32_t s, 
 
 static int classify_batch(struct sim *x, uint64_t g)
 {
-	const struct smp_shape *sh = x->sh;
+	const struct sampler_shape *sh = x->sh;
 	uint64_t e = g / sh->bpe, step = g % sh->bpe;
 	const uint32_t *order = forecast_order(&x->orders, e);
 	if (!order)
 		return -ENOMEM;
-	uint32_t blen = smp_batch_len(sh, step);
+	uint32_t blen = sampler_batch_len(sh, step);
 	for (uint32_t i = 0; i < blen; i++) {
 		for (uint32_t r = 0; r < sh->world; r++) {
-			uint64_t pos = smp_position(sh, r, step, i);
-			uint32_t s = smp_at(sh, order, pos);
+			uint64_t pos = sampler_position(sh, r, step, i);
+			uint32_t s = sampler_at(sh, order, pos);
 			if (pos < x->n)
 				x->out->ep[e].pfs_opt += x->p->len[s]; /* distinct, for now */
 			struct req q = classify(x, e, pos, s, r);
@@ -434,7 +434,7 @@ static void serve(struct sim *x, double a, uint64_t slot)
  * load them at its last step. */
 static int unread_loads(struct sim *x)
 {
-	const struct smp_shape *sh = x->sh;
+	const struct sampler_shape *sh = x->sh;
 	const uint32_t *order = forecast_order(&x->orders, 0);
 	if (!order)
 		return -ENOMEM;
@@ -486,7 +486,7 @@ static int instant(struct sim *x, uint64_t g, double a, uint64_t G, uint64_t g_n
 static int simulate(struct sim *x)
 {
 	const struct dessim_params *p = x->p;
-	const struct smp_shape *sh = x->sh;
+	const struct sampler_shape *sh = x->sh;
 	uint64_t G = x->out->epochs * sh->bpe;
 	uint32_t L1 = x->L + 1;
 	double tau = 0;

@@ -50,7 +50,7 @@ enum dessim_pfs_model { DESSIM_PFS_AGGREGATE = 0, DESSIM_PFS_PER_STREAM = 1 };
 struct dessim_params {
 	/* the job */
 	const uint64_t *len;          /* sh->n sample sizes */
-	const struct smp_shape *sh;
+	const struct sampler_shape *sh;
 	uint32_t nnodes;
 	const uint32_t *rank_node;    /* sh->world entries */
 	const struct plan_cap *cap;   /* nnodes entries */

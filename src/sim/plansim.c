@@ -105,7 +105,7 @@ void plansim_walk_free(struct plansim_walk *w)
 	memset(w, 0, sizeof(*w));
 }
 
-int plansim_walk_init(struct plansim_walk *w, const struct smp_shape *sh, bool reads)
+int plansim_walk_init(struct plansim_walk *w, const struct sampler_shape *sh, bool reads)
 {
 	memset(w, 0, sizeof(*w));
 	w->sh = sh;
@@ -124,19 +124,19 @@ int plansim_walk_init(struct plansim_walk *w, const struct smp_shape *sh, bool r
 
 void plansim_walk_order(struct plansim_walk *w, uint64_t epoch)
 {
-	smp_epoch_order(w->sh, epoch, w->order);
+	sampler_epoch_order(w->sh, epoch, w->order);
 }
 
 void plansim_walk_epoch(struct plansim_walk *w, uint64_t epoch)
 {
-	const struct smp_shape *sh = w->sh;
+	const struct sampler_shape *sh = w->sh;
 	plansim_walk_order(w, epoch);
 	uint64_t t = 0;
 	for (uint64_t step = 0; step < sh->bpe; step++) {
-		uint32_t blen = smp_batch_len(sh, step);
+		uint32_t blen = sampler_batch_len(sh, step);
 		for (uint32_t r = 0; r < sh->world; r++) {
 			for (uint32_t i = 0; i < blen; i++, t++) {
-				w->smp[t] = plansim_walk_at(w, smp_position(sh, r, step, i));
+				w->smp[t] = plansim_walk_at(w, sampler_position(sh, r, step, i));
 				w->rank[t] = r;
 			}
 		}
@@ -260,7 +260,7 @@ int plansim_optimum(const struct plansim_job *job, struct plansim_result *out)
 	int rc = plansim_result_start(job, PLANSIM_OPTIMUM, out);
 	if (rc)
 		return rc;
-	const struct smp_shape *sh = job->sh;
+	const struct sampler_shape *sh = job->sh;
 	const uint64_t c = MIN(out->dataset, out->capacity);
 	const uint64_t nread = sh->per_rank * sh->world;
 	struct plansim_walk w = { 0 };

@@ -51,7 +51,7 @@ enum plansim_nopfs_fill { PLANSIM_FILL_READ = 0, PLANSIM_FILL_PREFETCH = 1 };
 
 struct plansim_job {
 	const uint64_t *len;          /* sh->n sample sizes in bytes */
-	const struct smp_shape *sh;   /* the access sequence; sh->world ranks */
+	const struct sampler_shape *sh;   /* the access sequence; sh->world ranks */
 	uint64_t epochs;              /* epochs 0 .. epochs-1 are simulated */
 	uint32_t nnodes;
 	const uint32_t *rank_node;    /* sh->world entries, each < nnodes */

@@ -53,7 +53,7 @@ void plansim_result_finish(struct plansim_result *r, const uint64_t *tot, uint32
  * Inside an epoch: step by step; inside a step rank by rank; each rank's
  * batch in order (as src/plan/plan.c walks it). */
 struct plansim_walk {
-	const struct smp_shape *sh;
+	const struct sampler_shape *sh;
 	uint32_t *order;  /* the epoch's permutation */
 	uint32_t *smp;    /* nacc: sample of each read */
 	uint32_t *rank;   /* nacc: its reader */
@@ -61,7 +61,7 @@ struct plansim_walk {
 };
 
 /* reads: also the smp/rank arrays of plansim_walk_epoch. 0 or -ENOMEM. */
-int plansim_walk_init(struct plansim_walk *w, const struct smp_shape *sh, bool reads);
+int plansim_walk_init(struct plansim_walk *w, const struct sampler_shape *sh, bool reads);
 void plansim_walk_free(struct plansim_walk *w);
 /* The epoch's order only / its reads in order of need. */
 void plansim_walk_order(struct plansim_walk *w, uint64_t epoch);

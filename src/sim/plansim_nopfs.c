@@ -104,7 +104,7 @@ static void nsel_free(struct nsel *q)
 
 static int nsel_init(struct nsel *q, const struct plansim_job *job)
 {
-	const struct smp_shape *sh = job->sh;
+	const struct sampler_shape *sh = job->sh;
 	memset(q, 0, sizeof(*q));
 	q->job = job;
 	q->n = sh->n;

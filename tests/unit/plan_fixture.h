@@ -16,7 +16,7 @@
 #define KiB 1024ull
 
 struct tjob {
-	struct smp_shape sh;
+	struct sampler_shape sh;
 	uint64_t *len;
 	uint32_t *rank_node;
 	struct plan_cap *cap;
@@ -27,7 +27,7 @@ static inline void tjob_init(struct tjob *t, uint64_t n, uint32_t nodes, uint32_
 			     uint32_t batch, bool drop_last, uint64_t epochs, uint64_t seed)
 {
 	memset(t, 0, sizeof(*t));
-	cr_assert_eq(smp_shape_init(&t->sh, n, seed, nodes * tpn, batch, drop_last, true), 0);
+	cr_assert_eq(sampler_shape_init(&t->sh, n, seed, nodes * tpn, batch, drop_last, true), 0);
 	t->len = calloc(n, sizeof(uint64_t));
 	t->rank_node = calloc(nodes * tpn, sizeof(uint32_t));
 	t->cap = calloc(nodes, sizeof(struct plan_cap));

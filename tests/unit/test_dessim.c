@@ -218,7 +218,7 @@ Test(dessim, replicas_quiet_the_network)
 
 /* Bulk-synchronous compute proportional to batch bytes: the compute column
  * is the sum over steps of the slowest trainer's batch bytes / rate (the
- * NoPFS simulator's lower bound), recomputed here through smp_batch. */
+ * NoPFS simulator's lower bound), recomputed here through sampler_batch. */
 Test(dessim, bulk_synchronous_compute)
 {
 	struct tjob t;
@@ -228,15 +228,15 @@ Test(dessim, bulk_synchronous_compute)
 	p.policy = DESSIM_NAIVE;
 	p.compute_bw = 1e8;
 	struct dessim_result r = drun(&p);
-	struct smp_cache sc;
-	cr_assert_eq(smp_cache_init(&sc, &t.sh), 0);
+	struct sampler_cache sc;
+	cr_assert_eq(sampler_cache_init(&sc, &t.sh), 0);
 	uint32_t ids[25];
 	double want = 0;
 	for (uint64_t e = 0; e < 2; e++)
 		for (uint64_t g = 0; g < t.sh.bpe; g++) {
 			double worst = 0;
 			for (uint32_t rank = 0; rank < 4; rank++) {
-				int m = smp_batch(&sc, e, rank, g, ids);
+				int m = sampler_batch(&sc, e, rank, g, ids);
 				double b = 0;
 				for (int i = 0; i < m; i++)
 					b += (double)t.len[ids[i]];
@@ -247,7 +247,7 @@ Test(dessim, bulk_synchronous_compute)
 	cr_assert_float_eq(r.compute, want, 1e-9 * want);
 	/* with unlimited I/O the time is the compute */
 	cr_assert_float_eq(r.time, want, 1e-9 * want);
-	smp_cache_free(&sc);
+	sampler_cache_free(&sc);
 	dessim_result_free(&r);
 	tjob_free(&t);
 }
@@ -293,7 +293,7 @@ Test(dessim, incoming_link_binds)
 	t.rank_node = calloc(4, sizeof(uint32_t));
 	uint32_t rn[4] = { 0, 0, 1, 2 };
 	memcpy(t.rank_node, rn, sizeof(rn));
-	cr_assert_eq(smp_shape_init(&t.sh, 3000, 9, 4, 10, false, true), 0);
+	cr_assert_eq(sampler_shape_init(&t.sh, 3000, 9, 4, 10, false, true), 0);
 	tjob_sizes(&t, 1000);
 	tjob_caps(&t, 4 << 20, 0);
 	t.cap[0].ram = 0;

@@ -180,14 +180,14 @@ Test(forecast, room_for_all_is_the_network_floor)
 		cr_assert_eq(net(&on.ep[e].sum), 0, "epoch %llu: %llu network bytes",
 			     (unsigned long long)e, (unsigned long long)net(&on.ep[e].sum));
 	/* N_s: distinct nodes reading s over the job */
-	struct smp_cache sc;
-	cr_assert_eq(smp_cache_init(&sc, &t.sh), 0);
+	struct sampler_cache sc;
+	cr_assert_eq(sampler_cache_init(&sc, &t.sh), 0);
 	uint8_t *seen = calloc(t.sh.n * 4, 1);
 	uint32_t ids[8];
 	for (uint64_t e = 0; e < 6; e++)
 		for (uint64_t step = 0; step < t.sh.bpe; step++)
 			for (uint32_t r = 0; r < t.sh.world; r++) {
-				int m = smp_batch(&sc, e, r, step, ids);
+				int m = sampler_batch(&sc, e, r, step, ids);
 				for (int i = 0; i < m; i++)
 					seen[ids[i] * 4 + t.rank_node[r]] = 1;
 			}
@@ -200,7 +200,7 @@ Test(forecast, room_for_all_is_the_network_floor)
 		     (unsigned long long)net(&on.total), (unsigned long long)floor);
 	cr_assert_eq(on.total.pfs + on.total.pfs_load, d);
 	free(seen);
-	smp_cache_free(&sc);
+	sampler_cache_free(&sc);
 	forecast_result_free(&on);
 	tjob_free(&t);
 }

@@ -3,7 +3,7 @@
  * every node and keeps every epoch's order) counts for it, bit for bit, with
  * replicas on and off; with replicas off what it sends too. With a resumed
  * job (first epoch > 0, which forecast_run does not model) the bytes are checked
- * against an independent replay through the sampler's batches (smp_batch).
+ * against an independent replay through the sampler's batches (sampler_batch).
  * The estimate of what a node sends with replicas on is checked against the
  * cluster's exact sum; the schedule with rates keeps the byte identities. */
 #define _GNU_SOURCE
@@ -143,7 +143,7 @@ ParameterizedTest(struct ncase *c, forecast_node, equals_fc_run_on)
 }
 
 /* A resumed job (plan from epoch 2 of 6): node k's bytes per epoch against
- * its trainers' batches replayed through smp_batch, each sample classified
+ * its trainers' batches replayed through sampler_batch, each sample classified
  * by hand (first read of the plan's first epoch: PFS; later: owned or a
  * replica here by tier, otherwise the owner, or the PFS if cached nowhere). */
 Test(forecast_node, resumed_job_by_hand)
@@ -155,8 +155,8 @@ Test(forecast_node, resumed_job_by_hand)
 	const uint64_t first = 2, E = 4;
 	struct plan p;
 	cr_assert_eq(plan_build_lengths(&p, t.len, t.sh.n, &t.sh, first, t.rank_node, 3, t.cap), 0);
-	struct smp_cache sc;
-	cr_assert_eq(smp_cache_init(&sc, &t.sh), 0);
+	struct sampler_cache sc;
+	cr_assert_eq(sampler_cache_init(&sc, &t.sh), 0);
 	uint32_t ids[7];
 	struct forecast_node_epoch out[4];
 	for (uint32_t k = 0; k < 3; k++) {
@@ -170,7 +170,7 @@ Test(forecast_node, resumed_job_by_hand)
 				if (t.rank_node[r] != k)
 					continue;
 				for (uint64_t step = 0; step < t.sh.bpe; step++) {
-					int m = smp_batch(&sc, first + i, r, step, ids);
+					int m = sampler_batch(&sc, first + i, r, step, ids);
 					cr_assert_gt(m, 0);
 					for (int x = 0; x < m; x++) {
 						uint32_t s = ids[x];
@@ -204,7 +204,7 @@ Test(forecast_node, resumed_job_by_hand)
 		plan_node_free(&nv);
 		forecast_tally_free(&ta);
 	}
-	smp_cache_free(&sc);
+	sampler_cache_free(&sc);
 	plan_free(&p);
 	tjob_free(&t);
 }

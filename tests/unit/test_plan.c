@@ -2,7 +2,7 @@
  * plan, NoPFS-style rank caches, per-node LRU and the optimum.
  *
  * First readers and the LRU reference below walk the access sequence through
- * the sampler's public batch API (smp_batch), not through the walkers the
+ * the sampler's public batch API (sampler_batch), not through the walkers the
  * code under test uses. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -33,16 +33,16 @@ static struct plansim_result run(const struct tjob *t, enum plansim_policy p)
  * walking batches step by step, rank by rank. */
 static uint32_t *first_readers(const struct tjob *t)
 {
-	const struct smp_shape *sh = &t->sh;
-	struct smp_cache c;
-	cr_assert_eq(smp_cache_init(&c, sh), 0);
+	const struct sampler_shape *sh = &t->sh;
+	struct sampler_cache c;
+	cr_assert_eq(sampler_cache_init(&c, sh), 0);
 	uint32_t *first = malloc(sh->n * sizeof(uint32_t));
 	uint32_t *ids = malloc(sh->batch * sizeof(uint32_t));
 	cr_assert(first && ids);
 	memset(first, 0xff, sh->n * sizeof(uint32_t));
 	for (uint64_t step = 0; step < sh->bpe; step++) {
 		for (uint32_t r = 0; r < sh->world; r++) {
-			int m = smp_batch(&c, 0, r, step, ids);
+			int m = sampler_batch(&c, 0, r, step, ids);
 			cr_assert_gt(m, 0);
 			for (int i = 0; i < m; i++)
 				if (first[ids[i]] == UINT32_MAX)
@@ -50,7 +50,7 @@ static uint32_t *first_readers(const struct tjob *t)
 		}
 	}
 	free(ids);
-	smp_cache_free(&c);
+	sampler_cache_free(&c);
 	return first;
 }
 
@@ -344,19 +344,19 @@ Test(plansim, hand_checked)
  * stamps and a linear search for the oldest. Returns PFS reads per epoch. */
 static void ref_lru(const struct tjob *t, uint64_t slots, uint64_t *misses)
 {
-	const struct smp_shape *sh = &t->sh;
+	const struct sampler_shape *sh = &t->sh;
 	uint32_t nn = t->job.nnodes;
 	uint64_t *stamp = calloc((size_t)nn * sh->n, sizeof(uint64_t)); /* 0: not cached */
 	uint64_t *count = calloc(nn, sizeof(uint64_t));
 	uint32_t *ids = malloc(sh->batch * sizeof(uint32_t));
-	struct smp_cache c;
-	cr_assert(stamp && count && ids && smp_cache_init(&c, sh) == 0);
+	struct sampler_cache c;
+	cr_assert(stamp && count && ids && sampler_cache_init(&c, sh) == 0);
 	uint64_t clock = 0;
 	for (uint64_t e = 0; e < t->job.epochs; e++) {
 		misses[e] = 0;
 		for (uint64_t step = 0; step < sh->bpe; step++) {
 			for (uint32_t r = 0; r < sh->world; r++) {
-				int m = smp_batch(&c, e, r, step, ids);
+				int m = sampler_batch(&c, e, r, step, ids);
 				uint32_t k = t->rank_node[r];
 				uint64_t *st = &stamp[(size_t)k * sh->n];
 				for (int i = 0; i < m; i++) {
@@ -382,7 +382,7 @@ static void ref_lru(const struct tjob *t, uint64_t slots, uint64_t *misses)
 			}
 		}
 	}
-	smp_cache_free(&c);
+	sampler_cache_free(&c);
 	free(ids);
 	free(count);
 	free(stamp);
@@ -578,7 +578,7 @@ static int cmp_first(const void *a, const void *b)
 
 static void ref_nopfs(const struct tjob *t, bool prefetch, struct plansim_epoch *out)
 {
-	const struct smp_shape *sh = &t->sh;
+	const struct sampler_shape *sh = &t->sh;
 	const uint64_t n = sh->n, E = t->job.epochs;
 	const uint32_t W = sh->world, nn = t->job.nnodes;
 	uint32_t *freq = calloc(W * n, sizeof(uint32_t));
@@ -588,14 +588,14 @@ static void ref_nopfs(const struct tjob *t, bool prefetch, struct plansim_epoch 
 	uint32_t *desig = malloc(n * sizeof(uint32_t)), *on_node = calloc(nn, sizeof(uint32_t));
 	uint32_t *ids = malloc(sh->batch * sizeof(uint32_t));
 	uint64_t *recv = calloc(nn, sizeof(uint64_t));
-	struct smp_cache c;
+	struct sampler_cache c;
 	cr_assert(freq && first && tier && filled && off && list && desig && on_node && ids && recv);
-	cr_assert_eq(smp_cache_init(&c, sh), 0);
+	cr_assert_eq(sampler_cache_init(&c, sh), 0);
 	memset(first, 0xff, W * n * sizeof(uint64_t));
 	for (uint64_t e = 0; e < E; e++)
 		for (uint64_t step = 0; step < sh->bpe; step++)
 			for (uint32_t r = 0; r < W; r++) {
-				int m = smp_batch(&c, e, r, step, ids);
+				int m = sampler_batch(&c, e, r, step, ids);
 				for (int i = 0; i < m; i++) {
 					uint64_t key = e * sh->per_rank + step * sh->batch + (uint64_t)i;
 					freq[r * n + ids[i]]++;
@@ -667,7 +667,7 @@ static void ref_nopfs(const struct tjob *t, bool prefetch, struct plansim_epoch 
 	for (uint64_t e = 0; e < E; e++) {
 		for (uint64_t step = 0; step < sh->bpe; step++)
 			for (uint32_t r = 0; r < W; r++) {
-				int m = smp_batch(&c, e, r, step, ids);
+				int m = sampler_batch(&c, e, r, step, ids);
 				uint32_t k = t->rank_node[r];
 				for (int i = 0; i < m; i++) {
 					uint32_t s = ids[i];
@@ -697,7 +697,7 @@ static void ref_nopfs(const struct tjob *t, bool prefetch, struct plansim_epoch 
 			recv[k] = 0;
 		}
 	}
-	smp_cache_free(&c);
+	sampler_cache_free(&c);
 	free(recv);
 	free(ids);
 	free(on_node);

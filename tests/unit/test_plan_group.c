@@ -40,7 +40,7 @@ static void fake_free(struct catalog *c)
 }
 
 struct setup {
-	struct smp_shape sh;
+	struct sampler_shape sh;
 	uint32_t rank_node[64];
 	struct plan_cap cap[8];
 };
@@ -49,7 +49,7 @@ struct setup {
 static void setup(struct setup *s, const struct catalog *c, uint32_t nodes, uint32_t tpn,
 		  uint32_t batch, uint64_t ram)
 {
-	cr_assert_eq(smp_shape_init(&s->sh, c->nsamples, 42, nodes * tpn, batch, false, true), 0);
+	cr_assert_eq(sampler_shape_init(&s->sh, c->nsamples, 42, nodes * tpn, batch, false, true), 0);
 	for (uint32_t r = 0; r < nodes * tpn; r++)
 		s->rank_node[r] = r / tpn;
 	for (uint32_t k = 0; k < nodes; k++)
@@ -106,7 +106,7 @@ Test(plan_group, the_node_reading_most_owns_within_its_share)
 	 * its even share is reached, node 1 the rest */
 	struct catalog *c = fake(6, 100, 1000);
 	struct setup s;
-	cr_assert_eq(smp_shape_init(&s.sh, c->nsamples, 1, 4, 10, false, true), 0);
+	cr_assert_eq(sampler_shape_init(&s.sh, c->nsamples, 1, 4, 10, false, true), 0);
 	uint32_t rn[4] = { 0, 0, 0, 1 };
 	memcpy(s.rank_node, rn, sizeof(rn));
 	s.cap[0] = s.cap[1] = (struct plan_cap){ .ram = 1ull << 30 };
