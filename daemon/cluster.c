@@ -244,11 +244,11 @@ int cluster_agree_config(struct cluster *cl, const struct seer_config *cfg, char
 	return -EINVAL;
 }
 
-int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct catalog **out,
+int cluster_share_catalog(struct cluster *cl, const struct catalog_opts *o, struct catalog **out,
 			  char *err, size_t errlen)
 {
 	if (!cl->mpi || cl->nnodes == 1)
-		return cat_open(o, out, err, errlen);
+		return catalog_open(o, out, err, errlen);
 	struct {
 		int64_t rc;
 		uint64_t len;
@@ -257,10 +257,10 @@ int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct c
 	void *img = NULL;
 	struct catalog *cat = NULL;
 	if (cl->node == 0) {
-		int rc = cat_open(o, &cat, hdr.msg, sizeof(hdr.msg));
+		int rc = catalog_open(o, &cat, hdr.msg, sizeof(hdr.msg));
 		if (rc == 0) {
 			size_t len;
-			rc = cat_serialize(cat, &img, &len);
+			rc = catalog_serialize(cat, &img, &len);
 			hdr.len = len;
 			if (rc != 0)
 				snprintf(hdr.msg, sizeof(hdr.msg), "out of memory serializing the catalog");
@@ -288,12 +288,12 @@ int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct c
 	if (bcast_big(img, hdr.len) != 0) {
 		snprintf(err, errlen, "broadcasting the catalog failed");
 		free(img);
-		cat_free(cat);
+		catalog_free(cat);
 		return -EIO;
 	}
 	int rc = 0;
 	if (cl->node != 0)
-		rc = cat_deserialize(img, hdr.len, &cat, err, errlen);
+		rc = catalog_deserialize(img, hdr.len, &cat, err, errlen);
 	free(img);
 	/* every node must see the same dataset: check a spread of files */
 	char local[256] = "";
@@ -302,7 +302,7 @@ int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct c
 		for (uint32_t f = 0; f < cat->nfiles; f += step) {
 			char path[4096];
 			struct stat st;
-			snprintf(path, sizeof(path), "%s/%s", cat->root, cat_path(cat, f));
+			snprintf(path, sizeof(path), "%s/%s", cat->root, catalog_path(cat, f));
 			if (stat(path, &st) != 0 || (uint64_t)st.st_size != cat->files[f].size) {
 				snprintf(local, sizeof(local), "node %u sees %.180s %s", cl->node, path,
 					 stat(path, &st) != 0 ? "missing" : "with another size");
@@ -320,7 +320,7 @@ int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct c
 				 "catalog; every node must see the same dataset.path)",
 				 all + k * sizeof(local));
 			free(all);
-			cat_free(cat);
+			catalog_free(cat);
 			return SEER_EDATASET;
 		}
 	}

@@ -153,7 +153,7 @@ struct etask {
 	struct waiter *w;
 	struct waiter w_inline[2];
 	uint32_t attempts;
-	uint64_t pfs_read;    /* TK_PFS: bytes cat_read read from the files, all attempts */
+	uint64_t pfs_read;    /* TK_PFS: bytes catalog_read read from the files, all attempts */
 	char err[SEER_ERRMSG_MAX];
 	struct etask *free_next;
 	/* coalesced reads (extent.c) */

@@ -156,7 +156,7 @@ static bool wanted(struct engine *e, uint32_t x, struct etask **tk)
 static bool span(const struct engine *e, uint64_t x, uint64_t *lo, uint64_t *hi)
 {
 	const struct catalog *c = e->cat;
-	const struct cat_sample *cs = &c->samples[x];
+	const struct catalog_sample *cs = &c->samples[x];
 	return c->fmt->span(c, x, cs, lo, hi) && *lo < *hi && *hi <= c->files[cs->file].size;
 }
 
@@ -180,7 +180,7 @@ static bool candidate(struct engine *e, uint64_t x, uint32_t i, bool trigger)
  * sample within extent_gap (nothing beyond could join). */
 static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 {
-	const struct cat_file *f = &e->cat->files[e->cat->samples[s].file];
+	const struct catalog_file *f = &e->cat->files[e->cat->samples[s].file];
 	const uint64_t max = e->cfg->extent_max, gap = e->cfg->extent_gap;
 	/* right side first, from index 1; the left side is then put before it */
 	uint32_t n = 0;
@@ -407,7 +407,7 @@ void ext_done(struct engine *e, struct etask *x, int status)
 		}
 	ext_count(e, x, useful, ok);
 	log_debug("extent of %s: %u samples, %llu bytes at %llu, waited %.1f ms, read in %.1f ms",
-		  cat_path(e->cat, x->file), x->nmem, (unsigned long long)x->len,
+		  catalog_path(e->cat, x->file), x->nmem, (unsigned long long)x->len,
 		  (unsigned long long)x->foff,
 		  x->io.t_start > x->io.t_submit ? (double)(x->io.t_start - x->io.t_submit) / 1e6 : 0.0,
 		  x->io.t_end > x->io.t_start ? (double)(x->io.t_end - x->io.t_start) / 1e6 : 0.0);

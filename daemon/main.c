@@ -226,7 +226,7 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 	fmt_set_memory(cfg->format_memory); /* before the catalog: its readers share it */
 	char cache_dir[4096];
 	snprintf(cache_dir, sizeof(cache_dir), "%s", cfg->state_dir);
-	struct cat_opts co = {
+	struct catalog_opts co = {
 		.root = cfg->dataset_path, .format = cfg->dataset_format,
 		.params = { .hdf5_data = cfg->hdf5_data, .hdf5_labels = cfg->hdf5_labels,
 			    .npz_data = cfg->npz_data, .npz_labels = cfg->npz_labels,
@@ -263,7 +263,7 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 	}
 	/* the socket answers from now on (startup.h): trainers and seerctl
 	 * see the scan's progress, a stop signal stops the scan */
-	struct cat_progress prog = { 0 };
+	struct catalog_progress prog = { 0 };
 	struct startup *st = NULL;
 	/* two scanning threads per I/O thread: a file's open and fstat are two
 	 * metadata round trips (a stat is one), threads are what hides them */
@@ -308,7 +308,7 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 			rc = *fini = server_run(cfg, cat, cl, node, nnodes, probed ? &probe : NULL, st);
 		}
 	}
-	cat_free(cat);
+	catalog_free(cat);
 	joblock_drop(cfg, lock);
 	return rc;
 }

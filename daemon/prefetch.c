@@ -245,7 +245,7 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 	}
 	if (x == s)
 		return false;
-	const struct cat_sample *cs = &e->cat->samples[x];
+	const struct catalog_sample *cs = &e->cat->samples[x];
 	for (uint32_t k = 0; k < tk->nw; k++) {
 		const struct waiter *w = &tk->w[k];
 		if (w->peer)
@@ -458,7 +458,7 @@ bool pf_prepare(struct engine *e, struct trainer *t)
 		off = xfs_slot_begin(e, trainer_wslot(t, idx), n, off) + tensor - 64;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = e->ids[i];
-		const struct cat_sample *cs = &e->cat->samples[s];
+		const struct catalog_sample *cs = &e->cat->samples[s];
 		d[i] = (struct seer_wire_sample){
 			.id = s, .length = cs->length, .label = cs->label, .type = cs->type,
 		};

@@ -369,7 +369,7 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	if (node_path(s.sock_path, sizeof(s.sock_path), cfg->socket, node) != 0) {
 		char show[CAT_PATH_SHOW];
 		log_error("[daemon] socket %s is longer than %zu bytes with the node rank: set a "
-			  "shorter path", cat_path_abbrev(show, sizeof(show), cfg->socket),
+			  "shorter path", catalog_path_abbrev(show, sizeof(show), cfg->socket),
 			  sizeof(s.sock_path) - 1);
 		startup_abort(st);
 		goto out;

@@ -273,7 +273,7 @@ static void plan_cache(struct xfs *x, const struct engine *e)
 	x->ctotal = x->cmax = 0;
 	uint64_t images = 0;
 	for (uint64_t s = 0; s < c->nsamples; s++) {
-		const struct cat_image *im = &c->images[s];
+		const struct catalog_image *im = &c->images[s];
 		x->clen[s] = im->width ? xf_blob_bytes(&x->p, im->width, im->height)
 				       : c->samples[s].length;
 		images += im->width != 0;
@@ -520,8 +520,8 @@ static void sample_error(const struct engine *e, uint32_t s, const char *why, ch
 {
 	const struct catalog *c = e->cat;
 	char full[2 * 4096], show[CAT_PATH_SHOW];
-	snprintf(full, sizeof(full), "%s/%s", c->root, cat_path(c, c->samples[s].file));
-	snprintf(out, len, "sample %u (%s): %s", s, cat_path_abbrev(show, sizeof(show), full),
+	snprintf(full, sizeof(full), "%s/%s", c->root, catalog_path(c, c->samples[s].file));
+	snprintf(out, len, "sample %u (%s): %s", s, catalog_path_abbrev(show, sizeof(show), full),
 		 why[0] ? why : "transform failed");
 }
 

@@ -466,8 +466,8 @@ struct fpool {
 static void *fworker(void *arg)
 {
 	struct fpool *p = arg;
-	struct cat_reader rd;
-	cat_reader_init(&rd, p->cat);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, p->cat);
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		while (!p->stop && p->qh == p->qt)
@@ -478,7 +478,7 @@ static void *fworker(void *arg)
 		uint32_t i = p->q[p->qh % p->qcap].i;
 		p->qh++;
 		pthread_mutex_unlock(&p->mu);
-		int rc = cat_read(&rd, j->ids[i], j->buf[i]);
+		int rc = catalog_read(&rd, j->ids[i], j->buf[i]);
 		pthread_mutex_lock(&p->mu);
 		if (rc != 0 && !p->err) {
 			p->err = rc;
@@ -488,17 +488,17 @@ static void *fworker(void *arg)
 			pthread_cond_broadcast(&p->done_cv);
 	}
 	pthread_mutex_unlock(&p->mu);
-	cat_reader_fini(&rd);
+	catalog_reader_fini(&rd);
 	return NULL;
 }
 
 static int run_files(const struct opts *o, int rank, int world, struct ep **out, uint64_t *nep,
 		     uint64_t *sink)
 {
-	struct cat_opts co = { .root = o->data, .format = o->format };
+	struct catalog_opts co = { .root = o->data, .format = o->format };
 	struct catalog *cat;
 	char err[1024];
-	if (cat_open(&co, &cat, err, sizeof(err)) != 0) {
+	if (catalog_open(&co, &cat, err, sizeof(err)) != 0) {
 		fprintf(stderr, "seer-bench: %s\n", err);
 		return 1;
 	}
@@ -582,7 +582,7 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 	*out = eps;
 	*nep = o->epochs;
 	sampler_cache_free(&sc);
-	cat_free(cat);
+	catalog_free(cat);
 	return 0;
 }
 

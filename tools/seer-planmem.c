@@ -50,18 +50,18 @@ static struct catalog *synthetic_catalog(uint64_t n, uint64_t size, uint64_t *by
 	c->strpool = xmalloc(cap);
 	for (uint64_t i = 0; i < n; i++) {
 		uint32_t cls = (uint32_t)(i % 1000);
-		c->files[i] = (struct cat_file){ .size = size, .path_off = (uint32_t)used,
+		c->files[i] = (struct catalog_file){ .size = size, .path_off = (uint32_t)used,
 						 .nsamples = 1, .first = i };
 		used += (size_t)snprintf(c->strpool + used, cap - used, "n%08u/n%08u_%07llu.JPEG",
 					 cls, cls, (unsigned long long)i) + 1;
-		c->samples[i] = (struct cat_sample){ .offset = 0, .length = size, .file = (uint32_t)i,
+		c->samples[i] = (struct catalog_sample){ .offset = 0, .length = size, .file = (uint32_t)i,
 						     .type = 0, .label = cls };
 		c->total_bytes += size;
 	}
 	c->strpool_len = used;
 	c->max_len = size;
-	*bytes = n * (sizeof(struct cat_file) + sizeof(struct cat_sample)) + cap +
-		 c->ndirs * sizeof(struct cat_dir);
+	*bytes = n * (sizeof(struct catalog_file) + sizeof(struct catalog_sample)) + cap +
+		 c->ndirs * sizeof(struct catalog_dir);
 	return c;
 }
 
@@ -245,7 +245,7 @@ int main(int argc, char **argv)
 		return rc;
 	plan_node_free(&nv);
 	plan_free(&p);
-	cat_free(cat);
+	catalog_free(cat);
 	free(cap);
 	free(rank_node);
 	return 0;

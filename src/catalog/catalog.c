@@ -33,7 +33,7 @@
 
 /* ---- string pool and builder ------------------------------------------- */
 
-uint32_t cat_pool_add(struct strpool *p, const char *s)
+uint32_t catalog_pool_add(struct strpool *p, const char *s)
 {
 	size_t n = strlen(s) + 1;
 	if (p->len + n > p->cap) {
@@ -50,9 +50,9 @@ uint32_t cat_pool_add(struct strpool *p, const char *s)
 	return (uint32_t)off;
 }
 
-struct cat_builder {
+struct catalog_builder {
 	struct catalog *c;
-	const struct cat_opts *o;
+	const struct catalog_opts *o;
 	struct strpool pool;
 	uint32_t *type_hash;   /* open addressing: type index + 1, 0 = empty */
 	uint32_t type_hash_cap;
@@ -63,19 +63,19 @@ struct cat_builder {
 	char err[512];
 };
 
-int cat_add_sample(struct cat_builder *b, uint32_t file, uint64_t offset, uint64_t length,
+int catalog_add_sample(struct catalog_builder *b, uint32_t file, uint64_t offset, uint64_t length,
 		   int64_t label, uint32_t type)
 {
 	struct catalog *c = b->c;
 	if (c->nsamples >= UINT32_MAX) {
-		cat_builder_error(b, "more than 2^32-1 samples are not supported");
+		catalog_builder_error(b, "more than 2^32-1 samples are not supported");
 		return -EOVERFLOW;
 	}
 	if (c->nsamples == b->cap_samples) {
 		b->cap_samples = MAX(b->cap_samples * 2, 1024);
 		c->samples = xrealloc(c->samples, b->cap_samples * sizeof(*c->samples));
 	}
-	c->samples[c->nsamples++] = (struct cat_sample){
+	c->samples[c->nsamples++] = (struct catalog_sample){
 		.offset = offset, .length = length, .file = file, .type = type, .label = label,
 	};
 	c->files[file].nsamples++;
@@ -84,7 +84,7 @@ int cat_add_sample(struct cat_builder *b, uint32_t file, uint64_t offset, uint64
 
 /* Datasets whose files each have their own shape (DLIO's varying sizes) make
  * as many types as files: a hash table keeps interning O(1). */
-int cat_intern_type(struct cat_builder *b, const struct seer_wire_type *t, uint32_t *idx)
+int catalog_intern_type(struct catalog_builder *b, const struct seer_wire_type *t, uint32_t *idx)
 {
 	struct catalog *c = b->c;
 	if ((uint64_t)(c->ntypes + 1) * 2 > b->type_hash_cap) {
@@ -118,11 +118,11 @@ int cat_intern_type(struct cat_builder *b, const struct seer_wire_type *t, uint3
 	return 0;
 }
 
-uint64_t *cat_builder_aux(struct cat_builder *b, uint32_t file) { return b->c->files[file].aux; }
-const struct cat_params *cat_builder_params(const struct cat_builder *b) { return &b->o->params; }
-const char *cat_builder_root(const struct cat_builder *b) { return b->c->root; }
+uint64_t *catalog_builder_aux(struct catalog_builder *b, uint32_t file) { return b->c->files[file].aux; }
+const struct catalog_params *catalog_builder_params(const struct catalog_builder *b) { return &b->o->params; }
+const char *catalog_builder_root(const struct catalog_builder *b) { return b->c->root; }
 
-const char *cat_builder_path(const struct cat_builder *b, uint32_t file)
+const char *catalog_builder_path(const struct catalog_builder *b, uint32_t file)
 {
 	return b->pool.buf + b->c->files[file].path_off;
 }
@@ -132,7 +132,7 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int64_t cat_builder_class(const struct cat_builder *b, const char *relpath)
+int64_t catalog_builder_class(const struct catalog_builder *b, const char *relpath)
 {
 	const char *slash = strchr(relpath, '/');
 	if (!slash)
@@ -146,7 +146,7 @@ int64_t cat_builder_class(const struct cat_builder *b, const char *relpath)
 	return hit ? (int64_t)(hit - b->classes) : -1;
 }
 
-void cat_builder_error(struct cat_builder *b, const char *fmt, ...)
+void catalog_builder_error(struct catalog_builder *b, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -154,7 +154,7 @@ void cat_builder_error(struct cat_builder *b, const char *fmt, ...)
 	va_end(ap);
 }
 
-uint64_t cat_hash_params(const struct cat_opts *o)
+uint64_t catalog_hash_params(const struct catalog_opts *o)
 {
 	XXH64_state_t *st = XXH64_createState();
 	XXH64_reset(st, 0x5ee2ca7a);
@@ -170,14 +170,14 @@ uint64_t cat_hash_params(const struct cat_opts *o)
 	return h;
 }
 
-uint64_t cat_hash_content(const struct catalog *c)
+uint64_t catalog_hash_content(const struct catalog *c)
 {
 	XXH64_state_t *st = XXH64_createState();
 	XXH64_reset(st, 0xca7a1065);
 	XXH64_update(st, c->fmt->name, strlen(c->fmt->name) + 1);
 	XXH64_update(st, &c->params_hash, sizeof(c->params_hash));
 	for (uint32_t i = 0; i < c->nfiles; i++) {
-		const char *p = cat_path(c, i);
+		const char *p = catalog_path(c, i);
 		XXH64_update(st, p, strlen(p) + 1);
 		XXH64_update(st, &c->files[i].size, sizeof(c->files[i].size));
 	}
@@ -188,7 +188,7 @@ uint64_t cat_hash_content(const struct catalog *c)
 	return h;
 }
 
-void cat_finish_totals(struct catalog *c)
+void catalog_finish_totals(struct catalog *c)
 {
 	c->total_bytes = 0;
 	c->max_len = 0;
@@ -198,7 +198,7 @@ void cat_finish_totals(struct catalog *c)
 	}
 }
 
-const char *cat_path_abbrev(char *buf, size_t len, const char *path)
+const char *catalog_path_abbrev(char *buf, size_t len, const char *path)
 {
 	size_t n = strlen(path);
 	if (n < len || len < 16) {
@@ -214,12 +214,12 @@ const char *cat_path_abbrev(char *buf, size_t len, const char *path)
 static const char *file_abbrev(char *buf, size_t len, const char *root, const char *rel)
 {
 	char *full = xasprintf("%s/%s", root, rel);
-	cat_path_abbrev(buf, len, full);
+	catalog_path_abbrev(buf, len, full);
 	free(full);
 	return buf;
 }
 
-static void builder_free(struct cat_builder *b)
+static void builder_free(struct catalog_builder *b)
 {
 	for (uint32_t i = 0; i < b->nclasses; i++)
 		free(b->classes[i]);
@@ -230,16 +230,16 @@ static void builder_free(struct cat_builder *b)
 
 /* Class directories, for a format labelling by them with some file below
  * the root: every directory of the root, as torchvision's find_classes
- * numbers them (cat_walk_classes), so that labels agree with an ImageFolder
+ * numbers them (catalog_walk_classes), so that labels agree with an ImageFolder
  * over the same tree. Files only at the root: flat, every label 0. */
-static int find_classes(struct cat_builder *b, char **paths, size_t n, char *err, size_t errlen)
+static int find_classes(struct catalog_builder *b, char **paths, size_t n, char *err, size_t errlen)
 {
 	bool nested = false;
 	for (size_t i = 0; i < n && !nested; i++)
 		nested = strchr(paths[i], '/') != NULL;
 	if (!nested || !b->c->fmt->dir_labels)
 		return 0;
-	int rc = cat_walk_classes(b->c->root, &b->classes, &b->nclasses, err, errlen);
+	int rc = catalog_walk_classes(b->c->root, &b->classes, &b->nclasses, err, errlen);
 	b->c->nclasses = b->nclasses;
 	return rc;
 }
@@ -248,7 +248,7 @@ static int find_classes(struct cat_builder *b, char **paths, size_t n, char *err
  * refuses them: "Found no valid file for the classes ..."): an error naming
  * them and what to do, or with dataset.allow_empty_classes a warning. The
  * numbering stays find_classes' either way. */
-static int check_empty_classes(const struct cat_params *p, const char *root, char *const *names,
+static int check_empty_classes(const struct catalog_params *p, const char *root, char *const *names,
 			       uint32_t n, const bool *has, char *err, size_t errlen)
 {
 	uint32_t empty = 0;
@@ -275,7 +275,7 @@ static int check_empty_classes(const struct cat_params *p, const char *root, cha
 	else
 		snprintf(why, sizeof(why), "no sample of their own (no file, only hidden ones, or "
 			 "a directory already listed under another name)");
-	cat_path_abbrev(show, sizeof(show), root);
+	catalog_path_abbrev(show, sizeof(show), root);
 	if (p->allow_empty_classes) {
 		log_warn("dataset %s: %u of %u class directories hold %s: %s%s; with "
 			 "dataset.allow_empty_classes = true they keep their labels (torchvision's "
@@ -306,7 +306,7 @@ static int check_empty_classes(const struct cat_params *p, const char *root, cha
 #define SCAN_WINDOW 1024u
 
 struct scan_slot {
-	struct cat_sample *samples; /* type: index into types */
+	struct catalog_sample *samples; /* type: index into types */
 	uint64_t nsamples, cap;
 	struct seer_wire_type *types;
 	uint32_t ntypes, cap_types;
@@ -316,7 +316,7 @@ struct scan_slot {
 };
 
 struct scan {
-	struct cat_builder *b;  /* the catalog's builder (merge only, under mu) */
+	struct catalog_builder *b;  /* the catalog's builder (merge only, under mu) */
 	char **paths;
 	int dfd;
 	pthread_mutex_t mu;
@@ -333,7 +333,7 @@ struct scan {
 
 /* Scan file i into its slot (no lock held: the slot and files[i] are this
  * thread's until done is set). tb holds the thread's type hash. */
-static void scan_one(struct scan *sc, uint32_t i, struct cat_builder *tb)
+static void scan_one(struct scan *sc, uint32_t i, struct catalog_builder *tb)
 {
 	struct catalog *c = sc->b->c;
 	struct scan_slot *sl = &sc->slots[i % SCAN_WINDOW];
@@ -353,7 +353,7 @@ static void scan_one(struct scan *sc, uint32_t i, struct cat_builder *tb)
 		return;
 	}
 	c->files[i].size = (uint64_t)st.st_size;
-	c->files[i].mtime_ns = cat_ts_ns(&st.st_mtim);
+	c->files[i].mtime_ns = catalog_ts_ns(&st.st_mtim);
 	/* the file's own catalog: the slot's arrays, the shared files and strings */
 	struct catalog fc = { .root = c->root, .fmt = c->fmt, .nfiles = c->nfiles, .files = c->files,
 			      .samples = sl->samples, .types = sl->types };
@@ -384,7 +384,7 @@ static void scan_one(struct scan *sc, uint32_t i, struct cat_builder *tb)
 /* Merge the slots done in file order into the catalog (mu held). */
 static void scan_merge(struct scan *sc)
 {
-	struct cat_builder *b = sc->b;
+	struct catalog_builder *b = sc->b;
 	struct catalog *c = b->c;
 	while (sc->merged < c->nfiles && sc->slots[sc->merged % SCAN_WINDOW].done) {
 		uint32_t i = sc->merged;
@@ -394,13 +394,13 @@ static void scan_merge(struct scan *sc)
 		if (rc == 0 && !sc->failed) {
 			uint32_t map[16], *m = sl->ntypes <= 16 ? map : xcalloc(sl->ntypes, sizeof(*m));
 			for (uint32_t t = 0; t < sl->ntypes && rc == 0; t++)
-				rc = cat_intern_type(b, &sl->types[t], &m[t]);
+				rc = catalog_intern_type(b, &sl->types[t], &m[t]);
 			c->files[i].first = c->nsamples;
 			c->files[i].nsamples = 0;
 			b->err[0] = '\0';
 			for (uint64_t k = 0; k < sl->nsamples && rc == 0; k++) {
-				const struct cat_sample *x = &sl->samples[k];
-				rc = cat_add_sample(b, i, x->offset, x->length, x->label, m[x->type]);
+				const struct catalog_sample *x = &sl->samples[k];
+				rc = catalog_add_sample(b, i, x->offset, x->length, x->label, m[x->type]);
 			}
 			if (m != map)
 				free(m);
@@ -417,7 +417,7 @@ static void scan_merge(struct scan *sc)
 			sc->failed = true;
 		}
 		sc->merged++;
-		const struct cat_opts *o = b->o;
+		const struct catalog_opts *o = b->o;
 		if (o->prog)
 			atomic_store_explicit(&o->prog->scanned, sc->merged, memory_order_relaxed);
 		if (o->progress && (sc->merged % 100000 == 0 || now_ns() - sc->t_log >= 10000000000ull)) {
@@ -433,11 +433,11 @@ static void scan_merge(struct scan *sc)
 static void *scan_thread(void *arg)
 {
 	struct scan *sc = arg;
-	struct cat_builder *b = sc->b;
-	struct cat_builder tb = { .o = b->o, .pool = b->pool, .classes = b->classes,
+	struct catalog_builder *b = sc->b;
+	struct catalog_builder tb = { .o = b->o, .pool = b->pool, .classes = b->classes,
 				  .nclasses = b->nclasses };
 	uint64_t b0 = fmt_thread_bytes();
-	const struct cat_opts *o = b->o;
+	const struct catalog_opts *o = b->o;
 	pthread_mutex_lock(&sc->mu);
 	for (;;) {
 		if (!sc->failed && o->prog && atomic_load(&o->prog->stop)) {
@@ -471,7 +471,7 @@ static void *scan_thread(void *arg)
 
 /* Open, stat and scan every listed file, merged in catalog order. *bytes:
  * what the scan read from the files. */
-static int scan_files(struct cat_builder *b, char **paths, uint64_t *bytes, char *err,
+static int scan_files(struct catalog_builder *b, char **paths, uint64_t *bytes, char *err,
 		      size_t errlen)
 {
 	struct catalog *c = b->c;
@@ -514,7 +514,7 @@ static int scan_files(struct cat_builder *b, char **paths, uint64_t *bytes, char
 }
 
 /* The files the walk found become the catalog's files, sorted by path. */
-static int list_files(struct cat_builder *b, struct cat_walk *w, char *err, size_t errlen)
+static int list_files(struct catalog_builder *b, struct catalog_walk *w, char *err, size_t errlen)
 {
 	struct catalog *c = b->c;
 	if (w->n == 0) {
@@ -533,7 +533,7 @@ static int list_files(struct cat_builder *b, struct cat_walk *w, char *err, size
 	if (rc == 0 && b->nclasses > 0) {
 		bool *has = xcalloc(b->nclasses, sizeof(bool));
 		for (size_t i = 0; i < w->n; i++) {
-			int64_t k = cat_builder_class(b, w->paths[i]);
+			int64_t k = catalog_builder_class(b, w->paths[i]);
 			if (k >= 0)
 				has[k] = true;
 		}
@@ -546,11 +546,11 @@ static int list_files(struct cat_builder *b, struct cat_walk *w, char *err, size
 	c->nfiles = (uint32_t)w->n;
 	c->files = xcalloc(w->n, sizeof(*c->files));
 	for (size_t i = 0; i < w->n; i++)
-		c->files[i].path_off = cat_pool_add(&b->pool, w->paths[i]);
+		c->files[i].path_off = catalog_pool_add(&b->pool, w->paths[i]);
 	return 0;
 }
 
-static int cat_build(const struct cat_opts *o, const struct fmt_ops *fmt, const char *root,
+static int cat_build(const struct catalog_opts *o, const struct fmt_ops *fmt, const char *root,
 		     struct catalog **out, char *err, size_t errlen)
 {
 	struct catalog *c = xcalloc(1, sizeof(*c));
@@ -558,12 +558,12 @@ static int cat_build(const struct cat_opts *o, const struct fmt_ops *fmt, const 
 	c->fmt = fmt;
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
-	c->scan_ns = cat_ts_ns(&now);
-	c->params_hash = cat_hash_params(o);
-	struct cat_builder b = { .c = c, .o = o };
-	struct cat_walk w = { .prog = o->prog };
+	c->scan_ns = catalog_ts_ns(&now);
+	c->params_hash = catalog_hash_params(o);
+	struct catalog_builder b = { .c = c, .o = o };
+	struct catalog_walk w = { .prog = o->prog };
 	uint64_t t0 = now_ns();
-	int rc = cat_walk_tree(root, fmt, &o->params, o->progress, &b.pool, &w, err, errlen);
+	int rc = catalog_walk_tree(root, fmt, &o->params, o->progress, &b.pool, &w, err, errlen);
 	if (rc == 0)
 		rc = list_files(&b, &w, err, errlen);
 	if (rc == 0)
@@ -585,21 +585,21 @@ static int cat_build(const struct cat_opts *o, const struct fmt_ops *fmt, const 
 		c->strpool = b.pool.buf;
 		c->strpool_len = b.pool.len;
 		b.pool.buf = NULL;
-		cat_finish_totals(c);
-		c->hash = cat_hash_content(c);
-		rc = cat_attach_shared(c, err, errlen);
+		catalog_finish_totals(c);
+		c->hash = catalog_hash_content(c);
+		rc = catalog_attach_shared(c, err, errlen);
 	}
 	if (rc == 0) {
 		*out = c;
 		c = NULL;
 	}
-	cat_walk_free(&w);
+	catalog_walk_free(&w);
 	builder_free(&b);
-	cat_free(c);
+	catalog_free(c);
 	return rc;
 }
 
-void cat_free(struct catalog *c)
+void catalog_free(struct catalog *c)
 {
 	if (!c)
 		return;
@@ -616,7 +616,7 @@ void cat_free(struct catalog *c)
 	free(c);
 }
 
-int cat_attach_shared(struct catalog *c, char *err, size_t errlen)
+int catalog_attach_shared(struct catalog *c, char *err, size_t errlen)
 {
 	if (!c->fmt->shared_new)
 		return 0;
@@ -648,13 +648,13 @@ static bool cat_is_current(const struct catalog *c)
 /* A cached catalog's class directories checked as a scan would
  * (check_empty_classes, with this start's dataset.allow_empty_classes):
  * false to rescan (the scan then says what is wrong). */
-static bool cat_classes_ok(const struct catalog *c, const struct cat_opts *o)
+static bool cat_classes_ok(const struct catalog *c, const struct catalog_opts *o)
 {
 	if (!c->fmt->dir_labels || c->nclasses == 0)
 		return true;
 	char **names, err[1024];
 	uint32_t n;
-	if (cat_walk_classes(c->root, &names, &n, err, sizeof(err)) != 0)
+	if (catalog_walk_classes(c->root, &names, &n, err, sizeof(err)) != 0)
 		return false;
 	bool ok = n == c->nclasses;
 	if (ok) {
@@ -671,7 +671,7 @@ static bool cat_classes_ok(const struct catalog *c, const struct cat_opts *o)
 	return ok;
 }
 
-static struct catalog *cat_try_load(const struct cat_opts *o, const char *root, const char *path)
+static struct catalog *cat_try_load(const struct catalog_opts *o, const char *root, const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -688,7 +688,7 @@ static struct catalog *cat_try_load(const struct cat_opts *o, const char *root, 
 		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (m != MAP_FAILED) {
 			char err[256];
-			if (cat_deserialize(m, (size_t)st.st_size, &c, err, sizeof(err)) != 0)
+			if (catalog_deserialize(m, (size_t)st.st_size, &c, err, sizeof(err)) != 0)
 				log_warn("catalog cache %s unusable (%s); rescanning", path, err);
 			munmap(m, (size_t)st.st_size);
 		}
@@ -696,7 +696,7 @@ static struct catalog *cat_try_load(const struct cat_opts *o, const char *root, 
 	close(fd);
 	if (!c)
 		return NULL;
-	if (strcmp(c->root, root) != 0 || c->params_hash != cat_hash_params(o) ||
+	if (strcmp(c->root, root) != 0 || c->params_hash != catalog_hash_params(o) ||
 	    strcmp(c->fmt->name, o->format) != 0) {
 		log_info("catalog cache %s was built for other settings; rescanning", path);
 	} else if (!cat_is_current(c)) {
@@ -704,7 +704,7 @@ static struct catalog *cat_try_load(const struct cat_opts *o, const char *root, 
 	} else if (cat_classes_ok(c, o)) {
 		return c;
 	}
-	cat_free(c);
+	catalog_free(c);
 	return NULL;
 }
 
@@ -715,7 +715,7 @@ static void cat_save(const struct catalog *c, const char *cache_dir, const char 
 	void *img;
 	size_t len;
 	int mk = mkdir_p(cache_dir, 0700);
-	if (mk == 0 && (mk = cat_serialize(c, &img, &len)) == 0) {
+	if (mk == 0 && (mk = catalog_serialize(c, &img, &len)) == 0) {
 		mk = write_file_atomic(cpath, img, len);
 		free(img);
 	}
@@ -724,12 +724,12 @@ static void cat_save(const struct catalog *c, const char *cache_dir, const char 
 			 strerror(-mk));
 }
 
-/* cat_opts.image_sizes: each sample's image size, read from its header. */
+/* catalog_opts.image_sizes: each sample's image size, read from its header. */
 static int cat_add_images(struct catalog *c, char *err, size_t errlen)
 {
 	uint64_t t0 = now_ns(), bad = 0;
 	char first[512] = "";
-	if (cat_probe_images(c, &bad, first, sizeof(first)) != 0) {
+	if (catalog_probe_images(c, &bad, first, sizeof(first)) != 0) {
 		snprintf(err, errlen, "out of memory recording the image sizes of %llu samples",
 			 (unsigned long long)c->nsamples);
 		return -ENOMEM;
@@ -743,7 +743,7 @@ static int cat_add_images(struct catalog *c, char *err, size_t errlen)
 	return 0;
 }
 
-int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t errlen)
+int catalog_open(const struct catalog_opts *o, struct catalog **out, char *err, size_t errlen)
 {
 	const struct fmt_ops *fmt = fmt_registry_find(o->format);
 	if (!fmt) {
@@ -756,19 +756,19 @@ int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t e
 		int e = errno;
 		snprintf(err, errlen,
 			 "dataset path %s: %s: set dataset.path to the directory holding the samples",
-			 o->root ? cat_path_abbrev(show, sizeof(show), o->root) : "(unset)",
+			 o->root ? catalog_path_abbrev(show, sizeof(show), o->root) : "(unset)",
 			 o->root ? strerror(e) : "not set");
 		return SEER_EDATASET;
 	}
 	struct stat st;
 	if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) {
 		snprintf(err, errlen, "dataset path %s is not a directory",
-			 cat_path_abbrev(show, sizeof(show), root));
+			 catalog_path_abbrev(show, sizeof(show), root));
 		return SEER_EDATASET;
 	}
-	struct cat_opts ro = *o;
+	struct catalog_opts ro = *o;
 	ro.root = root;
-	char *cpath = o->cache_dir ? cat_cache_path(&ro) : NULL;
+	char *cpath = o->cache_dir ? catalog_cache_path(&ro) : NULL;
 	if (cpath && !o->rebuild) {
 		struct catalog *c = cat_try_load(&ro, root, cpath);
 		if (c) {
@@ -777,7 +777,7 @@ int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t e
 			if (o->image_sizes && !c->images) {
 				int rc = cat_add_images(c, err, errlen);
 				if (rc != 0) {
-					cat_free(c);
+					catalog_free(c);
 					free(cpath);
 					return rc;
 				}
@@ -800,7 +800,7 @@ int cat_open(const struct cat_opts *o, struct catalog **out, char *err, size_t e
 			rc = cat_add_images(c, err, errlen);
 	}
 	if (rc != 0) {
-		cat_free(c);
+		catalog_free(c);
 		free(cpath);
 		return rc;
 	}

@@ -1,8 +1,8 @@
 /* The catalog's cache file: a self-checking image of a built catalog.
  *
- * cat_serialize writes header, files, samples, the image sizes when the
+ * catalog_serialize writes header, files, samples, the image sizes when the
  * catalog has them (flag CAT_IMG_F_IMAGES; version 3), types, directories,
- * string pool (with the root appended) and an XXH64 of all of it; cat_deserialize checks
+ * string pool (with the root appended) and an XXH64 of all of it; catalog_deserialize checks
  * every field and index before use, so a damaged or hostile file gives an
  * error, never a catalog that reads out of bounds. Pure functions of their
  * arguments (no shared state): any thread; the daemon calls them on its main
@@ -25,7 +25,7 @@
  * root (torchvision's find_classes), not only those with samples: a cache of
  * version 3 may carry the old labels */
 #define CAT_IMG_VERSION 4u
-#define CAT_IMG_F_IMAGES 1u /* struct cat_image[nsamples] follows the samples */
+#define CAT_IMG_F_IMAGES 1u /* struct catalog_image[nsamples] follows the samples */
 /* no image side wider than this is recorded (JPEG's limit is 65500) */
 #define CAT_IMG_MAX_SIDE (1u << 24)
 
@@ -53,18 +53,18 @@ static uint64_t img_size(uint64_t nfiles, uint64_t nsamples, uint64_t ntypes, ui
 			 uint64_t pool, uint32_t flags)
 {
 	uint64_t n = sizeof(struct cat_img_hdr);
-	n += nfiles * sizeof(struct cat_file);
-	n += nsamples * sizeof(struct cat_sample);
+	n += nfiles * sizeof(struct catalog_file);
+	n += nsamples * sizeof(struct catalog_sample);
 	if (flags & CAT_IMG_F_IMAGES)
-		n += nsamples * sizeof(struct cat_image);
+		n += nsamples * sizeof(struct catalog_image);
 	n += ntypes * sizeof(struct seer_wire_type);
-	n += ndirs * sizeof(struct cat_dir);
+	n += ndirs * sizeof(struct catalog_dir);
 	n += ALIGN_UP(pool, 8);
 	n += sizeof(uint64_t); /* checksum */
 	return n;
 }
 
-int cat_serialize(const struct catalog *c, void **buf, size_t *len)
+int catalog_serialize(const struct catalog *c, void **buf, size_t *len)
 {
 	/* the root goes into a copy of the pool so the image is self-contained */
 	uint64_t root_len = strlen(c->root) + 1;
@@ -161,7 +161,7 @@ static int img_copy(const char *p, const struct cat_img_hdr *h, struct catalog *
 		c->images = malloc(MAX(1, (size_t)h->nsamples * sizeof(*c->images)));
 	if (!c->files || !c->samples || !c->types || !c->dirs || !c->strpool ||
 	    (!c->images && (h->flags & CAT_IMG_F_IMAGES))) {
-		cat_free(c);
+		catalog_free(c);
 		return -ENOMEM;
 	}
 	const char *q = p + sizeof(*h);
@@ -191,7 +191,7 @@ static int img_validate(const struct catalog *c, uint32_t root_off, char *err, s
 		BAD("catalog cache root out of range");
 	uint64_t expect_first = 0;
 	for (uint32_t i = 0; i < c->nfiles; i++) {
-		const struct cat_file *f = &c->files[i];
+		const struct catalog_file *f = &c->files[i];
 		if (f->path_off >= root_off)
 			BAD("catalog cache file %u path out of range", i);
 		if (f->first != expect_first || f->nsamples > c->nsamples - f->first)
@@ -207,10 +207,10 @@ static int img_validate(const struct catalog *c, uint32_t root_off, char *err, s
 		if (c->types[i].dtype >= SEER_DT_COUNT_ || c->types[i].ndim > SEER_MAX_DIMS)
 			BAD("catalog cache type %u invalid", i);
 	for (uint64_t i = 0; i < c->nsamples; i++) {
-		const struct cat_sample *s = &c->samples[i];
+		const struct catalog_sample *s = &c->samples[i];
 		if (s->file >= c->nfiles || s->type >= c->ntypes)
 			BAD("catalog cache sample %llu refers out of range", (unsigned long long)i);
-		const struct cat_file *f = &c->files[s->file];
+		const struct catalog_file *f = &c->files[s->file];
 		if (i < f->first || i - f->first >= f->nsamples)
 			BAD("catalog cache sample %llu not inside its file's range",
 			    (unsigned long long)i);
@@ -230,7 +230,7 @@ static int hash_mismatch(char *err, size_t errlen)
 	BAD("catalog cache content hash mismatch");
 }
 
-int cat_deserialize(const void *buf, size_t len, struct catalog **out, char *err, size_t errlen)
+int catalog_deserialize(const void *buf, size_t len, struct catalog **out, char *err, size_t errlen)
 {
 	struct cat_img_hdr h;
 	const struct fmt_ops *fmt;
@@ -247,15 +247,15 @@ int cat_deserialize(const void *buf, size_t len, struct catalog **out, char *err
 		rc = c->root ? 0 : -ENOMEM;
 	}
 	if (rc == 0) {
-		cat_finish_totals(c);
+		catalog_finish_totals(c);
 		c->hash = h.hash;
-		if (cat_hash_content(c) != h.hash)
+		if (catalog_hash_content(c) != h.hash)
 			rc = hash_mismatch(err, errlen);
 	}
 	if (rc == 0)
-		rc = cat_attach_shared(c, err, errlen);
+		rc = catalog_attach_shared(c, err, errlen);
 	if (rc) {
-		cat_free(c);
+		catalog_free(c);
 		return rc;
 	}
 	c->from_cache = true;
@@ -264,12 +264,12 @@ int cat_deserialize(const void *buf, size_t len, struct catalog **out, char *err
 	return 0;
 }
 
-char *cat_cache_path(const struct cat_opts *o)
+char *catalog_cache_path(const struct catalog_opts *o)
 {
 	XXH64_state_t *st = XXH64_createState();
 	XXH64_reset(st, 0);
 	XXH64_update(st, o->root, strlen(o->root));
-	uint64_t ph = cat_hash_params(o);
+	uint64_t ph = catalog_hash_params(o);
 	XXH64_update(st, &ph, sizeof(ph));
 	uint64_t h = XXH64_digest(st);
 	XXH64_freeState(st);

@@ -24,7 +24,7 @@
 #define PROBE_HEAD (64u << 10)
 
 struct probe {
-	struct cat_reader rd;
+	struct catalog_reader rd;
 	struct xf_scratch *xs;
 	uint8_t *buf;
 	size_t cap;
@@ -47,18 +47,18 @@ static int probe_room(struct probe *p, size_t n)
 static int64_t probe_read(struct probe *p, uint64_t id, uint64_t want, char *why, size_t whylen)
 {
 	const struct catalog *c = p->rd.cat;
-	const struct cat_sample *s = &c->samples[id];
+	const struct catalog_sample *s = &c->samples[id];
 	bool files = strcmp(c->fmt->name, "files") == 0;
 	uint64_t n = files ? MIN(want, s->length) : s->length;
 	if (n > SIZE_MAX / 2 || probe_room(p, (size_t)MAX(n, 1ull)) != 0)
 		return -ENOMEM;
 	if (!files) {
-		int rc = cat_read(&p->rd, id, p->buf);
+		int rc = catalog_read(&p->rd, id, p->buf);
 		if (rc != 0)
 			str_copy(why, whylen, p->rd.err);
 		return rc != 0 ? rc : (int64_t)n;
 	}
-	int fd = cat_reader_fd(&p->rd, s->file);
+	int fd = catalog_reader_fd(&p->rd, s->file);
 	int rc = fd < 0 ? fd : fmt_pread(fd, p->buf, (size_t)n, s->offset);
 	if (rc != 0)
 		snprintf(why, whylen, "cannot read it: %s", strerror(rc == -ENODATA ? EIO : -rc));
@@ -67,9 +67,9 @@ static int64_t probe_read(struct probe *p, uint64_t id, uint64_t want, char *why
 
 /* One sample's size into *img (0 x 0 when it is not an image); the reason
  * into why when it is not. */
-static int probe_one(struct probe *p, uint64_t id, struct cat_image *img, char *why, size_t whylen)
+static int probe_one(struct probe *p, uint64_t id, struct catalog_image *img, char *why, size_t whylen)
 {
-	*img = (struct cat_image){ 0, 0 };
+	*img = (struct catalog_image){ 0, 0 };
 	uint64_t len = p->rd.cat->samples[id].length;
 	int64_t n = probe_read(p, id, PROBE_HEAD, why, whylen);
 	if (n == -ENOMEM)
@@ -89,37 +89,37 @@ static int probe_one(struct probe *p, uint64_t id, struct cat_image *img, char *
 		rc = xf_probe(p->xs, p->buf, (size_t)n, &fmt, &w, &h, why, whylen);
 	}
 	if (rc == 0 && (fmt == XF_FMT_JPEG || fmt == XF_FMT_PNG) && w > 0 && h > 0)
-		*img = (struct cat_image){ w, h };
+		*img = (struct catalog_image){ w, h };
 	else if (rc == 0)
 		snprintf(why, whylen, "not a JPEG or PNG image");
 	return 0;
 }
 
-int cat_probe_images(struct catalog *c, uint64_t *nonimage, char *first, size_t firstlen)
+int catalog_probe_images(struct catalog *c, uint64_t *nonimage, char *first, size_t firstlen)
 {
 	*nonimage = 0;
 	if (first && firstlen)
 		first[0] = '\0';
-	struct cat_image *img = calloc(MAX(1, c->nsamples), sizeof(*img));
+	struct catalog_image *img = calloc(MAX(1, c->nsamples), sizeof(*img));
 	struct probe p = { .xs = xf_scratch_new(0) };
 	if (!img || !p.xs) {
 		free(img);
 		xf_scratch_free(p.xs);
 		return -ENOMEM;
 	}
-	cat_reader_init(&p.rd, c);
+	catalog_reader_init(&p.rd, c);
 	int rc = 0;
 	for (uint64_t id = 0; id < c->nsamples && rc == 0; id++) {
 		char why[320] = "";
 		rc = probe_one(&p, id, &img[id], why, sizeof(why));
 		if (rc == 0 && img[id].width == 0 && (*nonimage)++ == 0 && first && firstlen) {
 			char full[2 * 4096], show[CAT_PATH_SHOW];
-			snprintf(full, sizeof(full), "%s/%s", c->root, cat_path(c, c->samples[id].file));
+			snprintf(full, sizeof(full), "%s/%s", c->root, catalog_path(c, c->samples[id].file));
 			snprintf(first, firstlen, "sample %llu (%s): %s", (unsigned long long)id,
-				 cat_path_abbrev(show, sizeof(show), full), why);
+				 catalog_path_abbrev(show, sizeof(show), full), why);
 		}
 	}
-	cat_reader_fini(&p.rd);
+	catalog_reader_fini(&p.rd);
 	xf_scratch_free(p.xs);
 	free(p.buf);
 	if (rc != 0) {

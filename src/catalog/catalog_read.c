@@ -1,8 +1,8 @@
 /* Reading samples: per-thread readers over a shared, read-only catalog.
  *
- * A reader (struct cat_reader) belongs to one thread at a time: it keeps a few
+ * A reader (struct catalog_reader) belongs to one thread at a time: it keeps a few
  * files open (checked against the catalog's size and mtime when opened) and
- * the format's per-reader state. cat_read asks the format for one sample and
+ * the format's per-reader state. catalog_read asks the format for one sample and
  * turns any failure into a message naming the sample, its file and why. */
 #define _GNU_SOURCE
 #include "catalog_int.h"
@@ -21,7 +21,7 @@
 #include "seer.h"
 #include "../util/util.h"
 
-int cat_reader_init(struct cat_reader *rd, const struct catalog *c)
+int catalog_reader_init(struct catalog_reader *rd, const struct catalog *c)
 {
 	memset(rd, 0, sizeof(*rd));
 	rd->cat = c;
@@ -31,7 +31,7 @@ int cat_reader_init(struct cat_reader *rd, const struct catalog *c)
 	return 0;
 }
 
-void cat_reader_limit_fds(struct cat_reader *rd, unsigned n)
+void catalog_reader_limit_fds(struct catalog_reader *rd, unsigned n)
 {
 	rd->fd_max = n < 1 ? 1 : n > CAT_FD_CACHE ? CAT_FD_CACHE : n;
 	for (unsigned i = rd->fd_max; i < CAT_FD_CACHE; i++) {
@@ -43,7 +43,7 @@ void cat_reader_limit_fds(struct cat_reader *rd, unsigned n)
 
 /* Open path read-only for slot `victim`; out of descriptors, close the
  * victim's file first (it is replaced anyway) and try once more. */
-static int reader_open(struct cat_reader *rd, const char *path, int victim)
+static int reader_open(struct catalog_reader *rd, const char *path, int victim)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && rd->fd[victim] >= 0) {
@@ -54,7 +54,7 @@ static int reader_open(struct cat_reader *rd, const char *path, int victim)
 	return fd;
 }
 
-void cat_reader_fini(struct cat_reader *rd)
+void catalog_reader_fini(struct catalog_reader *rd)
 {
 	for (int i = 0; i < CAT_FD_CACHE; i++)
 		if (rd->fd[i] >= 0)
@@ -64,7 +64,7 @@ void cat_reader_fini(struct cat_reader *rd)
 	rd->fmt_state = NULL;
 }
 
-int cat_reader_fd(struct cat_reader *rd, uint32_t file)
+int catalog_reader_fd(struct catalog_reader *rd, uint32_t file)
 {
 	int victim = -1, n = (int)rd->fd_max;
 	for (int i = 0; i < n; i++) {
@@ -83,7 +83,7 @@ int cat_reader_fd(struct cat_reader *rd, uint32_t file)
 	}
 	char path[PATH_MAX];
 	const struct catalog *c = rd->cat;
-	if (snprintf(path, sizeof(path), "%s/%s", c->root, cat_path(c, file)) >= (int)sizeof(path))
+	if (snprintf(path, sizeof(path), "%s/%s", c->root, catalog_path(c, file)) >= (int)sizeof(path))
 		return -ENAMETOOLONG;
 	int fd = reader_open(rd, path, victim);
 	if (fd < 0)
@@ -107,7 +107,7 @@ int cat_reader_fd(struct cat_reader *rd, uint32_t file)
 	return fd;
 }
 
-void cat_reader_forget(struct cat_reader *rd, uint32_t file)
+void catalog_reader_forget(struct catalog_reader *rd, uint32_t file)
 {
 	for (int i = 0; i < CAT_FD_CACHE; i++) {
 		if (rd->fd[i] >= 0 && rd->fd_file[i] == file) {
@@ -117,16 +117,16 @@ void cat_reader_forget(struct cat_reader *rd, uint32_t file)
 	}
 }
 
-int cat_read_error(struct cat_reader *rd, uint64_t id, int code, const char *fmt, ...)
+int catalog_read_error(struct catalog_reader *rd, uint64_t id, int code, const char *fmt, ...)
 {
 	const struct catalog *c = rd->cat;
-	const struct cat_sample *s = &c->samples[id];
+	const struct catalog_sample *s = &c->samples[id];
 	/* the path abbreviated (the message reaches trainers in 256 bytes): the
 	 * reason after it always survives */
 	char full[2 * PATH_MAX], show[CAT_PATH_SHOW];
-	snprintf(full, sizeof(full), "%s/%s", c->root, cat_path(c, s->file));
+	snprintf(full, sizeof(full), "%s/%s", c->root, catalog_path(c, s->file));
 	int n = snprintf(rd->err, sizeof(rd->err), "sample %llu (%s): ", (unsigned long long)id,
-			 cat_path_abbrev(show, sizeof(show), full));
+			 catalog_path_abbrev(show, sizeof(show), full));
 	if (n < 0 || n >= (int)sizeof(rd->err))
 		return code;
 	va_list ap;
@@ -136,14 +136,14 @@ int cat_read_error(struct cat_reader *rd, uint64_t id, int code, const char *fmt
 	return code;
 }
 
-int cat_read(struct cat_reader *rd, uint64_t id, void *dst)
+int catalog_read(struct catalog_reader *rd, uint64_t id, void *dst)
 {
 	const struct catalog *c = rd->cat;
 	rd->last_bytes = 0;
 	if (id >= c->nsamples)
 		return -ERANGE;
 	rd->err[0] = '\0';
-	const struct cat_sample *s = &c->samples[id];
+	const struct catalog_sample *s = &c->samples[id];
 	uint64_t b0 = fmt_thread_bytes();
 	int rc = c->fmt->read(rd, id, s, dst);
 	rd->last_bytes = fmt_thread_bytes() - b0;
@@ -155,22 +155,22 @@ int cat_read(struct cat_reader *rd, uint64_t id, void *dst)
 			unlink(c->cache_path);
 		}
 		if (rd->err[0] == '\0')
-			cat_read_error(rd, id, rc, "%s", rc == -ESTALE
+			catalog_read_error(rd, id, rc, "%s", rc == -ESTALE
 				       ? "file changed (size or mtime) since the catalog was built: "
 					 "restart seerd to rescan"
 				       : seer_strerror(rc));
-		cat_reader_forget(rd, s->file);
+		catalog_reader_forget(rd, s->file);
 	}
 	return rc;
 }
 
 /* ---- coalesced reads ---------------------------------------------------------- */
 
-bool cat_span(const struct catalog *c, uint64_t id, uint64_t *lo, uint64_t *hi)
+bool catalog_span(const struct catalog *c, uint64_t id, uint64_t *lo, uint64_t *hi)
 {
 	if (id >= c->nsamples || !c->fmt->span || (!c->fmt->cut && !c->fmt->cut_many))
 		return false;
-	const struct cat_sample *s = &c->samples[id];
+	const struct catalog_sample *s = &c->samples[id];
 	if (!c->fmt->span(c, id, s, lo, hi))
 		return false;
 	/* a span outside the file is a damaged catalog: the sample's own read
@@ -178,7 +178,7 @@ bool cat_span(const struct catalog *c, uint64_t id, uint64_t *lo, uint64_t *hi)
 	return *lo < *hi && *hi <= c->files[s->file].size;
 }
 
-int cat_read_range(struct cat_reader *rd, uint32_t file, uint64_t off, uint64_t len, void *buf)
+int catalog_read_range(struct catalog_reader *rd, uint32_t file, uint64_t off, uint64_t len, void *buf)
 {
 	const struct catalog *c = rd->cat;
 	rd->last_bytes = 0;
@@ -186,10 +186,10 @@ int cat_read_range(struct cat_reader *rd, uint32_t file, uint64_t off, uint64_t 
 	if (file >= c->nfiles)
 		return -ERANGE;
 	char full[2 * PATH_MAX], show[CAT_PATH_SHOW];
-	snprintf(full, sizeof(full), "%s/%s", c->root, cat_path(c, file));
-	cat_path_abbrev(show, sizeof(show), full);
+	snprintf(full, sizeof(full), "%s/%s", c->root, catalog_path(c, file));
+	catalog_path_abbrev(show, sizeof(show), full);
 	uint64_t b0 = fmt_thread_bytes();
-	int fd = cat_reader_fd(rd, file);
+	int fd = catalog_reader_fd(rd, file);
 	int rc = fd < 0 ? fd : fmt_pread(fd, buf, (size_t)len, off);
 	rd->last_bytes = fmt_thread_bytes() - b0;
 	rd->bytes_read += rd->last_bytes;
@@ -208,12 +208,12 @@ int cat_read_range(struct cat_reader *rd, uint32_t file, uint64_t off, uint64_t 
 			 rc == -ESTALE ? "file changed (size or mtime) since the catalog was built: "
 					 "restart seerd to rescan" : seer_strerror(rc));
 	}
-	cat_reader_forget(rd, file);
+	catalog_reader_forget(rd, file);
 	return rc;
 }
 
-void cat_cut(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off, uint64_t len,
-	     uint32_t n, const uint64_t *ids, void *const *dsts, cat_cut_fn done, void *ctx)
+void catalog_cut(struct catalog_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off, uint64_t len,
+	     uint32_t n, const uint64_t *ids, void *const *dsts, catalog_cut_fn done, void *ctx)
 {
 	const struct catalog *c = rd->cat;
 	if (c->fmt->cut_many) {
@@ -221,7 +221,7 @@ void cat_cut(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint64_t 
 		int rc = c->fmt->cut_many(rd, file, buf, off, len, n, ids, dsts);
 		for (uint32_t i = 0; i < n; i++) {
 			if (rc != 0 && rd->err[0] == '\0')
-				cat_read_error(rd, ids[i], rc, "%s", seer_strerror(rc));
+				catalog_read_error(rd, ids[i], rc, "%s", seer_strerror(rc));
 			done(ctx, i, rc, rc ? rd->err : "");
 		}
 		return;
@@ -232,7 +232,7 @@ void cat_cut(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint64_t 
 			 ? c->fmt->cut(rd, ids[i], &c->samples[ids[i]], buf, off, len, dsts[i])
 			 : -ERANGE;
 		if (rc != 0 && rd->err[0] == '\0')
-			cat_read_error(rd, ids[i] < c->nsamples ? ids[i] : 0, rc, "%s", seer_strerror(rc));
+			catalog_read_error(rd, ids[i] < c->nsamples ? ids[i] : 0, rc, "%s", seer_strerror(rc));
 		done(ctx, i, rc, rc ? rd->err : "");
 	}
 }

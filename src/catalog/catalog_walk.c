@@ -14,7 +14,7 @@
  * two names is two samples, as with any directory listing); dangling links
  * are skipped.
  *
- * Class directories (cat_walk_classes) are listed apart, as torchvision's
+ * Class directories (catalog_walk_classes) are listed apart, as torchvision's
  * find_classes lists them: every directory of the root, hidden ones and links
  * included, whether or not the walk finds samples in it.
  *
@@ -50,10 +50,10 @@ struct seen {
 };
 
 struct walk {
-	struct cat_walk *out;
+	struct catalog_walk *out;
 	struct strpool *pool;
 	const struct fmt_ops *fmt;
-	const struct cat_params *params;
+	const struct catalog_params *params;
 	const char *root;
 	int root_fd;
 	bool progress;
@@ -118,7 +118,7 @@ static void push_dir(struct walk *w, char *rel)
 
 static void add_file(struct walk *w, char *rel)
 {
-	struct cat_walk *o = w->out;
+	struct catalog_walk *o = w->out;
 	if (o->n == o->cap) {
 		o->cap = MAX(o->cap * 2, (size_t)1024);
 		o->paths = xrealloc(o->paths, o->cap * sizeof(char *));
@@ -141,8 +141,8 @@ static void skip_dir(struct walk *w, const char *rel, const struct seen *s)
 	bool loop = fl == 0 || (strncmp(rel, first, fl) == 0 && rel[fl] == '/');
 	char a[CAT_PATH_SHOW], b[CAT_PATH_SHOW];
 	log_warn("dataset %s: %s is the directory already walked as %s%s: not followed (%s)%s",
-		 w->root, cat_path_abbrev(a, sizeof(a), rel), fl ? "" : "the dataset root",
-		 cat_path_abbrev(b, sizeof(b), first),
+		 w->root, catalog_path_abbrev(a, sizeof(a), rel), fl ? "" : "the dataset root",
+		 catalog_path_abbrev(b, sizeof(b), first),
 		 loop ? "a symbolic link loop" : "its files are listed once, under the first path",
 		 w->skipped == WALK_WARN_MAX ? "; further links of this kind are only counted" : "");
 }
@@ -152,7 +152,7 @@ static int path_too_long(struct walk *w, const char *rel)
 	char a[CAT_PATH_SHOW];
 	snprintf(w->err, w->errlen, "dataset %s: path %s is longer than PATH_MAX (%d bytes with the "
 		 "root): seer opens samples by full path; shorten the directory names or point "
-		 "dataset.path deeper", w->root, cat_path_abbrev(a, sizeof(a), rel), PATH_MAX);
+		 "dataset.path deeper", w->root, catalog_path_abbrev(a, sizeof(a), rel), PATH_MAX);
 	return SEER_EDATASET;
 }
 
@@ -219,7 +219,7 @@ static int open_dir(struct walk *w, const char *rel, int *fd, struct stat *st)
 		if (*fd >= 0)
 			close(*fd);
 		snprintf(w->err, w->errlen, "dataset %s: cannot open directory %s: %s", w->root,
-			 *rel ? cat_path_abbrev(a, sizeof(a), rel) : ".", strerror(e));
+			 *rel ? catalog_path_abbrev(a, sizeof(a), rel) : ".", strerror(e));
 		return e == ENOMEM ? -ENOMEM : SEER_EDATASET;
 	}
 	return 0;
@@ -240,20 +240,20 @@ static int walk_one(struct walk *w, const char *rel)
 		skip_dir(w, rel, s);
 		return 0;
 	}
-	uint32_t off = s->path_off = cat_pool_add(w->pool, rel);
-	struct cat_walk *o = w->out;
+	uint32_t off = s->path_off = catalog_pool_add(w->pool, rel);
+	struct catalog_walk *o = w->out;
 	if (o->ndirs == o->capdirs) {
 		o->capdirs = MAX(o->capdirs * 2, (size_t)64);
 		o->dirs = xrealloc(o->dirs, o->capdirs * sizeof(*o->dirs));
 	}
-	o->dirs[o->ndirs++] = (struct cat_dir){ .path_off = off, .mtime_ns = cat_ts_ns(&st.st_mtim) };
+	o->dirs[o->ndirs++] = (struct catalog_dir){ .path_off = off, .mtime_ns = catalog_ts_ns(&st.st_mtim) };
 	struct entry *ents = NULL;
 	size_t n = 0;
 	rc = read_entries(fd, &ents, &n);
 	if (rc) {
 		char a[CAT_PATH_SHOW];
 		snprintf(w->err, w->errlen, "dataset %s: cannot list directory %s: %s", w->root,
-			 *rel ? cat_path_abbrev(a, sizeof(a), rel) : ".", strerror(-rc));
+			 *rel ? catalog_path_abbrev(a, sizeof(a), rel) : ".", strerror(-rc));
 		rc = rc == -ENOMEM ? rc : SEER_EDATASET;
 	}
 	if (n > 1)
@@ -276,8 +276,8 @@ static int walk_one(struct walk *w, const char *rel)
 	return rc;
 }
 
-int cat_walk_tree(const char *root, const struct fmt_ops *fmt, const struct cat_params *params,
-		  bool progress, struct strpool *pool, struct cat_walk *out, char *err, size_t errlen)
+int catalog_walk_tree(const char *root, const struct fmt_ops *fmt, const struct catalog_params *params,
+		  bool progress, struct strpool *pool, struct catalog_walk *out, char *err, size_t errlen)
 {
 	struct walk w = { .out = out, .pool = pool, .fmt = fmt, .params = params, .root = root,
 			  .progress = progress, .err = err, .errlen = errlen };
@@ -313,7 +313,7 @@ static int cmp_name(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int cat_walk_classes(const char *root, char ***names, uint32_t *n, char *err, size_t errlen)
+int catalog_walk_classes(const char *root, char ***names, uint32_t *n, char *err, size_t errlen)
 {
 	*names = NULL;
 	*n = 0;
@@ -367,7 +367,7 @@ int cat_walk_classes(const char *root, char ***names, uint32_t *n, char *err, si
 	return 0;
 }
 
-void cat_walk_free(struct cat_walk *w)
+void catalog_walk_free(struct catalog_walk *w)
 {
 	for (size_t i = 0; i < w->n; i++)
 		free(w->paths[i]);

@@ -456,7 +456,7 @@ int config_finish(struct seer_config *c, char *err, size_t errlen)
 		snprintf(err, errlen, "[daemon] state_dir %s cannot be trusted: %s. Another user "
 			 "could plant a forged catalog or resume record there: set [daemon] "
 			 "state_dir (or HOME / XDG_CACHE_HOME) to a directory only you can write",
-			 cat_path_abbrev(show, sizeof(show), c->state_dir), why);
+			 catalog_path_abbrev(show, sizeof(show), c->state_dir), why);
 		return -EINVAL;
 	}
 	return 0;

@@ -30,7 +30,7 @@ const char *fmt_registry_names(void); /* "files, npz, ..." for messages */
 /* Write why into err (printf-style) and return SEER_EDATASET. */
 int fmt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* accept() for formats whose directories also hold *.idx index files. */
-bool fmt_not_index(const struct cat_params *p, const char *relpath);
+bool fmt_not_index(const struct catalog_params *p, const char *relpath);
 /* Does s end with suf (case-insensitive), with at least one byte before it? */
 bool fmt_has_suffix(const char *s, const char *suf);
 /* Byte-swap elements of isz (2, 4 or 8) bytes in place; other sizes: no-op. */
@@ -39,8 +39,8 @@ void fmt_swap(uint8_t *p, uint64_t bytes, uint32_t isz);
 /* ---- reading dataset files: every byte counted ------------------------------
  * Formats read dataset files only through fmt_pread/fmt_preadv (or count what
  * a library read with fmt_lib_io_*), so the bytes taken from the file system
- * are known exactly: a running count per thread, which cat_read turns into
- * cat_reader.last_bytes and the catalog scan into catalog.scan_bytes. */
+ * are known exactly: a running count per thread, which catalog_read turns into
+ * catalog_reader.last_bytes and the catalog scan into catalog.scan_bytes. */
 
 /* As pread/preadv until done: 0, -ENODATA at the end of the file, -errno.
  * Counts every byte returned, also when the call then fails. */

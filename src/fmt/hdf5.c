@@ -384,7 +384,7 @@ static int probe_labels(hid_t fid, const char *name, struct hdf5_info *in, char 
 	return close_dset(d, sp, t, rc);
 }
 
-static int hdf5_probe(const char *path, const struct cat_params *p, uint64_t fsize,
+static int hdf5_probe(const char *path, const struct catalog_params *p, uint64_t fsize,
 		    struct hdf5_info *in, char *err, size_t errlen)
 {
 	const char *data = p->hdf5_data && *p->hdf5_data ? p->hdf5_data : "records";
@@ -449,28 +449,28 @@ out:
 	return rc;
 }
 
-static int hdf5_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+static int hdf5_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t size)
 {
 	(void)fd;
 	char path[PATH_MAX], err[768];
-	if (snprintf(path, sizeof(path), "%s/%s", cat_builder_root(b), cat_builder_path(b, file)) >=
+	if (snprintf(path, sizeof(path), "%s/%s", catalog_builder_root(b), catalog_builder_path(b, file)) >=
 	    (int)sizeof(path))
 		return -ENAMETOOLONG;
 	struct hdf5_info in;
 	struct fmt_lib_io io;
 	fmt_h5_lock();
 	fmt_lib_io_begin(&io);
-	int rc = hdf5_probe(path, cat_builder_params(b), size, &in, err, sizeof(err));
+	int rc = hdf5_probe(path, catalog_builder_params(b), size, &in, err, sizeof(err));
 	fmt_lib_io_end(&io);
 	fmt_h5_unlock();
 	if (rc) {
 		if (rc == SEER_EDATASET)
-			cat_builder_error(b, "%s", err);
+			catalog_builder_error(b, "%s", err);
 		return rc;
 	}
 	uint32_t type;
-	rc = cat_intern_type(b, &in.type, &type);
-	uint64_t *aux = cat_builder_aux(b, file);
+	rc = catalog_intern_type(b, &in.type, &type);
+	uint64_t *aux = catalog_builder_aux(b, file);
 	aux[0] = in.mode | (in.swap ? AUX_SWAP : 0) | (uint64_t)in.k << 32;
 	if (in.mode == H5_MODE_PREAD)
 		for (uint32_t j = 0; j < in.k; j++)
@@ -478,13 +478,13 @@ static int hdf5_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size
 	else
 		aux[1] = in.addr0;
 	for (uint64_t i = 0; rc == 0 && i < in.n; i++)
-		rc = cat_add_sample(b, file, i * in.part, in.part * in.k,
+		rc = catalog_add_sample(b, file, i * in.part, in.part * in.k,
 				    in.labels ? in.labels[i] : -1, type);
 	free(in.labels);
 	return rc;
 }
 
-static bool hdf5_accept(const struct cat_params *p, const char *relpath)
+static bool hdf5_accept(const struct catalog_params *p, const char *relpath)
 {
 	(void)p;
 	const char *dot = strrchr(relpath, '.');

@@ -25,11 +25,11 @@ const char *hdf5_errmsg(char *buf, size_t len);
  * of chunk_bytes per dataset. Lock held. */
 hid_t hdf5_fapl(uint64_t chunk_bytes);
 
-int hdf5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst);
+int hdf5_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, void *dst);
 /* Coalesced reads of contiguous datasets (one part): a row is its bytes. */
-bool hdf5_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+bool hdf5_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 	     uint64_t *hi);
-int hdf5_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, const uint8_t *buf,
+int hdf5_cut(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, const uint8_t *buf,
 	   uint64_t off, uint64_t len, void *dst);
 void *hdf5_shared_new(const struct catalog *c);
 void hdf5_shared_free(void *shared);

@@ -131,7 +131,7 @@ static int handle_open(struct hdf5_handle *h, const struct catalog *c, uint32_t 
 	uint32_t k = (uint32_t)(aux[0] >> 32);
 	if (k == 0 || k > H5_MAX_SPLIT)
 		return fail(err, errlen, "catalog entry damaged (%u datasets)", k);
-	snprintf(path, sizeof(path), "%s/%s", c->root, cat_path(c, file));
+	snprintf(path, sizeof(path), "%s/%s", c->root, catalog_path(c, file));
 	memset(h, 0, sizeof(*h));
 	hid_t fapl = hdf5_fapl(chunk_bytes / k);
 	h->fid = H5Fopen(path, H5F_ACC_RDONLY, fapl);
@@ -233,11 +233,11 @@ static int handle_get(struct hdf5_shared *st, const struct catalog *c, uint32_t 
 	return rc;
 }
 
-static int hdf5_read_lib(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+static int hdf5_read_lib(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s,
 		       void *dst)
 {
 	struct hdf5_shared *st = rd->cat->fmt_shared;
-	const struct cat_file *f = &rd->cat->files[s->file];
+	const struct catalog_file *f = &rd->cat->files[s->file];
 	uint32_t k = (uint32_t)(f->aux[0] >> 32);
 	char err[512];
 	struct hdf5_handle *h = NULL;
@@ -256,19 +256,19 @@ static int hdf5_read_lib(struct cat_reader *rd, uint64_t id, const struct cat_sa
 		fmt_count_bytes(s->length); /* no per-thread accounting: at least the sample */
 	fmt_h5_unlock();
 	if (rc == SEER_EDATASET)
-		return cat_read_error(rd, id, rc, "%s", err);
+		return catalog_read_error(rd, id, rc, "%s", err);
 	return rc;
 }
 
-int hdf5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+int hdf5_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, void *dst)
 {
-	const struct cat_file *f = &rd->cat->files[s->file];
+	const struct catalog_file *f = &rd->cat->files[s->file];
 	uint32_t mode = f->aux[0] & 0xf, k = (uint32_t)(f->aux[0] >> 32);
 	if (k == 0 || s->length % k != 0 || (mode == H5_MODE_PREAD && k > PREAD_MAX_SPLIT) ||
 	    (mode != H5_MODE_PREAD && mode != H5_MODE_LIB))
-		return cat_read_error(rd, id, SEER_EDATASET, "catalog entry damaged: rebuild the "
+		return catalog_read_error(rd, id, SEER_EDATASET, "catalog entry damaged: rebuild the "
 				      "catalog");
-	int fd = cat_reader_fd(rd, s->file); /* also notices a file that changed size */
+	int fd = catalog_reader_fd(rd, s->file); /* also notices a file that changed size */
 	if (fd < 0)
 		return fd;
 	if (mode == H5_MODE_LIB)
@@ -278,7 +278,7 @@ int hdf5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, vo
 		int rc = fmt_pread(fd, (uint8_t *)dst + j * part, (size_t)part,
 				   f->aux[1 + j] + s->offset);
 		if (rc == -ENODATA)
-			return cat_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
+			return catalog_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
 					      "layout: restart seerd to rescan");
 		if (rc)
 			return rc;
@@ -290,11 +290,11 @@ int hdf5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, vo
 
 /* Contiguous, one dataset: row k is bytes offset + k * length of the file.
  * Split records (parts far apart) and chunked data are read alone. */
-bool hdf5_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+bool hdf5_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 	     uint64_t *hi)
 {
 	(void)id;
-	const struct cat_file *f = &c->files[s->file];
+	const struct catalog_file *f = &c->files[s->file];
 	if ((f->aux[0] & 0xf) != H5_MODE_PREAD || (uint32_t)(f->aux[0] >> 32) != 1)
 		return false;
 	*lo = f->aux[1] + s->offset;
@@ -302,16 +302,16 @@ bool hdf5_span(const struct catalog *c, uint64_t id, const struct cat_sample *s,
 	return *hi > *lo;
 }
 
-int hdf5_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, const uint8_t *buf,
+int hdf5_cut(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, const uint8_t *buf,
 	   uint64_t off, uint64_t len, void *dst)
 {
 	uint64_t lo, hi;
 	if (!hdf5_span(rd->cat, id, s, &lo, &hi) || lo < off || hi - off > len)
-		return cat_read_error(rd, id, -ERANGE, "row is not inside the bytes read "
+		return catalog_read_error(rd, id, -ERANGE, "row is not inside the bytes read "
 				      "(%llu..%llu)", (unsigned long long)off,
 				      (unsigned long long)(off + len));
 	memcpy(dst, buf + (lo - off), (size_t)s->length);
-	const struct cat_file *f = &rd->cat->files[s->file];
+	const struct catalog_file *f = &rd->cat->files[s->file];
 	if (f->aux[0] & AUX_SWAP)
 		fmt_swap(dst, s->length, fmt_dtype_size(rd->cat->types[s->type].dtype));
 	return 0;

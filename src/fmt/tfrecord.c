@@ -273,14 +273,14 @@ static int read_small_file(const char *path, char **buf, size_t *len)
 	return rc;
 }
 
-static int tfrecord_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+static int tfrecord_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t size)
 {
-	const char *rel = cat_builder_path(b, file);
+	const char *rel = catalog_builder_path(b, file);
 	char err[512], why[256];
 	struct recs r = { 0 };
 	bool index_bad = false;
 	int rc = 0;
-	char *ipath = find_index(cat_builder_root(b), rel);
+	char *ipath = find_index(catalog_builder_root(b), rel);
 	if (ipath) {
 		char *text = NULL;
 		size_t tlen = 0;
@@ -315,11 +315,11 @@ static int tfrecord_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t 
 	if (rc == 0) {
 		static const struct seer_wire_type bytes = { .dtype = SEER_DT_BYTES };
 		uint32_t type;
-		rc = cat_intern_type(b, &bytes, &type);
+		rc = catalog_intern_type(b, &bytes, &type);
 		for (uint64_t i = 0; rc == 0 && i < r.n; i++)
-			rc = cat_add_sample(b, file, r.v[i].off, r.v[i].len, -1, type);
+			rc = catalog_add_sample(b, file, r.v[i].off, r.v[i].len, -1, type);
 	} else if (rc == SEER_EDATASET) {
-		cat_builder_error(b, "%s", err);
+		catalog_builder_error(b, "%s", err);
 	}
 	free(r.v);
 	return rc;
@@ -328,9 +328,9 @@ static int tfrecord_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t 
 
 /* ---- reading ------------------------------------------------------------------------ */
 
-static int tfrecord_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+static int tfrecord_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, void *dst)
 {
-	int fd = cat_reader_fd(rd, s->file);
+	int fd = catalog_reader_fd(rd, s->file);
 	if (fd < 0)
 		return fd;
 	uint8_t hdr[TFR_HDR_LEN], foot[TFR_FOOTER_LEN];
@@ -339,23 +339,23 @@ static int tfrecord_read(struct cat_reader *rd, uint64_t id, const struct cat_sa
 	};
 	int rc = fmt_preadv(fd, iov, 3, s->offset);
 	if (rc == -ENODATA)
-		return cat_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
+		return catalog_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
 				      "records: restart seerd to rescan");
 	if (rc)
 		return rc;
 	char err[256];
 	uint64_t len;
 	if (tfrecord_parse_header(hdr, sizeof(hdr), &len, err, sizeof(err)) != 0)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: %s",
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu: %s",
 				      (unsigned long long)s->offset, err);
 	if (len != s->length)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu holds %llu bytes, "
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu holds %llu bytes, "
 				      "the catalog says %llu: restart seerd to rescan",
 				      (unsigned long long)s->offset, (unsigned long long)len,
 				      (unsigned long long)s->length);
 	uint32_t stored = fmt_le32(foot), want = tfrecord_mask_crc(crc32c(0, dst, (size_t)s->length));
 	if (stored != want)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: payload CRC "
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu: payload CRC "
 				      "mismatch (stored %08x, computed %08x): the file is damaged",
 				      (unsigned long long)s->offset, stored, want);
 	return 0;
@@ -363,7 +363,7 @@ static int tfrecord_read(struct cat_reader *rd, uint64_t id, const struct cat_sa
 
 /* ---- coalesced reads: records cut out of a byte range --------------------------------- */
 
-static bool tfrecord_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+static bool tfrecord_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 		     uint64_t *hi)
 {
 	(void)c;
@@ -375,22 +375,22 @@ static bool tfrecord_span(const struct catalog *c, uint64_t id, const struct cat
 
 /* The record at s->offset out of buf (the file's bytes [off, off + len)):
  * header CRC and length, payload CRC, as tfrecord_read checks them. */
-static int tfrecord_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+static int tfrecord_cut(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s,
 		   const uint8_t *buf, uint64_t off, uint64_t len, void *dst)
 {
 	uint64_t need = TFR_HDR_LEN + s->length + TFR_FOOTER_LEN;
 	if (s->offset < off || s->offset - off > len || len - (s->offset - off) < need)
-		return cat_read_error(rd, id, -ERANGE, "record at offset %llu is not inside the "
+		return catalog_read_error(rd, id, -ERANGE, "record at offset %llu is not inside the "
 				      "bytes read (%llu..%llu)", (unsigned long long)s->offset,
 				      (unsigned long long)off, (unsigned long long)(off + len));
 	const uint8_t *p = buf + (s->offset - off);
 	char err[256];
 	uint64_t plen;
 	if (tfrecord_parse_header(p, TFR_HDR_LEN, &plen, err, sizeof(err)) != 0)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: %s",
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu: %s",
 				      (unsigned long long)s->offset, err);
 	if (plen != s->length)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu holds %llu bytes, "
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu holds %llu bytes, "
 				      "the catalog says %llu: restart seerd to rescan",
 				      (unsigned long long)s->offset, (unsigned long long)plen,
 				      (unsigned long long)s->length);
@@ -398,7 +398,7 @@ static int tfrecord_cut(struct cat_reader *rd, uint64_t id, const struct cat_sam
 	uint32_t stored = fmt_le32(payload + s->length);
 	uint32_t want = tfrecord_mask_crc(crc32c(0, payload, (size_t)s->length));
 	if (stored != want)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: payload CRC "
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu: payload CRC "
 				      "mismatch (stored %08x, computed %08x): the file is damaged",
 				      (unsigned long long)s->offset, stored, want);
 	memcpy(dst, payload, (size_t)s->length);

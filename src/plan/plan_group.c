@@ -126,7 +126,7 @@ static void grp_place(struct grp *g, struct plan *p, const struct plan_cap *cap,
 		      const uint32_t *pref, uint64_t share)
 {
 	const struct catalog *c = g->c;
-	const struct cat_file *cf = &c->files[f];
+	const struct catalog_file *cf = &c->files[f];
 	uint64_t need = 0;
 	for (uint64_t s = cf->first; s < cf->first + cf->nsamples; s++)
 		need += ALIGN_UP(c->samples[s].length, (uint64_t)PLAN_RAM_ALIGN);

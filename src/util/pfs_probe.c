@@ -105,7 +105,7 @@ static uint32_t place(const struct catalog *cat, uint64_t region, struct slot *s
 			any = true;
 			if (fds[f] < 0) {
 				char path[4096];
-				snprintf(path, sizeof(path), "%s/%s", cat->root, cat_path(cat, f));
+				snprintf(path, sizeof(path), "%s/%s", cat->root, catalog_path(cat, f));
 				fds[f] = open(path, O_RDONLY | O_CLOEXEC);
 				if (fds[f] < 0) {
 					snprintf(why, whylen, "cannot open %.200s: %s", path,

@@ -1,5 +1,5 @@
 /* catalog cache file: reuse, invalidation by changes, racy mtimes, damaged
- * images rebuilt, and cat_deserialize on hostile input (every bit flip,
+ * images rebuilt, and catalog_deserialize on hostile input (every bit flip,
  * garbage, mutations). */
 #define _GNU_SOURCE
 #include "catalog_fixture.h"
@@ -18,8 +18,8 @@ static void make_tree(void)
 
 static char *cache_file(void)
 {
-	struct cat_opts o = opts(true);
-	return cat_cache_path(&o);
+	struct catalog_opts o = opts(true);
+	return catalog_cache_path(&o);
 }
 
 static void assert_same_catalog(const struct catalog *a, const struct catalog *b)
@@ -35,7 +35,7 @@ static void assert_same_catalog(const struct catalog *a, const struct catalog *b
 	cr_assert_eq(a->total_bytes, b->total_bytes);
 	cr_assert_eq(a->max_len, b->max_len);
 	for (uint32_t i = 0; i < a->nfiles; i++) {
-		cr_assert_str_eq(cat_path(a, i), cat_path(b, i));
+		cr_assert_str_eq(catalog_path(a, i), catalog_path(b, i));
 		cr_assert_eq(a->files[i].size, b->files[i].size);
 	}
 	cr_assert_arr_eq(a->samples, b->samples, a->nsamples * sizeof(*a->samples));
@@ -46,7 +46,7 @@ Test(catalog, cache_is_reused)
 {
 	make_tree();
 	age_tree();
-	struct cat_opts o = opts(true);
+	struct catalog_opts o = opts(true);
 	struct catalog *c1 = open_ok(&o);
 	cr_assert_eq(c1->from_cache, false);
 	char *cf = cache_file();
@@ -68,18 +68,18 @@ Test(catalog, cache_is_reused)
 	o.rebuild = false;
 	o.params.extensions = "bin";
 	o.params.allow_empty_classes = true; /* dog has no *.bin: a class with no sample */
-	char *cf2 = cat_cache_path(&o);
+	char *cf2 = catalog_cache_path(&o);
 	cr_assert_str_neq(cf, cf2);
 	mkfile("cat/3.bin", 7, 9);
 	struct catalog *c4 = open_ok(&o);
 	cr_assert_eq(c4->from_cache, false);
 	cr_assert_eq(c4->nsamples, 1);
-	cat_free(c4);
+	catalog_free(c4);
 	free(cf2);
 	free(cf);
-	cat_free(c1);
-	cat_free(c2);
-	cat_free(c3);
+	catalog_free(c1);
+	catalog_free(c2);
+	catalog_free(c3);
 }
 
 /* Any change of the tree's directories (a file added or removed, in a class
@@ -88,10 +88,10 @@ Test(catalog, cache_invalidated_by_changes)
 {
 	make_tree();
 	age_tree();
-	struct cat_opts o = opts(true);
+	struct catalog_opts o = opts(true);
 	struct catalog *c = open_ok(&o);
 	cr_assert_eq(c->nsamples, 4);
-	cat_free(c);
+	catalog_free(c);
 
 	static const struct {
 		const char *add, *remove;
@@ -114,18 +114,18 @@ Test(catalog, cache_invalidated_by_changes)
 		c = open_ok(&o);
 		cr_assert_eq(c->from_cache, false, "step %zu: stale cache used", i);
 		cr_assert_eq(c->nsamples, steps[i].nsamples, "step %zu", i);
-		cat_free(c);
+		catalog_free(c);
 		c = open_ok(&o);
 		cr_assert_eq(c->from_cache, true, "step %zu: the rescan was not saved", i);
 		cr_assert_eq(c->nsamples, steps[i].nsamples);
-		cat_free(c);
+		catalog_free(c);
 	}
 	/* the new class shifted nothing before it and got the next label */
 	c = open_ok(&o);
 	cr_assert_eq(c->nclasses, 3);
-	cr_assert_str_eq(cat_path(c, c->nfiles - 1), "emu/1");
+	cr_assert_str_eq(catalog_path(c, c->nfiles - 1), "emu/1");
 	cr_assert_eq(c->samples[c->nsamples - 1].label, 2);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* A directory changed within the file system's timestamp granularity of the
@@ -136,7 +136,7 @@ Test(catalog, cache_invalidated_by_changes)
 Test(catalog, racy_mtime)
 {
 	make_tree();
-	struct cat_opts o = opts(true);
+	struct catalog_opts o = opts(true);
 	struct catalog *c = open_ok(&o);
 	char dir[PATH_MAX + 8];
 	snprintf(dir, sizeof(dir), "%s/cat", data);
@@ -145,11 +145,11 @@ Test(catalog, racy_mtime)
 	mkfile("cat/3", 5, 5);
 	struct timespec ts[2] = { st.st_atim, st.st_mtim };
 	cr_assert_eq(utimensat(AT_FDCWD, dir, ts, 0), 0);
-	cat_free(c);
+	catalog_free(c);
 	c = open_ok(&o);
 	cr_assert_eq(c->from_cache, false, "a change in the scan's last tick went unseen");
 	cr_assert_eq(c->nsamples, 5);
-	cat_free(c);
+	catalog_free(c);
 }
 
 static void *slurp(const char *path, size_t *len)
@@ -191,7 +191,7 @@ static void damage_cache(const char *cf, enum damage how, const struct catalog *
 	size_t len;
 	uint8_t *img = slurp(cf, &len);
 	size_t hdr = 88;
-	size_t samples_at = hdr + c->nfiles * sizeof(struct cat_file);
+	size_t samples_at = hdr + c->nfiles * sizeof(struct catalog_file);
 	switch (how) {
 	case FLIP_MIDDLE:
 		img[len / 2] ^= 0x10;
@@ -221,7 +221,7 @@ static void damage_cache(const char *cf, enum damage how, const struct catalog *
 		/* a sample length changed and the checksum made to match: the
 		 * content hash still catches it */
 		uint64_t l;
-		size_t at = samples_at + offsetof(struct cat_sample, length);
+		size_t at = samples_at + offsetof(struct catalog_sample, length);
 		memcpy(&l, img + at, 8);
 		l += 1;
 		memcpy(img + at, &l, 8);
@@ -245,7 +245,7 @@ Test(catalog, damaged_cache_is_rebuilt)
 {
 	make_tree();
 	age_tree();
-	struct cat_opts o = opts(true);
+	struct catalog_opts o = opts(true);
 	struct catalog *good = open_ok(&o);
 	char *cf = cache_file();
 	static const enum damage all[] = { FLIP_MIDDLE, FLIP_HEADER, FLIP_CHECKSUM, TRUNCATE,
@@ -255,23 +255,23 @@ Test(catalog, damaged_cache_is_rebuilt)
 		struct catalog *c = open_ok(&o);
 		cr_assert_eq(c->from_cache, false, "damage %zu: the damaged cache was trusted", i);
 		assert_same_catalog(good, c);
-		cat_free(c);
+		catalog_free(c);
 		/* and the rebuilt catalog was saved again */
 		c = open_ok(&o);
 		cr_assert_eq(c->from_cache, true, "damage %zu: cache not rewritten", i);
 		assert_same_catalog(good, c);
-		cat_free(c);
+		catalog_free(c);
 	}
 	free(cf);
-	cat_free(good);
+	catalog_free(good);
 }
 
-/* ---- cat_deserialize on hostile bytes ------------------------------------------- */
+/* ---- catalog_deserialize on hostile bytes ------------------------------------------- */
 
 static void *serialize(const struct catalog *c, size_t *len)
 {
 	void *img = NULL;
-	cr_assert_eq(cat_serialize(c, &img, len), 0);
+	cr_assert_eq(catalog_serialize(c, &img, len), 0);
 	return img;
 }
 
@@ -282,7 +282,7 @@ static void assert_consistent(const struct catalog *c)
 	cr_assert_gt(c->nsamples, 0);
 	for (uint32_t i = 0; i < c->nfiles; i++) {
 		cr_assert_lt(c->files[i].path_off, c->strpool_len);
-		cr_assert_lt(strnlen(cat_path(c, i), c->strpool_len - c->files[i].path_off),
+		cr_assert_lt(strnlen(catalog_path(c, i), c->strpool_len - c->files[i].path_off),
 			     c->strpool_len - c->files[i].path_off);
 	}
 	for (uint64_t i = 0; i < c->nsamples; i++) {
@@ -302,7 +302,7 @@ static bool feed(const uint8_t *buf, size_t len)
 	memcpy(copy, buf, len);
 	struct catalog *c = NULL;
 	char e[256];
-	int rc = cat_deserialize(copy, len, &c, e, sizeof(e));
+	int rc = catalog_deserialize(copy, len, &c, e, sizeof(e));
 	free(copy);
 	if (rc != 0) {
 		cr_assert_null(c);
@@ -312,22 +312,22 @@ static bool feed(const uint8_t *buf, size_t len)
 	}
 	cr_assert_not_null(c);
 	assert_consistent(c);
-	cat_free(c);
+	catalog_free(c);
 	return true;
 }
 
 Test(catalog, deserialize_round_trip_and_every_flip)
 {
 	make_tree();
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
 	size_t len;
 	uint8_t *img = serialize(c, &len);
 	struct catalog *back = NULL;
-	cr_assert_eq(cat_deserialize(img, len, &back, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(catalog_deserialize(img, len, &back, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(back->from_cache, true);
 	assert_same_catalog(c, back);
-	cat_free(back);
+	catalog_free(back);
 	/* every single-bit change anywhere is rejected */
 	for (size_t i = 0; i < len; i++) {
 		img[i] ^= (uint8_t)(1u << (i % 8));
@@ -338,7 +338,7 @@ Test(catalog, deserialize_round_trip_and_every_flip)
 	for (size_t n = 0; n < len; n++)
 		cr_assert(!feed(img, n), "image cut to %zu of %zu bytes accepted", n, len);
 	free(img);
-	cat_free(c);
+	catalog_free(c);
 }
 
 Test(catalog, deserialize_garbage_never_crashes)
@@ -377,7 +377,7 @@ Test(catalog, deserialize_garbage_never_crashes)
 Test(catalog, deserialize_mutations_never_crash)
 {
 	make_tree();
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
 	size_t len;
 	uint8_t *img = serialize(c, &len);
@@ -418,7 +418,7 @@ Test(catalog, deserialize_mutations_never_crash)
 		    accepted);
 	free(m);
 	free(img);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* ---- image sizes (transform.cache = decoded plans with them) -------------------- */
@@ -467,11 +467,11 @@ Test(catalog, image_sizes_probed_saved_and_reloaded)
 	mkfile("b/notes.txt", 100, 3);
 	mkjpeg("b/wide.jpg", 640, 8, 0);
 	age_tree();
-	struct cat_opts o = opts(true);
+	struct catalog_opts o = opts(true);
 	/* first without sizes: none recorded */
 	struct catalog *plain = open_ok(&o);
 	cr_assert_null(plain->images);
-	cat_free(plain);
+	catalog_free(plain);
 	/* asked for: the cached catalog gains them and is saved again */
 	o.image_sizes = true;
 	struct catalog *c = open_ok(&o);
@@ -483,7 +483,7 @@ Test(catalog, image_sizes_probed_saved_and_reloaded)
 	};
 	cr_assert_eq(c->nsamples, 4);
 	for (int i = 0; i < 4; i++) {
-		cr_assert_str_eq(cat_path(c, c->samples[i].file), want[i].path);
+		cr_assert_str_eq(catalog_path(c, c->samples[i].file), want[i].path);
 		cr_assert_eq(c->images[i].width, want[i].w, "%s: width %u", want[i].path,
 			     c->images[i].width);
 		cr_assert_eq(c->images[i].height, want[i].h, "%s: height %u", want[i].path,
@@ -495,7 +495,7 @@ Test(catalog, image_sizes_probed_saved_and_reloaded)
 	cr_assert_eq(again->from_cache, true);
 	cr_assert_not_null(again->images);
 	cr_assert_arr_eq(again->images, c->images, 4 * sizeof(*c->images));
-	/* and the image round-trips through cat_serialize, every flip rejected */
+	/* and the image round-trips through catalog_serialize, every flip rejected */
 	size_t len;
 	uint8_t *img = serialize(again, &len);
 	for (size_t i = 0; i < len; i += 7) {
@@ -505,6 +505,6 @@ Test(catalog, image_sizes_probed_saved_and_reloaded)
 	}
 	cr_assert(feed(img, len));
 	free(img);
-	cat_free(again);
-	cat_free(c);
+	catalog_free(again);
+	catalog_free(c);
 }

@@ -27,7 +27,7 @@ static struct catalog *fake(uint32_t nfiles, uint32_t per, uint64_t len)
 		c->files[f].first = (uint64_t)f * per;
 		c->files[f].nsamples = per;
 		for (uint32_t i = 0; i < per; i++)
-			c->samples[f * per + i] = (struct cat_sample){ .length = len, .file = f };
+			c->samples[f * per + i] = (struct catalog_sample){ .length = len, .file = f };
 	}
 	return c;
 }
