@@ -60,7 +60,7 @@ struct xjob {
 		struct xjob *next;        /* done list, free list */
 		struct handoff_node link; /* the same, as the done list sees it */
 	};
-	struct pq_node pq;       /* pq.key: the batch that needs it, as reads are keyed */
+	struct pqueue_node pq;       /* pq.key: the batch that needs it, as reads are keyed */
 	uint8_t kind;
 	bool done;               /* XJ_BLOB: the waiting I/O thread may go on */
 	int status;
@@ -118,7 +118,7 @@ struct xfs {
 
 _Static_assert(offsetof(struct xjob, link) == 0, "a done job is its hand-off node");
 
-static struct xjob *job_of(struct pq_node *n)
+static struct xjob *job_of(struct pqueue_node *n)
 {
 	return (struct xjob *)((char *)n - offsetof(struct xjob, pq));
 }
@@ -179,7 +179,7 @@ static void *xfs_main(void *arg)
 			pthread_cond_wait(&x->cv, &x->mu);
 		if (x->stop)
 			break;
-		struct xjob *j = job_of(pq_pop(&x->queue));
+		struct xjob *j = job_of(pqueue_pop(&x->queue));
 		pthread_mutex_unlock(&x->mu);
 		job_exec(x, s, j);
 		pthread_mutex_lock(&x->mu);
@@ -197,7 +197,7 @@ static void pool_submit(struct xfs *x, struct xjob *j)
 		j->status = -ECANCELED;
 		job_finished(x, j);
 	} else {
-		pq_push(&x->queue, &j->pq);
+		pqueue_push(&x->queue, &j->pq);
 		pthread_cond_signal(&x->cv);
 	}
 	pthread_mutex_unlock(&x->mu);
@@ -216,7 +216,7 @@ static void pool_stop(struct xfs *x)
 	x->nthreads = 0;
 	pthread_mutex_lock(&x->mu);
 	while (x->queue.n > 0) {
-		struct xjob *j = job_of(pq_pop(&x->queue));
+		struct xjob *j = job_of(pqueue_pop(&x->queue));
 		j->status = -ECANCELED;
 		str_copy(j->err, sizeof(j->err), "the daemon is stopping");
 		job_finished(x, j);
@@ -352,7 +352,7 @@ void xfs_destroy(struct engine *e)
 	pthread_mutex_destroy(&x->mu);
 	pthread_cond_destroy(&x->cv);
 	pthread_cond_destroy(&x->done_cv);
-	pq_free(&x->queue);
+	pqueue_free(&x->queue);
 	free(x->threads);
 	free(x->clen);
 	free(x->ep);
@@ -679,7 +679,7 @@ int xfs_decode_blob(const struct engine *e, struct etask *tk, const void *enc, s
 	if (x->stop) {
 		j.status = -ECANCELED;
 	} else {
-		pq_push(&x->queue, &j.pq);
+		pqueue_push(&x->queue, &j.pq);
 		pthread_cond_signal(&x->cv);
 		while (!j.done)
 			pthread_cond_wait(&x->done_cv, &x->mu);

@@ -10,7 +10,7 @@
 
 #include "util.h"
 
-static struct io_task *task_of(struct pq_node *n)
+static struct io_task *task_of(struct pqueue_node *n)
 {
 	return (struct io_task *)((char *)n - offsetof(struct io_task, pq));
 }
@@ -40,7 +40,7 @@ static void *worker_main(void *arg)
 			pthread_cond_wait(&p->cv, &p->mu);
 		if (p->stop)
 			break;
-		struct io_task *t = task_of(pq_pop(&p->queue));
+		struct io_task *t = task_of(pqueue_pop(&p->queue));
 		p->running++;
 		pthread_mutex_unlock(&p->mu);
 		t->t_start = now_ns();
@@ -97,7 +97,7 @@ void iopool_submit(struct iopool *p, struct io_task **tasks, uint32_t n)
 	for (uint32_t i = 0; i < n; i++) {
 		tasks[i]->pq.idx = -1;
 		tasks[i]->t_submit = t;
-		pq_push(&p->queue, &tasks[i]->pq);
+		pqueue_push(&p->queue, &tasks[i]->pq);
 	}
 	if (n == 1)
 		pthread_cond_signal(&p->cv);
@@ -109,14 +109,14 @@ void iopool_submit(struct iopool *p, struct io_task **tasks, uint32_t n)
 void iopool_boost(struct iopool *p, struct io_task *t, uint64_t key)
 {
 	pthread_mutex_lock(&p->mu);
-	pq_lower(&p->queue, &t->pq, key);
+	pqueue_lower(&p->queue, &t->pq, key);
 	pthread_mutex_unlock(&p->mu);
 }
 
 bool iopool_cancel(struct iopool *p, struct io_task *t)
 {
 	pthread_mutex_lock(&p->mu);
-	bool queued = pq_remove(&p->queue, &t->pq);
+	bool queued = pqueue_remove(&p->queue, &t->pq);
 	pthread_mutex_unlock(&p->mu);
 	return queued;
 }
@@ -146,14 +146,14 @@ void iopool_stop(struct iopool *p)
 		pthread_join(p->threads[i], NULL);
 	pthread_mutex_lock(&p->mu);
 	while (p->queue.n > 0) {
-		struct io_task *t = task_of(pq_pop(&p->queue));
+		struct io_task *t = task_of(pqueue_pop(&p->queue));
 		t->status = -ECANCELED;
 		push_done(p, t);
 	}
 	pthread_mutex_unlock(&p->mu);
 	free(p->threads);
 	p->threads = NULL;
-	pq_free(&p->queue);
+	pqueue_free(&p->queue);
 }
 
 void iopool_destroy(struct iopool *p)

@@ -20,7 +20,7 @@ struct io_task {
 		struct io_task *next;     /* done-list link */
 		struct handoff_node link; /* the same, as the done list sees it */
 	};
-	struct pq_node pq;      /* pq.key: priority, smaller runs first (seq, idx: the pool's) */
+	struct pqueue_node pq;      /* pq.key: priority, smaller runs first (seq, idx: the pool's) */
 	uint64_t t_submit, t_start, t_end; /* ns, monotonic */
 	int status;             /* set by the exec function */
 	void *user;             /* owned by the submitter */

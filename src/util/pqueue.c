@@ -6,18 +6,18 @@
 
 #include "util.h"
 
-static bool before(const struct pq_node *a, const struct pq_node *b)
+static bool before(const struct pqueue_node *a, const struct pqueue_node *b)
 {
 	return a->key < b->key || (a->key == b->key && a->seq < b->seq);
 }
 
-static void heap_set(struct pqueue *q, uint32_t i, struct pq_node *x)
+static void heap_set(struct pqueue *q, uint32_t i, struct pqueue_node *x)
 {
 	q->heap[i] = x;
 	x->idx = (int32_t)i;
 }
 
-static void sift_up(struct pqueue *q, uint32_t i, struct pq_node *x)
+static void sift_up(struct pqueue *q, uint32_t i, struct pqueue_node *x)
 {
 	while (i > 0) {
 		uint32_t up = (i - 1) / 2;
@@ -29,7 +29,7 @@ static void sift_up(struct pqueue *q, uint32_t i, struct pq_node *x)
 	heap_set(q, i, x);
 }
 
-void pq_push(struct pqueue *q, struct pq_node *x)
+void pqueue_push(struct pqueue *q, struct pqueue_node *x)
 {
 	if (q->n == q->cap) {
 		q->cap = MAX(q->cap * 2, 256u);
@@ -39,14 +39,14 @@ void pq_push(struct pqueue *q, struct pq_node *x)
 	sift_up(q, q->n++, x);
 }
 
-struct pq_node *pq_pop(struct pqueue *q)
+struct pqueue_node *pqueue_pop(struct pqueue *q)
 {
-	struct pq_node *top = q->heap[0];
-	struct pq_node *last = q->heap[--q->n];
+	struct pqueue_node *top = q->heap[0];
+	struct pqueue_node *last = q->heap[--q->n];
 	uint32_t i = 0;
 	for (;;) {
 		uint32_t l = 2 * i + 1, r = l + 1, m = i;
-		const struct pq_node *best = last;
+		const struct pqueue_node *best = last;
 		if (l < q->n && before(q->heap[l], best))
 			m = l, best = q->heap[l];
 		if (r < q->n && before(q->heap[r], best))
@@ -62,26 +62,26 @@ struct pq_node *pq_pop(struct pqueue *q)
 	return top;
 }
 
-bool pq_queued(const struct pqueue *q, const struct pq_node *x)
+bool pqueue_queued(const struct pqueue *q, const struct pqueue_node *x)
 {
 	return x->idx >= 0 && (uint32_t)x->idx < q->n && q->heap[x->idx] == x;
 }
 
-void pq_lower(struct pqueue *q, struct pq_node *x, uint64_t key)
+void pqueue_lower(struct pqueue *q, struct pqueue_node *x, uint64_t key)
 {
 	if (key >= x->key)
 		return;
 	x->key = key;
-	if (pq_queued(q, x))
+	if (pqueue_queued(q, x))
 		sift_up(q, (uint32_t)x->idx, x);
 }
 
-bool pq_remove(struct pqueue *q, struct pq_node *x)
+bool pqueue_remove(struct pqueue *q, struct pqueue_node *x)
 {
-	if (!pq_queued(q, x))
+	if (!pqueue_queued(q, x))
 		return false;
 	uint32_t i = (uint32_t)x->idx;
-	struct pq_node *last = q->heap[--q->n];
+	struct pqueue_node *last = q->heap[--q->n];
 	if (i < q->n) {
 		/* the last one takes x's place, then moves up or down */
 		sift_up(q, i, last);
@@ -94,7 +94,7 @@ bool pq_remove(struct pqueue *q, struct pq_node *x)
 				m = r;
 			if (m == at)
 				break;
-			struct pq_node *y = q->heap[m];
+			struct pqueue_node *y = q->heap[m];
 			heap_set(q, m, last);
 			heap_set(q, at, y);
 			at = m;
@@ -104,7 +104,7 @@ bool pq_remove(struct pqueue *q, struct pq_node *x)
 	return true;
 }
 
-void pq_free(struct pqueue *q)
+void pqueue_free(struct pqueue *q)
 {
 	free(q->heap);
 	*q = (struct pqueue){ 0 };
