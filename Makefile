@@ -51,15 +51,14 @@ CFLAGS := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -g $(OPT) 
 LDFLAGS := $(filter -fsanitize=%,$(OPT))
 LIBS := $(PKG_LIBS) -lpthread -lm
 
-# modules shared by the daemon, the tools and the tests
-CORE_SRC := src/util.c src/base.c src/pfs_probe.c src/paths.c src/sampler.c src/sampler_record.c src/sampler_elastic.c \
-	src/catalog.c src/catalog_walk.c src/catalog_image.c src/catalog_images.c src/catalog_read.c \
-	src/config.c src/config_keys.c src/shm.c src/iopool.c src/extent.c src/spans.c $(wildcard src/net_*.c) src/plan.c \
-	src/plan_group.c src/plan_nopfs.c $(wildcard src/plansim*.c) src/forecast.c src/forecast_node.c \
-	src/dessim.c src/topo.c src/ctrl.c $(wildcard src/fmt/*.c) $(wildcard src/xform/*.c)
-# libseer: client code only (no logging, no allocator that aborts: see base.h)
-CLIENT_SRC := $(wildcard client/*.c) src/base.c src/paths.c src/sampler.c src/sampler_record.c \
-	src/sampler_elastic.c src/shm.c src/xform/xf_crop.c src/xform/xf_config.c
+# src/ is one folder per subsystem (src/README.md). libseer is built from the
+# client-safe folders (nothing there logs, aborts or exits: src/common/base.h)
+# and the two xform files that parse a transform and pick its crop; the
+# daemon, the tools and the tests link every folder
+CLIENT_SAFE_SRC := $(wildcard src/common/*.c src/sampler/*.c) src/xform/xf_config.c src/xform/xf_crop.c
+CORE_SRC := $(wildcard $(patsubst %,src/%/*.c,common sampler config catalog fmt xform plan net sim util))
+# libseer: client code only (no logging, no allocator that aborts)
+CLIENT_SRC := $(wildcard client/*.c) $(CLIENT_SAFE_SRC)
 DAEMON_SRC := $(wildcard daemon/*.c)
 # daemon modules the unit tests drive directly, without a daemon
 UNIT_DAEMON_SRC := daemon/staging.c daemon/route.c daemon/node_path.c
@@ -128,7 +127,7 @@ $(BIN)/seer-hostile: $(B)/obj/tests/integration/hostile.o $(B)/libcore.a
 
 # the PFS emulator is a FUSE file system: its own flags and modules
 $(B)/obj/tools/seer-pfsemu.o $(PFSEMU_OBJ): CFLAGS += $(FUSE_CFLAGS)
-# (only src/util.o of libcore is used: no libfabric/MPI libraries, whose
+# (only src/util/util.o of libcore is used: no libfabric/MPI libraries, whose
 # constructors take signals such as SIGTERM)
 $(BIN)/seer-pfsemu: $(B)/obj/tools/seer-pfsemu.o $(PFSEMU_OBJ) $(B)/libcore.a
 	@mkdir -p $(dir $@)

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/base.h"
+#include "../src/common/base.h"
 #include "client.h"
 
 /* the wire's dtype codes are the public ones */
@@ -328,7 +328,7 @@ SEER_API uint64_t seer_batches_per_epoch(const seer_client_t *h)
 SEER_API uint64_t seer_epoch_batches(const seer_client_t *h, uint64_t epoch)
 {
 	CLIENT_FACT("seer_epoch_batches", h, uint64_t, 0,
-		    epoch < c->w.epochs ? smp_tl_batches(&c->tl, epoch) : 0);
+		    epoch < c->w.epochs ? sampler_tl_batches(&c->tl, epoch) : 0);
 }
 
 SEER_API uint64_t seer_dataset_hash(const seer_client_t *h)

@@ -17,8 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../src/base.h"
-#include "../src/shm.h"
+#include "../src/common/base.h"
+#include "../src/common/shm.h"
 #include "client.h"
 
 #define SPIN_ITERS 2000
@@ -86,7 +86,7 @@ void client_destroy(struct seer_client *c, bool tell_daemon)
 	 * finished, and seerd must see every batch released. */
 	if (tell_daemon && c->slots && c->co && !c->lost_deadline && c->handed_next >= c->total)
 		release_all(c);
-	pf_free(c); /* the helper thread stops before the arena goes */
+	prefault_free(c); /* the helper thread stops before the arena goes */
 	while (c->old) {
 		struct old_session *o = c->old;
 		c->old = o->next;
@@ -323,7 +323,7 @@ static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
 	if (!c->take_ahead)
 		c->handed_next = c->next_global;
 	uint64_t epoch, step;
-	smp_tl_pos(&c->tl, c->next_global, &epoch, &step);
+	sampler_tl_pos(&c->tl, c->next_global, &epoch, &step);
 	if (step == 0)
 		c->epoch_marker = true;
 	*out = handle_batch_token(c, idx, d);
@@ -399,15 +399,15 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 		/* every page the daemon has filled by now, mapped before the next
 		 * epoch's reads: after the cold epoch, the whole cache (none
 		 * after the last epoch) */
-		pf_epoch_end(c, c->next_global < c->total);
+		prefault_epoch_end(c, c->next_global < c->total);
 		return SEER_EEPOCH;
 	}
 	if (c->next_global >= c->total)
 		return SEER_EEND;
 	uint64_t ep, st;
-	smp_tl_pos(&c->tl, c->next_global, &ep, &st); /* (an elastic epoch too) */
+	sampler_tl_pos(&c->tl, c->next_global, &ep, &st); /* (an elastic epoch too) */
 	if (ep + 1 < c->w.epochs)
-		pf_start(c); /* the cold epoch's background prefault, for epochs to come */
+		prefault_start(c); /* the cold epoch's background prefault, for epochs to come */
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	if (c->lost_deadline && (rc = try_reconnect(c, c->lost_code, deadline)) != 0)
 		return rc;
@@ -451,7 +451,7 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	 * for the others; the helper maps the later fills meanwhile, and the
 	 * boundary's pass only what is left */
 	if (c->epoch_marker && c->next_global < c->total && (rc == 0 || rc == SEER_EBATCH))
-		pf_last_batch(c);
+		prefault_last_batch(c);
 	return rc;
 }
 
@@ -505,7 +505,7 @@ SEER_API int seer_arena_reader(seer_client_t *h, const void *base)
 			"seer_arena_size() bytes of seer_arena_fd(), page-aligned)", base);
 		rc = -EINVAL;
 	} else {
-		pf_retarget(c, base ? base : c->arena);
+		prefault_retarget(c, base ? base : c->arena);
 	}
 	atomic_store(&c->busy, 0);
 out:
@@ -607,11 +607,11 @@ SEER_API int seer_seek(seer_client_t *h, uint64_t epoch, uint64_t step)
 		return rc;
 	if ((rc = consumer_enter(c, "seer_seek")) != 0)
 		goto out;
-	if (epoch >= c->w.epochs || step >= smp_tl_batches(&c->tl, epoch)) {
+	if (epoch >= c->w.epochs || step >= sampler_tl_batches(&c->tl, epoch)) {
 		err_set("seek to epoch %llu step %llu: the job has %llu epochs of %llu steps%s",
 			(unsigned long long)epoch, (unsigned long long)step,
 			(unsigned long long)c->w.epochs,
-			(unsigned long long)smp_tl_batches(&c->tl, epoch),
+			(unsigned long long)sampler_tl_batches(&c->tl, epoch),
 			epoch == c->tl.epoch && c->tl.nb != c->tl.bpe ? " (re-sharded on resume)" : "");
 		rc = -ERANGE;
 		goto done;
@@ -679,7 +679,7 @@ SEER_API int seer_handed(seer_client_t *h, seer_batch_t *b)
 		rc = -ESTALE;
 	} else if (s->global != c->handed_next) {
 		uint64_t e0, s0;
-		smp_tl_pos(&c->tl, c->handed_next, &e0, &s0);
+		sampler_tl_pos(&c->tl, c->handed_next, &e0, &s0);
 		err_set("seer_handed: batch %llu:%llu handed out of order: the next batch to hand "
 			"is %llu:%llu", (unsigned long long)s->epoch, (unsigned long long)s->step,
 			(unsigned long long)e0, (unsigned long long)s0);
@@ -728,7 +728,7 @@ int client_state(struct seer_client *c, uint8_t **buf, size_t *len)
 			return rc;
 	}
 	uint64_t epoch, step;
-	smp_tl_pos(&c->tl, c->handed_next, &epoch, &step);
+	sampler_tl_pos(&c->tl, c->handed_next, &epoch, &step);
 	seer_record_t *r;
 	if ((rc = seer_sampler_record(c->sampler, (uint32_t)c->rank, epoch, step, &r)) < 0)
 		return rc;

@@ -28,8 +28,8 @@
 #include <sys/types.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/ring.h"
-#include "../src/sampler_elastic.h"
+#include "../src/common/ring.h"
+#include "../src/sampler/sampler_elastic.h"
 #include "seer.h"
 
 _Static_assert(sizeof(void *) == 8, "handles are 64-bit tokens: libseer needs a 64-bit platform");
@@ -115,11 +115,11 @@ struct seer_client {
 	uint32_t nslots;
 	uint32_t nheld;            /* under `lock` */
 	struct seer_msg_welcome w;
-	struct smp_timeline tl;    /* global batch numbers of the job's plan */
+	struct sampler_timeline tl;    /* global batch numbers of the job's plan */
 	uint8_t *plan_rec;         /* the record the job's plan was made from (or NULL) */
 	size_t plan_rec_len;
 	seer_sampler_t *sampler;   /* that plan, for seer_state (made on first use) */
-	uint64_t total;            /* the job's end (smp_tl_end) */
+	uint64_t total;            /* the job's end (sampler_tl_end) */
 	uint64_t next_global;      /* the batch we expect next (consumer thread) */
 	uint64_t handed_next;      /* the first batch not handed to the user (consumer thread;
 				      next_global unless take_ahead) */
@@ -189,21 +189,21 @@ void client_destroy(struct seer_client *c, bool tell_daemon);
 int client_unusable(struct seer_client *c, const char *fn);
 
 /* ---- prefaulting the arena (prefault.c) ---------------------------------------- */
-/* Set up (after the arena is mapped); pf_free stops the helper and frees.
+/* Set up (after the arena is mapped); prefault_free stops the helper and frees.
  * Never fails: without memory for the bitmap, prefaulting is off. */
-void pf_init(struct seer_client *c);
-void pf_free(struct seer_client *c);
+void prefault_init(struct seer_client *c);
+void prefault_free(struct seer_client *c);
 /* Start the helper thread unless it runs, is off, or the first epoch
  * boundary has passed (consumer thread, from seer_next). */
-void pf_start(struct seer_client *c);
+void prefault_start(struct seer_client *c);
 /* At an epoch's last batch (consumer thread): stop the helper, map every
  * page present in the arena now, and start the helper again unless the
  * first boundary has passed (it maps what is filled until the boundary). */
-void pf_last_batch(struct seer_client *c);
+void prefault_last_batch(struct seer_client *c);
 /* At an epoch boundary (consumer thread): stop the helper for good, then,
  * when another epoch follows (more), map every page present in the arena now. */
-void pf_epoch_end(struct seer_client *c, bool more);
+void prefault_epoch_end(struct seer_client *c, bool more);
 /* Prefault the mapping at base from now on (nothing of it mapped yet). */
-void pf_retarget(struct seer_client *c, const uint8_t *base);
+void prefault_retarget(struct seer_client *c, const uint8_t *base);
 
 #endif /* SEER_CLIENT_INTERNAL_H */

@@ -20,9 +20,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../src/base.h"
-#include "../src/paths.h"
-#include "../src/shm.h"
+#include "../src/common/base.h"
+#include "../src/common/paths.h"
+#include "../src/common/shm.h"
 #include "client.h"
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 30000
@@ -481,18 +481,18 @@ static int attach(struct seer_client *c)
 		c->wslots[i] = (const void *)((const uint8_t *)co + co->slots_off + stride * i);
 		c->slots[i].ws = c->wslots[i];
 	}
-	c->tl = (struct smp_timeline){ .bpe = w->batches_per_epoch, .epoch = w->resume_epoch,
+	c->tl = (struct sampler_timeline){ .bpe = w->batches_per_epoch, .epoch = w->resume_epoch,
 				       .nb = w->resume_batches, .epochs = w->epochs };
 	if (c->tl.nb == c->tl.bpe)
 		c->tl.epoch = 0;
-	c->total = smp_tl_end(&c->tl);
+	c->total = sampler_tl_end(&c->tl);
 	if (w->start > c->total) {
 		err_set("seerd starts this rank at batch %llu, past the job's %llu",
 			(unsigned long long)w->start, (unsigned long long)c->total);
 		return SEER_EPROTO;
 	}
 	c->next_global = c->handed_next = w->start;
-	pf_init(c);
+	prefault_init(c);
 	return 0;
 }
 
@@ -619,7 +619,7 @@ static void swap_session(struct seer_client *c, struct seer_client *n, struct ol
 		if (atomic_load(&c->slots[i].held) && c->slots[i].global < c->handed_next)
 			held[o->nheld++] = atomic_load(&c->slots[i].delivery);
 	c->old = o;
-	pf_free(c); /* the prefault helper reads the session's arena: stopped first */
+	prefault_free(c); /* the prefault helper reads the session's arena: stopped first */
 	if (o->nheld == 0)
 		old_unmap(o);
 	int fds[3] = { c->sock, c->efd, c->arena_fd };
@@ -658,8 +658,8 @@ static void swap_session(struct seer_client *c, struct seer_client *n, struct ol
 		seer_sampler_free(c->sampler);
 	c->sampler = NULL;
 	c->first_delivery = handle_next_delivery();
-	pf_free(n);
-	pf_init(c); /* libseer's own mapping of the new arena (a binding names its own again) */
+	prefault_free(n);
+	prefault_init(c); /* libseer's own mapping of the new arena (a binding names its own again) */
 	atomic_fetch_add(&c->reconnects, 1);
 }
 
@@ -687,7 +687,7 @@ int client_reconnect(struct seer_client *c, uint64_t deadline)
 	if (rc != 0)
 		return rc;
 	uint64_t e0, s0, e1, s1;
-	smp_tl_pos(&c->tl, c->handed_next, &e0, &s0);
+	sampler_tl_pos(&c->tl, c->handed_next, &e0, &s0);
 	struct params p = { .rank = c->rank, .world = c->world, .job = c->job,
 			    .timeout_ms = c->timeout_ms, .epoch = SEER_POS_RESUME, .rec = rec,
 			    .rec_len = len, .reconnect_ms = c->reconnect_ms, .held = c->held,
@@ -709,7 +709,7 @@ int client_reconnect(struct seer_client *c, uint64_t deadline)
 	rc = open_session_wait(n, &p, hs, deadline);
 	free(rec);
 	if (rc == 0) {
-		smp_tl_pos(&n->tl, n->next_global, &e1, &s1);
+		sampler_tl_pos(&n->tl, n->next_global, &e1, &s1);
 		if (e1 != e0 || s1 != s0 || n->w.nsamples != c->w.nsamples ||
 		    n->w.batch_size != c->w.batch_size) {
 			err_set("the restarted seerd at %s resumed rank %d at epoch %llu step %llu, its "

@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../src/base.h"
-#include "../src/shm.h"
+#include "../src/common/base.h"
+#include "../src/common/shm.h"
 #include "client.h"
 
 /* token bits: [1:0] tag, [11:2] table index, then client: [63:32]

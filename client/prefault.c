@@ -67,7 +67,7 @@
  * (seer_arena_reader: the Python shim maps the arena itself).
  *
  * Threads: the pass state belongs to the helper while it runs and to the
- * consumer thread otherwise (pf_stop joins the helper first). Failure: none
+ * consumer thread otherwise (prefault_stop joins the helper first). Failure: none
  * visible — prefaulting is an optimisation; without MADV_POPULATE_READ the
  * byte reads fault instead, without a thread the boundary pass does it all,
  * and a file that cannot seek data (or SEER_PREFAULT=0 in the environment)
@@ -82,8 +82,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "../src/base.h"
-#include "../src/shm.h"
+#include "../src/common/base.h"
+#include "../src/common/shm.h"
 #include "client.h"
 
 #ifndef MADV_POPULATE_READ
@@ -95,7 +95,7 @@
 #define PF_POLL_NS 10000000ll  /* the helper's pause between passes */
 #define PF_HUGETLBFS_MAGIC 0x958458f6 /* linux/magic.h */
 
-void pf_init(struct seer_client *c)
+void prefault_init(struct seer_client *c)
 {
 	struct prefault *pf = &c->pf;
 	memset(pf, 0, sizeof(*pf));
@@ -110,7 +110,7 @@ void pf_init(struct seer_client *c)
 
 
 /* Stop and join the helper thread, if any: the pass state is ours after. */
-static void pf_stop(struct seer_client *c)
+static void prefault_stop(struct seer_client *c)
 {
 	struct prefault *pf = &c->pf;
 	if (!pf->running)
@@ -121,18 +121,18 @@ static void pf_stop(struct seer_client *c)
 	pf->running = false;
 }
 
-void pf_free(struct seer_client *c)
+void prefault_free(struct seer_client *c)
 {
 	if (!atomic_load(&c->forked)) /* a fork child has no helper to join */
-		pf_stop(c);
+		prefault_stop(c);
 	free(c->pf.done);
 	c->pf.done = NULL;
 }
 
-void pf_retarget(struct seer_client *c, const uint8_t *base)
+void prefault_retarget(struct seer_client *c, const uint8_t *base)
 {
 	struct prefault *pf = &c->pf;
-	pf_stop(c); /* the next seer_next starts it again */
+	prefault_stop(c); /* the next seer_next starts it again */
 	pf->base = base;
 	pf->pos = c->arena_size;
 	pf->stage_known = false;
@@ -186,7 +186,7 @@ static void map_run(struct seer_client *c, uint64_t a, uint64_t b)
  * share of it (seer_ctrl_out.stage_set), the other trainers' shares are
  * marked done: never mapped here (they hold only their batches). Offsets
  * that do not fit the arena are ignored. */
-static void pf_stage(struct seer_client *c)
+static void prefault_stage(struct seer_client *c)
 {
 	struct prefault *pf = &c->pf;
 	const struct seer_ctrl_out *co = c->co;
@@ -202,23 +202,23 @@ static void pf_stage(struct seer_client *c)
 
 /* Begin a pass at the arena's start (one left open by a stopped helper is
  * dropped: the new pass covers it). */
-static void pf_restart(struct seer_client *c)
+static void prefault_restart(struct seer_client *c)
 {
 	struct statfs sf;
 	if (c->pf.huge < 0 && c->arena_fd >= 0)
 		c->pf.huge = fstatfs(c->arena_fd, &sf) == 0 && sf.f_type == PF_HUGETLBFS_MAGIC;
-	pf_stage(c);
+	prefault_stage(c);
 	c->pf.pos = 0;
 	c->pf.passes++;
 }
 
 /* One step of the open pass: up to PF_STEP bytes mapped. false once the pass
- * has reached the end of the arena (nothing to do until pf_restart). Pages
+ * has reached the end of the arena (nothing to do until prefault_restart). Pages
  * done are skipped in the bitmap; holes with SEEK_DATA (one call however
  * long the hole); how far the present pages go with mincore over at most
  * PF_STEP, not with SEEK_HOLE, which walks the whole run of present pages
  * however much of it is done (2-12 ms per pass over a 395 MiB arena). */
-static bool pf_step(struct seer_client *c)
+static bool prefault_step(struct seer_client *c)
 {
 	struct prefault *pf = &c->pf;
 	uint64_t size = c->arena_size, n = pf->npages;
@@ -271,34 +271,34 @@ static bool pf_step(struct seer_client *c)
 	return false;
 }
 
-static void pf_pass(struct seer_client *c)
+static void prefault_pass(struct seer_client *c)
 {
-	pf_restart(c);
-	while (pf_step(c)) {
+	prefault_restart(c);
+	while (prefault_step(c)) {
 	}
 }
 
-static void *pf_main(void *arg)
+static void *prefault_main(void *arg)
 {
 	struct seer_client *c = arg;
 	while (!atomic_load(&c->pf.stop)) {
 		/* no pass before the staging shares are known (at the rank
 		 * map; never from an older daemon: the consumer's passes then
 		 * do it all) */
-		pf_stage(c);
+		prefault_stage(c);
 		if (!c->pf.stage_known) {
 			futex_wait(&c->pf.stop, 0, PF_POLL_NS);
 			continue;
 		}
-		pf_restart(c);
-		while (!atomic_load(&c->pf.stop) && pf_step(c)) {
+		prefault_restart(c);
+		while (!atomic_load(&c->pf.stop) && prefault_step(c)) {
 		}
 		futex_wait(&c->pf.stop, 0, PF_POLL_NS);
 	}
 	return NULL;
 }
 
-void pf_start(struct seer_client *c)
+void prefault_start(struct seer_client *c)
 {
 	struct prefault *pf = &c->pf;
 	if (pf->off || pf->boundary || pf->running)
@@ -307,25 +307,25 @@ void pf_start(struct seer_client *c)
 	sigset_t all, old; /* the helper takes none of the application's signals */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pf->running = pthread_create(&pf->th, NULL, pf_main, c) == 0;
+	pf->running = pthread_create(&pf->th, NULL, prefault_main, c) == 0;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-void pf_last_batch(struct seer_client *c)
+void prefault_last_batch(struct seer_client *c)
 {
-	pf_stop(c);
+	prefault_stop(c);
 	if (c->pf.off)
 		return;
-	pf_pass(c);
-	pf_start(c); /* (before the first boundary) the others' last fills */
+	prefault_pass(c);
+	prefault_start(c); /* (before the first boundary) the others' last fills */
 }
 
-void pf_epoch_end(struct seer_client *c, bool more)
+void prefault_epoch_end(struct seer_client *c, bool more)
 {
-	pf_stop(c);
+	prefault_stop(c);
 	c->pf.boundary = true;
 	/* after the job's last epoch nothing reads the arena again: a pass
 	 * would only lengthen that epoch (110 ms in the 1-epoch bert-lustre run) */
 	if (!c->pf.off && more)
-		pf_pass(c);
+		prefault_pass(c);
 }

@@ -4,7 +4,7 @@
  *   header | sample type table | RAM cache | staging | bounce slots
  *
  * The RAM cache holds the planned samples at the plan's offsets (keys, see
- * route.h), this node's owned share then its replicas (src/plan.h: both
+ * route.h), this node's owned share then its replicas (src/plan/plan.h: both
  * within the capacity the plan was given; the segment is a memfd, so only
  * the bytes the plan uses, nv.ram_used, ever take memory -- and, from the
  * start, this node's share of the dataset, arena_prefill_cache); staging is
@@ -34,8 +34,8 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
-#include "../src/topo.h"
-#include "../src/util.h"
+#include "../src/util/topo.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -301,7 +301,7 @@ static void huge_pool(uint64_t *size, uint64_t *nfree, uint64_t *total)
  * pages (docs/results.md, "Huge pages"). */
 static int arena_segment(struct engine *e, uint64_t size, char *err, size_t errlen)
 {
-	enum cfg_coalesce want = cfg_huge_pages(e->cfg);
+	enum config_coalesce want = config_huge_pages(e->cfg);
 	uint64_t hsz, hfree, htot;
 	huge_pool(&hsz, &hfree, &htot);
 	int rc = -ENOMEM;

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "seer.h"
 
 enum { TAG_ROLL = 101, TAG_MAP = 102, TAG_ABORT = 103, TAG_CFG = 104, TAG_STOP = 105 };
@@ -168,7 +168,7 @@ static int bcast_big(void *buf, uint64_t len)
 	return 0;
 }
 
-/* The value of `key` ("section.key") in a cfg_dump_job text, or "(unset)". */
+/* The value of `key` ("section.key") in a config_dump_job text, or "(unset)". */
 static void dump_value(const char *dump, const char *key, char *out, size_t outlen)
 {
 	size_t kl = strlen(key);
@@ -209,7 +209,7 @@ int cluster_agree_config(struct cluster *cl, const struct seer_config *cfg, char
 {
 	if (!cl->mpi || cl->nnodes == 1)
 		return 0;
-	uint64_t h = cfg_job_hash(cfg);
+	uint64_t h = config_job_hash(cfg);
 	uint64_t *all = xcalloc(cl->nnodes, sizeof(uint64_t));
 	MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
 	int bad = -1;
@@ -222,7 +222,7 @@ int cluster_agree_config(struct cluster *cl, const struct seer_config *cfg, char
 	if (bad < 0)
 		return 0;
 	char msg[1024] = "";
-	char *dump = cfg_dump_job(cfg);
+	char *dump = config_dump_job(cfg);
 	if ((int)cl->node == bad) {
 		MPI_Send(dump, (int)strlen(dump) + 1, MPI_CHAR, 0, TAG_CFG, MPI_COMM_WORLD);
 	} else if (cl->node == 0) {
@@ -244,11 +244,11 @@ int cluster_agree_config(struct cluster *cl, const struct seer_config *cfg, char
 	return -EINVAL;
 }
 
-int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct catalog **out,
+int cluster_share_catalog(struct cluster *cl, const struct catalog_opts *o, struct catalog **out,
 			  char *err, size_t errlen)
 {
 	if (!cl->mpi || cl->nnodes == 1)
-		return cat_open(o, out, err, errlen);
+		return catalog_open(o, out, err, errlen);
 	struct {
 		int64_t rc;
 		uint64_t len;
@@ -257,10 +257,10 @@ int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct c
 	void *img = NULL;
 	struct catalog *cat = NULL;
 	if (cl->node == 0) {
-		int rc = cat_open(o, &cat, hdr.msg, sizeof(hdr.msg));
+		int rc = catalog_open(o, &cat, hdr.msg, sizeof(hdr.msg));
 		if (rc == 0) {
 			size_t len;
-			rc = cat_serialize(cat, &img, &len);
+			rc = catalog_serialize(cat, &img, &len);
 			hdr.len = len;
 			if (rc != 0)
 				snprintf(hdr.msg, sizeof(hdr.msg), "out of memory serializing the catalog");
@@ -288,12 +288,12 @@ int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct c
 	if (bcast_big(img, hdr.len) != 0) {
 		snprintf(err, errlen, "broadcasting the catalog failed");
 		free(img);
-		cat_free(cat);
+		catalog_free(cat);
 		return -EIO;
 	}
 	int rc = 0;
 	if (cl->node != 0)
-		rc = cat_deserialize(img, hdr.len, &cat, err, errlen);
+		rc = catalog_deserialize(img, hdr.len, &cat, err, errlen);
 	free(img);
 	/* every node must see the same dataset: check a spread of files */
 	char local[256] = "";
@@ -302,7 +302,7 @@ int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct c
 		for (uint32_t f = 0; f < cat->nfiles; f += step) {
 			char path[4096];
 			struct stat st;
-			snprintf(path, sizeof(path), "%s/%s", cat->root, cat_path(cat, f));
+			snprintf(path, sizeof(path), "%s/%s", cat->root, catalog_path(cat, f));
 			if (stat(path, &st) != 0 || (uint64_t)st.st_size != cat->files[f].size) {
 				snprintf(local, sizeof(local), "node %u sees %.180s %s", cl->node, path,
 					 stat(path, &st) != 0 ? "missing" : "with another size");
@@ -320,7 +320,7 @@ int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct c
 				 "catalog; every node must see the same dataset.path)",
 				 all + k * sizeof(local));
 			free(all);
-			cat_free(cat);
+			catalog_free(cat);
 			return SEER_EDATASET;
 		}
 	}

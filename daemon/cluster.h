@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../src/catalog.h"
-#include "../src/config.h"
+#include "../src/catalog/catalog.h"
+#include "../src/config/config.h"
 
 struct cluster;
 
@@ -38,7 +38,7 @@ int cluster_agree_config(struct cluster *cl, const struct seer_config *cfg, char
 			 size_t errlen);
 /* Node 0 builds (or loads) the catalog and broadcasts it; every node checks
  * that it sees the same dataset (a sample of files' sizes). */
-int cluster_share_catalog(struct cluster *cl, const struct cat_opts *o, struct catalog **out,
+int cluster_share_catalog(struct cluster *cl, const struct catalog_opts *o, struct catalog **out,
 			  char *err, size_t errlen);
 /* Node 0's `len` bytes at buf to every node (blocking). */
 int cluster_bcast(struct cluster *cl, void *buf, size_t len);

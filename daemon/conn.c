@@ -18,33 +18,27 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../src/shm.h"
-#include "../src/util.h"
+#include "../src/common/shm.h"
+#include "../src/util/util.h"
 #include "seer.h"
 #include "server_int.h"
 
-void ep_add(int epfd, int fd, uint64_t tag)
-{
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
-	epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
-}
-
 /* The spare descriptor back, once the connection it made room for is gone
  * (fails quietly while the process is still out of descriptors). */
-void spare_restore(struct server *s)
+void conn_spare_restore(struct server *s)
 {
 	if (s->spare_fd < 0)
 		s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-void pend_close(struct server *s, int i)
+void conn_pend_close(struct server *s, int i)
 {
 	struct pending *p = &s->pend[i];
 	if (p->fd >= 0) {
 		epoll_ctl(s->epfd, EPOLL_CTL_DEL, p->fd, NULL);
 		close(p->fd);
 		if (p->refuse_fds)
-			spare_restore(s);
+			conn_spare_restore(s);
 	}
 	free(p->out);
 	p->out = NULL;
@@ -58,7 +52,7 @@ void pend_close(struct server *s, int i)
 /* Out of descriptors (or kernel memory): the backlog keeps the listener
  * readable, so accept would fail in a loop. Stop watching it until the next
  * 1 s tick; one connection is taken on the spare descriptor and told why
- * (accept_all); one line per 10 s says how often it happened. */
+ * (conn_accept_all); one line per 10 s says how often it happened. */
 static void accept_pause(struct server *s, int err)
 {
 	if (!s->accept_paused)
@@ -69,7 +63,7 @@ static void accept_pause(struct server *s, int err)
 }
 
 /* The 1 s tick: listen again, and report the pauses. */
-void accept_resume(struct server *s, double t)
+void conn_accept_resume(struct server *s, double t)
 {
 	if (s->accept_fails && t - s->t_accept_log >= 10.0) {
 		struct rlimit rl = { 0, 0 };
@@ -83,9 +77,9 @@ void accept_resume(struct server *s, double t)
 	}
 	if (s->accept_paused) {
 		s->accept_paused = false;
-		ep_add(s->epfd, s->lfd, EP_TAG(EP_LISTEN, 0));
+		epoll_watch(s->epfd, s->lfd, EP_TAG(EP_LISTEN, 0));
 	}
-	spare_restore(s);
+	conn_spare_restore(s);
 }
 
 /* A free pending slot, making one from the oldest silent connection if
@@ -103,12 +97,12 @@ static int pend_slot(struct server *s)
 	struct seer_msg_welcome w = { .kind = SEER_MSG_ERROR, .status = SEER_EREFUSED };
 	snprintf(w.msg, sizeof(w.msg), "too many connections awaiting their handshake");
 	sock_send(s->pend[oldest].fd, &w, sizeof(w), NULL, 0);
-	pend_close(s, oldest);
+	conn_pend_close(s, oldest);
 	s->shed++;
 	return oldest;
 }
 
-void accept_all(struct server *s)
+void conn_accept_all(struct server *s)
 {
 	for (;;) {
 		bool spare = false;
@@ -122,7 +116,7 @@ void accept_all(struct server *s)
 				fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 				spare = fd >= 0;
 				if (fd < 0)
-					spare_restore(s);
+					conn_spare_restore(s);
 			}
 			accept_pause(s, err);
 			if (fd < 0)
@@ -146,7 +140,7 @@ void accept_all(struct server *s)
 		int slot = pend_slot(s);
 		s->pend[slot] = (struct pending){ .fd = fd, .pid = cred.pid, .since = now_s(),
 						  .refuse_uid = refuse, .refuse_fds = spare };
-		ep_add(s->epfd, fd, EP_TAG(EP_CONN, slot));
+		epoll_watch(s->epfd, fd, EP_TAG(EP_CONN, slot));
 		if (spare)
 			return; /* paused until the tick */
 	}
@@ -176,7 +170,7 @@ static void ctl_flush(struct server *s, int i)
 			break; /* seerctl is gone */
 		p->out_off += n;
 	} while (p->out_off < p->out_len);
-	pend_close(s, i);
+	conn_pend_close(s, i);
 }
 
 /* Answer the seerctl on slot i with `text` (taken over, malloc'd). */
@@ -193,7 +187,7 @@ static void ctl_reply(struct server *s, int i, int status, char *text)
 
 /* Stop now (SIGTERM, seerctl stop, another node's stop), trainers told;
  * the loop gives them [daemon] stop_grace_s. `all`: ask the other nodes too. */
-void stop_job(struct server *s, bool all)
+void conn_stop_job(struct server *s, bool all)
 {
 	engine_stop(s->e, true);
 	s->stop_deadline = now_s() + s->cfg->stop_grace_s;
@@ -216,7 +210,7 @@ static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *
 		ctl_reply(s, slot, 0, engine_forecast_json(s->e));
 	} else if (strcmp(cmd, "stop") == 0) {
 		log_info("stop requested by seerctl");
-		stop_job(s, true);
+		conn_stop_job(s, true);
 		ctl_reply(s, slot, 0, engine_ack_json("stopping"));
 	} else if (strcmp(cmd, "drain") == 0) {
 		log_info("drain requested by seerctl: no new trainers; exit when the attached finish");
@@ -273,7 +267,7 @@ static void on_record(struct server *s, uint32_t slot)
 		p->fd = -1;
 		refuse_conn(fd, &p->hello, sizeof(p->hello), SEER_EPROTO,
 			    "malformed checkpoint record packet after the hello");
-		pend_close(s, (int)slot);
+		conn_pend_close(s, (int)slot);
 		return;
 	}
 	memcpy(p->rec + p->rec_got, m.data, m.h.len);
@@ -285,7 +279,7 @@ static void on_record(struct server *s, uint32_t slot)
 	/* the engine owns the socket from here on success */
 	if (engine_attach(s->e, fd, &p->hello, p->rec, total, p->pid) < 0)
 		close(fd);
-	pend_close(s, (int)slot);
+	conn_pend_close(s, (int)slot);
 }
 
 /* Whether the hello (n bytes read) of pending connection p may go on: 0;
@@ -307,7 +301,7 @@ static int hello_check(struct pending *p, const struct seer_msg_hello *h,
 			 "again later; raise its limit (ulimit -n) or lower [prefetch] io_threads",
 			 (unsigned long long)rl.rlim_cur);
 		p->refuse_fds = false;
-		return -EMFILE; /* on the spare descriptor: on_conn gives it back */
+		return -EMFILE; /* on the spare descriptor: conn_input gives it back */
 	}
 	bool magic = n >= 16 && h->magic == SEER_MAGIC_HELLO;
 	if (magic && h->version != SEER_PROTO_VERSION) {
@@ -327,7 +321,7 @@ static int hello_check(struct pending *p, const struct seer_msg_hello *h,
 	return 0;
 }
 
-void on_conn(struct server *s, uint32_t slot)
+void conn_input(struct server *s, uint32_t slot)
 {
 	struct pending *p = &s->pend[slot];
 	if (p->fd < 0)
@@ -356,14 +350,13 @@ void on_conn(struct server *s, uint32_t slot)
 	if (status != 0) {
 		refuse_conn(fd, &h, n, status, msg);
 		if (status == -EMFILE)
-			spare_restore(s);
+			conn_spare_restore(s);
 		return;
 	}
 	if (h.kind == SEER_MSG_CTL) {
 		/* the slot holds the connection until the reply is sent */
 		p->fd = fd;
-		epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd,
-			  &(struct epoll_event){ .events = EPOLLIN, .data.u64 = EP_TAG(EP_CONN, slot) });
+		epoll_watch(s->epfd, fd, EP_TAG(EP_CONN, slot));
 		handle_ctl(s, (int)slot, &h);
 		return;
 	}
@@ -386,8 +379,7 @@ void on_conn(struct server *s, uint32_t slot)
 		p->hello = h;
 		p->rec = xmalloc(h.record_len);
 		p->rec_got = 0;
-		epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd,
-			  &(struct epoll_event){ .events = EPOLLIN, .data.u64 = EP_TAG(EP_CONN, slot) });
+		epoll_watch(s->epfd, fd, EP_TAG(EP_CONN, slot));
 		return;
 	}
 	/* the engine owns the socket from here on success */
@@ -395,7 +387,7 @@ void on_conn(struct server *s, uint32_t slot)
 		close(fd);
 }
 
-void expire_pending(struct server *s)
+void conn_expire_pending(struct server *s)
 {
 	double t = now_s();
 	if (s->shed && t - s->t_shed_log >= 10.0) {
@@ -419,7 +411,7 @@ void expire_pending(struct server *s)
 				s->silent++;
 				last = s->pend[i].pid;
 			}
-			pend_close(s, i);
+			conn_pend_close(s, i);
 		}
 	}
 	/* one line per 10 s, however many connections stay silent */

@@ -19,9 +19,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "../src/ctrl.h"
-#include "../src/topo.h"
-#include "../src/util.h"
+#include "../src/util/ctrl.h"
+#include "../src/util/topo.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 
@@ -29,9 +29,7 @@
 
 void engine_ep_add(struct engine *e, int fd, uint64_t tag)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
-	if (epoll_ctl(e->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
-		log_error("epoll_ctl add: %s", strerror(errno));
+	epoll_watch(e->epfd, fd, tag);
 }
 
 void engine_ep_del(struct engine *e, int fd)
@@ -40,7 +38,7 @@ void engine_ep_del(struct engine *e, int fd)
 }
 
 /* Place the daemon's threads -- the I/O threads, the dispatcher and the
- * network thread -- away from the trainers (see src/topo.h for the policy). */
+ * network thread -- away from the trainers (see src/util/topo.h for the policy). */
 void engine_repin(struct engine *e)
 {
 	if (!e->topo || !e->pool_started)

@@ -18,10 +18,10 @@
 #include <sys/types.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/catalog.h"
-#include "../src/config.h"
-#include "../src/net.h"
-#include "../src/plan.h"
+#include "../src/catalog/catalog.h"
+#include "../src/config/config.h"
+#include "../src/net/net.h"
+#include "../src/plan/plan.h"
 
 struct pfs_probe;
 

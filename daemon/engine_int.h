@@ -5,10 +5,10 @@
  *   - the dispatcher (the event loop of server.c), which runs every function
  *     of the stage files except the two below, and owns every field not
  *     marked otherwise;
- *   - the I/O threads (src/iopool.c), which run worker.c: each works on the
+ *   - the I/O threads (src/util/iopool.c), which run worker.c: each works on the
  *     one task the pool handed it and reads the "fixed at creation" fields
  *     listed below (never a dispatcher-owned one);
- *   - the network thread (src/net_fabric.c, several nodes only), which calls
+ *   - the network thread (src/net/net_fabric.c, several nodes only), which calls
  *     peer_lookup (peer.c): it reads the plan after `plan_published` and a
  *     sample's RAM state in `cstate`, both through acquire loads;
  *   - the forecast thread (fcast.c), started once the plan is made: it reads
@@ -28,20 +28,20 @@
 #include <stdint.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/catalog.h"
-#include "../src/config.h"
-#include "../src/extent.h"
-#include "../src/spans.h"
-#include "../src/iopool.h"
-#include "../src/net.h"
-#include "../src/pfs_probe.h"
-#include "../src/forecast.h"
-#include "../src/plan.h"
-#include "../src/plan_nopfs.h"
-#include "../src/ring.h"
-#include "../src/sampler.h"
-#include "../src/sampler_elastic.h"
-#include "../src/shm.h"
+#include "../src/catalog/catalog.h"
+#include "../src/config/config.h"
+#include "../src/plan/extent_plan.h"
+#include "../src/util/spans.h"
+#include "../src/util/iopool.h"
+#include "../src/net/net.h"
+#include "../src/util/pfs_probe.h"
+#include "../src/plan/forecast.h"
+#include "../src/plan/plan.h"
+#include "../src/plan/plan_nopfs.h"
+#include "../src/common/ring.h"
+#include "../src/sampler/sampler.h"
+#include "../src/sampler/sampler_elastic.h"
+#include "../src/common/shm.h"
 #include "engine.h"
 #include "route.h"
 #include "staging.h"
@@ -155,7 +155,7 @@ struct etask {
 	struct waiter *w;
 	struct waiter w_inline[2];
 	uint32_t attempts;
-	uint64_t pfs_read;    /* TK_PFS: bytes cat_read read from the files, all attempts */
+	uint64_t pfs_read;    /* TK_PFS: bytes catalog_read read from the files, all attempts */
 	char err[SEER_ERRMSG_MAX];
 	struct etask *free_next;
 	/* coalesced reads (extent.c) */
@@ -210,7 +210,7 @@ struct epoch_stats {
 	double t_done;                       /* when the last local trainer finished it */
 	/* this node's forecast for the epoch, made as it began (fcast.c) */
 	bool fc_set, fc_timed;               /* made; with a measured rate */
-	uint8_t fc_bound;                    /* enum fc_term */
+	uint8_t fc_bound;                    /* enum forecast_term */
 	double fc_time, fc_lb;
 	uint64_t fc_ram, fc_nvme, fc_peer, fc_pfs;
 };
@@ -289,10 +289,10 @@ struct engine {
 	/* == Everything below: the dispatcher's alone. */
 
 	/* job shape (placement.c) */
-	struct smp_shape sh;
-	struct smp_cache smp;
+	struct sampler_shape sh;
+	struct sampler_cache smp;
 	uint32_t world;
-	uint64_t end;            /* the job's last global batch + 1 (smp_tl_end) */
+	uint64_t end;            /* the job's last global batch + 1 (sampler_tl_end) */
 	uint64_t default_start;  /* from [job] resume */
 	bool shape_ready;
 	uint32_t nslots;         /* batch slots per trainer */
@@ -302,8 +302,8 @@ struct engine {
 
 	/* the job's resume plan (jobrec.c): where it starts, the epoch an
 	 * elastic resume re-shards, and the record it was made from */
-	struct smp_resume rs;
-	struct smp_timeline tl;  /* global batch numbers (g) <-> (epoch, step) */
+	struct sampler_resume rs;
+	struct sampler_timeline tl;  /* global batch numbers (g) <-> (epoch, step) */
 	uint8_t *plan_rec;       /* that record, encoded (NULL: a fresh job's plan) */
 	size_t plan_rec_len;
 	uint32_t plan_key;       /* what every node's plan must share (0: plain) */
@@ -371,7 +371,7 @@ struct engine {
 	uint8_t *xbase;          /* the extent region: buffers made before the job */
 	uint64_t xcap;
 	struct spans xspans;     /* its free ranges */
-	struct ext_cand *ext_c;  /* planning scratch, per candidate */
+	struct extent_cand *ext_c;  /* planning scratch, per candidate */
 	bool *ext_take;
 	struct etask **ext_tk;   /* the candidate's queued read, or NULL */
 	uint32_t ext_cap;
@@ -421,7 +421,7 @@ struct engine {
 	bool fct_started, fct_warned;
 	_Atomic bool fct_ready;
 	int fct_rc;
-	struct fc_tally fct;
+	struct forecast_tally fct;
 
 	/* reporting (engine.c) */
 	char pin_desc[160];
@@ -450,7 +450,7 @@ void engine_ep_del(struct engine *e, int fd);
 void engine_repin(struct engine *e);          /* place the daemon's threads again */
 
 /* placement.c: the job's shape and the plan */
-int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *rec,
+int place_shape_init(struct engine *e, uint32_t world, const struct sampler_record *rec,
 		     bool from_map, char *err, size_t errlen);
 void place_shape_free(struct engine *e);
 /* another world size: 0 when it may be decided again, else why not */
@@ -554,7 +554,7 @@ void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, 
 void peer_replay_early(struct engine *e);
 void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *w, int status);
 void peer_bounce_unref(struct engine *e, int32_t b);
-/* the network thread's lookup (src/net.h): 1 with *src set when s is in RAM */
+/* the network thread's lookup (src/net/net.h): 1 with *src set when s is in RAM */
 int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void **src);
 
 /* transform.c: decoded, augmented tensors ([transform] decode = image).
@@ -614,18 +614,18 @@ struct json_t *st_must(struct json_t *j);           /* out of memory: logged, ab
 struct json_t *st_real(double x, int decimals);     /* rounded; null when not finite */
 
 /* jobrec.c: the job's resume plan and the trainers' checkpoint records */
-struct smp_job jobrec_job(const struct engine *e, uint32_t world);
-int jobrec_decode(struct engine *e, const uint8_t *buf, size_t len, struct smp_record *out,
+struct sampler_job jobrec_job(const struct engine *e, uint32_t world);
+int jobrec_decode(struct engine *e, const uint8_t *buf, size_t len, struct sampler_record *out,
 		  char *msg, size_t msglen);
-int jobrec_plan(struct engine *e, const struct smp_record *rec, char *msg, size_t msglen);
+int jobrec_plan(struct engine *e, const struct sampler_record *rec, char *msg, size_t msglen);
 void jobrec_free(struct engine *e);
-int jobrec_start(struct engine *e, const struct smp_record *rec, uint64_t *g, char *msg,
+int jobrec_start(struct engine *e, const struct sampler_record *rec, uint64_t *g, char *msg,
 		 size_t msglen);
 uint32_t jobrec_batch(struct engine *e, uint32_t rank, uint64_t g, uint32_t *ids);
 void jobrec_pos(const struct engine *e, uint64_t g, uint64_t *epoch, uint64_t *step);
 
 /* resume.c: position files ([job] resume = auto) */
-int resume_load(struct engine *e, struct smp_record **rec, uint64_t **starts, char *msg,
+int resume_load(struct engine *e, struct sampler_record **rec, uint64_t **starts, char *msg,
 		size_t msglen);
 void resume_begin(struct engine *e);
 void resume_note(struct engine *e, struct trainer *t);

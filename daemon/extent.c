@@ -7,7 +7,7 @@
  * file around it that this node wants -- a read of them already queued (a
  * trainer's batch needs them within the prefetch horizon, a peer asked) or
  * a RAM slot of this node's cache they are planned for and not yet loaded
- * -- are offered to the extent planner (src/extent.c: extent_max, the
+ * -- are offered to the extent planner (src/plan/extent_plan.c: extent_max, the
  * amplification bound, extent_gap); those it picks become the extent's
  * members: queued reads are taken back from the pool, planned ones get a
  * RAM-load task of their own. The extent waits until the extent memory
@@ -30,7 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 
@@ -70,7 +70,7 @@ static void xregion_init(struct engine *e)
 void ext_init(struct engine *e)
 {
 	const struct fmt_ops *f = e->cat->fmt;
-	enum cfg_coalesce m = cfg_coalesce(e->cfg);
+	enum config_coalesce m = config_coalesce(e->cfg);
 	bool on = m == CFG_COALESCE_ON ||
 		  (m == CFG_COALESCE_AUTO && (!e->probe.measured || e->probe.coalesce));
 	e->coalesce = on && f->span && (f->cut || f->cut_many);
@@ -156,7 +156,7 @@ static bool wanted(struct engine *e, uint32_t x, struct etask **tk)
 static bool span(const struct engine *e, uint64_t x, uint64_t *lo, uint64_t *hi)
 {
 	const struct catalog *c = e->cat;
-	const struct cat_sample *cs = &c->samples[x];
+	const struct catalog_sample *cs = &c->samples[x];
 	return c->fmt->span(c, x, cs, lo, hi) && *lo < *hi && *hi <= c->files[cs->file].size;
 }
 
@@ -164,7 +164,7 @@ static bool span(const struct engine *e, uint64_t x, uint64_t *lo, uint64_t *hi)
 static bool candidate(struct engine *e, uint64_t x, uint32_t i, bool trigger)
 {
 	scratch(e, i + 1);
-	struct ext_cand *c = &e->ext_c[i];
+	struct extent_cand *c = &e->ext_c[i];
 	if (!span(e, x, &c->lo, &c->hi))
 		return false;
 	c->useful = e->cat->samples[x].length;
@@ -180,7 +180,7 @@ static bool candidate(struct engine *e, uint64_t x, uint32_t i, bool trigger)
  * sample within extent_gap (nothing beyond could join). */
 static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 {
-	const struct cat_file *f = &e->cat->files[e->cat->samples[s].file];
+	const struct catalog_file *f = &e->cat->files[e->cat->samples[s].file];
 	const uint64_t max = e->cfg->extent_max, gap = e->cfg->extent_gap;
 	/* right side first, from index 1; the left side is then put before it */
 	uint32_t n = 0;
@@ -190,7 +190,7 @@ static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 	for (uint64_t x = s + 1; x < f->first + f->nsamples; x++) {
 		if (!candidate(e, x, n, false))
 			break;
-		const struct ext_cand *c = &e->ext_c[n];
+		const struct extent_cand *c = &e->ext_c[n];
 		if (MAX(c->hi, lo_s) - lo_s > max || (c->lo > edge && c->lo - edge > gap))
 			break;
 		if (c->want)
@@ -202,7 +202,7 @@ static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 	for (uint64_t x = s; x-- > f->first;) {
 		if (!candidate(e, x, n, false))
 			break;
-		const struct ext_cand *c = &e->ext_c[n];
+		const struct extent_cand *c = &e->ext_c[n];
 		if (hi_s - MIN(c->lo, hi_s) > max || (c->hi < edge && edge - c->hi > gap))
 			break;
 		if (c->want)
@@ -248,10 +248,10 @@ static bool ext_try(struct engine *e, struct etask *t)
 	if (t->blob || !span(e, t->sample, &lo_s, &hi_s))
 		return false;
 	gather(e, t->sample, &a, &b);
-	const struct ext_opts o = { .max_bytes = e->cfg->extent_max,
+	const struct extent_opts o = { .max_bytes = e->cfg->extent_max,
 				    .max_amp = e->cfg->max_amplification,
 				    .gap_max = e->cfg->extent_gap };
-	struct ext_plan p = ext_plan(e->ext_c, (uint32_t)(b - a), (uint32_t)(t->sample - a), &o,
+	struct extent_plan p = extent_plan(e->ext_c, (uint32_t)(b - a), (uint32_t)(t->sample - a), &o,
 				     e->ext_take);
 	if (p.taken < 2)
 		return false;
@@ -260,7 +260,7 @@ static bool ext_try(struct engine *e, struct etask *t)
 	x->kind = TK_EXTENT;
 	x->file = e->cat->samples[t->sample].file;
 	x->need_g = t->need_g;
-	x->io.key = t->io.key;
+	x->io.pq.key = t->io.pq.key;
 	x->mem = xmalloc(p.taken * sizeof(*x->mem));
 	uint64_t lo = UINT64_MAX, hi = 0;
 	for (uint64_t i = p.first; i <= p.last; i++) {
@@ -273,7 +273,7 @@ static bool ext_try(struct engine *e, struct etask *t)
 			m = pf_ram_new(e, s, s, false);
 			m->need_g = t->need_g;
 			m->bg_key = t->bg_key; /* a background trigger's members stay background */
-			m->io.key = t->io.key;
+			m->io.pq.key = t->io.pq.key;
 		}
 		if (e->pfs_q[s] == m->id + 1)
 			e->pfs_q[s] = 0;
@@ -281,8 +281,8 @@ static bool ext_try(struct engine *e, struct etask *t)
 		x->mem[x->nmem++] = m;
 		lo = MIN(lo, e->ext_c[i].lo);
 		hi = MAX(hi, e->ext_c[i].hi);
-		if (m->io.key < x->io.key) {
-			x->io.key = m->io.key;
+		if (m->io.pq.key < x->io.pq.key) {
+			x->io.pq.key = m->io.pq.key;
 			x->need_g = m->need_g;
 		}
 	}
@@ -303,7 +303,7 @@ static void ext_pump(struct engine *e)
 	while (e->next_wait > 0) {
 		uint32_t best = 0;
 		for (uint32_t i = 1; i < e->next_wait; i++)
-			if (e->ext_wait[i]->io.key < e->ext_wait[best]->io.key)
+			if (e->ext_wait[i]->io.pq.key < e->ext_wait[best]->io.pq.key)
 				best = i;
 		struct etask *x = e->ext_wait[best];
 		if (e->ext_mem > 0 && e->ext_mem + x->len > e->cfg->extent_memory)
@@ -324,7 +324,7 @@ static void ext_pump(struct engine *e)
 static int by_key(const void *pa, const void *pb)
 {
 	const struct etask *a = *(struct etask *const *)pa, *b = *(struct etask *const *)pb;
-	return a->io.key < b->io.key ? -1 : a->io.key > b->io.key ? 1
+	return a->io.pq.key < b->io.pq.key ? -1 : a->io.pq.key > b->io.pq.key ? 1
 	       : a->id < b->id ? -1 : a->id > b->id;
 }
 
@@ -407,7 +407,7 @@ void ext_done(struct engine *e, struct etask *x, int status)
 		}
 	ext_count(e, x, useful, ok);
 	log_debug("extent of %s: %u samples, %llu bytes at %llu, waited %.1f ms, read in %.1f ms",
-		  cat_path(e->cat, x->file), x->nmem, (unsigned long long)x->len,
+		  catalog_path(e->cat, x->file), x->nmem, (unsigned long long)x->len,
 		  (unsigned long long)x->foff,
 		  x->io.t_start > x->io.t_submit ? (double)(x->io.t_start - x->io.t_submit) / 1e6 : 0.0,
 		  x->io.t_end > x->io.t_start ? (double)(x->io.t_end - x->io.t_start) / 1e6 : 0.0);

@@ -1,10 +1,10 @@
 /* The running daemon's forecast: this node's bytes by source and time per
- * epoch (src/forecast.h, "one node's forecast"), with the rates the daemon
+ * epoch (src/plan/forecast.h, "one node's forecast"), with the rates the daemon
  * has measured, against what each epoch actually did.
  *
  * Owns the forecast thread and its tally (e->fct): once the plan and the
  * replica set exist (place_plan), a thread of its own counts this node's
- * bytes per epoch (fc_tally_node: O(epochs x samples) time, one epoch order
+ * bytes per epoch (forecast_tally_node: O(epochs x samples) time, one epoch order
  * of memory) so the dispatcher never waits for it; it reads only what the
  * plan made (plan, replica set, catalog lengths, shape, rank map,
  * capacities: none changes until fcast_stop joins it) and writes only
@@ -30,13 +30,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 
 static void *tally_main(void *arg)
 {
 	struct engine *e = arg;
-	e->fct_rc = fc_tally_node(&e->fct, &e->plan, e->repl_on ? &e->nv : NULL, e->cat, NULL,
+	e->fct_rc = forecast_tally_node(&e->fct, &e->plan, e->repl_on ? &e->nv : NULL, e->cat, NULL,
 				  &e->sh, e->first_epoch, e->cfg->epochs - e->first_epoch,
 				  e->rank_node, e->node, e->caps);
 	atomic_store_explicit(&e->fct_ready, true, memory_order_release);
@@ -63,11 +63,11 @@ void fcast_stop(struct engine *e)
 	pthread_join(e->fct_thread, NULL);
 	e->fct_started = false;
 	atomic_store(&e->fct_ready, false);
-	fc_tally_free(&e->fct);
+	forecast_tally_free(&e->fct);
 }
 
 /* The tally, once the thread is done and it worked. */
-static const struct fc_tally *tally(struct engine *e)
+static const struct forecast_tally *tally(struct engine *e)
 {
 	if (!e->fct_started || !atomic_load_explicit(&e->fct_ready, memory_order_acquire))
 		return NULL;
@@ -87,9 +87,9 @@ static double src_bw(const struct engine *e, int src)
 	return x->n ? x->bps * (double)e->cfg->io_threads : 0;
 }
 
-static void rates(const struct engine *e, struct fc_rates *r)
+static void rates(const struct engine *e, struct forecast_rates *r)
 {
-	*r = (struct fc_rates){
+	*r = (struct forecast_rates){
 		.compute_s = e->compute_n ? e->compute_s : 0,
 		.pfs_bw = src_bw(e, SRC_PFS) * e->nnodes,
 		.net_bw = src_bw(e, SRC_PEER),
@@ -99,12 +99,12 @@ static void rates(const struct engine *e, struct fc_rates *r)
 
 /* Every epoch's forecast with the rates measured now (t->epochs entries,
  * malloc'd), or NULL. */
-static struct fc_node_epoch *forecast(struct engine *e, const struct fc_tally *t)
+static struct forecast_node_epoch *forecast(struct engine *e, const struct forecast_tally *t)
 {
-	struct fc_rates r;
+	struct forecast_rates r;
 	rates(e, &r);
-	struct fc_node_epoch *out = xcalloc(t->epochs, sizeof(*out));
-	if (fc_node_forecast(t, &r, out) != 0) {
+	struct forecast_node_epoch *out = xcalloc(t->epochs, sizeof(*out));
+	if (forecast_node_forecast(t, &r, out) != 0) {
 		free(out);
 		return NULL;
 	}
@@ -117,13 +117,13 @@ void fcast_note(struct engine *e)
 	if (ep >= e->cfg->epochs || ep < e->first_epoch ||
 	    (ep < e->nes && e->es[ep].fc_set))
 		return;
-	const struct fc_tally *t = tally(e);
+	const struct forecast_tally *t = tally(e);
 	if (!t)
 		return;
-	struct fc_node_epoch *f = forecast(e, t);
+	struct forecast_node_epoch *f = forecast(e, t);
 	if (!f)
 		return;
-	const struct fc_node_epoch *o = &f[ep - e->first_epoch];
+	const struct forecast_node_epoch *o = &f[ep - e->first_epoch];
 	struct epoch_stats *s = stats_epoch(e, ep);
 	s->fc_set = true;
 	s->fc_timed = e->compute_n || e->src[SRC_PFS].n;
@@ -151,7 +151,7 @@ json_t *fcast_epoch_json(const struct epoch_stats *s)
 	return must(json_pack("{so so ss sI sI sI sI}", "seconds",
 			      s->fc_timed ? jreal(s->fc_time, 6) : json_null(), "lower_bound",
 			      s->fc_timed ? jreal(s->fc_lb, 6) : json_null(), "bound",
-			      s->fc_timed ? fc_term_name((enum fc_term)s->fc_bound) : "unknown",
+			      s->fc_timed ? forecast_term_name((enum forecast_term)s->fc_bound) : "unknown",
 			      "ram_bytes", JU(s->fc_ram), "nvme_bytes", JU(s->fc_nvme), "peer_bytes",
 			      JU(s->fc_peer), "pfs_bytes", JU(s->fc_pfs)));
 }
@@ -169,24 +169,24 @@ static json_t *actual_json(const struct engine *e, uint64_t ep)
 			      JU(s->fill_bytes)));
 }
 
-static json_t *epoch_json(const struct engine *e, uint64_t ep, const struct fc_node_epoch *o)
+static json_t *epoch_json(const struct engine *e, uint64_t ep, const struct forecast_node_epoch *o)
 {
-	const struct fc_bytes *b = &o->b;
+	const struct forecast_bytes *b = &o->b;
 	json_t *terms = must(json_object());
-	for (int k = 0; k < FC_NTERMS; k++)
-		json_object_set_new(terms, fc_term_name((enum fc_term)k), must(jreal(o->t[k], 6)));
+	for (int k = 0; k < FORECAST_NTERMS; k++)
+		json_object_set_new(terms, forecast_term_name((enum forecast_term)k), must(jreal(o->t[k], 6)));
 	return must(json_pack("{sI sI sI sI sI sI sI sI sI sI so so ss so so}", "epoch", JU(ep),
 			      "ram_bytes", JU(b->ram), "nvme_bytes", JU(b->nvme), "replica_bytes",
 			      JU(b->repl), "peer_bytes", JU(b->peer_in), "fill_bytes", JU(b->fill_in),
 			      "sent_bytes", JU(b->peer_out + b->fill_out), "pfs_bytes",
 			      JU(b->pfs + b->pfs_load), "pfs_cluster_bytes", JU(o->pfs_all),
 			      "samples", JU(b->reads), "terms", terms, "seconds",
-			      must(jreal(o->time, 6)), "bound", fc_term_name(o->bound), "lower_bound",
+			      must(jreal(o->time, 6)), "bound", forecast_term_name(o->bound), "lower_bound",
 			      must(jreal(o->lb, 6)), "actual", actual_json(e, ep)));
 }
 
 /* The measured rates, and where they come from. */
-static json_t *rates_json(const struct engine *e, const struct fc_rates *r)
+static json_t *rates_json(const struct engine *e, const struct forecast_rates *r)
 {
 	return must(json_pack("{so so so so sI sI sI sI sI}", "compute_s", jreal(r->compute_s, 6),
 			      "pfs_bytes_per_s", jreal(r->pfs_bw, 0), "net_bytes_per_s",
@@ -199,7 +199,7 @@ static json_t *rates_json(const struct engine *e, const struct fc_rates *r)
 /* The same job and rates for seer-plan, which also searches the smallest
  * RAM and NVMe per node (every node's whole replay: a tool's job, not a
  * daemon's). Samples of the mean size; trainers spread evenly. */
-static json_t *seer_plan_cmd(const struct engine *e, const struct fc_rates *r)
+static json_t *seer_plan_cmd(const struct engine *e, const struct forecast_rates *r)
 {
 	char cmd[1024];
 	int n = snprintf(cmd, sizeof(cmd),
@@ -226,8 +226,8 @@ static json_t *seer_plan_cmd(const struct engine *e, const struct fc_rates *r)
 
 char *engine_forecast_json(struct engine *e)
 {
-	const struct fc_tally *t = e->plan_ready ? tally(e) : NULL;
-	struct fc_node_epoch *f = t ? forecast(e, t) : NULL;
+	const struct forecast_tally *t = e->plan_ready ? tally(e) : NULL;
+	struct forecast_node_epoch *f = t ? forecast(e, t) : NULL;
 	json_t *root = must(json_pack("{sI sI sb}", "node", JU(e->node), "nodes", JU(e->nnodes),
 				      "ready", f != NULL));
 	if (!f) {
@@ -236,7 +236,7 @@ char *engine_forecast_json(struct engine *e)
 			: e->nopfs ? "cache.policy = nopfs has no forecast"
 			: "this node's bytes are still being counted")));
 	} else {
-		struct fc_rates r;
+		struct forecast_rates r;
 		rates(e, &r);
 		json_t *eps = must(json_array());
 		double time = 0, lb = 0;

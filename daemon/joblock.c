@@ -26,8 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/base.h"
-#include "../src/util.h"
+#include "../src/common/base.h"
+#include "../src/util/util.h"
 
 char *joblock_dir(const struct seer_config *cfg)
 {

@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#include "../src/config.h"
+#include "../src/config/config.h"
 
 /* The job's state directory, <state_dir>/seer-pos-<job id> (malloc'd). */
 char *joblock_dir(const struct seer_config *cfg);

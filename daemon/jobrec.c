@@ -20,30 +20,30 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../src/base.h"
-#include "../src/util.h"
+#include "../src/common/base.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 
-struct smp_job jobrec_job(const struct engine *e, uint32_t world)
+struct sampler_job jobrec_job(const struct engine *e, uint32_t world)
 {
-	return (struct smp_job){
+	return (struct sampler_job){
 		.n = e->cat->nsamples, .seed = e->cfg->seed, .dataset_hash = e->cat->hash,
 		.world = world, .batch = (uint32_t)e->cfg->batch_size,
 		.drop_last = e->cfg->drop_last, .shuffle = e->cfg->shuffle,
 	};
 }
 
-int jobrec_decode(struct engine *e, const uint8_t *buf, size_t len, struct smp_record *out,
+int jobrec_decode(struct engine *e, const uint8_t *buf, size_t len, struct sampler_record *out,
 		  char *msg, size_t msglen)
 {
-	int rc = smp_record_decode(buf, len, out);
-	if (rc == 0 && (rc = smp_record_validate(out, NULL)) < 0)
-		smp_record_free(out);
+	int rc = sampler_record_decode(buf, len, out);
+	if (rc == 0 && (rc = sampler_record_validate(out, NULL)) < 0)
+		sampler_record_free(out);
 	if (rc == 0) {
-		struct smp_job job = jobrec_job(e, out->job.world);
-		if ((rc = smp_record_check_job(out, &job)) < 0)
-			smp_record_free(out);
+		struct sampler_job job = jobrec_job(e, out->job.world);
+		if ((rc = sampler_record_check_job(out, &job)) < 0)
+			sampler_record_free(out);
 	}
 	if (rc < 0)
 		snprintf(msg, msglen, "%s", seer_errmsg());
@@ -51,17 +51,17 @@ int jobrec_decode(struct engine *e, const uint8_t *buf, size_t len, struct smp_r
 }
 
 /* "a fresh job" or the record's description. */
-static void describe(const struct smp_record *r, char *buf, size_t len)
+static void describe(const struct sampler_record *r, char *buf, size_t len)
 {
 	if (r)
-		smp_record_describe(r, buf, len);
+		sampler_record_describe(r, buf, len);
 	else
 		snprintf(buf, len, "a fresh job (no checkpoint record)");
 }
 
 /* The plan's key: what every node must plan alike. A plain plan (no epoch
  * re-sharded) has none: its ranks may start anywhere. */
-static uint32_t plan_key(const struct smp_resume *p)
+static uint32_t plan_key(const struct sampler_resume *p)
 {
 	if (!p->elastic)
 		return 0;
@@ -72,21 +72,21 @@ static uint32_t plan_key(const struct smp_resume *p)
 	return (uint32_t)c | 1u; /* never 0 */
 }
 
-int jobrec_plan(struct engine *e, const struct smp_record *rec, char *msg, size_t msglen)
+int jobrec_plan(struct engine *e, const struct sampler_record *rec, char *msg, size_t msglen)
 {
 	jobrec_free(e);
-	struct smp_job job = jobrec_job(e, e->world);
-	int rc = smp_resume_init(&e->rs, &job, rec);
+	struct sampler_job job = jobrec_job(e, e->world);
+	int rc = sampler_resume_init(&e->rs, &job, rec);
 	if (rc < 0) {
 		snprintf(msg, msglen, "%s", seer_errmsg());
 		memset(&e->rs, 0, sizeof(e->rs));
 		return rc;
 	}
-	smp_timeline_init(&e->tl, e->sh.bpe, e->cfg->epochs, &e->rs);
+	sampler_timeline_init(&e->tl, e->sh.bpe, e->cfg->epochs, &e->rs);
 	if (rec) {
-		e->plan_rec_len = smp_record_size(rec);
+		e->plan_rec_len = sampler_record_size(rec);
 		e->plan_rec = xmalloc(e->plan_rec_len);
-		smp_record_encode(rec, e->plan_rec);
+		sampler_record_encode(rec, e->plan_rec);
 	}
 	e->plan_key = plan_key(&e->rs);
 	char d[200];
@@ -103,7 +103,7 @@ int jobrec_plan(struct engine *e, const struct smp_record *rec, char *msg, size_
 
 void jobrec_free(struct engine *e)
 {
-	smp_resume_free(&e->rs);
+	sampler_resume_free(&e->rs);
 	memset(&e->rs, 0, sizeof(e->rs));
 	free(e->plan_rec);
 	e->plan_rec = NULL;
@@ -113,27 +113,27 @@ void jobrec_free(struct engine *e)
 
 /* The re-sharded epoch's history (the segments before the running one) of
  * two plans is the same: they serve it alike. */
-static bool same_history(const struct smp_resume *a, const struct smp_resume *b)
+static bool same_history(const struct sampler_resume *a, const struct sampler_resume *b)
 {
 	if (a->epoch != b->epoch || a->hist.nseg != b->hist.nseg || a->rsh.m != b->rsh.m)
 		return false;
 	for (uint32_t k = 0; k < a->hist.nseg; k++) {
-		const struct smp_segment *x = &a->hist.seg[k], *y = &b->hist.seg[k];
+		const struct sampler_segment *x = &a->hist.seg[k], *y = &b->hist.seg[k];
 		if (x->world != y->world)
 			return false;
 		for (uint32_t r = 0; r < x->world; r++)
-			if (smp_seg_steps(x, r) != smp_seg_steps(y, r))
+			if (sampler_seg_steps(x, r) != sampler_seg_steps(y, r))
 				return false;
 	}
 	return true;
 }
 
-int jobrec_start(struct engine *e, const struct smp_record *rec, uint64_t *g, char *msg,
+int jobrec_start(struct engine *e, const struct sampler_record *rec, uint64_t *g, char *msg,
 		 size_t msglen)
 {
-	struct smp_job job = jobrec_job(e, e->world);
-	struct smp_resume p;
-	int rc = smp_resume_init(&p, &job, rec);
+	struct sampler_job job = jobrec_job(e, e->world);
+	struct sampler_resume p;
+	int rc = sampler_resume_init(&p, &job, rec);
 	if (rc < 0) {
 		snprintf(msg, msglen, "%s", seer_errmsg());
 		return rc;
@@ -143,29 +143,29 @@ int jobrec_start(struct engine *e, const struct smp_record *rec, uint64_t *g, ch
 	bool ok = p.elastic ? e->rs.elastic && same_history(&p, &e->rs)
 			    : !(e->rs.elastic && e->rs.epoch >= p.epoch);
 	if (ok) {
-		*g = p.epoch >= e->cfg->epochs ? e->end : MIN(smp_tl_g(&e->tl, p.epoch, p.step), e->end);
+		*g = p.epoch >= e->cfg->epochs ? e->end : MIN(sampler_tl_g(&e->tl, p.epoch, p.step), e->end);
 	} else {
 		char mine[200], theirs[200];
-		struct smp_record job_rec;
-		bool have = e->plan_rec && smp_record_decode(e->plan_rec, e->plan_rec_len, &job_rec) == 0;
+		struct sampler_record job_rec;
+		bool have = e->plan_rec && sampler_record_decode(e->plan_rec, e->plan_rec_len, &job_rec) == 0;
 		describe(have ? &job_rec : NULL, mine, sizeof(mine));
 		describe(rec, theirs, sizeof(theirs));
 		if (have)
-			smp_record_free(&job_rec);
+			sampler_record_free(&job_rec);
 		snprintf(msg, msglen, "its checkpoint record (%s) needs another resume plan than this "
 			 "job's (%s): every rank must connect with the same record (or restart every "
 			 "seerd with it)", theirs, mine);
 		rc = SEER_EREFUSED;
 	}
-	smp_resume_free(&p);
+	sampler_resume_free(&p);
 	return rc;
 }
 
 uint32_t jobrec_batch(struct engine *e, uint32_t rank, uint64_t g, uint32_t *ids)
 {
 	uint64_t epoch, step;
-	smp_tl_pos(&e->tl, g, &epoch, &step);
-	int n = smp_plan_batch(&e->smp, &e->rs, epoch, rank, step, ids);
+	sampler_tl_pos(&e->tl, g, &epoch, &step);
+	int n = sampler_plan_batch(&e->smp, &e->rs, epoch, rank, step, ids);
 	if (n < 0) {
 		log_error("batch %llu:%llu of rank %u: %s", (unsigned long long)epoch,
 			  (unsigned long long)step, rank,
@@ -177,5 +177,5 @@ uint32_t jobrec_batch(struct engine *e, uint32_t rank, uint64_t g, uint32_t *ids
 
 void jobrec_pos(const struct engine *e, uint64_t g, uint64_t *epoch, uint64_t *step)
 {
-	smp_tl_pos(&e->tl, g, epoch, step);
+	sampler_tl_pos(&e->tl, g, epoch, step);
 }

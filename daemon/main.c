@@ -13,11 +13,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/catalog.h"
-#include "../src/config.h"
+#include "../src/catalog/catalog.h"
+#include "../src/config/config.h"
 #include "../src/fmt/fmt.h"
-#include "../src/pfs_probe.h"
-#include "../src/util.h"
+#include "../src/util/pfs_probe.h"
+#include "../src/util/util.h"
 #include "seer.h"
 #include "cluster.h"
 #include "joblock.h"
@@ -40,7 +40,7 @@ static void usage(FILE *out)
 		"  -V, --version\n"
 		"\n"
 		"Configuration keys (value types: size takes units such as 512MiB, 64GiB):\n");
-	cfg_help(out);
+	config_help(out);
 }
 
 /* What the command line asked for. */
@@ -86,15 +86,15 @@ static int parse_args(int argc, char **argv, struct args *a)
  * the error in err. */
 static int load_config(struct seer_config *cfg, const struct args *a, char *err, size_t errlen)
 {
-	if (cfg_init(cfg, err, errlen) != 0)
+	if (config_init(cfg, err, errlen) != 0)
 		return -EINVAL;
 	for (int i = 0; i < a->nfiles; i++)
-		if (cfg_load_file(cfg, a->files[i], err, errlen) != 0)
+		if (config_load_file(cfg, a->files[i], err, errlen) != 0)
 			return -EINVAL;
 	for (int i = 0; i < a->nsets; i++)
-		if (cfg_set(cfg, a->sets[i], err, errlen) != 0)
+		if (config_set(cfg, a->sets[i], err, errlen) != 0)
 			return -EINVAL;
-	return cfg_finish(cfg, err, errlen);
+	return config_finish(cfg, err, errlen);
 }
 
 /* Open files: the soft limit up to the hard one (often 1024 of 4096 or
@@ -188,7 +188,7 @@ static int agree_stats_file(const struct seer_config *cfg, struct cluster *cl, u
 /* prefetch.coalesce = auto on a dataset that coalesced reads could serve
  * (several samples per file, a format that cuts samples out of a byte
  * range, two samples fitting one extent): node 0 times the PFS
- * (src/pfs_probe.h) and every node plans with its verdict. 0 and *probed
+ * (src/util/pfs_probe.h) and every node plans with its verdict. 0 and *probed
  * false: no probe (the mode decides alone); -EIO: the verdict could not be
  * shared (fatal: nodes planning differently would disagree on owners). */
 static int share_probe(const struct seer_config *cfg, const struct catalog *cat,
@@ -196,7 +196,7 @@ static int share_probe(const struct seer_config *cfg, const struct catalog *cat,
 {
 	const struct fmt_ops *f = cat->fmt;
 	*probed = false;
-	if (cfg_coalesce(cfg) != CFG_COALESCE_AUTO || cat->nsamples <= cat->nfiles ||
+	if (config_coalesce(cfg) != CFG_COALESCE_AUTO || cat->nsamples <= cat->nfiles ||
 	    !f->span || !(f->cut || f->cut_many) ||
 	    cat->total_bytes / cat->nsamples * 2 > cfg->extent_max)
 		return 0;
@@ -226,7 +226,7 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 	fmt_set_memory(cfg->format_memory); /* before the catalog: its readers share it */
 	char cache_dir[4096];
 	snprintf(cache_dir, sizeof(cache_dir), "%s", cfg->state_dir);
-	struct cat_opts co = {
+	struct catalog_opts co = {
 		.root = cfg->dataset_path, .format = cfg->dataset_format,
 		.params = { .hdf5_data = cfg->hdf5_data, .hdf5_labels = cfg->hdf5_labels,
 			    .npz_data = cfg->npz_data, .npz_labels = cfg->npz_labels,
@@ -263,7 +263,7 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 	}
 	/* the socket answers from now on (startup.h): trainers and seerctl
 	 * see the scan's progress, a stop signal stops the scan */
-	struct cat_progress prog = { 0 };
+	struct catalog_progress prog = { 0 };
 	struct startup *st = NULL;
 	/* two scanning threads per I/O thread: a file's open and fstat are two
 	 * metadata round trips (a stat is one), threads are what hides them */
@@ -308,7 +308,7 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 			rc = *fini = server_run(cfg, cat, cl, node, nnodes, probed ? &probe : NULL, st);
 		}
 	}
-	cat_free(cat);
+	catalog_free(cat);
 	joblock_drop(cfg, lock);
 	return rc;
 }
@@ -340,7 +340,7 @@ int main(int argc, char **argv)
 	int rc = parse_args(argc, argv, &a), fini = rc;
 	if (rc < 0 && load_config(&cfg, &a, err, sizeof(err)) != 0) {
 		fprintf(stderr, "seerd: %s\n", err);
-		cfg_free(&cfg);
+		config_free(&cfg);
 		rc = 2;
 		fini = 0; /* every node reports it: no MPI abort */
 	}
@@ -356,7 +356,7 @@ int main(int argc, char **argv)
 	log_set_node((int)node);
 	fini = 0;
 	if (a.print) {
-		char *d = cfg_dump(&cfg);
+		char *d = config_dump(&cfg);
 		fputs(d, stdout);
 		free(d);
 		rc = 0;
@@ -377,7 +377,7 @@ int main(int argc, char **argv)
 		}
 		rc = serve(&cfg, cl, node, nnodes, a.check, &fini);
 	}
-	cfg_free(&cfg);
+	config_free(&cfg);
 	cluster_fini(cl, fini);
 	return rc;
 }

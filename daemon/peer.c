@@ -1,4 +1,4 @@
-/* Peer serving: this node's side of the data plane (src/net_fabric.c).
+/* Peer serving: this node's side of the data plane (src/net/net_fabric.c).
  *
  * Owns the answers to other daemons' requests for samples this node caches:
  * from RAM at once when loaded (on the network thread, peer_lookup), else
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 
 #define BOUNCE_COOKIE(b) ((void *)(intptr_t)((b) + 1))

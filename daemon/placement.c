@@ -1,5 +1,5 @@
-/* Placement glue: the job's shape, the plan (src/plan.c, and under
- * cache.policy = nopfs src/plan_nopfs.c), this node's replica set
+/* Placement glue: the job's shape, the plan (src/plan/plan.c, and under
+ * cache.policy = nopfs src/plan/plan_nopfs.c), this node's replica set
  * (plan_node_build, cache.replicas = on, several nodes) and what routing
  * reads of them.
  *
@@ -19,14 +19,14 @@
 /* batches a trainer may declare it holds at once without a [job] max_held
  * that large: 16 TorchLoader workers x prefetch 2 + the batch in hand is 33 */
 #define HELD_DECLARED 64
-#define HANDLE_SLOTS 4096 /* the most a client takes (cfg_finish) */
+#define HANDLE_SLOTS 4096 /* the most a client takes (config_finish) */
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "cluster.h"
 #include "engine_int.h"
 #include "seer.h"
@@ -71,12 +71,12 @@ bool place_local_nvme(const struct engine *e, uint32_t s)
 	return route_local_nvme(&v, s);
 }
 
-/* cache.policy = nopfs: the private copies (src/plan_nopfs.c) and their
+/* cache.policy = nopfs: the private copies (src/plan/plan_nopfs.c) and their
  * cache states, after the samples' */
 static void np_build(struct engine *e)
 {
 	if (plan_nopfs_build(&e->np, e->cat, &e->smp, &e->sh, &e->rs, &e->tl, e->local_ranks,
-			     e->nlocal, smp_tl_g(&e->tl, e->first_epoch, 0), e->end,
+			     e->nlocal, sampler_tl_g(&e->tl, e->first_epoch, 0), e->end,
 			     e->cache_cap) != 0) {
 		log_error("out of memory placing the nopfs copies");
 		abort();
@@ -89,7 +89,7 @@ static void np_build(struct engine *e)
 }
 
 /* cache.replicas = on with several nodes: the samples this node rereads
- * most, in the RAM and NVMe its owned share leaves (src/plan.h). A job too
+ * most, in the RAM and NVMe its owned share leaves (src/plan/plan.h). A job too
  * long for the replica set's 32-bit ticks goes without, said once. */
 static void repl_plan(struct engine *e)
 {
@@ -165,7 +165,7 @@ void place_plan(struct engine *e)
 	struct plan_cap none[e->nnodes];
 	memset(none, 0, sizeof(none));
 	/* nopfs: the node-wide plan caches nothing; np_build places the copies.
-	 * Coalesced reads: packed files cached whole (src/plan_group.c), unless
+	 * Coalesced reads: packed files cached whole (src/plan/plan_group.c), unless
 	 * the tiers hold decoded images (transform.cache = decoded: planned with
 	 * their lengths) or the first epoch is an elastic one (its order of need
 	 * is the re-sharded batches'): then sample by sample. */
@@ -210,7 +210,7 @@ void place_plan(struct engine *e)
 	/* the network thread may now look samples up */
 	atomic_store_explicit(&e->plan_published, true, memory_order_release);
 	e->fill_left = e->cache_planned;
-	e->fill_g = smp_tl_g(&e->tl, e->first_epoch, 0);
+	e->fill_g = sampler_tl_g(&e->tl, e->first_epoch, 0);
 	e->fill_r = 0; /* (a shape dropped mid-round left it for another world) */
 	log_plan(e, t0);
 	arena_split_staging(e);
@@ -238,14 +238,14 @@ static int staging_precheck(struct engine *e, uint32_t world, char *err, size_t 
  * the saved positions ([job] resume = auto; not on a node that learnt the
  * plan from the map, `rec` then is the map's), else [job] resume = E:S, else
  * the start. */
-static int shape_plan(struct engine *e, const struct smp_record *rec, bool from_map, char *err,
+static int shape_plan(struct engine *e, const struct sampler_record *rec, bool from_map, char *err,
 		      size_t errlen)
 {
 	const struct seer_config *cfg = e->cfg;
 	uint64_t re, rs, *starts = NULL;
-	struct smp_record *saved = NULL;
+	struct sampler_record *saved = NULL;
 	int rc = 0;
-	bool fixed = cfg_resume(cfg, &re, &rs) == 0, resumed = false;
+	bool fixed = config_resume(cfg, &re, &rs) == 0, resumed = false;
 	if (!rec && !from_map && strcmp(cfg->resume, "auto") == 0) {
 		rc = resume_load(e, &saved, &starts, err, errlen);
 		if (rc < 0)
@@ -254,16 +254,16 @@ static int shape_plan(struct engine *e, const struct smp_record *rec, bool from_
 	}
 	rc = jobrec_plan(e, rec ? rec : saved, err, errlen);
 	if (saved) {
-		smp_record_free(saved);
+		sampler_record_free(saved);
 		free(saved);
 	}
 	if (rc < 0) {
 		free(starts);
 		return rc;
 	}
-	e->end = smp_tl_end(&e->tl);
+	e->end = sampler_tl_end(&e->tl);
 	if (rec || resumed) {
-		e->default_start = MIN(smp_tl_g(&e->tl, e->rs.epoch, e->rs.step), e->end);
+		e->default_start = MIN(sampler_tl_g(&e->tl, e->rs.epoch, e->rs.step), e->end);
 	} else if (fixed) {
 		if (rs >= e->sh.bpe) {
 			snprintf(err, errlen, "[job] resume step %llu: an epoch has %llu steps",
@@ -287,7 +287,7 @@ static int shape_plan(struct engine *e, const struct smp_record *rec, bool from_
 /* Shape and plan once the world size is known (single node: at the first
  * trainer, whose checkpoint record `rec` (or NULL) makes the resume plan;
  * several nodes: the map's record when this node had no trainer yet). */
-int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *rec,
+int place_shape_init(struct engine *e, uint32_t world, const struct sampler_record *rec,
 		     bool from_map, char *err, size_t errlen)
 {
 	const struct seer_config *cfg = e->cfg;
@@ -300,7 +300,7 @@ int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *
 			 cfg->world_size ? " and [job] world_size" : "");
 		return -EINVAL;
 	}
-	int rc = smp_shape_init(&e->sh, e->cat->nsamples, cfg->seed, world, (uint32_t)cfg->batch_size,
+	int rc = sampler_shape_init(&e->sh, e->cat->nsamples, cfg->seed, world, (uint32_t)cfg->batch_size,
 				cfg->drop_last, cfg->shuffle);
 	if (rc != 0) {
 		snprintf(err, errlen, "%llu samples over %u trainers with batch_size %llu%s give no "
@@ -311,7 +311,7 @@ int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *
 	}
 	if (e->nnodes == 1 && staging_precheck(e, world, err, errlen) != 0)
 		return SEER_ECONFIG; /* before anything is sized by the world */
-	if (smp_cache_init(&e->smp, &e->sh) != 0) {
+	if (sampler_cache_init(&e->smp, &e->sh) != 0) {
 		snprintf(err, errlen, "out of memory for the epoch permutations");
 		return -ENOMEM;
 	}
@@ -337,7 +337,7 @@ int place_shape_init(struct engine *e, uint32_t world, const struct smp_record *
 	e->step_stall = xcalloc(e->nsteps, sizeof(float));
 	e->step_count = xcalloc(e->nsteps, sizeof(uint16_t));
 	/* slots for the batches a trainer holds, the lookahead beyond them and
-	 * two in reclaim (cfg_finish keeps this within a client's 4096); a
+	 * two in reclaim (config_finish keeps this within a client's 4096); a
 	 * trainer may declare more held batches at connect (a TorchLoader's
 	 * workers x prefetch + 1): room for HELD_DECLARED of them by default */
 	uint64_t room = MAX(e->cfg->max_held, (uint64_t)HELD_DECLARED);
@@ -387,7 +387,7 @@ void place_shape_free(struct engine *e)
 	repl_free(e);
 	plan_free(&e->plan);
 	jobrec_free(e);
-	smp_cache_free(&e->smp); /* also after a failed init */
+	sampler_cache_free(&e->smp); /* also after a failed init */
 	atomic_store(&e->plan_published, false);
 	e->plan_ready = false;
 	e->shape_ready = false;
@@ -483,7 +483,7 @@ static int map_plan(struct engine *e, const struct cluster_plan *plan)
 	char err[SEER_ERRMSG_MAX];
 	if (!e->shape_ready) {
 		/* no trainer here yet: the plan is the map's */
-		struct smp_record rec;
+		struct sampler_record rec;
 		bool have = plan->rec_len > 0;
 		if (have && jobrec_decode(e, plan->rec, plan->rec_len, &rec, err, sizeof(err)) != 0) {
 			snprintf(e->fatal, sizeof(e->fatal), "the job's resume plan: %.200s", err);
@@ -491,7 +491,7 @@ static int map_plan(struct engine *e, const struct cluster_plan *plan)
 		}
 		int rc = place_shape_init(e, plan->world, have ? &rec : NULL, true, err, sizeof(err));
 		if (have)
-			smp_record_free(&rec);
+			sampler_record_free(&rec);
 		if (rc != 0) {
 			str_copy(e->fatal, sizeof(e->fatal), err);
 			return -EINVAL;

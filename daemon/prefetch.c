@@ -13,7 +13,7 @@
  *   -> the trainer -> pf_releases -> pf_reclaim
  *
  * Dispatcher thread only; the trainer's side of the control region is read
- * once per value and range-checked (src/ctrl.c). Failure: a batch whose
+ * once per value and range-checked (src/util/ctrl.c). Failure: a batch whose
  * sample failed is published with the first error (the trainer sees it in
  * the batch); full staging waits for releases (prepare returns false), and a
  * trainer whose own held batches fill it is told so (pf_check_held); a
@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/ctrl.h"
-#include "../src/util.h"
+#include "../src/util/ctrl.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 
@@ -243,7 +243,7 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 	}
 	if (x == s)
 		return false;
-	const struct cat_sample *cs = &e->cat->samples[x];
+	const struct catalog_sample *cs = &e->cat->samples[x];
 	for (uint32_t k = 0; k < tk->nw; k++) {
 		const struct waiter *w = &tk->w[k];
 		if (w->peer)
@@ -456,7 +456,7 @@ bool pf_prepare(struct engine *e, struct trainer *t)
 		off = xfs_slot_begin(e, trainer_wslot(t, idx), n, off) + tensor - 64;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t s = e->ids[i];
-		const struct cat_sample *cs = &e->cat->samples[s];
+		const struct catalog_sample *cs = &e->cat->samples[s];
 		d[i] = (struct seer_wire_sample){
 			.id = s, .length = cs->length, .label = cs->label, .type = cs->type,
 		};

@@ -1,4 +1,4 @@
-/* Replicas: this node's copies of samples other nodes own (src/plan.h,
+/* Replicas: this node's copies of samples other nodes own (src/plan/plan.h,
  * plan_node; placement.c plans them), and how they get their bytes.
  *
  * Owns the background fills. Replicas are filled in the order of their
@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 
 /* Pool keys of background fills: after every key a batch's read can have
@@ -189,7 +189,7 @@ void repl_fill(struct engine *e)
 	const struct plan_node *nv = &e->nv;
 	while (e->repl_next < nv->nrepl && started(e, e->repl_next))
 		e->repl_next++;
-	uint64_t first = smp_tl_g(&e->tl, e->first_epoch, 0);
+	uint64_t first = sampler_tl_g(&e->tl, e->first_epoch, 0);
 	bool waiting = false, any = false;
 	uint64_t end = MIN(nv->nrepl, e->repl_next + REPL_SCAN);
 	for (uint64_t i = e->repl_next; i < end; i++) {

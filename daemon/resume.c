@@ -42,9 +42,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../src/base.h"
-#include "../src/paths.h"
-#include "../src/util.h"
+#include "../src/common/base.h"
+#include "../src/common/paths.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "joblock.h"
 #include "seer.h"
@@ -401,14 +401,14 @@ void resume_end(struct engine *e, bool complete)
 
 /* The saved run, decoded: its job, plan and every rank's position. */
 struct saved {
-	struct smp_job job;
+	struct sampler_job job;
 	uint64_t epochs, bpe;
 	uint32_t run;
-	struct smp_record rec;   /* valid when have_rec */
+	struct sampler_record rec;   /* valid when have_rec */
 	bool have_rec;
-	struct smp_shape sh;
-	struct smp_resume p;
-	struct smp_timeline tl;
+	struct sampler_shape sh;
+	struct sampler_resume p;
+	struct sampler_timeline tl;
 	uint64_t *g;             /* per rank */
 	uint32_t from_files;
 };
@@ -416,8 +416,8 @@ struct saved {
 static void saved_free(struct saved *s)
 {
 	if (s->have_rec)
-		smp_record_free(&s->rec);
-	smp_resume_free(&s->p);
+		sampler_record_free(&s->rec);
+	sampler_resume_free(&s->p);
 	free(s->g);
 }
 
@@ -427,32 +427,32 @@ static int saved_parse(struct engine *e, const uint8_t *b, size_t n, struct save
 {
 	(void)n;
 	uint32_t flags = get32(b + 60), rec_len = get32(b + 68);
-	s->job = (struct smp_job){ .n = get64(b + 32), .seed = get64(b + 40),
+	s->job = (struct sampler_job){ .n = get64(b + 32), .seed = get64(b + 40),
 				   .dataset_hash = get64(b + 48), .batch = get32(b + 56),
 				   .world = get32(b + 64), .drop_last = flags & 1, .shuffle = flags & 2 };
 	s->run = (uint32_t)get64(b + 24);
 	s->epochs = get64(b + 72);
 	s->bpe = get64(b + 80);
-	struct smp_job mine = jobrec_job(e, s->job.world);
-	struct smp_record probe;
-	smp_record_init(&probe, &s->job, 0, SMP_REC_ALL);
-	if (smp_record_check_job(&probe, &mine) != 0) {
+	struct sampler_job mine = jobrec_job(e, s->job.world);
+	struct sampler_record probe;
+	sampler_record_init(&probe, &s->job, 0, SMP_REC_ALL);
+	if (sampler_record_check_job(&probe, &mine) != 0) {
 		snprintf(why, whylen, "they are for another job: %s", seer_errmsg());
 		return 1;
 	}
-	if (rec_len && (smp_record_decode(b + PLAN_HDR, rec_len, &s->rec) != 0 ||
-			smp_record_validate(&s->rec, NULL) != 0)) {
+	if (rec_len && (sampler_record_decode(b + PLAN_HDR, rec_len, &s->rec) != 0 ||
+			sampler_record_validate(&s->rec, NULL) != 0)) {
 		snprintf(why, whylen, "their plan's record is damaged: %s", seer_errmsg());
 		return 1;
 	}
 	s->have_rec = rec_len > 0;
-	if (smp_shape_init(&s->sh, s->job.n, s->job.seed, s->job.world, s->job.batch,
+	if (sampler_shape_init(&s->sh, s->job.n, s->job.seed, s->job.world, s->job.batch,
 			   s->job.drop_last, s->job.shuffle) != 0 || s->sh.bpe != s->bpe ||
-	    smp_resume_init(&s->p, &s->job, s->have_rec ? &s->rec : NULL) != 0) {
+	    sampler_resume_init(&s->p, &s->job, s->have_rec ? &s->rec : NULL) != 0) {
 		snprintf(why, whylen, "their plan does not fit their job");
 		return 1;
 	}
-	smp_timeline_init(&s->tl, s->bpe, s->epochs, &s->p);
+	sampler_timeline_init(&s->tl, s->bpe, s->epochs, &s->p);
 	s->g = xcalloc(s->job.world, sizeof(uint64_t));
 	const uint8_t *st = b + PLAN_HDR + rec_len;
 	for (uint32_t r = 0; r < s->job.world; r++) {
@@ -461,29 +461,29 @@ static int saved_parse(struct engine *e, const uint8_t *b, size_t n, struct save
 		if (read_rank(dir, s->run, r, s->job.world, &s->g[r]) == 0)
 			s->from_files++;
 		free(dir);
-		s->g[r] = MIN(s->g[r], smp_tl_end(&s->tl));
+		s->g[r] = MIN(s->g[r], sampler_tl_end(&s->tl));
 	}
 	return 0;
 }
 
 /* Another world size: one record of every rank's position, merged. */
-static int saved_merge(struct saved *s, struct smp_record **out, char *err, size_t errlen)
+static int saved_merge(struct saved *s, struct sampler_record **out, char *err, size_t errlen)
 {
 	uint32_t w = s->job.world;
-	struct smp_record *recs = xcalloc(w, sizeof(*recs));
-	const struct smp_record **in = xcalloc(w, sizeof(*in));
+	struct sampler_record *recs = xcalloc(w, sizeof(*recs));
+	const struct sampler_record **in = xcalloc(w, sizeof(*in));
 	int rc = 0;
 	uint32_t made = 0;
 	for (uint32_t r = 0; r < w && rc == 0; r++) {
 		uint64_t ep, st;
-		smp_tl_pos(&s->tl, s->g[r], &ep, &st);
-		rc = smp_resume_record(&s->p, &s->sh, r, ep, st, &recs[r]);
+		sampler_tl_pos(&s->tl, s->g[r], &ep, &st);
+		rc = sampler_resume_record(&s->p, &s->sh, r, ep, st, &recs[r]);
 		if (rc == 0)
 			in[made++] = &recs[r];
 	}
-	struct smp_record *m = xcalloc(1, sizeof(*m));
+	struct sampler_record *m = xcalloc(1, sizeof(*m));
 	if (rc == 0)
-		rc = smp_record_merge(in, made, m);
+		rc = sampler_record_merge(in, made, m);
 	if (rc != 0) {
 		snprintf(err, errlen, "resume = auto: the saved positions of the last run's %u ranks "
 			 "cannot be re-sharded over this job's trainers (%s): restart with %u trainers, "
@@ -493,14 +493,14 @@ static int saved_merge(struct saved *s, struct smp_record **out, char *err, size
 		rc = SEER_ECONFIG;
 	}
 	for (uint32_t r = 0; r < made; r++)
-		smp_record_free(&recs[r]);
+		sampler_record_free(&recs[r]);
 	free(recs);
 	free(in);
 	*out = m;
 	return rc;
 }
 
-int resume_load(struct engine *e, struct smp_record **rec, uint64_t **starts, char *msg,
+int resume_load(struct engine *e, struct sampler_record **rec, uint64_t **starts, char *msg,
 		size_t msglen)
 {
 	*rec = NULL;
@@ -536,7 +536,7 @@ int resume_load(struct engine *e, struct smp_record **rec, uint64_t **starts, ch
 		rc = saved_merge(&s, rec, msg, msglen);
 		if (rc == 0) {
 			char d[200];
-			smp_record_describe(*rec, d, sizeof(d));
+			sampler_record_describe(*rec, d, sizeof(d));
 			log_info("resume = auto: the last run's %u ranks (%s) re-sharded over %u "
 				 "trainers (%s)", s.job.world, d, e->world, dir);
 		}

@@ -1,7 +1,7 @@
 /* Tier routing (see route.h): pure functions, called on the dispatcher. */
 #include "route.h"
 
-#include "../src/plan.h"
+#include "../src/plan/plan.h"
 
 bool route_owned(const struct route_view *v, uint32_t s)
 {

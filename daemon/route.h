@@ -11,7 +11,7 @@
  *         its daemon is not suspect
  *   PFS   anything else: the dataset itself
  *
- * A replica (src/plan.h, plan_node) is a copy of a sample another node
+ * A replica (src/plan/plan.h, plan_node) is a copy of a sample another node
  * owns, kept in this node's spare RAM or NVMe. It routes like an owned
  * sample; where its bytes come from the first time (its fill, or the read
  * that finds it not filled yet) is route_fill_src's answer.
@@ -26,7 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../src/plan_nopfs.h"
+#include "../src/plan/plan_nopfs.h"
 
 enum route_src { ROUTE_RAM = 0, ROUTE_NVME, ROUTE_PEER, ROUTE_PFS };
 

@@ -28,8 +28,8 @@
 #include <unistd.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/shm.h"
-#include "../src/util.h"
+#include "../src/common/shm.h"
+#include "../src/util/util.h"
 #include "cluster.h"
 #include "engine.h"
 #include "node_path.h"
@@ -103,7 +103,7 @@ static void on_signal(struct server *s)
 			}
 			log_info("%s: stopping (trainers are told; shared memory and socket are "
 				 "removed)", strsignal(sig));
-			stop_job(s, true);
+			conn_stop_job(s, true);
 			s->exit_code = 0;
 		}
 	}
@@ -209,8 +209,8 @@ static int loop_open(struct server *s)
 	}
 	struct itimerspec its = { { 1, 0 }, { 1, 0 } };
 	timerfd_settime(s->tfd, 0, &its, NULL);
-	ep_add(s->epfd, s->sfd, EP_TAG(EP_SIGNAL, 0));
-	ep_add(s->epfd, s->tfd, EP_TAG(EP_TIMER, 0));
+	epoll_watch(s->epfd, s->sfd, EP_TAG(EP_SIGNAL, 0));
+	epoll_watch(s->epfd, s->tfd, EP_TAG(EP_TIMER, 0));
 	return 0;
 }
 
@@ -240,7 +240,7 @@ static bool cluster_round(struct server *s)
 	}
 	if (cluster_stop_requested(s->cl) && s->stop_deadline == 0) {
 		log_info("another node stopped the job: stopping");
-		stop_job(s, false);
+		conn_stop_job(s, false);
 	}
 	if (engine_fatal(s->e) && !s->fatal_sent) {
 		cluster_abort_all(s->cl, engine_fatal(s->e));
@@ -298,11 +298,11 @@ static bool dispatch(struct server *s)
 		uint64_t tag = evs[i].data.u64;
 		switch (EP_KIND(tag)) {
 		case EP_LISTEN:
-			accept_all(s);
+			conn_accept_all(s);
 			break;
 		case EP_CONN:
 			if (EP_ID(tag) < MAX_PENDING)
-				on_conn(s, EP_ID(tag));
+				conn_input(s, EP_ID(tag));
 			break;
 		case EP_SIGNAL:
 			on_signal(s);
@@ -310,8 +310,8 @@ static bool dispatch(struct server *s)
 		case EP_TIMER: {
 			uint64_t v;
 			ssize_t r UNUSED = read(s->tfd, &v, sizeof(v));
-			expire_pending(s);
-			accept_resume(s, now_s());
+			conn_expire_pending(s);
+			conn_accept_resume(s, now_s());
 			engine_tick(s->e);
 			break;
 		}
@@ -345,7 +345,7 @@ static void server_close(struct server *s, int rc)
 		unlink(s->sock_path);
 	}
 	for (int i = 0; i < MAX_PENDING; i++)
-		pend_close(s, i);
+		conn_pend_close(s, i);
 	if (s->spare_fd >= 0)
 		close(s->spare_fd);
 	if (s->tfd >= 0)
@@ -369,7 +369,7 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	if (node_path(s.sock_path, sizeof(s.sock_path), cfg->socket, node) != 0) {
 		char show[CAT_PATH_SHOW];
 		log_error("[daemon] socket %s is longer than %zu bytes with the node rank: set a "
-			  "shorter path", cat_path_abbrev(show, sizeof(show), cfg->socket),
+			  "shorter path", catalog_path_abbrev(show, sizeof(show), cfg->socket),
 			  sizeof(s.sock_path) - 1);
 		startup_abort(st);
 		goto out;
@@ -389,14 +389,14 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	}
 	/* the start-up thread's socket: what waits in its backlog is ours */
 	s.lfd = startup_end(st, &stop);
-	ep_add(s.epfd, s.lfd, EP_TAG(EP_LISTEN, 0));
-	spare_restore(&s);
+	epoll_watch(s.epfd, s.lfd, EP_TAG(EP_LISTEN, 0));
+	conn_spare_restore(&s);
 	/* launch scripts wait for this line's file */
 	log_info("serving job '%s' on %s", cfg->job_id, s.sock_path);
 	s.exit_code = 0;
 	if (stop) {
 		log_info("stopping: a stop was asked during start-up");
-		stop_job(&s, true);
+		conn_stop_job(&s, true);
 	}
 	for (;;) {
 		engine_work(s.e);

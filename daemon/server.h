@@ -4,8 +4,8 @@
 
 #include <signal.h>
 
-#include "../src/catalog.h"
-#include "../src/config.h"
+#include "../src/catalog/catalog.h"
+#include "../src/config/config.h"
 #include "cluster.h"
 
 struct pfs_probe;

@@ -9,7 +9,7 @@
 #include <sys/types.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/config.h"
+#include "../src/config/config.h"
 #include "cluster.h"
 #include "engine.h"
 
@@ -60,13 +60,12 @@ struct server {
 };
 
 /* conn.c */
-void ep_add(int epfd, int fd, uint64_t tag);
-void spare_restore(struct server *s);
-void pend_close(struct server *s, int i);
-void accept_all(struct server *s);
-void on_conn(struct server *s, uint32_t slot);
-void expire_pending(struct server *s);
-void accept_resume(struct server *s, double t);
-void stop_job(struct server *s, bool all);
+void conn_spare_restore(struct server *s);
+void conn_pend_close(struct server *s, int i);
+void conn_accept_all(struct server *s);
+void conn_input(struct server *s, uint32_t slot);
+void conn_expire_pending(struct server *s);
+void conn_accept_resume(struct server *s, double t);
+void conn_stop_job(struct server *s, bool all);
 
 #endif /* SEERD_SERVER_INT_H */

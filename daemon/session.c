@@ -19,9 +19,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "../src/ctrl.h"
-#include "../src/topo.h"
-#include "../src/util.h"
+#include "../src/util/ctrl.h"
+#include "../src/util/topo.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 
@@ -282,7 +282,7 @@ static int check_hello(struct engine *e, int sock, const struct seer_msg_hello *
  * trainer with a wrong world size does not lock the job out. 0, or the
  * refusal sent. */
 static int check_world(struct engine *e, int sock, const struct seer_msg_hello *h,
-		       const struct smp_record *rec)
+		       const struct sampler_record *rec)
 {
 	char err[SEER_ERRMSG_MAX];
 	if (e->shape_ready && h->world != e->world) {
@@ -311,9 +311,9 @@ static int check_world(struct engine *e, int sock, const struct seer_msg_hello *
  * a position past the job. */
 static int explicit_start(const struct engine *e, uint64_t epoch, uint64_t step, uint64_t *g)
 {
-	if (epoch >= e->cfg->epochs || step >= smp_tl_batches(&e->tl, epoch))
+	if (epoch >= e->cfg->epochs || step >= sampler_tl_batches(&e->tl, epoch))
 		return -ERANGE;
-	*g = smp_tl_g(&e->tl, epoch, step);
+	*g = sampler_tl_g(&e->tl, epoch, step);
 	return 0;
 }
 
@@ -321,7 +321,7 @@ static int explicit_start(const struct engine *e, uint64_t epoch, uint64_t step,
  * (UINT64_MAX: where its last session left off, known once that session's
  * reset is done). 0, or the refusal sent. */
 static int check_rank(struct engine *e, int sock, const struct seer_msg_hello *h,
-		      const struct smp_record *rec, uint64_t *start)
+		      const struct sampler_record *rec, uint64_t *start)
 {
 	const struct trainer *t = &e->tr[h->rank];
 	if (e->plan_ready && e->rank_node[h->rank] != e->node) {
@@ -350,7 +350,7 @@ static int check_rank(struct engine *e, int sock, const struct seer_msg_hello *h
 		send_refusal(sock, -ERANGE, "start epoch %llu step %llu is past the job "
 			     "(%llu epochs of %llu steps)", (unsigned long long)h->epoch,
 			     (unsigned long long)h->step, (unsigned long long)e->cfg->epochs,
-			     (unsigned long long)smp_tl_batches(&e->tl, h->epoch));
+			     (unsigned long long)sampler_tl_batches(&e->tl, h->epoch));
 		return -ERANGE;
 	}
 	return 0;
@@ -360,7 +360,7 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, co
 		  size_t rec_len, pid_t pid)
 {
 	uint64_t start;
-	struct smp_record r;
+	struct sampler_record r;
 	char msg[SEER_ERRMSG_MAX];
 	int rc = check_hello(e, sock, h);
 	if (rc == 0 && rec_len > 0 && (rc = jobrec_decode(e, rec, rec_len, &r, msg, sizeof(msg))))
@@ -371,7 +371,7 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, co
 	if (rc == 0)
 		rc = check_rank(e, sock, h, have ? &r : NULL, &start);
 	if (have)
-		smp_record_free(&r);
+		sampler_record_free(&r);
 	uint32_t held = (uint32_t)MAX((uint64_t)h->held, e->cfg->max_held);
 	if (rc == 0 && held > e->cfg->max_held &&
 	    (rc = arena_check_held(e, held, msg, sizeof(msg))) != 0) {

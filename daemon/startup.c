@@ -29,8 +29,8 @@
 #include <unistd.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/shm.h"
-#include "../src/util.h"
+#include "../src/common/shm.h"
+#include "../src/util/util.h"
 #include "node_path.h"
 #include "seer.h"
 #include "server.h"
@@ -52,7 +52,7 @@ struct st_conn {
 struct startup {
 	const struct seer_config *cfg;
 	uint32_t node, nnodes;
-	struct cat_progress *prog;
+	struct catalog_progress *prog;
 	char sock[512];
 	int lfd, sfd, epfd, qfd;
 	pthread_t thread;
@@ -367,7 +367,7 @@ static void fds_close(struct startup *st)
 }
 
 int startup_begin(struct startup **out, const struct seer_config *cfg, uint32_t node,
-		  uint32_t nnodes, struct cat_progress *prog, char *err, size_t errlen)
+		  uint32_t nnodes, struct catalog_progress *prog, char *err, size_t errlen)
 {
 	*out = NULL;
 	struct startup *st = xcalloc(1, sizeof(*st));
@@ -379,7 +379,7 @@ int startup_begin(struct startup **out, const struct seer_config *cfg, uint32_t 
 	if (node_path(st->sock, sizeof(st->sock), cfg->socket, node) != 0) {
 		char show[CAT_PATH_SHOW];
 		snprintf(err, errlen, "[daemon] socket %s is longer than %zu bytes with the node "
-			 "rank: set a shorter path", cat_path_abbrev(show, sizeof(show), cfg->socket),
+			 "rank: set a shorter path", catalog_path_abbrev(show, sizeof(show), cfg->socket),
 			 sizeof(st->sock) - 1);
 		free(st);
 		return -ENAMETOOLONG;

@@ -6,7 +6,7 @@
  * invisible: a trainer's HELLO is answered with SEER_MSG_PROGRESS (libseer
  * then waits on, its connect timeout counted from each answer), `seerctl
  * status` with the progress ("scanning: N of M files"), `seerctl stop`,
- * SIGTERM, SIGINT and SIGQUIT stop the scan (cat_progress.stop), SIGUSR1,
+ * SIGTERM, SIGINT and SIGQUIT stop the scan (catalog_progress.stop), SIGUSR1,
  * SIGUSR2 and SIGHUP are logged. */
 #ifndef SEERD_STARTUP_H
 #define SEERD_STARTUP_H
@@ -14,8 +14,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../src/catalog.h"
-#include "../src/config.h"
+#include "../src/catalog/catalog.h"
+#include "../src/config/config.h"
 
 struct startup;
 
@@ -32,7 +32,7 @@ enum startup_phase {
  * another seerd, its path is too long). Main thread, after
  * server_block_signals. */
 int startup_begin(struct startup **out, const struct seer_config *cfg, uint32_t node,
-		  uint32_t nnodes, struct cat_progress *prog, char *err, size_t errlen);
+		  uint32_t nnodes, struct catalog_progress *prog, char *err, size_t errlen);
 void startup_phase(struct startup *st, enum startup_phase phase);
 /* Whether a stop was asked (a signal or seerctl) so far. */
 bool startup_stopping(struct startup *st);

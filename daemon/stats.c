@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/ctrl.h"
-#include "../src/util.h"
+#include "../src/util/ctrl.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "node_path.h"
 

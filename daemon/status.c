@@ -18,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/ctrl.h"
-#include "../src/util.h"
+#include "../src/util/ctrl.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "node_path.h"
 
@@ -322,7 +322,7 @@ void engine_write_stats(struct engine *e)
 
 /* One configuration value as JSON: its kind's type (integers past
  * int64 stay text, as written). */
-static json_t *config_value(const struct cfg_item *it)
+static json_t *config_value(const struct config_item *it)
 {
 	char *end;
 	errno = 0;
@@ -346,8 +346,8 @@ static json_t *config_value(const struct cfg_item *it)
 char *engine_config_json(const struct seer_config *cfg)
 {
 	json_t *conf = must(json_object()), *origin = must(json_object());
-	struct cfg_item it;
-	for (size_t i = 0; cfg_item(cfg, i, &it); i++) {
+	struct config_item it;
+	for (size_t i = 0; config_item(cfg, i, &it); i++) {
 		json_t *sec = json_object_get(conf, it.section);
 		if (!sec)
 			json_object_set_new(conf, it.section, sec = must(json_object()));
@@ -356,7 +356,7 @@ char *engine_config_json(const struct seer_config *cfg)
 		json_object_set_new(sec, it.name, must(config_value(&it)));
 		json_object_set_new(origin, key, jtext(it.origin));
 	}
-	char *ini = cfg_dump(cfg);
+	char *ini = config_dump(cfg);
 	json_t *root = json_pack("{so so so}", "config", conf, "origin", origin, "ini", jtext(ini));
 	free(ini);
 	return dump(must(root));

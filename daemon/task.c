@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 
@@ -122,7 +122,7 @@ void task_submit(struct engine *e, struct etask *t, uint64_t g)
 {
 	uint64_t key = g == 0 ? 0 : g == NEED_NONE ? t->bg_key : read_key(e, g, task_src(t));
 	t->need_g = g;
-	t->io.key = key;
+	t->io.pq.key = key;
 	t->in_sub = true;
 	t->cut = false;
 	if (t->kind == TK_PFS && e->pfs_q)

@@ -46,7 +46,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "../src/util.h"
+#include "../src/util/handoff.h"
+#include "../src/util/pqueue.h"
+#include "../src/util/util.h"
 #include "../src/xform/xform.h"
 #include "engine_int.h"
 #include "seer.h"
@@ -54,12 +56,14 @@
 enum { XJ_SAMPLE = 0, XJ_BLOB = 1 };
 
 struct xjob {
-	uint64_t key, seq;
-	int32_t heap_idx;
+	union {
+		struct xjob *next;        /* done list, free list */
+		struct handoff_node link; /* the same, as the done list sees it */
+	};
+	struct pqueue_node pq;       /* pq.key: the batch that needs it, as reads are keyed */
 	uint8_t kind;
 	bool done;               /* XJ_BLOB: the waiting I/O thread may go on */
 	int status;
-	struct xjob *next;       /* done list, free list */
 	/* XJ_SAMPLE: batch g's sample i of trainer rank (session gen) */
 	uint32_t rank, gen, i, sample;
 	uint64_t g, epoch;
@@ -93,10 +97,8 @@ struct xfs {
 	/* the pool: mu guards everything down to `threads` */
 	pthread_mutex_t mu;
 	pthread_cond_t cv, done_cv;
-	struct xjob **heap;
-	uint32_t nheap, capheap;
-	uint64_t seq;
-	struct xjob *done_head, *done_tail;
+	struct pqueue queue;      /* queued jobs (the I/O pool's queue: src/util/pqueue.h) */
+	struct handoff done;      /* finished sample jobs, for the dispatcher */
 	int efd;                  /* readable while done jobs wait */
 	unsigned nthreads, active; /* started, allowed to run (the daemon's PUs) */
 	bool stop;
@@ -114,45 +116,11 @@ struct xfs {
 
 /* ---- the pool ---------------------------------------------------------------- */
 
-static bool before(const struct xjob *a, const struct xjob *b)
-{
-	return a->key < b->key || (a->key == b->key && a->seq < b->seq);
-}
+_Static_assert(offsetof(struct xjob, link) == 0, "a done job is its hand-off node");
 
-static void heap_push(struct xfs *x, struct xjob *j)
+static struct xjob *job_of(struct pqueue_node *n)
 {
-	if (x->nheap == x->capheap) {
-		x->capheap = MAX(x->capheap * 2, 256u);
-		x->heap = xrealloc(x->heap, x->capheap * sizeof(*x->heap));
-	}
-	j->seq = x->seq++;
-	uint32_t i = x->nheap++;
-	while (i > 0 && before(j, x->heap[(i - 1) / 2])) {
-		x->heap[i] = x->heap[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	x->heap[i] = j;
-}
-
-static struct xjob *heap_pop(struct xfs *x)
-{
-	struct xjob *top = x->heap[0], *last = x->heap[--x->nheap];
-	uint32_t i = 0;
-	for (;;) {
-		uint32_t l = 2 * i + 1, r = l + 1, m = i;
-		const struct xjob *best = last;
-		if (l < x->nheap && before(x->heap[l], best))
-			m = l, best = x->heap[l];
-		if (r < x->nheap && before(x->heap[r], best))
-			m = r;
-		if (m == i)
-			break;
-		x->heap[i] = x->heap[m];
-		i = m;
-	}
-	if (x->nheap > 0)
-		x->heap[i] = last;
-	return top;
+	return (struct xjob *)((char *)n - offsetof(struct xjob, pq));
 }
 
 /* A job is finished (caller holds mu): a blob's waiter wakes, a sample goes
@@ -164,17 +132,7 @@ static void job_finished(struct xfs *x, struct xjob *j)
 		pthread_cond_broadcast(&x->done_cv);
 		return;
 	}
-	j->next = NULL;
-	bool was_empty = !x->done_head;
-	if (x->done_tail)
-		x->done_tail->next = j;
-	else
-		x->done_head = j;
-	x->done_tail = j;
-	if (was_empty) {
-		uint64_t one = 1;
-		ssize_t r UNUSED = write(x->efd, &one, sizeof(one));
-	}
+	handoff_push(&x->done, &j->link, x->efd);
 }
 
 static void job_exec(struct xfs *x, struct xf_scratch *s, struct xjob *j)
@@ -217,11 +175,11 @@ static void *xfs_main(void *arg)
 	struct xf_scratch *s = xf_scratch_new(0);
 	pthread_mutex_lock(&x->mu);
 	for (;;) {
-		while (!x->stop && (x->nheap == 0 || ta.idx >= x->active))
+		while (!x->stop && (x->queue.n == 0 || ta.idx >= x->active))
 			pthread_cond_wait(&x->cv, &x->mu);
 		if (x->stop)
 			break;
-		struct xjob *j = heap_pop(x);
+		struct xjob *j = job_of(pqueue_pop(&x->queue));
 		pthread_mutex_unlock(&x->mu);
 		job_exec(x, s, j);
 		pthread_mutex_lock(&x->mu);
@@ -239,7 +197,7 @@ static void pool_submit(struct xfs *x, struct xjob *j)
 		j->status = -ECANCELED;
 		job_finished(x, j);
 	} else {
-		heap_push(x, j);
+		pqueue_push(&x->queue, &j->pq);
 		pthread_cond_signal(&x->cv);
 	}
 	pthread_mutex_unlock(&x->mu);
@@ -257,8 +215,8 @@ static void pool_stop(struct xfs *x)
 		pthread_join(x->threads[i], NULL);
 	x->nthreads = 0;
 	pthread_mutex_lock(&x->mu);
-	while (x->nheap > 0) {
-		struct xjob *j = heap_pop(x);
+	while (x->queue.n > 0) {
+		struct xjob *j = job_of(pqueue_pop(&x->queue));
 		j->status = -ECANCELED;
 		str_copy(j->err, sizeof(j->err), "the daemon is stopping");
 		job_finished(x, j);
@@ -315,7 +273,7 @@ static void plan_cache(struct xfs *x, const struct engine *e)
 	x->ctotal = x->cmax = 0;
 	uint64_t images = 0;
 	for (uint64_t s = 0; s < c->nsamples; s++) {
-		const struct cat_image *im = &c->images[s];
+		const struct catalog_image *im = &c->images[s];
 		x->clen[s] = im->width ? xf_blob_bytes(&x->p, im->width, im->height)
 				       : c->samples[s].length;
 		images += im->width != 0;
@@ -336,7 +294,7 @@ int xfs_create(struct engine *e, char *err, size_t errlen)
 {
 	struct xf_params p;
 	char why[400];
-	if (cfg_transform(e->cfg, &p, why, sizeof(why)) != 0) {
+	if (config_transform(e->cfg, &p, why, sizeof(why)) != 0) {
 		snprintf(err, errlen, "%s", why);
 		return SEER_ECONFIG;
 	}
@@ -379,7 +337,7 @@ void xfs_destroy(struct engine *e)
 	if (!x)
 		return;
 	pool_stop(x);
-	for (struct xjob *j = x->done_head; j;) {
+	for (struct xjob *j = (struct xjob *)x->done.head; j;) {
 		struct xjob *next = j->next;
 		free(j);
 		j = next;
@@ -394,7 +352,7 @@ void xfs_destroy(struct engine *e)
 	pthread_mutex_destroy(&x->mu);
 	pthread_cond_destroy(&x->cv);
 	pthread_cond_destroy(&x->done_cv);
-	free(x->heap);
+	pqueue_free(&x->queue);
 	free(x->threads);
 	free(x->clen);
 	free(x->ep);
@@ -534,7 +492,7 @@ static void submit(struct engine *e, struct trainer *t, uint64_t g, uint32_t i, 
 	j->src_len = len;
 	j->dst_off = trainer_wslot(t, (uint32_t)(g & (t->nslots - 1)))->tensor.offset +
 		     (uint64_t)i * x->sb;
-	j->key = (1ull << 40) + g * 1024; /* the batch that needs it, as reads are keyed */
+	j->pq.key = (1ull << 40) + g * 1024; /* the batch that needs it, as reads are keyed */
 	t->inflight++; /* it writes into t's staging: a reset waits for it */
 	x->inflight++;
 	pool_submit(x, j);
@@ -562,8 +520,8 @@ static void sample_error(const struct engine *e, uint32_t s, const char *why, ch
 {
 	const struct catalog *c = e->cat;
 	char full[2 * 4096], show[CAT_PATH_SHOW];
-	snprintf(full, sizeof(full), "%s/%s", c->root, cat_path(c, c->samples[s].file));
-	snprintf(out, len, "sample %u (%s): %s", s, cat_path_abbrev(show, sizeof(show), full),
+	snprintf(full, sizeof(full), "%s/%s", c->root, catalog_path(c, c->samples[s].file));
+	snprintf(out, len, "sample %u (%s): %s", s, catalog_path_abbrev(show, sizeof(show), full),
 		 why[0] ? why : "transform failed");
 }
 
@@ -687,12 +645,7 @@ void xfs_completions(struct engine *e)
 	struct xfs *x = e->xf;
 	if (!x)
 		return;
-	uint64_t v;
-	ssize_t r UNUSED = read(x->efd, &v, sizeof(v));
-	pthread_mutex_lock(&x->mu);
-	struct xjob *j = x->done_head;
-	x->done_head = x->done_tail = NULL;
-	pthread_mutex_unlock(&x->mu);
+	struct xjob *j = (struct xjob *)handoff_take(&x->done, &x->mu, x->efd);
 	while (j) {
 		struct xjob *next = j->next;
 		job_done(e, j);
@@ -720,13 +673,13 @@ int xfs_decode_blob(const struct engine *e, struct etask *tk, const void *enc, s
 		    uint8_t *dst)
 {
 	struct xfs *x = e->xf;
-	struct xjob j = { .kind = XJ_BLOB, .key = tk->io.key, .enc = enc, .enc_len = len,
+	struct xjob j = { .kind = XJ_BLOB, .pq.key = tk->io.pq.key, .enc = enc, .enc_len = len,
 			  .dst = dst, .cap = tk->len };
 	pthread_mutex_lock(&x->mu);
 	if (x->stop) {
 		j.status = -ECANCELED;
 	} else {
-		heap_push(x, &j);
+		pqueue_push(&x->queue, &j.pq);
 		pthread_cond_signal(&x->cv);
 		while (!j.done)
 			pthread_cond_wait(&x->done_cv, &x->mu);

@@ -1,4 +1,4 @@
-/* The I/O threads' side of a task (src/iopool.c calls these).
+/* The I/O threads' side of a task (src/util/iopool.c calls these).
  *
  * Each I/O thread has its own catalog reader (worker_init); worker_exec
  * moves one task's bytes: the dataset into the arena (PFS reads, with
@@ -21,7 +21,7 @@
 #include <sys/mman.h>
 #include <xxhash.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "engine_int.h"
 #include "seer.h"
 
@@ -51,16 +51,16 @@ void *worker_init(void *ctx, unsigned idx)
 {
 	(void)idx;
 	struct engine *e = ctx;
-	struct cat_reader *rd = xmalloc(sizeof(*rd));
-	cat_reader_init(rd, e->cat);
-	cat_reader_limit_fds(rd, e->reader_fds);
+	struct catalog_reader *rd = xmalloc(sizeof(*rd));
+	catalog_reader_init(rd, e->cat);
+	catalog_reader_limit_fds(rd, e->reader_fds);
 	return rd;
 }
 
 void worker_fini(void *tls, void *ctx)
 {
 	(void)ctx;
-	cat_reader_fini(tls);
+	catalog_reader_fini(tls);
 	free(tls);
 	free(blob_buf); /* worker_blob_read's, on this same thread */
 	blob_buf = NULL;
@@ -97,14 +97,14 @@ static int worker_nvme_write(const struct engine *e, struct etask *t, const uint
 
 /* TK_PFS: the dataset through the format's reader, transient errors tried
  * again with a doubling back-off (not once the engine stops). */
-static int worker_pfs_read(const struct engine *e, struct etask *t, struct cat_reader *rd,
+static int worker_pfs_read(const struct engine *e, struct etask *t, struct catalog_reader *rd,
 			   uint8_t *dst)
 {
 	double backoff_ms = e->cfg->retry_backoff_ms;
 	int rc;
 	uint64_t read0 = rd->bytes_read;
 	for (uint32_t attempt = 0;; attempt++) {
-		rc = cat_read(rd, t->sample, dst);
+		rc = catalog_read(rd, t->sample, dst);
 		t->pfs_read = rd->bytes_read - read0;
 		t->attempts = attempt + 1;
 		if (!retry_after(e, rc, attempt, &backoff_ms))
@@ -130,7 +130,7 @@ static int worker_pfs_read(const struct engine *e, struct etask *t, struct cat_r
  * into this thread's buffer, then a transform thread decodes it into dst
  * (this thread waits: each I/O thread holds at most one file, in a buffer
  * as large as the largest it read, freed with the thread). */
-static int worker_blob_read(const struct engine *e, struct etask *t, struct cat_reader *rd,
+static int worker_blob_read(const struct engine *e, struct etask *t, struct catalog_reader *rd,
 			    uint8_t *dst)
 {
 	uint64_t len = e->cat->samples[t->sample].length;
@@ -186,7 +186,7 @@ static void populate_dsts(const struct engine *e, const struct etask *t)
  * the dispatcher reserved: a range of the extent region, or its own),
  * transient errors tried again as for one sample; then every member's
  * sample cut into its destination, its status and message in the member. */
-static int worker_extent(const struct engine *e, struct etask *t, struct cat_reader *rd)
+static int worker_extent(const struct engine *e, struct etask *t, struct catalog_reader *rd)
 {
 	uint8_t *buf = t->xpool ? e->xbase + t->xoff
 				: mmap(NULL, t->len, PROT_READ | PROT_WRITE,
@@ -197,7 +197,7 @@ static int worker_extent(const struct engine *e, struct etask *t, struct cat_rea
 	double backoff_ms = e->cfg->retry_backoff_ms;
 	t->pfs_read = 0;
 	for (uint32_t attempt = 0; rc == 0; attempt++) {
-		rc = cat_read_range(rd, t->file, t->foff, t->len, buf);
+		rc = catalog_read_range(rd, t->file, t->foff, t->len, buf);
 		t->pfs_read += rd->last_bytes;
 		t->attempts = attempt + 1;
 		if (!retry_after(e, rc, attempt, &backoff_ms))
@@ -211,7 +211,7 @@ static int worker_extent(const struct engine *e, struct etask *t, struct cat_rea
 			dsts[i] = e->abase + t->mem[i]->dst_off;
 			t->mem[i]->io.status = 0;
 		}
-		cat_cut(rd, t->file, buf, t->foff, t->len, t->nmem, ids, dsts, cut_done, t);
+		catalog_cut(rd, t->file, buf, t->foff, t->len, t->nmem, ids, dsts, cut_done, t);
 	} else if (rc == -ENOMEM) {
 		snprintf(t->err, sizeof(t->err), "no memory for a %llu-byte read",
 			 (unsigned long long)t->len);

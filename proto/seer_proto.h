@@ -113,7 +113,7 @@ struct seer_msg_welcome {
 	uint32_t pad_;
 	uint64_t resume_epoch;   /* the epoch re-sharded by an elastic resume (0: none) */
 	uint64_t resume_batches; /* its batches per rank (batches_per_epoch: none); global
-				    batch numbers follow smp_timeline (src/sampler_elastic.h) */
+				    batch numbers follow sampler_timeline (src/sampler/sampler_elastic.h) */
 };
 _Static_assert(sizeof(struct seer_msg_welcome) == 384, "welcome layout");
 /* A WELCOME with status 0 carries 4 fds: arena, ctrl_out, ctrl_in, eventfd
@@ -130,7 +130,7 @@ struct seer_msg_seek {
 };
 _Static_assert(sizeof(struct seer_msg_seek) == 40, "seek layout");
 
-/* A position record (src/sampler_record.h's byte form) in packets: this header,
+/* A position record (src/sampler/sampler_record.h's byte form) in packets: this header,
  * then `len` bytes at `offset` of the record's `total`. Packets come in order;
  * the last ends at total. */
 struct seer_msg_record {
@@ -223,7 +223,7 @@ _Static_assert(sizeof(struct seer_wire_tensor) == 64, "tensor layout");
 #define SEER_SLOT_TENSOR 1u /* seer_wire_slot.flags: `tensor` describes the batch */
 
 struct seer_wire_slot {
-	uint64_t global;   /* the rank's batch number through the job (smp_timeline) */
+	uint64_t global;   /* the rank's batch number through the job (sampler_timeline) */
 	uint64_t epoch;
 	uint64_t step;
 	uint32_t n;        /* samples in this batch */

@@ -28,10 +28,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "../src/catalog.h"
-#include "../src/sampler.h"
-#include "../src/shm.h"
-#include "../src/util.h"
+#include "../src/catalog/catalog.h"
+#include "../src/sampler/sampler.h"
+#include "../src/common/shm.h"
+#include "../src/util/util.h"
 #include "seer.h"
 
 struct opts {
@@ -466,8 +466,8 @@ struct fpool {
 static void *fworker(void *arg)
 {
 	struct fpool *p = arg;
-	struct cat_reader rd;
-	cat_reader_init(&rd, p->cat);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, p->cat);
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		while (!p->stop && p->qh == p->qt)
@@ -478,7 +478,7 @@ static void *fworker(void *arg)
 		uint32_t i = p->q[p->qh % p->qcap].i;
 		p->qh++;
 		pthread_mutex_unlock(&p->mu);
-		int rc = cat_read(&rd, j->ids[i], j->buf[i]);
+		int rc = catalog_read(&rd, j->ids[i], j->buf[i]);
 		pthread_mutex_lock(&p->mu);
 		if (rc != 0 && !p->err) {
 			p->err = rc;
@@ -488,28 +488,28 @@ static void *fworker(void *arg)
 			pthread_cond_broadcast(&p->done_cv);
 	}
 	pthread_mutex_unlock(&p->mu);
-	cat_reader_fini(&rd);
+	catalog_reader_fini(&rd);
 	return NULL;
 }
 
 static int run_files(const struct opts *o, int rank, int world, struct ep **out, uint64_t *nep,
 		     uint64_t *sink)
 {
-	struct cat_opts co = { .root = o->data, .format = o->format };
+	struct catalog_opts co = { .root = o->data, .format = o->format };
 	struct catalog *cat;
 	char err[1024];
-	if (cat_open(&co, &cat, err, sizeof(err)) != 0) {
+	if (catalog_open(&co, &cat, err, sizeof(err)) != 0) {
 		fprintf(stderr, "seer-bench: %s\n", err);
 		return 1;
 	}
-	struct smp_shape sh;
-	if (smp_shape_init(&sh, cat->nsamples, o->seed, (uint32_t)world, o->batch, o->drop_last,
+	struct sampler_shape sh;
+	if (sampler_shape_init(&sh, cat->nsamples, o->seed, (uint32_t)world, o->batch, o->drop_last,
 			   true) != 0 || o->batch > 1024) {
 		fprintf(stderr, "seer-bench: bad batch size for the dataset (max 1024)\n");
 		return 1;
 	}
-	struct smp_cache sc;
-	smp_cache_init(&sc, &sh);
+	struct sampler_cache sc;
+	sampler_cache_init(&sc, &sh);
 	uint64_t total = o->epochs * sh.bpe;
 	unsigned depth = MAX(1u, o->prefetch);
 	struct fjob *jobs = xcalloc(depth, sizeof(*jobs));
@@ -534,7 +534,7 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 		pthread_mutex_lock(&p.mu);
 		while (issued < total && issued < g + depth) {
 			struct fjob *j = &jobs[issued % depth];
-			int n = smp_batch(&sc, issued / sh.bpe, (uint32_t)rank, issued % sh.bpe, ids);
+			int n = sampler_batch(&sc, issued / sh.bpe, (uint32_t)rank, issued % sh.bpe, ids);
 			j->g = issued;
 			j->n = (uint32_t)n;
 			memcpy(j->ids, ids, sizeof(uint32_t) * (size_t)n);
@@ -581,8 +581,8 @@ static int run_files(const struct opts *o, int rank, int world, struct ep **out,
 		pthread_join(th[t], NULL);
 	*out = eps;
 	*nep = o->epochs;
-	smp_cache_free(&sc);
-	cat_free(cat);
+	sampler_cache_free(&sc);
+	catalog_free(cat);
 	return 0;
 }
 

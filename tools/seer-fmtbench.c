@@ -1,4 +1,4 @@
-/* seer-fmtbench: samples/s reading every sample of a dataset through cat_read,
+/* seer-fmtbench: samples/s reading every sample of a dataset through catalog_read,
  * per format, cold (page cache dropped, when permitted) and warm.
  *
  *   /usr/bin/python3 tests/data/gen_formats.py --bench /tmp/fb      # same bytes, every format
@@ -27,9 +27,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "../src/catalog.h"
+#include "../src/catalog/catalog.h"
 #include "../src/fmt/fmt.h"
-#include "../src/util.h"
+#include "../src/util/util.h"
 
 struct job {
 	const struct catalog *c;
@@ -43,12 +43,12 @@ struct job {
 static void *run_reader(void *arg)
 {
 	struct job *j = arg;
-	struct cat_reader rd;
-	cat_reader_init(&rd, j->c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, j->c);
 	uint8_t *buf = malloc(MAX(j->c->max_len, (uint64_t)1));
 	for (uint64_t i = 0; i < j->n && buf; i++) {
 		uint64_t id = j->ids[i];
-		int rc = cat_read(&rd, id, buf);
+		int rc = catalog_read(&rd, id, buf);
 		if (rc) {
 			j->rc = rc;
 			str_copy(j->err, sizeof(j->err), rd.err);
@@ -60,7 +60,7 @@ static void *run_reader(void *arg)
 	}
 	j->read = rd.bytes_read;
 	free(buf);
-	cat_reader_fini(&rd);
+	catalog_reader_fini(&rd);
 	return NULL;
 }
 
@@ -82,7 +82,7 @@ static void usage(void)
 			"[-m format_memory] FORMAT[:LABEL]=DIR ...\n  FORMAT: %s\n"
 			"  -W: warm passes only (no cold pass, no page-cache drop)\n"
 			"  -m: bytes the format may keep decoded (e.g. 256MiB; default 32MiB)\n",
-		cat_format_names());
+		fmt_registry_names());
 	exit(2);
 }
 
@@ -176,10 +176,10 @@ int main(int argc, char **argv)
 		char *label = xstrdup(spec), *colon = strchr(spec, ':');
 		if (colon)
 			*colon = '\0';
-		struct cat_opts o = { .root = eq + 1, .format = spec };
+		struct catalog_opts o = { .root = eq + 1, .format = spec };
 		struct catalog *c;
 		char err[1024];
-		if (cat_open(&o, &c, err, sizeof(err)) != 0) {
+		if (catalog_open(&o, &c, err, sizeof(err)) != 0) {
 			fprintf(stderr, "%s: %s\n", argv[a], err);
 			return 1;
 		}
@@ -189,7 +189,7 @@ int main(int argc, char **argv)
 			rc = run_pass(c, ids, threads, label,
 				      pass ? "warm" : drop_caches() ? "cold" : "cold?", shuffle);
 		free(ids);
-		cat_free(c);
+		catalog_free(c);
 		free(label);
 		free(spec);
 		if (rc)

@@ -1,5 +1,5 @@
 /* seer-netbench: peer sample-transfer throughput and latency through the
- * data plane (src/net.h), between daemons started by MPI.
+ * data plane (src/net/net.h), between daemons started by MPI.
  *
  *   mpirun -np 2 bin/seer-netbench --provider "tcp;ofi_rxm" --size 128KiB \
  *          --count 20000 --inflight 8
@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/net.h"
-#include "../src/util.h"
+#include "../src/net/net.h"
+#include "../src/util/util.h"
 
 #define SRC_SLOTS 8u   /* distinct source buffers on the owner */
 #define TAG_DONE 71

@@ -54,7 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "pfsemu/emu.h"
 
 #define CTL_PATH "/" CTL_DIR

@@ -1,6 +1,6 @@
 /* seer-plan: how many bytes each cache policy reads from the PFS, from peers
  * and locally, per epoch, for a job described on the command line; and the
- * lower bound on each epoch's time. The model is src/plansim.h's; the
+ * lower bound on each epoch's time. The model is src/sim/plansim.h's; the
  * assumptions and measured tables are in docs/planner.md. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/forecast.h"
-#include "../src/plan.h"
-#include "../src/plansim.h"
-#include "../src/sampler.h"
-#include "../src/util.h"
+#include "../src/plan/forecast.h"
+#include "../src/plan/plan.h"
+#include "../src/sim/plansim.h"
+#include "../src/sampler/sampler.h"
+#include "../src/util/util.h"
 
 static void usage(FILE *out)
 {
@@ -40,7 +40,7 @@ static void usage(FILE *out)
 		"  --pfs-bw BYTES      aggregate PFS bandwidth per second (0: ignore)\n"
 		"  --net-bw BYTES      network bandwidth per node per second (0: ignore)\n"
 		"  --compute-s SEC     compute time per step (0)\n"
-		"forecast (seer's plan with replicas, per node, src/forecast.h)\n"
+		"forecast (seer's plan with replicas, per node, src/plan/forecast.h)\n"
 		"  --forecast          print the forecast instead of the policy comparison\n"
 		"                      (with --policies: both)\n"
 		"  --replicas on|off|both   spare RAM/NVMe holds replicas (on)\n"
@@ -70,7 +70,7 @@ struct opts {
 	double pfs_bw, net_bw, compute_s;
 	unsigned policies;
 	bool policies_set;
-	enum psim_nopfs_fill fill;
+	enum plansim_nopfs_fill fill;
 	/* forecast */
 	bool forecast, search;
 	int replicas;            /* 0 off, 1 on, 2 both */
@@ -219,7 +219,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	o->epochs = 10;
 	o->batch = 32;
 	o->threads = 2;
-	o->policies = PSIM_ALL;
+	o->policies = PLANSIM_ALL;
 	o->replicas = 1;
 	o->cores = 1;
 	int c;
@@ -303,7 +303,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case O_JSON: o->json = true; break;
 		case O_TOTALS: o->totals = true; break;
 		case O_POL:
-			if (psim_parse_policies(optarg, &o->policies))
+			if (plansim_parse_policies(optarg, &o->policies))
 				return bad(name, optarg);
 			o->policies_set = true;
 			break;
@@ -345,13 +345,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 /* ---- running the policies, two at a time on two cores -------------------- */
 
 struct work {
-	const struct psim_job *job;
-	enum psim_policy todo[PSIM_NPOLICIES];
+	const struct plansim_job *job;
+	enum plansim_policy todo[PLANSIM_NPOLICIES];
 	unsigned ntodo;
 	atomic_uint next;
-	struct psim_result res[PSIM_NPOLICIES];
-	int rc[PSIM_NPOLICIES];
-	double secs[PSIM_NPOLICIES];
+	struct plansim_result res[PLANSIM_NPOLICIES];
+	int rc[PLANSIM_NPOLICIES];
+	double secs[PLANSIM_NPOLICIES];
 };
 
 static void *worker(void *arg)
@@ -361,9 +361,9 @@ static void *worker(void *arg)
 		unsigned i = atomic_fetch_add(&w->next, 1);
 		if (i >= w->ntodo)
 			return NULL;
-		enum psim_policy p = w->todo[i];
+		enum plansim_policy p = w->todo[i];
 		double t0 = now_s();
-		w->rc[p] = psim_run(w->job, p, &w->res[p]);
+		w->rc[p] = plansim_run(w->job, p, &w->res[p]);
 		w->secs[p] = now_s() - t0;
 	}
 }
@@ -375,12 +375,12 @@ static const char *sz(char *buf, uint64_t b)
 	return fmt_size(buf, 32, b);
 }
 
-static void print_table(const struct opts *o, const struct smp_shape *sh, const struct work *w,
+static void print_table(const struct opts *o, const struct sampler_shape *sh, const struct work *w,
 			uint64_t dataset, uint64_t capacity, double wall)
 {
 	char a[32], b[32], c[32], d[32], e[32];
-	const struct psim_result *opt = (o->policies & PSIM_BIT(PSIM_OPTIMUM)) ?
-		&w->res[PSIM_OPTIMUM] : NULL;
+	const struct plansim_result *opt = (o->policies & PLANSIM_BIT(PLANSIM_OPTIMUM)) ?
+		&w->res[PLANSIM_OPTIMUM] : NULL;
 	printf("dataset   %llu samples, %s (%s per sample%s)\n", (unsigned long long)o->samples,
 	       sz(a, dataset), sz(b, dataset / o->samples), o->lognormal ? " on average, lognormal" : "");
 	printf("job       %llu nodes x %llu trainers (%s), batch %llu, %llu epochs of %llu steps%s, seed %llu\n",
@@ -393,34 +393,34 @@ static void print_table(const struct opts *o, const struct smp_shape *sh, const 
 	printf("bounds    PFS %s/s aggregate, network %s/s per node, compute %g s/step\n",
 	       o->pfs_bw > 0 ? sz(a, (uint64_t)o->pfs_bw) : "-", o->net_bw > 0 ? sz(b, (uint64_t)o->net_bw) : "-",
 	       o->compute_s);
-	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
-		if (!(o->policies & PSIM_BIT(i)))
+	for (unsigned i = 0; i < PLANSIM_NPOLICIES; i++) {
+		if (!(o->policies & PLANSIM_BIT(i)))
 			continue;
-		const struct psim_result *r = &w->res[i];
-		printf("\n== %s", psim_policy_name(i));
-		if (i == PSIM_SEER)
+		const struct plansim_result *r = &w->res[i];
+		printf("\n== %s", plansim_policy_name(i));
+		if (i == PLANSIM_SEER)
 			printf(": plan holds %s, %llu samples spilled", sz(a, r->held),
 			       (unsigned long long)r->spilled);
-		else if (i == PSIM_NOPFS)
+		else if (i == PLANSIM_NOPFS)
 			printf(": rank caches hold %s, %s distinct (fill: %s)", sz(a, r->held),
-			       sz(b, r->distinct), o->fill == PSIM_FILL_READ ? "on first read" : "prefetch");
-		else if (i == PSIM_LRU)
+			       sz(b, r->distinct), o->fill == PLANSIM_FILL_READ ? "on first read" : "prefetch");
+		else if (i == PLANSIM_LRU)
 			printf(": caches hold %s at the end, %s distinct", sz(a, r->held), sz(b, r->distinct));
 		else
 			printf(": C = min(D, aggregate) = %s", sz(a, r->held));
 		printf("  [%.1f s]\n", w->secs[i]);
 		printf("%6s %13s %13s %13s %13s %13s %7s %10s %s\n", "epoch", "PFS", "peer", "local RAM",
 		       "local NVMe", "peer max/node", "PFS/D", "t_lb (s)", "bound");
-		bool opt_row = i == PSIM_OPTIMUM;
+		bool opt_row = i == PLANSIM_OPTIMUM;
 		double tsum = 0;
 		for (uint64_t ep = 0; ep <= r->epochs; ep++) {
 			bool tot = ep == r->epochs;
-			const struct psim_epoch *x = tot ? &r->total : &r->ep[ep];
+			const struct plansim_epoch *x = tot ? &r->total : &r->ep[ep];
 			const char *bound = "";
 			double t = 0;
 			if (!tot) {
-				struct psim_epoch y = *x;
-				t = psim_epoch_time(&y, sh->bpe, o->compute_s, o->pfs_bw, o->net_bw, &bound);
+				struct plansim_epoch y = *x;
+				t = plansim_epoch_time(&y, sh->bpe, o->compute_s, o->pfs_bw, o->net_bw, &bound);
 				tsum += t;
 			}
 			if (!tot && o->totals)
@@ -432,32 +432,32 @@ static void print_table(const struct opts *o, const struct smp_shape *sh, const 
 			       opt_row ? "-" : sz(d, x->nvme), opt_row ? "-" : sz(e, x->peer_max),
 			       (double)x->pfs / (double)dataset, tot ? tsum : t, tot ? "(sum)" : bound);
 		}
-		if (opt && i != PSIM_OPTIMUM)
+		if (opt && i != PLANSIM_OPTIMUM)
 			printf("%6s PFS %.4f x optimum (%+.3f x dataset)\n", "", (double)r->total.pfs /
 			       (double)opt->total.pfs, ((double)r->total.pfs - (double)opt->total.pfs) /
 			       (double)dataset);
 	}
 	printf("\n%-8s %13s %9s %9s %13s %13s %12s\n", "summary", "PFS", "PFS/D", "x opt", "peer",
 	       "local", "time lb (s)");
-	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
-		if (!(o->policies & PSIM_BIT(i)))
+	for (unsigned i = 0; i < PLANSIM_NPOLICIES; i++) {
+		if (!(o->policies & PLANSIM_BIT(i)))
 			continue;
-		const struct psim_result *r = &w->res[i];
+		const struct plansim_result *r = &w->res[i];
 		double t = 0;
 		for (uint64_t ep = 0; ep < r->epochs; ep++)
-			t += psim_epoch_time(&r->ep[ep], sh->bpe, o->compute_s, o->pfs_bw, o->net_bw, NULL);
+			t += plansim_epoch_time(&r->ep[ep], sh->bpe, o->compute_s, o->pfs_bw, o->net_bw, NULL);
 		char xo[16] = "-";
 		if (opt)
 			snprintf(xo, sizeof(xo), "%.4f", (double)r->total.pfs / (double)opt->total.pfs);
-		bool opt_row = i == PSIM_OPTIMUM;
-		printf("%-8s %13s %9.3f %9s %13s %13s %12.1f\n", psim_policy_name(i), sz(a, r->total.pfs),
+		bool opt_row = i == PLANSIM_OPTIMUM;
+		printf("%-8s %13s %9.3f %9s %13s %13s %12.1f\n", plansim_policy_name(i), sz(a, r->total.pfs),
 		       (double)r->total.pfs / (double)dataset, xo, opt_row ? "-" : sz(b, r->total.peer),
 		       opt_row ? "-" : sz(c, r->total.ram + r->total.nvme), t);
 	}
 	printf("\nsimulated in %.1f s\n", wall);
 }
 
-static void json_epoch(const struct psim_epoch *x, uint64_t dataset)
+static void json_epoch(const struct plansim_epoch *x, uint64_t dataset)
 {
 	printf("{\"pfs\": %llu, \"fill\": %llu, \"peer\": %llu, \"ram\": %llu, \"nvme\": %llu, "
 	       "\"peer_max_node\": %llu, \"demand\": %llu, \"pfs_over_dataset\": %.6f",
@@ -467,11 +467,11 @@ static void json_epoch(const struct psim_epoch *x, uint64_t dataset)
 	       (double)x->pfs / (double)dataset);
 }
 
-static void print_json(const struct opts *o, const struct smp_shape *sh, const struct work *w,
+static void print_json(const struct opts *o, const struct sampler_shape *sh, const struct work *w,
 		       uint64_t dataset, uint64_t capacity, double wall)
 {
-	const struct psim_result *opt = (o->policies & PSIM_BIT(PSIM_OPTIMUM)) ?
-		&w->res[PSIM_OPTIMUM] : NULL;
+	const struct plansim_result *opt = (o->policies & PLANSIM_BIT(PLANSIM_OPTIMUM)) ?
+		&w->res[PLANSIM_OPTIMUM] : NULL;
 	printf("{\n  \"config\": {\"samples\": %llu, \"dataset_bytes\": %llu, \"size_dist\": \"%s\", "
 	       "\"size_mean\": %llu, \"size_sd\": %llu, \"nodes\": %llu, \"trainers_per_node\": %llu, "
 	       "\"placement\": \"%s\", \"epochs\": %llu, \"batch\": %llu, \"drop_last\": %s, "
@@ -486,22 +486,22 @@ static void print_json(const struct opts *o, const struct smp_shape *sh, const s
 	       o->drop_last ? "true" : "false", (unsigned long long)o->seed,
 	       (unsigned long long)sh->bpe, (unsigned long long)o->ram, (unsigned long long)o->nvme,
 	       (unsigned long long)capacity, o->pfs_bw, o->net_bw, o->compute_s,
-	       o->fill == PSIM_FILL_READ ? "read" : "prefetch");
+	       o->fill == PLANSIM_FILL_READ ? "read" : "prefetch");
 	printf("  \"policies\": [");
 	bool first = true;
-	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
-		if (!(o->policies & PSIM_BIT(i)))
+	for (unsigned i = 0; i < PLANSIM_NPOLICIES; i++) {
+		if (!(o->policies & PLANSIM_BIT(i)))
 			continue;
-		const struct psim_result *r = &w->res[i];
+		const struct plansim_result *r = &w->res[i];
 		printf("%s\n    {\"name\": \"%s\", \"seconds\": %.3f, \"held\": %llu, \"distinct\": %llu, "
-		       "\"spilled\": %llu,\n     \"epochs\": [", first ? "" : ",", psim_policy_name(i),
+		       "\"spilled\": %llu,\n     \"epochs\": [", first ? "" : ",", plansim_policy_name(i),
 		       w->secs[i], (unsigned long long)r->held, (unsigned long long)r->distinct,
 		       (unsigned long long)r->spilled);
 		first = false;
 		double tsum = 0;
 		for (uint64_t ep = 0; ep < r->epochs; ep++) {
 			const char *bound;
-			double t = psim_epoch_time(&r->ep[ep], sh->bpe, o->compute_s, o->pfs_bw,
+			double t = plansim_epoch_time(&r->ep[ep], sh->bpe, o->compute_s, o->pfs_bw,
 						   o->net_bw, &bound);
 			tsum += t;
 			printf("%s\n       ", ep ? "," : "");
@@ -524,26 +524,26 @@ static void print_json(const struct opts *o, const struct smp_shape *sh, const s
 
 struct fcrun {
 	bool on;
-	struct fc_result res;
+	struct forecast_result res;
 	double secs;
 };
 
-static void fc_rates_of(const struct opts *o, struct fc_rates *r)
+static void fc_rates_of(const struct opts *o, struct forecast_rates *r)
 {
-	*r = (struct fc_rates){ .compute_s = o->compute_s, .pfs_bw = o->pfs_bw,
+	*r = (struct forecast_rates){ .compute_s = o->compute_s, .pfs_bw = o->pfs_bw,
 				.pfs_clients = o->curve_x, .pfs_curve = o->curve_y,
 				.npfs = o->ncurve, .net_bw = o->net_bw, .nvme_bw = o->nvme_bw,
 				.decode_s = o->decode_s, .cores = (uint32_t)o->cores };
 }
 
-static uint64_t net_of(const struct fc_bytes *b)
+static uint64_t net_of(const struct forecast_bytes *b)
 {
 	return b->peer_in + b->fill_in;
 }
 
 static void print_forecast(const struct opts *o, const struct fcrun *f)
 {
-	const struct fc_result *r = &f->res;
+	const struct forecast_result *r = &f->res;
 	char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
 	double K = r->nnodes;
 	printf("\n== forecast: seer, replicas %s", f->on ? "on" : "off");
@@ -561,7 +561,7 @@ static void print_forecast(const struct opts *o, const struct fcrun *f)
 		bool tot = ep == r->epochs;
 		if (!tot && o->totals)
 			continue;
-		const struct fc_bytes *x = tot ? &r->total : &r->ep[ep].sum;
+		const struct forecast_bytes *x = tot ? &r->total : &r->ep[ep].sum;
 		char lbl[24];
 		snprintf(lbl, sizeof(lbl), tot ? "job" : "%llu", (unsigned long long)ep);
 		printf("%6s %11s %11s %11s %11s %11s %11s %11s %10.2f %-7s %10.2f\n", lbl,
@@ -570,7 +570,7 @@ static void print_forecast(const struct opts *o, const struct fcrun *f)
 		       tot ? "-" : sz(e, r->ep[ep].net_max),
 		       sz(g, (uint64_t)((x->pfs + x->pfs_load) / K)), sz(h, x->pfs + x->pfs_load),
 		       tot ? r->time : r->ep[ep].time,
-		       tot ? "(sum)" : fc_term_name(r->ep[ep].bound), tot ? r->lb : r->ep[ep].lb);
+		       tot ? "(sum)" : forecast_term_name(r->ep[ep].bound), tot ? r->lb : r->ep[ep].lb);
 	}
 	uint64_t after1 = 0, after2 = 0;
 	for (uint64_t ep = 1; ep < r->epochs; ep++) {
@@ -586,7 +586,7 @@ static void print_forecast(const struct opts *o, const struct fcrun *f)
 	       r->lb > 0 ? r->time / r->lb : 0.0);
 }
 
-static void json_bytes(const char *name, const struct fc_bytes *x)
+static void json_bytes(const char *name, const struct forecast_bytes *x)
 {
 	printf("\"%s\": {\"reads\": %llu, \"demand\": %llu, \"ram\": %llu, \"nvme\": %llu, "
 	       "\"replica\": %llu, \"peer_in\": %llu, \"pfs\": %llu, \"peer_out\": %llu, "
@@ -601,7 +601,7 @@ static void json_bytes(const char *name, const struct fc_bytes *x)
 
 static void print_forecast_json(const struct fcrun *f, bool first)
 {
-	const struct fc_result *r = &f->res;
+	const struct forecast_result *r = &f->res;
 	printf("%s\n    {\"replicas\": %s, \"seconds\": %.3f, \"dataset\": %llu, \"owned\": %llu, "
 	       "\"spilled\": %llu, \"replica_bytes\": %llu, \"replica_min_node\": %llu, "
 	       "\"replica_max_node\": %llu, \"time_s\": %.6f, \"lb_s\": %.6f,\n     ",
@@ -612,25 +612,25 @@ static void print_forecast_json(const struct fcrun *f, bool first)
 	json_bytes("total", &r->total);
 	printf(",\n     \"epochs\": [");
 	for (uint64_t e = 0; e < r->epochs; e++) {
-		const struct fc_epoch *x = &r->ep[e];
+		const struct forecast_epoch *x = &r->ep[e];
 		printf("%s\n       {\"epoch\": %llu, ", e ? "," : "", (unsigned long long)e);
 		json_bytes("sum", &x->sum);
 		printf(", ");
 		json_bytes("max", &x->max);
 		printf(", \"net_max\": %llu, \"pfs_opt\": %llu, \"t\": {", (unsigned long long)x->net_max,
 		       (unsigned long long)x->pfs_opt);
-		for (int t = 0; t < FC_NTERMS; t++)
-			printf("%s\"%s\": %.6f", t ? ", " : "", fc_term_name(t), x->t[t]);
+		for (int t = 0; t < FORECAST_NTERMS; t++)
+			printf("%s\"%s\": %.6f", t ? ", " : "", forecast_term_name(t), x->t[t]);
 		printf("}, \"time_s\": %.6f, \"bound\": \"%s\", \"lb_s\": %.6f}", x->time,
-		       fc_term_name(x->bound), x->lb);
+		       forecast_term_name(x->bound), x->lb);
 	}
 	printf("]}");
 }
 
 /* --search: the smallest RAM, then NVMe, per node with no I/O-bound epoch
  * after the first. 0 or a negative errno (reported). */
-static int search(const struct opts *o, const struct psim_job *pj, struct fc_job *job,
-		  const struct fc_rates *rates)
+static int search(const struct opts *o, const struct plansim_job *pj, struct forecast_job *job,
+		  const struct forecast_rates *rates)
 {
 	int rc = 0;
 	uint64_t tol = o->search_tol;
@@ -651,7 +651,7 @@ static int search(const struct opts *o, const struct psim_job *pj, struct fc_job
 		uint64_t bytes;
 		bool found;
 		double t0 = now_s();
-		rc = fc_min_capacity(job, rates, w == 1, tol, &bytes, &found);
+		rc = forecast_min_capacity(job, rates, w == 1, tol, &bytes, &found);
 		if (rc)
 			fprintf(stderr, "seer-plan: search: %s\n", strerror(-rc));
 		else if (o->json)
@@ -669,17 +669,17 @@ static int search(const struct opts *o, const struct psim_job *pj, struct fc_job
 }
 
 /* Runs the forecast(s) and the capacity search; prints. 0 or an exit code. */
-static int forecast(const struct opts *o, const struct psim_job *pj)
+static int forecast(const struct opts *o, const struct plansim_job *pj)
 {
-	struct fc_rates rates;
+	struct forecast_rates rates;
 	fc_rates_of(o, &rates);
-	struct fc_orders orders;
-	if (fc_orders_init(&orders, pj->sh, 0, pj->epochs))
+	struct forecast_orders orders;
+	if (forecast_orders_init(&orders, pj->sh, 0, pj->epochs))
 		return 1;
-	struct fc_job job = {
+	struct forecast_job job = {
 		.len = pj->len, .sh = pj->sh, .epochs = pj->epochs, .nnodes = pj->nnodes,
 		.rank_node = pj->rank_node, .cap = pj->cap, .orders = &orders,
-		.repl = { .fill = o->repl_fill, .pfs_bw = fc_pfs_bw(&rates, pj->nnodes),
+		.repl = { .fill = o->repl_fill, .pfs_bw = forecast_pfs_bw(&rates, pj->nnodes),
 			  .net_bw = o->net_bw },
 	};
 	struct fcrun runs[2];
@@ -691,12 +691,12 @@ static int forecast(const struct opts *o, const struct psim_job *pj)
 		job.repl.on = on;
 		f->on = on;
 		double t0 = now_s();
-		int rc = fc_run(&job, &rates, &f->res);
+		int rc = forecast_run(&job, &rates, &f->res);
 		f->secs = now_s() - t0;
 		if (rc) {
 			fprintf(stderr, "seer-plan: forecast: %s%s\n", strerror(-rc), rc == -EOVERFLOW ?
 				" (a node reads more than 2^32 samples over the job)" : "");
-			fc_orders_free(&orders);
+			forecast_orders_free(&orders);
 			return 1;
 		}
 		nrun++;
@@ -711,7 +711,7 @@ static int forecast(const struct opts *o, const struct psim_job *pj)
 			print_forecast(o, &runs[i]);
 	}
 	if (nrun == 2 && !o->json) {
-		const struct fc_result *on = &runs[0].res, *off = &runs[1].res;
+		const struct forecast_result *on = &runs[0].res, *off = &runs[1].res;
 		double n_on = (double)(on->total.peer_in + on->total.fill_in);
 		double n_off = (double)(off->total.peer_in + off->total.fill_in);
 		printf("\nreplicas on vs off: network bytes %.4f x (%+.1f%%), PFS bytes %.4f x, "
@@ -722,11 +722,11 @@ static int forecast(const struct opts *o, const struct psim_job *pj)
 		       off->time > 0 ? on->time / off->time : 0.0);
 	}
 	for (unsigned i = 0; i < nrun; i++)
-		fc_result_free(&runs[i].res);
+		forecast_result_free(&runs[i].res);
 	int rc = o->search ? search(o, pj, &job, &rates) : 0;
 	if (o->json)
 		printf("\n}\n");
-	fc_orders_free(&orders);
+	forecast_orders_free(&orders);
 	return rc ? 1 : 0;
 }
 
@@ -742,9 +742,9 @@ int main(int argc, char **argv)
 	if (rc)
 		return rc;
 	double t0 = now_s();
-	struct smp_shape sh;
+	struct sampler_shape sh;
 	uint32_t world = (uint32_t)(o.nodes * o.tpn);
-	rc = smp_shape_init(&sh, o.samples, o.seed, world, (uint32_t)o.batch, o.drop_last, true);
+	rc = sampler_shape_init(&sh, o.samples, o.seed, world, (uint32_t)o.batch, o.drop_last, true);
 	if (rc) {
 		fprintf(stderr, "seer-plan: %s\n", rc == -ERANGE ?
 			"no trainer gets a full batch (too few samples for nodes x trainers x batch)" :
@@ -753,7 +753,7 @@ int main(int argc, char **argv)
 	}
 	uint64_t *len = xmalloc(o.samples * sizeof(uint64_t));
 	if (o.lognormal) {
-		psim_lognormal_sizes(len, o.samples, (double)o.size_mean, (double)o.size_sd, o.size_seed);
+		plansim_lognormal_sizes(len, o.samples, (double)o.size_mean, (double)o.size_sd, o.size_seed);
 	} else {
 		for (uint64_t s = 0; s < o.samples; s++)
 			len[s] = o.sample_size;
@@ -764,7 +764,7 @@ int main(int argc, char **argv)
 	struct plan_cap *cap = xmalloc(o.nodes * sizeof(*cap));
 	for (uint64_t k = 0; k < o.nodes; k++)
 		cap[k] = (struct plan_cap){ .ram = o.ram, .nvme = o.nvme };
-	struct psim_job job = {
+	struct plansim_job job = {
 		.len = len, .sh = &sh, .epochs = o.epochs, .nnodes = (uint32_t)o.nodes,
 		.rank_node = rank_node, .cap = cap, .nopfs_fill = o.fill,
 	};
@@ -785,14 +785,14 @@ int main(int argc, char **argv)
 
 	/* the expensive ones first, so two threads finish together */
 	static struct work w;
-	static const enum psim_policy by_cost[] = { PSIM_NOPFS, PSIM_LRU, PSIM_SEER, PSIM_OPTIMUM };
+	static const enum plansim_policy by_cost[] = { PLANSIM_NOPFS, PLANSIM_LRU, PLANSIM_SEER, PLANSIM_OPTIMUM };
 	w.job = &job;
 	for (unsigned i = 0; i < ARRAY_SIZE(by_cost); i++)
-		if (o.policies & PSIM_BIT(by_cost[i]))
+		if (o.policies & PLANSIM_BIT(by_cost[i]))
 			w.todo[w.ntodo++] = by_cost[i];
 	atomic_init(&w.next, 0);
 	unsigned nthr = (unsigned)MIN(o.threads, (uint64_t)w.ntodo);
-	pthread_t thr[PSIM_NPOLICIES];
+	pthread_t thr[PLANSIM_NPOLICIES];
 	unsigned started = 0;
 	for (unsigned i = 1; i < nthr; i++)
 		if (pthread_create(&thr[started], NULL, worker, &w) == 0)
@@ -802,15 +802,15 @@ int main(int argc, char **argv)
 		pthread_join(thr[i], NULL);
 	double wall = now_s() - t0;
 
-	for (unsigned i = 0; i < PSIM_NPOLICIES; i++) {
-		if ((o.policies & PSIM_BIT(i)) && w.rc[i]) {
+	for (unsigned i = 0; i < PLANSIM_NPOLICIES; i++) {
+		if ((o.policies & PLANSIM_BIT(i)) && w.rc[i]) {
 			const char *why = "";
-			if (i == PSIM_NOPFS && w.rc[i] == -EINVAL)
+			if (i == PLANSIM_NOPFS && w.rc[i] == -EINVAL)
 				why = " (the NoPFS model takes < 65536 trainers and epochs and < 2^32"
 				      " reads per trainer)";
-			if (i == PSIM_LRU && w.rc[i] == -EOVERFLOW)
+			if (i == PLANSIM_LRU && w.rc[i] == -EOVERFLOW)
 				why = " (the LRU model takes < 2^31 reads per node)";
-			fprintf(stderr, "seer-plan: %s: %s%s\n", psim_policy_name(i), strerror(-w.rc[i]),
+			fprintf(stderr, "seer-plan: %s: %s%s\n", plansim_policy_name(i), strerror(-w.rc[i]),
 				why);
 			return 1;
 		}
@@ -819,8 +819,8 @@ int main(int argc, char **argv)
 		print_json(&o, &sh, &w, dataset, capacity, wall);
 	else
 		print_table(&o, &sh, &w, dataset, capacity, wall);
-	for (unsigned i = 0; i < PSIM_NPOLICIES; i++)
-		psim_result_free(&w.res[i]);
+	for (unsigned i = 0; i < PLANSIM_NPOLICIES; i++)
+		plansim_result_free(&w.res[i]);
 	free(cap);
 	free(rank_node);
 	free(len);

@@ -4,7 +4,7 @@
  * directories), the global owner map (plan_build) and the node's replica set
  * (plan_node_build), and prints the time each took, the bytes each holds and
  * the process's peak resident memory; then the node's forecast as seerd
- * makes it (fc_tally_node on its own thread, fc_node_forecast per request).
+ * makes it (forecast_tally_node on its own thread, forecast_node_forecast per request).
  * docs/planner.md ("Memory at scale") has the figures. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -14,11 +14,11 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "../src/catalog.h"
-#include "../src/forecast.h"
-#include "../src/plan.h"
-#include "../src/sampler.h"
-#include "../src/util.h"
+#include "../src/catalog/catalog.h"
+#include "../src/plan/forecast.h"
+#include "../src/plan/plan.h"
+#include "../src/sampler/sampler.h"
+#include "../src/util/util.h"
 
 static long peak_kib(void)
 {
@@ -50,18 +50,18 @@ static struct catalog *synthetic_catalog(uint64_t n, uint64_t size, uint64_t *by
 	c->strpool = xmalloc(cap);
 	for (uint64_t i = 0; i < n; i++) {
 		uint32_t cls = (uint32_t)(i % 1000);
-		c->files[i] = (struct cat_file){ .size = size, .path_off = (uint32_t)used,
+		c->files[i] = (struct catalog_file){ .size = size, .path_off = (uint32_t)used,
 						 .nsamples = 1, .first = i };
 		used += (size_t)snprintf(c->strpool + used, cap - used, "n%08u/n%08u_%07llu.JPEG",
 					 cls, cls, (unsigned long long)i) + 1;
-		c->samples[i] = (struct cat_sample){ .offset = 0, .length = size, .file = (uint32_t)i,
+		c->samples[i] = (struct catalog_sample){ .offset = 0, .length = size, .file = (uint32_t)i,
 						     .type = 0, .label = cls };
 		c->total_bytes += size;
 	}
 	c->strpool_len = used;
 	c->max_len = size;
-	*bytes = n * (sizeof(struct cat_file) + sizeof(struct cat_sample)) + cap +
-		 c->ndirs * sizeof(struct cat_dir);
+	*bytes = n * (sizeof(struct catalog_file) + sizeof(struct catalog_sample)) + cap +
+		 c->ndirs * sizeof(struct catalog_dir);
 	return c;
 }
 
@@ -102,22 +102,22 @@ static void report(uint64_t n, uint64_t size, uint64_t nodes, uint64_t tpn, uint
 /* The node's forecast as seerd makes it: the tally (once, on a thread of its
  * own) and the forecast with rates (per `seerctl forecast`). */
 static int report_forecast(const struct plan *p, const struct plan_node *nv,
-			   const struct catalog *cat, const struct smp_shape *sh, uint64_t epochs,
+			   const struct catalog *cat, const struct sampler_shape *sh, uint64_t epochs,
 			   const uint32_t *rank_node, uint32_t node, const struct plan_cap *cap)
 {
 	long before = peak_kib();
 	double t0 = now_s();
-	struct fc_tally ta;
-	int rc = fc_tally_node(&ta, p, nv, cat, NULL, sh, 0, epochs, rank_node, node, cap);
+	struct forecast_tally ta;
+	int rc = forecast_tally_node(&ta, p, nv, cat, NULL, sh, 0, epochs, rank_node, node, cap);
 	double t_tally = now_s() - t0;
 	if (rc) {
-		fprintf(stderr, "seer-planmem: fc_tally_node: %s\n", strerror(-rc));
+		fprintf(stderr, "seer-planmem: forecast_tally_node: %s\n", strerror(-rc));
 		return 1;
 	}
-	struct fc_node_epoch *f = xcalloc(epochs, sizeof(*f));
-	struct fc_rates r = { .compute_s = 0.05, .pfs_bw = 5.0 * (1ull << 30), .net_bw = 12.5e9 };
+	struct forecast_node_epoch *f = xcalloc(epochs, sizeof(*f));
+	struct forecast_rates r = { .compute_s = 0.05, .pfs_bw = 5.0 * (1ull << 30), .net_bw = 12.5e9 };
 	t0 = now_s();
-	rc = fc_node_forecast(&ta, &r, f);
+	rc = forecast_node_forecast(&ta, &r, f);
 	double t_fc = now_s() - t0;
 	long after = peak_kib();
 	char a[32], b[32], c[32], d[32];
@@ -128,7 +128,7 @@ static int report_forecast(const struct plan *p, const struct plan_node *nv,
 	       fmt_size(c, 32, (uint64_t)after * 1024),
 	       fmt_size(d, 32, (uint64_t)(after - before) * 1024));
 	free(f);
-	fc_tally_free(&ta);
+	forecast_tally_free(&ta);
 	return rc ? 1 : 0;
 }
 
@@ -207,9 +207,9 @@ int main(int argc, char **argv)
 	double t_cat = now_s() - t0;
 	long after_cat = peak_kib();
 
-	struct smp_shape sh;
+	struct sampler_shape sh;
 	uint32_t world = (uint32_t)(nodes * tpn);
-	if (smp_shape_init(&sh, n, seed, world, (uint32_t)batch, false, true)) {
+	if (sampler_shape_init(&sh, n, seed, world, (uint32_t)batch, false, true)) {
 		fprintf(stderr, "seer-planmem: no trainer gets a batch\n");
 		return 2;
 	}
@@ -245,7 +245,7 @@ int main(int argc, char **argv)
 		return rc;
 	plan_node_free(&nv);
 	plan_free(&p);
-	cat_free(cat);
+	catalog_free(cat);
 	free(cap);
 	free(rank_node);
 	return 0;

@@ -1,5 +1,5 @@
 /* seer-sim: discrete-event simulation of seer's data path at scale
- * (src/dessim.h), next to the forecast (src/forecast.h) of the same job.
+ * (src/sim/dessim.h), next to the forecast (src/plan/forecast.h) of the same job.
  * Scenarios with their parameters and sources are in docs/simulation.md. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/dessim.h"
-#include "../src/forecast.h"
-#include "../src/plansim.h"
-#include "../src/util.h"
+#include "../src/sim/dessim.h"
+#include "../src/plan/forecast.h"
+#include "../src/sim/plansim.h"
+#include "../src/util/util.h"
 
 struct opts {
 	uint64_t samples, size, size_mean, size_sd, size_seed;
@@ -21,9 +21,9 @@ struct opts {
 	unsigned nnodes;
 	uint64_t tpn, batch, epochs, sim_epochs, seed, ram, nvme, lookahead;
 	int replicas;              /* 0 off, 1 on, 2 both */
-	unsigned policies;         /* bit per enum des_policy */
+	unsigned policies;         /* bit per enum dessim_policy */
 	enum plan_fill fill;
-	struct des_params dp;      /* rates; job fields filled per run */
+	struct dessim_params dp;      /* rates; job fields filled per run */
 	double curve_x[32], curve_y[32];
 	bool json, forecast;
 };
@@ -108,7 +108,7 @@ static void scenario_nopfs3(struct opts *o)
 	o->dp.cores = 2;
 	o->dp.net_bw = 10000e6;
 	o->dp.pfs_link_bw = 2000e6;
-	o->dp.pfs_model = DES_PFS_PER_STREAM;
+	o->dp.pfs_model = DESSIM_PFS_PER_STREAM;
 	o->dp.pfs_streams = 6;
 	memcpy(o->curve_x, x, sizeof(x));
 	memcpy(o->curve_y, y, sizeof(y));
@@ -143,7 +143,7 @@ static void scenario_imagenet(struct opts *o)
 	o->dp.cores = 8;
 	o->dp.net_bw = 24000e6;
 	o->dp.pfs_link_bw = 24000e6;
-	o->dp.pfs_model = DES_PFS_AGGREGATE;
+	o->dp.pfs_model = DESSIM_PFS_AGGREGATE;
 	memcpy(o->curve_x, x, sizeof(x));
 	memcpy(o->curve_y, y, sizeof(y));
 	o->dp.npfs = 6;
@@ -210,10 +210,10 @@ static int parse_policies(const char *s, unsigned *mask)
 	*mask = 0;
 	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		unsigned i;
-		for (i = 0; i < DES_NPOLICIES; i++)
-			if (strcmp(t, des_policy_name(i)) == 0)
+		for (i = 0; i < DESSIM_NPOLICIES; i++)
+			if (strcmp(t, dessim_policy_name(i)) == 0)
 				break;
-		if (i == DES_NPOLICIES)
+		if (i == DESSIM_NPOLICIES)
 			return -EINVAL;
 		*mask |= 1u << i;
 	}
@@ -222,7 +222,7 @@ static int parse_policies(const char *s, unsigned *mask)
 
 static int opt_one(struct opts *o, int c, const char *v)
 {
-	struct des_params *d = &o->dp;
+	struct dessim_params *d = &o->dp;
 	switch (c) {
 	case O_SCEN:
 		if (strcmp(v, "nopfs3") == 0)
@@ -280,7 +280,7 @@ static int opt_one(struct opts *o, int c, const char *v)
 	case O_PMODEL:
 		if (strcmp(v, "aggregate") && strcmp(v, "per-stream"))
 			return -EINVAL;
-		d->pfs_model = strcmp(v, "aggregate") ? DES_PFS_PER_STREAM : DES_PFS_AGGREGATE;
+		d->pfs_model = strcmp(v, "aggregate") ? DESSIM_PFS_PER_STREAM : DESSIM_PFS_AGGREGATE;
 		return 0;
 	case O_PBW: d->npfs = 0; return parse_rate(v, &d->pfs_bw);
 	case O_PCURVE: return parse_curve(v, o);
@@ -310,7 +310,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	o->epochs = 1;
 	o->lookahead = 8;
 	o->replicas = 1;
-	o->policies = 1u << DES_SEER;
+	o->policies = 1u << DESSIM_SEER;
 	o->dp.cores = 1;
 	o->dp.pfs_streams = 1;
 	int c;
@@ -339,7 +339,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 /* ---- runs and output ---------------------------------------------------------- */
 
 struct job {
-	struct smp_shape sh;
+	struct sampler_shape sh;
 	uint64_t *len;
 	uint32_t *rank_node;
 	struct plan_cap *cap;
@@ -352,17 +352,17 @@ static const char *sz(char *b, uint64_t v)
 	return fmt_size(b, 32, v);
 }
 
-static void forecast_rates(const struct opts *o, const struct job *j, struct fc_rates *r)
+static void opts_rates(const struct opts *o, const struct job *j, struct forecast_rates *r)
 {
-	const struct des_params *d = &o->dp;
-	*r = (struct fc_rates){
+	const struct dessim_params *d = &o->dp;
+	*r = (struct forecast_rates){
 		.compute_s = d->compute_s + (d->compute_bw > 0 ? j->sh.batch * j->mean / d->compute_bw : 0),
 		.pfs_bw = d->pfs_bw, .pfs_clients = o->curve_x, .pfs_curve = o->curve_y,
 		.npfs = d->npfs, .net_bw = d->net_bw, .nvme_bw = d->nvme_bw,
 		.decode_s = d->decode_s + (d->decode_bw > 0 ? j->mean / d->decode_bw : 0),
 		.cores = d->cores,
 	};
-	if (d->pfs_model == DES_PFS_PER_STREAM && d->npfs) {
+	if (d->pfs_model == DESSIM_PFS_PER_STREAM && d->npfs) {
 		/* the per-stream model's aggregate: every stream of every node at
 		 * t(nodes) / nodes, capped by the links */
 		static double y[32];
@@ -378,7 +378,7 @@ static void forecast_rates(const struct opts *o, const struct job *j, struct fc_
 }
 
 static void print_run(const struct opts *o, const struct job *j, const char *label,
-		      const struct des_result *r, double secs, const struct fc_result *f)
+		      const struct dessim_result *r, double secs, const struct forecast_result *f)
 {
 	char a[32], b[32], c[32], d[32], e[32], g[32];
 	double K = j->nodes;
@@ -390,7 +390,7 @@ static void print_run(const struct opts *o, const struct job *j, const char *lab
 	       "compute", "stall", "lb (s)", "x lb", "net/node", "net max", "PFS total", "local/node",
 	       "fill/node", f ? "   forecast (s) bound" : "");
 	for (uint64_t ep = 0; ep < r->epochs; ep++) {
-		const struct des_epoch *x = &r->ep[ep];
+		const struct dessim_epoch *x = &r->ep[ep];
 		printf("%6llu %10.2f %10.2f %9.2f %10.2f %7.3f %11s %11s %11s %11s %11s",
 		       (unsigned long long)ep, x->time, x->compute, x->stall, x->lb,
 		       x->lb > 0 ? x->time / x->lb : 0.0,
@@ -398,7 +398,7 @@ static void print_run(const struct opts *o, const struct job *j, const char *lab
 		       sz(c, x->sum.pfs + x->sum.pfs_load), sz(d, (uint64_t)((x->sum.ram + x->sum.nvme) / K)),
 		       sz(e, (uint64_t)(x->sum.fill_in / K)));
 		if (f)
-			printf("   %12.2f %s", f->ep[ep].time, fc_term_name(f->ep[ep].bound));
+			printf("   %12.2f %s", f->ep[ep].time, forecast_term_name(f->ep[ep].bound));
 		printf("\n");
 	}
 	printf("%6s %10.2f %10.2f %9.2f %10.2f %7.3f   replica reads that filled their replica: "
@@ -408,7 +408,7 @@ static void print_run(const struct opts *o, const struct job *j, const char *lab
 }
 
 static void print_json(const struct opts *o, const struct job *j, const char *policy, int repl,
-		       const struct des_result *r, double secs, bool first)
+		       const struct dessim_result *r, double secs, bool first)
 {
 	printf("%s\n  {\"policy\": \"%s\", \"replicas\": %s, \"nodes\": %u, \"trainers_per_node\": %llu, "
 	       "\"seconds\": %.3f, \"time_s\": %.6f, \"compute_s\": %.6f, \"lb_s\": %.6f, "
@@ -416,7 +416,7 @@ static void print_json(const struct opts *o, const struct job *j, const char *po
 	       repl ? "true" : "false", j->nodes, (unsigned long long)o->tpn, secs, r->time,
 	       r->compute, r->lb, (unsigned long long)r->forced);
 	for (uint64_t e = 0; e < r->epochs; e++) {
-		const struct des_epoch *x = &r->ep[e];
+		const struct dessim_epoch *x = &r->ep[e];
 		printf("%s\n    {\"epoch\": %llu, \"time_s\": %.6f, \"compute_s\": %.6f, \"stall_s\": %.6f, "
 		       "\"lb_s\": %.6f, \"pfs\": %llu, \"pfs_opt\": %llu, \"peer_in\": %llu, \"fill_in\": %llu, "
 		       "\"ram\": %llu, \"nvme\": %llu, \"net_max_node\": %llu, \"demand\": %llu}",
@@ -434,7 +434,7 @@ static int job_init(struct job *j, const struct opts *o, uint32_t nodes, const u
 	memset(j, 0, sizeof(*j));
 	j->nodes = nodes;
 	uint64_t world = nodes * o->tpn;
-	if (world > UINT32_MAX || smp_shape_init(&j->sh, o->samples, o->seed, (uint32_t)world,
+	if (world > UINT32_MAX || sampler_shape_init(&j->sh, o->samples, o->seed, (uint32_t)world,
 						 (uint32_t)o->batch, false, true)) {
 		fprintf(stderr, "seer-sim: %u nodes x %llu trainers x batch %llu: no trainer gets a "
 			"batch of %llu samples\n", nodes, (unsigned long long)o->tpn,
@@ -455,10 +455,10 @@ static int job_init(struct job *j, const struct opts *o, uint32_t nodes, const u
 	return 0;
 }
 
-static int run_one(const struct opts *o, const struct job *j, enum des_policy pol, int repl,
+static int run_one(const struct opts *o, const struct job *j, enum dessim_policy pol, int repl,
 		   bool *first)
 {
-	struct des_params p = o->dp;
+	struct dessim_params p = o->dp;
 	p.len = j->len;
 	p.sh = &j->sh;
 	p.nnodes = j->nodes;
@@ -468,7 +468,7 @@ static int run_one(const struct opts *o, const struct job *j, enum des_policy po
 	p.sim_epochs = o->sim_epochs;
 	p.policy = pol;
 	p.lookahead = (uint32_t)o->lookahead;
-	if (pol == DES_NAIVE) {
+	if (pol == DESSIM_NAIVE) {
 		/* the NoPFS simulator's baseline: each read issued when the trainer
 		 * needs it, one at a time */
 		p.lookahead = 0;
@@ -476,41 +476,41 @@ static int run_one(const struct opts *o, const struct job *j, enum des_policy po
 	}
 	p.pfs_clients = o->curve_x;
 	p.pfs_curve = o->curve_y;
-	struct fc_rates rates;
-	forecast_rates(o, j, &rates);
+	struct forecast_rates rates;
+	opts_rates(o, j, &rates);
 	p.repl = (struct plan_repl_opts){ .on = repl, .fill = o->fill,
-					  .pfs_bw = fc_pfs_bw(&rates, j->nodes), .net_bw = p.net_bw };
-	struct des_result r;
+					  .pfs_bw = forecast_pfs_bw(&rates, j->nodes), .net_bw = p.net_bw };
+	struct dessim_result r;
 	double t0 = now_s();
-	int rc = des_run(&p, &r);
+	int rc = dessim_run(&p, &r);
 	double secs = now_s() - t0;
 	if (rc) {
-		fprintf(stderr, "seer-sim: %s: %s\n", des_policy_name(pol), strerror(-rc));
+		fprintf(stderr, "seer-sim: %s: %s\n", dessim_policy_name(pol), strerror(-rc));
 		return rc;
 	}
-	struct fc_result f;
+	struct forecast_result f;
 	bool have_f = false;
-	if (o->forecast && pol == DES_SEER && !o->json) {
-		struct fc_job fj = { .len = j->len, .sh = &j->sh, .epochs = o->sim_epochs,
+	if (o->forecast && pol == DESSIM_SEER && !o->json) {
+		struct forecast_job fj = { .len = j->len, .sh = &j->sh, .epochs = o->sim_epochs,
 				     .nnodes = j->nodes, .rank_node = j->rank_node, .cap = j->cap,
 				     .repl = p.repl };
 		/* the plan's horizon is the job's: forecast the whole job, show
 		 * the simulated epochs */
 		fj.epochs = o->epochs;
-		rc = fc_run(&fj, &rates, &f);
+		rc = forecast_run(&fj, &rates, &f);
 		have_f = rc == 0;
 	}
 	char label[64];
-	snprintf(label, sizeof(label), "%s%s", des_policy_name(pol),
-		 pol != DES_SEER ? "" : repl ? ", replicas on" : ", replicas off");
+	snprintf(label, sizeof(label), "%s%s", dessim_policy_name(pol),
+		 pol != DESSIM_SEER ? "" : repl ? ", replicas on" : ", replicas off");
 	if (o->json)
-		print_json(o, j, des_policy_name(pol), repl, &r, secs, *first);
+		print_json(o, j, dessim_policy_name(pol), repl, &r, secs, *first);
 	else
 		print_run(o, j, label, &r, secs, have_f ? &f : NULL);
 	*first = false;
 	if (have_f)
-		fc_result_free(&f);
-	des_result_free(&r);
+		forecast_result_free(&f);
+	dessim_result_free(&r);
 	return 0;
 }
 
@@ -527,9 +527,9 @@ int main(int argc, char **argv)
 		return rc;
 	uint64_t *len = xmalloc(o.samples * sizeof(uint64_t));
 	if (o.dist == 1)
-		des_normal_sizes(len, o.samples, (double)o.size_mean, (double)o.size_sd, o.size_seed);
+		dessim_normal_sizes(len, o.samples, (double)o.size_mean, (double)o.size_sd, o.size_seed);
 	else if (o.dist == 2)
-		psim_lognormal_sizes(len, o.samples, (double)o.size_mean, (double)o.size_sd, o.size_seed);
+		plansim_lognormal_sizes(len, o.samples, (double)o.size_mean, (double)o.size_sd, o.size_seed);
 	else
 		for (uint64_t s = 0; s < o.samples; s++)
 			len[s] = o.size;
@@ -551,13 +551,13 @@ int main(int argc, char **argv)
 			       sz(b, o.ram), sz(c, o.nvme), (unsigned long long)o.epochs,
 			       (unsigned long long)o.sim_epochs);
 		}
-		for (unsigned p = 0; p < DES_NPOLICIES && rc == 0; p++) {
+		for (unsigned p = 0; p < DESSIM_NPOLICIES && rc == 0; p++) {
 			if (!(o.policies & (1u << p)))
 				continue;
 			for (int repl = 1; repl >= 0 && rc == 0; repl--) {
-				if (p == DES_SEER && o.replicas != 2 && o.replicas != repl)
+				if (p == DESSIM_SEER && o.replicas != 2 && o.replicas != repl)
 					continue;
-				if (p != DES_SEER && repl)
+				if (p != DESSIM_SEER && repl)
 					continue;
 				rc = run_one(&o, &j, p, repl, &first);
 			}

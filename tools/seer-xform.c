@@ -32,7 +32,7 @@
 #include <jpeglib.h>
 #include <turbojpeg.h>
 
-#include "../src/util.h"
+#include "../src/util/util.h"
 #include "../src/xform/xform.h"
 
 struct input {

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "../proto/seer_proto.h"
-#include "../src/shm.h"
-#include "../src/util.h"
+#include "../src/common/shm.h"
+#include "../src/util/util.h"
 
 static void usage(FILE *out)
 {

@@ -25,7 +25,7 @@ bool fmt_has_suffix(const char *s, const char *suf)
 	return n > m && strcasecmp(s + n - m, suf) == 0;
 }
 
-bool fmt_not_index(const struct cat_params *p, const char *relpath)
+bool fmt_not_index(const struct catalog_params *p, const char *relpath)
 {
 	(void)p;
 	size_t n = strlen(relpath);

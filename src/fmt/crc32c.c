@@ -15,7 +15,7 @@
 #endif
 
 #include "fmt.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define CRC32C_POLY 0x82f63b78u /* Castagnoli, reflected */
 

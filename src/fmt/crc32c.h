@@ -13,7 +13,7 @@
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
 
 /* TFRecord's masking of a CRC32C. */
-static inline uint32_t tfr_mask_crc(uint32_t crc)
+static inline uint32_t tfrecord_mask_crc(uint32_t crc)
 {
 	return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }

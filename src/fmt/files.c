@@ -3,7 +3,7 @@
  * A sample is the whole file (dtype BYTES); with class directories
  * (root/<class>/<file>) its label is the index of <class> among every
  * directory of the root, sorted (torchvision's find_classes: a directory
- * left with no sample keeps its index, src/catalog.c), else 0.
+ * left with no sample keeps its index, src/catalog/catalog.c), else 0.
  * dataset.extensions filters by extension.
  * Scan runs on the catalog-building thread; read on any reader's thread. */
 #define _GNU_SOURCE
@@ -14,9 +14,9 @@
 #include <strings.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
-static bool files_accept(const struct cat_params *p, const char *relpath)
+static bool files_accept(const struct catalog_params *p, const char *relpath)
 {
 	if (!p->extensions || !*p->extensions)
 		return true;
@@ -38,30 +38,30 @@ static bool files_accept(const struct cat_params *p, const char *relpath)
 	return false;
 }
 
-static int files_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+static int files_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t size)
 {
 	(void)fd;
-	const char *rel = cat_builder_path(b, file);
-	int64_t label = cat_builder_class(b, rel);
+	const char *rel = catalog_builder_path(b, file);
+	int64_t label = catalog_builder_class(b, rel);
 	if (label < 0) {
-		cat_builder_error(b, "file sits beside class directories: move it into a class "
+		catalog_builder_error(b, "file sits beside class directories: move it into a class "
 				     "directory, or point dataset.path at a flat directory");
 		return SEER_EDATASET;
 	}
 	static const struct seer_wire_type bytes = { .dtype = SEER_DT_BYTES };
 	uint32_t type;
-	cat_intern_type(b, &bytes, &type);
-	return cat_add_sample(b, file, 0, size, label, type);
+	catalog_intern_type(b, &bytes, &type);
+	return catalog_add_sample(b, file, 0, size, label, type);
 }
 
-static int files_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+static int files_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, void *dst)
 {
-	int fd = cat_reader_fd(rd, s->file);
+	int fd = catalog_reader_fd(rd, s->file);
 	if (fd < 0)
 		return fd;
 	int rc = fmt_pread(fd, dst, s->length, s->offset);
 	if (rc == -ENODATA)
-		return cat_read_error(rd, id, SEER_EDATASET,
+		return catalog_read_error(rd, id, SEER_EDATASET,
 				      "file shorter than its catalogued %llu bytes: restart seerd "
 				      "to rescan", (unsigned long long)s->length);
 	return rc;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "../catalog.h"
+#include "../catalog/catalog.h"
 #include "crc32c.h"
 #include "registry.h"
 
@@ -23,10 +23,14 @@
 FMT_LIST(FMT_DECLARE)
 #undef FMT_DECLARE
 
+/* Known format? (fmt/registry.c, from the list in registry.h) */
+const struct fmt_ops *fmt_registry_find(const char *name);
+const char *fmt_registry_names(void); /* "files, npz, ..." for messages */
+
 /* Write why into err (printf-style) and return SEER_EDATASET. */
 int fmt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* accept() for formats whose directories also hold *.idx index files. */
-bool fmt_not_index(const struct cat_params *p, const char *relpath);
+bool fmt_not_index(const struct catalog_params *p, const char *relpath);
 /* Does s end with suf (case-insensitive), with at least one byte before it? */
 bool fmt_has_suffix(const char *s, const char *suf);
 /* Byte-swap elements of isz (2, 4 or 8) bytes in place; other sizes: no-op. */
@@ -35,8 +39,8 @@ void fmt_swap(uint8_t *p, uint64_t bytes, uint32_t isz);
 /* ---- reading dataset files: every byte counted ------------------------------
  * Formats read dataset files only through fmt_pread/fmt_preadv (or count what
  * a library read with fmt_lib_io_*), so the bytes taken from the file system
- * are known exactly: a running count per thread, which cat_read turns into
- * cat_reader.last_bytes and the catalog scan into catalog.scan_bytes. */
+ * are known exactly: a running count per thread, which catalog_read turns into
+ * catalog_reader.last_bytes and the catalog scan into catalog.scan_bytes. */
 
 /* As pread/preadv until done: 0, -ENODATA at the end of the file, -errno.
  * Counts every byte returned, also when the call then fails. */
@@ -180,16 +184,16 @@ int zip_local_data_off(const void *buf, size_t len, const struct zip_entry *e,
 #define TFR_FOOTER_LEN 4  /* u32 masked CRC32C of the payload */
 
 /* Payload length of the record whose header starts buf, its CRC checked. */
-int tfr_parse_header(const void *buf, size_t len, uint64_t *payload_len, char *err,
+int tfrecord_parse_header(const void *buf, size_t len, uint64_t *payload_len, char *err,
 		     size_t errlen);
 
-struct tfr_extent {
+struct tfrecord_extent {
 	uint64_t off;        /* of the record header */
 	uint64_t len;        /* whole record: header + payload + footer */
 };
 /* Parse a DALI tfrecord2idx index ("<offset> <size>\n" per record). *out is
  * malloc'd (the caller frees it), NULL when *n is 0. -ENOMEM possible. */
-int tfr_parse_index(const char *buf, size_t len, struct tfr_extent **out, uint64_t *n,
+int tfrecord_parse_index(const char *buf, size_t len, struct tfrecord_extent **out, uint64_t *n,
 		    char *err, size_t errlen);
 
 /* ---- indexed binary ------------------------------------------------------- */
@@ -197,7 +201,7 @@ int tfr_parse_index(const char *buf, size_t len, struct tfr_extent **out, uint64
 /* Check n (offset, size) pairs, little-endian u64 arrays as DLIO writes them to
  * <data>.off.idx and <data>.sz.idx, against a data file of data_size bytes;
  * first is the index of off[0] (for messages). */
-int idx_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
+int indexed_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
 	      char *err, size_t errlen);
 
 /* ---- HDF5 ---------------------------------------------------------------------

@@ -24,23 +24,23 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
-static pthread_mutex_t h5_mu = PTHREAD_MUTEX_INITIALIZER;
-static bool h5_quiet;
+static pthread_mutex_t hdf5_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool hdf5_quiet;
 
 void fmt_h5_lock(void)
 {
-	pthread_mutex_lock(&h5_mu);
-	if (!h5_quiet) {
+	pthread_mutex_lock(&hdf5_mu);
+	if (!hdf5_quiet) {
 		H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors come back as messages */
-		h5_quiet = true;
+		hdf5_quiet = true;
 	}
 }
 
 void fmt_h5_unlock(void)
 {
-	pthread_mutex_unlock(&h5_mu);
+	pthread_mutex_unlock(&hdf5_mu);
 }
 
 #define fail fmt_fail
@@ -58,7 +58,7 @@ static herr_t err_walk(unsigned n, const H5E_error2_t *e, void *ctx)
 	return 0;
 }
 
-const char *h5_errmsg(char *buf, size_t len)
+const char *hdf5_errmsg(char *buf, size_t len)
 {
 	struct errbuf eb = { buf, len };
 	buf[0] = '\0';
@@ -69,7 +69,7 @@ const char *h5_errmsg(char *buf, size_t len)
 	return buf;
 }
 
-hid_t h5_fapl(uint64_t chunk_bytes)
+hid_t hdf5_fapl(uint64_t chunk_bytes)
 {
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 	if (fapl < 0)
@@ -98,7 +98,7 @@ static const char *class_name(H5T_class_t c)
 }
 
 /* The seer dtype of an HDF5 type laid out as plain little/big-endian numbers. */
-static bool h5_dtype(hid_t t, uint32_t *dt, bool *swap)
+static bool hdf5_dtype(hid_t t, uint32_t *dt, bool *swap)
 {
 	H5T_class_t cls = H5Tget_class(t);
 	size_t size = H5Tget_size(t);
@@ -149,7 +149,7 @@ static bool h5_dtype(hid_t t, uint32_t *dt, bool *swap)
 }
 
 /* Does path (with '/' separated groups) name an object? Lock held. */
-static bool h5_exists(hid_t fid, const char *path)
+static bool hdf5_exists(hid_t fid, const char *path)
 {
 	char buf[1024];
 	if (strlen(path) >= sizeof(buf))
@@ -185,7 +185,7 @@ static herr_t list_names(hid_t g, const char *name, const H5L_info_t *info, void
 	return 0;
 }
 
-struct h5_info {
+struct hdf5_info {
 	uint32_t k;                /* datasets per sample */
 	uint32_t mode;
 	bool swap;
@@ -210,7 +210,7 @@ static int close_dset(hid_t d, hid_t sp, hid_t t, int rc)
 
 /* The shape and type of a sample dataset: the sample type (stacked for a
  * split record), the bytes of one row. Lock held. */
-static int dset_shape(const char *name, hid_t sp, hid_t t, const struct h5_info *in,
+static int dset_shape(const char *name, hid_t sp, hid_t t, const struct hdf5_info *in,
 		      struct seer_wire_type *ty, uint64_t *rows, uint64_t *part, bool *swap,
 		      char *err, size_t errlen)
 {
@@ -225,7 +225,7 @@ static int dset_shape(const char *name, hid_t sp, hid_t t, const struct h5_info 
 			    name, rank, max_rank);
 	H5Sget_simple_extent_dims(sp, dims, NULL);
 	uint32_t dt;
-	if (!h5_dtype(t, &dt, swap))
+	if (!hdf5_dtype(t, &dt, swap))
 		return fail(err, errlen, "dataset '%s' has an unsupported %zu-byte %s type "
 				 "(supported: integers, IEEE floats, bool)", name, H5Tget_size(t),
 			    class_name(H5Tget_class(t)));
@@ -270,26 +270,26 @@ static int dset_place(const char *name, hid_t d, hid_t dcpl, uint64_t bytes, uin
 
 /* One sample dataset (part j of a split record): shape, type and where its
  * data are; the first one sets what the others must match. Lock held. */
-static int probe_dset(hid_t fid, const char *name, uint64_t fsize, struct h5_info *in,
+static int probe_dset(hid_t fid, const char *name, uint64_t fsize, struct hdf5_info *in,
 		      uint32_t j, bool *contig, uint64_t *off, char *err, size_t errlen)
 {
 	char h5e[256];
 	hid_t d = H5Dopen2(fid, name, H5P_DEFAULT);
 	if (d < 0)
 		return fail(err, errlen, "'%s' is not a readable dataset: %s", name,
-			    h5_errmsg(h5e, sizeof(h5e)));
+			    hdf5_errmsg(h5e, sizeof(h5e)));
 	hid_t sp = H5Dget_space(d), t = H5Dget_type(d), dcpl = H5Dget_create_plist(d);
 	struct seer_wire_type ty;
 	uint64_t rows = 0, part = 0;
 	bool swap = false;
 	int rc = 0;
 	if (sp < 0 || t < 0 || dcpl < 0)
-		rc = fail(err, errlen, "dataset '%s': %s", name, h5_errmsg(h5e, sizeof(h5e)));
+		rc = fail(err, errlen, "dataset '%s': %s", name, hdf5_errmsg(h5e, sizeof(h5e)));
 	if (rc == 0)
 		rc = dset_shape(name, sp, t, in, &ty, &rows, &part, &swap, err, errlen);
 	H5O_info_t oi;
 	if (rc == 0 && j == 0 && H5Oget_info2(d, &oi, H5O_INFO_BASIC) < 0)
-		rc = fail(err, errlen, "dataset '%s': %s", name, h5_errmsg(h5e, sizeof(h5e)));
+		rc = fail(err, errlen, "dataset '%s': %s", name, hdf5_errmsg(h5e, sizeof(h5e)));
 	if (rc == 0 && j == 0) {
 		in->n = rows;
 		in->part = part;
@@ -311,7 +311,7 @@ static int probe_dset(hid_t fid, const char *name, uint64_t fsize, struct h5_inf
 
 /* n labels as int64 from dataset d of class cls (integral floats accepted).
  * Lock held. */
-static int read_labels(hid_t d, H5T_class_t cls, const char *name, struct h5_info *in,
+static int read_labels(hid_t d, H5T_class_t cls, const char *name, struct hdf5_info *in,
 		       char *err, size_t errlen)
 {
 	char h5e[256];
@@ -323,7 +323,7 @@ static int read_labels(hid_t d, H5T_class_t cls, const char *name, struct h5_inf
 	if (cls != H5T_FLOAT) {
 		if (H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, in->labels) < 0)
 			return fail(err, errlen, "labels '%s' do not read as int64: %s", name,
-				    h5_errmsg(h5e, sizeof(h5e)));
+				    hdf5_errmsg(h5e, sizeof(h5e)));
 		return 0;
 	}
 	double *dbl = malloc(in->n * sizeof(double));
@@ -332,7 +332,7 @@ static int read_labels(hid_t d, H5T_class_t cls, const char *name, struct h5_inf
 	int rc = 0;
 	if (H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, dbl) < 0)
 		rc = fail(err, errlen, "labels '%s' do not read: %s", name,
-			  h5_errmsg(h5e, sizeof(h5e)));
+			  hdf5_errmsg(h5e, sizeof(h5e)));
 	for (uint64_t i = 0; rc == 0 && i < in->n; i++) {
 		double x = dbl[i];
 		if (!(x >= -9.2e18 && x <= 9.2e18) || x != (double)(int64_t)x)
@@ -346,20 +346,20 @@ static int read_labels(hid_t d, H5T_class_t cls, const char *name, struct h5_inf
 }
 
 /* Labels: n integers (or integral floats). Lock held. */
-static int probe_labels(hid_t fid, const char *name, struct h5_info *in, char *err, size_t errlen)
+static int probe_labels(hid_t fid, const char *name, struct hdf5_info *in, char *err, size_t errlen)
 {
 	char h5e[256];
-	if (!h5_exists(fid, name))
+	if (!hdf5_exists(fid, name))
 		return fail(err, errlen, "no labels dataset '%s': set dataset.hdf5_labels to the "
 				 "labels dataset, or to \"\" for none", name);
 	hid_t d = H5Dopen2(fid, name, H5P_DEFAULT);
 	if (d < 0)
 		return fail(err, errlen, "labels '%s' are not a readable dataset: %s", name,
-			    h5_errmsg(h5e, sizeof(h5e)));
+			    hdf5_errmsg(h5e, sizeof(h5e)));
 	hid_t sp = H5Dget_space(d), t = H5Dget_type(d);
 	int rc = 0;
 	if (sp < 0 || t < 0)
-		rc = fail(err, errlen, "labels '%s': %s", name, h5_errmsg(h5e, sizeof(h5e)));
+		rc = fail(err, errlen, "labels '%s': %s", name, hdf5_errmsg(h5e, sizeof(h5e)));
 	int rank = rc ? 0 : H5Sget_simple_extent_ndims(sp);
 	hsize_t dims[H5S_MAX_RANK];
 	if (rc == 0)
@@ -384,28 +384,28 @@ static int probe_labels(hid_t fid, const char *name, struct h5_info *in, char *e
 	return close_dset(d, sp, t, rc);
 }
 
-static int h5_probe(const char *path, const struct cat_params *p, uint64_t fsize,
-		    struct h5_info *in, char *err, size_t errlen)
+static int hdf5_probe(const char *path, const struct catalog_params *p, uint64_t fsize,
+		    struct hdf5_info *in, char *err, size_t errlen)
 {
 	const char *data = p->hdf5_data && *p->hdf5_data ? p->hdf5_data : "records";
 	const char *labels = p->hdf5_labels ? p->hdf5_labels : "labels";
 	char h5e[256], name[1100];
 	int rc = SEER_EDATASET;
 	memset(in, 0, sizeof(*in));
-	hid_t fapl = h5_fapl(1u << 20);
+	hid_t fapl = hdf5_fapl(1u << 20);
 	hid_t fid = H5Fopen(path, H5F_ACC_RDONLY, fapl);
 	if (fid < 0)
-		h5_errmsg(h5e, sizeof(h5e)); /* before the next call clears the stack */
+		hdf5_errmsg(h5e, sizeof(h5e)); /* before the next call clears the stack */
 	H5Pclose(fapl);
 	if (fid < 0)
 		return fail(err, errlen, "not a readable HDF5 file: %s", h5e);
 	bool split = false;
-	if (h5_exists(fid, data)) {
+	if (hdf5_exists(fid, data)) {
 		in->k = 1;
 	} else {
 		for (in->k = 0; in->k < H5_MAX_SPLIT; in->k++) {
 			snprintf(name, sizeof(name), "%s_%u", data, in->k);
-			if (!h5_exists(fid, name))
+			if (!hdf5_exists(fid, name))
 				break;
 		}
 		split = true;
@@ -449,28 +449,28 @@ out:
 	return rc;
 }
 
-static int h5_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+static int hdf5_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t size)
 {
 	(void)fd;
 	char path[PATH_MAX], err[768];
-	if (snprintf(path, sizeof(path), "%s/%s", cat_builder_root(b), cat_builder_path(b, file)) >=
+	if (snprintf(path, sizeof(path), "%s/%s", catalog_builder_root(b), catalog_builder_path(b, file)) >=
 	    (int)sizeof(path))
 		return -ENAMETOOLONG;
-	struct h5_info in;
+	struct hdf5_info in;
 	struct fmt_lib_io io;
 	fmt_h5_lock();
 	fmt_lib_io_begin(&io);
-	int rc = h5_probe(path, cat_builder_params(b), size, &in, err, sizeof(err));
+	int rc = hdf5_probe(path, catalog_builder_params(b), size, &in, err, sizeof(err));
 	fmt_lib_io_end(&io);
 	fmt_h5_unlock();
 	if (rc) {
 		if (rc == SEER_EDATASET)
-			cat_builder_error(b, "%s", err);
+			catalog_builder_error(b, "%s", err);
 		return rc;
 	}
 	uint32_t type;
-	rc = cat_intern_type(b, &in.type, &type);
-	uint64_t *aux = cat_builder_aux(b, file);
+	rc = catalog_intern_type(b, &in.type, &type);
+	uint64_t *aux = catalog_builder_aux(b, file);
 	aux[0] = in.mode | (in.swap ? AUX_SWAP : 0) | (uint64_t)in.k << 32;
 	if (in.mode == H5_MODE_PREAD)
 		for (uint32_t j = 0; j < in.k; j++)
@@ -478,13 +478,13 @@ static int h5_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 	else
 		aux[1] = in.addr0;
 	for (uint64_t i = 0; rc == 0 && i < in.n; i++)
-		rc = cat_add_sample(b, file, i * in.part, in.part * in.k,
+		rc = catalog_add_sample(b, file, i * in.part, in.part * in.k,
 				    in.labels ? in.labels[i] : -1, type);
 	free(in.labels);
 	return rc;
 }
 
-static bool h5_accept(const struct cat_params *p, const char *relpath)
+static bool hdf5_accept(const struct catalog_params *p, const char *relpath)
 {
 	(void)p;
 	const char *dot = strrchr(relpath, '.');
@@ -497,12 +497,12 @@ static bool h5_accept(const struct cat_params *p, const char *relpath)
 
 const struct fmt_ops fmt_hdf5 = {
 	.name = "hdf5",
-	.accept = h5_accept,
-	.scan = h5_scan,
-	.read = h5_read,
-	.shared_new = h5_shared_new,
-	.shared_free = h5_shared_free,
-	.mem_stats = h5_mem_stats,
-	.span = h5_span,
-	.cut = h5_cut,
+	.accept = hdf5_accept,
+	.scan = hdf5_scan,
+	.read = hdf5_read,
+	.shared_new = hdf5_shared_new,
+	.shared_free = hdf5_shared_free,
+	.mem_stats = hdf5_mem_stats,
+	.span = hdf5_span,
+	.cut = hdf5_cut,
 };

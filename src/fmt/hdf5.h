@@ -20,19 +20,19 @@ enum { H5_MODE_PREAD = 1, H5_MODE_LIB = 2 };
 #define AUX_SWAP (1ull << 4)
 
 /* The innermost message of HDF5's error stack, which is then cleared. Lock held. */
-const char *h5_errmsg(char *buf, size_t len);
+const char *hdf5_errmsg(char *buf, size_t len);
 /* File access properties: no file locking (PFS without locks), a chunk cache
  * of chunk_bytes per dataset. Lock held. */
-hid_t h5_fapl(uint64_t chunk_bytes);
+hid_t hdf5_fapl(uint64_t chunk_bytes);
 
-int h5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst);
+int hdf5_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, void *dst);
 /* Coalesced reads of contiguous datasets (one part): a row is its bytes. */
-bool h5_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+bool hdf5_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 	     uint64_t *hi);
-int h5_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, const uint8_t *buf,
+int hdf5_cut(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, const uint8_t *buf,
 	   uint64_t off, uint64_t len, void *dst);
-void *h5_shared_new(const struct catalog *c);
-void h5_shared_free(void *shared);
-void h5_mem_stats(void *shared, struct fmt_mem_stats *st);
+void *hdf5_shared_new(const struct catalog *c);
+void hdf5_shared_free(void *shared);
+void hdf5_mem_stats(void *shared, struct fmt_mem_stats *st);
 
 #endif /* SEER_FMT_HDF5_H */

@@ -21,13 +21,13 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define fail fmt_fail
 #define H5_OPEN_FILES 8
 #define H5_CHUNK_MIN (1u << 20) /* per dataset, when the budget is smaller */
 
-struct h5_handle {
+struct hdf5_handle {
 	bool open;
 	uint32_t file;
 	uint64_t used;
@@ -38,15 +38,15 @@ struct h5_handle {
 };
 
 /* The catalog's open files, shared by its readers. Lock held for all of it. */
-struct h5_shared {
-	struct h5_handle h[H5_OPEN_FILES];
+struct hdf5_shared {
+	struct hdf5_handle h[H5_OPEN_FILES];
 	uint64_t tick;
 	uint64_t budget;
 	uint64_t opens, reads;
 };
 
 /* Lock held. */
-static void handle_close(struct h5_handle *h)
+static void handle_close(struct hdf5_handle *h)
 {
 	if (!h->open)
 		return;
@@ -84,7 +84,7 @@ static herr_t visit_find(hid_t o, const char *name, const H5O_info_t *info, void
 
 /* A split record's other parts, named like the first (found by its address)
  * with _1.._{k-1}. Lock held. */
-static int open_siblings(struct h5_handle *h, haddr_t addr, char *err, size_t errlen)
+static int open_siblings(struct hdf5_handle *h, haddr_t addr, char *err, size_t errlen)
 {
 	char h5e[256];
 	struct find_addr fa = { .addr = addr };
@@ -99,13 +99,13 @@ static int open_siblings(struct h5_handle *h, haddr_t addr, char *err, size_t er
 		h->dset[j] = H5Dopen2(h->fid, name, H5P_DEFAULT);
 		if (h->dset[j] < 0)
 			return fail(err, errlen, "dataset '%s' does not open: %s", name,
-				    h5_errmsg(h5e, sizeof(h5e)));
+				    hdf5_errmsg(h5e, sizeof(h5e)));
 	}
 	return 0;
 }
 
 /* The stored types in little-endian order: HDF5 converts, nothing else. Lock held. */
-static int memory_types(struct h5_handle *h, char *err, size_t errlen)
+static int memory_types(struct hdf5_handle *h, char *err, size_t errlen)
 {
 	char h5e[256];
 	for (uint32_t j = 0; j < h->k; j++) {
@@ -116,14 +116,14 @@ static int memory_types(struct h5_handle *h, char *err, size_t errlen)
 		if (h->mtype[j] < 0 ||
 		    (H5Tget_class(h->mtype[j]) != H5T_ENUM && H5Tget_size(h->mtype[j]) > 1 &&
 		     H5Tset_order(h->mtype[j], H5T_ORDER_LE) < 0))
-			return fail(err, errlen, "dataset type: %s", h5_errmsg(h5e, sizeof(h5e)));
+			return fail(err, errlen, "dataset type: %s", hdf5_errmsg(h5e, sizeof(h5e)));
 	}
 	return 0;
 }
 
 /* Open the file's sample datasets: the first by address, its split siblings by
  * the name it has in the file. Lock held. */
-static int handle_open(struct h5_handle *h, const struct catalog *c, uint32_t file,
+static int handle_open(struct hdf5_handle *h, const struct catalog *c, uint32_t file,
 		       uint64_t chunk_bytes, char *err, size_t errlen)
 {
 	char path[PATH_MAX], h5e[256];
@@ -131,12 +131,12 @@ static int handle_open(struct h5_handle *h, const struct catalog *c, uint32_t fi
 	uint32_t k = (uint32_t)(aux[0] >> 32);
 	if (k == 0 || k > H5_MAX_SPLIT)
 		return fail(err, errlen, "catalog entry damaged (%u datasets)", k);
-	snprintf(path, sizeof(path), "%s/%s", c->root, cat_path(c, file));
+	snprintf(path, sizeof(path), "%s/%s", c->root, catalog_path(c, file));
 	memset(h, 0, sizeof(*h));
-	hid_t fapl = h5_fapl(chunk_bytes / k);
+	hid_t fapl = hdf5_fapl(chunk_bytes / k);
 	h->fid = H5Fopen(path, H5F_ACC_RDONLY, fapl);
 	if (h->fid < 0)
-		h5_errmsg(h5e, sizeof(h5e));
+		hdf5_errmsg(h5e, sizeof(h5e));
 	H5Pclose(fapl);
 	if (h->fid < 0)
 		return fail(err, errlen, "HDF5 open failed: %s", h5e);
@@ -155,7 +155,7 @@ static int handle_open(struct h5_handle *h, const struct catalog *c, uint32_t fi
 	h->dset[0] = H5Oopen_by_addr(h->fid, (haddr_t)aux[1]);
 	if (h->dset[0] < 0 || H5Iget_type(h->dset[0]) != H5I_DATASET)
 		rc = fail(err, errlen, "the sample dataset is gone from the file (changed since the "
-			  "catalog was built?): %s", h5_errmsg(h5e, sizeof(h5e)));
+			  "catalog was built?): %s", hdf5_errmsg(h5e, sizeof(h5e)));
 	if (rc == 0 && k > 1)
 		rc = open_siblings(h, (haddr_t)aux[1], err, errlen);
 	if (rc == 0)
@@ -166,7 +166,7 @@ static int handle_open(struct h5_handle *h, const struct catalog *c, uint32_t fi
 }
 
 /* Read row `row` of every dataset into dst. Lock held. */
-static int handle_read(struct h5_handle *h, uint64_t row, uint64_t part, uint8_t *dst,
+static int handle_read(struct hdf5_handle *h, uint64_t row, uint64_t part, uint8_t *dst,
 		       char *err, size_t errlen)
 {
 	char h5e[256];
@@ -177,7 +177,7 @@ static int handle_read(struct h5_handle *h, uint64_t row, uint64_t part, uint8_t
 		if (rank < 1) {
 			if (fs >= 0)
 				H5Sclose(fs);
-			return fail(err, errlen, "dataset space: %s", h5_errmsg(h5e, sizeof(h5e)));
+			return fail(err, errlen, "dataset space: %s", hdf5_errmsg(h5e, sizeof(h5e)));
 		}
 		H5Sget_simple_extent_dims(fs, dims, NULL);
 		uint64_t elems = 1;
@@ -198,7 +198,7 @@ static int handle_read(struct h5_handle *h, uint64_t row, uint64_t part, uint8_t
 		if (ms >= 0 && r >= 0)
 			r = H5Dread(h->dset[j], h->mtype[j], ms, fs, H5P_DEFAULT, dst + j * part);
 		if (ms < 0 || r < 0)
-			h5_errmsg(h5e, sizeof(h5e)); /* before the next call clears the stack */
+			hdf5_errmsg(h5e, sizeof(h5e)); /* before the next call clears the stack */
 		if (ms >= 0)
 			H5Sclose(ms);
 		H5Sclose(fs);
@@ -211,10 +211,10 @@ static int handle_read(struct h5_handle *h, uint64_t row, uint64_t part, uint8_t
 
 /* The shared handle of the file, opened (evicting the least recently used)
  * when needed. Lock held. */
-static int handle_get(struct h5_shared *st, const struct catalog *c, uint32_t file,
-		      struct h5_handle **out, char *err, size_t errlen)
+static int handle_get(struct hdf5_shared *st, const struct catalog *c, uint32_t file,
+		      struct hdf5_handle **out, char *err, size_t errlen)
 {
-	struct h5_handle *victim = &st->h[0];
+	struct hdf5_handle *victim = &st->h[0];
 	for (int i = 0; i < H5_OPEN_FILES; i++) {
 		if (st->h[i].open && st->h[i].file == file) {
 			*out = &st->h[i];
@@ -233,14 +233,14 @@ static int handle_get(struct h5_shared *st, const struct catalog *c, uint32_t fi
 	return rc;
 }
 
-static int h5_read_lib(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+static int hdf5_read_lib(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s,
 		       void *dst)
 {
-	struct h5_shared *st = rd->cat->fmt_shared;
-	const struct cat_file *f = &rd->cat->files[s->file];
+	struct hdf5_shared *st = rd->cat->fmt_shared;
+	const struct catalog_file *f = &rd->cat->files[s->file];
 	uint32_t k = (uint32_t)(f->aux[0] >> 32);
 	char err[512];
-	struct h5_handle *h = NULL;
+	struct hdf5_handle *h = NULL;
 	struct fmt_lib_io io;
 	fmt_h5_lock();
 	fmt_lib_io_begin(&io);
@@ -256,29 +256,29 @@ static int h5_read_lib(struct cat_reader *rd, uint64_t id, const struct cat_samp
 		fmt_count_bytes(s->length); /* no per-thread accounting: at least the sample */
 	fmt_h5_unlock();
 	if (rc == SEER_EDATASET)
-		return cat_read_error(rd, id, rc, "%s", err);
+		return catalog_read_error(rd, id, rc, "%s", err);
 	return rc;
 }
 
-int h5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+int hdf5_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, void *dst)
 {
-	const struct cat_file *f = &rd->cat->files[s->file];
+	const struct catalog_file *f = &rd->cat->files[s->file];
 	uint32_t mode = f->aux[0] & 0xf, k = (uint32_t)(f->aux[0] >> 32);
 	if (k == 0 || s->length % k != 0 || (mode == H5_MODE_PREAD && k > PREAD_MAX_SPLIT) ||
 	    (mode != H5_MODE_PREAD && mode != H5_MODE_LIB))
-		return cat_read_error(rd, id, SEER_EDATASET, "catalog entry damaged: rebuild the "
+		return catalog_read_error(rd, id, SEER_EDATASET, "catalog entry damaged: rebuild the "
 				      "catalog");
-	int fd = cat_reader_fd(rd, s->file); /* also notices a file that changed size */
+	int fd = catalog_reader_fd(rd, s->file); /* also notices a file that changed size */
 	if (fd < 0)
 		return fd;
 	if (mode == H5_MODE_LIB)
-		return h5_read_lib(rd, id, s, dst);
+		return hdf5_read_lib(rd, id, s, dst);
 	uint64_t part = s->length / k;
 	for (uint32_t j = 0; j < k; j++) {
 		int rc = fmt_pread(fd, (uint8_t *)dst + j * part, (size_t)part,
 				   f->aux[1 + j] + s->offset);
 		if (rc == -ENODATA)
-			return cat_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
+			return catalog_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
 					      "layout: restart seerd to rescan");
 		if (rc)
 			return rc;
@@ -290,11 +290,11 @@ int h5_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void
 
 /* Contiguous, one dataset: row k is bytes offset + k * length of the file.
  * Split records (parts far apart) and chunked data are read alone. */
-bool h5_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+bool hdf5_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 	     uint64_t *hi)
 {
 	(void)id;
-	const struct cat_file *f = &c->files[s->file];
+	const struct catalog_file *f = &c->files[s->file];
 	if ((f->aux[0] & 0xf) != H5_MODE_PREAD || (uint32_t)(f->aux[0] >> 32) != 1)
 		return false;
 	*lo = f->aux[1] + s->offset;
@@ -302,33 +302,33 @@ bool h5_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, u
 	return *hi > *lo;
 }
 
-int h5_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, const uint8_t *buf,
+int hdf5_cut(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, const uint8_t *buf,
 	   uint64_t off, uint64_t len, void *dst)
 {
 	uint64_t lo, hi;
-	if (!h5_span(rd->cat, id, s, &lo, &hi) || lo < off || hi - off > len)
-		return cat_read_error(rd, id, -ERANGE, "row is not inside the bytes read "
+	if (!hdf5_span(rd->cat, id, s, &lo, &hi) || lo < off || hi - off > len)
+		return catalog_read_error(rd, id, -ERANGE, "row is not inside the bytes read "
 				      "(%llu..%llu)", (unsigned long long)off,
 				      (unsigned long long)(off + len));
 	memcpy(dst, buf + (lo - off), (size_t)s->length);
-	const struct cat_file *f = &rd->cat->files[s->file];
+	const struct catalog_file *f = &rd->cat->files[s->file];
 	if (f->aux[0] & AUX_SWAP)
 		fmt_swap(dst, s->length, fmt_dtype_size(rd->cat->types[s->type].dtype));
 	return 0;
 }
 
-void *h5_shared_new(const struct catalog *c)
+void *hdf5_shared_new(const struct catalog *c)
 {
 	(void)c;
-	struct h5_shared *st = calloc(1, sizeof(*st));
+	struct hdf5_shared *st = calloc(1, sizeof(*st));
 	if (st)
 		st->budget = fmt_memory();
 	return st;
 }
 
-void h5_shared_free(void *shared)
+void hdf5_shared_free(void *shared)
 {
-	struct h5_shared *st = shared;
+	struct hdf5_shared *st = shared;
 	fmt_h5_lock();
 	for (int i = 0; i < H5_OPEN_FILES; i++)
 		handle_close(&st->h[i]);
@@ -336,9 +336,9 @@ void h5_shared_free(void *shared)
 	free(st);
 }
 
-void h5_mem_stats(void *shared, struct fmt_mem_stats *st)
+void hdf5_mem_stats(void *shared, struct fmt_mem_stats *st)
 {
-	struct h5_shared *s = shared;
+	struct hdf5_shared *s = shared;
 	fmt_h5_lock();
 	uint64_t chunk = MAX(s->budget / H5_OPEN_FILES, (uint64_t)H5_CHUNK_MIN), held = 0;
 	for (int i = 0; i < H5_OPEN_FILES; i++)

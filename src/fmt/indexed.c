@@ -19,11 +19,11 @@
 #include <unistd.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define fail fmt_fail
 
-int idx_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
+int indexed_check(const void *off, const void *sz, uint64_t n, uint64_t data_size, uint64_t first,
 	      char *err, size_t errlen)
 {
 	const uint8_t *o = off, *z = sz;
@@ -47,24 +47,24 @@ struct idxfile {
 	uint64_t size;
 };
 
-static int idx_open(struct cat_builder *b, struct idxfile *f, const char *rel, const char *base,
+static int indexed_open(struct catalog_builder *b, struct idxfile *f, const char *rel, const char *base,
 		    const char *suffix)
 {
 	f->fd = -1;
-	if (snprintf(f->path, sizeof(f->path), "%s/%s%s", cat_builder_root(b), rel, suffix) >=
+	if (snprintf(f->path, sizeof(f->path), "%s/%s%s", catalog_builder_root(b), rel, suffix) >=
 	    (int)sizeof(f->path))
 		return -ENAMETOOLONG;
 	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
 	struct stat st;
 	if (f->fd < 0 || fstat(f->fd, &st) != 0) {
-		cat_builder_error(b, "index file %s%s: %s (DLIO indexed_binary needs %s.off.idx and "
+		catalog_builder_error(b, "index file %s%s: %s (DLIO indexed_binary needs %s.off.idx and "
 				  "%s.sz.idx beside each data file)", base, suffix, strerror(errno),
 				  base, base);
 		return SEER_EDATASET;
 	}
 	f->size = (uint64_t)st.st_size;
 	if (f->size % 8 != 0) {
-		cat_builder_error(b, "index file %s%s holds %llu bytes, not a whole number of u64 "
+		catalog_builder_error(b, "index file %s%s holds %llu bytes, not a whole number of u64 "
 				  "entries", base, suffix, (unsigned long long)f->size);
 		return SEER_EDATASET;
 	}
@@ -73,24 +73,24 @@ static int idx_open(struct cat_builder *b, struct idxfile *f, const char *rel, c
 
 #define IDX_CHUNK 65536 /* entries read at once */
 
-static int idx_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+static int indexed_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t size)
 {
 	(void)fd;
-	const char *rel = cat_builder_path(b, file);
+	const char *rel = catalog_builder_path(b, file);
 	/* messages name the index files by the data file's base name: the scan
 	 * error already starts with the data file's (abbreviated) path */
 	const char *base = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
 	struct idxfile fo, fs;
 	uint8_t *bo = NULL, *bs = NULL;
-	int rc = idx_open(b, &fo, rel, base, ".off.idx");
+	int rc = indexed_open(b, &fo, rel, base, ".off.idx");
 	if (rc == 0)
-		rc = idx_open(b, &fs, rel, base, ".sz.idx");
+		rc = indexed_open(b, &fs, rel, base, ".sz.idx");
 	else
 		fs.fd = -1;
 	if (rc)
 		goto out;
 	if (fo.size != fs.size) {
-		cat_builder_error(b, "index files disagree: %s.off.idx lists %llu offsets, "
+		catalog_builder_error(b, "index files disagree: %s.off.idx lists %llu offsets, "
 				  "%s.sz.idx %llu sizes", base, (unsigned long long)(fo.size / 8),
 				  base, (unsigned long long)(fs.size / 8));
 		rc = SEER_EDATASET;
@@ -98,7 +98,7 @@ static int idx_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 	}
 	static const struct seer_wire_type bytes = { .dtype = SEER_DT_BYTES };
 	uint32_t type;
-	if ((rc = cat_intern_type(b, &bytes, &type)) != 0)
+	if ((rc = catalog_intern_type(b, &bytes, &type)) != 0)
 		goto out;
 	bo = malloc(IDX_CHUNK * 8);
 	bs = malloc(IDX_CHUNK * 8);
@@ -114,17 +114,17 @@ static int idx_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 		if (rc == 0)
 			rc = fmt_pread(fs.fd, bs, cnt * 8, i * 8);
 		if (rc == -ENODATA) {
-			cat_builder_error(b, "index files of %s shrank while being read", base);
+			catalog_builder_error(b, "index files of %s shrank while being read", base);
 			rc = SEER_EDATASET;
 		}
 		if (rc)
 			goto out;
-		if ((rc = idx_check(bo, bs, cnt, size, i, err, sizeof(err))) != 0) {
-			cat_builder_error(b, "%s.off.idx / .sz.idx: %s", base, err);
+		if ((rc = indexed_check(bo, bs, cnt, size, i, err, sizeof(err))) != 0) {
+			catalog_builder_error(b, "%s.off.idx / .sz.idx: %s", base, err);
 			goto out;
 		}
 		for (uint64_t j = 0; j < cnt && rc == 0; j++)
-			rc = cat_add_sample(b, file, fmt_le64(bo + 8 * j), fmt_le64(bs + 8 * j), -1,
+			rc = catalog_add_sample(b, file, fmt_le64(bo + 8 * j), fmt_le64(bs + 8 * j), -1,
 					    type);
 		if (rc)
 			goto out;
@@ -140,20 +140,20 @@ out:
 }
 
 
-static int idx_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+static int indexed_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, void *dst)
 {
-	int fd = cat_reader_fd(rd, s->file);
+	int fd = catalog_reader_fd(rd, s->file);
 	if (fd < 0)
 		return fd;
 	int rc = fmt_pread(fd, dst, (size_t)s->length, s->offset);
 	if (rc == -ENODATA)
-		return cat_read_error(rd, id, SEER_EDATASET, "data file shorter than its index "
+		return catalog_read_error(rd, id, SEER_EDATASET, "data file shorter than its index "
 				      "(offset %llu + %llu bytes): restart seerd to rescan",
 				      (unsigned long long)s->offset, (unsigned long long)s->length);
 	return rc;
 }
 
-static bool idx_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+static bool indexed_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 		     uint64_t *hi)
 {
 	(void)c;
@@ -163,11 +163,11 @@ static bool idx_span(const struct catalog *c, uint64_t id, const struct cat_samp
 	return *hi > *lo;
 }
 
-static int idx_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+static int indexed_cut(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s,
 		   const uint8_t *buf, uint64_t off, uint64_t len, void *dst)
 {
 	if (s->offset < off || s->offset - off > len || len - (s->offset - off) < s->length)
-		return cat_read_error(rd, id, -ERANGE, "sample at offset %llu is not inside the bytes "
+		return catalog_read_error(rd, id, -ERANGE, "sample at offset %llu is not inside the bytes "
 				      "read (%llu..%llu)", (unsigned long long)s->offset,
 				      (unsigned long long)off, (unsigned long long)(off + len));
 	memcpy(dst, buf + (s->offset - off), (size_t)s->length);
@@ -177,8 +177,8 @@ static int idx_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *
 const struct fmt_ops fmt_indexed = {
 	.name = "indexed",
 	.accept = fmt_not_index,
-	.scan = idx_scan,
-	.read = idx_read,
-	.span = idx_span,
-	.cut = idx_cut,
+	.scan = indexed_scan,
+	.read = indexed_read,
+	.span = indexed_span,
+	.cut = indexed_cut,
 };

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "../util.h"
+#include "../util/util.h"
 
 #define MC_PAGES_MIN (256u << 10)
 
@@ -18,9 +18,9 @@ struct mcache {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint64_t limit, held, peak;
-	struct mc_entry **tab;   /* chained through hnext; cap is a power of two */
+	struct mcache_entry **tab;   /* chained through hnext; cap is a power of two */
 	uint32_t cap, count;
-	struct mc_entry lru;     /* ready entries, most recently used first */
+	struct mcache_entry lru;     /* ready entries, most recently used first */
 	uint32_t waiters;
 	uint64_t loads, hits, waits, streamed, evictions, loaded_bytes;
 };
@@ -43,7 +43,7 @@ void fmt_buf_free(void *p, uint64_t len)
 		munmap(p, (size_t)len);
 }
 
-struct mcache *mc_new(uint64_t limit)
+struct mcache *mcache_new(uint64_t limit)
 {
 	struct mcache *m = calloc(1, sizeof(*m));
 	if (!m)
@@ -55,18 +55,18 @@ struct mcache *mc_new(uint64_t limit)
 	return m;
 }
 
-static void entry_free(struct mc_entry *e)
+static void entry_free(struct mcache_entry *e)
 {
 	fmt_buf_free(e->buf, e->len);
 	free(e);
 }
 
-void mc_free(struct mcache *m)
+void mcache_free(struct mcache *m)
 {
 	if (!m)
 		return;
 	for (uint32_t i = 0; i < m->cap; i++)
-		for (struct mc_entry *e = m->tab[i], *n; e; e = n) {
+		for (struct mcache_entry *e = m->tab[i], *n; e; e = n) {
 			n = e->hnext;
 			entry_free(e);
 		}
@@ -76,7 +76,7 @@ void mc_free(struct mcache *m)
 	free(m);
 }
 
-uint64_t mc_limit(const struct mcache *m)
+uint64_t mcache_limit(const struct mcache *m)
 {
 	return m->limit;
 }
@@ -87,28 +87,28 @@ static uint32_t slot(const struct mcache *m, uint32_t file, uint32_t first)
 	return (uint32_t)(h >> 32) & (m->cap - 1);
 }
 
-static struct mc_entry *find(const struct mcache *m, uint32_t file, uint32_t first)
+static struct mcache_entry *find(const struct mcache *m, uint32_t file, uint32_t first)
 {
 	if (m->cap == 0)
 		return NULL;
-	for (struct mc_entry *e = m->tab[slot(m, file, first)]; e; e = e->hnext)
+	for (struct mcache_entry *e = m->tab[slot(m, file, first)]; e; e = e->hnext)
 		if (e->file == file && e->first == first)
 			return e;
 	return NULL;
 }
 
-static int insert(struct mcache *m, struct mc_entry *e)
+static int insert(struct mcache *m, struct mcache_entry *e)
 {
 	if (m->count + 1 > m->cap) {
 		uint32_t old = m->cap, cap = old ? old * 2 : 64;
-		struct mc_entry **tab = calloc(cap, sizeof(*tab));
+		struct mcache_entry **tab = calloc(cap, sizeof(*tab));
 		if (!tab)
 			return -ENOMEM;
-		struct mc_entry **otab = m->tab;
+		struct mcache_entry **otab = m->tab;
 		m->tab = tab;
 		m->cap = cap;
 		for (uint32_t i = 0; i < old; i++)
-			for (struct mc_entry *x = otab[i], *n; x; x = n) {
+			for (struct mcache_entry *x = otab[i], *n; x; x = n) {
 				n = x->hnext;
 				uint32_t s = slot(m, x->file, x->first);
 				x->hnext = tab[s];
@@ -123,22 +123,22 @@ static int insert(struct mcache *m, struct mc_entry *e)
 	return 0;
 }
 
-static void unhash(struct mcache *m, struct mc_entry *e)
+static void unhash(struct mcache *m, struct mcache_entry *e)
 {
-	struct mc_entry **p = &m->tab[slot(m, e->file, e->first)];
+	struct mcache_entry **p = &m->tab[slot(m, e->file, e->first)];
 	while (*p != e)
 		p = &(*p)->hnext;
 	*p = e->hnext;
 	m->count--;
 }
 
-static void lru_unlink(struct mc_entry *e)
+static void lru_unlink(struct mcache_entry *e)
 {
 	e->prev->next = e->next;
 	e->next->prev = e->prev;
 }
 
-static void lru_front(struct mcache *m, struct mc_entry *e)
+static void lru_front(struct mcache *m, struct mcache_entry *e)
 {
 	e->next = m->lru.next;
 	e->prev = &m->lru;
@@ -148,9 +148,9 @@ static void lru_front(struct mcache *m, struct mc_entry *e)
 
 /* Drop unpinned ready entries, least recently used first, until len more
  * bytes fit; the victims are chained on *dead for freeing outside the lock. */
-static void evict_for(struct mcache *m, uint64_t len, struct mc_entry **dead)
+static void evict_for(struct mcache *m, uint64_t len, struct mcache_entry **dead)
 {
-	for (struct mc_entry *e = m->lru.prev, *p; e != &m->lru && m->held + len > m->limit;
+	for (struct mcache_entry *e = m->lru.prev, *p; e != &m->lru && m->held + len > m->limit;
 	     e = p) {
 		p = e->prev;
 		if (e->refs)
@@ -172,20 +172,20 @@ static void wait_locked(struct mcache *m)
 	m->waiters--;
 }
 
-static void free_chain(struct mc_entry *e)
+static void free_chain(struct mcache_entry *e)
 {
-	for (struct mc_entry *n; e; e = n) {
+	for (struct mcache_entry *n; e; e = n) {
 		n = e->hnext;
 		entry_free(e);
 	}
 }
 
-int mc_acquire(struct mcache *m, uint32_t file, uint32_t first, uint32_t count, uint64_t len,
-	       struct mc_entry **out)
+int mcache_acquire(struct mcache *m, uint32_t file, uint32_t first, uint32_t count, uint64_t len,
+	       struct mcache_entry **out)
 {
 	if (len > m->limit || len == 0)
 		return MC_NOFIT;
-	struct mc_entry *dead = NULL, *e;
+	struct mcache_entry *dead = NULL, *e;
 	pthread_mutex_lock(&m->mu);
 	for (;;) {
 		e = find(m, file, first);
@@ -208,7 +208,7 @@ int mc_acquire(struct mcache *m, uint32_t file, uint32_t first, uint32_t count, 
 	}
 	e = malloc(sizeof(*e));
 	if (e)
-		*e = (struct mc_entry){ .file = file, .first = first, .count = count, .len = len,
+		*e = (struct mcache_entry){ .file = file, .first = first, .count = count, .len = len,
 					.state = MC_LOADING, .refs = 1 };
 	if (!e || insert(m, e) != 0) {
 		pthread_mutex_unlock(&m->mu);
@@ -224,14 +224,14 @@ int mc_acquire(struct mcache *m, uint32_t file, uint32_t first, uint32_t count, 
 	free_chain(dead);
 	e->buf = fmt_buf_alloc(len);
 	if (!e->buf) {
-		mc_abort(m, e);
+		mcache_abort(m, e);
 		return MC_NOFIT;
 	}
 	*out = e;
 	return MC_LOAD;
 }
 
-void mc_ready(struct mcache *m, struct mc_entry *e)
+void mcache_ready(struct mcache *m, struct mcache_entry *e)
 {
 	pthread_mutex_lock(&m->mu);
 	e->state = MC_READY;
@@ -241,7 +241,7 @@ void mc_ready(struct mcache *m, struct mc_entry *e)
 	pthread_mutex_unlock(&m->mu);
 }
 
-void mc_abort(struct mcache *m, struct mc_entry *e)
+void mcache_abort(struct mcache *m, struct mcache_entry *e)
 {
 	pthread_mutex_lock(&m->mu);
 	unhash(m, e);
@@ -252,7 +252,7 @@ void mc_abort(struct mcache *m, struct mc_entry *e)
 	entry_free(e);
 }
 
-void mc_release(struct mcache *m, struct mc_entry *e)
+void mcache_release(struct mcache *m, struct mcache_entry *e)
 {
 	pthread_mutex_lock(&m->mu);
 	if (--e->refs == 0 && m->waiters)
@@ -260,14 +260,14 @@ void mc_release(struct mcache *m, struct mc_entry *e)
 	pthread_mutex_unlock(&m->mu);
 }
 
-void mc_note_streamed(struct mcache *m)
+void mcache_note_streamed(struct mcache *m)
 {
 	pthread_mutex_lock(&m->mu);
 	m->streamed++;
 	pthread_mutex_unlock(&m->mu);
 }
 
-void mc_stats(struct mcache *m, struct fmt_mem_stats *st)
+void mcache_stats(struct mcache *m, struct fmt_mem_stats *st)
 {
 	pthread_mutex_lock(&m->mu);
 	*st = (struct fmt_mem_stats){

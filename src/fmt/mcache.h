@@ -24,7 +24,7 @@
 
 struct mcache;
 
-struct mc_entry {
+struct mcache_entry {
 	uint32_t file;
 	uint32_t first;      /* first sample index in the file */
 	uint32_t count;      /* samples held */
@@ -34,31 +34,31 @@ struct mc_entry {
 	uint8_t state;
 	bool dead;           /* dropped while pinned: freed by the last release */
 	uint32_t refs;
-	struct mc_entry *prev, *next, *hnext;
+	struct mcache_entry *prev, *next, *hnext;
 };
 
-struct mcache *mc_new(uint64_t limit);
-void mc_free(struct mcache *m);
-uint64_t mc_limit(const struct mcache *m);
+struct mcache *mcache_new(uint64_t limit);
+void mcache_free(struct mcache *m);
+uint64_t mcache_limit(const struct mcache *m);
 
 enum { MC_HIT, MC_LOAD, MC_NOFIT };
 /* The entry for (file, first) of len bytes, pinned:
- *  MC_HIT:   ready; read it, then mc_release().
- *  MC_LOAD:  the caller must fill e->buf (len bytes) and call mc_ready(), or
- *            mc_abort() when it cannot.
+ *  MC_HIT:   ready; read it, then mcache_release().
+ *  MC_LOAD:  the caller must fill e->buf (len bytes) and call mcache_ready(), or
+ *            mcache_abort() when it cannot.
  *  MC_NOFIT: len exceeds the whole budget (or the buffer cannot be
  *            allocated): nothing is pinned, the caller decodes without it.
  * May wait for another thread's load or for budget. */
-int mc_acquire(struct mcache *m, uint32_t file, uint32_t first, uint32_t count, uint64_t len,
-	       struct mc_entry **e);
-void mc_ready(struct mcache *m, struct mc_entry *e);  /* still pinned after */
-void mc_abort(struct mcache *m, struct mc_entry *e);  /* unpins and drops it */
-void mc_release(struct mcache *m, struct mc_entry *e);
+int mcache_acquire(struct mcache *m, uint32_t file, uint32_t first, uint32_t count, uint64_t len,
+	       struct mcache_entry **e);
+void mcache_ready(struct mcache *m, struct mcache_entry *e);  /* still pinned after */
+void mcache_abort(struct mcache *m, struct mcache_entry *e);  /* unpins and drops it */
+void mcache_release(struct mcache *m, struct mcache_entry *e);
 
 /* Counts for tests, tools and logs. */
-void mc_stats(struct mcache *m, struct fmt_mem_stats *st);
+void mcache_stats(struct mcache *m, struct fmt_mem_stats *st);
 /* Count a sample decoded without the cache (too large for the budget). */
-void mc_note_streamed(struct mcache *m);
+void mcache_note_streamed(struct mcache *m);
 
 /* Page-backed buffers for large sizes (see above); malloc below 256 KiB. */
 void *fmt_buf_alloc(uint64_t len);

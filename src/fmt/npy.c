@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define fail fmt_fail
 

@@ -1,10 +1,10 @@
 /* Internals of the npz and npy formats, shared by their files:
- *   npy.c       NPY header parser (public: fmt.h)
- *   zip.c       zip structures (public parsers: fmt.h), an archive's member index
- *   member.c    where a member's bytes are, and decoding a range of them
- *   ndview.c    which bytes of an array make sample k; gathering, transposing
- *   npz_scan.c  the catalog scan of .npz and .npy files, and the two fmt_ops
- *   npz_read.c  reading a sample: one pread, or through the decoded-member cache
+ *   npy.c        NPY header parser (public: fmt.h)
+ *   zip.c        zip structures (public parsers: fmt.h), an archive's member index
+ *   npz_member.c where a member's bytes are, and decoding a range of them
+ *   npz_ndview.c which bytes of an array make sample k; gathering, transposing
+ *   npz_scan.c   the catalog scan of .npz and .npy files, and the two fmt_ops
+ *   npz_read.c   reading a sample: one pread, or through the decoded-member cache
  * Not for other modules. Pure helpers unless said otherwise; the scan runs on
  * the catalog-building thread, reads on any reader thread. */
 #ifndef SEER_FMT_NPZ_H
@@ -121,7 +121,7 @@ void npz_gather_feed(struct npz_gather *g, const uint8_t *data, size_t len, uint
 void npz_transpose_cols(const uint8_t *src, uint64_t rows, uint64_t ncols, uint64_t c0,
 			uint64_t cc, uint8_t *const *dst, uint64_t r0, uint32_t isz);
 
-/* ---- per-file facts (cat_file.aux) ---------------------------------------------
+/* ---- per-file facts (catalog_file.aux) ---------------------------------------------
  * aux[0] member data offset, aux[1] stored bytes, aux[2] decoded bytes,
  * aux[3] NPY header length | flags | zip CRC << 32. */
 #define AUX_HDR_MASK 0xffffffull
@@ -138,10 +138,10 @@ void npz_aux_get(const uint64_t *aux, struct member *m, uint64_t *hdr);
 
 /* "(2, 3)" for messages. */
 const char *npy_shape_str(char *buf, size_t len, const uint64_t *dims, uint32_t nd);
-int npz_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst);
-bool npz_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+int npz_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, void *dst);
+bool npz_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 	      uint64_t *hi);
-int npz_cut_many(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off,
+int npz_cut_many(struct catalog_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off,
 		 uint64_t len, uint32_t n, const uint64_t *ids, void *const *dsts);
 void *npz_shared_new(const struct catalog *c);
 void npz_shared_free(void *shared);

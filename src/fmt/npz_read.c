@@ -26,7 +26,7 @@
 
 #include "mcache.h"
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define fail fmt_fail
 
@@ -37,10 +37,10 @@ static uint64_t decoded_need(const struct catalog *c, uint32_t *files)
 	uint64_t need = 0;
 	*files = 0;
 	for (uint32_t i = 0; i < c->nfiles; i++) {
-		const struct cat_file *f = &c->files[i];
+		const struct catalog_file *f = &c->files[i];
 		if (f->nsamples < 2)
 			continue;
-		const struct cat_sample *s = &c->samples[f->first];
+		const struct catalog_sample *s = &c->samples[f->first];
 		bool deflated = f->aux[3] & AUX_DEFLATED;
 		bool contiguous = c->samples[f->first + 1].offset - s->offset == s->length;
 		if (deflated || !contiguous) {
@@ -65,17 +65,17 @@ void *npz_shared_new(const struct catalog *c)
 			 "uncompressed on the first axis", c->root, files, c->fmt->name,
 			 fmt_size(a, sizeof(a), need), fmt_size(b, sizeof(b), limit), a);
 	}
-	return mc_new(limit);
+	return mcache_new(limit);
 }
 
 void npz_shared_free(void *shared)
 {
-	mc_free(shared);
+	mcache_free(shared);
 }
 
 void npz_mem_stats(void *shared, struct fmt_mem_stats *st)
 {
-	mc_stats(shared, st);
+	mcache_stats(shared, st);
 }
 
 uint64_t npz_range_count(uint64_t n, uint64_t sbytes, uint64_t limit)
@@ -99,10 +99,10 @@ struct arr {
 };
 
 /* a from the catalog alone; false when the entry does not match the layout. */
-static bool arr_layout(const struct catalog *c, uint64_t id, const struct cat_sample *s,
+static bool arr_layout(const struct catalog *c, uint64_t id, const struct catalog_sample *s,
 		       struct arr *a)
 {
-	const struct cat_file *f = &c->files[s->file];
+	const struct catalog_file *f = &c->files[s->file];
 	const struct seer_wire_type *t = &c->types[s->type];
 	npz_aux_get(f->aux, &a->m, &a->hdr);
 	bool last = f->aux[3] & AUX_LAST, fortran = f->aux[3] & AUX_FORTRAN;
@@ -122,11 +122,11 @@ static bool arr_layout(const struct catalog *c, uint64_t id, const struct cat_sa
 		 a->m.usize < a->hdr || end > a->m.usize || end < a->hdr);
 }
 
-static int arr_init(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+static int arr_init(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s,
 		    struct arr *a)
 {
 	if (!arr_layout(rd->cat, id, s, a))
-		return cat_read_error(rd, id, SEER_EDATASET, "catalog entry does not match the "
+		return catalog_read_error(rd, id, SEER_EDATASET, "catalog entry does not match the "
 				      "array layout (damaged catalog cache?): rebuild the catalog");
 	return 0;
 }
@@ -242,14 +242,14 @@ static int decode_range(const struct npz_src *src, const struct arr *a, uint64_t
 /* ---- the three paths ------------------------------------------------------------ */
 
 /* Through the shared cache; MC_NOFIT when it cannot hold the range. */
-static int read_cached(struct cat_reader *rd, uint64_t id, int fd, const struct arr *a,
+static int read_cached(struct catalog_reader *rd, uint64_t id, int fd, const struct arr *a,
 		       uint64_t k, uint64_t count, uint8_t *dst)
 {
 	struct mcache *mc = rd->cat->fmt_shared;
 	uint64_t first = k / count * count, cnt = MIN(count, a->n - first);
 	uint32_t file = rd->cat->samples[id].file;
-	struct mc_entry *e;
-	int got = mc_acquire(mc, file, (uint32_t)first, (uint32_t)cnt, cnt * a->v.total, &e);
+	struct mcache_entry *e;
+	int got = mcache_acquire(mc, file, (uint32_t)first, (uint32_t)cnt, cnt * a->v.total, &e);
 	if (got == MC_NOFIT)
 		return MC_NOFIT;
 	if (got == MC_LOAD) {
@@ -262,43 +262,43 @@ static int read_cached(struct cat_reader *rd, uint64_t id, int fd, const struct 
 			      : -ENOMEM;
 		free(dsts);
 		if (rc) {
-			mc_abort(mc, e);
-			return rc == SEER_EDATASET ? cat_read_error(rd, id, rc, "%s", err) : rc;
+			mcache_abort(mc, e);
+			return rc == SEER_EDATASET ? catalog_read_error(rd, id, rc, "%s", err) : rc;
 		}
-		mc_ready(mc, e);
+		mcache_ready(mc, e);
 	}
 	memcpy(dst, e->buf + (k - first) * a->v.total, (size_t)a->v.total);
-	mc_release(mc, e);
+	mcache_release(mc, e);
 	return 0;
 }
 
-int npz_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+int npz_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, void *dst)
 {
 	struct arr a;
 	int rc = arr_init(rd, id, s, &a);
 	if (rc)
 		return rc;
-	int fd = cat_reader_fd(rd, s->file);
+	int fd = catalog_reader_fd(rd, s->file);
 	if (fd < 0)
 		return fd;
 	uint64_t k = id - rd->cat->files[s->file].first;
 	if (!a.m.deflated && a.v.ndim == 0) {
 		rc = fmt_pread(fd, dst, (size_t)a.v.total, a.m.off + a.hdr + a.v.base);
 		if (rc == -ENODATA)
-			return cat_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
+			return catalog_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
 					      "layout: restart seerd to rescan");
 	} else {
 		struct mcache *mc = rd->cat->fmt_shared;
-		uint64_t count = npz_range_count(a.n, a.v.total, mc_limit(mc));
+		uint64_t count = npz_range_count(a.n, a.v.total, mcache_limit(mc));
 		rc = count ? read_cached(rd, id, fd, &a, k, count, dst) : MC_NOFIT;
 		if (rc == MC_NOFIT) {
 			char err[256];
 			const struct npz_src src = { .fd = fd };
 			uint8_t *one = dst;
-			mc_note_streamed(mc);
+			mcache_note_streamed(mc);
 			rc = decode_range(&src, &a, k, 1, &one, false, err, sizeof(err));
 			if (rc == SEER_EDATASET)
-				return cat_read_error(rd, id, rc, "%s", err);
+				return catalog_read_error(rd, id, rc, "%s", err);
 		}
 	}
 	if (rc == 0 && a.swap)
@@ -311,7 +311,7 @@ int npz_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, voi
 /* A sample contiguous in a stored member is its own bytes; any other needs
  * the whole member (stored: to find its elements and check the CRC;
  * deflated: to inflate from its start). */
-bool npz_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+bool npz_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 	      uint64_t *hi)
 {
 	struct arr a;
@@ -331,7 +331,7 @@ bool npz_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, 
  * holding every one's span): a copy each when contiguous and stored, else
  * one decoding pass over the member, transposed or gathered straight into
  * the destinations (no decoded copy of the member is kept). */
-int npz_cut_many(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off,
+int npz_cut_many(struct catalog_reader *rd, uint32_t file, const uint8_t *buf, uint64_t off,
 		 uint64_t len, uint32_t n, const uint64_t *ids, void *const *dsts)
 {
 	const struct catalog *c = rd->cat;
@@ -349,7 +349,7 @@ int npz_cut_many(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint6
 		if (!a.m.deflated && a.v.ndim == 0) {
 			uint64_t at = a.m.off + a.hdr + a.v.base;
 			if (at < off || at - off > len || len - (at - off) < a.v.total)
-				return cat_read_error(rd, ids[i], -ERANGE, "sample is not inside the "
+				return catalog_read_error(rd, ids[i], -ERANGE, "sample is not inside the "
 						      "bytes read (%llu..%llu)", (unsigned long long)off,
 						      (unsigned long long)(off + len));
 			memcpy(dsts[i], buf + (at - off), (size_t)a.v.total);
@@ -369,7 +369,7 @@ int npz_cut_many(struct cat_reader *rd, uint32_t file, const uint8_t *buf, uint6
 	int rc = decode_range(&src, &a, kmin, cnt, d, true, err, sizeof(err));
 	free(d);
 	if (rc)
-		return rc == SEER_EDATASET ? cat_read_error(rd, ids[0], rc, "%s", err) : rc;
+		return rc == SEER_EDATASET ? catalog_read_error(rd, ids[0], rc, "%s", err) : rc;
 	for (uint32_t i = 0; a.swap && i < n; i++)
 		fmt_swap(dsts[i], a.v.total, a.isz);
 	return 0;

@@ -18,20 +18,20 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define fail fmt_fail
 #define LABELS_MAX (1ull << 30)
 
-static int sample_axis(struct cat_builder *b, bool *last)
+static int sample_axis(struct catalog_builder *b, bool *last)
 {
-	const char *a = cat_builder_params(b)->npz_sample_axis;
+	const char *a = catalog_builder_params(b)->npz_sample_axis;
 	if (!a || !*a || strcmp(a, "last") == 0) {
 		*last = true;
 	} else if (strcmp(a, "first") == 0) {
 		*last = false;
 	} else {
-		cat_builder_error(b, "npz_sample_axis is '%s': use 'last' (DLIO) or 'first'", a);
+		catalog_builder_error(b, "npz_sample_axis is '%s': use 'last' (DLIO) or 'first'", a);
 		return SEER_EDATASET;
 	}
 	return 0;
@@ -39,17 +39,17 @@ static int sample_axis(struct cat_builder *b, bool *last)
 
 /* Is the array of h (held by member m) usable as samples? Fills the sample
  * type, its bytes and the sample count. */
-static int array_check(struct cat_builder *b, const struct npy_header *h, const struct member *m,
+static int array_check(struct catalog_builder *b, const struct npy_header *h, const struct member *m,
 		       bool last, const char *what, struct seer_wire_type *t, uint64_t *bytes,
 		       uint64_t *n)
 {
 	char sh[160];
 	if (h->ndim == 0) {
-		cat_builder_error(b, "%s is a 0-d array: it has no sample axis", what);
+		catalog_builder_error(b, "%s is a 0-d array: it has no sample axis", what);
 		return SEER_EDATASET;
 	}
 	if (m->usize != h->data_off + h->nbytes) {
-		cat_builder_error(b, "%s holds %llu bytes but its NPY header describes %llu (a "
+		catalog_builder_error(b, "%s holds %llu bytes but its NPY header describes %llu (a "
 				  "%llu-byte header and shape %s of %u-byte elements): %s", what,
 				  (unsigned long long)m->usize,
 				  (unsigned long long)(h->data_off + h->nbytes),
@@ -68,12 +68,12 @@ static int array_check(struct cat_builder *b, const struct npy_header *h, const 
 		*bytes *= t->dims[i];
 	}
 	if (*n > 0 && *bytes == 0) {
-		cat_builder_error(b, "%s of shape %s holds empty samples", what,
+		catalog_builder_error(b, "%s of shape %s holds empty samples", what,
 				  npy_shape_str(sh, sizeof(sh), h->shape, nd));
 		return SEER_EDATASET;
 	}
 	if (*n > UINT32_MAX) {
-		cat_builder_error(b, "%s holds %llu samples (at most 2^32-1 per file)", what,
+		catalog_builder_error(b, "%s holds %llu samples (at most 2^32-1 per file)", what,
 				  (unsigned long long)*n);
 		return SEER_EDATASET;
 	}
@@ -81,15 +81,15 @@ static int array_check(struct cat_builder *b, const struct npy_header *h, const 
 }
 
 /* The array becomes the samples of file `file`. */
-static int array_add(struct cat_builder *b, uint32_t file, const struct npy_header *h,
+static int array_add(struct catalog_builder *b, uint32_t file, const struct npy_header *h,
 		     const struct member *m, bool last, const struct seer_wire_type *t,
 		     uint64_t bytes, uint64_t n, const int64_t *labels)
 {
 	uint32_t type;
-	int rc = cat_intern_type(b, t, &type);
+	int rc = catalog_intern_type(b, t, &type);
 	if (rc)
 		return rc;
-	npz_aux_put(cat_builder_aux(b, file), m, h, last);
+	npz_aux_put(catalog_builder_aux(b, file), m, h, last);
 	struct nd_view v;
 	npz_view_init(&v, h->shape, h->ndim, h->fortran, last, 0, h->itemsize);
 	if ((m->deflated || v.ndim > 0) && n > 1 && npz_range_count(n, bytes, fmt_memory()) == 0) {
@@ -100,12 +100,12 @@ static int array_add(struct cat_builder *b, uint32_t file, const struct npy_head
 				 "format memory (prefetch.format_memory = %s) cannot hold two of them "
 				 "decoded: every sample will decode its part of the member on its own; "
 				 "raise prefetch.format_memory, or store samples uncompressed on the "
-				 "first axis (further files not reported)", cat_builder_path(b, file),
+				 "first axis (further files not reported)", catalog_builder_path(b, file),
 				 fmt_size(sz, sizeof(sz), bytes), fmt_size(lim, sizeof(lim), fmt_memory()));
 	}
 	uint64_t stride = npz_axis_stride(h->shape, h->ndim, h->fortran, last, h->itemsize);
 	for (uint64_t k = 0; k < n; k++) {
-		rc = cat_add_sample(b, file, k * stride, bytes, labels ? labels[k] : -1, type);
+		rc = catalog_add_sample(b, file, k * stride, bytes, labels ? labels[k] : -1, type);
 		if (rc)
 			return rc;
 	}
@@ -227,9 +227,9 @@ static int npz_labels(int fd, uint64_t size, const struct zip_index *z, const ch
 	return 0;
 }
 
-static int npz_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+static int npz_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t size)
 {
-	const struct cat_params *p = cat_builder_params(b);
+	const struct catalog_params *p = catalog_builder_params(b);
 	const char *xname = p->npz_data && *p->npz_data ? p->npz_data : "x";
 	const char *yname = p->npz_labels ? p->npz_labels : "y";
 	bool last;
@@ -278,11 +278,11 @@ out:
 	free(z.cd);
 	free(labels);
 	if (rc == SEER_EDATASET)
-		cat_builder_error(b, "%s", err);
+		catalog_builder_error(b, "%s", err);
 	return rc;
 }
 
-static int npy_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+static int npy_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t size)
 {
 	bool last;
 	int rc = sample_axis(b, &last);
@@ -293,7 +293,7 @@ static int npy_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 	struct npy_header h;
 	rc = npz_member_npy_header(fd, &m, &h, err, sizeof(err));
 	if (rc == SEER_EDATASET)
-		cat_builder_error(b, "%s", err);
+		catalog_builder_error(b, "%s", err);
 	if (rc)
 		return rc;
 	struct seer_wire_type t;
@@ -302,13 +302,13 @@ static int npy_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 	return rc ? rc : array_add(b, file, &h, &m, last, &t, bytes, n, NULL);
 }
 
-static bool npz_accept(const struct cat_params *p, const char *relpath)
+static bool npz_accept(const struct catalog_params *p, const char *relpath)
 {
 	(void)p;
 	return fmt_has_suffix(relpath, ".npz");
 }
 
-static bool npy_accept(const struct cat_params *p, const char *relpath)
+static bool npy_accept(const struct catalog_params *p, const char *relpath)
 {
 	(void)p;
 	return fmt_has_suffix(relpath, ".npy");

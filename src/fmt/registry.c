@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "../util.h"
+#include "../util/util.h"
 
 #define FMT_ENTRY(name, desc) &fmt_##name,
 static const struct fmt_ops *const all[] = { FMT_LIST(FMT_ENTRY) };
@@ -16,7 +16,7 @@ static const struct fmt_ops *const all[] = { FMT_LIST(FMT_ENTRY) };
 static const char names[] = "" FMT_LIST(FMT_NAME_ITEM);
 #undef FMT_NAME_ITEM
 
-const struct fmt_ops *cat_find_format(const char *name)
+const struct fmt_ops *fmt_registry_find(const char *name)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
 		if (strcmp(all[i]->name, name) == 0)
@@ -24,7 +24,7 @@ const struct fmt_ops *cat_find_format(const char *name)
 	return NULL;
 }
 
-const char *cat_format_names(void)
+const char *fmt_registry_names(void)
 {
 	return names + 2;
 }

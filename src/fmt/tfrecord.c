@@ -23,20 +23,20 @@
 #include <unistd.h>
 
 #include "seer.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define fail fmt_fail
 
 /* ---- framing and index parsing ------------------------------------------------ */
 
-int tfr_parse_header(const void *buf, size_t len, uint64_t *payload_len, char *err,
+int tfrecord_parse_header(const void *buf, size_t len, uint64_t *payload_len, char *err,
 		     size_t errlen)
 {
 	const uint8_t *p = buf;
 	if (len < TFR_HDR_LEN)
 		return fail(err, errlen, "record header truncated (%zu of %d bytes)", len,
 			    TFR_HDR_LEN);
-	uint32_t stored = fmt_le32(p + 8), want = tfr_mask_crc(crc32c(0, p, 8));
+	uint32_t stored = fmt_le32(p + 8), want = tfrecord_mask_crc(crc32c(0, p, 8));
 	if (stored != want)
 		return fail(err, errlen, "length CRC mismatch (stored %08x, computed %08x): not a "
 				 "TFRecord file, or damaged", stored, want);
@@ -66,11 +66,11 @@ static bool parse_num(const char **p, const char *end, uint64_t *v)
 	return true;
 }
 
-int tfr_parse_index(const char *buf, size_t len, struct tfr_extent **out, uint64_t *n,
+int tfrecord_parse_index(const char *buf, size_t len, struct tfrecord_extent **out, uint64_t *n,
 		    char *err, size_t errlen)
 {
 	const char *p = buf, *end = buf + len;
-	struct tfr_extent *v = NULL;
+	struct tfrecord_extent *v = NULL;
 	uint64_t cnt = 0, cap = 0, line = 0;
 	*out = NULL;
 	*n = 0;
@@ -84,7 +84,7 @@ int tfr_parse_index(const char *buf, size_t len, struct tfr_extent **out, uint64
 		}
 		if (p == end)
 			break;
-		struct tfr_extent e;
+		struct tfrecord_extent e;
 		if (!parse_num(&p, end, &e.off))
 			goto bad;
 		if (p == end || !is_space(*p))
@@ -101,7 +101,7 @@ int tfr_parse_index(const char *buf, size_t len, struct tfr_extent **out, uint64
 			p++;
 		if (cnt == cap) {
 			cap = MAX(cap * 2, 256);
-			struct tfr_extent *nv = realloc(v, cap * sizeof(*v));
+			struct tfrecord_extent *nv = realloc(v, cap * sizeof(*v));
 			if (!nv) {
 				free(v);
 				return -ENOMEM;
@@ -124,7 +124,7 @@ bad:
 #define INDEX_MAX (1ull << 30)
 
 struct recs {
-	struct tfr_extent *v; /* off: record start, len: payload bytes */
+	struct tfrecord_extent *v; /* off: record start, len: payload bytes */
 	uint64_t n, cap;
 };
 
@@ -132,19 +132,19 @@ static int recs_push(struct recs *r, uint64_t off, uint64_t len)
 {
 	if (r->n == r->cap) {
 		r->cap = MAX(r->cap * 2, 1024);
-		struct tfr_extent *nv = realloc(r->v, r->cap * sizeof(*r->v));
+		struct tfrecord_extent *nv = realloc(r->v, r->cap * sizeof(*r->v));
 		if (!nv)
 			return -ENOMEM;
 		r->v = nv;
 	}
-	r->v[r->n++] = (struct tfr_extent){ off, len };
+	r->v[r->n++] = (struct tfrecord_extent){ off, len };
 	return 0;
 }
 
 /* Walk the records of the file, reading headers through a window (payloads
  * larger than the window are skipped, not read). With an index, every entry
  * must match the record found at its place: else *index_bad says why. */
-static int tfr_walk(int fd, uint64_t size, const struct tfr_extent *ix, uint64_t nix,
+static int tfrecord_walk(int fd, uint64_t size, const struct tfrecord_extent *ix, uint64_t nix,
 		    struct recs *out, char *why, size_t whylen, bool *index_bad, char *err,
 		    size_t errlen)
 {
@@ -182,7 +182,7 @@ static int tfr_walk(int fd, uint64_t size, const struct tfr_extent *ix, uint64_t
 			wpos = pos;
 		}
 		uint64_t len;
-		rc = tfr_parse_header(win + (pos - wpos), TFR_HDR_LEN, &len, err, errlen);
+		rc = tfrecord_parse_header(win + (pos - wpos), TFR_HDR_LEN, &len, err, errlen);
 		if (rc) {
 			char inner[256];
 			str_copy(inner, sizeof(inner), err);
@@ -273,22 +273,22 @@ static int read_small_file(const char *path, char **buf, size_t *len)
 	return rc;
 }
 
-static int tfr_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
+static int tfrecord_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t size)
 {
-	const char *rel = cat_builder_path(b, file);
+	const char *rel = catalog_builder_path(b, file);
 	char err[512], why[256];
 	struct recs r = { 0 };
 	bool index_bad = false;
 	int rc = 0;
-	char *ipath = find_index(cat_builder_root(b), rel);
+	char *ipath = find_index(catalog_builder_root(b), rel);
 	if (ipath) {
 		char *text = NULL;
 		size_t tlen = 0;
-		struct tfr_extent *ix = NULL;
+		struct tfrecord_extent *ix = NULL;
 		uint64_t nix = 0;
 		rc = read_small_file(ipath, &text, &tlen);
 		if (rc == 0) {
-			rc = tfr_parse_index(text, tlen, &ix, &nix, why, sizeof(why));
+			rc = tfrecord_parse_index(text, tlen, &ix, &nix, why, sizeof(why));
 			free(text);
 			if (rc == SEER_EDATASET) {
 				index_bad = true;
@@ -300,7 +300,7 @@ static int tfr_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 			rc = 0;
 		}
 		if (rc == 0 && !index_bad)
-			rc = tfr_walk(fd, size, ix, nix, &r, why, sizeof(why), &index_bad, err,
+			rc = tfrecord_walk(fd, size, ix, nix, &r, why, sizeof(why), &index_bad, err,
 				      sizeof(err));
 		free(ix);
 		if (rc == 0 && index_bad) {
@@ -310,16 +310,16 @@ static int tfr_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 		}
 	}
 	if (rc == 0 && (!ipath || index_bad))
-		rc = tfr_walk(fd, size, NULL, 0, &r, why, sizeof(why), &index_bad, err, sizeof(err));
+		rc = tfrecord_walk(fd, size, NULL, 0, &r, why, sizeof(why), &index_bad, err, sizeof(err));
 	free(ipath);
 	if (rc == 0) {
 		static const struct seer_wire_type bytes = { .dtype = SEER_DT_BYTES };
 		uint32_t type;
-		rc = cat_intern_type(b, &bytes, &type);
+		rc = catalog_intern_type(b, &bytes, &type);
 		for (uint64_t i = 0; rc == 0 && i < r.n; i++)
-			rc = cat_add_sample(b, file, r.v[i].off, r.v[i].len, -1, type);
+			rc = catalog_add_sample(b, file, r.v[i].off, r.v[i].len, -1, type);
 	} else if (rc == SEER_EDATASET) {
-		cat_builder_error(b, "%s", err);
+		catalog_builder_error(b, "%s", err);
 	}
 	free(r.v);
 	return rc;
@@ -328,9 +328,9 @@ static int tfr_scan(struct cat_builder *b, uint32_t file, int fd, uint64_t size)
 
 /* ---- reading ------------------------------------------------------------------------ */
 
-static int tfr_read(struct cat_reader *rd, uint64_t id, const struct cat_sample *s, void *dst)
+static int tfrecord_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s, void *dst)
 {
-	int fd = cat_reader_fd(rd, s->file);
+	int fd = catalog_reader_fd(rd, s->file);
 	if (fd < 0)
 		return fd;
 	uint8_t hdr[TFR_HDR_LEN], foot[TFR_FOOTER_LEN];
@@ -339,23 +339,23 @@ static int tfr_read(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 	};
 	int rc = fmt_preadv(fd, iov, 3, s->offset);
 	if (rc == -ENODATA)
-		return cat_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
+		return catalog_read_error(rd, id, SEER_EDATASET, "file shorter than its catalogued "
 				      "records: restart seerd to rescan");
 	if (rc)
 		return rc;
 	char err[256];
 	uint64_t len;
-	if (tfr_parse_header(hdr, sizeof(hdr), &len, err, sizeof(err)) != 0)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: %s",
+	if (tfrecord_parse_header(hdr, sizeof(hdr), &len, err, sizeof(err)) != 0)
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu: %s",
 				      (unsigned long long)s->offset, err);
 	if (len != s->length)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu holds %llu bytes, "
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu holds %llu bytes, "
 				      "the catalog says %llu: restart seerd to rescan",
 				      (unsigned long long)s->offset, (unsigned long long)len,
 				      (unsigned long long)s->length);
-	uint32_t stored = fmt_le32(foot), want = tfr_mask_crc(crc32c(0, dst, (size_t)s->length));
+	uint32_t stored = fmt_le32(foot), want = tfrecord_mask_crc(crc32c(0, dst, (size_t)s->length));
 	if (stored != want)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: payload CRC "
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu: payload CRC "
 				      "mismatch (stored %08x, computed %08x): the file is damaged",
 				      (unsigned long long)s->offset, stored, want);
 	return 0;
@@ -363,7 +363,7 @@ static int tfr_read(struct cat_reader *rd, uint64_t id, const struct cat_sample 
 
 /* ---- coalesced reads: records cut out of a byte range --------------------------------- */
 
-static bool tfr_span(const struct catalog *c, uint64_t id, const struct cat_sample *s, uint64_t *lo,
+static bool tfrecord_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 		     uint64_t *hi)
 {
 	(void)c;
@@ -374,31 +374,31 @@ static bool tfr_span(const struct catalog *c, uint64_t id, const struct cat_samp
 }
 
 /* The record at s->offset out of buf (the file's bytes [off, off + len)):
- * header CRC and length, payload CRC, as tfr_read checks them. */
-static int tfr_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *s,
+ * header CRC and length, payload CRC, as tfrecord_read checks them. */
+static int tfrecord_cut(struct catalog_reader *rd, uint64_t id, const struct catalog_sample *s,
 		   const uint8_t *buf, uint64_t off, uint64_t len, void *dst)
 {
 	uint64_t need = TFR_HDR_LEN + s->length + TFR_FOOTER_LEN;
 	if (s->offset < off || s->offset - off > len || len - (s->offset - off) < need)
-		return cat_read_error(rd, id, -ERANGE, "record at offset %llu is not inside the "
+		return catalog_read_error(rd, id, -ERANGE, "record at offset %llu is not inside the "
 				      "bytes read (%llu..%llu)", (unsigned long long)s->offset,
 				      (unsigned long long)off, (unsigned long long)(off + len));
 	const uint8_t *p = buf + (s->offset - off);
 	char err[256];
 	uint64_t plen;
-	if (tfr_parse_header(p, TFR_HDR_LEN, &plen, err, sizeof(err)) != 0)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: %s",
+	if (tfrecord_parse_header(p, TFR_HDR_LEN, &plen, err, sizeof(err)) != 0)
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu: %s",
 				      (unsigned long long)s->offset, err);
 	if (plen != s->length)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu holds %llu bytes, "
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu holds %llu bytes, "
 				      "the catalog says %llu: restart seerd to rescan",
 				      (unsigned long long)s->offset, (unsigned long long)plen,
 				      (unsigned long long)s->length);
 	const uint8_t *payload = p + TFR_HDR_LEN;
 	uint32_t stored = fmt_le32(payload + s->length);
-	uint32_t want = tfr_mask_crc(crc32c(0, payload, (size_t)s->length));
+	uint32_t want = tfrecord_mask_crc(crc32c(0, payload, (size_t)s->length));
 	if (stored != want)
-		return cat_read_error(rd, id, SEER_EDATASET, "record at offset %llu: payload CRC "
+		return catalog_read_error(rd, id, SEER_EDATASET, "record at offset %llu: payload CRC "
 				      "mismatch (stored %08x, computed %08x): the file is damaged",
 				      (unsigned long long)s->offset, stored, want);
 	memcpy(dst, payload, (size_t)s->length);
@@ -408,8 +408,8 @@ static int tfr_cut(struct cat_reader *rd, uint64_t id, const struct cat_sample *
 const struct fmt_ops fmt_tfrecord = {
 	.name = "tfrecord",
 	.accept = fmt_not_index,
-	.scan = tfr_scan,
-	.read = tfr_read,
-	.span = tfr_span,
-	.cut = tfr_cut,
+	.scan = tfrecord_scan,
+	.read = tfrecord_read,
+	.span = tfrecord_span,
+	.cut = tfrecord_cut,
 };

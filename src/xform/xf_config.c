@@ -15,7 +15,7 @@
 
 #include "xform.h"
 #include "xf_internal.h"
-#include "../util.h"
+#include "../common/base.h"
 
 #define XF_MAX_OUT 16384u
 

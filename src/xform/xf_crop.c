@@ -20,7 +20,7 @@
 #include "seer.h"
 #include "xform.h"
 #include "xf_internal.h"
-#include "../util.h"
+#include "../common/base.h"
 
 #define GOLDEN 0x9e3779b97f4a7c15ull
 #define XF_DOMAIN 0x7866726d5eed0001ull /* "xfrm": apart from the sampler's stream */

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base.h"
+#include "../common/base.h"
 #include "xform.h"
 
 #define XF_MAX_SIDE 65500u                 /* JPEG's own limit; PNG is held to it too */
@@ -60,16 +60,16 @@ struct xf_scratch {
  * pixels of `want` (coordinates of the image decoded at num/8 of its size;
  * PNG: num must be 8) into s->region, describing them in *out. Errors name
  * the defect ("truncated JPEG: ...", "corrupt PNG: ..."). */
-int xfj_header(struct xf_scratch *s, const uint8_t *src, size_t len, uint32_t *w,
+int xf_jpeg_header(struct xf_scratch *s, const uint8_t *src, size_t len, uint32_t *w,
 	       uint32_t *h, char *err, size_t errlen);
-int xfj_decode(struct xf_scratch *s, enum xf_jpeg_path path, const uint8_t *src, size_t len,
+int xf_jpeg_decode(struct xf_scratch *s, enum xf_jpeg_path path, const uint8_t *src, size_t len,
 	       uint32_t num, const struct xf_rect *want, struct xf_region *out, char *err,
 	       size_t errlen);
-void xfj_free(struct xf_jpeg *j);
+void xf_jpeg_free(struct xf_jpeg *j);
 
-int xfp_header(struct xf_scratch *s, const uint8_t *src, size_t len, uint32_t *w,
+int xf_png_header(struct xf_scratch *s, const uint8_t *src, size_t len, uint32_t *w,
 	       uint32_t *h, char *err, size_t errlen);
-int xfp_decode(struct xf_scratch *s, const uint8_t *src, size_t len, const struct xf_rect *want,
+int xf_png_decode(struct xf_scratch *s, const uint8_t *src, size_t len, const struct xf_rect *want,
 	       struct xf_region *out, char *err, size_t errlen);
 
 /* Size of an image decoded at num/8: ceil(side * num / 8), as libjpeg. */
@@ -129,6 +129,6 @@ int xf_resample_u8(struct xf_scratch *s, const struct xf_region *r, const struct
 		   const struct xf_taps *ty, uint8_t *dst);
 
 /* Error text helper: snprintf into err when err is not NULL; returns rc. */
-#define xf_fail err_fmt /* src/base.h: the message into err, returns rc */
+#define xf_fail err_fmt /* src/common/base.h: the message into err, returns rc */
 
 #endif /* SEER_XF_INTERNAL_H */

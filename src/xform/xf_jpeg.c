@@ -31,11 +31,11 @@
 #include <turbojpeg.h>
 
 #include "xf_internal.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define XFJ_MAX_SCANS 500
 
-struct xfj_err {
+struct xf_jpeg_err {
 	struct jpeg_error_mgr pub;
 	jmp_buf jb;
 	char msg[JMSG_LENGTH_MAX];
@@ -44,14 +44,14 @@ struct xfj_err {
 
 struct xf_jpeg {
 	struct jpeg_decompress_struct ci;
-	struct xfj_err err;
+	struct xf_jpeg_err err;
 	struct jpeg_progress_mgr prog;
 	tjhandle tj;
 };
 
-static void xfj_error_exit(j_common_ptr c)
+static void xf_jpeg_error_exit(j_common_ptr c)
 {
-	struct xfj_err *e = (struct xfj_err *)c->err;
+	struct xf_jpeg_err *e = (struct xf_jpeg_err *)c->err;
 	(*c->err->format_message)(c, e->msg);
 	longjmp(e->jb, 1);
 }
@@ -64,9 +64,9 @@ static int lost_data(int code)
 	       code == JWRN_NOT_SEQUENTIAL || code == JWRN_TOO_MUCH_DATA;
 }
 
-static void xfj_emit(j_common_ptr c, int level)
+static void xf_jpeg_emit(j_common_ptr c, int level)
 {
-	struct xfj_err *e = (struct xfj_err *)c->err;
+	struct xf_jpeg_err *e = (struct xf_jpeg_err *)c->err;
 	if (level >= 0 || !lost_data(c->err->msg_code))
 		return; /* trace messages and benign warnings */
 	(*c->err->format_message)(c, e->msg);
@@ -74,15 +74,15 @@ static void xfj_emit(j_common_ptr c, int level)
 	longjmp(e->jb, 1);
 }
 
-static void xfj_output(j_common_ptr c)
+static void xf_jpeg_output(j_common_ptr c)
 {
 	(void)c; /* never print */
 }
 
-static void xfj_progress(j_common_ptr c)
+static void xf_jpeg_progress(j_common_ptr c)
 {
 	j_decompress_ptr d = (j_decompress_ptr)c;
-	struct xfj_err *e = (struct xfj_err *)c->err;
+	struct xf_jpeg_err *e = (struct xf_jpeg_err *)c->err;
 	if (c->is_decompressor && d->progressive_mode && d->input_scan_number > XFJ_MAX_SCANS) {
 		snprintf(e->msg, sizeof(e->msg), "more than %d progressive scans", XFJ_MAX_SCANS);
 		e->kind = 3;
@@ -90,7 +90,7 @@ static void xfj_progress(j_common_ptr c)
 	}
 }
 
-static struct xf_jpeg *xfj_get(struct xf_scratch *s)
+static struct xf_jpeg *xf_jpeg_get(struct xf_scratch *s)
 {
 	if (s->jpeg)
 		return s->jpeg;
@@ -98,21 +98,21 @@ static struct xf_jpeg *xfj_get(struct xf_scratch *s)
 	if (!j)
 		return NULL;
 	j->ci.err = jpeg_std_error(&j->err.pub);
-	j->err.pub.error_exit = xfj_error_exit;
-	j->err.pub.emit_message = xfj_emit;
-	j->err.pub.output_message = xfj_output;
+	j->err.pub.error_exit = xf_jpeg_error_exit;
+	j->err.pub.emit_message = xf_jpeg_emit;
+	j->err.pub.output_message = xf_jpeg_output;
 	if (setjmp(j->err.jb)) { /* out of memory in jpeg_create_decompress */
 		free(j);
 		return NULL;
 	}
 	jpeg_create_decompress(&j->ci);
-	j->prog.progress_monitor = xfj_progress;
+	j->prog.progress_monitor = xf_jpeg_progress;
 	j->ci.progress = &j->prog;
 	s->jpeg = j;
 	return j;
 }
 
-void xfj_free(struct xf_jpeg *j)
+void xf_jpeg_free(struct xf_jpeg *j)
 {
 	if (!j)
 		return;
@@ -122,7 +122,7 @@ void xfj_free(struct xf_jpeg *j)
 	free(j);
 }
 
-static int xfj_fail(struct xf_jpeg *j, char *err, size_t errlen)
+static int xf_jpeg_fail(struct xf_jpeg *j, char *err, size_t errlen)
 {
 	const char *what[] = { "invalid JPEG", "corrupt JPEG data", "truncated JPEG",
 			       "unsupported JPEG" };
@@ -150,14 +150,14 @@ static int read_header(struct xf_scratch *s, struct xf_jpeg *j, const uint8_t *s
 	return 0;
 }
 
-int xfj_header(struct xf_scratch *s, const uint8_t *src, size_t len, uint32_t *w, uint32_t *h,
+int xf_jpeg_header(struct xf_scratch *s, const uint8_t *src, size_t len, uint32_t *w, uint32_t *h,
 	       char *err, size_t errlen)
 {
-	struct xf_jpeg *j = xfj_get(s);
+	struct xf_jpeg *j = xf_jpeg_get(s);
 	if (!j)
 		return xf_fail(err, errlen, -ENOMEM, "out of memory for a JPEG decoder");
 	if (setjmp(j->err.jb))
-		return xfj_fail(j, err, errlen);
+		return xf_jpeg_fail(j, err, errlen);
 	int rc = read_header(s, j, src, len, err, errlen);
 	if (rc)
 		return rc;
@@ -224,7 +224,7 @@ static int decode_partial(struct xf_scratch *s, struct xf_jpeg *j, const uint8_t
 {
 	j_decompress_ptr ci = &j->ci;
 	if (setjmp(j->err.jb))
-		return xfj_fail(j, err, errlen);
+		return xf_jpeg_fail(j, err, errlen);
 	int rc = read_header(s, j, src, len, err, errlen);
 	if (rc)
 		return rc;
@@ -293,11 +293,11 @@ static int decode_turbo(struct xf_scratch *s, struct xf_jpeg *j, const uint8_t *
 	return 0;
 }
 
-int xfj_decode(struct xf_scratch *s, enum xf_jpeg_path path, const uint8_t *src, size_t len,
+int xf_jpeg_decode(struct xf_scratch *s, enum xf_jpeg_path path, const uint8_t *src, size_t len,
 	       uint32_t num, const struct xf_rect *want, struct xf_region *out, char *err,
 	       size_t errlen)
 {
-	struct xf_jpeg *j = xfj_get(s);
+	struct xf_jpeg *j = xf_jpeg_get(s);
 	if (!j)
 		return xf_fail(err, errlen, -ENOMEM, "out of memory for a JPEG decoder");
 	if (num < 1 || num > 8)

@@ -20,31 +20,31 @@
 #include <png.h>
 
 #include "xf_internal.h"
-#include "../util.h"
+#include "../util/util.h"
 
-struct xfp_io {
+struct xf_png_io {
 	const uint8_t *p;
 	size_t len, off;
 	char msg[200];
 };
 
-static void xfp_read(png_structp png, png_bytep out, size_t n)
+static void xf_png_read(png_structp png, png_bytep out, size_t n)
 {
-	struct xfp_io *io = png_get_io_ptr(png);
+	struct xf_png_io *io = png_get_io_ptr(png);
 	if (n > io->len - io->off)
 		png_error(png, "the data ends before the image does (truncated file)");
 	memcpy(out, io->p + io->off, n);
 	io->off += n;
 }
 
-static void xfp_error(png_structp png, png_const_charp msg)
+static void xf_png_error(png_structp png, png_const_charp msg)
 {
-	struct xfp_io *io = png_get_error_ptr(png);
+	struct xf_png_io *io = png_get_error_ptr(png);
 	snprintf(io->msg, sizeof(io->msg), "%s", msg);
 	png_longjmp(png, 1);
 }
 
-static void xfp_warning(png_structp png, png_const_charp msg)
+static void xf_png_warning(png_structp png, png_const_charp msg)
 {
 	(void)png;
 	(void)msg;
@@ -55,7 +55,7 @@ static uint32_t be32(const uint8_t *p)
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-int xfp_header(struct xf_scratch *s, const uint8_t *src, size_t len, uint32_t *w, uint32_t *h,
+int xf_png_header(struct xf_scratch *s, const uint8_t *src, size_t len, uint32_t *w, uint32_t *h,
 	       char *err, size_t errlen)
 {
 	/* signature (8), IHDR length (4), "IHDR", width, height */
@@ -130,16 +130,16 @@ static int read_pixels(struct xf_scratch *s, png_structp png, png_infop info,
 	return 0;
 }
 
-int xfp_decode(struct xf_scratch *s, const uint8_t *src, size_t len, const struct xf_rect *want,
+int xf_png_decode(struct xf_scratch *s, const uint8_t *src, size_t len, const struct xf_rect *want,
 	       struct xf_region *out, char *err, size_t errlen)
 {
 	uint32_t w, h;
-	int rc = xfp_header(s, src, len, &w, &h, err, errlen);
+	int rc = xf_png_header(s, src, len, &w, &h, err, errlen);
 	if (rc)
 		return rc;
-	struct xfp_io io = { .p = src, .len = len };
-	png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &io, xfp_error,
-						 xfp_warning);
+	struct xf_png_io io = { .p = src, .len = len };
+	png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &io, xf_png_error,
+						 xf_png_warning);
 	png_infop info = png ? png_create_info_struct(png) : NULL;
 	if (!info) {
 		png_destroy_read_struct(&png, NULL, NULL);
@@ -149,7 +149,7 @@ int xfp_decode(struct xf_scratch *s, const uint8_t *src, size_t len, const struc
 		png_destroy_read_struct(&png, &info, NULL);
 		return xf_fail(err, errlen, -EINVAL, "corrupt PNG: %s", io.msg);
 	}
-	png_set_read_fn(png, &io, xfp_read);
+	png_set_read_fn(png, &io, xf_png_read);
 	png_set_user_limits(png, XF_MAX_SIDE, XF_MAX_SIDE);
 	png_read_info(png, info);
 	rc = read_pixels(s, png, info, want, out, err, errlen);

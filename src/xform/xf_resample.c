@@ -16,7 +16,7 @@
 #endif
 
 #include "xf_internal.h"
-#include "../util.h"
+#include "../util/util.h"
 
 #define PRECISION_BITS (32 - 8 - 2)
 

@@ -16,7 +16,7 @@
 
 #include "seer.h"
 #include "xf_internal.h"
-#include "../util.h"
+#include "../util/util.h"
 
 static const char blob_magic[8] = { 'S', 'E', 'E', 'R', 'R', 'G', 'B', '1' };
 
@@ -32,7 +32,7 @@ void xf_scratch_free(struct xf_scratch *s)
 {
 	if (!s)
 		return;
-	xfj_free(s->jpeg);
+	xf_jpeg_free(s->jpeg);
 	free(s->region.p);
 	free(s->row.p);
 	free(s->tmp.p);
@@ -143,9 +143,9 @@ int xf_probe(struct xf_scratch *s, const void *src, size_t len, enum xf_format *
 	*fmt = xf_sniff(src, len);
 	switch (*fmt) {
 	case XF_FMT_JPEG:
-		return xfj_header(s, src, len, width, height, err, errlen);
+		return xf_jpeg_header(s, src, len, width, height, err, errlen);
 	case XF_FMT_PNG:
-		return xfp_header(s, src, len, width, height, err, errlen);
+		return xf_png_header(s, src, len, width, height, err, errlen);
 	case XF_FMT_BLOB: {
 		struct blob_hdr h;
 		int rc = blob_header(src, len, &h, err, errlen);
@@ -268,9 +268,9 @@ static int header(struct xf_scratch *s, enum xf_format fmt, const uint8_t *b, si
 {
 	switch (fmt) {
 	case XF_FMT_JPEG:
-		return xfj_header(s, b, len, W, H, err, errlen);
+		return xf_jpeg_header(s, b, len, W, H, err, errlen);
 	case XF_FMT_PNG:
-		return xfp_header(s, b, len, W, H, err, errlen);
+		return xf_png_header(s, b, len, W, H, err, errlen);
 	case XF_FMT_BLOB: {
 		int rc = blob_header(b, len, bh, err, errlen);
 		*W = bh->orig_w;
@@ -290,9 +290,9 @@ static int decode_region(const struct xf_params *p, struct xf_scratch *s, enum x
 {
 	int rc = 0;
 	if (fmt == XF_FMT_JPEG)
-		rc = xfj_decode(s, p->jpeg_path, b, len, num, want, reg, err, errlen);
+		rc = xf_jpeg_decode(s, p->jpeg_path, b, len, num, want, reg, err, errlen);
 	else if (fmt == XF_FMT_PNG)
-		rc = xfp_decode(s, b, len, want, reg, err, errlen);
+		rc = xf_png_decode(s, b, len, want, reg, err, errlen);
 	else
 		*reg = (struct xf_region){ .px = b + XF_BLOB_HEADER, .stride = (size_t)bh->w * 3,
 					   .w = (int32_t)bh->w, .h = (int32_t)bh->h,

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "../../src/catalog.h"
+#include "../../src/catalog/catalog.h"
 
 static void load(const uint8_t *data, size_t size);
 
@@ -30,18 +30,18 @@ static void load(const uint8_t *data, size_t size)
 {
 	struct catalog *c = NULL;
 	char err[512];
-	if (cat_deserialize(data, size, &c, err, sizeof(err)) == 0) {
+	if (catalog_deserialize(data, size, &c, err, sizeof(err)) == 0) {
 		/* what the daemon relies on afterwards */
 		for (uint64_t i = 0; i < c->nsamples; i++) {
-			const struct cat_sample *s = &c->samples[i];
+			const struct catalog_sample *s = &c->samples[i];
 			if (s->file >= c->nfiles || s->type >= c->ntypes)
 				abort();
-			(void)cat_path(c, s->file)[0];
+			(void)catalog_path(c, s->file)[0];
 		}
 		void *img;
 		size_t len;
-		if (cat_serialize(c, &img, &len) == 0)
+		if (catalog_serialize(c, &img, &len) == 0)
 			free(img);
-		cat_free(c);
+		catalog_free(c);
 	}
 }

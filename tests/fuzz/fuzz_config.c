@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../../src/config.h"
+#include "../../src/config/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -21,22 +21,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char path[64], err[1024];
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	struct seer_config c;
-	if (cfg_init(&c, err, sizeof(err)) == 0) {
-		if (cfg_load_file(&c, path, err, sizeof(err)) == 0 &&
-		    cfg_finish(&c, err, sizeof(err)) == 0) {
-			char *d = cfg_dump(&c);
+	if (config_init(&c, err, sizeof(err)) == 0) {
+		if (config_load_file(&c, path, err, sizeof(err)) == 0 &&
+		    config_finish(&c, err, sizeof(err)) == 0) {
+			char *d = config_dump(&c);
 			free(d);
 		}
 	}
-	cfg_free(&c);
+	config_free(&c);
 	/* the same bytes as a --set assignment and as a value to expand */
 	char *s = malloc(size + 1);
 	memcpy(s, data, size);
 	s[size] = '\0';
-	if (cfg_init(&c, err, sizeof(err)) == 0)
-		cfg_set(&c, s, err, sizeof(err));
-	cfg_free(&c);
-	free(cfg_expand(s, err, sizeof(err)));
+	if (config_init(&c, err, sizeof(err)) == 0)
+		config_set(&c, s, err, sizeof(err));
+	config_free(&c);
+	free(config_expand(s, err, sizeof(err)));
 	free(s);
 	return 0;
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/ctrl.h"
+#include "../../src/util/ctrl.h"
 
 struct model {
 	bool held[64];

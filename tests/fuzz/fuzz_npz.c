@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../src/catalog.h"
+#include "../../src/catalog/catalog.h"
 #include "../../src/fmt/fmt.h"
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 
 static char dir[64];
 
@@ -46,21 +46,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fd < 0 || write_full(fd, data, size) != 0)
 		abort();
 	close(fd);
-	struct cat_opts o = { .root = dir, .format = "npz" };
+	struct catalog_opts o = { .root = dir, .format = "npz" };
 	struct catalog *c = NULL;
 	char err[1024];
-	if (cat_open(&o, &c, err, sizeof(err)) != 0)
+	if (catalog_open(&o, &c, err, sizeof(err)) != 0)
 		return 0;
 	/* a deflated member may claim a large decoded size: read small ones only */
 	if (c->max_len <= (1u << 20)) {
-		struct cat_reader rd;
-		cat_reader_init(&rd, c);
+		struct catalog_reader rd;
+		catalog_reader_init(&rd, c);
 		uint8_t *buf = malloc(c->max_len ? c->max_len : 1);
 		for (uint64_t id = 0; id < c->nsamples && id < 256; id++)
-			cat_read(&rd, id, buf);
+			catalog_read(&rd, id, buf);
 		free(buf);
-		cat_reader_fini(&rd);
+		catalog_reader_fini(&rd);
 	}
-	cat_free(c);
+	catalog_free(c);
 	return 0;
 }

@@ -12,18 +12,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint64_t pos = 0;
 	while (pos + TFR_HDR_LEN <= size) {
 		uint64_t len;
-		if (tfr_parse_header(data + pos, size - pos, &len, err, sizeof(err)) != 0)
+		if (tfrecord_parse_header(data + pos, size - pos, &len, err, sizeof(err)) != 0)
 			break;
 		if (len > size - pos - TFR_HDR_LEN || size - pos - TFR_HDR_LEN - len < TFR_FOOTER_LEN)
 			break; /* truncated record: the scanner reports it */
 		const uint8_t *payload = data + pos + TFR_HDR_LEN;
 		uint32_t want = fmt_le32(payload + len);
-		(void)(tfr_mask_crc(crc32c(0, payload, len)) == want);
+		(void)(tfrecord_mask_crc(crc32c(0, payload, len)) == want);
 		pos += TFR_HDR_LEN + len + TFR_FOOTER_LEN;
 	}
-	struct tfr_extent *ext = NULL;
+	struct tfrecord_extent *ext = NULL;
 	uint64_t n = 0;
-	if (tfr_parse_index((const char *)data, size, &ext, &n, err, sizeof(err)) == 0 && n && !ext)
+	if (tfrecord_parse_index((const char *)data, size, &ext, &n, err, sizeof(err)) == 0 && n && !ext)
 		abort();
 	free(ext);
 	return 0;

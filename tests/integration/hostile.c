@@ -61,9 +61,9 @@
 #include <unistd.h>
 
 #include "../../proto/seer_proto.h"
-#include "../../src/ring.h"
-#include "../../src/shm.h"
-#include "../../src/util.h"
+#include "../../src/common/ring.h"
+#include "../../src/common/shm.h"
+#include "../../src/util/util.h"
 #include "seer.h"
 
 /* How long to wait for the daemon's answer before calling it missing: only a

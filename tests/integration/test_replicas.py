@@ -10,7 +10,7 @@ placement, every delivered byte checked against the files:
   cache.replicas = off the network bytes after the first epoch fall (by more
   than a quarter), and those of every epoch from the third on in the
   forecasts, the PFS bytes do not change, and each node's bytes over the job
-  are those its forecast (seerctl forecast, src/forecast_node.c) predicts,
+  are those its forecast (seerctl forecast, src/plan/forecast_node.c) predicts,
   replicas on and off;
 - a node that stops answering (SIGSTOP) while the others fill replicas from
   it: their fills and reads fall back to the PFS, and every delivered sample

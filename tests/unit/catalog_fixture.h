@@ -1,4 +1,4 @@
-/* The catalog tests' fixture (test_catalog.c, test_catalog_image.c): a
+/* The catalog tests' fixture (test_catalog.c, test_catalog_cache.c): a
  * temporary dataset directory per test, files of known bytes, and checks of a
  * catalog against what the tree holds. Header of static helpers, one copy per
  * test binary. */
@@ -22,8 +22,8 @@
 #include <xxhash.h>
 
 #include "seer.h"
-#include "../../src/catalog.h"
-#include "../../src/util.h"
+#include "../../src/catalog/catalog.h"
+#include "../../src/util/util.h"
 
 
 #define FIXTURE_FN __attribute__((unused))
@@ -129,28 +129,28 @@ FIXTURE_FN static void age_tree(void)
 	nftw(data, age_dir, 16, FTW_PHYS);
 }
 
-FIXTURE_FN static struct cat_opts opts(bool with_cache)
+FIXTURE_FN static struct catalog_opts opts(bool with_cache)
 {
-	return (struct cat_opts){ .root = data, .format = "files",
+	return (struct catalog_opts){ .root = data, .format = "files",
 				  .cache_dir = with_cache ? cache : NULL };
 }
 
-FIXTURE_FN static struct catalog *open_ok(const struct cat_opts *o)
+FIXTURE_FN static struct catalog *open_ok(const struct catalog_opts *o)
 {
 	struct catalog *c = NULL;
 	err[0] = '\0';
-	int rc = cat_open(o, &c, err, sizeof(err));
-	cr_assert_eq(rc, 0, "cat_open(%s): %d %s", o->root, rc, err);
+	int rc = catalog_open(o, &c, err, sizeof(err));
+	cr_assert_eq(rc, 0, "catalog_open(%s): %d %s", o->root, rc, err);
 	cr_assert_not_null(c);
 	return c;
 }
 
-FIXTURE_FN static int open_fails(const struct cat_opts *o)
+FIXTURE_FN static int open_fails(const struct catalog_opts *o)
 {
 	struct catalog *c = NULL;
 	err[0] = '\0';
-	int rc = cat_open(o, &c, err, sizeof(err));
-	cr_assert_neq(rc, 0, "cat_open(%s) succeeded", o->root);
+	int rc = catalog_open(o, &c, err, sizeof(err));
+	cr_assert_neq(rc, 0, "catalog_open(%s) succeeded", o->root);
 	cr_assert_null(c);
 	return rc;
 }
@@ -174,11 +174,11 @@ FIXTURE_FN static void assert_catalog(const struct catalog *c, const struct expe
 	cr_assert_eq(c->nfiles, n);
 	cr_assert_str_eq(c->root, data);
 	uint64_t total = 0, maxlen = 0;
-	struct cat_reader rd;
-	cr_assert_eq(cat_reader_init(&rd, c), 0);
+	struct catalog_reader rd;
+	cr_assert_eq(catalog_reader_init(&rd, c), 0);
 	for (size_t id = 0; id < n; id++) {
-		const struct cat_sample *s = &c->samples[id];
-		cr_assert_str_eq(cat_path(c, s->file), want[id].path, "sample %zu", id);
+		const struct catalog_sample *s = &c->samples[id];
+		cr_assert_str_eq(catalog_path(c, s->file), want[id].path, "sample %zu", id);
 		cr_assert_eq(s->label, want[id].label, "%s: label %lld, want %lld", want[id].path,
 			     (long long)s->label, (long long)want[id].label);
 		cr_assert_eq(s->length, want[id].len, "%s: length", want[id].path);
@@ -190,20 +190,20 @@ FIXTURE_FN static void assert_catalog(const struct catalog *c, const struct expe
 		/* the bytes, with a guard after them */
 		uint8_t *buf = malloc(want[id].len + 16);
 		memset(buf, 0x5a, want[id].len + 16);
-		int rc = cat_read(&rd, id, buf);
-		cr_assert_eq(rc, 0, "cat_read %zu: %d %s", id, rc, rd.err);
+		int rc = catalog_read(&rd, id, buf);
+		cr_assert_eq(rc, 0, "catalog_read %zu: %d %s", id, rc, rd.err);
 		for (size_t i = 0; i < want[id].len; i++)
 			cr_assert_eq(buf[i], content_byte(want[id].seed, i), "%s byte %zu",
 				     want[id].path, i);
 		for (size_t i = 0; i < 16; i++)
-			cr_assert_eq(buf[want[id].len + i], 0x5a, "cat_read wrote past the sample");
+			cr_assert_eq(buf[want[id].len + i], 0x5a, "catalog_read wrote past the sample");
 		free(buf);
 	}
 	cr_assert_eq(c->total_bytes, total);
 	cr_assert_eq(c->max_len, maxlen);
 	uint8_t one;
-	cr_assert_eq(cat_read(&rd, n, &one), -ERANGE);
-	cat_reader_fini(&rd);
+	cr_assert_eq(catalog_read(&rd, n, &one), -ERANGE);
+	catalog_reader_fini(&rd);
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

@@ -21,9 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../src/catalog.h"
+#include "../../src/catalog/catalog.h"
 #include "../../src/fmt/fmt.h"
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 #include "seer.h"
 
 #define FIXTURE_FN __attribute__((unused))
@@ -152,43 +152,43 @@ FIXTURE_FN static char *ds_path(const char *ds)
 	return xasprintf("%s/%s", data_dir(), ds);
 }
 
-FIXTURE_FN static int open_cat(const char *ds, const char *fmt, const struct cat_params *p,
+FIXTURE_FN static int open_cat(const char *ds, const char *fmt, const struct catalog_params *p,
 		    const char *cache_dir, struct catalog **c, char *err, size_t errlen)
 {
 	char *root = ds_path(ds);
-	struct cat_opts o = { .root = root, .format = fmt, .cache_dir = cache_dir };
+	struct catalog_opts o = { .root = root, .format = fmt, .cache_dir = cache_dir };
 	if (p)
 		o.params = *p;
-	int rc = cat_open(&o, c, err, errlen);
+	int rc = catalog_open(&o, c, err, errlen);
 	free(root);
 	return rc;
 }
 
-FIXTURE_FN static void check_sample(struct cat_reader *rd, uint64_t id, const struct expect *e,
+FIXTURE_FN static void check_sample(struct catalog_reader *rd, uint64_t id, const struct expect *e,
 			 uint8_t *buf)
 {
 	const struct catalog *c = rd->cat;
-	const struct cat_sample *s = &c->samples[id];
+	const struct catalog_sample *s = &c->samples[id];
 	const struct seer_wire_type *t = &c->types[s->type];
 	memset(buf, 0xa5, c->max_len);
-	int rc = cat_read(rd, id, buf);
+	int rc = catalog_read(rd, id, buf);
 	cr_assert_eq(rc, 0, "sample %llu: %d %s", (unsigned long long)id, rc, rd->err);
 	cr_assert_eq(s->length, e->len, "sample %llu (%s): length %llu, expected %llu",
-		     (unsigned long long)id, cat_path(c, s->file), (unsigned long long)s->length,
+		     (unsigned long long)id, catalog_path(c, s->file), (unsigned long long)s->length,
 		     (unsigned long long)e->len);
 	cr_assert_eq(t->dtype, e->dtype, "sample %llu (%s): dtype %u, expected %u",
-		     (unsigned long long)id, cat_path(c, s->file), t->dtype, e->dtype);
+		     (unsigned long long)id, catalog_path(c, s->file), t->dtype, e->dtype);
 	cr_assert_eq(t->ndim, e->ndim, "sample %llu (%s): ndim %u, expected %u",
-		     (unsigned long long)id, cat_path(c, s->file), t->ndim, e->ndim);
+		     (unsigned long long)id, catalog_path(c, s->file), t->ndim, e->ndim);
 	for (uint32_t d = 0; d < t->ndim; d++)
 		cr_assert_eq(t->dims[d], e->dims[d], "sample %llu: dim %u is %llu, expected %llu",
 			     (unsigned long long)id, d, (unsigned long long)t->dims[d],
 			     (unsigned long long)e->dims[d]);
 	cr_assert_eq(s->label, e->label, "sample %llu (%s): label %lld, expected %lld",
-		     (unsigned long long)id, cat_path(c, s->file), (long long)s->label,
+		     (unsigned long long)id, catalog_path(c, s->file), (long long)s->label,
 		     (long long)e->label);
 	cr_assert(memcmp(buf, e->data, e->len) == 0, "sample %llu (%s): bytes differ",
-		  (unsigned long long)id, cat_path(c, s->file));
+		  (unsigned long long)id, catalog_path(c, s->file));
 }
 
 /* Every sample, forwards then backwards (other cache states), against numpy. */
@@ -196,15 +196,15 @@ FIXTURE_FN static void check_all(const struct catalog *c, const struct expect *e
 {
 	cr_assert_eq(c->nsamples, n, "%llu samples, expected %zu", (unsigned long long)c->nsamples,
 		     n);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint8_t *buf = malloc(MAX(c->max_len, (uint64_t)1));
 	for (uint64_t id = 0; id < n; id++)
 		check_sample(&rd, id, &e[id], buf);
 	for (uint64_t id = n; id-- > 0;)
 		check_sample(&rd, id, &e[id], buf);
 	free(buf);
-	cat_reader_fini(&rd);
+	catalog_reader_fini(&rd);
 }
 
 /* ---- every format against its writer ------------------------------------------ */
@@ -229,9 +229,9 @@ FIXTURE_VAR static struct good goods[] = {
 	{ "indexed/train", "indexed", "indexed", NULL, NULL, NULL },
 };
 
-FIXTURE_FN static struct cat_params params_of(const struct good *g)
+FIXTURE_FN static struct catalog_params params_of(const struct good *g)
 {
-	return (struct cat_params){ .hdf5_data = g->data, .npz_data = g->data,
+	return (struct catalog_params){ .hdf5_data = g->data, .npz_data = g->data,
 				    .hdf5_labels = g->labels, .npz_labels = g->labels,
 				    .npz_sample_axis = g->axis };
 }
@@ -244,7 +244,7 @@ _Static_assert(ARRAY_SIZE(good_idx) == ARRAY_SIZE(goods), "one index per dataset
 FIXTURE_FN static uint32_t file_named(const struct catalog *c, const char *rel)
 {
 	for (uint32_t f = 0; f < c->nfiles; f++)
-		if (strcmp(cat_path(c, f), rel) == 0)
+		if (strcmp(catalog_path(c, f), rel) == 0)
 			return f;
 	cr_assert_fail("no file %s in the catalog", rel);
 	return 0;

@@ -1,7 +1,7 @@
 /* catalog: the files format on real trees in a temporary directory (ids,
  * labels, lengths, bytes), its error messages, the tree walk (symbolic links,
  * loops, depth, long paths), and reads of files that changed after
- * cataloguing. The cache file is test_catalog_image.c. */
+ * cataloguing. The cache file is test_catalog_cache.c. */
 #define _GNU_SOURCE
 #include "catalog_fixture.h"
 
@@ -31,7 +31,7 @@ Test(catalog, class_directories)
 	mkfile("a/.DS_Store", 5, 0);
 	mkfile("a/sub/.swp", 5, 0);
 	mkfile("a/.git/objects/x", 5, 0);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
 	/* classes: B=0 Z=1 a=2 a-b=3 a0=4 b=5 é=6 */
 	static const struct expect want[] = {
@@ -49,7 +49,7 @@ Test(catalog, class_directories)
 	cr_assert_eq(c->nclasses, 7);
 	assert_catalog(c, want, sizeof(want) / sizeof(want[0]));
 	cr_assert_eq(c->from_cache, false);
-	cat_free(c);
+	catalog_free(c);
 }
 
 Test(catalog, flat_directory)
@@ -59,7 +59,7 @@ Test(catalog, flat_directory)
 	mkfile("B.bin", 5, 3);
 	mkfile("a.bin.1", 6, 4);
 	mkfile(".hidden", 7, 5);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
 	static const struct expect want[] = {
 		{ "B.bin", 0, 5, 3 },
@@ -69,7 +69,7 @@ Test(catalog, flat_directory)
 	};
 	cr_assert_eq(c->nclasses, 0);
 	assert_catalog(c, want, 4);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* The dataset root given with a trailing slash, through a symlink or with
@@ -79,18 +79,18 @@ Test(catalog, root_is_canonical)
 	mkfile("k/1", 8, 1);
 	char alt[PATH_MAX * 2];
 	snprintf(alt, sizeof(alt), "%s/../data/", data);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	o.root = alt;
 	struct catalog *c = open_ok(&o);
 	cr_assert_str_eq(c->root, data);
-	cat_free(c);
+	catalog_free(c);
 	char link[PATH_MAX];
 	snprintf(link, sizeof(link), "%s/link", base);
 	cr_assert_eq(symlink(data, link), 0);
 	o.root = link;
 	c = open_ok(&o);
 	cr_assert_str_eq(c->root, data);
-	cat_free(c);
+	catalog_free(c);
 }
 
 Test(catalog, extension_filter)
@@ -102,7 +102,7 @@ Test(catalog, extension_filter)
 	mkfile("b/w.jpeg", 7, 5);
 	mkfile("b/u.png", 9, 7);
 	mkfile("c/v.png", 8, 6);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	o.params.extensions = "jpg, png";
 	struct catalog *c = open_ok(&o);
 	static const struct expect want[] = {
@@ -112,7 +112,7 @@ Test(catalog, extension_filter)
 		{ "c/v.png", 2, 8, 6 },
 	};
 	assert_catalog(c, want, 4);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* ---- class numbering: torchvision's find_classes (issue 28) ------------------- */
@@ -137,7 +137,7 @@ Test(catalog, empty_class_keeps_its_index)
 	mkdir_in_data("b");
 	mkfile("c/1", 5, 3);
 	mkdir_in_data("d/sub"); /* only empty directories below: no sample either */
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, "2 of 4 class directories");
 	assert_has(err, "'b', 'd'");
@@ -152,7 +152,7 @@ Test(catalog, empty_class_keeps_its_index)
 	};
 	cr_assert_eq(c->nclasses, 4);
 	assert_catalog(c, want, 3);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* A class whose files dataset.extensions all leave out is a class with no
@@ -164,7 +164,7 @@ Test(catalog, class_emptied_by_extensions)
 	mkfile("b/w.jpeg", 7, 5);
 	mkfile("b/t.txt", 7, 6);
 	mkfile("c/v.png", 8, 6);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	o.params.extensions = "jpg,png";
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, "1 of 3 class directories");
@@ -175,7 +175,7 @@ Test(catalog, class_emptied_by_extensions)
 	static const struct expect want[] = { { "a/x.jpg", 0, 3, 1 }, { "c/v.png", 2, 8, 6 } };
 	cr_assert_eq(c->nclasses, 3);
 	assert_catalog(c, want, 2);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* find_classes lists every directory of the root (os.scandir, is_dir()):
@@ -198,7 +198,7 @@ Test(catalog, hidden_directories_are_classes)
 	fclose(f);
 	mklink("../outside", "linked");
 	mklink("nowhere", "dangling");
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, "1 of 4 class directories");
 	assert_has(err, "'.git'");
@@ -209,7 +209,7 @@ Test(catalog, hidden_directories_are_classes)
 	cr_assert_eq(c->samples[0].label, 1);
 	cr_assert_eq(c->samples[1].label, 2);
 	cr_assert_eq(c->samples[2].label, 3);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* A cached catalog with an empty class (saved under allow_empty_classes)
@@ -220,14 +220,14 @@ Test(catalog, cached_empty_class_checked_again)
 	mkdir_in_data("b");
 	mkfile("c/1", 5, 3);
 	age_tree();
-	struct cat_opts o = opts(true);
+	struct catalog_opts o = opts(true);
 	o.params.allow_empty_classes = true;
 	struct catalog *c = open_ok(&o);
-	cat_free(c);
+	catalog_free(c);
 	c = open_ok(&o);
 	cr_assert_eq(c->from_cache, true);
 	cr_assert_eq(c->samples[1].label, 2);
-	cat_free(c);
+	catalog_free(c);
 	o.params.allow_empty_classes = false;
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, "'b'");
@@ -240,7 +240,7 @@ Test(catalog, file_beside_class_directories)
 	mkfile("cat/1", 3, 1);
 	mkfile("dog/1", 3, 2);
 	mkfile("stray.txt", 3, 3);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, "stray.txt");
 	assert_has(err, "class");
@@ -252,7 +252,7 @@ Test(catalog, empty_dataset)
 	char dir[PATH_MAX * 2];
 	snprintf(dir, sizeof(dir), "%s/emptyclass", data);
 	cr_assert_eq(mkdir(dir, 0755), 0);
-	struct cat_opts o = opts(true);
+	struct catalog_opts o = opts(true);
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, data);
 	assert_has(err, "holds no files of format files"); /* once "no files sample files" */
@@ -263,7 +263,7 @@ Test(catalog, missing_dataset)
 {
 	char missing[PATH_MAX + 16];
 	snprintf(missing, sizeof(missing), "%s/nope", data);
-	struct cat_opts o = opts(true);
+	struct catalog_opts o = opts(true);
 	o.root = missing;
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, missing);
@@ -278,7 +278,7 @@ Test(catalog, dataset_is_a_file)
 	mkfile("f", 3, 1);
 	char f[PATH_MAX + 8];
 	snprintf(f, sizeof(f), "%s/f", data);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	o.root = f;
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, f);
@@ -288,7 +288,7 @@ Test(catalog, dataset_is_a_file)
 Test(catalog, unknown_format)
 {
 	mkfile("a/1", 3, 1);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	o.format = "parquet";
 	cr_assert_eq(open_fails(&o), SEER_ECONFIG);
 	assert_has(err, "parquet");
@@ -312,7 +312,7 @@ static const char *paths_of(const struct catalog *c)
 	buf[0] = '\0';
 	for (uint32_t i = 0; i < c->nfiles && used < sizeof(buf); i++)
 		used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%s", i ? " " : "",
-					 cat_path(c, i));
+					 catalog_path(c, i));
 	return buf;
 }
 
@@ -323,13 +323,13 @@ Test(catalog, symlink_loop)
 	mkfile("loop1/a", 10, 1);
 	mkfile("loop1/b", 20, 2);
 	mklink("../loop1", "loop1/self");
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
 	cr_assert_str_eq(paths_of(c), "loop1/a loop1/b");
 	cr_assert_eq(c->skipped_links, 1);
 	static const struct expect want[] = { { "loop1/a", 0, 10, 1 }, { "loop1/b", 0, 20, 2 } };
 	assert_catalog(c, want, 2);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* Two loops, one of them back to the root, and a link across to the other
@@ -342,11 +342,11 @@ Test(catalog, two_loops)
 	mklink("../l1", "l1/self");
 	mklink("../..", "l2/sub/root");
 	mklink("../l1", "l2/other");
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
 	cr_assert_str_eq(paths_of(c), "l1/f l2/g l2/sub/h");
 	cr_assert_eq(c->skipped_links, 3);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* The policy: links to files are followed (each name a sample), a link to a
@@ -361,7 +361,7 @@ Test(catalog, symlinks_followed_once)
 	mklink("../real/x", "other/x_link"); /* a file under a second name */
 	mklink("nowhere", "other/dangling");
 	mklink("../real", "other/real_again");
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	/* "real" is a class of find_classes with its files listed under "alias" */
 	o.params.allow_empty_classes = true;
 	struct catalog *c = open_ok(&o);
@@ -372,7 +372,7 @@ Test(catalog, symlinks_followed_once)
 		{ "other/x_link", 1, 5, 5 }, { "other/z", 1, 7, 7 },
 	};
 	assert_catalog(c, want, 4);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* A tree deeper than a recursive walk survives on a small stack. */
@@ -386,8 +386,8 @@ struct deep_run {
 static void *open_in_thread(void *arg)
 {
 	struct deep_run *r = arg;
-	struct cat_opts o = opts(false);
-	r->rc = cat_open(&o, &r->c, err, sizeof(err));
+	struct catalog_opts o = opts(false);
+	r->rc = catalog_open(&o, &r->c, err, sizeof(err));
 	return NULL;
 }
 
@@ -418,17 +418,17 @@ Test(catalog, deep_tree_small_stack)
 	pthread_join(th, NULL);
 	cr_assert_eq(r.rc, 0, "%s", err);
 	cr_assert_eq(r.c->nfiles, 2);
-	const char *leaf = cat_path(r.c, 0);
+	const char *leaf = catalog_path(r.c, 0);
 	cr_assert_eq(strlen(leaf), DEEP * 2 + 4, "%zu", strlen(leaf));
-	cr_assert_str_eq(cat_path(r.c, 1), "e/top");
+	cr_assert_str_eq(catalog_path(r.c, 1), "e/top");
 	cr_assert_eq(r.c->ndirs, DEEP + 2);
-	struct cat_reader rd;
-	cat_reader_init(&rd, r.c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, r.c);
 	char buf[4];
-	cr_assert_eq(cat_read(&rd, 0, buf), 0, "%s", rd.err);
+	cr_assert_eq(catalog_read(&rd, 0, buf), 0, "%s", rd.err);
 	cr_assert(memcmp(buf, "deep", 4) == 0);
-	cat_reader_fini(&rd);
-	cat_free(r.c);
+	catalog_reader_fini(&rd);
+	catalog_free(r.c);
 }
 
 /* Creates nested directories of `n` names of `len` bytes under data, the
@@ -462,20 +462,20 @@ Test(catalog, long_paths)
 	char file[PATH_MAX * 2];
 	snprintf(file, sizeof(file), "%s/sample.bin", rel);
 	mkfile(file, 100, 9);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
-	cr_assert_str_eq(cat_path(c, 0), file);
+	cr_assert_str_eq(catalog_path(c, 0), file);
 	truncate_file(file, 10);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint8_t buf[100];
-	cr_assert_neq(cat_read(&rd, 0, buf), 0);
+	cr_assert_neq(catalog_read(&rd, 0, buf), 0);
 	assert_has(rd.err, "sample 0 (");
 	assert_has(rd.err, "sample.bin");
 	assert_has(rd.err, "restart seerd to rescan");
 	cr_assert_lt(strlen(rd.err), 256, "a trainer receives 256 bytes: %s", rd.err);
-	cat_reader_fini(&rd);
-	cat_free(c);
+	catalog_reader_fini(&rd);
+	catalog_free(c);
 
 	/* past PATH_MAX: no reader could open it; the scan says so, and what to do */
 	rel = long_dirs(18, 250, 'B');
@@ -507,42 +507,42 @@ Test(catalog, shrunk_file_is_a_read_error)
 	mkfile("a/1", 1000, 1);
 	mkfile("a/2", 1000, 2);
 	mkfile("a/3", 1000, 3);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint8_t *buf = malloc(1000);
 
 	/* shrinks before the reader opened it */
 	truncate_file("a/1", 500);
-	int rc = cat_read(&rd, 0, buf);
+	int rc = catalog_read(&rd, 0, buf);
 	cr_assert_neq(rc, 0, "a shrunk file was read as a sample");
 	assert_has(rd.err, "a/1");
 	assert_has(rd.err, data);
 
 	/* shrinks while the reader holds it open */
-	cr_assert_eq(cat_read(&rd, 1, buf), 0, "%s", rd.err);
+	cr_assert_eq(catalog_read(&rd, 1, buf), 0, "%s", rd.err);
 	truncate_file("a/2", 10);
 	memset(buf, 0, 1000);
-	rc = cat_read(&rd, 1, buf);
+	rc = catalog_read(&rd, 1, buf);
 	cr_assert_neq(rc, 0, "a short sample was delivered");
 	assert_has(rd.err, "a/2");
 
 	/* grows: the catalogued length no longer describes it */
 	mkfile("a/3", 2000, 3);
-	rc = cat_read(&rd, 2, buf);
+	rc = catalog_read(&rd, 2, buf);
 	cr_assert_neq(rc, 0, "a changed file was read as its old sample");
 	assert_has(rd.err, "a/3");
 
 	/* gone */
 	rmfile("a/1");
-	rc = cat_read(&rd, 0, buf);
+	rc = catalog_read(&rd, 0, buf);
 	cr_assert_neq(rc, 0);
 	assert_has(rd.err, "a/1");
 
-	cat_reader_fini(&rd);
+	catalog_reader_fini(&rd);
 	free(buf);
-	cat_free(c);
+	catalog_free(c);
 }
 
 /* More files than the reader keeps open: reads stay right while fds are
@@ -557,21 +557,21 @@ Test(catalog, reader_fd_cache)
 		mkfile(names[i], (size_t)(i * 3 + 1), (unsigned)i);
 		want[i] = (struct expect){ names[i], 0, (size_t)(i * 3 + 1), (unsigned)i };
 	}
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	struct catalog *c = open_ok(&o);
 	for (int pass = 0; pass < 3; pass++)
 		assert_catalog(c, want, N);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint8_t buf[256];
 	for (int k = 0; k < 500; k++) {
 		uint64_t id = next_rand() % N;
-		cr_assert_eq(cat_read(&rd, id, buf), 0, "%s", rd.err);
+		cr_assert_eq(catalog_read(&rd, id, buf), 0, "%s", rd.err);
 		for (size_t i = 0; i < want[id].len; i++)
 			cr_assert_eq(buf[i], content_byte(want[id].seed, i));
 	}
-	cat_reader_fini(&rd);
-	cat_free(c);
+	catalog_reader_fini(&rd);
+	catalog_free(c);
 }
 
 
@@ -587,11 +587,11 @@ Test(catalog, parallel_scan_is_the_serial_catalog)
 		snprintf(rel, sizeof(rel), "c%02u/f%05u", (i * 7919u) % 13, i);
 		mkfile(rel, (i * 37u) % 300, i);
 	}
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	o.threads = 1;
 	struct catalog *a = open_ok(&o);
 	o.threads = 8;
-	struct cat_progress prog = { 0 };
+	struct catalog_progress prog = { 0 };
 	o.prog = &prog;
 	struct catalog *b = open_ok(&o);
 	cr_assert_eq(a->nfiles, 2600);
@@ -603,15 +603,15 @@ Test(catalog, parallel_scan_is_the_serial_catalog)
 	cr_assert_eq(atomic_load(&prog.scanned), 2600);
 	cr_assert_eq(atomic_load(&prog.listed), 2600);
 	for (uint32_t i = 0; i < a->nfiles; i++) {
-		cr_assert_str_eq(cat_path(b, i), cat_path(a, i));
+		cr_assert_str_eq(catalog_path(b, i), catalog_path(a, i));
 		cr_assert_eq(b->files[i].size, a->files[i].size);
 		cr_assert_eq(b->files[i].first, a->files[i].first);
 		cr_assert_eq(b->files[i].nsamples, a->files[i].nsamples);
 	}
 	cr_assert_eq(memcmp(b->samples, a->samples, a->nsamples * sizeof(*a->samples)), 0);
 	cr_assert_eq(memcmp(b->types, a->types, a->ntypes * sizeof(*a->types)), 0);
-	cat_free(a);
-	cat_free(b);
+	catalog_free(a);
+	catalog_free(b);
 }
 
 /* Two bad files far apart: the parallel scan reports the first in catalog
@@ -625,7 +625,7 @@ Test(catalog, parallel_scan_reports_the_first_bad_file)
 	}
 	mkfile("m-stray.txt", 3, 1);
 	mkfile("y-stray.txt", 3, 2);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	o.threads = 8;
 	cr_assert_eq(open_fails(&o), SEER_EDATASET);
 	assert_has(err, "m-stray.txt");
@@ -640,9 +640,9 @@ Test(catalog, scan_stops_when_asked)
 		snprintf(rel, sizeof(rel), "a/f%04u", i);
 		mkfile(rel, 10, i);
 	}
-	struct cat_progress prog = { 0 };
+	struct catalog_progress prog = { 0 };
 	atomic_store(&prog.stop, true);
-	struct cat_opts o = opts(false);
+	struct catalog_opts o = opts(false);
 	o.prog = &prog;
 	cr_assert_eq(open_fails(&o), -ECANCELED);
 	assert_has(err, "stopped");

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../src/config.h"
-#include "../../src/util.h"
+#include "../../src/config/config.h"
+#include "../../src/util/util.h"
 
 
 static char tmpdir[64];
@@ -37,7 +37,7 @@ static void setup(void)
 	setenv("SEER_RUNTIME_DIR", tmpdir, 1);
 	setenv("HOME", "/home/tester", 1);
 	err[0] = '\0';
-	cr_assert_eq(cfg_init(&cfg, err, sizeof(err)), 0, "cfg_init: %s", err);
+	cr_assert_eq(config_init(&cfg, err, sizeof(err)), 0, "config_init: %s", err);
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -48,7 +48,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 
 static void teardown(void)
 {
-	cfg_free(&cfg);
+	config_free(&cfg);
 	nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -113,25 +113,25 @@ Test(config, defaults)
 	cr_assert_str_eq(cfg.cpuset, "");
 	cr_assert_float_eq(cfg.connect_timeout_s, 600.0, 0);
 	uint64_t e, s;
-	cr_assert_eq(cfg_resume(&cfg, &e, &s), -ENOENT);
+	cr_assert_eq(config_resume(&cfg, &e, &s), -ENOENT);
 }
 
 /* Defaults that come from the environment. */
 Test(config, defaults_from_environment)
 {
-	cfg_free(&cfg);
+	config_free(&cfg);
 	setenv("SLURM_JOB_ID", "4711", 1);
 	setenv("FI_PROVIDER", "verbs", 1);
 	setenv("XDG_CACHE_HOME", "/xdg", 1);
-	cr_assert_eq(cfg_init(&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_init(&cfg, err, sizeof(err)), 0, "%s", err);
 	cr_assert_str_eq(cfg.job_id, "4711");
 	cr_assert_str_eq(cfg.provider, "verbs");
 	cr_assert_str_eq(cfg.state_dir, "/xdg/seer");
-	cfg_free(&cfg);
+	config_free(&cfg);
 	setenv("SEER_JOB_ID", "mine", 1); /* wins over Slurm's */
 	unsetenv("XDG_CACHE_HOME");
 	unsetenv("HOME");
-	cr_assert_eq(cfg_init(&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_init(&cfg, err, sizeof(err)), 0, "%s", err);
 	cr_assert_str_eq(cfg.job_id, "mine");
 	cr_assert_str_eq(cfg.state_dir, "/tmp/.cache/seer");
 }
@@ -172,7 +172,7 @@ Test(config, file_parsing)
 			    "[daemon]\n"
 			    "log_level = DEBUG\n"
 			    "socket = /run/seer-%n.sock\n");
-	cr_assert_eq(cfg_load_file(&cfg, p, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_load_file(&cfg, p, err, sizeof(err)), 0, "%s", err);
 	cr_assert_str_eq(cfg.dataset_path, "/pfs/imagenet/train");
 	cr_assert_str_eq(cfg.dataset_format, "npz");
 	cr_assert_str_eq(cfg.npz_data, "images");
@@ -195,9 +195,9 @@ Test(config, file_parsing)
 	/* untouched keys keep their defaults */
 	cr_assert_eq(cfg.lookahead, 8);
 	cr_assert_str_eq(cfg.on_corrupt, "fail");
-	cr_assert_eq(cfg_finish(&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_finish(&cfg, err, sizeof(err)), 0, "%s", err);
 	uint64_t e = 0, s = 0;
-	cr_assert_eq(cfg_resume(&cfg, &e, &s), 0);
+	cr_assert_eq(config_resume(&cfg, &e, &s), 0);
 	cr_assert_eq(e, 3);
 	cr_assert_eq(s, 120);
 }
@@ -205,9 +205,9 @@ Test(config, file_parsing)
 Test(config, later_files_override_earlier)
 {
 	const char *a = ini("a.ini", "[job]\nseed = 1\nepochs = 5\n");
-	cr_assert_eq(cfg_load_file(&cfg, a, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_load_file(&cfg, a, err, sizeof(err)), 0, "%s", err);
 	const char *b = ini("b.ini", "[job]\nseed = 2\n");
-	cr_assert_eq(cfg_load_file(&cfg, b, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_load_file(&cfg, b, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(cfg.seed, 2);
 	cr_assert_eq(cfg.epochs, 5);
 }
@@ -401,7 +401,7 @@ ParameterizedTest(struct val_case *v, config, values_via_set)
 	char before[128], after[128], a[128];
 	field_text(&cfg, v, before, sizeof(before));
 	snprintf(a, sizeof(a), "%s.%s=%s", v->section, v->key, v->value);
-	int rc = cfg_set(&cfg, a, err, sizeof(err));
+	int rc = config_set(&cfg, a, err, sizeof(err));
 	check_value(v, rc, "--set");
 	if (!v->ok) {
 		assert_has(err, "--set");
@@ -416,7 +416,7 @@ ParameterizedTest(struct val_case *v, config, values_via_file)
 	field_text(&cfg, v, before, sizeof(before));
 	snprintf(text, sizeof(text), "[%s]\n\n%s = %s\n", v->section, v->key, v->value);
 	const char *p = ini("v.ini", text);
-	int rc = cfg_load_file(&cfg, p, err, sizeof(err));
+	int rc = config_load_file(&cfg, p, err, sizeof(err));
 	check_value(v, rc, "file");
 	if (!v->ok) {
 		char where[300];
@@ -460,7 +460,7 @@ ParameterizedTestParameters(config, file_errors)
 ParameterizedTest(struct err_case *c, config, file_errors)
 {
 	const char *p = ini("bad.ini", c->text);
-	cr_assert_eq(cfg_load_file(&cfg, p, err, sizeof(err)), -EINVAL, "accepted:\n%s", c->text);
+	cr_assert_eq(config_load_file(&cfg, p, err, sizeof(err)), -EINVAL, "accepted:\n%s", c->text);
 	char where[300];
 	snprintf(where, sizeof(where), "%s:%d:", p, c->line);
 	assert_has(err, where);
@@ -475,7 +475,7 @@ Test(config, missing_file)
 {
 	char p[300];
 	snprintf(p, sizeof(p), "%s/nope.ini", tmpdir);
-	cr_assert_neq(cfg_load_file(&cfg, p, err, sizeof(err)), 0);
+	cr_assert_neq(config_load_file(&cfg, p, err, sizeof(err)), 0);
 	assert_has(err, p);
 	assert_has(err, strerror(ENOENT));
 }
@@ -493,7 +493,7 @@ Test(config, long_line)
 	snprintf(text, sizeof(text), "[job]\nseed = 3\n[dataset]\npath = %s\n[job]\nepochs = 4\n",
 		 path);
 	const char *p = ini("long.ini", text);
-	int rc = cfg_load_file(&cfg, p, err, sizeof(err));
+	int rc = config_load_file(&cfg, p, err, sizeof(err));
 	if (rc == 0) {
 		cr_assert_str_eq(cfg.dataset_path, path);
 		cr_assert_eq(cfg.epochs, 4);
@@ -511,14 +511,14 @@ Test(config, long_line)
 Test(config, set_overrides_file)
 {
 	const char *p = ini("job.ini", "[job]\nseed = 1\nbatch_size = 8\n[dataset]\npath = /a\n");
-	cr_assert_eq(cfg_load_file(&cfg, p, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg_set(&cfg, "job.seed=2", err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg_set(&cfg, "dataset.path=/x=y.z", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_load_file(&cfg, p, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_set(&cfg, "job.seed=2", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_set(&cfg, "dataset.path=/x=y.z", err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(cfg.seed, 2);
 	cr_assert_eq(cfg.batch_size, 8);
 	cr_assert_str_eq(cfg.dataset_path, "/x=y.z");
 	/* the dump says where each value came from */
-	char *d = cfg_dump(&cfg);
+	char *d = config_dump(&cfg);
 	cr_assert(strstr(d, "seed = 2    ; --set") != NULL, "%s", d);
 	char want[400];
 	snprintf(want, sizeof(want), "batch_size = 8    ; %s", p);
@@ -542,7 +542,7 @@ Test(config, set_errors)
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		err[0] = '\0';
-		cr_assert_eq(cfg_set(&cfg, bad[i][0], err, sizeof(err)), -EINVAL, "accepted %s",
+		cr_assert_eq(config_set(&cfg, bad[i][0], err, sizeof(err)), -EINVAL, "accepted %s",
 			     bad[i][0]);
 		assert_has(err, bad[i][1]);
 		assert_has(err, "--set");
@@ -554,17 +554,17 @@ Test(config, set_errors)
 
 static void expands(const char *in, const char *want)
 {
-	char *out = cfg_expand(in, err, sizeof(err));
-	cr_assert_not_null(out, "cfg_expand(\"%s\") failed: %s", in, err);
-	cr_assert_str_eq(out, want, "cfg_expand(\"%s\")", in);
+	char *out = config_expand(in, err, sizeof(err));
+	cr_assert_not_null(out, "config_expand(\"%s\") failed: %s", in, err);
+	cr_assert_str_eq(out, want, "config_expand(\"%s\")", in);
 	free(out);
 }
 
 static void fails(const char *in, const char *needle)
 {
 	err[0] = '\0';
-	char *out = cfg_expand(in, err, sizeof(err));
-	cr_assert_null(out, "cfg_expand(\"%s\") = \"%s\", want an error", in, out ? out : "");
+	char *out = config_expand(in, err, sizeof(err));
+	cr_assert_null(out, "config_expand(\"%s\") = \"%s\", want an error", in, out ? out : "");
 	assert_has(err, needle);
 }
 
@@ -624,35 +624,35 @@ Test(config, expansion_in_values)
 			    "[job]\n"
 			    "seed = ${SEER_TEST_UNSET:-${SEER_TEST_B:-77}}\n"
 			    "id = cost$$5\n");
-	cr_assert_eq(cfg_load_file(&cfg, p, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_load_file(&cfg, p, err, sizeof(err)), 0, "%s", err);
 	cr_assert_str_eq(cfg.dataset_path, "/pfs/data");
 	cr_assert_str_eq(cfg.extensions, "jpg");
 	cr_assert_eq(cfg.seed, 77);
 	cr_assert_str_eq(cfg.job_id, "cost$5");
 	setenv("SEER_TEST_B", "88", 1);
-	cr_assert_eq(cfg_set(&cfg, "job.seed=${SEER_TEST_B}", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_set(&cfg, "job.seed=${SEER_TEST_B}", err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(cfg.seed, 88);
-	cr_assert_neq(cfg_set(&cfg, "job.seed=${SEER_TEST_UNSET}", err, sizeof(err)), 0);
+	cr_assert_neq(config_set(&cfg, "job.seed=${SEER_TEST_UNSET}", err, sizeof(err)), 0);
 	assert_has(err, "SEER_TEST_UNSET");
 	assert_has(err, "job.seed");
 	cr_assert_eq(cfg.seed, 88);
 }
 
-/* ---- cfg_finish ---------------------------------------------------------------- */
+/* ---- config_finish ---------------------------------------------------------------- */
 
 Test(config, finish_requires_dataset_path)
 {
-	cr_assert_eq(cfg_finish(&cfg, err, sizeof(err)), -EINVAL);
+	cr_assert_eq(config_finish(&cfg, err, sizeof(err)), -EINVAL);
 	assert_has(err, "[dataset] path");
-	cr_assert_eq(cfg_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_finish(&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
+	cr_assert_eq(config_finish(&cfg, err, sizeof(err)), 0, "%s", err);
 }
 
 Test(config, finish_derives_socket)
 {
-	cr_assert_eq(cfg_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "job.id=j42", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_finish(&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "job.id=j42", err, sizeof(err)), 0);
+	cr_assert_eq(config_finish(&cfg, err, sizeof(err)), 0, "%s", err);
 	struct passwd *pw = getpwuid(getuid());
 	char want[512];
 	snprintf(want, sizeof(want), "%s/seer-%s-j42.sock", tmpdir, pw ? pw->pw_name : "?");
@@ -661,9 +661,9 @@ Test(config, finish_derives_socket)
 
 Test(config, finish_keeps_explicit_socket)
 {
-	cr_assert_eq(cfg_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "daemon.socket=/run/s.sock", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_finish(&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "daemon.socket=/run/s.sock", err, sizeof(err)), 0);
+	cr_assert_eq(config_finish(&cfg, err, sizeof(err)), 0, "%s", err);
 	cr_assert_str_eq(cfg.socket, "/run/s.sock");
 }
 
@@ -686,30 +686,30 @@ Test(config, finish_cross_checks)
 		{ { "prefetch.lookahead=4000", "job.max_held=95" }, "max_held" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		cfg_free(&cfg);
-		cr_assert_eq(cfg_init(&cfg, err, sizeof(err)), 0);
-		cr_assert_eq(cfg_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
+		config_free(&cfg);
+		cr_assert_eq(config_init(&cfg, err, sizeof(err)), 0);
+		cr_assert_eq(config_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
 		for (int k = 0; k < 2 && bad[i].set[k]; k++)
-			cr_assert_eq(cfg_set(&cfg, bad[i].set[k], err, sizeof(err)), 0, "%s", err);
+			cr_assert_eq(config_set(&cfg, bad[i].set[k], err, sizeof(err)), 0, "%s", err);
 		err[0] = '\0';
-		cr_assert_eq(cfg_finish(&cfg, err, sizeof(err)), -EINVAL, "case %zu accepted", i);
+		cr_assert_eq(config_finish(&cfg, err, sizeof(err)), -EINVAL, "case %zu accepted", i);
 		assert_has(err, bad[i].needle);
 	}
 	/* the good neighbours of those */
-	cfg_free(&cfg);
-	cr_assert_eq(cfg_init(&cfg, err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "job.epochs=5", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "job.resume=4:17", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "job.id=012345678901234567890123456789012345678901234567890123456789012",
+	config_free(&cfg);
+	cr_assert_eq(config_init(&cfg, err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "job.epochs=5", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "job.resume=4:17", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "job.id=012345678901234567890123456789012345678901234567890123456789012",
 			     err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "cache.nvme=1GiB", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "cache.nvme_dir=/nvme", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "prefetch.lookahead=4000", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "job.max_held=94", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_finish(&cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_set(&cfg, "cache.nvme=1GiB", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "cache.nvme_dir=/nvme", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "prefetch.lookahead=4000", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "job.max_held=94", err, sizeof(err)), 0);
+	cr_assert_eq(config_finish(&cfg, err, sizeof(err)), 0, "%s", err);
 	uint64_t e, s;
-	cr_assert_eq(cfg_resume(&cfg, &e, &s), 0);
+	cr_assert_eq(config_resume(&cfg, &e, &s), 0);
 	cr_assert_eq(e, 4);
 	cr_assert_eq(s, 17);
 }
@@ -754,21 +754,21 @@ static char *strip_origins(const char *dump)
 
 static void round_trip(void)
 {
-	char *d1 = cfg_dump(&cfg);
+	char *d1 = config_dump(&cfg);
 	const char *p = ini("dump.ini", d1);
 	struct seer_config c2;
-	cr_assert_eq(cfg_init(&c2, err, sizeof(err)), 0);
-	cr_assert_eq(cfg_load_file(&c2, p, err, sizeof(err)), 0, "the dump does not load: %s\n%s",
+	cr_assert_eq(config_init(&c2, err, sizeof(err)), 0);
+	cr_assert_eq(config_load_file(&c2, p, err, sizeof(err)), 0, "the dump does not load: %s\n%s",
 		     err, d1);
 	assert_same_config(&cfg, &c2);
-	char *d2 = cfg_dump(&c2);
+	char *d2 = config_dump(&c2);
 	char *s1 = strip_origins(d1), *s2 = strip_origins(d2);
 	cr_assert_str_eq(s1, s2);
 	free(s1);
 	free(s2);
 	free(d1);
 	free(d2);
-	cfg_free(&c2);
+	config_free(&c2);
 }
 
 Test(config, dump_round_trips_defaults)
@@ -815,7 +815,7 @@ Test(config, dump_round_trips_every_key)
 		"daemon.connect_timeout_s=1234.56789012345",
 	};
 	for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
-		cr_assert_eq(cfg_set(&cfg, set[i], err, sizeof(err)), 0, "%s: %s", set[i], err);
+		cr_assert_eq(config_set(&cfg, set[i], err, sizeof(err)), 0, "%s: %s", set[i], err);
 	round_trip();
 }
 
@@ -824,9 +824,9 @@ Test(config, dump_round_trips_every_key)
 Test(config, dump_round_trips_dollars)
 {
 	setenv("SEER_TEST_A", "surprise", 1);
-	cr_assert_eq(cfg_set(&cfg, "dataset.path=/a/$${SEER_TEST_A}/b", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "daemon.cpuset=$$$$", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "job.id=5$", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "dataset.path=/a/$${SEER_TEST_A}/b", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "daemon.cpuset=$$$$", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "job.id=5$", err, sizeof(err)), 0);
 	cr_assert_str_eq(cfg.dataset_path, "/a/${SEER_TEST_A}/b");
 	cr_assert_str_eq(cfg.cpuset, "$$");
 	round_trip();
@@ -834,11 +834,11 @@ Test(config, dump_round_trips_dollars)
 
 Test(config, dump_lists_every_key_and_help_describes_it)
 {
-	char *d = cfg_dump(&cfg);
+	char *d = config_dump(&cfg);
 	char *help = NULL;
 	size_t hlen = 0;
 	FILE *f = open_memstream(&help, &hlen);
-	cfg_help(f);
+	config_help(f);
 	fclose(f);
 	static const char *sections[] = { "[dataset]", "[job]", "[cache]", "[prefetch]", "[net]",
 					  "[daemon]" };
@@ -915,39 +915,39 @@ ParameterizedTestParameters(config, job_hash)
 
 ParameterizedTest(struct hash_case *c, config, job_hash)
 {
-	uint64_t h0 = cfg_job_hash(&cfg);
-	cr_assert_eq(cfg_job_hash(&cfg), h0, "the hash is not a function of the config");
-	cr_assert_eq(cfg_set(&cfg, c->assign, err, sizeof(err)), 0, "%s: %s", c->assign, err);
-	uint64_t h1 = cfg_job_hash(&cfg);
+	uint64_t h0 = config_job_hash(&cfg);
+	cr_assert_eq(config_job_hash(&cfg), h0, "the hash is not a function of the config");
+	cr_assert_eq(config_set(&cfg, c->assign, err, sizeof(err)), 0, "%s: %s", c->assign, err);
+	uint64_t h1 = config_job_hash(&cfg);
 	if (c->changes)
 		cr_assert_neq(h1, h0, "%s does not change the job hash", c->assign);
 	else
 		cr_assert_eq(h1, h0, "%s (node-local) changes the job hash", c->assign);
 	/* and a second config with the same keys agrees */
 	struct seer_config c2;
-	cr_assert_eq(cfg_init(&c2, err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&c2, c->assign, err, sizeof(err)), 0);
-	cr_assert_eq(cfg_job_hash(&c2), h1);
-	cfg_free(&c2);
+	cr_assert_eq(config_init(&c2, err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&c2, c->assign, err, sizeof(err)), 0);
+	cr_assert_eq(config_job_hash(&c2), h1);
+	config_free(&c2);
 }
 
 /* Values that only differ in where one ends and the next begins hash apart. */
 Test(config, job_hash_separates_values)
 {
-	cr_assert_eq(cfg_set(&cfg, "dataset.npz_data=ab", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "dataset.npz_labels=c", err, sizeof(err)), 0);
-	uint64_t h1 = cfg_job_hash(&cfg);
-	cr_assert_eq(cfg_set(&cfg, "dataset.npz_data=a", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&cfg, "dataset.npz_labels=bc", err, sizeof(err)), 0);
-	cr_assert_neq(cfg_job_hash(&cfg), h1);
+	cr_assert_eq(config_set(&cfg, "dataset.npz_data=ab", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "dataset.npz_labels=c", err, sizeof(err)), 0);
+	uint64_t h1 = config_job_hash(&cfg);
+	cr_assert_eq(config_set(&cfg, "dataset.npz_data=a", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&cfg, "dataset.npz_labels=bc", err, sizeof(err)), 0);
+	cr_assert_neq(config_job_hash(&cfg), h1);
 }
 
 /* prefetch.coalesce: auto by default; on/off in the boolean spellings the
  * key took before auto; anything else refused, naming the choices. */
 Test(config, coalesce_modes)
 {
-	cr_assert_eq(cfg_coalesce(&cfg), CFG_COALESCE_AUTO);
-	static const struct { const char *v; enum cfg_coalesce m; } cases[] = {
+	cr_assert_eq(config_coalesce(&cfg), CFG_COALESCE_AUTO);
+	static const struct { const char *v; enum config_coalesce m; } cases[] = {
 		{ "on", CFG_COALESCE_ON }, { "yes", CFG_COALESCE_ON }, { "1", CFG_COALESCE_ON },
 		{ "true", CFG_COALESCE_ON }, { "off", CFG_COALESCE_OFF }, { "no", CFG_COALESCE_OFF },
 		{ "0", CFG_COALESCE_OFF }, { "false", CFG_COALESCE_OFF }, { "auto", CFG_COALESCE_AUTO },
@@ -955,9 +955,9 @@ Test(config, coalesce_modes)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char a[64];
 		snprintf(a, sizeof(a), "prefetch.coalesce=%s", cases[i].v);
-		cr_assert_eq(cfg_set(&cfg, a, err, sizeof(err)), 0, "%s: %s", a, err);
-		cr_assert_eq(cfg_coalesce(&cfg), cases[i].m, "%s", a);
+		cr_assert_eq(config_set(&cfg, a, err, sizeof(err)), 0, "%s: %s", a, err);
+		cr_assert_eq(config_coalesce(&cfg), cases[i].m, "%s", a);
 	}
-	cr_assert_neq(cfg_set(&cfg, "prefetch.coalesce=maybe", err, sizeof(err)), 0);
+	cr_assert_neq(config_set(&cfg, "prefetch.coalesce=maybe", err, sizeof(err)), 0);
 	cr_assert_not_null(strstr(err, "auto, on, off"), "%s", err);
 }

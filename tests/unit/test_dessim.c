@@ -1,4 +1,4 @@
-/* dessim (src/dessim.h): the discrete-event simulation against bounds worked
+/* dessim (src/sim/dessim.h): the discrete-event simulation against bounds worked
  * out by hand for simple cases (compute-bound, PFS-bound, network-bound, a
  * shared PFS), against the forecast's byte counts (the same plan replayed
  * without time), byte identities, and determinism. */
@@ -10,34 +10,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/dessim.h"
-#include "../../src/forecast.h"
+#include "../../src/sim/dessim.h"
+#include "../../src/plan/forecast.h"
 #include "plan_fixture.h"
 
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
-static struct des_params dparams(const struct tjob *t, uint64_t sim_epochs)
+static struct dessim_params dparams(const struct tjob *t, uint64_t sim_epochs)
 {
-	return (struct des_params){ .len = t->len, .sh = &t->sh, .nnodes = t->job.nnodes,
+	return (struct dessim_params){ .len = t->len, .sh = &t->sh, .nnodes = t->job.nnodes,
 				    .rank_node = t->rank_node, .cap = t->cap,
 				    .epochs = t->job.epochs, .sim_epochs = sim_epochs,
-				    .policy = DES_SEER, .lookahead = 4, .cores = 1 };
+				    .policy = DESSIM_SEER, .lookahead = 4, .cores = 1 };
 }
 
-static struct des_result drun(const struct des_params *p)
+static struct dessim_result drun(const struct dessim_params *p)
 {
-	struct des_result r;
-	int rc = des_run(p, &r);
-	cr_assert_eq(rc, 0, "des_run: %d", rc);
+	struct dessim_result r;
+	int rc = dessim_run(p, &r);
+	cr_assert_eq(rc, 0, "dessim_run: %d", rc);
 	return r;
 }
 
-static void check_identities(const struct des_result *r)
+static void check_identities(const struct dessim_result *r)
 {
 	for (uint64_t e = 0; e < r->epochs; e++) {
 		uint64_t in = 0, out = 0, fin = 0, fout = 0;
 		for (uint32_t k = 0; k < r->nnodes; k++) {
-			const struct fc_bytes *b = &r->node[e * r->nnodes + k];
+			const struct forecast_bytes *b = &r->node[e * r->nnodes + k];
 			cr_assert_eq(b->demand, b->ram + b->nvme + b->peer_in + b->pfs);
 			in += b->peer_in;
 			out += b->peer_out;
@@ -59,10 +59,10 @@ Test(dessim, compute_bound_single_node)
 	tjob_init(&t, 1000, 1, 1, 10, false, 3, 1);
 	tjob_sizes(&t, 1000);
 	tjob_caps(&t, 1 << 20, 0);
-	struct des_params p = dparams(&t, 3);
+	struct dessim_params p = dparams(&t, 3);
 	p.compute_s = 0.5;
 	p.pfs_bw = 1e9;
-	struct des_result r = drun(&p);
+	struct dessim_result r = drun(&p);
 	double first = 10 * 1000 / 1e9;
 	cr_assert_float_eq(r.ep[0].time, 100 * 0.5 + first, 1e-9, "%.12f", r.ep[0].time);
 	for (uint64_t e = 1; e < 3; e++) {
@@ -72,7 +72,7 @@ Test(dessim, compute_bound_single_node)
 	}
 	cr_assert_float_eq(r.compute, 150.0, 1e-9);
 	check_identities(&r);
-	des_result_free(&r);
+	dessim_result_free(&r);
 	tjob_free(&t);
 }
 
@@ -83,19 +83,19 @@ Test(dessim, pfs_bound_single_node)
 {
 	struct tjob t;
 	tjob_init(&t, 1000, 1, 1, 10, false, 2, 2);
-	psim_lognormal_sizes(t.len, t.sh.n, 3000, 1000, 5);
+	plansim_lognormal_sizes(t.len, t.sh.n, 3000, 1000, 5);
 	uint64_t d = 0;
 	for (uint64_t s = 0; s < 1000; s++)
 		d += t.len[s];
-	struct des_params p = dparams(&t, 2);
+	struct dessim_params p = dparams(&t, 2);
 	p.lookahead = 1000;
 	p.compute_s = 1e-6;
 	p.pfs_bw = 1e6;
-	struct des_result r = drun(&p);
+	struct dessim_result r = drun(&p);
 	cr_assert_float_eq(r.time, 2.0 * (double)d / 1e6 + 1e-6, 1e-9, "%.12f", r.time);
 	cr_assert_eq(r.ep[0].sum.pfs + r.ep[1].sum.pfs, 2 * d);
 	cr_assert_float_eq(r.ep[0].lb, (double)d / 1e6, 1e-9);
-	des_result_free(&r);
+	dessim_result_free(&r);
 	tjob_free(&t);
 }
 
@@ -107,21 +107,21 @@ Test(dessim, shared_pfs_curve)
 	tjob_init(&t, 1000, 2, 1, 10, false, 1, 3);
 	tjob_sizes(&t, 1000);
 	double x[] = { 1, 2 }, y[] = { 1e6, 1.5e6 };
-	struct des_params p = dparams(&t, 1);
-	p.policy = DES_NAIVE;
+	struct dessim_params p = dparams(&t, 1);
+	p.policy = DESSIM_NAIVE;
 	p.lookahead = 100;
 	p.compute_s = 1e-6;
 	p.pfs_clients = x;
 	p.pfs_curve = y;
 	p.npfs = 2;
-	struct des_result r = drun(&p);
+	struct dessim_result r = drun(&p);
 	cr_assert_float_eq(r.time, 1e6 / 1.5e6 + 1e-6, 1e-6, "%.9f", r.time);
-	des_result_free(&r);
+	dessim_result_free(&r);
 	t.rank_node[1] = 0; /* one node reads everything */
 	p.nnodes = 1;
 	r = drun(&p);
 	cr_assert_float_eq(r.time, 1e6 / 1e6 + 1e-6, 1e-6, "%.9f", r.time);
-	des_result_free(&r);
+	dessim_result_free(&r);
 	tjob_free(&t);
 }
 
@@ -133,18 +133,18 @@ Test(dessim, network_bound_second_epoch)
 	tjob_init(&t, 2000, 2, 1, 10, false, 2, 4);
 	tjob_sizes(&t, 1000);
 	tjob_caps(&t, 2 << 20, 0);
-	struct des_params p = dparams(&t, 2);
+	struct dessim_params p = dparams(&t, 2);
 	p.lookahead = 1000;
 	p.compute_s = 1e-6;
 	p.net_bw = 1e6;
 	p.repl.on = false;
-	struct des_result r = drun(&p);
+	struct dessim_result r = drun(&p);
 	uint64_t in0 = r.node[2].peer_in, in1 = r.node[3].peer_in;
 	cr_assert_gt(in0, 0);
 	/* both links run in parallel; the slower side decides */
 	double want = (double)MAX(in0, in1) / 1e6;
 	cr_assert_float_eq(r.ep[1].time, want, 0.01 * want, "%.6f vs %.6f", r.ep[1].time, want);
-	des_result_free(&r);
+	dessim_result_free(&r);
 	tjob_free(&t);
 }
 
@@ -154,22 +154,22 @@ Test(dessim, bytes_are_the_forecasts)
 {
 	struct tjob t;
 	tjob_init(&t, 3000, 3, 2, 8, false, 4, 5);
-	psim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 3);
+	plansim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 3);
 	tjob_caps(&t, 2000 * KiB, 1500 * KiB);
-	struct des_params p = dparams(&t, 4);
+	struct dessim_params p = dparams(&t, 4);
 	p.repl.on = false;
 	p.compute_s = 0.01;
 	p.net_bw = 1e7;
 	p.pfs_bw = 1e7;
 	p.nvme_bw = 1e8;
-	struct des_result r = drun(&p);
-	struct fc_job j = { .len = t.len, .sh = &t.sh, .epochs = 4, .nnodes = 3,
+	struct dessim_result r = drun(&p);
+	struct forecast_job j = { .len = t.len, .sh = &t.sh, .epochs = 4, .nnodes = 3,
 			    .rank_node = t.rank_node, .cap = t.cap };
-	struct fc_rates none = { 0 };
-	struct fc_result f;
-	cr_assert_eq(fc_run(&j, &none, &f), 0);
+	struct forecast_rates none = { 0 };
+	struct forecast_result f;
+	cr_assert_eq(forecast_run(&j, &none, &f), 0);
 	for (uint64_t i = 0; i < 4 * 3; i++) {
-		const struct fc_bytes *a = &r.node[i], *b = &f.node[i];
+		const struct forecast_bytes *a = &r.node[i], *b = &f.node[i];
 		cr_assert(a->reads == b->reads && a->demand == b->demand && a->ram == b->ram &&
 			  a->nvme == b->nvme && a->peer_in == b->peer_in &&
 			  a->peer_out == b->peer_out && a->pfs == b->pfs &&
@@ -178,8 +178,8 @@ Test(dessim, bytes_are_the_forecasts)
 			  (unsigned long long)(i % 3));
 	}
 	check_identities(&r);
-	fc_result_free(&f);
-	des_result_free(&r);
+	forecast_result_free(&f);
+	dessim_result_free(&r);
 	tjob_free(&t);
 }
 
@@ -192,12 +192,12 @@ Test(dessim, replicas_quiet_the_network)
 	tjob_init(&t, 3000, 4, 2, 8, false, 8, 6);
 	tjob_sizes(&t, 4000);
 	tjob_caps(&t, 3000 * 4032, 0);
-	struct des_params p = dparams(&t, 5);
+	struct dessim_params p = dparams(&t, 5);
 	p.repl.on = true;
 	p.compute_s = 0.01;
 	p.pfs_bw = 2e7;
 	p.net_bw = 1e8;
-	struct des_result r = drun(&p);
+	struct dessim_result r = drun(&p);
 	check_identities(&r);
 	uint64_t pfs = 0;
 	for (uint64_t e = 0; e < 5; e++)
@@ -209,34 +209,34 @@ Test(dessim, replicas_quiet_the_network)
 		cr_assert_float_eq(r.ep[e].stall, 0.0, 1e-9);
 	}
 	p.repl.on = false;
-	struct des_result off = drun(&p);
+	struct dessim_result off = drun(&p);
 	cr_assert_gt(off.ep[3].sum.peer_in, 0);
-	des_result_free(&off);
-	des_result_free(&r);
+	dessim_result_free(&off);
+	dessim_result_free(&r);
 	tjob_free(&t);
 }
 
 /* Bulk-synchronous compute proportional to batch bytes: the compute column
  * is the sum over steps of the slowest trainer's batch bytes / rate (the
- * NoPFS simulator's lower bound), recomputed here through smp_batch. */
+ * NoPFS simulator's lower bound), recomputed here through sampler_batch. */
 Test(dessim, bulk_synchronous_compute)
 {
 	struct tjob t;
 	tjob_init(&t, 2000, 4, 1, 25, false, 2, 7);
-	des_normal_sizes(t.len, t.sh.n, 2e6, 2e5, 42);
-	struct des_params p = dparams(&t, 2);
-	p.policy = DES_NAIVE;
+	dessim_normal_sizes(t.len, t.sh.n, 2e6, 2e5, 42);
+	struct dessim_params p = dparams(&t, 2);
+	p.policy = DESSIM_NAIVE;
 	p.compute_bw = 1e8;
-	struct des_result r = drun(&p);
-	struct smp_cache sc;
-	cr_assert_eq(smp_cache_init(&sc, &t.sh), 0);
+	struct dessim_result r = drun(&p);
+	struct sampler_cache sc;
+	cr_assert_eq(sampler_cache_init(&sc, &t.sh), 0);
 	uint32_t ids[25];
 	double want = 0;
 	for (uint64_t e = 0; e < 2; e++)
 		for (uint64_t g = 0; g < t.sh.bpe; g++) {
 			double worst = 0;
 			for (uint32_t rank = 0; rank < 4; rank++) {
-				int m = smp_batch(&sc, e, rank, g, ids);
+				int m = sampler_batch(&sc, e, rank, g, ids);
 				double b = 0;
 				for (int i = 0; i < m; i++)
 					b += (double)t.len[ids[i]];
@@ -247,8 +247,8 @@ Test(dessim, bulk_synchronous_compute)
 	cr_assert_float_eq(r.compute, want, 1e-9 * want);
 	/* with unlimited I/O the time is the compute */
 	cr_assert_float_eq(r.time, want, 1e-9 * want);
-	smp_cache_free(&sc);
-	des_result_free(&r);
+	sampler_cache_free(&sc);
+	dessim_result_free(&r);
 	tjob_free(&t);
 }
 
@@ -256,9 +256,9 @@ Test(dessim, deterministic_and_bad_input)
 {
 	struct tjob t;
 	tjob_init(&t, 2000, 3, 2, 8, false, 6, 8);
-	psim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 2);
+	plansim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 2);
 	tjob_caps(&t, 2500 * KiB, 2000 * KiB);
-	struct des_params p = dparams(&t, 3);
+	struct dessim_params p = dparams(&t, 3);
 	p.repl.on = true;
 	p.compute_s = 0.01;
 	p.pfs_bw = 5e6;
@@ -266,19 +266,19 @@ Test(dessim, deterministic_and_bad_input)
 	p.nvme_bw = 2e7;
 	p.decode_s = 1e-4;
 	p.cores = 2;
-	struct des_result a = drun(&p), b = drun(&p);
-	cr_assert_eq(memcmp(a.node, b.node, 3 * 3 * sizeof(struct fc_bytes)), 0);
+	struct dessim_result a = drun(&p), b = drun(&p);
+	cr_assert_eq(memcmp(a.node, b.node, 3 * 3 * sizeof(struct forecast_bytes)), 0);
 	for (uint64_t e = 0; e < 3; e++)
 		cr_assert(a.ep[e].time == b.ep[e].time);
 	check_identities(&a);
-	des_result_free(&a);
-	des_result_free(&b);
-	struct des_result r;
+	dessim_result_free(&a);
+	dessim_result_free(&b);
+	struct dessim_result r;
 	p.sim_epochs = 7;
-	cr_assert_eq(des_run(&p, &r), -EINVAL);
+	cr_assert_eq(dessim_run(&p, &r), -EINVAL);
 	p.sim_epochs = 3;
 	t.rank_node[0] = 9;
-	cr_assert_eq(des_run(&p, &r), -EINVAL);
+	cr_assert_eq(dessim_run(&p, &r), -EINVAL);
 	tjob_free(&t);
 }
 
@@ -293,21 +293,21 @@ Test(dessim, incoming_link_binds)
 	t.rank_node = calloc(4, sizeof(uint32_t));
 	uint32_t rn[4] = { 0, 0, 1, 2 };
 	memcpy(t.rank_node, rn, sizeof(rn));
-	cr_assert_eq(smp_shape_init(&t.sh, 3000, 9, 4, 10, false, true), 0);
+	cr_assert_eq(sampler_shape_init(&t.sh, 3000, 9, 4, 10, false, true), 0);
 	tjob_sizes(&t, 1000);
 	tjob_caps(&t, 4 << 20, 0);
 	t.cap[0].ram = 0;
-	struct des_params p = dparams(&t, 2);
+	struct dessim_params p = dparams(&t, 2);
 	p.lookahead = 1000;
 	p.compute_s = 1e-6;
 	p.net_bw = 1e6;
 	p.repl.on = false;
-	struct des_result r = drun(&p);
+	struct dessim_result r = drun(&p);
 	uint64_t in0 = r.node[3].peer_in;
 	cr_assert_eq(in0, 1500 * 1000);
 	cr_assert_lt(r.node[4].peer_out, in0);
 	cr_assert_lt(r.node[5].peer_out, in0);
 	cr_assert_float_eq(r.ep[1].time, 1.5, 0.01 * 1.5, "%.6f", r.ep[1].time);
-	des_result_free(&r);
+	dessim_result_free(&r);
 	tjob_free(&t);
 }

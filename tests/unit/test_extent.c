@@ -1,22 +1,22 @@
-/* The extent planner (src/extent.c) without a daemon: which samples join an
+/* The extent planner (src/plan/extent_plan.c) without a daemon: which samples join an
  * extent (a wanted run, gaps bridged or not), the longest extent, the
  * amplification bound (also on random files: every plan within both bounds,
  * only wanted samples, none wanted left out inside its range), overlapping
  * ranges (npz members read whole) and a trigger too long for an extent;
- * and the first-fit ranges of the extent region (src/spans.c). */
+ * and the first-fit ranges of the extent region (src/util/spans.c). */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/extent.h"
-#include "../../src/spans.h"
-#include "../../src/util.h"
+#include "../../src/plan/extent_plan.h"
+#include "../../src/util/spans.h"
+#include "../../src/util/util.h"
 
 #define N 4096
 
-static struct ext_cand c[N];
+static struct extent_cand c[N];
 static bool take[N];
 
 /* n records of `len` bytes back to back, each preceded by `hdr` bytes of
@@ -24,11 +24,11 @@ static bool take[N];
 static void records(uint32_t n, uint64_t len, uint64_t hdr)
 {
 	for (uint32_t i = 0; i < n; i++)
-		c[i] = (struct ext_cand){ .lo = i * (len + hdr), .hi = (i + 1) * (len + hdr),
+		c[i] = (struct extent_cand){ .lo = i * (len + hdr), .hi = (i + 1) * (len + hdr),
 					  .useful = len, .want = true };
 }
 
-static const struct ext_opts opts = { .max_bytes = 8u << 20, .max_amp = 1.25,
+static const struct extent_opts opts = { .max_bytes = 8u << 20, .max_amp = 1.25,
 				      .gap_max = 1u << 20 };
 
 static uint32_t count_taken(uint32_t n)
@@ -42,7 +42,7 @@ static uint32_t count_taken(uint32_t n)
 Test(extent, a_wanted_run_is_one_extent)
 {
 	records(960, 2500, 16);
-	struct ext_plan p = ext_plan(c, 960, 500, &opts, take);
+	struct extent_plan p = extent_plan(c, 960, 500, &opts, take);
 	cr_assert_eq(p.taken, 960, "every record of the file joins: %u", p.taken);
 	cr_assert_eq(count_taken(960), 960);
 	cr_assert_eq(p.lo, 0);
@@ -55,16 +55,16 @@ Test(extent, a_wanted_run_is_one_extent)
 Test(extent, never_longer_than_max_bytes)
 {
 	records(4096, 4096, 0); /* 16 MiB of wanted samples */
-	struct ext_opts o = opts;
+	struct extent_opts o = opts;
 	o.max_bytes = 1u << 20;
-	struct ext_plan p = ext_plan(c, 4096, 2000, &o, take);
+	struct extent_plan p = extent_plan(c, 4096, 2000, &o, take);
 	cr_assert_leq(p.hi - p.lo, o.max_bytes);
 	cr_assert_eq(p.taken, 256, "1 MiB of 4 KiB samples: %u", p.taken);
 	cr_assert(take[2000] && p.lo <= c[2000].lo && p.hi >= c[2000].hi);
 	/* right first: the trigger starts the extent when the right side has room */
 	cr_assert_eq(p.first, 2000, "grows forward first (readahead): first %u", p.first);
 	/* near the end of the file it grows backwards for the rest */
-	p = ext_plan(c, 4096, 4090, &o, take);
+	p = extent_plan(c, 4096, 4090, &o, take);
 	cr_assert_eq(p.taken, 256);
 	cr_assert_eq(p.last, 4095);
 	cr_assert_eq(p.first, 4096 - 256);
@@ -76,9 +76,9 @@ Test(extent, gaps_are_bridged_within_the_bound)
 	records(100, 1000, 0);
 	for (uint32_t i = 0; i < 100; i++)
 		c[i].want = i % 5 != 4;
-	struct ext_plan p = ext_plan(c, 100, 0, &opts, take);
+	struct extent_plan p = extent_plan(c, 100, 0, &opts, take);
 	cr_assert_eq(p.taken, 80, "%u", p.taken);
-	cr_assert(ext_amp_ok(p.hi - p.lo, p.useful, 1.25));
+	cr_assert(extent_amp_ok(p.hi - p.lo, p.useful, 1.25));
 	for (uint32_t i = 0; i < 100; i++)
 		cr_assert_eq(take[i], c[i].want, "sample %u", i);
 	/* every 3rd unwanted: 1.5 > 1.25 overall; the extent stops where the
@@ -86,8 +86,8 @@ Test(extent, gaps_are_bridged_within_the_bound)
 	 * more (0..7: 8000 for 6000) */
 	for (uint32_t i = 0; i < 100; i++)
 		c[i].want = i % 3 != 2;
-	p = ext_plan(c, 100, 0, &opts, take);
-	cr_assert(ext_amp_ok(p.hi - p.lo, p.useful, 1.25), "%llu / %llu",
+	p = extent_plan(c, 100, 0, &opts, take);
+	cr_assert(extent_amp_ok(p.hi - p.lo, p.useful, 1.25), "%llu / %llu",
 		  (unsigned long long)(p.hi - p.lo), (unsigned long long)p.useful);
 	cr_assert_eq(p.taken, 4, "samples 0, 1, 3, 4 meet the bound: %u", p.taken);
 	cr_assert(take[0] && take[1] && !take[2] && take[3] && take[4] && !take[6]);
@@ -99,13 +99,13 @@ Test(extent, a_gap_longer_than_gap_max_is_not_bridged)
 	for (uint32_t i = 0; i < 20; i++)
 		c[i].want = true;
 	c[5].want = false; /* a 100 KB gap after 5 wanted ones */
-	struct ext_opts o = opts;
+	struct extent_opts o = opts;
 	o.max_amp = 4.0;
 	o.gap_max = 50000;
-	struct ext_plan p = ext_plan(c, 20, 0, &o, take);
+	struct extent_plan p = extent_plan(c, 20, 0, &o, take);
 	cr_assert_eq(p.taken, 5, "the gap (100 KB) exceeds gap_max (50 KB): %u", p.taken);
 	o.gap_max = 100000;
-	p = ext_plan(c, 20, 0, &o, take);
+	p = extent_plan(c, 20, 0, &o, take);
 	cr_assert_eq(p.taken, 19, "bridged when gap_max allows: %u", p.taken);
 	cr_assert(!take[5], "an unwanted sample never joins");
 }
@@ -116,10 +116,10 @@ Test(extent, a_cluster_beyond_a_gap_is_reached)
 	records(40, 1000, 0);
 	for (uint32_t i = 0; i < 40; i++)
 		c[i].want = i == 0 || i >= 5;
-	struct ext_plan p = ext_plan(c, 40, 0, &opts, take);
+	struct extent_plan p = extent_plan(c, 40, 0, &opts, take);
 	cr_assert_eq(p.taken, 36, "%u", p.taken);
 	cr_assert_eq(p.last, 39);
-	cr_assert(ext_amp_ok(p.hi - p.lo, p.useful, 1.25));
+	cr_assert(extent_amp_ok(p.hi - p.lo, p.useful, 1.25));
 }
 
 Test(extent, overlapping_member_joins_once_enough_are_wanted)
@@ -127,27 +127,27 @@ Test(extent, overlapping_member_joins_once_enough_are_wanted)
 	/* npz in DLIO's layout: every sample's range is the whole 2 MiB member */
 	const uint32_t n = 512;
 	for (uint32_t i = 0; i < n; i++)
-		c[i] = (struct ext_cand){ .lo = 100, .hi = 100 + (2u << 20), .useful = 4096,
+		c[i] = (struct extent_cand){ .lo = 100, .hi = 100 + (2u << 20), .useful = 4096,
 					  .want = i < 420 };
-	struct ext_plan p = ext_plan(c, n, 0, &opts, take);
+	struct extent_plan p = extent_plan(c, n, 0, &opts, take);
 	cr_assert_eq(p.taken, 420, "82%% wanted: 2 MiB / 1.72 MB < 1.25: all join (%u)", p.taken);
 	for (uint32_t i = 0; i < n; i++)
 		c[i].want = i < 409;
-	p = ext_plan(c, n, 0, &opts, take);
+	p = extent_plan(c, n, 0, &opts, take);
 	cr_assert_eq(p.taken, 1, "80%% wanted: 2 MiB / 1.675 MB > 1.25: read alone (%u)", p.taken);
 	/* the trigger in the middle: neither side alone meets the bound, both
 	 * together do */
 	for (uint32_t i = 0; i < n; i++)
 		c[i].want = i % 7 != 3;
-	p = ext_plan(c, n, 400, &opts, take);
+	p = extent_plan(c, n, 400, &opts, take);
 	cr_assert_eq(p.taken, n - 73, "every wanted sample of the member joins: %u", p.taken);
-	cr_assert(ext_amp_ok(p.hi - p.lo, p.useful, 1.25));
+	cr_assert(extent_amp_ok(p.hi - p.lo, p.useful, 1.25));
 }
 
 Test(extent, a_trigger_longer_than_an_extent_is_alone)
 {
 	records(4, 16u << 20, 0);
-	struct ext_plan p = ext_plan(c, 4, 1, &opts, take);
+	struct extent_plan p = extent_plan(c, 4, 1, &opts, take);
 	cr_assert_eq(p.taken, 1);
 	cr_assert_eq(count_taken(4), 1);
 	cr_assert(take[1]);
@@ -164,16 +164,16 @@ Test(extent, random_files_meet_the_bounds)
 		for (uint32_t i = 0; i < n; i++) {
 			uint64_t len = 1 + (uint64_t)(rand_r(&seed) % 200000);
 			uint64_t gap = rand_r(&seed) % 4 == 0 ? (uint64_t)(rand_r(&seed) % 50000) : 0;
-			c[i] = (struct ext_cand){ .lo = pos + gap, .hi = pos + gap + len + 16,
+			c[i] = (struct extent_cand){ .lo = pos + gap, .hi = pos + gap + len + 16,
 						  .useful = len, .want = rand_r(&seed) % 3 != 0 };
 			pos = c[i].hi;
 		}
 		uint32_t t = (uint32_t)(rand_r(&seed) % n);
 		c[t].want = true;
-		struct ext_opts o = { .max_bytes = 1 + (uint64_t)(rand_r(&seed) % (4u << 20)),
+		struct extent_opts o = { .max_bytes = 1 + (uint64_t)(rand_r(&seed) % (4u << 20)),
 				      .max_amp = 1.0 + (rand_r(&seed) % 100) / 100.0,
 				      .gap_max = (uint64_t)(rand_r(&seed) % 200000) };
-		struct ext_plan p = ext_plan(c, n, t, &o, take);
+		struct extent_plan p = extent_plan(c, n, t, &o, take);
 		cr_assert(take[t]);
 		cr_assert_eq(p.taken, count_taken(n));
 		uint64_t useful = 0, lo = UINT64_MAX, hi = 0;
@@ -190,7 +190,7 @@ Test(extent, random_files_meet_the_bounds)
 		cr_assert_eq(p.hi, hi);
 		if (p.taken > 1) {
 			cr_assert_leq(p.hi - p.lo, o.max_bytes, "round %d", round);
-			cr_assert(ext_amp_ok(p.hi - p.lo, p.useful, o.max_amp), "round %d: %llu / %llu",
+			cr_assert(extent_amp_ok(p.hi - p.lo, p.useful, o.max_amp), "round %d: %llu / %llu",
 				  round, (unsigned long long)(p.hi - p.lo),
 				  (unsigned long long)p.useful);
 		}
@@ -201,7 +201,7 @@ Test(extent, random_files_meet_the_bounds)
 	}
 }
 
-/* ---- the extent region's ranges (src/spans.c) ---------------------------- */
+/* ---- the extent region's ranges (src/util/spans.c) ---------------------------- */
 
 /* Every byte of the region is free or in exactly one live range, whatever
  * the order of allocations and frees; frees merge back to one range. */

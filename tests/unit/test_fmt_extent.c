@@ -1,4 +1,4 @@
-/* Coalesced reads at the format layer (cat_span, cat_read_range, cat_cut):
+/* Coalesced reads at the format layer (catalog_span, catalog_read_range, catalog_cut):
  * for every format written by its real writer, a byte range of a file read
  * once and every sample cut out of it must equal what numpy/h5py/the
  * TFRecord writer wrote (all of a file's samples, every other one, in
@@ -30,7 +30,7 @@ static bool file_span(const struct catalog *c, uint32_t f, uint64_t *lo, uint64_
 	*hi = 0;
 	for (uint64_t id = c->files[f].first; id < c->files[f].first + c->files[f].nsamples; id++) {
 		uint64_t a, b;
-		if (!cat_span(c, id, &a, &b))
+		if (!catalog_span(c, id, &a, &b))
 			return false;
 		*lo = MIN(*lo, a);
 		*hi = MAX(*hi, b);
@@ -39,7 +39,7 @@ static bool file_span(const struct catalog *c, uint32_t f, uint64_t *lo, uint64_
 }
 
 /* Cut samples ids (of file f) from buf and compare them with the writer's. */
-static void cut_and_check(struct cat_reader *rd, uint32_t f, const uint8_t *buf, uint64_t lo,
+static void cut_and_check(struct catalog_reader *rd, uint32_t f, const uint8_t *buf, uint64_t lo,
 			  uint64_t hi, const uint64_t *ids, uint32_t n, const struct expect *e)
 {
 	const struct catalog *c = rd->cat;
@@ -52,13 +52,13 @@ static void cut_and_check(struct cat_reader *rd, uint32_t f, const uint8_t *buf,
 		log.rc[i] = 12345;
 	}
 	memset(out, 0xa5, n * c->max_len);
-	cat_cut(rd, f, buf, lo, hi - lo, n, ids, dsts, on_cut, &log);
+	catalog_cut(rd, f, buf, lo, hi - lo, n, ids, dsts, on_cut, &log);
 	for (uint32_t i = 0; i < n; i++) {
 		cr_assert_eq(log.rc[i], 0, "sample %llu: cut failed (%d): %s",
 			     (unsigned long long)ids[i], log.rc[i], log.err[i]);
 		cr_assert(memcmp(dsts[i], e[ids[i]].data, e[ids[i]].len) == 0,
 			  "sample %llu (%s): cut bytes differ from the writer's",
-			  (unsigned long long)ids[i], cat_path(c, f));
+			  (unsigned long long)ids[i], catalog_path(c, f));
 	}
 	free(dsts);
 	free(out);
@@ -74,12 +74,12 @@ ParameterizedTest(int *gi, fmt_extent, cut_equals_writer)
 	const struct good *g = &goods[*gi];
 	struct expset x;
 	load_expect(g->expect, &x);
-	struct cat_params p = params_of(g);
+	struct catalog_params p = params_of(g);
 	char err[1024];
 	struct catalog *c;
 	cr_assert_eq(open_cat(g->ds, g->fmt, &p, NULL, &c, err, sizeof(err)), 0, "%s", err);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint32_t coalescible = 0;
 	for (uint32_t f = 0; f < c->nfiles; f++) {
 		uint64_t lo, hi;
@@ -87,7 +87,7 @@ ParameterizedTest(int *gi, fmt_extent, cut_equals_writer)
 			continue;
 		coalescible++;
 		uint8_t *buf = malloc(hi - lo);
-		cr_assert_eq(cat_read_range(&rd, f, lo, hi - lo, buf), 0, "%s", rd.err);
+		cr_assert_eq(catalog_read_range(&rd, f, lo, hi - lo, buf), 0, "%s", rd.err);
 		cr_assert_eq(rd.last_bytes, hi - lo, "the range's bytes are the bytes read");
 		uint32_t n = c->files[f].nsamples;
 		cr_assert_leq(n, 4096);
@@ -110,8 +110,8 @@ ParameterizedTest(int *gi, fmt_extent, cut_equals_writer)
 			: strcmp(g->expect, "hdf5_chunked") == 0 ? 3 : c->nfiles;
 	cr_assert_eq(coalescible, want, "%s: %u of %u files coalescible, expected %u", g->ds,
 		     coalescible, c->nfiles, want);
-	cat_reader_fini(&rd);
-	cat_free(c);
+	catalog_reader_fini(&rd);
+	catalog_free(c);
 	free_expect(&x);
 }
 
@@ -125,8 +125,8 @@ static void damaged(const char *ds, const char *expect, const char *fmt, const c
 	char err[1024];
 	struct catalog *c;
 	cr_assert_eq(open_cat(ds, fmt, NULL, NULL, &c, err, sizeof(err)), 0, "%s", err);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint32_t f = 0;
 	while (f < c->nfiles && c->files[f].nsamples < 3)
 		f++;
@@ -134,9 +134,9 @@ static void damaged(const char *ds, const char *expect, const char *fmt, const c
 	uint64_t lo, hi;
 	cr_assert(file_span(c, f, &lo, &hi));
 	uint8_t *buf = malloc(hi - lo);
-	cr_assert_eq(cat_read_range(&rd, f, lo, hi - lo, buf), 0, "%s", rd.err);
+	cr_assert_eq(catalog_read_range(&rd, f, lo, hi - lo, buf), 0, "%s", rd.err);
 	uint64_t victim = c->files[f].first + 1, vlo, vhi;
-	cr_assert(cat_span(c, victim, &vlo, &vhi));
+	cr_assert(catalog_span(c, victim, &vlo, &vhi));
 	buf[vhi - lo - 6] ^= 0x5a; /* inside the victim's bytes (its payload or data) */
 	uint32_t n = c->files[f].nsamples;
 	uint64_t ids[4096];
@@ -148,12 +148,12 @@ static void damaged(const char *ds, const char *expect, const char *fmt, const c
 		ids[i] = c->files[f].first + i;
 		dsts[i] = out + i * c->max_len;
 	}
-	cat_cut(&rd, f, buf, lo, hi - lo, n, ids, dsts, on_cut, &log);
+	catalog_cut(&rd, f, buf, lo, hi - lo, n, ids, dsts, on_cut, &log);
 	for (uint32_t i = 0; i < n; i++) {
 		if (ids[i] == victim || all_fail) {
 			cr_assert_eq(log.rc[i], SEER_EDATASET, "%s: sample %llu must fail", ds,
 				     (unsigned long long)ids[i]);
-			cr_assert(strstr(log.err[i], want) && strstr(log.err[i], cat_path(c, f)),
+			cr_assert(strstr(log.err[i], want) && strstr(log.err[i], catalog_path(c, f)),
 				  "%s: message '%s' must name the file and say '%s'", ds, log.err[i],
 				  want);
 		} else {
@@ -164,8 +164,8 @@ static void damaged(const char *ds, const char *expect, const char *fmt, const c
 	}
 	free(out);
 	free(buf);
-	cat_reader_fini(&rd);
-	cat_free(c);
+	catalog_reader_fini(&rd);
+	catalog_free(c);
 	free_expect(&x);
 }
 
@@ -189,27 +189,27 @@ Test(fmt_extent, range_without_the_sample_is_refused)
 	for (size_t k = 0; k < ARRAY_SIZE(sets); k++) {
 		cr_assert_eq(open_cat(sets[k][0], sets[k][1], NULL, NULL, &c, err, sizeof(err)), 0,
 			     "%s", err);
-		struct cat_reader rd;
-		cat_reader_init(&rd, c);
+		struct catalog_reader rd;
+		catalog_reader_init(&rd, c);
 		uint64_t id = c->files[0].first + c->files[0].nsamples - 1, lo, hi;
-		cr_assert(cat_span(c, id, &lo, &hi));
+		cr_assert(catalog_span(c, id, &lo, &hi));
 		uint64_t len = hi - lo - 1; /* one byte short */
 		uint8_t *buf = calloc(1, len + 1), *dst = malloc(c->max_len);
 		static struct cut_log log;
 		log.n = 1;
 		void *d = dst;
-		cat_cut(&rd, 0, buf, lo, len, 1, &id, &d, on_cut, &log);
+		catalog_cut(&rd, 0, buf, lo, len, 1, &id, &d, on_cut, &log);
 		cr_assert_neq(log.rc[0], 0, "%s: a short range must be refused", sets[k][0]);
 		/* past the end of the file: the file is shorter than the catalog */
 		uint64_t size = c->files[0].size;
 		uint8_t *big = malloc(size + 16);
-		int rc = cat_read_range(&rd, 0, 0, size + 16, big);
+		int rc = catalog_read_range(&rd, 0, 0, size + 16, big);
 		cr_assert_eq(rc, SEER_EDATASET, "%s: reading past the end: %d", sets[k][0], rc);
 		cr_assert(strstr(rd.err, "shorter"), "%s", rd.err);
 		free(big);
 		free(buf);
 		free(dst);
-		cat_reader_fini(&rd);
-		cat_free(c);
+		catalog_reader_fini(&rd);
+		catalog_free(c);
 	}
 }

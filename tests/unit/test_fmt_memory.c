@@ -13,7 +13,7 @@ static void stats(const struct catalog *c, struct fmt_mem_stats *st)
 
 /* Bytes a whole-member decode of file f reads: the stored member, or the
  * compressed one (aux words: data offset, stored bytes, decoded bytes). */
-static uint64_t member_read_bytes(const struct cat_file *f)
+static uint64_t member_read_bytes(const struct catalog_file *f)
 {
 	return f->aux[1];
 }
@@ -34,8 +34,8 @@ Test(memory, npz_file_decoded_once_while_cached)
 	char err[1024];
 	cr_assert_eq(open_cat("npz_dlio/train", "npz", NULL, NULL, &c, err, sizeof(err)), 0, "%s",
 		     err);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint8_t *buf = malloc(c->max_len);
 	/* 16 samples strided along the last axis of a stored member; then 7 of a
 	 * deflated one; in a scrambled order */
@@ -43,7 +43,7 @@ Test(memory, npz_file_decoded_once_while_cached)
 	uint64_t want_bytes = 0;
 	struct fmt_mem_stats st;
 	for (int k = 0; k < 2; k++) {
-		const struct cat_file *f = &c->files[file_named(c, files[k])];
+		const struct catalog_file *f = &c->files[file_named(c, files[k])];
 		cr_assert(f->nsamples == (k == 0 ? 16 : 7));
 		for (uint32_t i = 0; i < f->nsamples; i++) {
 			uint64_t id = f->first + (i * 5) % f->nsamples;
@@ -57,15 +57,15 @@ Test(memory, npz_file_decoded_once_while_cached)
 			     (unsigned long long)rd.bytes_read, (unsigned long long)want_bytes);
 	}
 	/* the first file is still cached: no decode, no byte read */
-	const struct cat_file *f = &c->files[file_named(c, files[0])];
+	const struct catalog_file *f = &c->files[file_named(c, files[0])];
 	check_sample(&rd, f->first + 3, &e[f->first + 3], buf);
 	stats(c, &st);
 	cr_assert_eq(st.loads, 2);
 	cr_assert_eq(rd.last_bytes, 0);
 	cr_assert_eq(st.hits, 16 + 7 - 2 + 1);
 	free(buf);
-	cat_reader_fini(&rd);
-	cat_free(c);
+	catalog_reader_fini(&rd);
+	catalog_free(c);
 	free_expect(&x);
 }
 
@@ -74,15 +74,15 @@ Test(memory, contiguous_samples_are_plain_reads)
 	struct expset x;
 	load_expect("npz_first", &x);
 	const struct expect *e = x.e;
-	struct cat_params p = { .npz_data = "images", .npz_labels = "lab",
+	struct catalog_params p = { .npz_data = "images", .npz_labels = "lab",
 				.npz_sample_axis = "first" };
 	struct catalog *c;
 	char err[1024];
 	cr_assert_eq(open_cat("npz_first", "npz", &p, NULL, &c, err, sizeof(err)), 0, "%s", err);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint8_t *buf = malloc(c->max_len);
-	const struct cat_file *f = &c->files[file_named(c, "a.npz")]; /* stored, C order */
+	const struct catalog_file *f = &c->files[file_named(c, "a.npz")]; /* stored, C order */
 	for (uint32_t i = 0; i < f->nsamples; i++) {
 		check_sample(&rd, f->first + i, &e[f->first + i], buf);
 		cr_assert_eq(rd.last_bytes, c->samples[f->first + i].length,
@@ -92,8 +92,8 @@ Test(memory, contiguous_samples_are_plain_reads)
 	stats(c, &st);
 	cr_assert_eq(st.loads + st.streamed, 0, "contiguous stored samples were decoded");
 	free(buf);
-	cat_reader_fini(&rd);
-	cat_free(c);
+	catalog_reader_fini(&rd);
+	catalog_free(c);
 
 	/* contiguous HDF5 datasets: pread only, no HDF5 call */
 	free_expect(&x);
@@ -101,7 +101,7 @@ Test(memory, contiguous_samples_are_plain_reads)
 	e = x.e;
 	cr_assert_eq(open_cat("hdf5_dlio/train", "hdf5", NULL, NULL, &c, err, sizeof(err)), 0, "%s",
 		     err);
-	cat_reader_init(&rd, c);
+	catalog_reader_init(&rd, c);
 	buf = malloc(c->max_len);
 	for (uint64_t id = 0; id < x.n; id++) {
 		check_sample(&rd, id, &e[id], buf);
@@ -110,8 +110,8 @@ Test(memory, contiguous_samples_are_plain_reads)
 	stats(c, &st);
 	cr_assert_eq(st.lib_reads, 0, "contiguous HDF5 reads went through the HDF5 library");
 	free(buf);
-	cat_reader_fini(&rd);
-	cat_free(c);
+	catalog_reader_fini(&rd);
+	catalog_free(c);
 	free_expect(&x);
 }
 
@@ -130,8 +130,8 @@ Test(memory, cache_many_files)
 			     err);
 		cr_assert_eq(c->nfiles, 300);
 		uint8_t *buf = malloc(c->max_len);
-		struct cat_reader rd;
-		cat_reader_init(&rd, c);
+		struct catalog_reader rd;
+		catalog_reader_init(&rd, c);
 		unsigned seed = 5;
 		for (int i = 0; i < 6000; i++) {
 			uint64_t id = (uint64_t)rand_r(&seed) % c->nsamples;
@@ -147,9 +147,9 @@ Test(memory, cache_many_files)
 			cr_assert_eq(st.loads, 300, "%llu decodes for 300 files",
 				     (unsigned long long)st.loads);
 		}
-		cat_reader_fini(&rd);
+		catalog_reader_fini(&rd);
 		free(buf);
-		cat_free(c);
+		catalog_free(c);
 	}
 	free_expect(&x);
 }
@@ -164,10 +164,10 @@ Test(memory, ranges_of_samples)
 	char err[1024];
 	cr_assert_eq(open_cat("npz_dlio/train", "npz", NULL, NULL, &c, err, sizeof(err)), 0, "%s",
 		     err);
-	const struct cat_file *f = &c->files[file_named(c, "0/img_4_of_5.npz")];
+	const struct catalog_file *f = &c->files[file_named(c, "0/img_4_of_5.npz")];
 	cr_assert_eq(c->samples[f->first].length, 256);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint8_t *buf = malloc(c->max_len);
 	for (uint32_t i = 0; i < 16; i++)
 		check_sample(&rd, f->first + i, &x.e[f->first + i], buf);
@@ -178,8 +178,8 @@ Test(memory, ranges_of_samples)
 	cr_assert_leq(st.peak, 1024);
 	check_all(c, x.e, x.n);
 	free(buf);
-	cat_reader_fini(&rd);
-	cat_free(c);
+	catalog_reader_fini(&rd);
+	catalog_free(c);
 	free_expect(&x);
 }
 
@@ -196,7 +196,7 @@ Test(memory, no_budget_every_sample_decoded_alone)
 		ng++;
 		struct expset x;
 		load_expect(g->expect, &x);
-		struct cat_params p = params_of(g);
+		struct catalog_params p = params_of(g);
 		struct catalog *c;
 		char err[1024];
 		cr_assert_eq(open_cat(g->ds, g->fmt, &p, NULL, &c, err, sizeof(err)), 0, "%s", err);
@@ -207,7 +207,7 @@ Test(memory, no_budget_every_sample_decoded_alone)
 			     (unsigned long long)st.loads);
 		cr_assert_eq(st.peak, 0);
 		cr_assert_eq(st.limit, 0);
-		cat_free(c);
+		catalog_free(c);
 		free_expect(&x);
 	}
 	cr_assert_eq(ng, 6);
@@ -227,13 +227,13 @@ struct thr {
 static void *read_every_sample(void *arg)
 {
 	struct thr *t = arg;
-	struct cat_reader rd;
-	cat_reader_init(&rd, t->c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, t->c);
 	uint8_t *buf = malloc(t->c->max_len);
 	uint64_t n = t->c->nsamples, start = (uint64_t)rand_r(&t->seed) % n;
 	for (uint64_t i = 0; i < n && !t->bad; i++) {
 		uint64_t id = (start + i * 7) % n; /* 7 is prime to the sample counts used */
-		int rc = cat_read(&rd, id, buf);
+		int rc = catalog_read(&rd, id, buf);
 		if (rc != 0 || memcmp(buf, t->e[id].data, t->e[id].len) != 0) {
 			t->bad = 1;
 			snprintf(t->err, sizeof(t->err), "sample %llu: rc %d %s",
@@ -242,7 +242,7 @@ static void *read_every_sample(void *arg)
 	}
 	t->read = rd.bytes_read;
 	free(buf);
-	cat_reader_fini(&rd);
+	catalog_reader_fini(&rd);
 	return NULL;
 }
 
@@ -275,33 +275,33 @@ Test(memory, shared_by_reader_threads)
 		     err);
 	run_readers(c, x.e, 1, &read1);
 	stats(c, &one);
-	cat_free(c);
+	catalog_free(c);
 	cr_assert_eq(open_cat("npz_dlio/train", "npz", NULL, NULL, &c, err, sizeof(err)), 0, "%s",
 		     err);
 	run_readers(c, x.e, 4, &read4);
 	stats(c, &four);
-	cat_free(c);
+	catalog_free(c);
 	cr_assert_eq(four.loads, one.loads, "4 readers decoded %llu times, 1 reader %llu",
 		     (unsigned long long)four.loads, (unsigned long long)one.loads);
 	/* every reader reads every sample: the contiguous ones are read 4 times */
 	uint64_t contiguous = 0;
 	cr_assert_eq(open_cat("npz_dlio/train", "npz", NULL, NULL, &c, err, sizeof(err)), 0, "%s",
 		     err);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint8_t *buf = malloc(c->max_len);
 	struct fmt_mem_stats before, after;
 	for (uint64_t id = 0; id < c->nsamples; id++) {
 		stats(c, &before);
-		cr_assert_eq(cat_read(&rd, id, buf), 0);
+		cr_assert_eq(catalog_read(&rd, id, buf), 0);
 		stats(c, &after);
 		if (after.loads + after.hits == before.loads + before.hits)
 			contiguous += rd.last_bytes; /* not through the cache */
 	}
 	cr_assert_gt(contiguous, 0, "npz_dlio has a stored one-sample file");
-	cat_reader_fini(&rd);
+	catalog_reader_fini(&rd);
 	free(buf);
-	cat_free(c);
+	catalog_free(c);
 	cr_assert_eq(read4, read1 + 3 * contiguous, "4 readers read %llu bytes, 1 reader %llu",
 		     (unsigned long long)read4, (unsigned long long)read1);
 
@@ -312,7 +312,7 @@ Test(memory, shared_by_reader_threads)
 	run_readers(c, x.e, 4, &read4);
 	stats(c, &four);
 	cr_assert_leq(four.peak, 3000, "held %llu bytes", (unsigned long long)four.peak);
-	cat_free(c);
+	catalog_free(c);
 	free_expect(&x);
 }
 
@@ -328,13 +328,13 @@ ParameterizedTest(int *gi, memory, bytes_read_are_the_kernels_count)
 	const struct good *g = &goods[*gi];
 	struct expset x;
 	load_expect(g->expect, &x);
-	struct cat_params p = params_of(g);
+	struct catalog_params p = params_of(g);
 	char err[1024];
 	struct catalog *c;
 	cr_assert_eq(open_cat(g->ds, g->fmt, &p, NULL, &c, err, sizeof(err)), 0, "%s", err);
 	cr_assert_gt(c->scan_bytes, 0, "%s: the scan read nothing?", g->ds);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint8_t *buf = malloc(c->max_len);
 	struct fmt_lib_io io;
 	fmt_lib_io_begin(&io);
@@ -348,7 +348,7 @@ ParameterizedTest(int *gi, memory, bytes_read_are_the_kernels_count)
 		      g->ds, (unsigned long long)rd.bytes_read,
 		      (unsigned long long)c->total_bytes);
 	free(buf);
-	cat_reader_fini(&rd);
-	cat_free(c);
+	catalog_reader_fini(&rd);
+	catalog_free(c);
 	free_expect(&x);
 }

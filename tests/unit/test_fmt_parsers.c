@@ -12,10 +12,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "../../src/catalog.h"
+#include "../../src/catalog/catalog.h"
 #include "../../src/fmt/fmt.h"
 #include "../../src/fmt/npz.h"
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 #include "seer.h"
 
 static size_t npy_make(uint8_t *buf, unsigned major, const char *dict)
@@ -180,31 +180,31 @@ Test(parsers, crc32c)
 	}
 	/* a TFRecord header as TensorFlow frames a 5-byte payload */
 	uint8_t hdr[TFR_HDR_LEN] = { 5, 0, 0, 0, 0, 0, 0, 0 };
-	uint32_t m = tfr_mask_crc(crc32c(0, hdr, 8));
+	uint32_t m = tfrecord_mask_crc(crc32c(0, hdr, 8));
 	memcpy(hdr + 8, &m, 4);
 	uint64_t len;
 	char err[256];
-	cr_assert_eq(tfr_parse_header(hdr, sizeof(hdr), &len, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(tfrecord_parse_header(hdr, sizeof(hdr), &len, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(len, 5);
 	hdr[0] = 6;
-	cr_assert_eq(tfr_parse_header(hdr, sizeof(hdr), &len, err, sizeof(err)), SEER_EDATASET);
+	cr_assert_eq(tfrecord_parse_header(hdr, sizeof(hdr), &len, err, sizeof(err)), SEER_EDATASET);
 	cr_assert(strstr(err, "length CRC mismatch"), "%s", err);
 }
 
 Test(parsers, tfrecord_index)
 {
-	struct tfr_extent *e;
+	struct tfrecord_extent *e;
 	uint64_t n;
 	char err[256];
 	const char *ok = "0 20\n20 31  \r\n\n51 16";
-	cr_assert_eq(tfr_parse_index(ok, strlen(ok), &e, &n, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(tfrecord_parse_index(ok, strlen(ok), &e, &n, err, sizeof(err)), 0, "%s", err);
 	cr_assert(n == 3 && e[1].off == 20 && e[1].len == 31 && e[2].off == 51 && e[2].len == 16);
 	free(e);
-	cr_assert_eq(tfr_parse_index("", 0, &e, &n, err, sizeof(err)), 0);
+	cr_assert_eq(tfrecord_parse_index("", 0, &e, &n, err, sizeof(err)), 0);
 	cr_assert(n == 0 && e == NULL);
 	const char *bad[] = { "0 20 7\n", "0\n", "x 1\n", "0 -1\n", "0 99999999999999999999\n" };
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
-		cr_expect_eq(tfr_parse_index(bad[i], strlen(bad[i]), &e, &n, err, sizeof(err)),
+		cr_expect_eq(tfrecord_parse_index(bad[i], strlen(bad[i]), &e, &n, err, sizeof(err)),
 			     SEER_EDATASET, "'%s' accepted", bad[i]);
 		cr_expect(strstr(err, "line 1"), "%s", err);
 	}
@@ -232,15 +232,15 @@ Test(parsers, zip_and_idx)
 	cr_assert_eq(zip_next_entry(tail, 42, &pos, &ze, err, sizeof(err)), SEER_EDATASET);
 
 	uint64_t off[3] = { 0, 10, 90 }, sz[3] = { 10, 80, 10 };
-	cr_assert_eq(idx_check(off, sz, 3, 100, 0, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(indexed_check(off, sz, 3, 100, 0, err, sizeof(err)), 0, "%s", err);
 	sz[2] = 11;
-	cr_assert_eq(idx_check(off, sz, 3, 100, 7, err, sizeof(err)), SEER_EDATASET);
+	cr_assert_eq(indexed_check(off, sz, 3, 100, 7, err, sizeof(err)), SEER_EDATASET);
 	cr_assert(strstr(err, "sample 9 "), "%s", err);
 	sz[2] = 0;
-	cr_assert_eq(idx_check(off, sz, 3, 100, 0, err, sizeof(err)), SEER_EDATASET);
+	cr_assert_eq(indexed_check(off, sz, 3, 100, 0, err, sizeof(err)), SEER_EDATASET);
 	off[2] = UINT64_MAX;
 	sz[2] = 2;
-	cr_assert_eq(idx_check(off, sz, 3, 100, 0, err, sizeof(err)), SEER_EDATASET);
+	cr_assert_eq(indexed_check(off, sz, 3, 100, 0, err, sizeof(err)), SEER_EDATASET);
 }
 
 /* Mutated inputs: every parser answers 0, -EAGAIN or SEER_EDATASET, and never
@@ -250,11 +250,11 @@ Test(parsers, zip_and_idx)
 
 Test(registry, every_listed_format_is_found_by_its_name)
 {
-	const char *names = cat_format_names();
+	const char *names = fmt_registry_names();
 	size_t n = 0;
 #define CHECK_FORMAT(fname, fdesc)                                                           \
 	do {                                                                               \
-		const struct fmt_ops *f = cat_find_format(#fname);                         \
+		const struct fmt_ops *f = fmt_registry_find(#fname);                         \
 		cr_assert_not_null(f, "%s not found", #fname);                             \
 		cr_assert_str_eq(f->name, #fname);                                          \
 		cr_assert(f == &fmt_##fname);                                               \
@@ -265,7 +265,7 @@ Test(registry, every_listed_format_is_found_by_its_name)
 #undef CHECK_FORMAT
 	cr_assert_eq(n, 6);
 	cr_assert_str_eq(names, "files, npz, npy, hdf5, tfrecord, indexed");
-	cr_assert_null(cat_find_format("parquet"));
+	cr_assert_null(fmt_registry_find("parquet"));
 }
 
 /* ---- byte accounting -------------------------------------------------------------- */

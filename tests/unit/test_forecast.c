@@ -1,4 +1,4 @@
-/* forecast (src/forecast.h): bytes per node and epoch by source, replica
+/* forecast (src/plan/forecast.h): bytes per node and epoch by source, replica
  * fills, epoch times, the capacity search.
  *
  * With replicas off the byte counts must equal plansim's seer policy (an
@@ -13,23 +13,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/forecast.h"
+#include "../../src/plan/forecast.h"
 #include "plan_fixture.h"
 
-static struct fc_job fjob(const struct tjob *t, bool on)
+static struct forecast_job fjob(const struct tjob *t, bool on)
 {
-	return (struct fc_job){ .len = t->len, .sh = &t->sh, .epochs = t->job.epochs,
+	return (struct forecast_job){ .len = t->len, .sh = &t->sh, .epochs = t->job.epochs,
 				.nnodes = t->job.nnodes, .rank_node = t->rank_node, .cap = t->cap,
 				.repl = { .on = on } };
 }
 
-static struct fc_result frun(const struct tjob *t, bool on, const struct fc_rates *r)
+static struct forecast_result frun(const struct tjob *t, bool on, const struct forecast_rates *r)
 {
-	struct fc_job j = fjob(t, on);
-	struct fc_rates none = { 0 };
-	struct fc_result res;
-	int rc = fc_run(&j, r ? r : &none, &res);
-	cr_assert_eq(rc, 0, "fc_run: %d", rc);
+	struct forecast_job j = fjob(t, on);
+	struct forecast_rates none = { 0 };
+	struct forecast_result res;
+	int rc = forecast_run(&j, r ? r : &none, &res);
+	cr_assert_eq(rc, 0, "forecast_run: %d", rc);
 	return res;
 }
 
@@ -41,19 +41,19 @@ static uint64_t dataset(const struct tjob *t)
 	return d;
 }
 
-static uint64_t net(const struct fc_bytes *b)
+static uint64_t net(const struct forecast_bytes *b)
 {
 	return b->peer_in + b->fill_in;
 }
 
 /* Per node and epoch: every byte read came from somewhere, every byte sent
  * was received. */
-static void check_identities(const struct fc_result *r)
+static void check_identities(const struct forecast_result *r)
 {
 	for (uint64_t e = 0; e < r->epochs; e++) {
 		uint64_t in = 0, out = 0, fin = 0, fout = 0;
 		for (uint32_t k = 0; k < r->nnodes; k++) {
-			const struct fc_bytes *b = &r->node[e * r->nnodes + k];
+			const struct forecast_bytes *b = &r->node[e * r->nnodes + k];
 			cr_assert_eq(b->demand, b->ram + b->nvme + b->peer_in + b->pfs,
 				     "epoch %llu node %u: bytes lost", (unsigned long long)e, k);
 			cr_assert_leq(b->repl, b->ram + b->nvme);
@@ -99,7 +99,7 @@ static void fcase_job(struct tjob *t, const struct fcase *c)
 {
 	tjob_init(t, 3000, c->nodes, c->tpn, c->batch, c->drop_last, c->epochs, 13);
 	if (c->lognormal)
-		psim_lognormal_sizes(t->len, t->sh.n, 4000, 3000, 6);
+		plansim_lognormal_sizes(t->len, t->sh.n, 4000, 3000, 6);
 	else
 		tjob_sizes(t, 4000);
 	tjob_caps(t, c->ram, c->nvme);
@@ -115,14 +115,14 @@ ParameterizedTest(struct fcase *c, forecast, off_is_plansim_seer)
 {
 	struct tjob t;
 	fcase_job(&t, c);
-	struct psim_result ps;
-	cr_assert_eq(psim_seer(&t.job, &ps), 0);
-	struct fc_result f = frun(&t, false, NULL);
+	struct plansim_result ps;
+	cr_assert_eq(plansim_seer(&t.job, &ps), 0);
+	struct forecast_result f = frun(&t, false, NULL);
 	check_identities(&f);
 	cr_assert_eq(f.repl_bytes, 0);
 	for (uint64_t e = 0; e < c->epochs; e++) {
-		const struct fc_epoch *x = &f.ep[e];
-		const struct psim_epoch *y = &ps.ep[e];
+		const struct forecast_epoch *x = &f.ep[e];
+		const struct plansim_epoch *y = &ps.ep[e];
 		cr_assert_eq(x->sum.pfs + x->sum.pfs_load, y->pfs, "epoch %llu pfs",
 			     (unsigned long long)e);
 		cr_assert_eq(x->sum.pfs_load, y->fill);
@@ -133,8 +133,8 @@ ParameterizedTest(struct fcase *c, forecast, off_is_plansim_seer)
 		cr_assert_eq(x->max.peer_in, y->peer_max);
 		cr_assert_eq(x->sum.fill_in, 0);
 	}
-	psim_result_free(&ps);
-	fc_result_free(&f);
+	plansim_result_free(&ps);
+	forecast_result_free(&f);
 	tjob_free(&t);
 }
 
@@ -146,7 +146,7 @@ ParameterizedTest(struct fcase *c, forecast, on_keeps_pfs_and_identities)
 	fcase_job(&t, c);
 	if (!c->lognormal)
 		tjob_sizes(&t, 4096);
-	struct fc_result off = frun(&t, false, NULL), on = frun(&t, true, NULL);
+	struct forecast_result off = frun(&t, false, NULL), on = frun(&t, true, NULL);
 	check_identities(&on);
 	cr_assert_eq(on.total.pfs + on.total.pfs_load, off.total.pfs + off.total.pfs_load);
 	for (uint64_t e = 0; e < c->epochs; e++)
@@ -154,13 +154,13 @@ ParameterizedTest(struct fcase *c, forecast, on_keeps_pfs_and_identities)
 			     off.ep[e].sum.pfs + off.ep[e].sum.pfs_load);
 	cr_assert_leq(net(&on.total), net(&off.total));
 	if (!c->lognormal && !c->drop_last && !c->starve0) {
-		struct psim_result opt;
-		cr_assert_eq(psim_optimum(&t.job, &opt), 0);
+		struct plansim_result opt;
+		cr_assert_eq(plansim_optimum(&t.job, &opt), 0);
 		cr_assert_eq(on.total.pfs + on.total.pfs_load, opt.total.pfs);
-		psim_result_free(&opt);
+		plansim_result_free(&opt);
 	}
-	fc_result_free(&off);
-	fc_result_free(&on);
+	forecast_result_free(&off);
+	forecast_result_free(&on);
 	tjob_free(&t);
 }
 
@@ -171,23 +171,23 @@ Test(forecast, room_for_all_is_the_network_floor)
 {
 	struct tjob t;
 	tjob_init(&t, 3000, 4, 2, 8, false, 6, 17);
-	psim_lognormal_sizes(t.len, t.sh.n, 5000, 3000, 2);
+	plansim_lognormal_sizes(t.len, t.sh.n, 5000, 3000, 2);
 	uint64_t d = dataset(&t);
 	tjob_caps(&t, d / 2 + 3000 * 64, d);
-	struct fc_result on = frun(&t, true, NULL);
+	struct forecast_result on = frun(&t, true, NULL);
 	check_identities(&on);
 	for (uint64_t e = 1; e < 6; e++)
 		cr_assert_eq(net(&on.ep[e].sum), 0, "epoch %llu: %llu network bytes",
 			     (unsigned long long)e, (unsigned long long)net(&on.ep[e].sum));
 	/* N_s: distinct nodes reading s over the job */
-	struct smp_cache sc;
-	cr_assert_eq(smp_cache_init(&sc, &t.sh), 0);
+	struct sampler_cache sc;
+	cr_assert_eq(sampler_cache_init(&sc, &t.sh), 0);
 	uint8_t *seen = calloc(t.sh.n * 4, 1);
 	uint32_t ids[8];
 	for (uint64_t e = 0; e < 6; e++)
 		for (uint64_t step = 0; step < t.sh.bpe; step++)
 			for (uint32_t r = 0; r < t.sh.world; r++) {
-				int m = smp_batch(&sc, e, r, step, ids);
+				int m = sampler_batch(&sc, e, r, step, ids);
 				for (int i = 0; i < m; i++)
 					seen[ids[i] * 4 + t.rank_node[r]] = 1;
 			}
@@ -200,8 +200,8 @@ Test(forecast, room_for_all_is_the_network_floor)
 		     (unsigned long long)net(&on.total), (unsigned long long)floor);
 	cr_assert_eq(on.total.pfs + on.total.pfs_load, d);
 	free(seen);
-	smp_cache_free(&sc);
-	fc_result_free(&on);
+	sampler_cache_free(&sc);
+	forecast_result_free(&on);
 	tjob_free(&t);
 }
 
@@ -215,12 +215,12 @@ Test(forecast, network_falls_with_capacity)
 	uint64_t prev = UINT64_MAX;
 	for (uint64_t ram = 1000 * 4032; ram <= 3000 * 4032; ram += 250 * 4032) {
 		tjob_caps(&t, ram, 0);
-		struct fc_result on = frun(&t, true, NULL);
+		struct forecast_result on = frun(&t, true, NULL);
 		cr_assert_leq(net(&on.total), prev, "ram %llu", (unsigned long long)ram);
 		if (ram == 1250 * 4032)
 			cr_assert_lt(net(&on.total), prev, "ram %llu", (unsigned long long)ram);
 		prev = net(&on.total);
-		fc_result_free(&on);
+		forecast_result_free(&on);
 	}
 	tjob_free(&t);
 }
@@ -234,9 +234,9 @@ Test(forecast, fills_fit_the_links)
 	tjob_init(&t, 2000, 4, 2, 10, false, 6, 23);
 	tjob_sizes(&t, 4096);
 	tjob_caps(&t, 2000 * 4096, 0);
-	struct fc_result free_fill = frun(&t, true, NULL);
-	struct fc_rates r = { .compute_s = 0.01, .pfs_bw = 5e6, .net_bw = 4e6 };
-	struct fc_result tight = frun(&t, true, &r);
+	struct forecast_result free_fill = frun(&t, true, NULL);
+	struct forecast_rates r = { .compute_s = 0.01, .pfs_bw = 5e6, .net_bw = 4e6 };
+	struct forecast_result tight = frun(&t, true, &r);
 	check_identities(&tight);
 	cr_assert_eq(net(&tight.total), net(&free_fill.total));
 	cr_assert_eq(tight.total.pfs + tight.total.pfs_load, 2000 * 4096);
@@ -245,17 +245,17 @@ Test(forecast, fills_fit_the_links)
 		late += net(&tight.ep[e].sum);
 	cr_assert_gt(late, 0, "tight links filled everything in the first epoch");
 	for (uint64_t e = 1; e < 6; e++)
-		cr_assert_neq(tight.ep[e].bound, FC_NET, "epoch %llu network-bound",
+		cr_assert_neq(tight.ep[e].bound, FORECAST_NET, "epoch %llu network-bound",
 			      (unsigned long long)e);
 	r.net_bw = 1e9;
-	struct fc_result wide = frun(&t, true, &r);
+	struct forecast_result wide = frun(&t, true, &r);
 	for (uint64_t e = 1; e < 6; e++) {
 		cr_assert_eq(net(&wide.ep[e].sum), 0);
-		cr_assert_eq(wide.ep[e].bound, FC_COMPUTE);
+		cr_assert_eq(wide.ep[e].bound, FORECAST_COMPUTE);
 	}
-	fc_result_free(&free_fill);
-	fc_result_free(&tight);
-	fc_result_free(&wide);
+	forecast_result_free(&free_fill);
+	forecast_result_free(&tight);
+	forecast_result_free(&wide);
 	tjob_free(&t);
 }
 
@@ -266,50 +266,50 @@ Test(forecast, terms_by_hand)
 	struct tjob t;
 	tjob_init(&t, 100, 1, 1, 10, false, 3, 1);
 	tjob_sizes(&t, 1000);
-	struct fc_rates r = { .compute_s = 0.5, .pfs_bw = 1000, .decode_s = 0.2, .cores = 4 };
-	struct fc_result f = frun(&t, true, &r);
+	struct forecast_rates r = { .compute_s = 0.5, .pfs_bw = 1000, .decode_s = 0.2, .cores = 4 };
+	struct forecast_result f = frun(&t, true, &r);
 	for (uint64_t e = 0; e < 3; e++) {
-		const struct fc_epoch *x = &f.ep[e];
-		cr_assert_float_eq(x->t[FC_COMPUTE], 5.0, 1e-12);
-		cr_assert_float_eq(x->t[FC_PFS], 100.0, 1e-12);
-		cr_assert_float_eq(x->t[FC_DECODE], 100 * 0.2 / 4, 1e-12);
+		const struct forecast_epoch *x = &f.ep[e];
+		cr_assert_float_eq(x->t[FORECAST_COMPUTE], 5.0, 1e-12);
+		cr_assert_float_eq(x->t[FORECAST_PFS], 100.0, 1e-12);
+		cr_assert_float_eq(x->t[FORECAST_DECODE], 100 * 0.2 / 4, 1e-12);
 		cr_assert_float_eq(x->time, 100.0, 1e-12);
-		cr_assert_eq(x->bound, FC_PFS);
+		cr_assert_eq(x->bound, FORECAST_PFS);
 		cr_assert_float_eq(x->lb, 100.0, 1e-12);
-		cr_assert(fc_io_bound(x));
+		cr_assert(forecast_io_bound(x));
 	}
-	fc_result_free(&f);
+	forecast_result_free(&f);
 	/* the whole dataset in RAM: only the first epoch reads the PFS */
 	tjob_caps(&t, 100 * 1024, 0);
 	f = frun(&t, true, &r);
-	cr_assert_eq(f.ep[0].bound, FC_PFS);
-	cr_assert_eq(f.ep[1].bound, FC_COMPUTE);
+	cr_assert_eq(f.ep[0].bound, FORECAST_PFS);
+	cr_assert_eq(f.ep[1].bound, FORECAST_COMPUTE);
 	cr_assert_float_eq(f.ep[1].time, 5.0, 1e-12);
 	cr_assert_float_eq(f.time, 110.0, 1e-9);
 	cr_assert_float_eq(f.lb, 110.0, 1e-9);
-	fc_result_free(&f);
+	forecast_result_free(&f);
 
 	double x[] = { 1, 2, 3, 4 }, y[] = { 66, 86, 129, 146 };
-	struct fc_rates c = { .pfs_clients = x, .pfs_curve = y, .npfs = 4 };
-	cr_assert_float_eq(fc_pfs_bw(&c, 0.5), 66, 1e-12);
-	cr_assert_float_eq(fc_pfs_bw(&c, 2.5), 107.5, 1e-12);
-	cr_assert_float_eq(fc_pfs_bw(&c, 4), 146, 1e-12);
-	cr_assert_float_eq(fc_pfs_bw(&c, 1024), 146, 1e-12);
+	struct forecast_rates c = { .pfs_clients = x, .pfs_curve = y, .npfs = 4 };
+	cr_assert_float_eq(forecast_pfs_bw(&c, 0.5), 66, 1e-12);
+	cr_assert_float_eq(forecast_pfs_bw(&c, 2.5), 107.5, 1e-12);
+	cr_assert_float_eq(forecast_pfs_bw(&c, 4), 146, 1e-12);
+	cr_assert_float_eq(forecast_pfs_bw(&c, 1024), 146, 1e-12);
 	tjob_free(&t);
 }
 
-static bool io_free(const struct tjob *t, uint64_t ram, const struct fc_rates *r, bool on)
+static bool io_free(const struct tjob *t, uint64_t ram, const struct forecast_rates *r, bool on)
 {
 	struct tjob u = *t;
 	struct plan_cap cap[8];
 	for (uint32_t k = 0; k < t->job.nnodes; k++)
 		cap[k] = (struct plan_cap){ .ram = ram };
 	u.cap = cap;
-	struct fc_result f = frun(&u, on, r);
+	struct forecast_result f = frun(&u, on, r);
 	bool ok = true;
 	for (uint64_t e = 1; e < f.epochs; e++)
-		ok &= !fc_io_bound(&f.ep[e]);
-	fc_result_free(&f);
+		ok &= !forecast_io_bound(&f.ep[e]);
+	forecast_result_free(&f);
 	return ok;
 }
 
@@ -321,18 +321,18 @@ Test(forecast, min_capacity)
 	struct tjob t;
 	tjob_init(&t, 2000, 4, 2, 10, false, 6, 29);
 	tjob_sizes(&t, 4096);
-	struct fc_rates r = { .compute_s = 0.01, .pfs_bw = 5e6, .net_bw = 4e6 };
-	struct fc_job j = fjob(&t, true);
+	struct forecast_rates r = { .compute_s = 0.01, .pfs_bw = 5e6, .net_bw = 4e6 };
+	struct forecast_job j = fjob(&t, true);
 	uint64_t bytes, tol = 4096 * 20;
 	bool found;
-	cr_assert_eq(fc_min_capacity(&j, &r, false, tol, &bytes, &found), 0);
+	cr_assert_eq(forecast_min_capacity(&j, &r, false, tol, &bytes, &found), 0);
 	cr_assert(found);
 	cr_assert(io_free(&t, bytes, &r, true));
 	cr_assert_not(io_free(&t, bytes - tol, &r, true));
 	cr_assert_lt(bytes, 2000 * 4096);
 	cr_assert_gt(bytes, 500 * 4096);
 	j.repl.on = false;
-	cr_assert_eq(fc_min_capacity(&j, &r, false, tol, &bytes, &found), 0);
+	cr_assert_eq(forecast_min_capacity(&j, &r, false, tol, &bytes, &found), 0);
 	cr_assert_not(found);
 	cr_assert_not(io_free(&t, 2000 * 4096, &r, false));
 	tjob_free(&t);
@@ -342,21 +342,21 @@ Test(forecast, deterministic_and_bad_input)
 {
 	struct tjob t;
 	tjob_init(&t, 2000, 3, 2, 8, false, 5, 31);
-	psim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 8);
+	plansim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 8);
 	tjob_caps(&t, 3000 * KiB, 3000 * KiB);
-	struct fc_rates r = { .compute_s = 0.01, .pfs_bw = 5e6, .net_bw = 2e6, .nvme_bw = 1e7 };
-	struct fc_result a = frun(&t, true, &r), b = frun(&t, true, &r);
-	cr_assert_eq(memcmp(a.node, b.node, 5 * 3 * sizeof(struct fc_bytes)), 0);
+	struct forecast_rates r = { .compute_s = 0.01, .pfs_bw = 5e6, .net_bw = 2e6, .nvme_bw = 1e7 };
+	struct forecast_result a = frun(&t, true, &r), b = frun(&t, true, &r);
+	cr_assert_eq(memcmp(a.node, b.node, 5 * 3 * sizeof(struct forecast_bytes)), 0);
 	for (uint64_t e = 0; e < 5; e++)
 		cr_assert(a.ep[e].time == b.ep[e].time && a.ep[e].bound == b.ep[e].bound);
-	fc_result_free(&a);
-	fc_result_free(&b);
-	struct fc_job j = fjob(&t, true);
-	struct fc_result f;
+	forecast_result_free(&a);
+	forecast_result_free(&b);
+	struct forecast_job j = fjob(&t, true);
+	struct forecast_result f;
 	j.epochs = 0;
-	cr_assert_eq(fc_run(&j, &r, &f), -EINVAL);
+	cr_assert_eq(forecast_run(&j, &r, &f), -EINVAL);
 	j.epochs = 5;
 	t.rank_node[0] = 3;
-	cr_assert_eq(fc_run(&j, &r, &f), -EINVAL);
+	cr_assert_eq(forecast_run(&j, &r, &f), -EINVAL);
 	tjob_free(&t);
 }

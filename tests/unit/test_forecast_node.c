@@ -1,9 +1,9 @@
-/* One node's forecast (src/forecast_node.c), the daemon's: for every node of
- * a job, its bytes by source per epoch must equal what fc_run (which replays
+/* One node's forecast (src/plan/forecast_node.c), the daemon's: for every node of
+ * a job, its bytes by source per epoch must equal what forecast_run (which replays
  * every node and keeps every epoch's order) counts for it, bit for bit, with
  * replicas on and off; with replicas off what it sends too. With a resumed
- * job (first epoch > 0, which fc_run does not model) the bytes are checked
- * against an independent replay through the sampler's batches (smp_batch).
+ * job (first epoch > 0, which forecast_run does not model) the bytes are checked
+ * against an independent replay through the sampler's batches (sampler_batch).
  * The estimate of what a node sends with replicas on is checked against the
  * cluster's exact sum; the schedule with rates keeps the byte identities. */
 #define _GNU_SOURCE
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/forecast.h"
+#include "../../src/plan/forecast.h"
 #include "plan_fixture.h"
 
 struct ncase {
@@ -38,7 +38,7 @@ static void ncase_job(struct tjob *t, const struct ncase *c)
 {
 	tjob_init(t, 3000, c->nodes, c->tpn, c->batch, c->drop_last, c->epochs, 13);
 	if (c->lognormal)
-		psim_lognormal_sizes(t->len, t->sh.n, 4000, 3000, 6);
+		plansim_lognormal_sizes(t->len, t->sh.n, 4000, 3000, 6);
 	else
 		tjob_sizes(t, 4000);
 	tjob_caps(t, c->ram, c->nvme);
@@ -51,43 +51,43 @@ static void ncase_job(struct tjob *t, const struct ncase *c)
 
 /* Node k's tally and forecast (no rates) for a job from first_epoch. */
 static void node_forecast(const struct tjob *t, const struct plan *p, bool on, uint32_t k,
-			  uint64_t first_epoch, uint64_t epochs, struct fc_tally *ta,
-			  struct fc_node_epoch *out, struct plan_node *nv)
+			  uint64_t first_epoch, uint64_t epochs, struct forecast_tally *ta,
+			  struct forecast_node_epoch *out, struct plan_node *nv)
 {
 	struct plan_repl_opts ro = { .on = on };
 	cr_assert_eq(plan_node_build(nv, p, NULL, t->len, &t->sh, first_epoch, epochs, t->rank_node,
 				     k, &t->cap[k], &ro, NULL), 0);
-	cr_assert_eq(fc_tally_node(ta, p, nv, NULL, t->len, &t->sh, first_epoch, epochs,
+	cr_assert_eq(forecast_tally_node(ta, p, nv, NULL, t->len, &t->sh, first_epoch, epochs,
 				   t->rank_node, k, t->cap), 0);
-	struct fc_rates none = { 0 };
-	cr_assert_eq(fc_node_forecast(ta, &none, out), 0);
+	struct forecast_rates none = { 0 };
+	cr_assert_eq(forecast_node_forecast(ta, &none, out), 0);
 }
 
 #define SAME(f, what)                                                                        \
-	cr_assert_eq(a->f, b->f, "%s node %u epoch %llu: " #f " %llu, fc_run %llu", what, k,      \
+	cr_assert_eq(a->f, b->f, "%s node %u epoch %llu: " #f " %llu, forecast_run %llu", what, k,      \
 		     (unsigned long long)e, (unsigned long long)a->f, (unsigned long long)b->f)
 
 static void compare_nodes(const struct ncase *c, bool on)
 {
 	struct tjob t;
 	ncase_job(&t, c);
-	struct fc_job j = { .len = t.len, .sh = &t.sh, .epochs = c->epochs, .nnodes = c->nodes,
+	struct forecast_job j = { .len = t.len, .sh = &t.sh, .epochs = c->epochs, .nnodes = c->nodes,
 			    .rank_node = t.rank_node, .cap = t.cap, .repl = { .on = on } };
-	struct fc_rates none = { 0 };
-	struct fc_result f;
-	cr_assert_eq(fc_run(&j, &none, &f), 0);
+	struct forecast_rates none = { 0 };
+	struct forecast_result f;
+	cr_assert_eq(forecast_run(&j, &none, &f), 0);
 	struct plan p;
 	cr_assert_eq(plan_build_lengths(&p, t.len, t.sh.n, &t.sh, 0, t.rank_node, c->nodes, t.cap), 0);
-	struct fc_node_epoch *out = calloc(c->epochs, sizeof(*out));
+	struct forecast_node_epoch *out = calloc(c->epochs, sizeof(*out));
 	const char *what = on ? "replicas on" : "replicas off";
 	uint64_t est_out = 0, true_out = 0;
 	for (uint32_t k = 0; k < c->nodes; k++) {
-		struct fc_tally ta;
+		struct forecast_tally ta;
 		struct plan_node nv;
 		node_forecast(&t, &p, on, k, 0, c->epochs, &ta, out, &nv);
 		cr_assert_eq(ta.repl_bytes, nv.repl_bytes);
 		for (uint64_t e = 0; e < c->epochs; e++) {
-			const struct fc_bytes *a = &out[e].b, *b = &f.node[e * c->nodes + k];
+			const struct forecast_bytes *a = &out[e].b, *b = &f.node[e * c->nodes + k];
 			SAME(reads, what);
 			SAME(demand, what);
 			SAME(ram, what);
@@ -109,7 +109,7 @@ static void compare_nodes(const struct ncase *c, bool on)
 			true_out += b->peer_out + b->fill_out;
 		}
 		plan_node_free(&nv);
-		fc_tally_free(&ta);
+		forecast_tally_free(&ta);
 	}
 	/* what nodes send, estimated from their own reads: the cluster's sum
 	 * (exact: what all receive) within 5 % (same in distribution) */
@@ -118,7 +118,7 @@ static void compare_nodes(const struct ncase *c, bool on)
 		  (unsigned long long)est_out, (unsigned long long)true_out, 100 * err);
 	free(out);
 	plan_free(&p);
-	fc_result_free(&f);
+	forecast_result_free(&f);
 	tjob_free(&t);
 }
 
@@ -143,24 +143,24 @@ ParameterizedTest(struct ncase *c, forecast_node, equals_fc_run_on)
 }
 
 /* A resumed job (plan from epoch 2 of 6): node k's bytes per epoch against
- * its trainers' batches replayed through smp_batch, each sample classified
+ * its trainers' batches replayed through sampler_batch, each sample classified
  * by hand (first read of the plan's first epoch: PFS; later: owned or a
  * replica here by tier, otherwise the owner, or the PFS if cached nowhere). */
 Test(forecast_node, resumed_job_by_hand)
 {
 	struct tjob t;
 	tjob_init(&t, 1500, 3, 2, 7, false, 6, 41);
-	psim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 3);
+	plansim_lognormal_sizes(t.len, t.sh.n, 4000, 2000, 3);
 	tjob_caps(&t, 700 * 4096, 300 * 4096);
 	const uint64_t first = 2, E = 4;
 	struct plan p;
 	cr_assert_eq(plan_build_lengths(&p, t.len, t.sh.n, &t.sh, first, t.rank_node, 3, t.cap), 0);
-	struct smp_cache sc;
-	cr_assert_eq(smp_cache_init(&sc, &t.sh), 0);
+	struct sampler_cache sc;
+	cr_assert_eq(sampler_cache_init(&sc, &t.sh), 0);
 	uint32_t ids[7];
-	struct fc_node_epoch out[4];
+	struct forecast_node_epoch out[4];
 	for (uint32_t k = 0; k < 3; k++) {
-		struct fc_tally ta;
+		struct forecast_tally ta;
 		struct plan_node nv;
 		node_forecast(&t, &p, true, k, first, E, &ta, out, &nv);
 		cr_assert_gt(nv.nrepl, 0, "node %u has spare room for replicas", k);
@@ -170,7 +170,7 @@ Test(forecast_node, resumed_job_by_hand)
 				if (t.rank_node[r] != k)
 					continue;
 				for (uint64_t step = 0; step < t.sh.bpe; step++) {
-					int m = smp_batch(&sc, first + i, r, step, ids);
+					int m = sampler_batch(&sc, first + i, r, step, ids);
 					cr_assert_gt(m, 0);
 					for (int x = 0; x < m; x++) {
 						uint32_t s = ids[x];
@@ -189,7 +189,7 @@ Test(forecast_node, resumed_job_by_hand)
 					}
 				}
 			}
-			const struct fc_bytes *b = &out[i].b;
+			const struct forecast_bytes *b = &out[i].b;
 			cr_assert_eq(b->demand, demand);
 			if (i == 0)
 				continue; /* the plan's first epoch: first reads from the PFS */
@@ -202,9 +202,9 @@ Test(forecast_node, resumed_job_by_hand)
 			cr_assert_gt(repl, 0, "replicas serve reads after the first epoch");
 		}
 		plan_node_free(&nv);
-		fc_tally_free(&ta);
+		forecast_tally_free(&ta);
 	}
-	smp_cache_free(&sc);
+	sampler_cache_free(&sc);
 	plan_free(&p);
 	tjob_free(&t);
 }
@@ -220,15 +220,15 @@ Test(forecast_node, tight_links_keep_the_bytes)
 	tjob_caps(&t, 2000 * 4096, 0);
 	struct plan p;
 	cr_assert_eq(plan_build_lengths(&p, t.len, t.sh.n, &t.sh, 0, t.rank_node, 4, t.cap), 0);
-	struct fc_tally ta;
+	struct forecast_tally ta;
 	struct plan_node nv;
-	struct fc_node_epoch loose[6], tight[6];
+	struct forecast_node_epoch loose[6], tight[6];
 	node_forecast(&t, &p, true, 1, 0, 6, &ta, loose, &nv);
-	struct fc_rates r = { .compute_s = 0.01, .net_bw = 4096 * 100, .pfs_bw = 1e12 };
-	cr_assert_eq(fc_node_forecast(&ta, &r, tight), 0);
+	struct forecast_rates r = { .compute_s = 0.01, .net_bw = 4096 * 100, .pfs_bw = 1e12 };
+	cr_assert_eq(forecast_node_forecast(&ta, &r, tight), 0);
 	uint64_t due = 0, fill = 0, extra = 0;
 	for (int e = 0; e < 6; e++) {
-		const struct fc_bytes *b = &tight[e].b;
+		const struct forecast_bytes *b = &tight[e].b;
 		cr_assert_eq(b->demand, b->ram + b->nvme + b->peer_in + b->pfs);
 		cr_assert_eq(b->demand, loose[e].b.demand);
 		cr_assert_eq(b->pfs, loose[e].b.pfs, "PFS bytes do not depend on the fills");
@@ -236,8 +236,8 @@ Test(forecast_node, tight_links_keep_the_bytes)
 		fill += b->fill_in;
 		extra += b->peer_in - loose[e].b.peer_in;
 		cr_assert_geq(tight[e].time, tight[e].lb * (1 - 1e-12));
-		cr_assert_eq(tight[e].bound == FC_NET || tight[e].bound == FC_COMPUTE, true);
-		cr_assert(b->fill_in == 0 || tight[e].bound != FC_NET,
+		cr_assert_eq(tight[e].bound == FORECAST_NET || tight[e].bound == FORECAST_COMPUTE, true);
+		cr_assert(b->fill_in == 0 || tight[e].bound != FORECAST_NET,
 			  "epoch %d: fills go only into the link's unused time", e);
 		cr_assert_eq(b->peer_out - loose[e].b.peer_out, b->peer_in - loose[e].b.peer_in,
 			     "epoch %d: peers miss fills from this node as it misses theirs", e);
@@ -248,7 +248,7 @@ Test(forecast_node, tight_links_keep_the_bytes)
 	cr_assert_gt(extra, 0, "a 400 KB/s link cannot fill everything in time");
 	cr_assert_gt(fill, 0);
 	plan_node_free(&nv);
-	fc_tally_free(&ta);
+	forecast_tally_free(&ta);
 	plan_free(&p);
 	tjob_free(&t);
 }
@@ -263,25 +263,25 @@ Test(forecast_node, terms_by_hand)
 	tjob_caps(&t, 50 * 1024, 0);
 	struct plan p;
 	cr_assert_eq(plan_build_lengths(&p, t.len, 100, &t.sh, 0, t.rank_node, 1, t.cap), 0);
-	struct fc_tally ta;
-	cr_assert_eq(fc_tally_node(&ta, &p, NULL, NULL, t.len, &t.sh, 0, 3, t.rank_node, 0, t.cap), 0);
-	struct fc_rates r = { .compute_s = 0.5, .pfs_bw = 10000, .decode_s = 0.01, .cores = 2 };
-	struct fc_node_epoch o[3];
-	cr_assert_eq(fc_node_forecast(&ta, &r, o), 0);
+	struct forecast_tally ta;
+	cr_assert_eq(forecast_tally_node(&ta, &p, NULL, NULL, t.len, &t.sh, 0, 3, t.rank_node, 0, t.cap), 0);
+	struct forecast_rates r = { .compute_s = 0.5, .pfs_bw = 10000, .decode_s = 0.01, .cores = 2 };
+	struct forecast_node_epoch o[3];
+	cr_assert_eq(forecast_node_forecast(&ta, &r, o), 0);
 	cr_assert_eq(o[0].pfs_all, 100000);
-	cr_assert_float_eq(o[0].t[FC_COMPUTE], 5.0, 1e-12);
-	cr_assert_float_eq(o[0].t[FC_PFS], 10.0, 1e-12);
-	cr_assert_float_eq(o[0].t[FC_DECODE], 0.5, 1e-12);
-	cr_assert_eq(o[0].bound, FC_PFS);
+	cr_assert_float_eq(o[0].t[FORECAST_COMPUTE], 5.0, 1e-12);
+	cr_assert_float_eq(o[0].t[FORECAST_PFS], 10.0, 1e-12);
+	cr_assert_float_eq(o[0].t[FORECAST_DECODE], 0.5, 1e-12);
+	cr_assert_eq(o[0].bound, FORECAST_PFS);
 	cr_assert_float_eq(o[0].lb, 10.0, 1e-12);
 	for (int e = 1; e < 3; e++) {
 		cr_assert_eq(o[e].b.ram, 50000);
 		cr_assert_eq(o[e].pfs_all, 50000);
 		cr_assert_float_eq(o[e].time, 5.0, 1e-12, "compute and PFS tie at 5 s");
-		cr_assert_eq(o[e].bound, FC_COMPUTE, "a tie is not I/O-bound");
+		cr_assert_eq(o[e].bound, FORECAST_COMPUTE, "a tie is not I/O-bound");
 		cr_assert_eq(o[e].pfs_opt, 100000 - 50 * 1024);
 	}
-	fc_tally_free(&ta);
+	forecast_tally_free(&ta);
 	plan_free(&p);
 	tjob_free(&t);
 }
@@ -294,15 +294,15 @@ Test(forecast_node, bad_input)
 	tjob_caps(&t, 100 * 1024, 0);
 	struct plan p;
 	cr_assert_eq(plan_build_lengths(&p, t.len, 100, &t.sh, 0, t.rank_node, 2, t.cap), 0);
-	struct fc_tally ta;
-	cr_assert_eq(fc_tally_node(&ta, &p, NULL, NULL, t.len, &t.sh, 0, 0, t.rank_node, 0, t.cap),
+	struct forecast_tally ta;
+	cr_assert_eq(forecast_tally_node(&ta, &p, NULL, NULL, t.len, &t.sh, 0, 0, t.rank_node, 0, t.cap),
 		     -EINVAL, "no epoch");
-	cr_assert_eq(fc_tally_node(&ta, &p, NULL, NULL, t.len, &t.sh, 0, 3, t.rank_node, 2, t.cap),
+	cr_assert_eq(forecast_tally_node(&ta, &p, NULL, NULL, t.len, &t.sh, 0, 3, t.rank_node, 2, t.cap),
 		     -EINVAL, "no such node");
-	cr_assert_eq(fc_tally_node(&ta, &p, NULL, NULL, NULL, &t.sh, 0, 3, t.rank_node, 0, t.cap),
+	cr_assert_eq(forecast_tally_node(&ta, &p, NULL, NULL, NULL, &t.sh, 0, 3, t.rank_node, 0, t.cap),
 		     -EINVAL, "no sizes");
 	t.rank_node[1] = 5;
-	cr_assert_eq(fc_tally_node(&ta, &p, NULL, NULL, t.len, &t.sh, 0, 3, t.rank_node, 0, t.cap),
+	cr_assert_eq(forecast_tally_node(&ta, &p, NULL, NULL, t.len, &t.sh, 0, 3, t.rank_node, 0, t.cap),
 		     -EINVAL, "a rank on a node that does not exist");
 	cr_assert_null(ta.ep);
 	plan_free(&p);

@@ -17,7 +17,7 @@ ParameterizedTest(int *gi, formats, delivers_what_the_writer_wrote)
 	const struct good *g = &goods[*gi];
 	struct expset x;
 	load_expect(g->expect, &x);
-	struct cat_params p = params_of(g);
+	struct catalog_params p = params_of(g);
 	char err[1024], cache[PATH_MAX];
 	snprintf(cache, sizeof(cache), "%s/cache-%s", data_dir(), g->expect);
 	struct catalog *c;
@@ -25,13 +25,13 @@ ParameterizedTest(int *gi, formats, delivers_what_the_writer_wrote)
 	cr_assert_eq(rc, 0, "%s: %s", g->ds, err);
 	cr_assert(!c->from_cache);
 	check_all(c, x.e, x.n);
-	cat_free(c);
+	catalog_free(c);
 	/* the per-file aux words survive the catalog cache */
 	rc = open_cat(g->ds, g->fmt, &p, cache, &c, err, sizeof(err));
 	cr_assert_eq(rc, 0, "%s: %s", g->ds, err);
 	cr_assert(c->from_cache, "%s: catalog not loaded from its cache", g->ds);
 	check_all(c, x.e, x.n);
-	cat_free(c);
+	catalog_free(c);
 	free_expect(&x);
 }
 
@@ -47,12 +47,12 @@ struct thr {
 static void *reader_thread(void *arg)
 {
 	struct thr *t = arg;
-	struct cat_reader rd;
-	cat_reader_init(&rd, t->c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, t->c);
 	uint8_t *buf = malloc(t->c->max_len);
 	for (int round = 0; round < 200 && !t->bad; round++) {
 		uint64_t id = rand_r(&t->seed) % t->c->nsamples;
-		int rc = cat_read(&rd, id, buf);
+		int rc = catalog_read(&rd, id, buf);
 		if (rc != 0 || memcmp(buf, t->e[id].data, t->e[id].len) != 0) {
 			t->bad = 1;
 			snprintf(t->err, sizeof(t->err), "sample %llu: rc %d %s",
@@ -60,7 +60,7 @@ static void *reader_thread(void *arg)
 		}
 	}
 	free(buf);
-	cat_reader_fini(&rd);
+	catalog_reader_fini(&rd);
 	return NULL;
 }
 
@@ -74,7 +74,7 @@ ParameterizedTest(int *gi, formats, concurrent_readers)
 	const struct good *g = &goods[*gi];
 	struct expset x;
 	load_expect(g->expect, &x);
-	struct cat_params p = params_of(g);
+	struct catalog_params p = params_of(g);
 	char err[1024];
 	struct catalog *c;
 	cr_assert_eq(open_cat(g->ds, g->fmt, &p, NULL, &c, err, sizeof(err)), 0, "%s", err);
@@ -88,7 +88,7 @@ ParameterizedTest(int *gi, formats, concurrent_readers)
 		pthread_join(th[i], NULL);
 		cr_expect(!t[i].bad, "thread %d: %s", i, t[i].err);
 	}
-	cat_free(c);
+	catalog_free(c);
 	free_expect(&x);
 }
 
@@ -170,12 +170,12 @@ ParameterizedTest(int *bi, formats, damaged_files)
 		return;
 	}
 	cr_assert_eq(rc, 0, "%s: %s", b->ds, err);
-	struct cat_reader rd;
-	cat_reader_init(&rd, c);
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
 	uint8_t *buf = malloc(c->max_len);
 	if (b->ok_id >= 0)
-		cr_assert_eq(cat_read(&rd, (uint64_t)b->ok_id, buf), 0, "%s: %s", b->ds, rd.err);
-	rc = cat_read(&rd, (uint64_t)b->read_id, buf);
+		cr_assert_eq(catalog_read(&rd, (uint64_t)b->ok_id, buf), 0, "%s: %s", b->ds, rd.err);
+	rc = catalog_read(&rd, (uint64_t)b->read_id, buf);
 	cr_assert_eq(rc, SEER_EDATASET, "%s: read gave %d (%s)", b->ds, rc, rd.err);
 	char sample[64];
 	snprintf(sample, sizeof(sample), "sample %lld (", (long long)b->read_id);
@@ -184,10 +184,10 @@ ParameterizedTest(int *bi, formats, damaged_files)
 		  "%s: error does not name sample and file: %s", b->ds, rd.err);
 	/* the reader stays usable */
 	if (b->ok_id >= 0)
-		cr_assert_eq(cat_read(&rd, (uint64_t)b->ok_id, buf), 0, "%s: %s", b->ds, rd.err);
+		cr_assert_eq(catalog_read(&rd, (uint64_t)b->ok_id, buf), 0, "%s: %s", b->ds, rd.err);
 	free(buf);
-	cat_reader_fini(&rd);
-	cat_free(c);
+	catalog_reader_fini(&rd);
+	catalog_free(c);
 }
 
 Test(formats, index_files_are_not_samples)
@@ -198,13 +198,13 @@ Test(formats, index_files_are_not_samples)
 		     "%s", err);
 	cr_assert_eq(c->nfiles, 3);
 	for (uint32_t f = 0; f < c->nfiles; f++)
-		cr_assert(!strstr(cat_path(c, f), ".idx"), "%s taken as data", cat_path(c, f));
-	cat_free(c);
+		cr_assert(!strstr(catalog_path(c, f), ".idx"), "%s taken as data", catalog_path(c, f));
+	catalog_free(c);
 	/* a tfrecord root holding DLIO's index/ directory: the .idx files are skipped */
 	cr_assert_eq(open_cat("tfrecord", "tfrecord", NULL, NULL, &c, err, sizeof(err)), 0, "%s",
 		     err);
 	cr_assert_eq(c->nfiles, 4);
-	cat_free(c);
+	catalog_free(c);
 }
 
 static size_t npy_make(uint8_t *buf, unsigned major, const char *dict)
@@ -275,14 +275,14 @@ Test(parsers, mutations_never_crash)
 							   &ze, &doff, err, sizeof(err));
 			}
 		}
-		struct tfr_extent *ix;
+		struct tfrecord_extent *ix;
 		uint64_t nix;
-		rc = tfr_parse_index((const char *)copy, cut, &ix, &nix, err, sizeof(err));
+		rc = tfrecord_parse_index((const char *)copy, cut, &ix, &nix, err, sizeof(err));
 		cr_assert(rc == 0 || rc == SEER_EDATASET);
 		if (rc == 0)
 			free(ix);
 		uint64_t plen;
-		tfr_parse_header(copy, cut, &plen, err, sizeof(err));
+		tfrecord_parse_header(copy, cut, &plen, err, sizeof(err));
 		free(copy);
 	}
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../src/iopool.h"
+#include "../../src/util/iopool.h"
 
 
 
@@ -140,7 +140,7 @@ static struct task *tasks_new(size_t n)
 
 static void submit_one(struct task *t, uint64_t key)
 {
-	t->io.key = key;
+	t->io.pq.key = key;
 	struct io_task *p = &t->io;
 	iopool_submit(&pool, &p, 1);
 }
@@ -202,7 +202,7 @@ Test(iopool, priority_order_one_at_a_time)
 	cr_assert_eq(X.norder, 5);
 	for (int i = 0; i < 5; i++) {
 		cr_assert_eq(X.order[i], want[i], "ran #%d: task %u (key %llu), want task %u", i,
-			     X.order[i], (unsigned long long)t[X.order[i]].io.key, want[i]);
+			     X.order[i], (unsigned long long)t[X.order[i]].io.pq.key, want[i]);
 		cr_assert_eq(done[i]->id, want[i], "completion order");
 		cr_assert_eq(done[i]->io.status, (int)done[i]->id);
 	}
@@ -220,7 +220,7 @@ Test(iopool, priority_order_one_array)
 	static const uint64_t keys[] = { 5, 3, 9, 1 };
 	struct io_task *arr[4];
 	for (int i = 0; i < 4; i++) {
-		t[i + 1].io.key = keys[i];
+		t[i + 1].io.pq.key = keys[i];
 		arr[i] = &t[i + 1].io;
 	}
 	iopool_submit(&pool, arr, 4);
@@ -247,8 +247,8 @@ Test(iopool, boost_moves_a_queued_task_up)
 	iopool_boost(&pool, &t[2].io, 25);  /* 20 -> 25 is later: ignored */
 	iopool_boost(&pool, &t[5].io, 15);  /* 50 -> 15: after 10 */
 	iopool_boost(&pool, &t[0].io, 1);   /* running: nothing to reorder */
-	cr_assert_eq(t[4].io.key, 5);
-	cr_assert_eq(t[2].io.key, 20);
+	cr_assert_eq(t[4].io.pq.key, 5);
+	cr_assert_eq(t[2].io.pq.key, 20);
 	open_gate();
 	collect(6, NULL);
 	static const uint32_t want[] = { 0, 4, 1, 5, 2, 3 }; /* keys 0, 5, 10, 15, 20, 30 */
@@ -283,9 +283,9 @@ Test(iopool, cancel_takes_back_a_queued_task)
 		cr_assert_eq(atomic_load(&t[i].execs), gone[i] ? 0 : 1, "task %u", i);
 	for (size_t k = 2; k < X.norder; k++) {
 		const struct task *a = &t[X.order[k - 1]], *b = &t[X.order[k]];
-		cr_assert(a->io.key < b->io.key || (a->io.key == b->io.key && a->id < b->id),
+		cr_assert(a->io.pq.key < b->io.pq.key || (a->io.pq.key == b->io.pq.key && a->id < b->id),
 			  "ran task %u (key %llu) before task %u (key %llu)", a->id,
-			  (unsigned long long)a->io.key, b->id, (unsigned long long)b->io.key);
+			  (unsigned long long)a->io.pq.key, b->id, (unsigned long long)b->io.pq.key);
 	}
 	free(t);
 }
@@ -303,9 +303,9 @@ Test(iopool, fifo_among_equal_keys)
 	struct io_task *arr[N];
 	size_t na = 0;
 	for (uint32_t i = 1; i < N; i++) {
-		t[i].io.key = i % 3 == 0 ? 2 : 7;
+		t[i].io.pq.key = i % 3 == 0 ? 2 : 7;
 		if (i < N / 2) {
-			submit_one(&t[i], t[i].io.key);
+			submit_one(&t[i], t[i].io.pq.key);
 		} else {
 			arr[na++] = &t[i].io;
 			if (na == 7 || i == N - 1) {
@@ -321,7 +321,7 @@ Test(iopool, fifo_among_equal_keys)
 	cr_assert_eq(X.order[k++], 0);
 	for (uint64_t key = 2; key <= 7; key += 5)
 		for (uint32_t i = 1; i < N; i++)
-			if (t[i].io.key == key) {
+			if (t[i].io.pq.key == key) {
 				cr_assert_eq(X.order[k], i, "position %zu: task %u, want %u (key %llu)",
 					     k, X.order[k], i, (unsigned long long)key);
 				k++;
@@ -349,9 +349,9 @@ Test(iopool, heap_order_many)
 	cr_assert_eq(X.norder, N);
 	for (size_t k = 2; k < N; k++) {
 		const struct task *a = &t[X.order[k - 1]], *b = &t[X.order[k]];
-		cr_assert(a->io.key < b->io.key || (a->io.key == b->io.key && a->id < b->id),
+		cr_assert(a->io.pq.key < b->io.pq.key || (a->io.pq.key == b->io.pq.key && a->id < b->id),
 			  "ran task %u (key %llu) before task %u (key %llu)", a->id,
-			  (unsigned long long)a->io.key, b->id, (unsigned long long)b->io.key);
+			  (unsigned long long)a->io.pq.key, b->id, (unsigned long long)b->io.pq.key);
 	}
 	for (uint32_t i = 0; i < N; i++)
 		cr_assert_eq(t[i].returned, 1);
@@ -500,7 +500,7 @@ Test(iopool, stress_many_workers, .timeout = 120)
 		if (chunk > n - sent)
 			chunk = n - sent;
 		for (uint32_t i = 0; i < chunk; i++) {
-			t[sent + i].io.key = (x >> (i % 40)) & 1023;
+			t[sent + i].io.pq.key = (x >> (i % 40)) & 1023;
 			arr[i] = &t[sent + i].io;
 		}
 		iopool_submit(&pool, arr, chunk);

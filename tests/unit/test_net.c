@@ -33,8 +33,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
-#include "../../src/net.h"
-#include "../../src/util.h"
+#include "../../src/net/net.h"
+#include "../../src/util/util.h"
 
 /* sanitizer_shim.c makes Criterion work under TSan; timings scale here */
 #if defined(__SANITIZE_THREAD__)

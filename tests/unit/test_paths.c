@@ -1,4 +1,4 @@
-/* src/paths.c: the private runtime directory of default socket paths, and the
+/* src/common/paths.c: the private runtime directory of default socket paths, and the
  * owner/mode checks for state directories and files. The cases with another
  * owner chown to uid 65534 and need root (skipped otherwise). */
 #define _GNU_SOURCE
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../src/paths.h"
+#include "../../src/common/paths.h"
 
 #define OTHER_UID 65534
 

@@ -1,4 +1,4 @@
-/* The PFS probe (src/pfs_probe.c): the verdict rule, what the probe reads
+/* The PFS probe (src/util/pfs_probe.c): the verdict rule, what the probe reads
  * (bytes and requests within the budget, each range once), and its failures
  * (a missing file, a dataset too small) leaving coalescing on. The files are
  * local (page cache): a verdict of "bound by requests" is what a fast file
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../src/pfs_probe.h"
+#include "../../src/util/pfs_probe.h"
 
 #define NFILES 4
 #define FILE_BYTES (1u << 20)

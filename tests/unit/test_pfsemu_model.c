@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 #include "../../tools/pfsemu/model.h"
 
 #define MS 1000000ull

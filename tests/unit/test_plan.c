@@ -2,7 +2,7 @@
  * plan, NoPFS-style rank caches, per-node LRU and the optimum.
  *
  * First readers and the LRU reference below walk the access sequence through
- * the sampler's public batch API (smp_batch), not through the walkers the
+ * the sampler's public batch API (sampler_batch), not through the walkers the
  * code under test uses. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -13,19 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/plan.h"
-#include "../../src/plansim.h"
-#include "../../src/sampler.h"
+#include "../../src/plan/plan.h"
+#include "../../src/sim/plansim.h"
+#include "../../src/sampler/sampler.h"
 
 
 
 #include "plan_fixture.h"
 
-static struct psim_result run(const struct tjob *t, enum psim_policy p)
+static struct plansim_result run(const struct tjob *t, enum plansim_policy p)
 {
-	struct psim_result r;
-	int rc = psim_run(&t->job, p, &r);
-	cr_assert_eq(rc, 0, "%s: %d", psim_policy_name(p), rc);
+	struct plansim_result r;
+	int rc = plansim_run(&t->job, p, &r);
+	cr_assert_eq(rc, 0, "%s: %d", plansim_policy_name(p), rc);
 	return r;
 }
 
@@ -33,16 +33,16 @@ static struct psim_result run(const struct tjob *t, enum psim_policy p)
  * walking batches step by step, rank by rank. */
 static uint32_t *first_readers(const struct tjob *t)
 {
-	const struct smp_shape *sh = &t->sh;
-	struct smp_cache c;
-	cr_assert_eq(smp_cache_init(&c, sh), 0);
+	const struct sampler_shape *sh = &t->sh;
+	struct sampler_cache c;
+	cr_assert_eq(sampler_cache_init(&c, sh), 0);
 	uint32_t *first = malloc(sh->n * sizeof(uint32_t));
 	uint32_t *ids = malloc(sh->batch * sizeof(uint32_t));
 	cr_assert(first && ids);
 	memset(first, 0xff, sh->n * sizeof(uint32_t));
 	for (uint64_t step = 0; step < sh->bpe; step++) {
 		for (uint32_t r = 0; r < sh->world; r++) {
-			int m = smp_batch(&c, 0, r, step, ids);
+			int m = sampler_batch(&c, 0, r, step, ids);
 			cr_assert_gt(m, 0);
 			for (int i = 0; i < m; i++)
 				if (first[ids[i]] == UINT32_MAX)
@@ -50,7 +50,7 @@ static uint32_t *first_readers(const struct tjob *t)
 		}
 	}
 	free(ids);
-	smp_cache_free(&c);
+	sampler_cache_free(&c);
 	return first;
 }
 
@@ -138,7 +138,7 @@ ParameterizedTest(struct capcase *c, plan, within_capacity)
 {
 	struct tjob t;
 	tjob_init(&t, 3001, 4, 3, 7, c->drop_last, 1, 11);
-	psim_lognormal_sizes(t.len, t.sh.n, 20000, 15000, 5);
+	plansim_lognormal_sizes(t.len, t.sh.n, 20000, 15000, 5);
 	tjob_caps(&t, c->ram * KiB, c->nvme * KiB);
 	struct plan p = build(&t);
 	check_plan(&p, &t);
@@ -183,7 +183,7 @@ Test(plan, no_spill_when_balanced_variable_sizes)
 {
 	struct tjob t;
 	tjob_init(&t, 5000, 5, 4, 16, false, 1, 9);
-	psim_lognormal_sizes(t.len, t.sh.n, 50000, 30000, 1);
+	plansim_lognormal_sizes(t.len, t.sh.n, 50000, 30000, 1);
 	uint64_t d = 0;
 	for (uint64_t s = 0; s < t.sh.n; s++)
 		d += t.len[s];
@@ -225,13 +225,13 @@ Test(plan, spills_to_nodes_with_room)
 
 /* ---- seer against the optimum -------------------------------------------------- */
 
-static void assert_accounting(const struct psim_result *r, const struct tjob *t)
+static void assert_accounting(const struct plansim_result *r, const struct tjob *t)
 {
 	uint64_t reads = t->sh.per_rank * t->sh.world;
 	for (uint64_t e = 0; e < r->epochs; e++) {
-		const struct psim_epoch *x = &r->ep[e];
+		const struct plansim_epoch *x = &r->ep[e];
 		cr_assert_eq(x->pfs - x->fill + x->peer + x->ram + x->nvme, x->demand,
-			     "%s epoch %llu: bytes do not add up", psim_policy_name(r->policy),
+			     "%s epoch %llu: bytes do not add up", plansim_policy_name(r->policy),
 			     (unsigned long long)e);
 		if (t->len[0] == t->len[t->sh.n - 1] && t->len[0] == t->len[t->sh.n / 2])
 			cr_assert_eq(x->demand, reads * t->len[0]);
@@ -264,7 +264,7 @@ ParameterizedTest(struct regime *g, plansim, seer_is_optimal)
 	tjob_init(&t, 4800, 4, 2, 12, false, 5, 21);
 	tjob_sizes(&t, 4 * KiB);
 	tjob_caps(&t, g->ram * 4 * KiB, g->nvme * 4 * KiB);
-	struct psim_result s = run(&t, PSIM_SEER), o = run(&t, PSIM_OPTIMUM);
+	struct plansim_result s = run(&t, PLANSIM_SEER), o = run(&t, PLANSIM_OPTIMUM);
 	assert_accounting(&s, &t);
 	cr_assert_eq(s.spilled, 0, "%s", g->name);
 	for (uint64_t e = 0; e < 5; e++)
@@ -279,8 +279,8 @@ ParameterizedTest(struct regime *g, plansim, seer_is_optimal)
 	cr_assert_eq(s.ep[1].ram + s.ep[1].nvme + s.ep[1].peer, c);
 	if (g->nvme == 0)
 		cr_assert_eq(s.total.nvme, 0);
-	psim_result_free(&s);
-	psim_result_free(&o);
+	plansim_result_free(&s);
+	plansim_result_free(&o);
 	tjob_free(&t);
 }
 
@@ -292,7 +292,7 @@ Test(plansim, seer_spill_costs_one_read)
 	tjob_sizes(&t, 8 * KiB);
 	t.cap[0] = (struct plan_cap){ .ram = 0, .nvme = 0 };
 	t.cap[1] = (struct plan_cap){ .ram = 1000 * 8 * KiB, .nvme = 0 };
-	struct psim_result s = run(&t, PSIM_SEER);
+	struct plansim_result s = run(&t, PLANSIM_SEER);
 	assert_accounting(&s, &t);
 	cr_assert_eq(s.spilled, 500);
 	cr_assert_eq(s.ep[0].fill, 500 * 8 * KiB);
@@ -303,7 +303,7 @@ Test(plansim, seer_spill_costs_one_read)
 		cr_assert_eq(s.ep[e].peer_max, 500 * 8 * KiB);
 		cr_assert_eq(s.ep[e].ram, 500 * 8 * KiB);
 	}
-	psim_result_free(&s);
+	plansim_result_free(&s);
 	tjob_free(&t);
 }
 
@@ -314,26 +314,26 @@ Test(plansim, hand_checked)
 	tjob_init(&t, 10, 1, 1, 2, false, 3, 0);
 	tjob_sizes(&t, 4 * KiB);
 	tjob_caps(&t, 5 * 4 * KiB, 0);
-	for (enum psim_policy p = PSIM_SEER; p <= PSIM_OPTIMUM; p++) {
-		if (p == PSIM_LRU)
+	for (enum plansim_policy p = PLANSIM_SEER; p <= PLANSIM_OPTIMUM; p++) {
+		if (p == PLANSIM_LRU)
 			continue;
-		struct psim_result r = run(&t, p);
-		cr_assert_eq(r.ep[0].pfs, 10 * 4 * KiB, "%s", psim_policy_name(p));
-		cr_assert_eq(r.ep[1].pfs, 5 * 4 * KiB, "%s", psim_policy_name(p));
-		cr_assert_eq(r.ep[2].pfs, 5 * 4 * KiB, "%s", psim_policy_name(p));
-		psim_result_free(&r);
+		struct plansim_result r = run(&t, p);
+		cr_assert_eq(r.ep[0].pfs, 10 * 4 * KiB, "%s", plansim_policy_name(p));
+		cr_assert_eq(r.ep[1].pfs, 5 * 4 * KiB, "%s", plansim_policy_name(p));
+		cr_assert_eq(r.ep[2].pfs, 5 * 4 * KiB, "%s", plansim_policy_name(p));
+		plansim_result_free(&r);
 	}
 	/* two nodes, each reading 5 first and holding 5: nothing after epoch 0 */
 	struct tjob u;
 	tjob_init(&u, 10, 2, 1, 1, false, 3, 0);
 	tjob_sizes(&u, 4 * KiB);
 	tjob_caps(&u, 5 * 4 * KiB, 0);
-	struct psim_result r = run(&u, PSIM_SEER);
+	struct plansim_result r = run(&u, PLANSIM_SEER);
 	cr_assert_eq(r.ep[0].pfs, 10 * 4 * KiB);
 	cr_assert_eq(r.ep[1].pfs, 0);
 	cr_assert_eq(r.ep[2].pfs, 0);
 	cr_assert_eq(r.ep[1].ram + r.ep[1].peer, 10 * 4 * KiB);
-	psim_result_free(&r);
+	plansim_result_free(&r);
 	tjob_free(&u);
 	tjob_free(&t);
 }
@@ -344,19 +344,19 @@ Test(plansim, hand_checked)
  * stamps and a linear search for the oldest. Returns PFS reads per epoch. */
 static void ref_lru(const struct tjob *t, uint64_t slots, uint64_t *misses)
 {
-	const struct smp_shape *sh = &t->sh;
+	const struct sampler_shape *sh = &t->sh;
 	uint32_t nn = t->job.nnodes;
 	uint64_t *stamp = calloc((size_t)nn * sh->n, sizeof(uint64_t)); /* 0: not cached */
 	uint64_t *count = calloc(nn, sizeof(uint64_t));
 	uint32_t *ids = malloc(sh->batch * sizeof(uint32_t));
-	struct smp_cache c;
-	cr_assert(stamp && count && ids && smp_cache_init(&c, sh) == 0);
+	struct sampler_cache c;
+	cr_assert(stamp && count && ids && sampler_cache_init(&c, sh) == 0);
 	uint64_t clock = 0;
 	for (uint64_t e = 0; e < t->job.epochs; e++) {
 		misses[e] = 0;
 		for (uint64_t step = 0; step < sh->bpe; step++) {
 			for (uint32_t r = 0; r < sh->world; r++) {
-				int m = smp_batch(&c, e, r, step, ids);
+				int m = sampler_batch(&c, e, r, step, ids);
 				uint32_t k = t->rank_node[r];
 				uint64_t *st = &stamp[(size_t)k * sh->n];
 				for (int i = 0; i < m; i++) {
@@ -382,7 +382,7 @@ static void ref_lru(const struct tjob *t, uint64_t slots, uint64_t *misses)
 			}
 		}
 	}
-	smp_cache_free(&c);
+	sampler_cache_free(&c);
 	free(ids);
 	free(count);
 	free(stamp);
@@ -401,7 +401,7 @@ Test(plansim, lru_matches_reference)
 	const uint64_t split[][2] = { { SLOTS, 0 }, { 0, SLOTS }, { 500, 700 }, { SLOTS - 1, 1 } };
 	for (size_t i = 0; i < sizeof(split) / sizeof(split[0]); i++) {
 		tjob_caps(&t, split[i][0] * 4 * KiB, split[i][1] * 4 * KiB);
-		struct psim_result r = run(&t, PSIM_LRU);
+		struct plansim_result r = run(&t, PLANSIM_LRU);
 		assert_accounting(&r, &t);
 		for (int e = 0; e < E; e++)
 			cr_assert_eq(r.ep[e].pfs, want[e] * 4 * KiB,
@@ -415,7 +415,7 @@ Test(plansim, lru_matches_reference)
 			cr_assert_eq(r.total.nvme, 0);
 		if (split[i][0] == 0)
 			cr_assert_eq(r.total.ram, 0);
-		psim_result_free(&r);
+		plansim_result_free(&r);
 	}
 	tjob_free(&t);
 }
@@ -433,15 +433,15 @@ Test(plansim, design_table, .timeout = 120)
 	double d = 200000.0 * 4 * KiB;
 	for (size_t i = 0; i < 3; i++) {
 		tjob_caps(&t, (uint64_t)(rows[i].frac * 200000) * 4 * KiB, 0);
-		struct psim_result o = run(&t, PSIM_OPTIMUM), l = run(&t, PSIM_LRU),
-				   s = run(&t, PSIM_SEER);
+		struct plansim_result o = run(&t, PLANSIM_OPTIMUM), l = run(&t, PLANSIM_LRU),
+				   s = run(&t, PLANSIM_SEER);
 		double ro = (double)o.total.pfs / d, rl = (double)l.total.pfs / d;
 		cr_assert_float_eq(ro, rows[i].opt, 1e-9, "optimum %.4f, table %.2f", ro, rows[i].opt);
 		cr_assert_float_eq(rl, rows[i].lru, 0.02, "LRU %.4f, table %.2f", rl, rows[i].lru);
 		cr_assert_eq(s.total.pfs, o.total.pfs);
-		psim_result_free(&o);
-		psim_result_free(&l);
-		psim_result_free(&s);
+		plansim_result_free(&o);
+		plansim_result_free(&l);
+		plansim_result_free(&s);
 	}
 	tjob_free(&t);
 }
@@ -472,28 +472,28 @@ ParameterizedTest(struct boundcase *c, plansim, never_below_optimum)
 	struct tjob t;
 	tjob_init(&t, 3000, c->nodes, c->tpn, c->batch, c->drop_last, 6, 17);
 	if (c->lognormal)
-		psim_lognormal_sizes(t.len, t.sh.n, 12000, 9000, 3);
+		plansim_lognormal_sizes(t.len, t.sh.n, 12000, 9000, 3);
 	else
 		tjob_sizes(&t, 12 * KiB);
 	if (c->cyclic)
 		for (uint32_t r = 0; r < c->nodes * c->tpn; r++)
 			t.rank_node[r] = r % c->nodes;
 	tjob_caps(&t, c->ram * KiB, c->nvme * KiB);
-	struct psim_result o = run(&t, PSIM_OPTIMUM);
-	for (enum psim_policy p = PSIM_SEER; p < PSIM_OPTIMUM; p++) {
-		for (int fill = 0; fill < (p == PSIM_NOPFS ? 2 : 1); fill++) {
-			t.job.nopfs_fill = fill ? PSIM_FILL_PREFETCH : PSIM_FILL_READ;
-			struct psim_result r = run(&t, p);
+	struct plansim_result o = run(&t, PLANSIM_OPTIMUM);
+	for (enum plansim_policy p = PLANSIM_SEER; p < PLANSIM_OPTIMUM; p++) {
+		for (int fill = 0; fill < (p == PLANSIM_NOPFS ? 2 : 1); fill++) {
+			t.job.nopfs_fill = fill ? PLANSIM_FILL_PREFETCH : PLANSIM_FILL_READ;
+			struct plansim_result r = run(&t, p);
 			assert_accounting(&r, &t);
 			cr_assert_geq(r.total.pfs, o.total.pfs, "%s (fill %d): %llu below optimum %llu",
-				      psim_policy_name(p), fill, (unsigned long long)r.total.pfs,
+				      plansim_policy_name(p), fill, (unsigned long long)r.total.pfs,
 				      (unsigned long long)o.total.pfs);
 			for (uint64_t e = 0; e < 6; e++)
 				cr_assert_eq(r.ep[e].demand, o.ep[e].demand);
-			psim_result_free(&r);
+			plansim_result_free(&r);
 		}
 	}
-	psim_result_free(&o);
+	plansim_result_free(&o);
 	tjob_free(&t);
 }
 
@@ -507,14 +507,14 @@ Test(plansim, nopfs_single_rank_is_optimal)
 	tjob_init(&t, 2000, 1, 1, 10, false, 5, 6);
 	tjob_sizes(&t, 4 * KiB);
 	tjob_caps(&t, 300 * 4 * KiB, 500 * 4 * KiB);
-	struct psim_result n = run(&t, PSIM_NOPFS), o = run(&t, PSIM_OPTIMUM);
+	struct plansim_result n = run(&t, PLANSIM_NOPFS), o = run(&t, PLANSIM_OPTIMUM);
 	assert_accounting(&n, &t);
 	cr_assert_eq(n.total.pfs, o.total.pfs);
 	cr_assert_eq(n.held, 800 * 4 * KiB);
 	cr_assert_eq(n.ep[1].ram, 300 * 4 * KiB);
 	cr_assert_eq(n.ep[1].nvme, 500 * 4 * KiB);
-	psim_result_free(&n);
-	psim_result_free(&o);
+	plansim_result_free(&n);
+	plansim_result_free(&o);
 	tjob_free(&t);
 }
 
@@ -527,9 +527,9 @@ Test(plansim, nopfs_duplicates)
 	tjob_init(&t, 4000, 2, 4, 10, false, 8, 2);
 	tjob_sizes(&t, 4 * KiB);
 	tjob_caps(&t, 800 * 4 * KiB, 400 * 4 * KiB);
-	struct psim_result n = run(&t, PSIM_NOPFS), s = run(&t, PSIM_SEER);
-	t.job.nopfs_fill = PSIM_FILL_PREFETCH;
-	struct psim_result np = run(&t, PSIM_NOPFS);
+	struct plansim_result n = run(&t, PLANSIM_NOPFS), s = run(&t, PLANSIM_SEER);
+	t.job.nopfs_fill = PLANSIM_FILL_PREFETCH;
+	struct plansim_result np = run(&t, PLANSIM_NOPFS);
 	cr_assert_eq(n.held, 2 * 1200 * 4 * KiB, "each rank fills its share (%llu)",
 		     (unsigned long long)n.held);
 	cr_assert_lt(n.distinct, n.held);
@@ -541,9 +541,9 @@ Test(plansim, nopfs_duplicates)
 	/* once filled, every epoch misses exactly the samples nobody holds */
 	for (int e = 1; e < 8; e++)
 		cr_assert_eq(np.ep[e].pfs, s.dataset - np.distinct);
-	psim_result_free(&n);
-	psim_result_free(&np);
-	psim_result_free(&s);
+	plansim_result_free(&n);
+	plansim_result_free(&np);
+	plansim_result_free(&s);
 	tjob_free(&t);
 }
 
@@ -576,9 +576,9 @@ static int cmp_first(const void *a, const void *b)
 	return (kx > ky) - (kx < ky);
 }
 
-static void ref_nopfs(const struct tjob *t, bool prefetch, struct psim_epoch *out)
+static void ref_nopfs(const struct tjob *t, bool prefetch, struct plansim_epoch *out)
 {
-	const struct smp_shape *sh = &t->sh;
+	const struct sampler_shape *sh = &t->sh;
 	const uint64_t n = sh->n, E = t->job.epochs;
 	const uint32_t W = sh->world, nn = t->job.nnodes;
 	uint32_t *freq = calloc(W * n, sizeof(uint32_t));
@@ -588,14 +588,14 @@ static void ref_nopfs(const struct tjob *t, bool prefetch, struct psim_epoch *ou
 	uint32_t *desig = malloc(n * sizeof(uint32_t)), *on_node = calloc(nn, sizeof(uint32_t));
 	uint32_t *ids = malloc(sh->batch * sizeof(uint32_t));
 	uint64_t *recv = calloc(nn, sizeof(uint64_t));
-	struct smp_cache c;
+	struct sampler_cache c;
 	cr_assert(freq && first && tier && filled && off && list && desig && on_node && ids && recv);
-	cr_assert_eq(smp_cache_init(&c, sh), 0);
+	cr_assert_eq(sampler_cache_init(&c, sh), 0);
 	memset(first, 0xff, W * n * sizeof(uint64_t));
 	for (uint64_t e = 0; e < E; e++)
 		for (uint64_t step = 0; step < sh->bpe; step++)
 			for (uint32_t r = 0; r < W; r++) {
-				int m = smp_batch(&c, e, r, step, ids);
+				int m = sampler_batch(&c, e, r, step, ids);
 				for (int i = 0; i < m; i++) {
 					uint64_t key = e * sh->per_rank + step * sh->batch + (uint64_t)i;
 					freq[r * n + ids[i]]++;
@@ -667,7 +667,7 @@ static void ref_nopfs(const struct tjob *t, bool prefetch, struct psim_epoch *ou
 	for (uint64_t e = 0; e < E; e++) {
 		for (uint64_t step = 0; step < sh->bpe; step++)
 			for (uint32_t r = 0; r < W; r++) {
-				int m = smp_batch(&c, e, r, step, ids);
+				int m = sampler_batch(&c, e, r, step, ids);
 				uint32_t k = t->rank_node[r];
 				for (int i = 0; i < m; i++) {
 					uint32_t s = ids[i];
@@ -697,7 +697,7 @@ static void ref_nopfs(const struct tjob *t, bool prefetch, struct psim_epoch *ou
 			recv[k] = 0;
 		}
 	}
-	smp_cache_free(&c);
+	sampler_cache_free(&c);
 	free(recv);
 	free(ids);
 	free(on_node);
@@ -730,20 +730,20 @@ ParameterizedTest(struct boundcase *c, plansim, nopfs_matches_reference)
 	struct tjob t;
 	tjob_init(&t, 701, c->nodes, c->tpn, c->batch, c->drop_last, 7, 31);
 	if (c->lognormal)
-		psim_lognormal_sizes(t.len, t.sh.n, 6000, 5000, 9);
+		plansim_lognormal_sizes(t.len, t.sh.n, 6000, 5000, 9);
 	else
 		tjob_sizes(&t, 4 * KiB);
 	if (c->cyclic)
 		for (uint32_t r = 0; r < c->nodes * c->tpn; r++)
 			t.rank_node[r] = r % c->nodes;
 	tjob_caps(&t, c->ram * KiB, c->nvme * KiB);
-	struct psim_epoch want[7];
+	struct plansim_epoch want[7];
 	for (int fill = 0; fill < 2; fill++) {
-		t.job.nopfs_fill = fill ? PSIM_FILL_PREFETCH : PSIM_FILL_READ;
+		t.job.nopfs_fill = fill ? PLANSIM_FILL_PREFETCH : PLANSIM_FILL_READ;
 		ref_nopfs(&t, fill, want);
-		struct psim_result r = run(&t, PSIM_NOPFS);
+		struct plansim_result r = run(&t, PLANSIM_NOPFS);
 		for (int e = 0; e < 7; e++) {
-			const struct psim_epoch *x = &r.ep[e], *y = &want[e];
+			const struct plansim_epoch *x = &r.ep[e], *y = &want[e];
 			cr_assert(x->pfs == y->pfs && x->fill == y->fill && x->peer == y->peer &&
 				  x->ram == y->ram && x->nvme == y->nvme && x->peer_max == y->peer_max &&
 				  x->demand == y->demand,
@@ -754,7 +754,7 @@ ParameterizedTest(struct boundcase *c, plansim, nopfs_matches_reference)
 				  (unsigned long long)x->ram, (unsigned long long)y->ram,
 				  (unsigned long long)x->nvme, (unsigned long long)y->nvme);
 		}
-		psim_result_free(&r);
+		plansim_result_free(&r);
 	}
 	tjob_free(&t);
 }
@@ -764,30 +764,30 @@ ParameterizedTest(struct boundcase *c, plansim, nopfs_matches_reference)
 Test(plansim, policies_and_bounds)
 {
 	unsigned m = 0;
-	cr_assert_eq(psim_parse_policies("seer,lru", &m), 0);
-	cr_assert_eq(m, PSIM_BIT(PSIM_SEER) | PSIM_BIT(PSIM_LRU));
-	cr_assert_eq(psim_parse_policies("all", &m), 0);
-	cr_assert_eq(m, PSIM_ALL);
-	cr_assert_eq(psim_parse_policies("seer,fifo", &m), -EINVAL);
-	cr_assert_eq(psim_parse_policies("", &m), -EINVAL);
+	cr_assert_eq(plansim_parse_policies("seer,lru", &m), 0);
+	cr_assert_eq(m, PLANSIM_BIT(PLANSIM_SEER) | PLANSIM_BIT(PLANSIM_LRU));
+	cr_assert_eq(plansim_parse_policies("all", &m), 0);
+	cr_assert_eq(m, PLANSIM_ALL);
+	cr_assert_eq(plansim_parse_policies("seer,fifo", &m), -EINVAL);
+	cr_assert_eq(plansim_parse_policies("", &m), -EINVAL);
 
-	struct psim_epoch e = { .pfs = 1000, .peer_max = 300 };
+	struct plansim_epoch e = { .pfs = 1000, .peer_max = 300 };
 	const char *b;
-	cr_assert_float_eq(psim_epoch_time(&e, 10, 0.5, 100, 100, &b), 10.0, 1e-12);
+	cr_assert_float_eq(plansim_epoch_time(&e, 10, 0.5, 100, 100, &b), 10.0, 1e-12);
 	cr_assert_str_eq(b, "pfs");
-	cr_assert_float_eq(psim_epoch_time(&e, 10, 0.5, 1000, 10, &b), 30.0, 1e-12);
+	cr_assert_float_eq(plansim_epoch_time(&e, 10, 0.5, 1000, 10, &b), 30.0, 1e-12);
 	cr_assert_str_eq(b, "net");
-	cr_assert_float_eq(psim_epoch_time(&e, 10, 0.5, 0, 0, &b), 5.0, 1e-12);
+	cr_assert_float_eq(plansim_epoch_time(&e, 10, 0.5, 0, 0, &b), 5.0, 1e-12);
 	cr_assert_str_eq(b, "compute");
 
 	struct tjob t;
 	tjob_init(&t, 10, 1, 1, 2, false, 1, 0);
 	t.job.epochs = 0;
-	struct psim_result r;
-	cr_assert_eq(psim_seer(&t.job, &r), -EINVAL);
+	struct plansim_result r;
+	cr_assert_eq(plansim_seer(&t.job, &r), -EINVAL);
 	t.job.epochs = 1;
 	t.rank_node[0] = 1;
-	cr_assert_eq(psim_lru(&t.job, &r), -EINVAL);
+	cr_assert_eq(plansim_lru(&t.job, &r), -EINVAL);
 	tjob_free(&t);
 }
 
@@ -796,8 +796,8 @@ Test(plansim, lognormal_sizes)
 	uint64_t n = 200000;
 	uint64_t *len = malloc(n * sizeof(uint64_t)), *again = malloc(n * sizeof(uint64_t));
 	cr_assert(len && again);
-	psim_lognormal_sizes(len, n, 110 * 1024.0, 40 * 1024.0, 7);
-	psim_lognormal_sizes(again, n, 110 * 1024.0, 40 * 1024.0, 7);
+	plansim_lognormal_sizes(len, n, 110 * 1024.0, 40 * 1024.0, 7);
+	plansim_lognormal_sizes(again, n, 110 * 1024.0, 40 * 1024.0, 7);
 	cr_assert_eq(memcmp(len, again, n * sizeof(uint64_t)), 0);
 	double s = 0, s2 = 0;
 	for (uint64_t i = 0; i < n; i++) {

@@ -1,4 +1,4 @@
-/* The plan by files (src/plan_group.c, plan_build_files) on hand-made
+/* The plan by files (src/plan/plan_group.c, plan_build_files) on hand-made
  * catalogs: a packed file is cached whole by one node, the node reading most
  * of it unless that breaks the even share of the files or its capacity;
  * capacity is filled in order of first need (whole files, the last one cut
@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/catalog.h"
-#include "../../src/plan.h"
-#include "../../src/sampler.h"
-#include "../../src/util.h"
+#include "../../src/catalog/catalog.h"
+#include "../../src/plan/plan.h"
+#include "../../src/sampler/sampler.h"
+#include "../../src/util/util.h"
 
 /* A catalog of nfiles files of per samples of len bytes each (only what
  * the plan reads: files, samples, counts). */
@@ -27,7 +27,7 @@ static struct catalog *fake(uint32_t nfiles, uint32_t per, uint64_t len)
 		c->files[f].first = (uint64_t)f * per;
 		c->files[f].nsamples = per;
 		for (uint32_t i = 0; i < per; i++)
-			c->samples[f * per + i] = (struct cat_sample){ .length = len, .file = f };
+			c->samples[f * per + i] = (struct catalog_sample){ .length = len, .file = f };
 	}
 	return c;
 }
@@ -40,7 +40,7 @@ static void fake_free(struct catalog *c)
 }
 
 struct setup {
-	struct smp_shape sh;
+	struct sampler_shape sh;
 	uint32_t rank_node[64];
 	struct plan_cap cap[8];
 };
@@ -49,7 +49,7 @@ struct setup {
 static void setup(struct setup *s, const struct catalog *c, uint32_t nodes, uint32_t tpn,
 		  uint32_t batch, uint64_t ram)
 {
-	cr_assert_eq(smp_shape_init(&s->sh, c->nsamples, 42, nodes * tpn, batch, false, true), 0);
+	cr_assert_eq(sampler_shape_init(&s->sh, c->nsamples, 42, nodes * tpn, batch, false, true), 0);
 	for (uint32_t r = 0; r < nodes * tpn; r++)
 		s->rank_node[r] = r / tpn;
 	for (uint32_t k = 0; k < nodes; k++)
@@ -106,7 +106,7 @@ Test(plan_group, the_node_reading_most_owns_within_its_share)
 	 * its even share is reached, node 1 the rest */
 	struct catalog *c = fake(6, 100, 1000);
 	struct setup s;
-	cr_assert_eq(smp_shape_init(&s.sh, c->nsamples, 1, 4, 10, false, true), 0);
+	cr_assert_eq(sampler_shape_init(&s.sh, c->nsamples, 1, 4, 10, false, true), 0);
 	uint32_t rn[4] = { 0, 0, 0, 1 };
 	memcpy(s.rank_node, rn, sizeof(rn));
 	s.cap[0] = s.cap[1] = (struct plan_cap){ .ram = 1ull << 30 };

@@ -1,9 +1,9 @@
-/* Replicas (src/plan.h, plan_node_build): what each node does with the RAM
+/* Replicas (src/plan/plan.h, plan_node_build): what each node does with the RAM
  * and NVMe its owned share leaves free.
  *
  * The reference below recomputes a node's replica set independently: it
  * walks the access sequence through the sampler's public batch API
- * (smp_batch), counts each sample's reads by the node, ranks by (count
+ * (sampler_batch), counts each sample's reads by the node, ranks by (count
  * descending, first read ascending) with qsort, and places greedily; the
  * code under test walks the permutations itself and counting-sorts. */
 #define _GNU_SOURCE
@@ -67,10 +67,10 @@ struct ref_repl {
 
 static struct ref_repl reference(const struct tjob *t, const struct plan *p, uint32_t k)
 {
-	const struct smp_shape *sh = &t->sh;
+	const struct sampler_shape *sh = &t->sh;
 	uint64_t n = sh->n;
-	struct smp_cache sc;
-	cr_assert_eq(smp_cache_init(&sc, sh), 0);
+	struct sampler_cache sc;
+	cr_assert_eq(sampler_cache_init(&sc, sh), 0);
 	uint32_t *cnt = calloc(n, sizeof(uint32_t));
 	uint64_t *first = malloc(n * sizeof(uint64_t));
 	uint32_t *ids = malloc(sh->batch * sizeof(uint32_t));
@@ -87,7 +87,7 @@ static struct ref_repl reference(const struct tjob *t, const struct plan *p, uin
 			for (uint32_t r = 0; r < sh->world; r++) {
 				if (t->rank_node[r] != k)
 					continue;
-				int m = smp_batch(&sc, e, r, step, ids);
+				int m = sampler_batch(&sc, e, r, step, ids);
 				cr_assert_gt(m, 0);
 				for (int i = 0; i < m; i++) {
 					uint32_t s = ids[i];
@@ -107,7 +107,7 @@ static struct ref_repl reference(const struct tjob *t, const struct plan *p, uin
 		R.ready[s] = (uint32_t)sh->bpe;
 	for (uint64_t step = 0; step < sh->bpe; step++)
 		for (uint32_t r = 0; r < sh->world; r++) {
-			int m = smp_batch(&sc, 0, r, step, ids);
+			int m = sampler_batch(&sc, 0, r, step, ids);
 			for (int i = 0; i < m; i++)
 				if (R.ready[ids[i]] == sh->bpe)
 					R.ready[ids[i]] = (uint32_t)step;
@@ -165,7 +165,7 @@ static struct ref_repl reference(const struct tjob *t, const struct plan *p, uin
 	free(ids);
 	free(first);
 	free(cnt);
-	smp_cache_free(&sc);
+	sampler_cache_free(&sc);
 	return R;
 }
 
@@ -271,7 +271,7 @@ ParameterizedTest(struct rcase *c, replicas, match_reference, .timeout = 60)
 	struct tjob t;
 	tjob_init(&t, 4000, c->nodes, c->tpn, c->batch, c->drop_last, c->epochs, 21);
 	if (c->lognormal)
-		psim_lognormal_sizes(t.len, t.sh.n, 4000, 3000, 3);
+		plansim_lognormal_sizes(t.len, t.sh.n, 4000, 3000, 3);
 	else
 		tjob_sizes(&t, 4000);
 	tjob_caps(&t, c->ram, c->nvme);
@@ -313,11 +313,11 @@ Test(replicas, full_room_holds_what_is_read)
 {
 	struct tjob t;
 	tjob_init(&t, 3000, 4, 2, 8, false, 5, 2);
-	psim_lognormal_sizes(t.len, t.sh.n, 5000, 2000, 9);
+	plansim_lognormal_sizes(t.len, t.sh.n, 5000, 2000, 9);
 	tjob_caps(&t, 3000 * 8 * KiB, 0);
 	struct plan p = build(&t);
-	struct smp_cache sc;
-	cr_assert_eq(smp_cache_init(&sc, &t.sh), 0);
+	struct sampler_cache sc;
+	cr_assert_eq(sampler_cache_init(&sc, &t.sh), 0);
 	uint32_t ids[8];
 	for (uint32_t k = 0; k < 4; k++) {
 		struct plan_node nv = node_view(&t, &p, k, true);
@@ -325,7 +325,7 @@ Test(replicas, full_room_holds_what_is_read)
 		for (uint64_t e = 1; e < 5; e++)
 			for (uint64_t step = 0; step < t.sh.bpe; step++)
 				for (uint32_t r = 2 * k; r < 2 * k + 2; r++) {
-					int m = smp_batch(&sc, e, r, step, ids);
+					int m = sampler_batch(&sc, e, r, step, ids);
 					for (int i = 0; i < m; i++)
 						read[ids[i]] = 1;
 				}
@@ -337,7 +337,7 @@ Test(replicas, full_room_holds_what_is_read)
 		free(read);
 		plan_node_free(&nv);
 	}
-	smp_cache_free(&sc);
+	sampler_cache_free(&sc);
 	plan_free(&p);
 	tjob_free(&t);
 }
@@ -385,13 +385,13 @@ Test(replicas, deterministic)
 {
 	struct tjob t;
 	tjob_init(&t, 3000, 4, 2, 8, false, 6, 8);
-	psim_lognormal_sizes(t.len, t.sh.n, 5000, 3000, 4);
+	plansim_lognormal_sizes(t.len, t.sh.n, 5000, 3000, 4);
 	tjob_caps(&t, 4000 * KiB, 4000 * KiB);
 	struct plan p = build(&t);
 	uint32_t *perms[6];
 	for (uint64_t e = 0; e < 6; e++) {
 		perms[e] = malloc(t.sh.n * sizeof(uint32_t));
-		smp_permute(t.sh.seed, e, t.sh.n, perms[e]);
+		sampler_permute(t.sh.seed, e, t.sh.n, perms[e]);
 	}
 	struct plan_orders prov = { cached_order, perms };
 	struct plan_repl_opts o = { .on = true };

@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../src/base.h"
-#include "../../src/ring.h"
-#include "../../src/shm.h"
+#include "../../src/common/base.h"
+#include "../../src/common/ring.h"
+#include "../../src/common/shm.h"
 
 
 /* Sanitizers slow everything down (TSan ~10x): fewer items, same coverage

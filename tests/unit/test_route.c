@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "../../daemon/route.h"
-#include "../../src/plan.h"
+#include "../../src/plan/plan.h"
 
 /* Eight samples on nodes 0 and 1; this node is 0. */
 static const uint8_t tier[8] = { PLAN_RAM, PLAN_RAM, PLAN_NVME, PLAN_NVME,

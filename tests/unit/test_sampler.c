@@ -13,14 +13,14 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../../src/sampler.h"
+#include "../../src/sampler/sampler.h"
 
 
 static uint32_t *perm(uint64_t seed, uint64_t epoch, uint64_t n)
 {
 	uint32_t *o = malloc(n * sizeof(*o) + 1);
 	cr_assert_not_null(o);
-	smp_permute(seed, epoch, n, o);
+	sampler_permute(seed, epoch, n, o);
 	return o;
 }
 
@@ -64,11 +64,11 @@ Test(sampler, permute_golden_values)
 	static const uint32_t want_42_7[16] = { 8, 6, 14, 12, 3, 11, 5, 15, 13, 10, 0, 4, 9, 2, 1, 7 };
 	static const uint32_t want_0_0[10] = { 7, 3, 9, 5, 8, 4, 1, 2, 6, 0 };
 	uint32_t o[16];
-	smp_permute(42, 0, 16, o);
+	sampler_permute(42, 0, 16, o);
 	cr_assert_arr_eq(o, want_42_0, sizeof(want_42_0));
-	smp_permute(42, 7, 16, o);
+	sampler_permute(42, 7, 16, o);
 	cr_assert_arr_eq(o, want_42_7, sizeof(want_42_7));
-	smp_permute(0, 0, 10, o);
+	sampler_permute(0, 0, 10, o);
 	cr_assert_arr_eq(o, want_0_0, sizeof(want_0_0));
 }
 
@@ -139,7 +139,7 @@ Test(sampler, permute_uniform)
 	static uint32_t pos[N][N];
 	for (uint64_t e = 0; e < EPOCHS; e++) {
 		uint32_t o[N];
-		smp_permute(99, e, N, o);
+		sampler_permute(99, e, N, o);
 		/* Lehmer code -> index in [0, 24) */
 		unsigned idx = 0;
 		for (int i = 0; i < N; i++) {
@@ -173,7 +173,7 @@ struct shape_case {
 	uint64_t n;
 	uint32_t world, batch;
 	bool drop;
-	int rc;              /* of smp_shape_init */
+	int rc;              /* of sampler_shape_init */
 	uint64_t per_rank;   /* DistributedSampler.num_samples */
 	uint64_t bpe;        /* len(BatchSampler) */
 	uint32_t last_len;   /* samples in the last batch */
@@ -259,8 +259,8 @@ static uint32_t *ref_rank_samples(const struct shape_case *c, const uint32_t *or
 
 ParameterizedTest(struct shape_case *c, sampler, shape)
 {
-	struct smp_shape sh;
-	int rc = smp_shape_init(&sh, c->n, 5, c->world, c->batch, c->drop, true);
+	struct sampler_shape sh;
+	int rc = sampler_shape_init(&sh, c->n, 5, c->world, c->batch, c->drop, true);
 	cr_assert_eq(rc, c->rc, "n=%llu W=%u B=%u drop=%d: rc %d, want %d",
 		     (unsigned long long)c->n, c->world, c->batch, c->drop, rc, c->rc);
 	if (rc != 0)
@@ -269,7 +269,7 @@ ParameterizedTest(struct shape_case *c, sampler, shape)
 		     (unsigned long long)c->n, c->world, c->batch, c->drop,
 		     (unsigned long long)sh.bpe, (unsigned long long)c->bpe);
 	for (uint64_t b = 0; b < sh.bpe; b++)
-		cr_assert_eq(smp_batch_len(&sh, b), b + 1 < sh.bpe ? c->batch : c->last_len,
+		cr_assert_eq(sampler_batch_len(&sh, b), b + 1 < sh.bpe ? c->batch : c->last_len,
 			     "batch %llu length", (unsigned long long)b);
 }
 
@@ -287,10 +287,10 @@ ParameterizedTest(struct shape_case *c, sampler, shards_match_distributed_sample
 {
 	if (c->rc != 0)
 		return;
-	struct smp_shape sh;
-	cr_assert_eq(smp_shape_init(&sh, c->n, 11, c->world, c->batch, c->drop, true), 0);
-	struct smp_cache cache;
-	cr_assert_eq(smp_cache_init(&cache, &sh), 0);
+	struct sampler_shape sh;
+	cr_assert_eq(sampler_shape_init(&sh, c->n, 11, c->world, c->batch, c->drop, true), 0);
+	struct sampler_cache cache;
+	cr_assert_eq(sampler_cache_init(&cache, &sh), 0);
 	uint32_t *ids = malloc(c->batch * sizeof(*ids));
 	uint32_t *cnt = calloc(c->n, sizeof(*cnt));
 	cr_assert(ids && cnt);
@@ -302,7 +302,7 @@ ParameterizedTest(struct shape_case *c, sampler, shards_match_distributed_sample
 			uint32_t *mine = ref_rank_samples(c, order, r);
 			uint64_t k = 0;
 			for (uint64_t b = 0; b < c->bpe; b++) {
-				int len = smp_batch(&cache, epoch, r, b, ids);
+				int len = sampler_batch(&cache, epoch, r, b, ids);
 				uint32_t want = b + 1 < c->bpe ? c->batch : c->last_len;
 				cr_assert_eq(len, (int)want, "rank %u batch %llu: %d samples, want %u",
 					     r, (unsigned long long)b, len, want);
@@ -316,7 +316,7 @@ ParameterizedTest(struct shape_case *c, sampler, shards_match_distributed_sample
 				}
 			}
 			/* every rank has exactly bpe batches */
-			cr_assert_eq(smp_batch(&cache, epoch, r, c->bpe, ids), -ERANGE);
+			cr_assert_eq(sampler_batch(&cache, epoch, r, c->bpe, ids), -ERANGE);
 			/* the part BatchSampler(drop_last) drops is never delivered */
 			cr_assert_eq(k, c->drop ? c->bpe * c->batch : c->per_rank);
 			free(mine);
@@ -350,17 +350,17 @@ ParameterizedTest(struct shape_case *c, sampler, shards_match_distributed_sample
 	}
 	free(ids);
 	free(cnt);
-	smp_cache_free(&cache);
+	sampler_cache_free(&cache);
 }
 
-/* The public wrapper returns exactly what smp_batch computes, both orders. */
-ParameterizedTestParameters(sampler, public_api_matches_smp_batch)
+/* The public wrapper returns exactly what sampler_batch computes, both orders. */
+ParameterizedTestParameters(sampler, public_api_matches_sampler_batch)
 {
 	return cr_make_param_array(struct shape_case, shape_cases,
 				   sizeof(shape_cases) / sizeof(shape_cases[0]));
 }
 
-ParameterizedTest(struct shape_case *c, sampler, public_api_matches_smp_batch)
+ParameterizedTest(struct shape_case *c, sampler, public_api_matches_sampler_batch)
 {
 	for (int shuffle = 0; shuffle < 2; shuffle++) {
 		unsigned flags = (c->drop ? SEER_SAMPLER_DROP_LAST : 0) |
@@ -374,10 +374,10 @@ ParameterizedTest(struct shape_case *c, sampler, public_api_matches_smp_batch)
 		}
 		cr_assert_not_null(s, "%s", seer_errmsg());
 		cr_assert_eq(seer_sampler_batches_per_epoch(s), c->bpe);
-		struct smp_shape sh;
-		cr_assert_eq(smp_shape_init(&sh, c->n, 77, c->world, c->batch, c->drop, shuffle), 0);
-		struct smp_cache cache;
-		cr_assert_eq(smp_cache_init(&cache, &sh), 0);
+		struct sampler_shape sh;
+		cr_assert_eq(sampler_shape_init(&sh, c->n, 77, c->world, c->batch, c->drop, shuffle), 0);
+		struct sampler_cache cache;
+		cr_assert_eq(sampler_cache_init(&cache, &sh), 0);
 		uint64_t *got = malloc(c->batch * sizeof(*got));
 		uint32_t *want = malloc(c->batch * sizeof(*want));
 		cr_assert(got && want);
@@ -385,7 +385,7 @@ ParameterizedTest(struct shape_case *c, sampler, public_api_matches_smp_batch)
 			for (uint32_t r = 0; r < c->world; r++)
 				for (uint64_t b = 0; b < c->bpe; b++) {
 					int n1 = seer_sampler_batch(s, epoch, r, b, got);
-					int n2 = smp_batch(&cache, epoch, r, b, want);
+					int n2 = sampler_batch(&cache, epoch, r, b, want);
 					cr_assert_eq(n1, n2);
 					cr_assert_gt(n1, 0);
 					for (int i = 0; i < n1; i++)
@@ -393,7 +393,7 @@ ParameterizedTest(struct shape_case *c, sampler, public_api_matches_smp_batch)
 				}
 		free(got);
 		free(want);
-		smp_cache_free(&cache);
+		sampler_cache_free(&cache);
 		seer_sampler_free(s);
 	}
 }
@@ -415,25 +415,25 @@ Test(sampler, out_of_range_rank_and_step)
 	cr_assert_eq(seer_sampler_batch(s, 0, 0, UINT64_MAX, ids), -ERANGE);
 	seer_sampler_free(s);
 
-	struct smp_shape sh;
-	cr_assert_eq(smp_shape_init(&sh, 100, 1, 4, 8, false, true), 0);
-	struct smp_cache c;
-	cr_assert_eq(smp_cache_init(&c, &sh), 0);
+	struct sampler_shape sh;
+	cr_assert_eq(sampler_shape_init(&sh, 100, 1, 4, 8, false, true), 0);
+	struct sampler_cache c;
+	cr_assert_eq(sampler_cache_init(&c, &sh), 0);
 	uint32_t ids32[8];
-	cr_assert_eq(smp_batch(&c, 0, 4, 0, ids32), -ERANGE);
-	cr_assert_eq(smp_batch(&c, 0, 0, 4, ids32), -ERANGE);
-	smp_cache_free(&c);
+	cr_assert_eq(sampler_batch(&c, 0, 4, 0, ids32), -ERANGE);
+	cr_assert_eq(sampler_batch(&c, 0, 0, 4, ids32), -ERANGE);
+	sampler_cache_free(&c);
 	seer_sampler_free(NULL); /* allowed */
 }
 
 Test(sampler, invalid_shapes)
 {
-	struct smp_shape sh;
-	cr_assert_eq(smp_shape_init(&sh, 0, 1, 1, 1, false, true), -EINVAL);
-	cr_assert_eq(smp_shape_init(&sh, 10, 1, 0, 1, false, true), -EINVAL);
-	cr_assert_eq(smp_shape_init(&sh, 10, 1, 1, 0, false, true), -EINVAL);
-	cr_assert_eq(smp_shape_init(&sh, 1ull << 32, 1, 1, 1, false, true), -EINVAL);
-	cr_assert_eq(smp_shape_init(&sh, UINT32_MAX, 1, 1, 1, false, true), 0);
+	struct sampler_shape sh;
+	cr_assert_eq(sampler_shape_init(&sh, 0, 1, 1, 1, false, true), -EINVAL);
+	cr_assert_eq(sampler_shape_init(&sh, 10, 1, 0, 1, false, true), -EINVAL);
+	cr_assert_eq(sampler_shape_init(&sh, 10, 1, 1, 0, false, true), -EINVAL);
+	cr_assert_eq(sampler_shape_init(&sh, 1ull << 32, 1, 1, 1, false, true), -EINVAL);
+	cr_assert_eq(sampler_shape_init(&sh, UINT32_MAX, 1, 1, 1, false, true), 0);
 	cr_assert_eq(sh.bpe, UINT32_MAX);
 	cr_assert_null(seer_sampler_new(0, 1, 1, 1, 0));
 	cr_assert(strlen(seer_errmsg()) > 0);
@@ -482,18 +482,18 @@ Test(sampler, no_shuffle_is_identity)
 Test(sampler, cache_any_access_pattern)
 {
 	const uint64_t n = 333;
-	struct smp_shape sh;
-	cr_assert_eq(smp_shape_init(&sh, n, 4242, 2, 16, false, true), 0);
-	struct smp_cache c;
-	cr_assert_eq(smp_cache_init(&c, &sh), 0);
+	struct sampler_shape sh;
+	cr_assert_eq(sampler_shape_init(&sh, n, 4242, 2, 16, false, true), 0);
+	struct sampler_cache c;
+	cr_assert_eq(sampler_cache_init(&c, &sh), 0);
 	uint32_t *want = malloc(n * sizeof(*want));
 	cr_assert_not_null(want);
 	/* first request of a fresh cache: the largest epoch */
 	static const uint64_t first[] = { UINT64_MAX, 0, UINT64_MAX - 1, UINT64_MAX };
 	for (size_t k = 0; k < sizeof(first) / sizeof(first[0]); k++) {
-		const uint32_t *got = smp_cache_epoch(&c, first[k]);
+		const uint32_t *got = sampler_cache_epoch(&c, first[k]);
 		cr_assert_not_null(got);
-		smp_permute(4242, first[k], n, want);
+		sampler_permute(4242, first[k], n, want);
 		cr_assert_arr_eq(got, want, n * sizeof(*want), "epoch %llu",
 				 (unsigned long long)first[k]);
 	}
@@ -501,14 +501,14 @@ Test(sampler, cache_any_access_pattern)
 	for (int k = 0; k < 300; k++) {
 		x = x * 6364136223846793005ull + 1442695040888963407ull;
 		uint64_t e = (x >> 33) % 6;
-		const uint32_t *got = smp_cache_epoch(&c, e);
+		const uint32_t *got = sampler_cache_epoch(&c, e);
 		cr_assert_not_null(got);
-		smp_permute(4242, e, n, want);
+		sampler_permute(4242, e, n, want);
 		cr_assert_arr_eq(got, want, n * sizeof(*want), "request %d: epoch %llu", k,
 				 (unsigned long long)e);
 	}
 	free(want);
-	smp_cache_free(&c);
+	sampler_cache_free(&c);
 }
 
 Test(sampler, public_api_largest_epoch)
@@ -518,7 +518,7 @@ Test(sampler, public_api_largest_epoch)
 	uint64_t ids[50];
 	uint32_t want[50];
 	cr_assert_eq(seer_sampler_batch(s, UINT64_MAX, 0, 0, ids), 50);
-	smp_permute(9, UINT64_MAX, 50, want);
+	sampler_permute(9, UINT64_MAX, 50, want);
 	for (int i = 0; i < 50; i++)
 		cr_assert_eq(ids[i], want[i], "ids[%d] = %llu, want %u", i,
 			     (unsigned long long)ids[i], want[i]);

@@ -4,7 +4,7 @@
  * built, merged, encoded and decoded as a trainer would) with ref_*: a
  * literal transcription of docs/resume.md that materializes every
  * segment's padded list and rank streams, sharing no arithmetic with
- * src/sampler_elastic.c. Independently of the reference they check the
+ * src/sampler/sampler_elastic.c. Independently of the reference they check the
  * promises: no sample of the interrupted epoch is lost or repeated (apart
  * from padding, drop_last's tail), equal batch counts per rank, later epochs
  * equal a fresh job's, determinism. */
@@ -17,9 +17,9 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../../src/sampler.h"
-#include "../../src/sampler_record.h"
-#include "../../src/util.h"
+#include "../../src/sampler/sampler.h"
+#include "../../src/sampler/sampler_record.h"
+#include "../../src/util/util.h"
 
 #define SEED 0x5eedull
 #define HASH 0xda7a5e7ull
@@ -38,7 +38,7 @@ static uint32_t *ref_order(uint64_t n, bool shuffle)
 	uint32_t *o = malloc(n * sizeof(*o));
 	cr_assert_not_null(o);
 	if (shuffle)
-		smp_permute(SEED, EPOCH, n, o);
+		sampler_permute(SEED, EPOCH, n, o);
 	else
 		for (uint64_t i = 0; i < n; i++)
 			o[i] = (uint32_t)i;
@@ -323,8 +323,8 @@ static seer_sampler_t *run_stage(const struct scenario *sc, struct run_state *rs
 		rs->from = 0;
 		rs->W = Wn;
 		free(ref_list(sc, rs, &m));
-		struct smp_shape tmp;
-		bool gives = smp_shape_init(&tmp, m, 0, Wn, sc->B, sc->drop, true) == 0;
+		struct sampler_shape tmp;
+		bool gives = sampler_shape_init(&tmp, m, 0, Wn, sc->B, sc->drop, true) == 0;
 		rs->ended = !gives;
 		cr_assert(gives ? e == EPOCH && st0 == 0 : e == EPOCH + 1 && st0 == 0,
 			  "%llu samples left over %u ranks: resumes at %llu:%llu",
@@ -441,10 +441,10 @@ ParameterizedTest(struct pair *p, elastic, one_restart)
 	unsigned ran = 0;
 	for (size_t a = 0; a < sizeof(ns) / sizeof(ns[0]); a++)
 		for (size_t b = 0; b < sizeof(bs) / sizeof(bs[0]); b++) {
-			struct smp_shape sh;
-			if (smp_shape_init(&sh, ns[a], 0, p->w, bs[b], p->drop, true) != 0)
+			struct sampler_shape sh;
+			if (sampler_shape_init(&sh, ns[a], 0, p->w, bs[b], p->drop, true) != 0)
 				continue; /* the original job cannot run */
-			if (smp_shape_init(&sh, ns[a], 0, p->w2, bs[b], p->drop, true) != 0) {
+			if (sampler_shape_init(&sh, ns[a], 0, p->w2, bs[b], p->drop, true) != 0) {
 				/* nor can the new one: refused, whatever the record */
 				seer_sampler_t *s;
 				cr_assert_eq(seer_sampler_resume(ns[a], SEED, p->w2, bs[b],
@@ -495,11 +495,11 @@ Test(elastic, nested_restarts)
 				for (int drop = 0; drop < 2; drop++) {
 					const struct nested *nc = &nested_cases[c];
 					bool ok = true;
-					struct smp_shape sh;
+					struct sampler_shape sh;
 					for (int k = 0; k < nc->K; k++)
-						ok &= smp_shape_init(&sh, ns[a], 0, nc->st[k].world,
+						ok &= sampler_shape_init(&sh, ns[a], 0, nc->st[k].world,
 								     bs[b], drop, true) == 0;
-					ok &= smp_shape_init(&sh, ns[a], 0, nc->Wfin, bs[b], drop,
+					ok &= sampler_shape_init(&sh, ns[a], 0, nc->Wfin, bs[b], drop,
 							     true) == 0;
 					if (!ok)
 						continue;
@@ -543,15 +543,15 @@ Test(elastic, nested_record_describes_segments)
 static seer_record_t *craft(uint64_t n, uint32_t B, bool drop, uint32_t nseg,
 			    const uint32_t *worlds, const uint64_t *steps)
 {
-	struct smp_job job = { n, SEED, HASH, worlds[nseg - 1], B, drop, true };
-	struct smp_record r;
-	smp_record_init(&r, &job, EPOCH, SMP_REC_ALL);
+	struct sampler_job job = { n, SEED, HASH, worlds[nseg - 1], B, drop, true };
+	struct sampler_record r;
+	sampler_record_init(&r, &job, EPOCH, SMP_REC_ALL);
 	for (uint32_t k = 0; k < nseg; k++)
-		cr_assert_eq(smp_record_push(&r, worlds[k], 1, &steps[k]), 0);
-	size_t len = smp_record_size(&r);
+		cr_assert_eq(sampler_record_push(&r, worlds[k], 1, &steps[k]), 0);
+	size_t len = sampler_record_size(&r);
 	uint8_t *buf = malloc(len);
-	smp_record_encode(&r, buf);
-	smp_record_free(&r);
+	sampler_record_encode(&r, buf);
+	sampler_record_free(&r);
 	seer_record_t *out;
 	cr_assert_eq(seer_record_decode(buf, len, &out), 0, "%s", seer_errmsg());
 	free(buf);

@@ -12,7 +12,7 @@
 #include <zlib.h>
 
 #include "seer.h"
-#include "../../src/sampler_record.h"
+#include "../../src/sampler/sampler_record.h"
 
 /* n 1000, seed 42, hash 0123456789abcdef, batch 8, epoch 7, all ranks,
  * drop_last off, shuffle on; 8 ranks at steps 3,3,2,3,3,3,3,3, then 4 ranks
@@ -36,26 +36,26 @@ static size_t unhex(const char *h, uint8_t *out)
 	return n;
 }
 
-static void golden_record(struct smp_record *r)
+static void golden_record(struct sampler_record *r)
 {
-	struct smp_job job = { 1000, 42, 0x0123456789abcdefull, 4, 8, false, true };
+	struct sampler_job job = { 1000, 42, 0x0123456789abcdefull, 4, 8, false, true };
 	static const uint64_t s0[8] = { 3, 3, 2, 3, 3, 3, 3, 3 }, s1 = 5;
-	smp_record_init(r, &job, 7, SMP_REC_ALL);
-	cr_assert_eq(smp_record_push(r, 8, 8, s0), 0);
-	cr_assert_eq(smp_record_push(r, 4, 1, &s1), 0);
+	sampler_record_init(r, &job, 7, SMP_REC_ALL);
+	cr_assert_eq(sampler_record_push(r, 8, 8, s0), 0);
+	cr_assert_eq(sampler_record_push(r, 4, 1, &s1), 0);
 }
 
 Test(record, golden_bytes)
 {
 	uint8_t want[256], got[256];
 	size_t n = unhex(golden_hex, want);
-	struct smp_record r;
+	struct sampler_record r;
 	golden_record(&r);
-	cr_assert_eq(smp_record_size(&r), n);
-	smp_record_encode(&r, got);
+	cr_assert_eq(sampler_record_size(&r), n);
+	sampler_record_encode(&r, got);
 	cr_assert_arr_eq(got, want, n, "the byte form changed: a deliberate change bumps "
 				       "SMP_REC_VERSION");
-	smp_record_free(&r);
+	sampler_record_free(&r);
 
 	seer_record_t *d;
 	cr_assert_eq(seer_record_decode(want, n, &d), 0, "%s", seer_errmsg());
@@ -103,60 +103,60 @@ Test(record, corruption_and_truncation_detected)
 
 /* Records whose checksum is right but whose content is not (a newer format,
  * impossible counts) are refused with the reason. */
-static int decode_crafted(struct smp_record *r, char *msg, size_t len)
+static int decode_crafted(struct sampler_record *r, char *msg, size_t len)
 {
 	uint8_t buf[512];
-	size_t n = smp_record_size(r);
+	size_t n = sampler_record_size(r);
 	cr_assert_leq(n, sizeof(buf));
-	smp_record_encode(r, buf);
+	sampler_record_encode(r, buf);
 	seer_record_t *d;
 	int rc = seer_record_decode(buf, n, &d);
 	snprintf(msg, len, "%s", seer_errmsg());
 	seer_record_free(d);
-	smp_record_free(r);
+	sampler_record_free(r);
 	return rc;
 }
 
 Test(record, well_formed_but_impossible)
 {
 	char msg[1024];
-	struct smp_job job = { 1000, 42, 7, 8, 8, false, true };
-	struct smp_record r;
+	struct sampler_job job = { 1000, 42, 7, 8, 8, false, true };
+	struct sampler_record r;
 
 	/* 1000 over 8 ranks: 125 each, 16 batches of 8 */
 	uint64_t c = 17;
-	smp_record_init(&r, &job, 0, SMP_REC_ALL);
-	smp_record_push(&r, 8, 1, &c);
+	sampler_record_init(&r, &job, 0, SMP_REC_ALL);
+	sampler_record_push(&r, 8, 1, &c);
 	cr_assert_eq(decode_crafted(&r, msg, sizeof(msg)), -EBADMSG);
 	cr_assert(strstr(msg, "every rank consumed 17 batches, the segment has 16") != NULL, "%s", msg);
 
 	/* a complete segment followed by another */
 	job.world = 4;
 	uint64_t s0 = 16, s1 = 1;
-	smp_record_init(&r, &job, 0, SMP_REC_ALL);
-	smp_record_push(&r, 8, 1, &s0);
-	smp_record_push(&r, 4, 1, &s1);
+	sampler_record_init(&r, &job, 0, SMP_REC_ALL);
+	sampler_record_push(&r, 8, 1, &s0);
+	sampler_record_push(&r, 4, 1, &s1);
 	cr_assert_eq(decode_crafted(&r, msg, sizeof(msg)), -EBADMSG);
 	cr_assert(strstr(msg, "is complete, yet segment 1 follows") != NULL, "%s", msg);
 
 	/* world size other than the last segment's */
 	job.world = 3;
-	smp_record_init(&r, &job, 0, SMP_REC_ALL);
-	smp_record_push(&r, 8, 1, &s1);
+	sampler_record_init(&r, &job, 0, SMP_REC_ALL);
+	sampler_record_push(&r, 8, 1, &s1);
 	cr_assert_eq(decode_crafted(&r, msg, sizeof(msg)), -EBADMSG);
 
 	/* saved by a rank outside the world */
 	job.world = 8;
-	smp_record_init(&r, &job, 0, 8);
-	smp_record_push(&r, 8, 1, &s1);
+	sampler_record_init(&r, &job, 0, 8);
+	sampler_record_push(&r, 8, 1, &s1);
 	cr_assert_eq(decode_crafted(&r, msg, sizeof(msg)), -EBADMSG);
 	cr_assert(strstr(msg, "rank 8 of 8") != NULL, "%s", msg);
 
 	/* a segment that can give no batch */
-	struct smp_job tiny = { 3, 42, 7, 4, 1, true, true };
+	struct sampler_job tiny = { 3, 42, 7, 4, 1, true, true };
 	uint64_t zero = 0;
-	smp_record_init(&r, &tiny, 0, SMP_REC_ALL);
-	smp_record_push(&r, 4, 1, &zero);
+	sampler_record_init(&r, &tiny, 0, SMP_REC_ALL);
+	sampler_record_push(&r, 4, 1, &zero);
 	cr_assert_eq(decode_crafted(&r, msg, sizeof(msg)), -EBADMSG);
 	cr_assert(strstr(msg, "give no batch") != NULL, "%s", msg);
 

@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 
 
 /* ---- parse_size ------------------------------------------------------------ */

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "seer.h"
-#include "../../src/config.h"
+#include "../../src/config/config.h"
 #include "../../src/xform/xform.h"
 
 static char err[512];
@@ -157,10 +157,10 @@ Test(xform_params, config_table_section)
 	struct seer_config c;
 	struct xf_params p;
 	setenv("HOME", "/tmp", 1);
-	cr_assert_eq(cfg_init(&c, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg_set(&c, "dataset.path=/tmp", err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg_finish(&c, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg_transform(&c, &p, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_init(&c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_set(&c, "dataset.path=/tmp", err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_finish(&c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_transform(&c, &p, err, sizeof(err)), 0, "%s", err);
 	struct xf_params d;
 	xf_params_default(&d);
 	cr_assert_eq(memcmp(&p, &d, sizeof(p)), 0, "config defaults differ from the module's");
@@ -169,22 +169,22 @@ Test(xform_params, config_table_section)
 			       "transform.hflip=0", "transform.output=float16_chw",
 			       "transform.cache=decoded", "transform.cache_size=200" };
 	for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++)
-		cr_assert_eq(cfg_set(&c, sets[i], err, sizeof(err)), 0, "%s: %s", sets[i], err);
-	cr_assert_eq(cfg_finish(&c, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg_transform(&c, &p, err, sizeof(err)), 0, "%s", err);
+		cr_assert_eq(config_set(&c, sets[i], err, sizeof(err)), 0, "%s: %s", sets[i], err);
+	cr_assert_eq(config_finish(&c, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(config_transform(&c, &p, err, sizeof(err)), 0, "%s", err);
 	cr_assert(p.decode == XF_DECODE_IMAGE && p.crop == XF_CROP_CENTER && p.out_h == 160 &&
 		  p.out_w == 128 && p.resize == 180 && p.hflip == 0 &&
 		  p.output == XF_OUT_FLOAT16_CHW && p.cache_size == 200);
-	cr_assert_eq(cfg_set(&c, "transform.output=uint8_hwc", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_finish(&c, err, sizeof(err)), -EINVAL);
+	cr_assert_eq(config_set(&c, "transform.output=uint8_hwc", err, sizeof(err)), 0);
+	cr_assert_eq(config_finish(&c, err, sizeof(err)), -EINVAL);
 	cr_assert(strstr(err, "[transform] normalize needs a float output"), "%s", err);
-	cr_assert_eq(cfg_set(&c, "transform.normalize=none", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_set(&c, "transform.scale=2,1", err, sizeof(err)), 0);
-	cr_assert_eq(cfg_finish(&c, err, sizeof(err)), -EINVAL);
+	cr_assert_eq(config_set(&c, "transform.normalize=none", err, sizeof(err)), 0);
+	cr_assert_eq(config_set(&c, "transform.scale=2,1", err, sizeof(err)), 0);
+	cr_assert_eq(config_finish(&c, err, sizeof(err)), -EINVAL);
 	cr_assert(strstr(err, "[transform] scale: scale '2,1'"), "%s", err);
-	cr_assert_eq(cfg_set(&c, "transform.output=png", err, sizeof(err)), -EINVAL);
+	cr_assert_eq(config_set(&c, "transform.output=png", err, sizeof(err)), -EINVAL);
 	cr_assert(strstr(err, "uint8_hwc, float16_chw, float32_chw"), "%s", err);
-	cfg_free(&c);
+	config_free(&c);
 }
 
 /* ---- draws --------------------------------------------------------------------- */

@@ -164,7 +164,7 @@ Test(xform_jpeg, partial_decode_equals_whole_decode)
 			int32_t W = (int32_t)xf_scaled(203 + (uint32_t)k, num), H = (int32_t)xf_scaled(157, num);
 			struct xf_rect all = { 0, 0, W, H };
 			struct xf_region full, part;
-			cr_assert_eq(xfj_decode(b, XF_JPEG_TURBO_FULL, m.p, m.n, num, &all, &full, err,
+			cr_assert_eq(xf_jpeg_decode(b, XF_JPEG_TURBO_FULL, m.p, m.n, num, &all, &full, err,
 						sizeof(err)), 0, "%s", err);
 			cr_assert(full.w == W && full.h == H);
 			for (int t = 0; t < 25; t++) {
@@ -173,7 +173,7 @@ Test(xform_jpeg, partial_decode_equals_whole_decode)
 				q.y0 = (int32_t)(rand_r(&r) % (unsigned)H);
 				q.x1 = q.x0 + 1 + (int32_t)(rand_r(&r) % (unsigned)(W - q.x0));
 				q.y1 = q.y0 + 1 + (int32_t)(rand_r(&r) % (unsigned)(H - q.y0));
-				cr_assert_eq(xfj_decode(a, XF_JPEG_PARTIAL, m.p, m.n, num, &q, &part, err,
+				cr_assert_eq(xf_jpeg_decode(a, XF_JPEG_PARTIAL, m.p, m.n, num, &q, &part, err,
 							sizeof(err)), 0, "%s", err);
 				cr_assert(part.x0 <= q.x0 && part.x0 + part.w >= q.x1 && part.y0 <= q.y0 &&
 					  part.y0 + part.h >= q.y1);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 
 /* ---- queues: N servers, FIFO ------------------------------------------------ */
 

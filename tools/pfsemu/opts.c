@@ -10,7 +10,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 
 const char *const fault_names[FAULT_NKINDS] = { "eio", "enoent", "short" };
 

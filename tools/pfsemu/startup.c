@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 
 static char *abs_path(const char *p)
 {

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../src/util.h"
+#include "../../src/util/util.h"
 
 #define LD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 

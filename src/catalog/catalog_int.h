@@ -1,0 +1,60 @@
+/* Internals shared by the catalog's files (catalog.c builds and opens,
+ * catalog_walk.c lists the tree, catalog_cache.c saves and loads, catalog_read.c
+ * reads samples). Not for formats or callers: see catalog.h.
+ * All of it runs on the thread building or loading the catalog. */
+#ifndef SEER_CATALOG_INT_H
+#define SEER_CATALOG_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "catalog.h"
+
+/* NUL-terminated strings appended to one buffer, found by offset. */
+struct strpool {
+	char *buf;
+	uint64_t len, cap;
+};
+/* Offset of a copy of s; aborts past 4 GiB (offsets are 32-bit). */
+uint32_t catalog_pool_add(struct strpool *p, const char *s);
+
+/* What a walk of the dataset tree found: the relative paths of the files the
+ * format accepts (malloc'd, unsorted) and every directory walked with its
+ * mtime (path_off into the pool). */
+struct catalog_walk {
+	char **paths;
+	size_t n, cap;
+	struct catalog_dir *dirs;
+	size_t ndirs, capdirs;
+	uint64_t skipped_links;  /* links to directories walked before, not followed */
+	struct catalog_progress *prog; /* set by the caller: counts `listed`, obeys `stop` */
+};
+/* Walk root. 0, or SEER_EDATASET / -errno with why in err (naming the path),
+ * -ECANCELED when w->prog->stop was set.
+ * w holds what was found so far either way: free it with catalog_walk_free. */
+int catalog_walk_tree(const char *root, const struct fmt_ops *fmt, const struct catalog_params *params,
+		  bool progress, struct strpool *pool, struct catalog_walk *w, char *err, size_t errlen);
+void catalog_walk_free(struct catalog_walk *w);
+/* The class directories of root as torchvision's find_classes lists them:
+ * every entry that is a directory, a symbolic link to one included, hidden
+ * names included, sorted bytewise (Python sorts str by code point: the same
+ * order for UTF-8 names). *names malloc'd (free each and the array); 0 or
+ * SEER_EDATASET / -ENOMEM with why in err. */
+int catalog_walk_classes(const char *root, char ***names, uint32_t *n, char *err, size_t errlen);
+
+uint64_t catalog_hash_params(const struct catalog_opts *o);
+uint64_t catalog_hash_content(const struct catalog *c);
+/* Give c its format's shared reader state (fmt_ops.shared_new). 0 or -ENOMEM. */
+int catalog_attach_shared(struct catalog *c, char *err, size_t errlen);
+/* total_bytes and max_len from the samples. */
+void catalog_finish_totals(struct catalog *c);
+
+/* Wall-clock nanoseconds of a timespec (file times, scan start). */
+static inline int64_t catalog_ts_ns(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+#endif /* SEER_CATALOG_INT_H */
