@@ -192,13 +192,15 @@ int arena_check_held(struct engine *e, uint32_t held, char *err, size_t errlen)
  * scenarios, whose batches in flight take ~1 MiB; a 4 MiB staging ran
  * bert-lustre's cold epoch 1.11x faster than 32 MiB (4 alternated pairs,
  * medians 40,500 and 36,300 samples/s). The rest of the share stays unused. */
-static uint64_t stage_ring(const struct engine *e, uint64_t per)
+static uint64_t stage_ring(const struct engine *e, uint64_t per, uint64_t held)
 {
 	struct stage_need sn = stage_need(e);
 	if (sn.need == 0)
 		return per; /* staging unused */
-	unsigned __int128 batches = (unsigned __int128)sn.mean * (e->cfg->lookahead + e->cfg->max_held);
-	unsigned __int128 ring = 2 * (batches > sn.need ? batches : sn.need);
+	held = MAX(held, e->cfg->max_held); /* a trainer may declare more (its HELLO) */
+	unsigned __int128 batches = (unsigned __int128)sn.mean * (e->cfg->lookahead + held);
+	unsigned __int128 need = (unsigned __int128)sn.need / MAX(e->cfg->max_held, 1ull) * held;
+	unsigned __int128 ring = 2 * (batches > need ? batches : need);
 	if (ring >= per)
 		return per;
 	return MIN(ALIGN_UP((uint64_t)ring, (uint64_t)NVME_ALIGN), per);
@@ -456,6 +458,20 @@ void arena_prefill_cache(struct engine *e)
 		arena_populate(e, e->cache_base, len, "RAM cache");
 }
 
+void arena_trainer_ring(struct engine *e, struct trainer *t)
+{
+	if (!e->stage_split)
+		return; /* arena_split_staging sizes it from t->held */
+	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(NVME_ALIGN - 1);
+	uint64_t ring = stage_ring(e, per, t->held);
+	if (ring != t->stg.cap) {
+		char a[32];
+		stg_init(&t->stg, t->stg.base, ring);
+		log_info("staging: trainer rank %u may hold %u batches: its ring is %s",
+			 t->rank, t->held, fmt_size(a, sizeof(a), ring));
+	}
+}
+
 /* Trainer t's share of staging, and the whole of it, into its control
  * region (once split; a session made later gets it at its creation). */
 void arena_publish_share(const struct engine *e, struct trainer *t)
@@ -477,11 +493,11 @@ void arena_publish_share(const struct engine *e, struct trainer *t)
 void arena_split_staging(struct engine *e)
 {
 	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(NVME_ALIGN - 1);
-	uint64_t ring = stage_ring(e, per);
+	uint64_t ring = stage_ring(e, per, e->cfg->max_held);
 	e->stage_split = true;
 	for (uint32_t i = 0; i < e->nlocal; i++) {
 		struct trainer *t = &e->tr[e->local_ranks[i]];
-		stg_init(&t->stg, e->stage_base + per * i, ring);
+		stg_init(&t->stg, e->stage_base + per * i, stage_ring(e, per, t->held));
 		arena_publish_share(e, t);
 	}
 	if (ring < per) {

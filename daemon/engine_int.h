@@ -476,6 +476,10 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen);
  * (more than [job] max_held): 0 when its batch slots and its staging share
  * serve that many, else -ENOSPC with err saying what to raise. */
 int arena_check_held(struct engine *e, uint32_t held, char *err, size_t errlen);
+/* Trainer t's staging ring sized for the batches it may hold (t->held),
+ * within its share: at a session's start, before its control region is made
+ * (no read is in flight into its staging then). */
+void arena_trainer_ring(struct engine *e, struct trainer *t);
 uint64_t arena_key_off(const struct engine *e, uint32_t key);   /* a RAM slot's offset */
 uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
 

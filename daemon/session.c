@@ -201,9 +201,12 @@ static ssize_t send_plan_record(const struct engine *e, int sock)
 /* A session for t on sock (pid) starting at global batch `start`: control
  * segments, then the WELCOME carrying their fds and the plan's record. On
  * failure the caller still owns sock. */
-static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid, uint64_t start)
+static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid, uint64_t start,
+			uint32_t held)
 {
 	struct ctrl_layout l = ctrl_layout(e);
+	t->held = held;
+	arena_trainer_ring(e, t);
 	int rc = make_ctrl(e, t, sock, &l);
 	if (rc != 0)
 		goto fail;
@@ -381,7 +384,6 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, co
 	if (rc != 0)
 		return rc;
 	struct trainer *t = &e->tr[h->rank];
-	t->held = held;
 	if (t->resetting) {
 		/* the previous session's reads are still landing in its staging */
 		if (t->pending_sock >= 0) {
@@ -394,7 +396,7 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, co
 		t->pending_pid = pid;
 		return 0;
 	}
-	rc = open_session(e, t, sock, pid, start == UINT64_MAX ? t->resume_g : start);
+	rc = open_session(e, t, sock, pid, start == UINT64_MAX ? t->resume_g : start, held);
 	if (rc == 0 && !e->plan_ready)
 		e->roll_dirty = true;
 	return rc;
@@ -447,7 +449,8 @@ void sess_finish_reset(struct engine *e, struct trainer *t)
 		int sock = t->pending_sock;
 		t->pending_sock = -1;
 		uint64_t start = t->pending_start == UINT64_MAX ? t->resume_g : t->pending_start;
-		if (open_session(e, t, sock, t->pending_pid, start) != 0)
+		uint32_t held = (uint32_t)MAX((uint64_t)t->pending_hello.held, e->cfg->max_held);
+		if (open_session(e, t, sock, t->pending_pid, start, held) != 0)
 			close(sock);
 	}
 }

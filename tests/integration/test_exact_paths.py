@@ -369,6 +369,19 @@ def test_sixteen_workers_with_defaults():
             finally:
                 L.close()
         st.unbroken(1)
+        # the same with the cache smaller than the dataset: the 33 batches
+        # live in the trainer's staging ring, sized for them at connect
+        st = Stream(cat)
+        with Daemon(tmp, dict(sets, **{"cache.ram": "64KiB"}), name="s") as d:
+            L = torch_loader(d, num_workers=16)
+            try:
+                for x, y in L:
+                    st.torch_batch(L, x, y)
+            finally:
+                L.close()
+            check("may hold 33 batches: its ring is" in d.log(), "no ring for 33 batches:\n" +
+                  d.log())
+        st.unbroken(1)
         # more than the batch slots: refused at connect, naming [job] max_held
         with Daemon(tmp, sets, name="b") as d:
             try:
