@@ -263,6 +263,8 @@ def test_positions_never_run_ahead():
         try:
             it = _consume(L, 9)
             d.proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: ": stopping (trainers are told" in d.log(), LONG,
+                     "seerd to take the SIGTERM")
             try:
                 next(it)
                 raise Fail("no ESHUTDOWN after seerd's SIGTERM")
@@ -466,8 +468,80 @@ def test_old_arenas_unmapped_after_restarts():
         cleanup(tmp)
 
 
+def _interrupt_when_waiting(d):
+    """In a thread: once this process's main thread has waited in the kernel
+    (a futex: seer_next's wait, seerd being stopped) for 50 polls in a row,
+    send it SIGINT, then let seerd go on (SIGCONT)."""
+    tid = threading.main_thread().native_id
+    res = {}
+
+    def waiting():
+        with open("/proc/self/task/%d/wchan" % tid) as f:
+            return "futex" in f.read()
+
+    def run():
+        try:
+            streak = [0]
+
+            def settled():
+                streak[0] = streak[0] + 1 if waiting() else 0
+                return streak[0] >= 50
+            wait_for(settled, LONG, "the trainer to wait for a batch")
+            os.kill(os.getpid(), signal.SIGINT)
+        except BaseException as e:
+            res["err"] = e
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+    th = threading.Thread(target=run)
+    th.start()
+    return th, res
+
+
+def test_ctrl_c_while_waiting():
+    """Review of issue 28: Ctrl-C while the trainer waits in seer_next for a
+    batch (seerd stopped with SIGSTOP): the batch libseer returns after it is
+    not lost. Plain Loader and TorchLoader(2 workers): the user catches the
+    KeyboardInterrupt, goes on, and the stream is unbroken."""
+    tmp = tmpdir("seer-ex-")
+    try:
+        root, cat = dataset(tmp)
+        sets = settings(tmp, root, **{"prefetch.lookahead": 2, "job.resume": "",
+                                      "job.epochs": 1})
+        for kind in ("plain", "workers"):
+            st = Stream(cat)
+            with Daemon(tmp, sets, name=kind) as d:
+                L = (seer.Loader(socket=d.sock, job_id="exact", rank=0, world_size=1)
+                     if kind == "plain" else torch_loader(d, num_workers=2))
+                try:
+                    interrupted = False
+                    while True:
+                        try:
+                            for item in L:
+                                if kind == "plain":
+                                    st.batch(item)
+                                else:
+                                    st.torch_batch(L, *item)
+                                if len(st.got) == 3 and not interrupted:
+                                    interrupted = True
+                                    os.kill(d.proc.pid, signal.SIGSTOP)
+                                    th, res = _interrupt_when_waiting(d)
+                            break
+                        except KeyboardInterrupt:
+                            th.join(LONG)
+                            check("err" not in res, "interrupting: %s" % res.get("err"))
+                            continue  # the user goes on
+                    check(interrupted, "no interrupt")
+                finally:
+                    L.close()
+            st.unbroken(1)
+        log("Ctrl-C while waiting for a batch, caught: plain and 2-worker streams unbroken")
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_workers_reconnect_read_the_new_arena,
                test_held_batch_reads_its_own_arena_after_reconnect,
                test_state_dict_with_workers, test_positions_never_run_ahead,
-               test_sixteen_workers_with_defaults, test_old_arenas_unmapped_after_restarts])
+               test_sixteen_workers_with_defaults, test_old_arenas_unmapped_after_restarts,
+               test_ctrl_c_while_waiting])

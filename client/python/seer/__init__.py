@@ -34,6 +34,7 @@ import errno
 import mmap
 import os
 import re
+import signal
 import sys
 import threading
 import weakref
@@ -384,15 +385,18 @@ class Batch:
     def release(self):
         """Give the batch back; its sample views then no longer hold its bytes.
         Nothing happens when the Loader was closed."""
-        if self._ptr is None:
+        ptr = self._ptr
+        if ptr is None:
             return
-        ptr, self._ptr, self._samples, self._arena = self._ptr, None, None, None
         c = self._loader._c
-        if c is None:
-            return
-        rc = self._loader._lib.seer_release(c, ptr)
-        if rc < 0 and rc != -errno.EBADF:
-            raise _error(rc)
+        if c is not None:
+            # the handle is dropped only after libseer took it back: a Ctrl-C
+            # before the call leaves it to be released again (ENOTHELD then
+            # says the call had gone through)
+            rc = self._loader._lib.seer_release(c, ptr)
+            if rc < 0 and rc not in (-errno.EBADF, _C.ENOTHELD):
+                raise _error(rc)
+        self._ptr, self._samples, self._arena = None, None, None
 
     def __enter__(self):
         return self
@@ -562,6 +566,8 @@ class Loader:
         self._arena_gen = 0
         self._lib = _load()
         self._held = None
+        self._pending = None  # what libseer delivered and no caller has yet (see _take)
+        self._out = ctypes.c_void_p()  # seer_next's answer, kept across an interrupt
         self._taken = False
         self._connect_lock = threading.Lock()
         # the user's view of the stream (docs/torch.md, "Epochs"): the live
@@ -896,7 +902,10 @@ class Loader:
     def next_batch(self, timeout=None):
         """The next batch (you release it). Raises EndOfEpoch once after each
         epoch's last batch, EndOfJob after the job's last, SeerError on
-        failure (a batch that failed to load is returned with .error set)."""
+        failure (a batch that failed to load is returned with .error set).
+        A batch the iterator kept after its loop was left early is released
+        first (this is the request after it)."""
+        self._drop_held()
         try:
             b = self._take(timeout)
         except (EndOfEpoch, EndOfJob):
@@ -912,26 +921,53 @@ class Loader:
 
     def _take(self, timeout=None):
         """next_batch without the user's epoch bookkeeping (the worker
-        pipeline takes batches ahead of the user)."""
-        c = self._client("next_batch")
-        ms = self._timeout_ms if timeout is None else self._ms("timeout", timeout)
-        p = ctypes.c_void_p()
-        rc = self._lib.seer_next(c, ms, ctypes.byref(p))
-        n = self._lib.seer_reconnects(c)
-        if n != self._reconnects:  # a restarted seerd: its arena is another
-            self._reconnects = n
-            self._map_arena()
-            self._arena_gen += 1
-        if rc == _C.EEPOCH:
+        pipeline takes batches ahead of the user).
+
+        Ctrl-C: libseer's wait for a batch is not interrupted by a signal, and
+        Python raises KeyboardInterrupt only once the call returned, so a
+        batch libseer delivered could be lost between its answer and the
+        caller (held for ever, counted as handed, never seen: issue 28's
+        review). libseer writes the batch into self._out, which outlives the
+        call, and it is moved to self._pending and from there to the caller
+        by assignments Python does not interrupt: a KeyboardInterrupt raised
+        anywhere in between leaves the batch where the next request finds it
+        first. (SIGINT is also blocked around the call in the main thread;
+        another thread may still take it.)"""
+        if self._pending is None:
+            c = self._client("next_batch")
+            rc = 0
+            out = self._out
+            if not out.value:  # (else: a batch an interrupted call left there)
+                ms = self._timeout_ms if timeout is None else self._ms("timeout", timeout)
+                main = threading.current_thread() is threading.main_thread()
+                old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main else None
+                try:
+                    rc = self._lib.seer_next(c, ms, ctypes.byref(out))
+                finally:
+                    if old is not None:
+                        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            n = self._lib.seer_reconnects(c)
+            if n != self._reconnects:  # a restarted seerd: its arena is another
+                self._map_arena()
+                self._reconnects = n
+                self._arena_gen += 1
+            if out.value:
+                self._taken = True
+                self._pending, out.value = Batch(self, out.value), None
+            elif rc == _C.EEPOCH:
+                self._pending = EndOfEpoch
+            elif rc == _C.EEND:
+                self._pending = EndOfJob
+            elif rc < 0:
+                if self._c is None:
+                    raise _closed("next_batch (closed while waiting)")
+                raise _error(rc)
+        item, self._pending = self._pending, None
+        if item is EndOfEpoch:
             raise EndOfEpoch()
-        if rc == _C.EEND:
+        if item is EndOfJob:
             raise EndOfJob()
-        if rc < 0 and rc != _C.EBATCH:
-            if self._c is None:
-                raise _closed("next_batch (closed while waiting)")
-            raise _error(rc)
-        self._taken = True
-        return Batch(self, p.value)
+        return item
 
     def _handed(self, batch):
         """A batch taken ahead (_take_ahead) reached the user: it counts in
@@ -950,9 +986,10 @@ class Loader:
         return self._lib.seer_alive(c)
 
     def _drop_held(self):
-        if self._held is not None:
-            held, self._held = self._held, None
-            held.release()
+        held = self._held
+        if held is not None:
+            held.release()  # (interrupted: still _held, released by the next request)
+            self._held = None
 
     def __iter__(self):
         """Iterate (the rest of) one epoch. The batch yielded is released when
@@ -1026,6 +1063,12 @@ class Loader:
         step = _check_int("step", step, 0, _U64_MAX)
         c = self._client("seek")
         self._drop_held()
+        pending, self._pending = self._pending, None
+        if isinstance(pending, Batch):
+            pending.release()
+        if self._out.value:  # delivered to a call that was interrupted
+            self._lib.seer_release(c, self._out.value)
+            self._out.value = None
         self._iter_gen += 1
         self._mid_epoch = False
         rc = self._lib.seer_seek(c, epoch, step)

@@ -569,6 +569,8 @@ class Pipeline:
                 self._reconnected()
             if timeout == 0 and ex.code == -errno.ETIMEDOUT:
                 return False
+            if ex.code == -errno.EDEADLK and self._queue:
+                return False  # the user's next request releases one: stop filling ahead
             raise
         if self._loader._arena_gen != self._gen:
             self._reconnected()
@@ -723,9 +725,9 @@ class Pipeline:
                 from . import _error
                 raise _error(rc)  # seerd stopped or died: not one more batch
             return False  # the fetch reconnects
+        loader._handed(head.batch)  # first: if it fails, the entry stays at the head
         self._queue.popleft()
         self._last = head
-        loader._handed(head.batch)
         if head.error is not None:
             raise head.error
         return True

@@ -178,10 +178,13 @@ class TorchLoader(Loader):
         if transform is not None:
             _workers.check_decode(decode)
         self._pipe = None
-        if transform is not None and num_workers > 0:
-            # the workers' batches are taken ahead of the user: declared to
-            # seerd (with the one in the user's hands), handed in order
-            kwargs.setdefault("max_held", num_workers * prefetch_factor + 1)
+        self._retry = None  # a batch whose inline transform was interrupted: done first
+        if transform is not None:
+            # a batch is handed to the user when its tensor is yielded, not when
+            # taken: with workers, up to num_workers x prefetch_factor are taken
+            # ahead (declared to seerd, with the one in the user's hands)
+            if num_workers > 0:
+                kwargs.setdefault("max_held", num_workers * prefetch_factor + 1)
             kwargs["_take_ahead"] = True
         super().__init__(*args, **kwargs)
         self.stack = stack
@@ -230,17 +233,35 @@ class TorchLoader(Loader):
 
     def _iter_inline(self, gen, skip_end):
         job = self._transform_job()
-        for batch in self._batches(gen, skip_end):
+        batches = self._batches(gen, skip_end)
+        while True:
+            batch, self._retry = self._retry, None
+            if batch is None:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
             task = (0, batch.epoch, batch.step, batch._offsets.tolist(), batch.sizes.tolist(),
                     batch._types.tolist(), batch.ids.tolist(), batch.labels.tolist())
             state = (torch.default_generator.get_state(), _workers.random.getstate(),
                      np.random.get_state())
             try:
-                x = _workers.run_batch(job, self._arena, task)
+                x = _workers.run_batch(job, batch._arena, task)
+            except TransformError:
+                self._handed(batch)  # raised in its place: that batch is delivered (failed)
+                raise
+            except BaseException:
+                # interrupted (Ctrl-C): not handed, so not released by the next
+                # request either; the next iteration transforms it again
+                if self._held is batch:
+                    self._held = None
+                self._retry = batch
+                raise
             finally:
                 torch.default_generator.set_state(state[0])
                 _workers.random.setstate(state[1])
                 np.random.set_state(state[2])
+            self._handed(batch)
             self.last_batch = LastBatch(batch.epoch, batch.step, batch.ids)
             yield self._pinned(x, torch.from_numpy(batch.labels))
 
@@ -282,6 +303,9 @@ class TorchLoader(Loader):
         waited for and dropped first."""
         if self._pipe is not None:
             self._pipe.drain()
+        retry, self._retry = self._retry, None
+        if retry is not None:
+            retry.release()
         super().seek(epoch, step)
 
     def close(self):
