@@ -151,6 +151,11 @@ def test_workers_reconnect_read_the_new_arena():
                         d = Daemon(tmp, sets, name="c")
             check(L._lib.seer_reconnects(L._c) == 2, "reconnects: %d" %
                   L._lib.seer_reconnects(L._c))
+            # each worker maps only the live arena (they had each had a task
+            # after the last restart): the old seerds' memory can be freed
+            for p in L._pipe._procs:
+                check(_arena_maps(p.pid) == 1, "worker %d maps %d seer arenas after 2 restarts" %
+                      (p.pid, _arena_maps(p.pid)))
             st.unbroken(3)
             log("2 workers, 2 restarts (SIGTERM, SIGKILL): %d batches exact" % len(st.got))
         finally:
@@ -423,10 +428,10 @@ def test_sixteen_workers_with_defaults():
         cleanup(tmp)
 
 
-def _arena_maps():
-    """Distinct seer arenas mapped in this process (memfd 'seer-arena')."""
+def _arena_maps(pid="self"):
+    """Distinct seer arenas mapped in a process (memfd 'seer-arena')."""
     inodes = set()
-    with open("/proc/self/maps") as f:
+    with open("/proc/%s/maps" % pid) as f:
         for line in f:
             if "memfd:seer-arena" in line:
                 inodes.add(line.split()[4])

@@ -221,13 +221,54 @@ class _ArenaFd:
         return _map_arena, (reduction.DupFd(self.fd), self.size)
 
 
+class _Arena(np.ndarray):
+    """The arena as mapped in a worker, with its file's inode (to tell it
+    from the arenas of earlier seerd sessions)."""
+    inode = None
+
+
 def _map_arena(dupfd, size):
     fd = dupfd.detach()
     try:
+        ino = os.fstat(fd).st_ino
         mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
-    return np.frombuffer(mm, dtype=np.uint8)
+    a = np.frombuffer(mm, dtype=np.uint8).view(_Arena)
+    a.inode = ino
+    return a
+
+
+_MAP_FIXED, _MAP_PRIVATE, _MAP_ANON, _MAP_NORESERVE = 0x10, 0x02, 0x20, 0x4000
+
+
+def _drop_stale_arenas(keep):
+    """Unmap, in this worker, every seerd shared segment (the arena, the
+    control regions) but the arena with inode `keep`: after a reconnect the
+    old seerd's segments are only this process's inheritance (a fork copies
+    every mapping, and the objects holding them), and a segment's memory is
+    freed only when its last mapping goes, so a worker would pin the old
+    cache. Each range is replaced by an inaccessible anonymous one (MAP_FIXED)
+    so that the objects still naming it never touch another mapping. Linux
+    only; anything unexpected leaves the mappings as they are."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        with open("/proc/self/maps") as f:
+            lines = f.read().splitlines()
+    except (OSError, AttributeError):
+        return
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not any("memfd:seer-%s " % k in parts[5] + " "
+                                     for k in ("arena", "ctrl-out", "ctrl-in")):
+            continue  # (the worker's own batch buffers are memfd:seer-torch-batch)
+        if "memfd:seer-arena" in parts[5] and int(parts[4]) == keep:
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        libc.mmap(lo, hi - lo, 0, _MAP_FIXED | _MAP_PRIVATE | _MAP_ANON | _MAP_NORESERVE, -1, 0)
 
 
 _MADV_POPULATE_WRITE = 23  # Linux 5.14; older kernels say EINVAL and pages fault in as written
@@ -366,6 +407,7 @@ def _worker_main(wid, conn, arena, job, parent, keep):
         task, freed, new_arena = msg
         if new_arena is not None:  # seerd restarted: this task and the next read its arena
             arena = new_arena
+            _drop_stale_arenas(arena.inode)  # every earlier task of ours is done
         bufs.release(freed)
         bufs.used = None
         try:
