@@ -603,11 +603,13 @@ static void old_unmap(struct old_session *o)
 }
 
 /* n's session into c; c's old one to its graveyard (c->lock held). The
- * graveyard keeps the old session's memory mapped while the user holds a
- * batch of it (a batch handed before the reconnect stays readable until it
- * is released); with none held it is unmapped now: a trainer whose seerd
- * restarts N times does not pin N arenas. Batches taken and not handed
- * (SEER_OPT_TAKE_AHEAD) are not the user's: they are dropped. */
+ * graveyard keeps the old session's memory mapped while a batch of it is
+ * held (a batch taken before the reconnect stays readable until it is
+ * released, also one taken ahead and dropped from the stream, which another
+ * thread may still be reading); with none held it is unmapped now: a
+ * trainer whose seerd restarts N times does not pin N arenas. Batches taken
+ * and not handed (SEER_OPT_TAKE_AHEAD) leave the stream: the new session
+ * delivers them again. */
 static void swap_session(struct seer_client *c, struct seer_client *n, struct old_session *o,
 			 uint64_t *held)
 {
@@ -616,7 +618,7 @@ static void swap_session(struct seer_client *c, struct seer_client *n, struct ol
 				   .ci_size = c->ci_size, .slots = c->slots, .wslots = c->wslots,
 				   .held = held };
 	for (uint32_t i = 0; i < c->nslots; i++)
-		if (atomic_load(&c->slots[i].held) && c->slots[i].global < c->handed_next)
+		if (atomic_load(&c->slots[i].held))
 			held[o->nheld++] = atomic_load(&c->slots[i].delivery);
 	c->old = o;
 	prefault_free(c); /* the prefault helper reads the session's arena: stopped first */

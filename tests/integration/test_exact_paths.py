@@ -11,6 +11,7 @@ run in this process, so the test acts between two batches without racing
 anything; daemons are waited for by state (exit, socket), never by time."""
 
 import errno
+import gc
 import os
 import signal
 import threading
@@ -131,6 +132,7 @@ def test_workers_reconnect_read_the_new_arena():
         root, cat = dataset(tmp)
         sets = settings(tmp, root)
         st = Stream(cat)
+        base = _arena_maps()
         d = Daemon(tmp, sets, name="a")
         L = torch_loader(d, num_workers=2, reconnect=60)
         try:
@@ -151,6 +153,9 @@ def test_workers_reconnect_read_the_new_arena():
                         d = Daemon(tmp, sets, name="c")
             check(L._lib.seer_reconnects(L._c) == 2, "reconnects: %d" %
                   L._lib.seer_reconnects(L._c))
+            gc.collect()
+            check(_arena_maps() - base == 1, "the trainer maps %d seer arenas after 2 restarts "
+                  "(want the live one)" % (_arena_maps() - base))
             # each worker maps only the live arena (they had each had a task
             # after the last restart): the old seerds' memory can be freed
             for p in L._pipe._procs:
@@ -460,7 +465,6 @@ def test_old_arenas_unmapped_after_restarts():
                 d = Daemon(tmp, sets, name="r%d" % k)
                 b = L.next_batch()  # reconnects
                 b.release()
-                import gc
                 gc.collect()
                 counts.append(_arena_maps() - base)
             check(counts == [1, 1, 1], "arenas mapped after each of 3 restarts: %s (want 1: "

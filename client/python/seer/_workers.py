@@ -583,6 +583,9 @@ class Pipeline:
                 keep = None
                 if e.kind == "batch" and e.worker is not None and not e.answered:
                     self._dropped.add(e.seq)
+                if e.batch is not None:  # the old session's: libseer unmaps it with the last
+                    b, e.batch = e.batch, None
+                    b.release()
                 continue
             keep.append(e)  # an epoch's end before the first batch not handed stays
         self._queue = keep if keep is not None else collections.deque()
