@@ -119,7 +119,13 @@ class Daemon:
         e.update(env or {})
         self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT, env=e)
         if wait:
-            self.wait_socket()
+            try:
+                self.wait_socket()
+            except BaseException:  # a seerd that never served is not left behind
+                self.proc.kill()
+                self.proc.wait()
+                self.logf.close()
+                raise
 
     def wait_socket(self, timeout=LONG):
         """Until seerd serves: its socket answers from before the catalog scan

@@ -166,6 +166,8 @@ def test_workers_reconnect_read_the_new_arena():
         finally:
             L.close()
             d.stop()
+            if "d" in out:  # the restart a failure left behind
+                out["d"].stop()
     finally:
         cleanup(tmp)
 
