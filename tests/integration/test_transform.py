@@ -91,8 +91,8 @@ def test_two_nodes():
         data = os.path.join(tmp, "data")
         make_images(data, classes=3, per_class=8, seed=5)
         one = run(tmp, data, IMAGENET, "one", world=1)
-        # two daemons, each caching half as decoded images: epoch 1 reads the
-        # other half from the peer (decoded), epoch 0 decodes the files
+        # two daemons, each caching half as decoded images: the remote half comes
+        # from the peer as decoded images, each file is decoded once
         dec = dict(IMAGENET, cache="decoded")
         two = run(tmp, data, dec, "two", world=2, nodes=2,
                   settings={"cache.ram": "12MiB", "cache.staging": "64MiB"})
