@@ -231,7 +231,9 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 		.params = { .hdf5_data = cfg->hdf5_data, .hdf5_labels = cfg->hdf5_labels,
 			    .npz_data = cfg->npz_data, .npz_labels = cfg->npz_labels,
 			    .npz_sample_axis = cfg->npz_sample_axis, .extensions = cfg->extensions,
-			    .allow_empty_classes = cfg->allow_empty_classes },
+			    .allow_empty_classes = cfg->allow_empty_classes,
+			    .tar_extensions = cfg->tar_extensions, .tar_label = cfg->tar_label,
+			    .skip_corrupt = strcmp(cfg->on_corrupt, "skip") == 0 },
 		.cache_dir = cache_dir, .rebuild = cfg->catalog_rebuild, .progress = true,
 		/* the decoded-image cache is planned with every image's size */
 		.image_sizes = strcmp(cfg->xf_decode, "image") == 0 &&

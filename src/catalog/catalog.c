@@ -165,6 +165,15 @@ uint64_t catalog_hash_params(const struct catalog_opts *o)
 		const char *s = parts[i] ? parts[i] : "\x01(default)";
 		XXH64_update(st, s, strlen(s) + 1);
 	}
+	/* tar's keys, only for tar: the other formats' catalogs keep their hash */
+	if (o->format && strcmp(o->format, "tar") == 0) {
+		const char *tp[] = { o->params.tar_extensions, o->params.tar_label,
+				     o->params.skip_corrupt ? "skip" : "fail" };
+		for (size_t i = 0; i < ARRAY_SIZE(tp); i++) {
+			const char *s = tp[i] ? tp[i] : "\x01(default)";
+			XXH64_update(st, s, strlen(s) + 1);
+		}
+	}
 	uint64_t h = XXH64_digest(st);
 	XXH64_freeState(st);
 	return h;

@@ -60,6 +60,10 @@ struct catalog_params {
 	const char *npz_sample_axis; /* "last" (DLIO) or "first" */
 	const char *extensions;    /* comma list filter for the files format; "" = all */
 	bool allow_empty_classes;  /* a class directory with no sample: warned, not refused */
+	const char *tar_extensions; /* tar: comma list, first present is delivered ("jpg,jpeg,png,webp") */
+	const char *tar_label;     /* tar: extension of the label member ("cls"; "" = none) */
+	bool skip_corrupt;         /* dataset.on_corrupt = skip: tar leaves damaged samples out of
+				      the catalog (warned) instead of failing the scan */
 };
 
 struct fmt_ops;
@@ -108,7 +112,7 @@ struct catalog_progress {
 
 struct catalog_opts {
 	const char *root;
-	const char *format;        /* "files", "npz", "npy", "hdf5", "tfrecord", "indexed" */
+	const char *format;        /* "files", "npz", "npy", "hdf5", "tfrecord", "indexed", "tar" */
 	struct catalog_params params;
 	const char *cache_dir;     /* where the catalog cache lives; NULL = none */
 	bool rebuild;              /* ignore an existing cache file */

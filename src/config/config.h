@@ -23,6 +23,8 @@ struct seer_config {
 	char *npz_data;
 	char *npz_labels;
 	char *npz_sample_axis;
+	char *tar_extensions;   /* tar: data member extensions, first present wins */
+	char *tar_label;        /* tar: label member extension ("" = none) */
 	char *on_corrupt;       /* "fail" or "skip" */
 	bool catalog_rebuild;
 	/* [job] */

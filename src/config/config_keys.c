@@ -49,8 +49,15 @@ const struct config_key config_keys[] = {
 	  "npz: member holding the labels (empty: no labels)" },
 	{ "dataset", "npz_sample_axis", CFG_ENUM, F(npz_sample_axis), "last", 0, 0, axes, true,
 	  "npz/npy: axis that indexes samples: last (DLIO: x is (d1, d2, n)) or first" },
+	{ "dataset", "tar_extensions", CFG_STR, F(tar_extensions), "jpg,jpeg,png,webp", 0, 0, NULL,
+	  true, "tar: comma list of member extensions (after the first dot of the base name, any "
+	  "case); a sample delivers its member of the first one present" },
+	{ "dataset", "tar_label", CFG_STR, F(tar_label), "cls", 0, 0, NULL, true,
+	  "tar: extension of the member holding the label as an ASCII integer; a sample without "
+	  "one takes its shard's class directory (root/<class>/*.tar), else -1 (empty: none)" },
 	{ "dataset", "on_corrupt", CFG_ENUM, F(on_corrupt), "fail", 0, 0, corrupt_policies, true,
-	  "a sample that fails its checks: fail its batch, or skip (substitute the next valid one)" },
+	  "a sample that fails its checks: fail its batch, or skip (substitute the next valid one; "
+	  "tar: damaged samples found at scan are left out of the catalog, warned)" },
 	{ "dataset", "rebuild_catalog", CFG_BOOL, F(catalog_rebuild), "false", 0, 0, NULL, false,
 	  "rescan the dataset even when a current catalog cache exists" },
 

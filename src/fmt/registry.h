@@ -15,7 +15,8 @@
 	X(npy, "numpy .npy, samples along an axis")                                        \
 	X(hdf5, "HDF5, rows of dataset hdf5_data")                                         \
 	X(tfrecord, "TFRecord, one record per sample")                                     \
-	X(indexed, "DLIO indexed_binary: <file> with <file>.off.idx and <file>.sz.idx")
+	X(indexed, "DLIO indexed_binary: <file> with <file>.off.idx and <file>.sz.idx")      \
+	X(tar, "WebDataset tar shards, one sample per key: member tar_extensions, label tar_label")
 
 /* "name: description. " for every format: one string literal for --help. */
 #define FMT_HELP_ITEM(name, desc) #name ": " desc ". "
