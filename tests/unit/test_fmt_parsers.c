@@ -263,8 +263,8 @@ Test(registry, every_listed_format_is_found_by_its_name)
 	} while (0);
 	FMT_LIST(CHECK_FORMAT)
 #undef CHECK_FORMAT
-	cr_assert_eq(n, 6);
-	cr_assert_str_eq(names, "files, npz, npy, hdf5, tfrecord, indexed");
+	cr_assert_eq(n, 7);
+	cr_assert_str_eq(names, "files, npz, npy, hdf5, tfrecord, indexed, tar");
 	cr_assert_null(fmt_registry_find("parquet"));
 }
 
