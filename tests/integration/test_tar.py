@@ -518,6 +518,8 @@ def test_pfs_cold_epoch():
                 check(p.returncode == 0, "trainer failed: %s\n%s" % (err, d.log()))
                 check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
                 st = d.stats()
+                probe = [x.split("PFS probe", 1)[1][:160] for x in d.log().splitlines()
+                         if "PFS probe" in x]
                 with open(os.path.join(mnt, ".pfsemu", "stats")) as f:
                     emu = json.load(f)["totals"]
             if exp is None:
@@ -525,10 +527,12 @@ def test_pfs_cold_epoch():
             c_check(lg, exp, 1)
             log("round %d: cat %.3f s, seer cold epoch %.3f s (ratio %.2f); %d samples, "
                 "%.1f MB of shards; PFS bytes %.1f MB, emulator reads %s; coalesced extents %d; "
-                "load %s" % (rnd, cats[-1], epochs[-1], epochs[-1] / cats[-1], len(exp),
-                             size / 1e6, st["epochs"][0]["pfs_bytes"] / 1e6,
-                             emu.get("requests", emu.get("reads")),
-                             st["coalescing"]["extents"], open("/proc/loadavg").read().split()[:3]))
+                "load %s; probe%s" % (rnd, cats[-1], epochs[-1], epochs[-1] / cats[-1],
+                                      len(exp), size / 1e6, st["epochs"][0]["pfs_bytes"] / 1e6,
+                                      emu.get("requests", emu.get("reads")),
+                                      st["coalescing"]["extents"],
+                                      open("/proc/loadavg").read().split()[:3],
+                                      probe[0] if probe else ": none"))
     finally:
         subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-umount.sh"), mnt],
                        capture_output=True, timeout=60)
