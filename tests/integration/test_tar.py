@@ -519,7 +519,8 @@ def test_pfs_cold_epoch():
     """A cold epoch of tar shards through seer-pfsemu --preset lustre against
     `cat` of the same shards through the same mount (catalog built first, the
     counters reset). Prints the ratio; fails only when a sample is wrong or
-    the run fails. TAR_BENCH_MB (default 24) sets the dataset size."""
+    the run fails. TAR_BENCH_MB (default 24) sets the dataset size,
+    TAR_BENCH_ROUNDS the rounds (1), TAR_BENCH_COALESCE prefetch.coalesce (auto)."""
     check(pfsemu_ok(), "this test needs bin/seer-pfsemu and /dev/fuse")
     mb = int(os.environ.get("TAR_BENCH_MB", "24"))
     tmp = tmpdir("seer-tar-")
@@ -553,7 +554,8 @@ def test_pfs_cold_epoch():
             subprocess.run(["cat"] + files, stdout=subprocess.DEVNULL, check=True)
             cats.append(time.monotonic() - t0)
             s = {"dataset.path": mnt, "dataset.format": "tar", "job.epochs": 1,
-                 "job.batch_size": 32, "cache.ram": "1GiB", "cache.staging": "256MiB"}
+                 "job.batch_size": 32, "cache.ram": "1GiB", "cache.staging": "256MiB",
+                 "prefetch.coalesce": os.environ.get("TAR_BENCH_COALESCE", "auto")}
             with Daemon(tmp, s, name="cold%d" % rnd) as d:
                 open(os.path.join(mnt, ".pfsemu", "reset")).read()
                 lg = os.path.join(tmp, "cold%d-trainer.log" % rnd)
