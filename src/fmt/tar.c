@@ -22,8 +22,9 @@
  * checksum; ustar, GNU long names and pax records are ~300 lines here,
  * bounds-checked, with unit tests on every branch (tests/unit/test_tar.c).
  *
- * Offsets come from the headers at scan (read through a small window: data
- * larger than it is passed over, not read); per sample the catalog keeps the
+ * Offsets come from the headers at scan (read through a window of 4 KiB to 1
+ * MiB that adapts to the members' sizes: data larger than it is passed over,
+ * not read); per sample the catalog keeps the
  * data member's offset and length, and per file aux[0] = 1 when some data
  * member's size came from a pax record (the header field then differs). A
  * read takes the member's header block with its data (one range: the span is
@@ -230,7 +231,14 @@ int tar_parse_label(const void *buf, size_t len, int64_t *label)
 
 /* ---- the walk ------------------------------------------------------------------------ */
 
-#define TAR_READ (64u << 10) /* bytes read at a header: more members' headers when they are small */
+/* A window read takes `chunk` bytes, from TAR_READ_MIN to TAR_WIN: shards of
+ * small members are read in large windows (few requests: the window doubles
+ * while headers lie within TAR_SKIP of its end), shards of large members
+ * (images of ~100 KiB) 4 KiB at each header, so the scan reads a few percent
+ * of the shard instead of most of it. */
+#define TAR_READ_MIN (4u << 10)
+#define TAR_READ_START (64u << 10)
+#define TAR_SKIP (16u << 10) /* a header this far past the window: read little at the next */
 
 int tar_walk_init(struct tar_walk *w, tar_read_fn read, void *ctx, uint64_t size)
 {
@@ -238,6 +246,7 @@ int tar_walk_init(struct tar_walk *w, tar_read_fn read, void *ctx, uint64_t size
 	w->read = read;
 	w->ctx = ctx;
 	w->size = size;
+	w->chunk = TAR_READ_START;
 	w->win = malloc(TAR_WIN);
 	return w->win ? 0 : -ENOMEM;
 }
@@ -256,7 +265,12 @@ int tar_bytes(struct tar_walk *w, uint64_t off, size_t len, const uint8_t **p, c
 			    (unsigned long long)off, (unsigned long long)(off + len),
 			    (unsigned long long)w->size);
 	if (off < w->wpos || off + len > w->wpos + w->wlen) {
-		uint64_t n = MIN(w->size - off, (uint64_t)MAX(len, (size_t)TAR_READ));
+		uint64_t wend = w->wpos + w->wlen;
+		if (w->wlen && off >= wend + TAR_SKIP)
+			w->chunk = TAR_READ_MIN; /* a large member passed over */
+		else if (w->wlen && off >= w->wpos)
+			w->chunk = MIN(w->chunk * 2, (uint64_t)TAR_WIN); /* dense headers */
+		uint64_t n = MIN(w->size - off, MAX((uint64_t)len, w->chunk));
 		int rc = w->read(w->ctx, w->win, (size_t)n, off);
 		if (rc == -ENODATA)
 			return fail(err, errlen, "the shard shrank while being read");

@@ -73,6 +73,9 @@ struct tar_walk {
 	uint64_t pos;            /* next header */
 	uint8_t *win;            /* read window */
 	uint64_t wpos, wlen;
+	uint64_t chunk;          /* bytes the next window read takes (adapts: 4 KiB after
+				    a large member was passed over, doubled while the
+				    headers are dense) */
 	uint64_t headers;        /* header blocks parsed (for messages) */
 };
 #define TAR_WIN (1u << 20)

@@ -15,7 +15,7 @@
 #include "seer.h"
 
 struct ar {
-	uint8_t buf[1 << 16];
+	uint8_t buf[1 << 18];
 	size_t len;
 };
 
@@ -76,6 +76,7 @@ struct mem {
 	const uint8_t *p;
 	size_t n;
 	unsigned reads;
+	uint64_t bytes;
 };
 
 static int mem_read(void *ctx, void *buf, size_t len, uint64_t off)
@@ -85,13 +86,14 @@ static int mem_read(void *ctx, void *buf, size_t len, uint64_t off)
 	if (off > m->n || len > m->n - off)
 		return -ENODATA;
 	memcpy(buf, m->p + off, len);
+	m->bytes += len;
 	return 0;
 }
 
 /* Walk a[0..len): members into out (names, offsets, sizes); returns the last rc. */
 static int walk(const uint8_t *p, size_t len, struct tar_member *out, int max, int *n, char *err)
 {
-	struct mem m = { p, len, 0 };
+	struct mem m = { p, len, 0, 0 };
 	struct tar_walk w;
 	cr_assert_eq(tar_walk_init(&w, mem_read, &m, len), 0);
 	struct tar_member *mb = malloc(sizeof(*mb));
@@ -314,7 +316,7 @@ Test(tar, truncation)
 	set_cksum(b->buf);
 	memcpy(big, b->buf, 512);
 	free(b);
-	struct mem m = { big, sizeof(big), 0 };
+	struct mem m = { big, sizeof(big), 0, 0 };
 	struct tar_walk w;
 	cr_assert_eq(tar_walk_init(&w, mem_read, &m, sizeof(big)), 0);
 	struct tar_member *mb = malloc(sizeof(*mb));
@@ -362,4 +364,69 @@ Test(tar, names_and_labels)
 	cr_assert_eq(tar_parse_label("", 0, &l), SEER_EDATASET);
 	cr_assert_eq(tar_parse_label(" \n", 2, &l), SEER_EDATASET);
 	cr_assert_eq(tar_parse_label("1 2", 3, &l), SEER_EDATASET);
+}
+
+/* The scan's window adapts: ~100 KiB members cost a few KiB each, 1 KiB
+ * members are read in a few large windows. */
+Test(tar, window_adapts)
+{
+	size_t cap = 64u << 20;
+	struct ar *a = malloc(sizeof(*a));
+	uint8_t *buf = malloc(cap);
+	size_t len = 0;
+	static uint8_t blk[100000];
+	memset(blk, 'x', sizeof(blk));
+	char name[32];
+	for (int i = 0; i < 200; i++) {
+		a->len = 0;
+		snprintf(name, sizeof(name), "k%04d.jpg", i);
+		add(a, name, NULL, '0', blk, sizeof(blk), "gnu");
+		memcpy(buf + len, a->buf, 512);
+		len += 512 + (sizeof(blk) + 511) / 512 * 512;
+		a->len = 0;
+		snprintf(name, sizeof(name), "k%04d.cls", i);
+		add(a, name, NULL, '0', "1", 1, "gnu");
+		memcpy(buf + len, a->buf, 1024);
+		len += 1024;
+	}
+	memset(buf + len, 0, 1024);
+	len += 1024;
+	struct mem m = { buf, len, 0, 0 };
+	struct tar_walk w;
+	char err[512];
+	cr_assert_eq(tar_walk_init(&w, mem_read, &m, len), 0);
+	struct tar_member *mb = malloc(sizeof(*mb));
+	int n = 0, rc;
+	while ((rc = tar_next(&w, mb, err, sizeof(err))) == 1)
+		n++;
+	cr_assert_eq(rc, 0, "%s", err);
+	cr_assert_eq(n, 400);
+	cr_assert_lt(m.bytes, len / 20, "large members: %llu of %zu bytes read in %u reads",
+		     (unsigned long long)m.bytes, len, m.reads);
+	cr_assert_leq(m.reads, 205);
+	tar_walk_fini(&w);
+	/* 1 KiB members: the window grows, few reads */
+	len = 0;
+	for (int i = 0; i < 2000; i++) {
+		a->len = 0;
+		snprintf(name, sizeof(name), "s%05d.jpg", i);
+		add(a, name, NULL, '0', blk, 1000, "gnu");
+		memcpy(buf + len, a->buf, a->len);
+		len += a->len;
+	}
+	memset(buf + len, 0, 1024);
+	len += 1024;
+	m = (struct mem){ buf, len, 0, 0 };
+	cr_assert_eq(tar_walk_init(&w, mem_read, &m, len), 0);
+	n = 0;
+	while ((rc = tar_next(&w, mb, err, sizeof(err))) == 1)
+		n++;
+	cr_assert_eq(rc, 0, "%s", err);
+	cr_assert_eq(n, 2000);
+	cr_assert_leq(m.bytes, len + m.reads * TAR_BLOCK, "each byte about once: %llu of %zu", (unsigned long long)m.bytes, len);
+	cr_assert_leq(m.reads, 10, "%u reads of a %zu-byte shard of small members", m.reads, len);
+	tar_walk_fini(&w);
+	free(mb);
+	free(buf);
+	free(a);
 }
