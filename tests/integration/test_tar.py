@@ -556,7 +556,12 @@ def test_pfs_cold_epoch():
             s = {"dataset.path": mnt, "dataset.format": "tar", "job.epochs": 1,
                  "job.batch_size": 32, "cache.ram": "1GiB", "cache.staging": "256MiB",
                  "prefetch.coalesce": os.environ.get("TAR_BENCH_COALESCE", "auto")}
+            open(os.path.join(mnt, ".pfsemu", "reset")).read()
+            t0 = time.monotonic()
             with Daemon(tmp, s, name="cold%d" % rnd) as d:
+                scan_s = time.monotonic() - t0
+                with open(os.path.join(mnt, ".pfsemu", "stats")) as f:
+                    scan = json.load(f)["totals"]
                 open(os.path.join(mnt, ".pfsemu", "reset")).read()
                 lg = os.path.join(tmp, "cold%d-trainer.log" % rnd)
                 t0 = time.monotonic()
@@ -573,6 +578,9 @@ def test_pfs_cold_epoch():
             if exp is None:
                 exp = expected(src)
             c_check(lg, exp, 1)
+            log("round %d: seerd start (walk, catalog scan or cache, probe) %.3f s, %.1f MB read "
+                "from the shards in %s reads" % (rnd, scan_s, scan["bytes"] / 1e6,
+                                                 scan.get("requests", scan.get("reads"))))
             log("round %d: cat %.3f s, seer cold epoch %.3f s (ratio %.2f); %d samples, "
                 "%.1f MB of shards; PFS bytes %.1f MB, emulator reads %s; coalesced extents %d; "
                 "load %s; probe%s" % (rnd, cats[-1], epochs[-1], epochs[-1] / cats[-1],
