@@ -82,13 +82,16 @@ def expected(root, label_ext="cls", exts=EXTS, only=None):
 
 def sample_set(rng, n, prefix, long_names=False, extras=True):
     """[(member name, bytes)] of n samples: a data member (mostly jpg, some
-    png, some with both), a cls label, sometimes json/txt."""
+    png, some with both), a cls label, sometimes json/txt. long_names: two of
+    three samples in directories of 90-130 bytes, consecutive ones with the
+    same base name (only the full path tells them apart)."""
     members = []
     for i in range(n):
-        d = ""
-        if long_names and i % 3 == 0:
-            d = "dir_" + "x" * (90 + i % 40) + "/"
-        key = "%s%s%05d" % (d, prefix, i)
+        d, base = "", i
+        if long_names and i % 3 < 2:  # pairs: the same base name in two long directories
+            d = "dir_" + ("x" if i % 3 == 0 else "y") * (90 + i % 40) + "/"
+            base = i - i % 3
+        key = "%s%s%05d" % (d, prefix, base)
         size = rng.randint(1, 20000)
         if i % 7 == 3:
             members.append((key + ".png", rng.randbytes(size)))
@@ -144,15 +147,15 @@ def write_gnutar(path, members, fmt, stage):
 
 
 def make_writers(root, seed=1, n=40):
-    """Five shards, one per writer; returns their names."""
+    """Five shards, one per writer; returns their names. Names over 100
+    bytes become GNU long names (tarfile GNU, GNU tar gnu), pax paths (tarfile
+    PAX, GNU tar posix) or the ustar prefix field (tarfile USTAR)."""
     rng = random.Random(seed)
     os.makedirs(root)
     out = []
     for fmt, name in ((tarfile.GNU_FORMAT, "a-py-gnu"), (tarfile.PAX_FORMAT, "b-py-pax"),
                       (tarfile.USTAR_FORMAT, "c-py-ustar")):
         m = sample_set(rng, n, "s", long_names=True)
-        if fmt == tarfile.USTAR_FORMAT:  # names of up to 255 bytes, split at a '/'
-            m = [(x.replace("dir_" + "x" * 90, "dir_" + "x" * 40), d) for x, d in m]
         if fmt == tarfile.PAX_FORMAT:  # non-ASCII names: pax path records
             m = [(x.replace("s000", "\u00e9t\u00e9_") if "s0001" in x else x, d) for x, d in m]
         write_tarfile(os.path.join(root, name + ".tar"), m, fmt)
