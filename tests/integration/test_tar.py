@@ -13,7 +13,7 @@ delivered sample's bytes and label must equal it.
   sample once per epoch);
 - labels: the cls member wins; without one, the shard's class directory;
 - the transform stage on jpg members: tensors identical to the same JPEGs
-  served as an image folder;
+  served as an image folder (encoded and decoded-image caches);
 - a RAM cache smaller than the dataset plus an NVMe tier, coalesced reads on;
 - damaged shards: truncated, a bad header checksum, a sample without a data
   member, a label that is not an integer: seerd refuses to start naming the
@@ -336,7 +336,15 @@ def test_transform_jpg():
         check(not a.errors and not b.errors, "failed batches: %s %s" % (a.errors, b.errors))
         n = same_tensors(a, b, "image folder vs tar shards")
         check(n == 24, "%d tensors compared" % n)
-        log("transform on jpg members: %d tensors identical to the image folder's" % n)
+        # decoded images cached (their sizes probed from the members at start;
+        # stored at a reduced size, so compared with the folder's decoded run)
+        dec = dict(spec, cache="decoded")
+        fd = run(tmp, folder, dec, "folder-decoded")
+        c = run(tmp, shards, dec, "decoded", settings={"dataset.format": "tar"})
+        check(not c.errors and not fd.errors, "decoded: failed batches %s" % c.errors)
+        same_tensors(fd, c, "image folder vs tar shards, decoded-image cache")
+        log("transform on jpg members: %d tensors identical to the image folder's (encoded "
+            "and decoded caches)" % n)
     finally:
         cleanup(tmp)
 
