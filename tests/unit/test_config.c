@@ -86,6 +86,8 @@ Test(config, defaults)
 	cr_assert_str_eq(cfg.npz_labels, "y");
 	cr_assert_str_eq(cfg.npz_sample_axis, "last");
 	cr_assert_str_eq(cfg.on_corrupt, "fail");
+	cr_assert_str_eq(cfg.tar_extensions, "jpg,jpeg,png,webp");
+	cr_assert_str_eq(cfg.tar_label, "cls");
 	cr_assert_eq(cfg.catalog_rebuild, false);
 	cr_assert_str_eq(cfg.job_id, "default");
 	cr_assert_eq(cfg.seed, 0);
@@ -302,6 +304,9 @@ static struct val_case val_cases[] = {
 	GOOD_S("dataset", "format", "hdf5", dataset_format, "hdf5"),
 	GOOD_S("dataset", "format", "tfrecord", dataset_format, "tfrecord"),
 	GOOD_S("dataset", "format", "indexed", dataset_format, "indexed"),
+	GOOD_S("dataset", "format", "tar", dataset_format, "tar"),
+	GOOD_S("dataset", "tar_extensions", "png,jpg", tar_extensions, "png,jpg"),
+	GOOD_S("dataset", "tar_label", "", tar_label, ""),
 	GOOD_S("dataset", "on_corrupt", "skip", on_corrupt, "skip"),
 	GOOD_S("dataset", "npz_sample_axis", "first", npz_sample_axis, "first"),
 	GOOD_S("daemon", "log_level", "debug", log_level, "debug"),
@@ -723,6 +728,7 @@ static void assert_same_config(const struct seer_config *a, const struct seer_co
 #define D(f) cr_assert_float_eq(a->f, b->f, 0, #f ": %.17g vs %.17g", a->f, b->f)
 	S(dataset_path); S(dataset_format); S(extensions); S(hdf5_data); S(hdf5_labels);
 	S(npz_data); S(npz_labels); S(npz_sample_axis); S(on_corrupt); N(catalog_rebuild);
+	S(tar_extensions); S(tar_label);
 	S(job_id); N(seed); N(epochs); N(batch_size); N(drop_last); N(shuffle); N(world_size);
 	N(max_held);
 	S(resume); N(ram); N(staging); S(nvme_dir); N(nvme); N(io_threads); N(lookahead);
