@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Seed corpora for the fuzz harnesses, generated (nothing binary is kept in
 # git): a config file, a catalog cache image, NPY and NPZ files from numpy, a
-# TFRecord file and its DALI index, release rings. Usage: make_seeds.sh OUTDIR
+# TFRecord file and its DALI index, release rings, tar shards. Usage: make_seeds.sh OUTDIR
 set -euo pipefail
 out="$1"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -72,5 +72,21 @@ save("rgba.png", rgb.convert("RGBA"), 1, format="PNG")
 save("pal.png", rgb.convert("P"), 34, format="PNG", transparency=3)
 save("gray.png", rgb.convert("L"), 128, format="PNG")
 save("rgb.png", rgb, 5, format="PNG")
+PY
+# fuzz_tar: small shards from Python's tarfile in its three formats (GNU long
+# names, pax path and size records, the ustar prefix)
+mkdir -p "$out/fuzz_tar"
+/usr/bin/python3 - "$out/fuzz_tar" <<'PY'
+import io, os, sys, tarfile
+out = sys.argv[1]
+for fmt, name in ((tarfile.GNU_FORMAT, "gnu"), (tarfile.PAX_FORMAT, "pax"), (tarfile.USTAR_FORMAT, "ustar")):
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w", format=fmt) as tf:
+        for key, data in (("d" * 110 + "/k0", b"\xff\xd8img"), ("k1\u00e9" if fmt == tarfile.PAX_FORMAT else "k1", b"x" * 700)):
+            for ext, d in (("jpg", data), ("cls", b"3\n")):
+                ti = tarfile.TarInfo(key + "." + ext)
+                ti.size = len(d)
+                tf.addfile(ti, io.BytesIO(d))
+    open(os.path.join(out, name + ".tar"), "wb").write(b.getvalue())
 PY
 echo "seeds in $out"
