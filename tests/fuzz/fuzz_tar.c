@@ -8,6 +8,7 @@
 
 #include "../../src/fmt/fmt.h"
 #include "../../src/fmt/tar.h"
+#include "seer.h"
 
 struct buf {
 	const uint8_t *p;
