@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "hdf5.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -248,6 +249,79 @@ static int dset_shape(const char *name, hid_t sp, hid_t t, const struct hdf5_inf
 	return 0;
 }
 
+/* Filters HDF5 finds only as plugins, and what brings them on Debian. */
+static const struct {
+	H5Z_filter_t id;
+	const char *name, *deb;
+} plugin_filters[] = {
+	{ 307, "BZIP2", "hdf5-filter-plugin" },
+	{ 32000, "LZF", "hdf5-plugin-lzf" },
+	{ 32001, "Blosc", "hdf5-filter-plugin-blosc-serial" },
+	{ 32004, "LZ4", "hdf5-filter-plugin" },
+	{ 32008, "bitshuffle", "hdf5-filter-plugin" },
+	{ 32013, "ZFP", "hdf5-filter-plugin-zfp-serial" },
+	{ 32015, "Zstandard", NULL },
+	{ 32017, "SZ", NULL },
+	{ 32026, "Blosc2", NULL },
+};
+
+/* Debian's hdf5-plugin-lzf calls liblzf without linking it (no DT_NEEDED):
+ * HDF5's dlopen of the plugin fails unless liblzf1 is already loaded. Load it
+ * globally once and ask again. Lock held. */
+static bool lzf_preload(void)
+{
+	static bool tried;
+	if (!tried) {
+		tried = true;
+		if (!dlopen("liblzf.so.1", RTLD_NOW | RTLD_GLOBAL))
+			return false;
+	}
+	bool ok = H5Zfilter_avail(32000) > 0;
+	H5Eclear2(H5E_DEFAULT);
+	return ok;
+}
+
+/* Is every filter of the pipeline available (built in, or a plugin that
+ * loads)? A missing one is refused here, at scan, naming the dataset, the
+ * filter and what brings it, instead of failing every read. Lock held. */
+static int check_filters(const char *name, hid_t dcpl, char *err, size_t errlen)
+{
+	int nf = H5Pget_nfilters(dcpl);
+	for (int i = 0; i < nf; i++) {
+		char fname[128] = "";
+		unsigned flags = 0, conf = 0;
+		size_t nelem = 0;
+		H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &nelem, NULL,
+						 sizeof(fname), fname, &conf);
+		if (id < 0 || H5Zfilter_avail(id) > 0 || (id == 32000 && lzf_preload()))
+			continue;
+		H5Eclear2(H5E_DEFAULT);
+		const char *known = NULL, *deb = NULL;
+		for (size_t j = 0; j < sizeof(plugin_filters) / sizeof(plugin_filters[0]); j++)
+			if (plugin_filters[j].id == id) {
+				known = plugin_filters[j].name;
+				deb = plugin_filters[j].deb;
+			}
+		char dir[512] = "";
+		if (H5PLget(0, dir, sizeof(dir)) < 0)
+			dir[0] = '\0';
+		H5Eclear2(H5E_DEFAULT);
+		char bring[256];
+		if (deb)
+			snprintf(bring, sizeof(bring), "install the Debian package %s, or put the "
+				 "filter's plugin in a directory named by HDF5_PLUGIN_PATH", deb);
+		else
+			snprintf(bring, sizeof(bring), "put the filter's plugin in a directory named "
+				 "by HDF5_PLUGIN_PATH");
+		return fail(err, errlen, "dataset '%s' is compressed with HDF5 filter %d (%s), "
+				 "which this HDF5 does not have (plugins searched in %s): %s, "
+				 "or rewrite the file with gzip", name, (int)id,
+			    known ? known : fname[0] ? fname : "unknown",
+			    dir[0] ? dir : "HDF5_PLUGIN_PATH or HDF5's default directory", bring);
+	}
+	return 0;
+}
+
 /* Where a contiguous dataset's bytes are (*contig false otherwise). Lock held. */
 static int dset_place(const char *name, hid_t d, hid_t dcpl, uint64_t bytes, uint64_t fsize,
 		      bool *contig, uint64_t *off, char *err, size_t errlen)
@@ -301,6 +375,8 @@ static int probe_dset(hid_t fid, const char *name, uint64_t fsize, struct hdf5_i
 		rc = fail(err, errlen, "dataset '%s' differs in shape or type from the first dataset "
 			  "of the split: all parts of a record must match", name);
 	}
+	if (rc == 0)
+		rc = check_filters(name, dcpl, err, errlen);
 	if (rc == 0)
 		rc = dset_place(name, d, dcpl, part * rows, fsize, contig, off, err, errlen);
 	H5Eclear2(H5E_DEFAULT);
@@ -379,6 +455,11 @@ static int probe_labels(hid_t fid, const char *name, struct hdf5_info *in, char 
 	if (rc == 0 && cls != H5T_INTEGER && cls != H5T_FLOAT)
 		rc = fail(err, errlen, "labels '%s' have a %s type: need integers", name,
 			  class_name(cls));
+	hid_t dcpl = rc ? -1 : H5Dget_create_plist(d);
+	if (dcpl >= 0) {
+		rc = check_filters(name, dcpl, err, errlen);
+		H5Pclose(dcpl);
+	}
 	if (rc == 0)
 		rc = read_labels(d, cls, name, in, err, errlen);
 	return close_dset(d, sp, t, rc);

@@ -250,6 +250,55 @@ def test_corrupt_file_at_catalog_time():
         cleanup(tmp)
 
 
+LZF_PLUGIN_DIRS = [os.environ.get("SEER_TEST_LZF_PLUGIN_DIR", ""),
+                   "/usr/lib/x86_64-linux-gnu/hdf5/openmpi/plugins"]
+
+
+def test_hdf5_missing_filter():
+    """An HDF5 file compressed with a filter this HDF5 lacks (LZF, as h5py and
+    DLIO's `compression: lzf` write it) is refused at scan naming the file,
+    the dataset, the filter and the Debian package that brings it; with the
+    plugin on HDF5_PLUGIN_PATH (Debian's hdf5-plugin-lzf, when installed or
+    named by SEER_TEST_LZF_PLUGIN_DIR) every sample is delivered exact."""
+    tmp = tmpdir("seer-fmt-")
+    try:
+        root = os.path.join(tmp, "lzf", "train")
+        os.makedirs(root)
+        exp = []
+        for i in range(2):
+            rec = (np.arange(6 * 8 * 16, dtype=np.int64).reshape(6, 8, 16) * (i + 3)) % 1000
+            with h5py.File(os.path.join(root, "lzf_%d.h5" % i), "w") as h:
+                h.create_dataset("records", data=rec, chunks=(2, 8, 16), compression="lzf")
+                h.create_dataset("labels", data=np.arange(6) + 10 * i)
+            exp += [(rec[k], k + 10 * i) for k in range(6)]
+        empty = os.path.join(tmp, "no-plugins")
+        os.makedirs(empty)
+        out = subprocess.run([os.path.join(BIN, "seerd"), "--check", "--set", "dataset.path=" + root,
+                              "--set", "dataset.format=hdf5", "--set",
+                              "daemon.state_dir=" + os.path.join(tmp, "st")],
+                             capture_output=True, text=True, timeout=LONG,
+                             env=dict(os.environ, HDF5_PLUGIN_PATH=empty))
+        msg = out.stderr
+        check(out.returncode != 0, "an LZF file without the plugin must be refused at scan")
+        for want in ("lzf_0.h5", "'records'", "32000", "LZF", "hdf5-plugin-lzf", "HDF5_PLUGIN_PATH"):
+            check(want in msg, "the refusal must name %s: %s" % (want, msg))
+        log("LZF without the plugin: %s" % msg.strip().splitlines()[-1][-220:])
+        plug = [d for d in LZF_PLUGIN_DIRS if d and os.path.exists(os.path.join(d, "liblzf_filter.so"))]
+        if not plug:
+            log("LZF with the plugin: not checked, hdf5-plugin-lzf is not installed (or set "
+                "SEER_TEST_LZF_PLUGIN_DIR to its plugins directory)")
+            return
+        s = {"dataset.path": root, "dataset.format": "hdf5", "job.epochs": 1, "job.batch_size": 4}
+        with Daemon(os.path.join(tmp, "lzf"), s, env={"HDF5_PLUGIN_PATH": plug[0]}) as d:
+            got = []
+            py_trainer(d.sock, exp, got, rank=0, world=1)
+            check(got == [len(exp)], "LZF with the plugin: %s samples checked of %d" % (got, len(exp)))
+            check(d.wait(60) == 0, "seerd failed:\n%s" % d.log())
+        log("LZF with the plugin in %s: %d samples exact" % (plug[0], len(exp)))
+    finally:
+        cleanup(tmp)
+
+
 # ---- memory and bytes ------------------------------------------------------------------
 
 MIB = 1 << 20
@@ -435,5 +484,6 @@ def test_pfs_bytes_are_bytes_read():
 
 if __name__ == "__main__":
     run_tests([test_every_format, test_corrupt_record_fail_and_skip,
-               test_corrupt_file_at_catalog_time, test_memory_bounded_multi_sample,
+               test_corrupt_file_at_catalog_time, test_hdf5_missing_filter,
+               test_memory_bounded_multi_sample,
                test_pfs_bytes_are_bytes_read])
