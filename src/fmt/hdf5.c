@@ -35,6 +35,9 @@ void fmt_h5_lock(void)
 	pthread_mutex_lock(&hdf5_mu);
 	if (!hdf5_quiet) {
 		H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors come back as messages */
+		/* HDF5 keeps what it frees on its own free lists, unbounded by
+		 * default: files opened again and again grew seerd by 50 MiB */
+		H5set_free_list_limits(1 << 20, 256 << 10, 1 << 20, 256 << 10, 1 << 20, 256 << 10);
 		hdf5_quiet = true;
 	}
 }
@@ -70,13 +73,18 @@ const char *hdf5_errmsg(char *buf, size_t len)
 	return buf;
 }
 
-hid_t hdf5_fapl(uint64_t chunk_bytes)
+hid_t hdf5_fapl(uint64_t chunk_bytes, size_t nchunks)
 {
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 	if (fapl < 0)
 		return fapl;
 	H5Pset_file_locking(fapl, true, true);
-	H5Pset_cache(fapl, 0, 12421, (size_t)chunk_bytes, 0.75);
+	/* a chunk's slot is its index modulo the slots: as many as chunks, no
+	 * two chunks of a file evict each other (8 bytes each, per dataset);
+	 * no cache, no slots */
+	H5Pset_cache(fapl, 0, chunk_bytes ? MAX(nchunks + 1, (size_t)521) : 1, (size_t)chunk_bytes,
+		     0.75);
+	H5Pset_sieve_buf_size(fapl, 4096); /* HDF5's 64 KiB per open file: metadata reads */
 	return fapl;
 }
 
@@ -194,6 +202,10 @@ struct hdf5_info {
 	uint64_t part;             /* bytes of one row of one dataset */
 	struct seer_wire_type type;
 	haddr_t addr0;             /* object header of the first dataset */
+	uint64_t chunk_bytes;      /* chunked: bytes of one chunk of the first dataset */
+	uint64_t nchunks;          /* and its chunks */
+	uint64_t chunk_rows;       /* and the rows (samples) one chunk spans */
+	bool raw;                  /* every dataset readable by hdf5_raw.c */
 	uint64_t off[PREAD_MAX_SPLIT];
 	int64_t *labels;           /* n, or NULL */
 };
@@ -322,6 +334,51 @@ static int check_filters(const char *name, hid_t dcpl, char *err, size_t errlen)
 	return 0;
 }
 
+/* Can hdf5_raw.c read this dataset: chunks of one row, every one allocated,
+ * only deflate and shuffle? Lock held. */
+static bool dset_raw_ok(hid_t d, hid_t dcpl, hid_t sp, uint64_t nchunks)
+{
+	hsize_t cd[H5S_MAX_RANK], have = 0;
+	int rank = H5Sget_simple_extent_ndims(sp);
+	if (H5Pget_layout(dcpl) != H5D_CHUNKED || rank < 1 || rank > H5_RAW_MAX_RANK ||
+	    H5Pget_chunk(dcpl, rank, cd) != rank || cd[0] != 1)
+		return false;
+	int nf = H5Pget_nfilters(dcpl);
+	for (int i = 0; i < nf; i++) {
+		unsigned flags = 0, conf = 0;
+		size_t nelem = 0;
+		H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &nelem, NULL, 0, NULL,
+						 &conf);
+		if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE)
+			return false;
+	}
+	bool ok = H5Dget_num_chunks(d, sp, &have) >= 0 && have == nchunks;
+	H5Eclear2(H5E_DEFAULT);
+	return ok;
+}
+
+/* The chunk geometry of a chunked dataset (zeros otherwise). Lock held. */
+static void dset_chunks(hid_t dcpl, hid_t sp, hid_t t, struct hdf5_info *in)
+{
+	hsize_t dims[H5S_MAX_RANK], cd[H5S_MAX_RANK];
+	int rank = H5Sget_simple_extent_ndims(sp);
+	if (H5Pget_layout(dcpl) != H5D_CHUNKED || rank < 1 || H5Pget_chunk(dcpl, rank, cd) != rank ||
+	    H5Sget_simple_extent_dims(sp, dims, NULL) != rank) {
+		H5Eclear2(H5E_DEFAULT);
+		return;
+	}
+	uint64_t bytes = H5Tget_size(t), n = 1;
+	for (int i = 0; i < rank; i++) {
+		if (cd[i] == 0)
+			return;
+		bytes *= cd[i];
+		n *= (dims[i] + cd[i] - 1) / cd[i];
+	}
+	in->chunk_bytes = bytes;
+	in->nchunks = n;
+	in->chunk_rows = cd[0];
+}
+
 /* Where a contiguous dataset's bytes are (*contig false otherwise). Lock held. */
 static int dset_place(const char *name, hid_t d, hid_t dcpl, uint64_t bytes, uint64_t fsize,
 		      bool *contig, uint64_t *off, char *err, size_t errlen)
@@ -377,6 +434,12 @@ static int probe_dset(hid_t fid, const char *name, uint64_t fsize, struct hdf5_i
 	}
 	if (rc == 0)
 		rc = check_filters(name, dcpl, err, errlen);
+	if (rc == 0 && j == 0) {
+		dset_chunks(dcpl, sp, t, in);
+		in->raw = true;
+	}
+	if (rc == 0)
+		in->raw = in->raw && in->nchunks && dset_raw_ok(d, dcpl, sp, in->nchunks);
 	if (rc == 0)
 		rc = dset_place(name, d, dcpl, part * rows, fsize, contig, off, err, errlen);
 	H5Eclear2(H5E_DEFAULT);
@@ -473,7 +536,7 @@ static int hdf5_probe(const char *path, const struct catalog_params *p, uint64_t
 	char h5e[256], name[1100];
 	int rc = SEER_EDATASET;
 	memset(in, 0, sizeof(*in));
-	hid_t fapl = hdf5_fapl(1u << 20);
+	hid_t fapl = hdf5_fapl(1u << 20, 0);
 	hid_t fid = H5Fopen(path, H5F_ACC_RDONLY, fapl);
 	if (fid < 0)
 		hdf5_errmsg(h5e, sizeof(h5e)); /* before the next call clears the stack */
@@ -556,8 +619,14 @@ static int hdf5_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t 
 	if (in.mode == H5_MODE_PREAD)
 		for (uint32_t j = 0; j < in.k; j++)
 			aux[1 + j] = in.off[j];
-	else
+	else {
 		aux[1] = in.addr0;
+		aux[2] = in.chunk_bytes;
+		aux[3] = MIN(in.nchunks, AUX_NCHUNKS_MAX) | MIN(in.chunk_rows, AUX_CROWS_MAX) << 40 |
+			 AUX_GEOM;
+		if (in.raw && in.nchunks <= AUX_NCHUNKS_MAX)
+			aux[0] |= AUX_RAW;
+	}
 	for (uint64_t i = 0; rc == 0 && i < in.n; i++)
 		rc = catalog_add_sample(b, file, i * in.part, in.part * in.k,
 				    in.labels ? in.labels[i] : -1, type);
