@@ -334,14 +334,14 @@ static int check_filters(const char *name, hid_t dcpl, char *err, size_t errlen)
 	return 0;
 }
 
-/* Can hdf5_raw.c read this dataset: chunks of one row, every one allocated,
- * only deflate and shuffle? Lock held. */
-static bool dset_raw_ok(hid_t d, hid_t dcpl, hid_t sp, uint64_t nchunks)
+/* Can hdf5_raw.c read this dataset: every chunk allocated, as many rows a
+ * chunk as the first dataset's, only deflate and shuffle? Lock held. */
+static bool dset_raw_ok(hid_t d, hid_t dcpl, hid_t sp, uint64_t nchunks, uint64_t rows)
 {
 	hsize_t cd[H5S_MAX_RANK], have = 0;
 	int rank = H5Sget_simple_extent_ndims(sp);
 	if (H5Pget_layout(dcpl) != H5D_CHUNKED || rank < 1 || rank > H5_RAW_MAX_RANK ||
-	    H5Pget_chunk(dcpl, rank, cd) != rank || cd[0] != 1)
+	    H5Pget_chunk(dcpl, rank, cd) != rank || cd[0] != rows)
 		return false;
 	int nf = H5Pget_nfilters(dcpl);
 	for (int i = 0; i < nf; i++) {
@@ -439,7 +439,8 @@ static int probe_dset(hid_t fid, const char *name, uint64_t fsize, struct hdf5_i
 		in->raw = true;
 	}
 	if (rc == 0)
-		in->raw = in->raw && in->nchunks && dset_raw_ok(d, dcpl, sp, in->nchunks);
+		in->raw = in->raw && in->nchunks && dset_raw_ok(d, dcpl, sp, in->nchunks,
+								       in->chunk_rows);
 	if (rc == 0)
 		rc = dset_place(name, d, dcpl, part * rows, fsize, contig, off, err, errlen);
 	H5Eclear2(H5E_DEFAULT);

@@ -84,7 +84,8 @@ void *hdf5_shared_new(const struct catalog *c);
  * (libdeflate) and unshuffled on the reader's thread: no lock, no open HDF5
  * file, no metadata read again. */
 struct hdf5_raw;
-struct hdf5_raw *hdf5_raw_new(uint32_t nfiles);
+struct hdf5_raw *hdf5_raw_new(uint32_t nfiles, uint64_t budget);
+void hdf5_raw_mem_stats(struct hdf5_raw *r, struct fmt_mem_stats *st);
 void hdf5_raw_free(struct hdf5_raw *r);
 uint64_t hdf5_raw_table_bytes(struct hdf5_raw *r);
 int hdf5_raw_read(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,

@@ -1,7 +1,6 @@
-/* Chunked HDF5 read without the HDF5 library: datasets whose chunks hold one
- * row (sample) each, every chunk allocated, filtered by deflate and/or
- * shuffle only (the scan sets AUX_RAW; h5py's chunks=(1, ...) with gzip,
- * DLIO's enable_chunking).
+/* Chunked HDF5 read without the HDF5 library: datasets whose chunks are all
+ * allocated and filtered by deflate and/or shuffle only (the scan sets
+ * AUX_RAW: h5py's gzip, DLIO's hdf5 with compression).
  *
  * The first read of a file opens it through HDF5 (under the HDF5 lock, the
  * bytes counted), takes each sample dataset's chunk table (H5Dget_chunk_info:
@@ -11,7 +10,10 @@
  * (libdeflate, zlib format), unshuffled, copied into the row: on the reader's
  * thread, in parallel with the others, no lock, no open HDF5 file (an open
  * file costs HDF5 about 0.5 MiB, and a file opened again reads its metadata
- * again).
+ * again). Chunks spanning R rows are decoded by bands (the R rows of one
+ * chunk row) into the shared decoded cache (mcache.h, prefetch.format_memory),
+ * sample-major, so each chunk is inflated once while its band is cached; a
+ * band larger than the budget is decoded for each of its rows.
  *
  * Reader threads. The table slots are published with release/acquire; two
  * readers building the same file's table at once serialise on the HDF5 lock
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mcache.h"
 #include "seer.h"
 #include "../util/util.h"
 
@@ -52,20 +55,22 @@ struct raw_file {
 };
 
 struct hdf5_raw {
+	struct mcache *mc;         /* decoded bands of chunks spanning several rows */
 	uint32_t nfiles;
 	_Atomic(struct raw_file *) *f;
 	_Atomic uint64_t table_bytes;
 };
 
-struct hdf5_raw *hdf5_raw_new(uint32_t nfiles)
+struct hdf5_raw *hdf5_raw_new(uint32_t nfiles, uint64_t budget)
 {
 	struct hdf5_raw *r = calloc(1, sizeof(*r));
 	if (!r)
 		return NULL;
 	r->nfiles = nfiles;
 	r->f = calloc(MAX(nfiles, 1u), sizeof(*r->f));
-	if (!r->f) {
-		free(r);
+	r->mc = mcache_new(budget);
+	if (!r->f || !r->mc) {
+		hdf5_raw_free(r);
 		return NULL;
 	}
 	return r;
@@ -86,6 +91,8 @@ void hdf5_raw_free(struct hdf5_raw *r)
 		return;
 	for (uint32_t i = 0; i < r->nfiles; i++)
 		raw_file_free(atomic_load(&r->f[i]));
+	if (r->mc)
+		mcache_free(r->mc);
 	free(r->f);
 	free(r);
 }
@@ -93,6 +100,11 @@ void hdf5_raw_free(struct hdf5_raw *r)
 uint64_t hdf5_raw_table_bytes(struct hdf5_raw *r)
 {
 	return r ? atomic_load(&r->table_bytes) : 0;
+}
+
+void hdf5_raw_mem_stats(struct hdf5_raw *r, struct fmt_mem_stats *st)
+{
+	mcache_stats(r->mc, st);
 }
 
 /* The geometry and chunk table of dataset d. Lock held. */
@@ -103,8 +115,7 @@ static int table_dset(hid_t d, hid_t mtype, struct raw_dset *t, char *err, size_
 	int rc = 0, rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
 	hsize_t dims[H5S_MAX_RANK], cd[H5S_MAX_RANK];
 	if (sp < 0 || dcpl < 0 || rank < 1 || rank > H5_RAW_MAX_RANK ||
-	    H5Sget_simple_extent_dims(sp, dims, NULL) != rank || H5Pget_chunk(dcpl, rank, cd) != rank ||
-	    cd[0] != 1)
+	    H5Sget_simple_extent_dims(sp, dims, NULL) != rank || H5Pget_chunk(dcpl, rank, cd) != rank)
 		rc = fail(err, errlen, "chunk layout changed since the catalog was built: restart "
 				 "seerd to rescan (%s)", hdf5_errmsg(h5e, sizeof(h5e)));
 	int nf = rc ? 0 : H5Pget_nfilters(dcpl);
@@ -286,6 +297,62 @@ static void copy_part(const struct raw_dset *t, const uint64_t *cc, const uint8_
 	}
 }
 
+/* Rows [first, first + count) of every dataset -- one band of chunks, all of
+ * them inside it -- into dsts[i] (a sample's bytes each); with `only`, just
+ * row `only` into dsts[0]. */
+static int read_band(struct catalog_reader *rd, uint64_t id, int fd, const struct raw_file *f,
+		     uint64_t first, uint64_t count, uint64_t part, uint64_t only,
+		     uint8_t *const *dsts)
+{
+	char err[400];
+	int rc = 0;
+	for (uint32_t j = 0; rc == 0 && j < f->k; j++) {
+		const struct raw_dset *t = &f->d[j];
+		uint64_t rowbytes = t->esize, sub = t->esize;
+		for (uint32_t i = 1; i < t->rank; i++) {
+			rowbytes *= t->dims[i];
+			sub *= t->cdims[i];
+		}
+		uint64_t g = first / t->cdims[0];
+		if (first + count > t->dims[0] || rowbytes != part || first % t->cdims[0] != 0)
+			return catalog_read_error(rd, id, SEER_EDATASET, "dataset shape changed since "
+					      "the catalog was built: restart seerd to rescan");
+		uint64_t per_row = t->nchunks / t->grid[0], maxc = 0;
+		for (uint64_t n = 0; n < per_row; n++)
+			maxc = MAX(maxc, (uint64_t)t->chunks[g * per_row + n].size);
+		uint8_t *in = fmt_buf_alloc(MAX(maxc, t->cbytes)), *tmp = fmt_buf_alloc(t->cbytes);
+		if (!in || !tmp)
+			rc = -ENOMEM;
+		uint64_t cc[H5_RAW_MAX_RANK] = { g };
+		for (uint64_t n = 0; rc == 0 && n < per_row; n++) {
+			const struct raw_chunk *ch = &t->chunks[g * per_row + n];
+			uint64_t rest = n;
+			for (int i = (int)t->rank - 1; i >= 1; i--) {
+				cc[i] = rest % t->grid[i];
+				rest /= t->grid[i];
+			}
+			uint8_t *out = NULL;
+			rc = fmt_pread(fd, in, ch->size, ch->addr);
+			if (rc == -ENODATA)
+				rc = catalog_read_error(rd, id, SEER_EDATASET, "file shorter than its "
+						    "chunk table: restart seerd to rescan");
+			else if (rc == 0 && (rc = decode(t, ch, in, tmp, &out, err, sizeof(err))) != 0)
+				rc = rc == SEER_EDATASET ?
+				     catalog_read_error(rd, id, rc, "dataset %u, chunk at %llu: %s", j,
+							(unsigned long long)ch->addr, err) : rc;
+			for (uint64_t r = 0; rc == 0 && r < count; r++) {
+				if (only != UINT64_MAX && first + r != only)
+					continue;
+				uint8_t *d = dsts[only != UINT64_MAX ? 0 : r] + j * part;
+				copy_part(t, cc, out + r * sub, d);
+			}
+		}
+		fmt_buf_free(in, MAX(maxc, t->cbytes));
+		fmt_buf_free(tmp, t->cbytes);
+	}
+	return rc;
+}
+
 int hdf5_raw_read(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
 		  const struct catalog_sample *s, void *dst)
 {
@@ -301,53 +368,40 @@ int hdf5_raw_read(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
 		return catalog_read_error(rd, id, rc, "%s", err);
 	if (rc)
 		return rc;
-	uint64_t row = id - cf->first, part = s->length / f->k;
+	uint64_t row = id - cf->first, part = s->length / f->k, rows = f->d[0].cdims[0];
 	int fd = catalog_reader_fd(rd, s->file);
 	if (fd < 0)
 		return fd;
-	for (uint32_t j = 0; j < f->k; j++) {
-		const struct raw_dset *t = &f->d[j];
-		uint64_t rowbytes = t->esize;
-		for (uint32_t i = 1; i < t->rank; i++)
-			rowbytes *= t->dims[i];
-		if (row >= t->dims[0] || rowbytes != part)
-			return catalog_read_error(rd, id, SEER_EDATASET, "dataset shape changed since "
+	for (uint32_t j = 1; j < f->k; j++)
+		if (f->d[j].cdims[0] != rows)
+			return catalog_read_error(rd, id, SEER_EDATASET, "chunk layout changed since "
 					      "the catalog was built: restart seerd to rescan");
-		uint64_t per_row = t->nchunks / t->grid[0], maxc = 0;
-		for (uint64_t n = 0; n < per_row; n++)
-			maxc = MAX(maxc, (uint64_t)t->chunks[row * per_row + n].size);
-		uint8_t *in = malloc(MAX(maxc, t->cbytes)), *tmp = malloc(t->cbytes);
-		if (!in || !tmp) {
-			free(in);
-			free(tmp);
-			return -ENOMEM;
-		}
-		uint64_t cc[H5_RAW_MAX_RANK] = { row };
-		for (uint64_t n = 0; rc == 0 && n < per_row; n++) {
-			const struct raw_chunk *ch = &t->chunks[row * per_row + n];
-			uint64_t rest = n;
-			for (int i = (int)t->rank - 1; i >= 1; i--) {
-				cc[i] = rest % t->grid[i];
-				rest /= t->grid[i];
+	uint64_t first = row / rows * rows, count = MIN(rows, (uint64_t)cf->nsamples - first);
+	uint8_t *one[1] = { dst };
+	struct mcache_entry *e = NULL;
+	int got = rows > 1 && r->mc ? mcache_acquire(r->mc, s->file, (uint32_t)first,
+						    (uint32_t)count, count * s->length, &e) :
+		  MC_NOFIT;
+	if (got == MC_NOFIT) {
+		rc = read_band(rd, id, fd, f, first, count, part, row, one);
+	} else {
+		if (got == MC_LOAD) {
+			uint8_t **dsts = malloc(count * sizeof(*dsts));
+			for (uint64_t i = 0; dsts && i < count; i++)
+				dsts[i] = e->buf + i * s->length;
+			rc = dsts ? read_band(rd, id, fd, f, first, count, part, UINT64_MAX, dsts) :
+			     -ENOMEM;
+			free(dsts);
+			if (rc) {
+				mcache_abort(r->mc, e);
+				return rc;
 			}
-			uint8_t *out = NULL;
-			rc = fmt_pread(fd, in, ch->size, ch->addr);
-			if (rc == -ENODATA)
-				rc = catalog_read_error(rd, id, SEER_EDATASET, "file shorter than its "
-						    "chunk table: restart seerd to rescan");
-			else if (rc == 0 && (rc = decode(t, ch, in, tmp, &out, err, sizeof(err))) != 0)
-				rc = rc == SEER_EDATASET ?
-				     catalog_read_error(rd, id, rc, "dataset %u, chunk at %llu: %s", j,
-							(unsigned long long)ch->addr, err) : rc;
-			if (rc == 0)
-				copy_part(t, cc, out, (uint8_t *)dst + j * part);
+			mcache_ready(r->mc, e);
 		}
-		free(in);
-		free(tmp);
-		if (rc)
-			return rc;
+		memcpy(dst, e->buf + (row - first) * s->length, (size_t)s->length);
+		mcache_release(r->mc, e);
 	}
-	if (cf->aux[0] & AUX_SWAP)
+	if (rc == 0 && (cf->aux[0] & AUX_SWAP))
 		fmt_swap(dst, s->length, fmt_dtype_size(c->types[s->type].dtype));
-	return 0;
+	return rc;
 }

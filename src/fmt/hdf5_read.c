@@ -347,12 +347,22 @@ void *hdf5_shared_new(const struct catalog *c)
 		       rl.rlim_cur / 4 : H5_OPEN_MAX;
 	struct hdf5_plan_in in = { .budget = st->budget, .file_cost = H5_FILE_COST,
 				   .open_cap = (uint32_t)MAX(MIN(fds, (uint64_t)H5_OPEN_MAX), 8) };
+	uint64_t raw_total = 0, raw_rows = 0;
+	uint32_t raw_files = 0;
 	for (uint32_t i = 0; i < c->nfiles; i++) {
 		const struct catalog_file *f = &c->files[i];
 		uint64_t need, rows;
-		if ((f->aux[0] & 0xf) != H5_MODE_LIB || (f->aux[0] & AUX_RAW))
+		if ((f->aux[0] & 0xf) != H5_MODE_LIB)
 			continue;
 		file_need(c, f, &need, &rows);
+		if (f->aux[0] & AUX_RAW) {
+			if (rows > 1) {
+				raw_total += f->nsamples * c->samples[f->first].length;
+				raw_rows = MAX(raw_rows, rows);
+				raw_files++;
+			}
+			continue;
+		}
 		in.files++;
 		in.max_rows = MAX(in.max_rows, rows);
 		if (rows > 1) {
@@ -361,13 +371,29 @@ void *hdf5_shared_new(const struct catalog *c)
 		}
 	}
 	hdf5_plan_make(&in, &st->plan);
+	uint64_t lib_mem = in.files ? st->plan.open * (st->plan.cache + H5_FILE_COST) : 0;
+	uint64_t raw_budget = st->budget - MIN(st->budget, lib_mem);
 	st->h = calloc(st->plan.open, sizeof(*st->h));
-	st->raw = hdf5_raw_new(c->nfiles);
+	st->raw = hdf5_raw_new(c->nfiles, raw_budget);
 	if (!st->h || !st->raw) {
 		hdf5_raw_free(st->raw);
 		free(st->h);
 		free(st);
 		return NULL;
+	}
+	if (raw_total > raw_budget) {
+		/* bands of decoded chunks, cached: a fraction f of them at a time */
+		double f = (double)raw_budget / (double)raw_total;
+		char a[32], b[32], g[32];
+		log_warn("dataset %s: %u HDF5 files hold %s in chunks that serve up to %llu samples "
+			 "each, more than prefetch.format_memory (%s%s) keeps decoded: in shuffled "
+			 "order chunks are read and inflated again, about %.1fx the dataset per epoch. "
+			 "Raise prefetch.format_memory to %s to read each chunk once, or write the files "
+			 "with one sample per chunk (chunks=(1, ...))", c->root, raw_files,
+			 fmt_size(a, sizeof(a), raw_total), (unsigned long long)raw_rows,
+			 fmt_size(b, sizeof(b), raw_budget), lib_mem ? " left by the other files" : "",
+			 1.0 + (double)(raw_rows - 1) * (1.0 - f),
+			 fmt_size(g, sizeof(g), raw_total + raw_total / 16 + lib_mem));
 	}
 	if (st->plan.rereads) {
 		char a[32], b[32], e[32], g[32];
@@ -405,8 +431,13 @@ void hdf5_mem_stats(void *shared, struct fmt_mem_stats *st)
 	for (uint32_t i = 0; i < s->plan.open; i++)
 		held += s->h[i].open ? s->plan.cache : 0;
 	held += hdf5_raw_table_bytes(s->raw);
-	*st = (struct fmt_mem_stats){ .limit = MAX(s->budget, s->plan.cache),
-				      .held = held, .loads = s->opens,
-				      .lib_reads = s->reads + atomic_load(&s->raw_reads) };
+	struct fmt_mem_stats r;
+	hdf5_raw_mem_stats(s->raw, &r);
+	*st = r;
+	st->limit = MAX(s->budget, s->plan.cache);
+	st->held += held;
+	st->peak += held;
+	st->loads += s->opens;
+	st->lib_reads = s->reads + atomic_load(&s->raw_reads);
 	fmt_h5_unlock();
 }

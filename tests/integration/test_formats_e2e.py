@@ -404,7 +404,7 @@ def test_memory_bounded_multi_sample():
         cleanup(tmp)
 
 
-def make_dlio_hdf5(root, files, n=32, d=64, chunks=(8, 32, 32)):
+def make_dlio_hdf5(root, files, n=32, d=64, chunks=(8, 32, 32), **kw):
     """DLIO's gzip HDF5 as h5py writes it: records (n, d, d) uint8 in gzip
     chunks spanning several samples, labels int64. Returns the samples in
     catalog order."""
@@ -415,7 +415,7 @@ def make_dlio_hdf5(root, files, n=32, d=64, chunks=(8, 32, 32)):
         rec = rng.integers(0, 255, size=(n, d, d), dtype=np.uint8)
         with h5py.File(os.path.join(root, "img_%02d_of_%d.h5" % (i, files)), "w") as h:
             h.create_dataset("records", data=rec, chunks=chunks, compression="gzip",
-                             compression_opts=4)
+                             compression_opts=4, **kw)
             h.create_dataset("labels", data=np.arange(n) + 100 * i)
         exp += [(rec[k], k + 100 * i) for k in range(n)]
     return exp
@@ -424,50 +424,54 @@ def make_dlio_hdf5(root, files, n=32, d=64, chunks=(8, 32, 32)):
 def test_hdf5_chunk_budget():
     """Chunked gzip HDF5 over more files than were once kept open (8), each
     chunk serving 8 samples, shuffled: with prefetch.format_memory holding the
-    chunks, every file stays open with a cache of all its chunks and epoch 0
-    reads each chunk once (PFS bytes <= 1.05x the files' bytes; 4.7-7.8x
-    before); every sample delivered exact. With a budget that cannot hold
-    them, seerd says so at start with the expected amplification and the
-    format_memory that avoids it."""
+    chunks, epoch 0 reads each chunk once (PFS bytes <= 1.05x the files'
+    bytes; 4.7-7.8x before) and every sample is delivered exact -- chunks read
+    by seer itself (gzip: bands of decoded chunks in the format memory) and by
+    HDF5 (gzip + fletcher32: every file open with a chunk cache of all its
+    chunks). With a budget that cannot hold them, seerd says so at start with
+    the expected amplification and the format_memory that avoids it."""
     tmp = tmpdir("seer-fmt-")
     try:
-        root = os.path.join(tmp, "h5", "train")
-        exp = make_dlio_hdf5(root, 16)
-        size = sum(os.path.getsize(os.path.join(root, f)) for f in os.listdir(root))
-        s = {"dataset.path": root, "dataset.format": "hdf5", "job.epochs": 1,
-             "job.batch_size": 16, "prefetch.format_memory": "20MiB"}
-        with Daemon(os.path.join(tmp, "h5"), s) as d:
-            got = []
-            py_trainer(d.sock, exp, got, rank=0, world=1)
-            check(got == [len(exp)], "%s samples checked of %d" % (got, len(exp)))
-            check(d.wait(60) == 0, "seerd failed:\n%s" % d.log())
-            pfs = d.stats()["epochs"][0]["pfs_bytes"]
-            check("read and inflated again" not in d.log(), "a warning with a budget that holds "
-                  "the chunks:\n%s" % d.log())
-        log("16 files, chunks of 8 samples, format_memory 20 MiB: epoch 0 read %d bytes of a "
-            "%d-byte dataset (%.3fx)" % (pfs, size, pfs / size))
-        check(pfs <= 1.05 * size, "epoch 0 read %.2fx the dataset" % (pfs / size))
-        out = subprocess.run([os.path.join(BIN, "seerd"), "--check", "--set", "dataset.path=" + root,
-                              "--set", "dataset.format=hdf5", "--set",
-                              "prefetch.format_memory=3MiB", "--set",
-                              "daemon.state_dir=" + os.path.join(tmp, "st")],
-                             capture_output=True, text=True, timeout=LONG)
-        warn = [ln for ln in out.stderr.splitlines() if "read and inflated again" in ln]
-        check(out.returncode == 0 and warn, "no warning with a 3 MiB budget: %s" % out.stderr)
-        for want in ("16 chunked HDF5 files", "up to 8 samples", "keeps 2 of them open",
-                     "x the dataset per epoch", "Raise prefetch.format_memory to"):
-            check(want in warn[0], "the warning must say %r: %s" % (want, warn[0]))
-        log("3 MiB: %s" % warn[0][warn[0].index("16 chunked"):])
+        for kind, kw in (("gzip", {}), ("fletcher32", {"fletcher32": True})):
+            root = os.path.join(tmp, kind, "train")
+            exp = make_dlio_hdf5(root, 16, **kw)
+            size = sum(os.path.getsize(os.path.join(root, f)) for f in os.listdir(root))
+            s = {"dataset.path": root, "dataset.format": "hdf5", "job.epochs": 1,
+                 "job.batch_size": 16, "prefetch.format_memory": "20MiB"}
+            with Daemon(os.path.join(tmp, kind), s) as d:
+                got = []
+                py_trainer(d.sock, exp, got, rank=0, world=1)
+                check(got == [len(exp)], "%s: %s samples checked of %d" % (kind, got, len(exp)))
+                check(d.wait(60) == 0, "seerd failed:\n%s" % d.log())
+                pfs = d.stats()["epochs"][0]["pfs_bytes"]
+                check("read and inflated again" not in d.log(), "a warning with a budget that "
+                      "holds the chunks:\n%s" % d.log())
+            log("%-10s 16 files, chunks of 8 samples, format_memory 20 MiB: epoch 0 read %d bytes "
+                "of a %d-byte dataset (%.3fx)" % (kind, pfs, size, pfs / size))
+            check(pfs <= 1.05 * size, "%s: epoch 0 read %.2fx the dataset" % (kind, pfs / size))
+            out = subprocess.run([os.path.join(BIN, "seerd"), "--check", "--set",
+                                  "dataset.path=" + root, "--set", "dataset.format=hdf5", "--set",
+                                  "prefetch.format_memory=1MiB", "--set",
+                                  "daemon.state_dir=" + os.path.join(tmp, kind, "st")],
+                                 capture_output=True, text=True, timeout=LONG)
+            warn = [ln for ln in out.stderr.splitlines() if "read and inflated again" in ln]
+            check(out.returncode == 0 and warn, "no warning with a 1 MiB budget: %s" % out.stderr)
+            for want in ("16 ", "HDF5 files", "up to 8 samples", "x the dataset per epoch",
+                         "Raise prefetch.format_memory to"):
+                check(want in warn[0], "the warning must say %r: %s" % (want, warn[0]))
+            log("%-10s 1 MiB: %s" % (kind, warn[0][warn[0].index("16 "):]))
     finally:
         cleanup(tmp)
 
 
 def test_hdf5_raw_chunks():
-    """Chunks of one sample filtered by deflate and/or shuffle are read without
+    """Chunks filtered by deflate and/or shuffle only are read without
     HDF5 (pread, libdeflate, unshuffle, copied into the row): big-endian int32
     rows split over 3 x 2 chunks with partial edge chunks (shuffle + gzip),
-    float64 rows in one gzip chunk, bool rows in stored chunks, next to a
-    fletcher32 file that HDF5 still reads; every sample equal to h5py's."""
+    float64 rows in one gzip chunk, bool rows in stored chunks, big-endian
+    uint16 in shuffle + gzip chunks of 4 x 4 x 4 (bands of 4 rows, the last of
+    3, edge chunks on every axis), next to a fletcher32 file that HDF5 still
+    reads; every sample equal to h5py's, over two epochs."""
     tmp = tmpdir("seer-fmt-")
     try:
         root = os.path.join(tmp, "raw", "train")
@@ -479,7 +483,9 @@ def test_hdf5_raw_chunks():
                  ("b", rng.standard_normal((5, 6, 10)), dict(chunks=(1, 6, 10), compression="gzip")),
                  ("c", rng.integers(0, 2, size=(4, 33)).astype(bool), dict(chunks=(1, 11))),
                  ("d", rng.integers(0, 9, size=(3, 5, 5)).astype(np.int16),
-                  dict(chunks=(1, 5, 5), fletcher32=True, compression="gzip"))]
+                  dict(chunks=(1, 5, 5), fletcher32=True, compression="gzip")),
+                 ("e", rng.integers(0, 60000, size=(11, 9, 7)).astype(">u2"),
+                  dict(chunks=(4, 4, 4), shuffle=True, compression="gzip"))]
         for name, rec, kw in files:
             with h5py.File(os.path.join(root, name + ".h5"), "w") as h:
                 h.create_dataset("records", data=rec, **kw)
@@ -494,8 +500,8 @@ def test_hdf5_raw_chunks():
             check(got == [2 * len(exp)], "%s samples checked of %d" % (got, 2 * len(exp)))
             check(d.wait(60) == 0, "seerd failed:\n%s" % d.log())
             st = d.stats()
-        log("%d samples of 4 files (shuffle+gzip >i4 in 6 chunks a row, gzip f8, stored bool, "
-            "fletcher32 through HDF5) exact over 2 epochs" % len(exp))
+        log("%d samples of 5 files (shuffle+gzip >i4 in 6 chunks a row, gzip f8, stored bool, "
+            "fletcher32 through HDF5, >u2 in 4-row chunks) exact over 2 epochs" % len(exp))
     finally:
         cleanup(tmp)
 
