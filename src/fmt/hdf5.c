@@ -6,9 +6,12 @@
  * integer dataset of n values) are read into the catalog at scan time.
  *
  * Contiguous datasets are located at scan time (H5Dget_offset) and read with
- * plain pread: no HDF5 call and no lock on that path. Chunked or compressed
- * datasets are read row by row through HDF5 (hdf5_read.c), under the
- * process-wide HDF5 lock (Debian's HDF5 is not thread-safe).
+ * plain pread: no HDF5 call and no lock on that path. Chunked datasets
+ * filtered by deflate/shuffle only are read by seer from their chunk tables
+ * (hdf5_raw.c); other chunked or compressed datasets row by row through HDF5
+ * (hdf5_read.c), under the process-wide HDF5 lock (Debian's HDF5 is not
+ * thread-safe: "Threadsafety: no" in libhdf5.settings). Every filter of a
+ * dataset read must be available at scan, else the file is refused.
  *
  * This file: the lock, HDF5's errors, types, and the catalog scan (on the
  * catalog-building thread; the bytes HDF5 reads are counted, fmt_lib_io). */

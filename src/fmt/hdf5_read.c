@@ -1,12 +1,12 @@
 /* Reading hdf5 samples.
  *
  * Contiguous datasets: plain pread at the offsets the scan found, no HDF5
- * call, no lock. Chunked or compressed ones: row by row through HDF5, under
- * the process-wide HDF5 lock. Since every HDF5 call is serialised anyway, the
- * open files are shared by all readers of the catalog (not one set per
- * reader thread): H5_OPEN_FILES files at most, each dataset with a chunk
- * cache of its share of the format memory, so HDF5's memory is bounded by
- * prefetch.format_memory whatever the number of I/O threads. The bytes HDF5
+ * call, no lock. Chunked deflate/shuffle ones: hdf5_raw.c. Other chunked or
+ * compressed ones: row by row through HDF5, under the process-wide HDF5
+ * lock. Since every HDF5 call is serialised anyway, the open files are
+ * shared by all readers of the catalog (not one set per reader thread): as
+ * many files, each with a chunk cache, as the plan (hdf5_plan.c) fits in
+ * prefetch.format_memory, whatever the number of I/O threads. The bytes HDF5
  * reads (chunks, metadata) are counted from the kernel's per-thread count
  * (fmt_lib_io), with the lock held so that they are this read's.
  *
