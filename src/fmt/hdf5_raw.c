@@ -219,8 +219,9 @@ static int raw_file_get(struct hdf5_raw *r, const struct catalog *c, uint32_t fi
 }
 
 /* Undo the filters the chunk went through (in reverse), into out (cbytes). */
-static int decode(const struct raw_dset *t, const struct raw_chunk *ch, uint8_t *in, uint8_t *tmp,
-		  uint8_t **out, char *err, size_t errlen)
+static int decode(struct libdeflate_decompressor *dc, const struct raw_dset *t,
+		  const struct raw_chunk *ch, uint8_t *in, uint8_t *tmp, uint8_t **out, char *err,
+		  size_t errlen)
 {
 	uint8_t *cur = in;
 	size_t len = ch->size;
@@ -229,13 +230,9 @@ static int decode(const struct raw_dset *t, const struct raw_chunk *ch, uint8_t 
 			continue;
 		uint8_t *dst = cur == tmp ? in : tmp;
 		if (t->filt[i] == H5Z_FILTER_DEFLATE) {
-			struct libdeflate_decompressor *dc = libdeflate_alloc_decompressor();
 			size_t got = 0;
-			if (!dc)
-				return -ENOMEM;
 			enum libdeflate_result lr = libdeflate_zlib_decompress(dc, cur, len, dst,
 									      t->cbytes, &got);
-			libdeflate_free_decompressor(dc);
 			if (lr != LIBDEFLATE_SUCCESS || got != t->cbytes)
 				return fail(err, errlen, "inflate failed (%d, %zu of %llu bytes): damaged "
 						 "chunk", (int)lr, got, (unsigned long long)t->cbytes);
@@ -305,7 +302,8 @@ static int read_band(struct catalog_reader *rd, uint64_t id, int fd, const struc
 		     uint8_t *const *dsts)
 {
 	char err[400];
-	int rc = 0;
+	struct libdeflate_decompressor *dc = libdeflate_alloc_decompressor();
+	int rc = dc ? 0 : -ENOMEM;
 	for (uint32_t j = 0; rc == 0 && j < f->k; j++) {
 		const struct raw_dset *t = &f->d[j];
 		uint64_t rowbytes = t->esize, sub = t->esize;
@@ -314,9 +312,11 @@ static int read_band(struct catalog_reader *rd, uint64_t id, int fd, const struc
 			sub *= t->cdims[i];
 		}
 		uint64_t g = first / t->cdims[0];
-		if (first + count > t->dims[0] || rowbytes != part || first % t->cdims[0] != 0)
-			return catalog_read_error(rd, id, SEER_EDATASET, "dataset shape changed since "
-					      "the catalog was built: restart seerd to rescan");
+		if (first + count > t->dims[0] || rowbytes != part || first % t->cdims[0] != 0) {
+			rc = catalog_read_error(rd, id, SEER_EDATASET, "dataset shape changed since "
+						"the catalog was built: restart seerd to rescan");
+			break;
+		}
 		uint64_t per_row = t->nchunks / t->grid[0], maxc = 0;
 		for (uint64_t n = 0; n < per_row; n++)
 			maxc = MAX(maxc, (uint64_t)t->chunks[g * per_row + n].size);
@@ -336,7 +336,7 @@ static int read_band(struct catalog_reader *rd, uint64_t id, int fd, const struc
 			if (rc == -ENODATA)
 				rc = catalog_read_error(rd, id, SEER_EDATASET, "file shorter than its "
 						    "chunk table: restart seerd to rescan");
-			else if (rc == 0 && (rc = decode(t, ch, in, tmp, &out, err, sizeof(err))) != 0)
+			else if (rc == 0 && (rc = decode(dc, t, ch, in, tmp, &out, err, sizeof(err))) != 0)
 				rc = rc == SEER_EDATASET ?
 				     catalog_read_error(rd, id, rc, "dataset %u, chunk at %llu: %s", j,
 							(unsigned long long)ch->addr, err) : rc;
@@ -350,6 +350,8 @@ static int read_band(struct catalog_reader *rd, uint64_t id, int fd, const struc
 		fmt_buf_free(in, MAX(maxc, t->cbytes));
 		fmt_buf_free(tmp, t->cbytes);
 	}
+	if (dc)
+		libdeflate_free_decompressor(dc);
 	return rc;
 }
 
