@@ -151,22 +151,22 @@ static int table_dset(hid_t d, hid_t mtype, struct raw_dset *t, char *err, size_
 			  (unsigned long long)t->nchunks);
 	if (rc == 0 && !(t->chunks = calloc(t->nchunks, sizeof(*t->chunks))))
 		rc = -ENOMEM;
-	for (hsize_t n = 0; rc == 0 && n < have; n++) {
+	/* by coordinates: an index lookup each (H5Dget_chunk_info walks the
+	 * index up to its n-th chunk: quadratic) */
+	for (uint64_t lin = 0; rc == 0 && lin < t->nchunks; lin++) {
 		hsize_t off[H5S_MAX_RANK];
+		uint64_t rest = lin;
+		for (int i = rank - 1; i >= 0; i--) {
+			off[i] = rest % t->grid[i] * cd[i];
+			rest /= t->grid[i];
+		}
 		unsigned mask = 0;
 		haddr_t addr = HADDR_UNDEF;
 		hsize_t size = 0;
-		if (H5Dget_chunk_info(d, sp, n, off, &mask, &addr, &size) < 0 || addr == HADDR_UNDEF ||
+		if (H5Dget_chunk_info_by_coord(d, off, &mask, &addr, &size) < 0 || addr == HADDR_UNDEF ||
 		    size > UINT32_MAX) {
-			rc = fail(err, errlen, "chunk %llu: %s", (unsigned long long)n,
+			rc = fail(err, errlen, "chunk %llu: %s", (unsigned long long)lin,
 				  hdf5_errmsg(h5e, sizeof(h5e)));
-			break;
-		}
-		uint64_t lin = 0;
-		for (int i = 0; i < rank; i++)
-			lin = lin * t->grid[i] + off[i] / cd[i];
-		if (lin >= t->nchunks) {
-			rc = fail(err, errlen, "chunk %llu lies outside the dataset", (unsigned long long)n);
 			break;
 		}
 		t->chunks[lin] = (struct raw_chunk){ .addr = addr, .size = (uint32_t)size, .mask = mask };
