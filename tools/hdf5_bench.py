@@ -8,8 +8,10 @@ and epoch times (issue 32).
 Writes (once) DLIO's hdf5 layout with compression: gzip as h5py chunks it
 (tests/data/gen_formats.py --only hdf5_dlio: records (n, d, d) uint8 in
 h5py's chunks, (8, 64, 64) for 64 x 256 x 256), then for each format memory
-runs seerd (bin/, one trainer of this process, shuffled, cache.ram 0 so that
-every epoch reads the PFS) and prints per epoch the PFS bytes seerd's stats
+runs seerd (bin/, one trainer of this process, shuffled; cache.ram 0 by
+default, so that every epoch reads the PFS and only the format memory can
+avoid rereads; with --cache-ram 256MiB the RAM cache holds the dataset and
+coalesced reads take each band of chunks whole) and prints per epoch the PFS bytes seerd's stats
 file reports (pfs_bytes) against the dataset's bytes, and the epoch's time;
 then one h5py thread reading the same number of samples in a shuffled order
 with every file open, with h5py's default chunk cache (1 MiB) and with one
@@ -68,6 +70,8 @@ def main():
     ap.add_argument("--dims", default="256x256")
     ap.add_argument("--format-memory", nargs="+", default=["136MiB", "32MiB"])
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--cache-ram", nargs="+", default=["0"],
+                    help="cache.ram settings to run each format memory with")
     a = ap.parse_args()
     subprocess.run([sys.executable, os.path.join(HERE, "..", "tests", "data", "gen_formats.py"),
                     "--bench", a.out, "--samples", str(a.files * a.per_file), "--per-file",
@@ -84,11 +88,11 @@ def main():
                 sid += 1
     print("dataset: %d files, %d samples, %.1f MiB on disk; load %s" %
           (len(files), sid, size / 2**20, open("/proc/loadavg").read().split()[0]))
-    for fm in a.format_memory:
-        work = os.path.join(a.out, "run-" + fm)
+    for fm, ram in [(f, r) for r in a.cache_ram for f in a.format_memory]:
+        work = os.path.join(a.out, "run-%s-%s" % (fm, ram))
         os.makedirs(work, exist_ok=True)
         s = {"dataset.path": root, "dataset.format": "hdf5", "job.epochs": a.epochs,
-             "job.batch_size": 32, "cache.ram": "0", "prefetch.format_memory": fm,
+             "job.batch_size": 32, "cache.ram": ram, "prefetch.format_memory": fm,
              "daemon.state_dir": os.path.join(work, "state")}
         with Daemon(work, s) as d:
             times, bad = [], 0
@@ -102,8 +106,9 @@ def main():
             d.wait(60)
             st = d.stats()
         for e, t in zip(st["epochs"], times):
-            print("seerd format_memory %-7s epoch %d: PFS %7.1f MiB (%.3fx the dataset), %.2f s%s"
-                  % (fm, e.get("epoch", 0), e["pfs_bytes"] / 2**20, e["pfs_bytes"] / size, t,
+            print("seerd format_memory %-7s cache.ram %-7s epoch %d: PFS %7.1f MiB (%.3fx the "
+                  "dataset), %.2f s%s" % (fm, ram, e.get("epoch", 0), e["pfs_bytes"] / 2**20,
+                                          e["pfs_bytes"] / size, t,
                      ", %d samples differ" % bad if bad else ""))
     for rdcc in (1 << 20, 8 << 20):
         dt, rd, n = h5py_epoch(files, rdcc)

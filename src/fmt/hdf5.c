@@ -209,6 +209,7 @@ struct hdf5_info {
 	uint64_t nchunks;          /* and its chunks */
 	uint64_t chunk_rows;       /* and the rows (samples) one chunk spans */
 	bool raw;                  /* every dataset readable by hdf5_raw.c */
+	uint64_t *band;            /* one dataset, raw: per chunk row, its span (H5_SPAN_*) */
 	uint64_t off[PREAD_MAX_SPLIT];
 	int64_t *labels;           /* n, or NULL */
 };
@@ -360,6 +361,57 @@ static bool dset_raw_ok(hid_t d, hid_t dcpl, hid_t sp, uint64_t nchunks, uint64_
 	return ok;
 }
 
+/* The bytes of the file each band (chunk row) of a raw dataset lies in, for
+ * coalesced reads: in->band[g] = lo | 4 KiB units << 48; none (band NULL)
+ * when a band's chunks lie far apart (its span over 1.25x their bytes) or
+ * the numbers do not fit. Lock held. */
+static void dset_bands(hid_t d, hid_t dcpl, hid_t sp, struct hdf5_info *in)
+{
+	hsize_t dims[H5S_MAX_RANK], cd[H5S_MAX_RANK], grid[H5S_MAX_RANK];
+	int rank = H5Sget_simple_extent_ndims(sp);
+	if (rank < 1 || rank > H5S_MAX_RANK || H5Sget_simple_extent_dims(sp, dims, NULL) != rank ||
+	    H5Pget_chunk(dcpl, rank, cd) != rank)
+		return;
+	uint64_t per_row = 1;
+	for (int i = 0; i < rank; i++) {
+		grid[i] = (dims[i] + cd[i] - 1) / cd[i];
+		per_row *= i ? grid[i] : 1;
+	}
+	uint64_t *band = malloc(MAX(grid[0], (hsize_t)1) * sizeof(*band));
+	for (uint64_t g = 0; band && g < grid[0]; g++) {
+		uint64_t lo = UINT64_MAX, hi = 0, stored = 0;
+		for (uint64_t n = 0; n < per_row; n++) {
+			hsize_t off[H5S_MAX_RANK], size = 0;
+			uint64_t rest = n;
+			for (int i = rank - 1; i >= 1; i--) {
+				off[i] = rest % grid[i] * cd[i];
+				rest /= grid[i];
+			}
+			off[0] = g * cd[0];
+			unsigned mask = 0;
+			haddr_t addr = HADDR_UNDEF;
+			if (H5Dget_chunk_info_by_coord(d, off, &mask, &addr, &size) < 0 ||
+			    addr == HADDR_UNDEF) {
+				lo = UINT64_MAX;
+				break;
+			}
+			lo = MIN(lo, (uint64_t)addr);
+			hi = MAX(hi, (uint64_t)addr + size);
+			stored += size;
+		}
+		uint64_t units = lo < hi ? (hi - lo + H5_SPAN_UNIT - 1) / H5_SPAN_UNIT : 0;
+		if (lo >= H5_SPAN_LO_MAX || units == 0 || units > H5_SPAN_UNITS_MAX ||
+		    hi - lo > stored + stored / 4 + H5_SPAN_UNIT) {
+			free(band);
+			band = NULL;
+			break;
+		}
+		band[g] = lo | units << 48;
+	}
+	H5Eclear2(H5E_DEFAULT);
+	in->band = band;
+}
+
 /* The chunk geometry of a chunked dataset (zeros otherwise). Lock held. */
 static void dset_chunks(hid_t dcpl, hid_t sp, hid_t t, struct hdf5_info *in)
 {
@@ -444,6 +496,8 @@ static int probe_dset(hid_t fid, const char *name, uint64_t fsize, struct hdf5_i
 	if (rc == 0)
 		in->raw = in->raw && in->nchunks && dset_raw_ok(d, dcpl, sp, in->nchunks,
 								       in->chunk_rows);
+	if (rc == 0 && j == 0 && in->k == 1 && in->raw)
+		dset_bands(d, dcpl, sp, in);
 	if (rc == 0)
 		rc = dset_place(name, d, dcpl, part * rows, fsize, contig, off, err, errlen);
 	H5Eclear2(H5E_DEFAULT);
@@ -590,6 +644,8 @@ static int hdf5_probe(const char *path, const struct catalog_params *p, uint64_t
 out:
 	if (rc) {
 		free(in->labels);
+		free(in->band);
+		in->band = NULL;
 		in->labels = NULL;
 	}
 	H5Fclose(fid);
@@ -631,10 +687,14 @@ static int hdf5_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t 
 		if (in.raw && in.nchunks <= AUX_NCHUNKS_MAX)
 			aux[0] |= AUX_RAW;
 	}
+	bool spans = (aux[0] & AUX_RAW) && in.band && in.chunk_rows;
+	if (spans)
+		aux[0] |= AUX_SPAN;
 	for (uint64_t i = 0; rc == 0 && i < in.n; i++)
-		rc = catalog_add_sample(b, file, i * in.part, in.part * in.k,
-				    in.labels ? in.labels[i] : -1, type);
+		rc = catalog_add_sample(b, file, spans ? in.band[i / in.chunk_rows] : i * in.part,
+				    in.part * in.k, in.labels ? in.labels[i] : -1, type);
 	free(in.labels);
+	free(in.band);
 	return rc;
 }
 

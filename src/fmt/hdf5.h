@@ -21,7 +21,12 @@ enum { H5_MODE_PREAD = 1, H5_MODE_LIB = 2 };
  * chunk spans << 40 | AUX_GEOM (aux[3] 0: a catalog from before, unknown). */
 #define AUX_SWAP (1ull << 4)
 #define AUX_RAW (1ull << 5)   /* LIB: chunks read by hdf5_raw.c (its conditions) */
+#define AUX_SPAN (1ull << 6)  /* RAW, one dataset: a sample's offset is its band's span */
 #define H5_RAW_MAX_RANK 8
+/* A band's span in a sample's catalog offset: lo | units << 48, units of 4 KiB. */
+#define H5_SPAN_UNIT 4096u
+#define H5_SPAN_LO_MAX (1ull << 48)
+#define H5_SPAN_UNITS_MAX ((1ull << 16) - 1)
 #define AUX_NCHUNKS_MAX ((1ull << 40) - 1)
 #define AUX_CROWS_MAX ((1ull << 23) - 1)
 #define AUX_GEOM (1ull << 63)
@@ -90,6 +95,11 @@ void hdf5_raw_free(struct hdf5_raw *r);
 uint64_t hdf5_raw_table_bytes(struct hdf5_raw *r);
 int hdf5_raw_read(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
 		  const struct catalog_sample *s, void *dst);
+/* The same from buf, the file's bytes [off, off + len) holding the sample's
+ * band (coalesced reads, AUX_SPAN). */
+int hdf5_raw_cut(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
+		 const struct catalog_sample *s, const uint8_t *buf, uint64_t off, uint64_t len,
+		 void *dst);
 void hdf5_shared_free(void *shared);
 void hdf5_mem_stats(void *shared, struct fmt_mem_stats *st);
 

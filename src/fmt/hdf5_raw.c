@@ -294,12 +294,39 @@ static void copy_part(const struct raw_dset *t, const uint64_t *cc, const uint8_
 	}
 }
 
+/* Where a band's chunks come from: the file (fd), or the bytes
+ * [off, off + len) of it in buf (coalesced reads). */
+struct src {
+	int fd;
+	const uint8_t *buf;
+	uint64_t off, len;
+};
+
+static int src_get(struct catalog_reader *rd, uint64_t id, const struct src *sr,
+		   const struct raw_chunk *ch, uint8_t *in)
+{
+	if (!sr->buf) {
+		int rc = fmt_pread(sr->fd, in, ch->size, ch->addr);
+		if (rc == -ENODATA)
+			return catalog_read_error(rd, id, SEER_EDATASET, "file shorter than its chunk "
+					      "table: restart seerd to rescan");
+		return rc;
+	}
+	if (ch->addr < sr->off || ch->addr - sr->off > sr->len || ch->size > sr->len - (ch->addr - sr->off))
+		return catalog_read_error(rd, id, -ERANGE, "chunk at %llu is not inside the bytes "
+				      "read (%llu..%llu)", (unsigned long long)ch->addr,
+				      (unsigned long long)sr->off,
+				      (unsigned long long)(sr->off + sr->len));
+	memcpy(in, sr->buf + (ch->addr - sr->off), ch->size);
+	return 0;
+}
+
 /* Rows [first, first + count) of every dataset -- one band of chunks, all of
  * them inside it -- into dsts[i] (a sample's bytes each); with `only`, just
  * row `only` into dsts[0]. */
-static int read_band(struct catalog_reader *rd, uint64_t id, int fd, const struct raw_file *f,
-		     uint64_t first, uint64_t count, uint64_t part, uint64_t only,
-		     uint8_t *const *dsts)
+static int read_band(struct catalog_reader *rd, uint64_t id, const struct src *sr,
+		     const struct raw_file *f, uint64_t first, uint64_t count, uint64_t part,
+		     uint64_t only, uint8_t *const *dsts)
 {
 	char err[400];
 	struct libdeflate_decompressor *dc = libdeflate_alloc_decompressor();
@@ -332,11 +359,8 @@ static int read_band(struct catalog_reader *rd, uint64_t id, int fd, const struc
 				rest /= t->grid[i];
 			}
 			uint8_t *out = NULL;
-			rc = fmt_pread(fd, in, ch->size, ch->addr);
-			if (rc == -ENODATA)
-				rc = catalog_read_error(rd, id, SEER_EDATASET, "file shorter than its "
-						    "chunk table: restart seerd to rescan");
-			else if (rc == 0 && (rc = decode(dc, t, ch, in, tmp, &out, err, sizeof(err))) != 0)
+			rc = src_get(rd, id, sr, ch, in);
+			if (rc == 0 && (rc = decode(dc, t, ch, in, tmp, &out, err, sizeof(err))) != 0)
 				rc = rc == SEER_EDATASET ?
 				     catalog_read_error(rd, id, rc, "dataset %u, chunk at %llu: %s", j,
 							(unsigned long long)ch->addr, err) : rc;
@@ -355,8 +379,8 @@ static int read_band(struct catalog_reader *rd, uint64_t id, int fd, const struc
 	return rc;
 }
 
-int hdf5_raw_read(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
-		  const struct catalog_sample *s, void *dst)
+static int raw_sample(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
+		      const struct catalog_sample *s, const struct src *sr, void *dst)
 {
 	const struct catalog *c = rd->cat;
 	const struct catalog_file *cf = &c->files[s->file];
@@ -371,9 +395,6 @@ int hdf5_raw_read(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
 	if (rc)
 		return rc;
 	uint64_t row = id - cf->first, part = s->length / f->k, rows = f->d[0].cdims[0];
-	int fd = catalog_reader_fd(rd, s->file);
-	if (fd < 0)
-		return fd;
 	for (uint32_t j = 1; j < f->k; j++)
 		if (f->d[j].cdims[0] != rows)
 			return catalog_read_error(rd, id, SEER_EDATASET, "chunk layout changed since "
@@ -385,13 +406,13 @@ int hdf5_raw_read(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
 						    (uint32_t)count, count * s->length, &e) :
 		  MC_NOFIT;
 	if (got == MC_NOFIT) {
-		rc = read_band(rd, id, fd, f, first, count, part, row, one);
+		rc = read_band(rd, id, sr, f, first, count, part, row, one);
 	} else {
 		if (got == MC_LOAD) {
 			uint8_t **dsts = malloc(count * sizeof(*dsts));
 			for (uint64_t i = 0; dsts && i < count; i++)
 				dsts[i] = e->buf + i * s->length;
-			rc = dsts ? read_band(rd, id, fd, f, first, count, part, UINT64_MAX, dsts) :
+			rc = dsts ? read_band(rd, id, sr, f, first, count, part, UINT64_MAX, dsts) :
 			     -ENOMEM;
 			free(dsts);
 			if (rc) {
@@ -406,4 +427,22 @@ int hdf5_raw_read(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
 	if (rc == 0 && (cf->aux[0] & AUX_SWAP))
 		fmt_swap(dst, s->length, fmt_dtype_size(c->types[s->type].dtype));
 	return rc;
+}
+
+int hdf5_raw_read(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
+		  const struct catalog_sample *s, void *dst)
+{
+	int fd = catalog_reader_fd(rd, s->file);
+	if (fd < 0)
+		return fd;
+	const struct src sr = { .fd = fd };
+	return raw_sample(r, rd, id, s, &sr, dst);
+}
+
+int hdf5_raw_cut(struct hdf5_raw *r, struct catalog_reader *rd, uint64_t id,
+		 const struct catalog_sample *s, const uint8_t *buf, uint64_t off, uint64_t len,
+		 void *dst)
+{
+	const struct src sr = { .fd = -1, .buf = buf, .off = off, .len = len };
+	return raw_sample(r, rd, id, s, &sr, dst);
 }

@@ -287,12 +287,20 @@ int hdf5_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sampl
 }
 
 /* Contiguous, one dataset: row k is bytes offset + k * length of the file.
- * Split records (parts far apart) and chunked data are read alone. */
+ * Raw chunks (one dataset): the span of the row's band of chunks, from its
+ * catalog offset (AUX_SPAN). Split records (parts far apart) and chunks read
+ * by HDF5 are read alone. */
 bool hdf5_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 	     uint64_t *hi)
 {
 	(void)id;
 	const struct catalog_file *f = &c->files[s->file];
+	if ((f->aux[0] & 0xf) == H5_MODE_LIB && (f->aux[0] & AUX_SPAN) &&
+	    (uint32_t)(f->aux[0] >> 32) == 1) {
+		*lo = s->offset & (H5_SPAN_LO_MAX - 1);
+		*hi = MIN(*lo + (s->offset >> 48) * H5_SPAN_UNIT, f->size);
+		return *hi > *lo;
+	}
 	if ((f->aux[0] & 0xf) != H5_MODE_PREAD || (uint32_t)(f->aux[0] >> 32) != 1)
 		return false;
 	*lo = f->aux[1] + s->offset;
@@ -304,12 +312,17 @@ int hdf5_cut(struct catalog_reader *rd, uint64_t id, const struct catalog_sample
 	   uint64_t off, uint64_t len, void *dst)
 {
 	uint64_t lo, hi;
+	const struct catalog_file *f = &rd->cat->files[s->file];
 	if (!hdf5_span(rd->cat, id, s, &lo, &hi) || lo < off || hi - off > len)
 		return catalog_read_error(rd, id, -ERANGE, "row is not inside the bytes read "
 				      "(%llu..%llu)", (unsigned long long)off,
 				      (unsigned long long)(off + len));
+	if ((f->aux[0] & 0xf) == H5_MODE_LIB) {
+		struct hdf5_shared *st = rd->cat->fmt_shared;
+		atomic_fetch_add_explicit(&st->raw_reads, 1, memory_order_relaxed);
+		return hdf5_raw_cut(st->raw, rd, id, s, buf, off, len, dst);
+	}
 	memcpy(dst, buf + (lo - off), (size_t)s->length);
-	const struct catalog_file *f = &rd->cat->files[s->file];
 	if (f->aux[0] & AUX_SWAP)
 		fmt_swap(dst, s->length, fmt_dtype_size(rd->cat->types[s->type].dtype));
 	return 0;

@@ -429,7 +429,9 @@ def test_hdf5_chunk_budget():
     by seer itself (gzip: bands of decoded chunks in the format memory) and by
     HDF5 (gzip + fletcher32: every file open with a chunk cache of all its
     chunks). With a budget that cannot hold them, seerd says so at start with
-    the expected amplification and the format_memory that avoids it."""
+    the expected amplification and the format_memory that avoids it; with a
+    RAM cache holding the dataset, coalesced reads take each band of chunks
+    whole and epoch 0 reads it once even with 1 MiB of format memory."""
     tmp = tmpdir("seer-fmt-")
     try:
         for kind, kw in (("gzip", {}), ("fletcher32", {"fletcher32": True})):
@@ -460,6 +462,24 @@ def test_hdf5_chunk_budget():
                          "Raise prefetch.format_memory to"):
                 check(want in warn[0], "the warning must say %r: %s" % (want, warn[0]))
             log("%-10s 1 MiB: %s" % (kind, warn[0][warn[0].index("16 "):]))
+        # the same gzip files, 1 MiB of format memory, a RAM cache holding them: the
+        # engine reads each band of chunks whole (coalesced) and cuts its samples
+        exp = make_dlio_hdf5(os.path.join(tmp, "gzip2", "train"), 16)
+        root = os.path.join(tmp, "gzip2", "train")
+        size = sum(os.path.getsize(os.path.join(root, f)) for f in os.listdir(root))
+        s = {"dataset.path": root, "dataset.format": "hdf5", "job.epochs": 1,
+             "job.batch_size": 16, "prefetch.format_memory": "1MiB", "cache.ram": "8MiB"}
+        with Daemon(os.path.join(tmp, "gzip2"), s) as d:
+            got = []
+            py_trainer(d.sock, exp, got, rank=0, world=1)
+            check(got == [len(exp)], "coalesced: %s samples checked of %d" % (got, len(exp)))
+            check(d.wait(60) == 0, "seerd failed:\n%s" % d.log())
+            st = d.stats()
+        pfs, ext = st["epochs"][0]["pfs_bytes"], st["coalescing"]["extents"]
+        log("gzip       1 MiB of format memory, cache.ram 8 MiB: epoch 0 read %.3fx the dataset "
+            "in %d extents" % (pfs / size, ext))
+        check(ext > 0 and pfs <= 1.05 * size, "coalesced bands: %d extents, %.2fx the dataset"
+              % (ext, pfs / size))
     finally:
         cleanup(tmp)
 
