@@ -6,15 +6,19 @@
  * integer dataset of n values) are read into the catalog at scan time.
  *
  * Contiguous datasets are located at scan time (H5Dget_offset) and read with
- * plain pread: no HDF5 call and no lock on that path. Chunked or compressed
- * datasets are read row by row through HDF5 (hdf5_read.c), under the
- * process-wide HDF5 lock (Debian's HDF5 is not thread-safe).
+ * plain pread: no HDF5 call and no lock on that path. Chunked datasets
+ * filtered by deflate/shuffle only are read by seer from their chunk tables
+ * (hdf5_raw.c); other chunked or compressed datasets row by row through HDF5
+ * (hdf5_read.c), under the process-wide HDF5 lock (Debian's HDF5 is not
+ * thread-safe: "Threadsafety: no" in libhdf5.settings). Every filter of a
+ * dataset read must be available at scan, else the file is refused.
  *
  * This file: the lock, HDF5's errors, types, and the catalog scan (on the
  * catalog-building thread; the bytes HDF5 reads are counted, fmt_lib_io). */
 #define _GNU_SOURCE
 #include "hdf5.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -34,6 +38,9 @@ void fmt_h5_lock(void)
 	pthread_mutex_lock(&hdf5_mu);
 	if (!hdf5_quiet) {
 		H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors come back as messages */
+		/* HDF5 keeps what it frees on its own free lists, unbounded by
+		 * default: files opened again and again grew seerd by 50 MiB */
+		H5set_free_list_limits(1 << 20, 256 << 10, 1 << 20, 256 << 10, 1 << 20, 256 << 10);
 		hdf5_quiet = true;
 	}
 }
@@ -69,13 +76,18 @@ const char *hdf5_errmsg(char *buf, size_t len)
 	return buf;
 }
 
-hid_t hdf5_fapl(uint64_t chunk_bytes)
+hid_t hdf5_fapl(uint64_t chunk_bytes, size_t nchunks)
 {
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
 	if (fapl < 0)
 		return fapl;
 	H5Pset_file_locking(fapl, true, true);
-	H5Pset_cache(fapl, 0, 12421, (size_t)chunk_bytes, 0.75);
+	/* a chunk's slot is its index modulo the slots: as many as chunks, no
+	 * two chunks of a file evict each other (8 bytes each, per dataset);
+	 * no cache, no slots */
+	H5Pset_cache(fapl, 0, chunk_bytes ? MAX(nchunks + 1, (size_t)521) : 1, (size_t)chunk_bytes,
+		     0.75);
+	H5Pset_sieve_buf_size(fapl, 4096); /* HDF5's 64 KiB per open file: metadata reads */
 	return fapl;
 }
 
@@ -193,6 +205,11 @@ struct hdf5_info {
 	uint64_t part;             /* bytes of one row of one dataset */
 	struct seer_wire_type type;
 	haddr_t addr0;             /* object header of the first dataset */
+	uint64_t chunk_bytes;      /* chunked: bytes of one chunk of the first dataset */
+	uint64_t nchunks;          /* and its chunks */
+	uint64_t chunk_rows;       /* and the rows (samples) one chunk spans */
+	bool raw;                  /* every dataset readable by hdf5_raw.c */
+	uint64_t *band;            /* one dataset, raw: per chunk row, its span (H5_SPAN_*) */
 	uint64_t off[PREAD_MAX_SPLIT];
 	int64_t *labels;           /* n, or NULL */
 };
@@ -248,6 +265,175 @@ static int dset_shape(const char *name, hid_t sp, hid_t t, const struct hdf5_inf
 	return 0;
 }
 
+/* Filters HDF5 finds only as plugins, and what brings them on Debian. */
+static const struct {
+	H5Z_filter_t id;
+	const char *name, *deb;
+} plugin_filters[] = {
+	{ 307, "BZIP2", "hdf5-filter-plugin" },
+	{ 32000, "LZF", "hdf5-plugin-lzf" },
+	{ 32001, "Blosc", "hdf5-filter-plugin-blosc-serial" },
+	{ 32004, "LZ4", "hdf5-filter-plugin" },
+	{ 32008, "bitshuffle", "hdf5-filter-plugin" },
+	{ 32013, "ZFP", "hdf5-filter-plugin-zfp-serial" },
+	{ 32015, "Zstandard", NULL },
+	{ 32017, "SZ", NULL },
+	{ 32026, "Blosc2", NULL },
+};
+
+/* Debian's hdf5-plugin-lzf calls liblzf without linking it (no DT_NEEDED):
+ * HDF5's dlopen of the plugin fails unless liblzf1 is already loaded. Load it
+ * globally once and ask again. Lock held. */
+static bool lzf_preload(void)
+{
+	static bool tried;
+	if (!tried) {
+		tried = true;
+		if (!dlopen("liblzf.so.1", RTLD_NOW | RTLD_GLOBAL))
+			return false;
+	}
+	bool ok = H5Zfilter_avail(32000) > 0;
+	H5Eclear2(H5E_DEFAULT);
+	return ok;
+}
+
+/* Is every filter of the pipeline available (built in, or a plugin that
+ * loads)? A missing one is refused here, at scan, naming the dataset, the
+ * filter and what brings it, instead of failing every read. Lock held. */
+static int check_filters(const char *name, hid_t dcpl, char *err, size_t errlen)
+{
+	int nf = H5Pget_nfilters(dcpl);
+	for (int i = 0; i < nf; i++) {
+		char fname[128] = "";
+		unsigned flags = 0, conf = 0;
+		size_t nelem = 0;
+		H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &nelem, NULL,
+						 sizeof(fname), fname, &conf);
+		if (id < 0 || H5Zfilter_avail(id) > 0 || (id == 32000 && lzf_preload()))
+			continue;
+		H5Eclear2(H5E_DEFAULT);
+		const char *known = NULL, *deb = NULL;
+		for (size_t j = 0; j < sizeof(plugin_filters) / sizeof(plugin_filters[0]); j++)
+			if (plugin_filters[j].id == id) {
+				known = plugin_filters[j].name;
+				deb = plugin_filters[j].deb;
+			}
+		char dir[512] = "";
+		if (H5PLget(0, dir, sizeof(dir)) < 0)
+			dir[0] = '\0';
+		H5Eclear2(H5E_DEFAULT);
+		char bring[256];
+		if (deb)
+			snprintf(bring, sizeof(bring), "install the Debian package %s, or put the "
+				 "filter's plugin in a directory named by HDF5_PLUGIN_PATH", deb);
+		else
+			snprintf(bring, sizeof(bring), "put the filter's plugin in a directory named "
+				 "by HDF5_PLUGIN_PATH");
+		return fail(err, errlen, "dataset '%s' is compressed with HDF5 filter %d (%s), "
+				 "which this HDF5 does not have (plugins searched in %s): %s, "
+				 "or rewrite the file with gzip", name, (int)id,
+			    known ? known : fname[0] ? fname : "unknown",
+			    dir[0] ? dir : "HDF5_PLUGIN_PATH or HDF5's default directory", bring);
+	}
+	return 0;
+}
+
+/* Can hdf5_raw.c read this dataset: every chunk allocated, as many rows a
+ * chunk as the first dataset's, only deflate and shuffle? Lock held. */
+static bool dset_raw_ok(hid_t d, hid_t dcpl, hid_t sp, uint64_t nchunks, uint64_t rows)
+{
+	hsize_t cd[H5S_MAX_RANK], have = 0;
+	int rank = H5Sget_simple_extent_ndims(sp);
+	if (H5Pget_layout(dcpl) != H5D_CHUNKED || rank < 1 || rank > H5_RAW_MAX_RANK ||
+	    H5Pget_chunk(dcpl, rank, cd) != rank || cd[0] != rows)
+		return false;
+	int nf = H5Pget_nfilters(dcpl);
+	for (int i = 0; i < nf; i++) {
+		unsigned flags = 0, conf = 0;
+		size_t nelem = 0;
+		H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &nelem, NULL, 0, NULL,
+						 &conf);
+		if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE)
+			return false;
+	}
+	bool ok = H5Dget_num_chunks(d, sp, &have) >= 0 && have == nchunks;
+	H5Eclear2(H5E_DEFAULT);
+	return ok;
+}
+
+/* The bytes of the file each band (chunk row) of a raw dataset lies in, for
+ * coalesced reads: in->band[g] = lo | 4 KiB units << 48; none (band NULL)
+ * when a band's chunks lie far apart (its span over 1.25x their bytes) or
+ * the numbers do not fit. Lock held. */
+static void dset_bands(hid_t d, hid_t dcpl, hid_t sp, struct hdf5_info *in)
+{
+	hsize_t dims[H5S_MAX_RANK], cd[H5S_MAX_RANK], grid[H5S_MAX_RANK];
+	int rank = H5Sget_simple_extent_ndims(sp);
+	if (rank < 1 || rank > H5S_MAX_RANK || H5Sget_simple_extent_dims(sp, dims, NULL) != rank ||
+	    H5Pget_chunk(dcpl, rank, cd) != rank)
+		return;
+	uint64_t per_row = 1;
+	for (int i = 0; i < rank; i++) {
+		grid[i] = (dims[i] + cd[i] - 1) / cd[i];
+		per_row *= i ? grid[i] : 1;
+	}
+	uint64_t *band = malloc(MAX(grid[0], (hsize_t)1) * sizeof(*band));
+	for (uint64_t g = 0; band && g < grid[0]; g++) {
+		uint64_t lo = UINT64_MAX, hi = 0, stored = 0;
+		for (uint64_t n = 0; n < per_row; n++) {
+			hsize_t off[H5S_MAX_RANK], size = 0;
+			uint64_t rest = n;
+			for (int i = rank - 1; i >= 1; i--) {
+				off[i] = rest % grid[i] * cd[i];
+				rest /= grid[i];
+			}
+			off[0] = g * cd[0];
+			unsigned mask = 0;
+			haddr_t addr = HADDR_UNDEF;
+			if (H5Dget_chunk_info_by_coord(d, off, &mask, &addr, &size) < 0 ||
+			    addr == HADDR_UNDEF) {
+				lo = UINT64_MAX;
+				break;
+			}
+			lo = MIN(lo, (uint64_t)addr);
+			hi = MAX(hi, (uint64_t)addr + size);
+			stored += size;
+		}
+		uint64_t units = lo < hi ? (hi - lo + H5_SPAN_UNIT - 1) / H5_SPAN_UNIT : 0;
+		if (lo >= H5_SPAN_LO_MAX || units == 0 || units > H5_SPAN_UNITS_MAX ||
+		    hi - lo > stored + stored / 4 + H5_SPAN_UNIT) {
+			free(band);
+			band = NULL;
+			break;
+		}
+		band[g] = lo | units << 48;
+	}
+	H5Eclear2(H5E_DEFAULT);
+	in->band = band;
+}
+
+/* The chunk geometry of a chunked dataset (zeros otherwise). Lock held. */
+static void dset_chunks(hid_t dcpl, hid_t sp, hid_t t, struct hdf5_info *in)
+{
+	hsize_t dims[H5S_MAX_RANK], cd[H5S_MAX_RANK];
+	int rank = H5Sget_simple_extent_ndims(sp);
+	if (H5Pget_layout(dcpl) != H5D_CHUNKED || rank < 1 || H5Pget_chunk(dcpl, rank, cd) != rank ||
+	    H5Sget_simple_extent_dims(sp, dims, NULL) != rank) {
+		H5Eclear2(H5E_DEFAULT);
+		return;
+	}
+	uint64_t bytes = H5Tget_size(t), n = 1;
+	for (int i = 0; i < rank; i++) {
+		if (cd[i] == 0)
+			return;
+		bytes *= cd[i];
+		n *= (dims[i] + cd[i] - 1) / cd[i];
+	}
+	in->chunk_bytes = bytes;
+	in->nchunks = n;
+	in->chunk_rows = cd[0];
+}
+
 /* Where a contiguous dataset's bytes are (*contig false otherwise). Lock held. */
 static int dset_place(const char *name, hid_t d, hid_t dcpl, uint64_t bytes, uint64_t fsize,
 		      bool *contig, uint64_t *off, char *err, size_t errlen)
@@ -301,6 +487,17 @@ static int probe_dset(hid_t fid, const char *name, uint64_t fsize, struct hdf5_i
 		rc = fail(err, errlen, "dataset '%s' differs in shape or type from the first dataset "
 			  "of the split: all parts of a record must match", name);
 	}
+	if (rc == 0)
+		rc = check_filters(name, dcpl, err, errlen);
+	if (rc == 0 && j == 0) {
+		dset_chunks(dcpl, sp, t, in);
+		in->raw = true;
+	}
+	if (rc == 0)
+		in->raw = in->raw && in->nchunks && dset_raw_ok(d, dcpl, sp, in->nchunks,
+								       in->chunk_rows);
+	if (rc == 0 && j == 0 && in->k == 1 && in->raw)
+		dset_bands(d, dcpl, sp, in);
 	if (rc == 0)
 		rc = dset_place(name, d, dcpl, part * rows, fsize, contig, off, err, errlen);
 	H5Eclear2(H5E_DEFAULT);
@@ -379,6 +576,11 @@ static int probe_labels(hid_t fid, const char *name, struct hdf5_info *in, char 
 	if (rc == 0 && cls != H5T_INTEGER && cls != H5T_FLOAT)
 		rc = fail(err, errlen, "labels '%s' have a %s type: need integers", name,
 			  class_name(cls));
+	hid_t dcpl = rc ? -1 : H5Dget_create_plist(d);
+	if (dcpl >= 0) {
+		rc = check_filters(name, dcpl, err, errlen);
+		H5Pclose(dcpl);
+	}
 	if (rc == 0)
 		rc = read_labels(d, cls, name, in, err, errlen);
 	return close_dset(d, sp, t, rc);
@@ -392,7 +594,7 @@ static int hdf5_probe(const char *path, const struct catalog_params *p, uint64_t
 	char h5e[256], name[1100];
 	int rc = SEER_EDATASET;
 	memset(in, 0, sizeof(*in));
-	hid_t fapl = hdf5_fapl(1u << 20);
+	hid_t fapl = hdf5_fapl(1u << 20, 0);
 	hid_t fid = H5Fopen(path, H5F_ACC_RDONLY, fapl);
 	if (fid < 0)
 		hdf5_errmsg(h5e, sizeof(h5e)); /* before the next call clears the stack */
@@ -442,6 +644,8 @@ static int hdf5_probe(const char *path, const struct catalog_params *p, uint64_t
 out:
 	if (rc) {
 		free(in->labels);
+		free(in->band);
+		in->band = NULL;
 		in->labels = NULL;
 	}
 	H5Fclose(fid);
@@ -475,12 +679,22 @@ static int hdf5_scan(struct catalog_builder *b, uint32_t file, int fd, uint64_t 
 	if (in.mode == H5_MODE_PREAD)
 		for (uint32_t j = 0; j < in.k; j++)
 			aux[1 + j] = in.off[j];
-	else
+	else {
 		aux[1] = in.addr0;
+		aux[2] = in.chunk_bytes;
+		aux[3] = MIN(in.nchunks, AUX_NCHUNKS_MAX) | MIN(in.chunk_rows, AUX_CROWS_MAX) << 40 |
+			 AUX_GEOM;
+		if (in.raw && in.nchunks <= AUX_NCHUNKS_MAX)
+			aux[0] |= AUX_RAW;
+	}
+	bool spans = (aux[0] & AUX_RAW) && in.band && in.chunk_rows;
+	if (spans)
+		aux[0] |= AUX_SPAN;
 	for (uint64_t i = 0; rc == 0 && i < in.n; i++)
-		rc = catalog_add_sample(b, file, i * in.part, in.part * in.k,
-				    in.labels ? in.labels[i] : -1, type);
+		rc = catalog_add_sample(b, file, spans ? in.band[i / in.chunk_rows] : i * in.part,
+				    in.part * in.k, in.labels ? in.labels[i] : -1, type);
 	free(in.labels);
+	free(in.band);
 	return rc;
 }
 

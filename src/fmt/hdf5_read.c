@@ -1,12 +1,12 @@
 /* Reading hdf5 samples.
  *
  * Contiguous datasets: plain pread at the offsets the scan found, no HDF5
- * call, no lock. Chunked or compressed ones: row by row through HDF5, under
- * the process-wide HDF5 lock. Since every HDF5 call is serialised anyway, the
- * open files are shared by all readers of the catalog (not one set per
- * reader thread): H5_OPEN_FILES files at most, each dataset with a chunk
- * cache of its share of the format memory, so HDF5's memory is bounded by
- * prefetch.format_memory whatever the number of I/O threads. The bytes HDF5
+ * call, no lock. Chunked deflate/shuffle ones: hdf5_raw.c. Other chunked or
+ * compressed ones: row by row through HDF5, under the process-wide HDF5
+ * lock. Since every HDF5 call is serialised anyway, the open files are
+ * shared by all readers of the catalog (not one set per reader thread): as
+ * many files, each with a chunk cache, as the plan (hdf5_plan.c) fits in
+ * prefetch.format_memory, whatever the number of I/O threads. The bytes HDF5
  * reads (chunks, metadata) are counted from the kernel's per-thread count
  * (fmt_lib_io), with the lock held so that they are this read's.
  *
@@ -15,38 +15,31 @@
 #include "hdf5.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "seer.h"
 #include "../util/util.h"
 
 #define fail fmt_fail
-#define H5_OPEN_FILES 8
-#define H5_CHUNK_MIN (1u << 20) /* per dataset, when the budget is smaller */
-
-struct hdf5_handle {
-	bool open;
-	uint32_t file;
-	uint64_t used;
-	hid_t fid;
-	uint32_t k;
-	hid_t *dset;
-	hid_t *mtype;
-};
+#define H5_OPEN_MAX 1024 /* files open at once at most (also: descriptors / 4) */
 
 /* The catalog's open files, shared by its readers. Lock held for all of it. */
 struct hdf5_shared {
-	struct hdf5_handle h[H5_OPEN_FILES];
+	struct hdf5_handle *h;     /* plan.open of them */
+	struct hdf5_plan plan;
+	struct hdf5_raw *raw;      /* files whose chunks are read without HDF5 */
 	uint64_t tick;
 	uint64_t budget;
 	uint64_t opens, reads;
+	_Atomic uint64_t raw_reads;
 };
 
-/* Lock held. */
-static void handle_close(struct hdf5_handle *h)
+void hdf5_handle_close(struct hdf5_handle *h)
 {
 	if (!h->open)
 		return;
@@ -123,8 +116,8 @@ static int memory_types(struct hdf5_handle *h, char *err, size_t errlen)
 
 /* Open the file's sample datasets: the first by address, its split siblings by
  * the name it has in the file. Lock held. */
-static int handle_open(struct hdf5_handle *h, const struct catalog *c, uint32_t file,
-		       uint64_t chunk_bytes, char *err, size_t errlen)
+int hdf5_handle_open(struct hdf5_handle *h, const struct catalog *c, uint32_t file,
+		     uint64_t chunk_bytes, char *err, size_t errlen)
 {
 	char path[PATH_MAX], h5e[256];
 	const uint64_t *aux = c->files[file].aux;
@@ -133,7 +126,8 @@ static int handle_open(struct hdf5_handle *h, const struct catalog *c, uint32_t 
 		return fail(err, errlen, "catalog entry damaged (%u datasets)", k);
 	snprintf(path, sizeof(path), "%s/%s", c->root, catalog_path(c, file));
 	memset(h, 0, sizeof(*h));
-	hid_t fapl = hdf5_fapl(chunk_bytes / k);
+	uint64_t nch = aux[3] & AUX_NCHUNKS_MAX;
+	hid_t fapl = hdf5_fapl(chunk_bytes / k, (size_t)MIN(nch, (uint64_t)1 << 24));
 	h->fid = H5Fopen(path, H5F_ACC_RDONLY, fapl);
 	if (h->fid < 0)
 		hdf5_errmsg(h5e, sizeof(h5e));
@@ -146,7 +140,7 @@ static int handle_open(struct hdf5_handle *h, const struct catalog *c, uint32_t 
 	h->dset = malloc(k * sizeof(hid_t));
 	h->mtype = malloc(k * sizeof(hid_t));
 	if (!h->dset || !h->mtype) {
-		handle_close(h);
+		hdf5_handle_close(h);
 		return -ENOMEM;
 	}
 	for (uint32_t j = 0; j < k; j++)
@@ -161,7 +155,7 @@ static int handle_open(struct hdf5_handle *h, const struct catalog *c, uint32_t 
 	if (rc == 0)
 		rc = memory_types(h, err, errlen);
 	if (rc)
-		handle_close(h);
+		hdf5_handle_close(h);
 	return rc;
 }
 
@@ -215,7 +209,7 @@ static int handle_get(struct hdf5_shared *st, const struct catalog *c, uint32_t 
 		      struct hdf5_handle **out, char *err, size_t errlen)
 {
 	struct hdf5_handle *victim = &st->h[0];
-	for (int i = 0; i < H5_OPEN_FILES; i++) {
+	for (uint32_t i = 0; i < st->plan.open; i++) {
 		if (st->h[i].open && st->h[i].file == file) {
 			*out = &st->h[i];
 			return 0;
@@ -223,9 +217,8 @@ static int handle_get(struct hdf5_shared *st, const struct catalog *c, uint32_t 
 		if (!st->h[i].open || (victim->open && st->h[i].used < victim->used))
 			victim = &st->h[i];
 	}
-	handle_close(victim);
-	uint64_t chunk = MAX(st->budget / H5_OPEN_FILES, (uint64_t)H5_CHUNK_MIN);
-	int rc = handle_open(victim, c, file, chunk, err, errlen);
+	hdf5_handle_close(victim);
+	int rc = hdf5_handle_open(victim, c, file, st->plan.cache, err, errlen);
 	if (rc == 0) {
 		st->opens++;
 		*out = victim;
@@ -250,7 +243,7 @@ static int hdf5_read_lib(struct catalog_reader *rd, uint64_t id, const struct ca
 		st->reads++;
 		rc = handle_read(h, id - f->first, s->length / k, dst, err, sizeof(err));
 		if (rc)
-			handle_close(h);
+			hdf5_handle_close(h);
 	}
 	if (fmt_lib_io_end(&io) == UINT64_MAX)
 		fmt_count_bytes(s->length); /* no per-thread accounting: at least the sample */
@@ -271,6 +264,11 @@ int hdf5_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sampl
 	int fd = catalog_reader_fd(rd, s->file); /* also notices a file that changed size */
 	if (fd < 0)
 		return fd;
+	if (mode == H5_MODE_LIB && (f->aux[0] & AUX_RAW)) {
+		struct hdf5_shared *st = rd->cat->fmt_shared;
+		atomic_fetch_add_explicit(&st->raw_reads, 1, memory_order_relaxed);
+		return hdf5_raw_read(st->raw, rd, id, s, dst);
+	}
 	if (mode == H5_MODE_LIB)
 		return hdf5_read_lib(rd, id, s, dst);
 	uint64_t part = s->length / k;
@@ -289,12 +287,20 @@ int hdf5_read(struct catalog_reader *rd, uint64_t id, const struct catalog_sampl
 }
 
 /* Contiguous, one dataset: row k is bytes offset + k * length of the file.
- * Split records (parts far apart) and chunked data are read alone. */
+ * Raw chunks (one dataset): the span of the row's band of chunks, from its
+ * catalog offset (AUX_SPAN). Split records (parts far apart) and chunks read
+ * by HDF5 are read alone. */
 bool hdf5_span(const struct catalog *c, uint64_t id, const struct catalog_sample *s, uint64_t *lo,
 	     uint64_t *hi)
 {
 	(void)id;
 	const struct catalog_file *f = &c->files[s->file];
+	if ((f->aux[0] & 0xf) == H5_MODE_LIB && (f->aux[0] & AUX_SPAN) &&
+	    (uint32_t)(f->aux[0] >> 32) == 1) {
+		*lo = s->offset & (H5_SPAN_LO_MAX - 1);
+		*hi = MIN(*lo + (s->offset >> 48) * H5_SPAN_UNIT, f->size);
+		return *hi > *lo;
+	}
 	if ((f->aux[0] & 0xf) != H5_MODE_PREAD || (uint32_t)(f->aux[0] >> 32) != 1)
 		return false;
 	*lo = f->aux[1] + s->offset;
@@ -306,23 +312,115 @@ int hdf5_cut(struct catalog_reader *rd, uint64_t id, const struct catalog_sample
 	   uint64_t off, uint64_t len, void *dst)
 {
 	uint64_t lo, hi;
+	const struct catalog_file *f = &rd->cat->files[s->file];
 	if (!hdf5_span(rd->cat, id, s, &lo, &hi) || lo < off || hi - off > len)
 		return catalog_read_error(rd, id, -ERANGE, "row is not inside the bytes read "
 				      "(%llu..%llu)", (unsigned long long)off,
 				      (unsigned long long)(off + len));
+	if ((f->aux[0] & 0xf) == H5_MODE_LIB) {
+		struct hdf5_shared *st = rd->cat->fmt_shared;
+		atomic_fetch_add_explicit(&st->raw_reads, 1, memory_order_relaxed);
+		return hdf5_raw_cut(st->raw, rd, id, s, buf, off, len, dst);
+	}
 	memcpy(dst, buf + (lo - off), (size_t)s->length);
-	const struct catalog_file *f = &rd->cat->files[s->file];
 	if (f->aux[0] & AUX_SWAP)
 		fmt_swap(dst, s->length, fmt_dtype_size(rd->cat->types[s->type].dtype));
 	return 0;
 }
 
+/* The chunk bytes of a file read through HDF5 (all its sample datasets) and
+ * the rows one chunk spans. A catalog from before the geometry was kept:
+ * its samples' bytes, assumed to share chunks. */
+static void file_need(const struct catalog *c, const struct catalog_file *f, uint64_t *need,
+		      uint64_t *rows)
+{
+	uint64_t k = f->aux[0] >> 32;
+	*need = *rows = 0;
+	if (f->nsamples == 0)
+		return;
+	if (!(f->aux[3] & AUX_GEOM)) {
+		*need = f->nsamples * c->samples[f->first].length;
+		*rows = 2;
+		return;
+	}
+	*rows = (f->aux[3] & ~AUX_GEOM) >> 40;
+	uint64_t nch = f->aux[3] & AUX_NCHUNKS_MAX;
+	if (__builtin_mul_overflow(f->aux[2], nch, need) || __builtin_mul_overflow(*need, k, need))
+		*need = UINT64_MAX / 4;
+}
+
 void *hdf5_shared_new(const struct catalog *c)
 {
-	(void)c;
 	struct hdf5_shared *st = calloc(1, sizeof(*st));
-	if (st)
-		st->budget = fmt_memory();
+	if (!st)
+		return NULL;
+	st->budget = fmt_memory();
+	struct rlimit rl;
+	uint64_t fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ?
+		       rl.rlim_cur / 4 : H5_OPEN_MAX;
+	struct hdf5_plan_in in = { .budget = st->budget, .file_cost = H5_FILE_COST,
+				   .open_cap = (uint32_t)MAX(MIN(fds, (uint64_t)H5_OPEN_MAX), 8) };
+	uint64_t raw_total = 0, raw_rows = 0;
+	uint32_t raw_files = 0;
+	for (uint32_t i = 0; i < c->nfiles; i++) {
+		const struct catalog_file *f = &c->files[i];
+		uint64_t need, rows;
+		if ((f->aux[0] & 0xf) != H5_MODE_LIB)
+			continue;
+		file_need(c, f, &need, &rows);
+		if (f->aux[0] & AUX_RAW) {
+			if (rows > 1) {
+				raw_total += f->nsamples * c->samples[f->first].length;
+				raw_rows = MAX(raw_rows, rows);
+				raw_files++;
+			}
+			continue;
+		}
+		in.files++;
+		in.max_rows = MAX(in.max_rows, rows);
+		if (rows > 1) {
+			in.max_need = MAX(in.max_need, need);
+			in.total_need += need;
+		}
+	}
+	hdf5_plan_make(&in, &st->plan);
+	uint64_t lib_mem = in.files ? st->plan.open * (st->plan.cache + H5_FILE_COST) : 0;
+	uint64_t raw_budget = st->budget - MIN(st->budget, lib_mem);
+	st->h = calloc(st->plan.open, sizeof(*st->h));
+	st->raw = hdf5_raw_new(c->nfiles, raw_budget);
+	if (!st->h || !st->raw) {
+		hdf5_raw_free(st->raw);
+		free(st->h);
+		free(st);
+		return NULL;
+	}
+	if (raw_total > raw_budget) {
+		/* bands of decoded chunks, cached: a fraction f of them at a time */
+		double f = (double)raw_budget / (double)raw_total;
+		char a[32], b[32], g[32];
+		log_warn("dataset %s: %u HDF5 files hold %s in chunks that serve up to %llu samples "
+			 "each, more than prefetch.format_memory (%s%s) keeps decoded: in shuffled "
+			 "order chunks are read and inflated again, about %.1fx the dataset per epoch. "
+			 "Raise prefetch.format_memory to %s to read each chunk once, or write the files "
+			 "with one sample per chunk (chunks=(1, ...))", c->root, raw_files,
+			 fmt_size(a, sizeof(a), raw_total), (unsigned long long)raw_rows,
+			 fmt_size(b, sizeof(b), raw_budget), lib_mem ? " left by the other files" : "",
+			 1.0 + (double)(raw_rows - 1) * (1.0 - f),
+			 fmt_size(g, sizeof(g), raw_total + raw_total / 16 + lib_mem));
+	}
+	if (st->plan.rereads) {
+		char a[32], b[32], e[32], g[32];
+		log_warn("dataset %s: %u chunked HDF5 files hold %s of chunks that serve up to %llu "
+			 "samples each; prefetch.format_memory (%s) keeps %u of them open with %s of "
+			 "chunk cache each: in shuffled order chunks are read and inflated again, about "
+			 "%.1fx the dataset per epoch. Raise prefetch.format_memory to %s to read each "
+			 "chunk once, or write the files with one sample per chunk (chunks=(1, ...))",
+			 c->root, in.files, fmt_size(a, sizeof(a), in.total_need),
+			 (unsigned long long)in.max_rows, fmt_size(b, sizeof(b), st->budget),
+			 st->plan.open, fmt_size(e, sizeof(e), st->plan.cache), st->plan.amp,
+			 fmt_size(g, sizeof(g), in.total_need + in.total_need / 16 +
+					     (uint64_t)in.files * H5_FILE_COST));
+	}
 	return st;
 }
 
@@ -330,9 +428,11 @@ void hdf5_shared_free(void *shared)
 {
 	struct hdf5_shared *st = shared;
 	fmt_h5_lock();
-	for (int i = 0; i < H5_OPEN_FILES; i++)
-		handle_close(&st->h[i]);
+	for (uint32_t i = 0; i < st->plan.open; i++)
+		hdf5_handle_close(&st->h[i]);
 	fmt_h5_unlock();
+	hdf5_raw_free(st->raw);
+	free(st->h);
 	free(st);
 }
 
@@ -340,10 +440,17 @@ void hdf5_mem_stats(void *shared, struct fmt_mem_stats *st)
 {
 	struct hdf5_shared *s = shared;
 	fmt_h5_lock();
-	uint64_t chunk = MAX(s->budget / H5_OPEN_FILES, (uint64_t)H5_CHUNK_MIN), held = 0;
-	for (int i = 0; i < H5_OPEN_FILES; i++)
-		held += s->h[i].open ? chunk : 0;
-	*st = (struct fmt_mem_stats){ .limit = MAX(s->budget, chunk * H5_OPEN_FILES),
-				      .held = held, .loads = s->opens, .lib_reads = s->reads };
+	uint64_t held = 0;
+	for (uint32_t i = 0; i < s->plan.open; i++)
+		held += s->h[i].open ? s->plan.cache : 0;
+	held += hdf5_raw_table_bytes(s->raw);
+	struct fmt_mem_stats r;
+	hdf5_raw_mem_stats(s->raw, &r);
+	*st = r;
+	st->limit = MAX(s->budget, s->plan.cache);
+	st->held += held;
+	st->peak += held;
+	st->loads += s->opens;
+	st->lib_reads = s->reads + atomic_load(&s->raw_reads);
 	fmt_h5_unlock();
 }

@@ -32,10 +32,11 @@
 
 /* Bytes of the files whose samples must be decoded (not contiguous in a
  * stored member), and how many such files. */
-static uint64_t decoded_need(const struct catalog *c, uint32_t *files)
+static uint64_t decoded_need(const struct catalog *c, uint32_t *files, uint64_t *samples)
 {
 	uint64_t need = 0;
 	*files = 0;
+	*samples = 0;
 	for (uint32_t i = 0; i < c->nfiles; i++) {
 		const struct catalog_file *f = &c->files[i];
 		if (f->nsamples < 2)
@@ -45,6 +46,7 @@ static uint64_t decoded_need(const struct catalog *c, uint32_t *files)
 		bool contiguous = c->samples[f->first + 1].offset - s->offset == s->length;
 		if (deflated || !contiguous) {
 			need += f->nsamples * s->length;
+			*samples += f->nsamples;
 			(*files)++;
 		}
 	}
@@ -55,15 +57,23 @@ void *npz_shared_new(const struct catalog *c)
 {
 	uint64_t limit = fmt_memory();
 	uint32_t files;
-	uint64_t need = decoded_need(c, &files);
+	uint64_t samples;
+	uint64_t need = decoded_need(c, &files, &samples);
 	if (need > limit) {
+		/* a sample whose file is not held decoded reads (about) its whole
+		 * member: with a fraction f of the files held, a file of n samples
+		 * is read 1 + (n - 1)(1 - f) times per shuffled epoch */
+		double n = (double)samples / files, f = (double)limit / (double)need;
 		char a[32], b[32];
 		log_warn("dataset %s: %u %s files hold %s of samples that must be decoded "
 			 "(interleaved or compressed), more than prefetch.format_memory (%s) keeps: "
-			 "in shuffled order many samples will decode their file again (read "
-			 "amplification); raise prefetch.format_memory toward %s, or store samples "
-			 "uncompressed on the first axis", c->root, files, c->fmt->name,
-			 fmt_size(a, sizeof(a), need), fmt_size(b, sizeof(b), limit), a);
+			 "in shuffled order a sample whose file is not held decoded reads its member "
+			 "again, about %.0fx or more the bytes of the samples read so (%.0f per file, "
+			 "%.0f%% of them held); the engine's coalesced reads avoid it only for the "
+			 "files the RAM cache holds. Raise prefetch.format_memory toward %s, or store "
+			 "samples uncompressed on the first axis", c->root, files, c->fmt->name,
+			 fmt_size(a, sizeof(a), need), fmt_size(b, sizeof(b), limit),
+			 1.0 + (n - 1.0) * (1.0 - f), n, 100.0 * f, a);
 	}
 	return mcache_new(limit);
 }

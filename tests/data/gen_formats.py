@@ -558,13 +558,14 @@ def gen_unit(out):
 
 # ---- benchmark datasets ------------------------------------------------------
 
-def gen_bench(out, nsamples, d1, d2, per_file):
+def gen_bench(out, nsamples, d1, d2, per_file, only=()):
     """The same sample bytes (uint8 d1 x d2, label = index % 1000) in every
-    format, DLIO's layout: <fmt>/train/img_<i>_of_<N>.<ext>."""
+    format, DLIO's layout: <fmt>/train/img_<i>_of_<N>.<ext>. only: also
+    ("hdf5_dlio"), or only that ("hdf5_dlio" alone): DLIO's gzip HDF5."""
     rng = np.random.default_rng(7)
     nfiles = (nsamples + per_file - 1) // per_file
     marker = os.path.join(out, ".params")
-    params = repr((nsamples, d1, d2, per_file))
+    params = repr((nsamples, d1, d2, per_file, tuple(only)))
     if os.path.exists(marker) and open(marker).read() == params:
         print("bench datasets in %s already generated" % out)
         return
@@ -579,10 +580,15 @@ def gen_bench(out, nsamples, d1, d2, per_file):
 
         def p(fmt, ext):
             return mkdirs(os.path.join(out, fmt, "train", stem + ext))
-        for k in range(n):
+        for k in range(n if list(only) != ["hdf5_dlio"] else 0):
             with open(mkdirs(os.path.join(out, "files", "train", "img_%07d.bin" % (lo + k))),
                       "wb") as f:
                 f.write(x[k].tobytes())
+        if list(only) == ["hdf5_dlio"]:
+            with h5py.File(p("hdf5_dlio", ".hdf5"), "w") as f:
+                f.create_dataset("records", data=x, compression="gzip", compression_opts=4)
+                f.create_dataset("labels", data=y)
+            continue
         xl = np.ascontiguousarray(x.transpose(1, 2, 0))  # DLIO npz/npy: (d1, d2, n)
         np.savez(p("npz", ".npz"), x=xl, y=y)
         np.savez_compressed(p("npz_deflate", ".npz"), x=xl, y=y)
@@ -590,6 +596,11 @@ def gen_bench(out, nsamples, d1, d2, per_file):
         with h5py.File(p("hdf5", ".hdf5"), "w") as f:
             f.create_dataset("records", data=x)
             f.create_dataset("labels", data=y)
+        if "hdf5_dlio" in only:  # DLIO's hdf5 generator, compression: gzip (level 4),
+            # no chunking asked: h5py picks the chunks, (8, 64, 64) for 64 x 256 x 256
+            with h5py.File(p("hdf5_dlio", ".hdf5"), "w") as f:
+                f.create_dataset("records", data=x, compression="gzip", compression_opts=4)
+                f.create_dataset("labels", data=y)
         with h5py.File(p("hdf5_gzip", ".hdf5"), "w") as f:
             f.create_dataset("records", data=x, chunks=(1, d1, d2), compression="gzip",
                              compression_opts=1)
@@ -615,10 +626,12 @@ def main():
     ap.add_argument("--samples", type=int, default=4096)
     ap.add_argument("--dims", default="256x256")
     ap.add_argument("--per-file", type=int, default=16)
+    ap.add_argument("--only", default="", help="hdf5_dlio: only DLIO's gzip HDF5 (h5py's "
+                    "chunks)")
     a = ap.parse_args()
     if a.bench:
         d1, d2 = (int(v) for v in a.dims.lower().split("x"))
-        gen_bench(a.out, a.samples, d1, d2, a.per_file)
+        gen_bench(a.out, a.samples, d1, d2, a.per_file, [v for v in a.only.split(",") if v])
     else:
         gen_unit(a.out)
     # a real dataset's directories were written long before a job reads them:

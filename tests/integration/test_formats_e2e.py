@@ -250,6 +250,55 @@ def test_corrupt_file_at_catalog_time():
         cleanup(tmp)
 
 
+LZF_PLUGIN_DIRS = [os.environ.get("SEER_TEST_LZF_PLUGIN_DIR", ""),
+                   "/usr/lib/x86_64-linux-gnu/hdf5/openmpi/plugins"]
+
+
+def test_hdf5_missing_filter():
+    """An HDF5 file compressed with a filter this HDF5 lacks (LZF, as h5py and
+    DLIO's `compression: lzf` write it) is refused at scan naming the file,
+    the dataset, the filter and the Debian package that brings it; with the
+    plugin on HDF5_PLUGIN_PATH (Debian's hdf5-plugin-lzf, when installed or
+    named by SEER_TEST_LZF_PLUGIN_DIR) every sample is delivered exact."""
+    tmp = tmpdir("seer-fmt-")
+    try:
+        root = os.path.join(tmp, "lzf", "train")
+        os.makedirs(root)
+        exp = []
+        for i in range(2):
+            rec = (np.arange(6 * 8 * 16, dtype=np.int64).reshape(6, 8, 16) * (i + 3)) % 1000
+            with h5py.File(os.path.join(root, "lzf_%d.h5" % i), "w") as h:
+                h.create_dataset("records", data=rec, chunks=(2, 8, 16), compression="lzf")
+                h.create_dataset("labels", data=np.arange(6) + 10 * i)
+            exp += [(rec[k], k + 10 * i) for k in range(6)]
+        empty = os.path.join(tmp, "no-plugins")
+        os.makedirs(empty)
+        out = subprocess.run([os.path.join(BIN, "seerd"), "--check", "--set", "dataset.path=" + root,
+                              "--set", "dataset.format=hdf5", "--set",
+                              "daemon.state_dir=" + os.path.join(tmp, "st")],
+                             capture_output=True, text=True, timeout=LONG,
+                             env=dict(os.environ, HDF5_PLUGIN_PATH=empty))
+        msg = out.stderr
+        check(out.returncode != 0, "an LZF file without the plugin must be refused at scan")
+        for want in ("lzf_0.h5", "'records'", "32000", "LZF", "hdf5-plugin-lzf", "HDF5_PLUGIN_PATH"):
+            check(want in msg, "the refusal must name %s: %s" % (want, msg))
+        log("LZF without the plugin: %s" % msg.strip().splitlines()[-1][-220:])
+        plug = [d for d in LZF_PLUGIN_DIRS if d and os.path.exists(os.path.join(d, "liblzf_filter.so"))]
+        if not plug:
+            log("LZF with the plugin: not checked, hdf5-plugin-lzf is not installed (or set "
+                "SEER_TEST_LZF_PLUGIN_DIR to its plugins directory)")
+            return
+        s = {"dataset.path": root, "dataset.format": "hdf5", "job.epochs": 1, "job.batch_size": 4}
+        with Daemon(os.path.join(tmp, "lzf"), s, env={"HDF5_PLUGIN_PATH": plug[0]}) as d:
+            got = []
+            py_trainer(d.sock, exp, got, rank=0, world=1)
+            check(got == [len(exp)], "LZF with the plugin: %s samples checked of %d" % (got, len(exp)))
+            check(d.wait(60) == 0, "seerd failed:\n%s" % d.log())
+        log("LZF with the plugin in %s: %d samples exact" % (plug[0], len(exp)))
+    finally:
+        cleanup(tmp)
+
+
 # ---- memory and bytes ------------------------------------------------------------------
 
 MIB = 1 << 20
@@ -355,6 +404,128 @@ def test_memory_bounded_multi_sample():
         cleanup(tmp)
 
 
+def make_dlio_hdf5(root, files, n=32, d=64, chunks=(8, 32, 32), **kw):
+    """DLIO's gzip HDF5 as h5py writes it: records (n, d, d) uint8 in gzip
+    chunks spanning several samples, labels int64. Returns the samples in
+    catalog order."""
+    os.makedirs(root)
+    rng = np.random.default_rng(11)
+    exp = []
+    for i in range(files):
+        rec = rng.integers(0, 255, size=(n, d, d), dtype=np.uint8)
+        with h5py.File(os.path.join(root, "img_%02d_of_%d.h5" % (i, files)), "w") as h:
+            h.create_dataset("records", data=rec, chunks=chunks, compression="gzip",
+                             compression_opts=4, **kw)
+            h.create_dataset("labels", data=np.arange(n) + 100 * i)
+        exp += [(rec[k], k + 100 * i) for k in range(n)]
+    return exp
+
+
+def test_hdf5_chunk_budget():
+    """Chunked gzip HDF5 over more files than were once kept open (8), each
+    chunk serving 8 samples, shuffled: with prefetch.format_memory holding the
+    chunks, epoch 0 reads each chunk once (PFS bytes <= 1.05x the files'
+    bytes; 4.7-7.8x before) and every sample is delivered exact -- chunks read
+    by seer itself (gzip: bands of decoded chunks in the format memory) and by
+    HDF5 (gzip + fletcher32: every file open with a chunk cache of all its
+    chunks). With a budget that cannot hold them, seerd says so at start with
+    the expected amplification and the format_memory that avoids it; with a
+    RAM cache holding the dataset, coalesced reads take each band of chunks
+    whole and epoch 0 reads it once even with 1 MiB of format memory."""
+    tmp = tmpdir("seer-fmt-")
+    try:
+        for kind, kw in (("gzip", {}), ("fletcher32", {"fletcher32": True})):
+            root = os.path.join(tmp, kind, "train")
+            exp = make_dlio_hdf5(root, 16, **kw)
+            size = sum(os.path.getsize(os.path.join(root, f)) for f in os.listdir(root))
+            s = {"dataset.path": root, "dataset.format": "hdf5", "job.epochs": 1,
+                 "job.batch_size": 16, "prefetch.format_memory": "20MiB"}
+            with Daemon(os.path.join(tmp, kind), s) as d:
+                got = []
+                py_trainer(d.sock, exp, got, rank=0, world=1)
+                check(got == [len(exp)], "%s: %s samples checked of %d" % (kind, got, len(exp)))
+                check(d.wait(60) == 0, "seerd failed:\n%s" % d.log())
+                pfs = d.stats()["epochs"][0]["pfs_bytes"]
+                check("read and inflated again" not in d.log(), "a warning with a budget that "
+                      "holds the chunks:\n%s" % d.log())
+            log("%-10s 16 files, chunks of 8 samples, format_memory 20 MiB: epoch 0 read %d bytes "
+                "of a %d-byte dataset (%.3fx)" % (kind, pfs, size, pfs / size))
+            check(pfs <= 1.05 * size, "%s: epoch 0 read %.2fx the dataset" % (kind, pfs / size))
+            out = subprocess.run([os.path.join(BIN, "seerd"), "--check", "--set",
+                                  "dataset.path=" + root, "--set", "dataset.format=hdf5", "--set",
+                                  "prefetch.format_memory=1MiB", "--set",
+                                  "daemon.state_dir=" + os.path.join(tmp, kind, "st")],
+                                 capture_output=True, text=True, timeout=LONG)
+            warn = [ln for ln in out.stderr.splitlines() if "read and inflated again" in ln]
+            check(out.returncode == 0 and warn, "no warning with a 1 MiB budget: %s" % out.stderr)
+            for want in ("16 ", "HDF5 files", "up to 8 samples", "x the dataset per epoch",
+                         "Raise prefetch.format_memory to"):
+                check(want in warn[0], "the warning must say %r: %s" % (want, warn[0]))
+            log("%-10s 1 MiB: %s" % (kind, warn[0][warn[0].index("16 "):]))
+        # the same gzip files, 1 MiB of format memory, a RAM cache holding them: the
+        # engine reads each band of chunks whole (coalesced) and cuts its samples
+        exp = make_dlio_hdf5(os.path.join(tmp, "gzip2", "train"), 16)
+        root = os.path.join(tmp, "gzip2", "train")
+        size = sum(os.path.getsize(os.path.join(root, f)) for f in os.listdir(root))
+        s = {"dataset.path": root, "dataset.format": "hdf5", "job.epochs": 1,
+             "job.batch_size": 16, "prefetch.format_memory": "1MiB", "cache.ram": "8MiB"}
+        with Daemon(os.path.join(tmp, "gzip2"), s) as d:
+            got = []
+            py_trainer(d.sock, exp, got, rank=0, world=1)
+            check(got == [len(exp)], "coalesced: %s samples checked of %d" % (got, len(exp)))
+            check(d.wait(60) == 0, "seerd failed:\n%s" % d.log())
+            st = d.stats()
+        pfs, ext = st["epochs"][0]["pfs_bytes"], st["coalescing"]["extents"]
+        log("gzip       1 MiB of format memory, cache.ram 8 MiB: epoch 0 read %.3fx the dataset "
+            "in %d extents" % (pfs / size, ext))
+        check(ext > 0 and pfs <= 1.05 * size, "coalesced bands: %d extents, %.2fx the dataset"
+              % (ext, pfs / size))
+    finally:
+        cleanup(tmp)
+
+
+def test_hdf5_raw_chunks():
+    """Chunks filtered by deflate and/or shuffle only are read without
+    HDF5 (pread, libdeflate, unshuffle, copied into the row): big-endian int32
+    rows split over 3 x 2 chunks with partial edge chunks (shuffle + gzip),
+    float64 rows in one gzip chunk, bool rows in stored chunks, big-endian
+    uint16 in shuffle + gzip chunks of 4 x 4 x 4 (bands of 4 rows, the last of
+    3, edge chunks on every axis), next to a fletcher32 file that HDF5 still
+    reads; every sample equal to h5py's, over two epochs."""
+    tmp = tmpdir("seer-fmt-")
+    try:
+        root = os.path.join(tmp, "raw", "train")
+        os.makedirs(root)
+        rng = np.random.default_rng(3)
+        exp = []
+        files = [("a", rng.integers(-2**31, 2**31 - 1, size=(7, 20, 30)).astype(">i4"),
+                  dict(chunks=(1, 8, 16), shuffle=True, compression="gzip")),
+                 ("b", rng.standard_normal((5, 6, 10)), dict(chunks=(1, 6, 10), compression="gzip")),
+                 ("c", rng.integers(0, 2, size=(4, 33)).astype(bool), dict(chunks=(1, 11))),
+                 ("d", rng.integers(0, 9, size=(3, 5, 5)).astype(np.int16),
+                  dict(chunks=(1, 5, 5), fletcher32=True, compression="gzip")),
+                 ("e", rng.integers(0, 60000, size=(11, 9, 7)).astype(">u2"),
+                  dict(chunks=(4, 4, 4), shuffle=True, compression="gzip"))]
+        for name, rec, kw in files:
+            with h5py.File(os.path.join(root, name + ".h5"), "w") as h:
+                h.create_dataset("records", data=rec, **kw)
+                h.create_dataset("labels", data=np.arange(len(rec)) + ord(name))
+            with h5py.File(os.path.join(root, name + ".h5"), "r") as h:
+                exp += [(h["records"][k].astype(h["records"].dtype.newbyteorder("<")), k + ord(name))
+                        for k in range(len(rec))]
+        s = {"dataset.path": root, "dataset.format": "hdf5", "job.epochs": 2, "job.batch_size": 5}
+        with Daemon(os.path.join(tmp, "raw"), s) as d:
+            got = []
+            py_trainer(d.sock, exp, got, rank=0, world=1)
+            check(got == [2 * len(exp)], "%s samples checked of %d" % (got, 2 * len(exp)))
+            check(d.wait(60) == 0, "seerd failed:\n%s" % d.log())
+            st = d.stats()
+        log("%d samples of 5 files (shuffle+gzip >i4 in 6 chunks a row, gzip f8, stored bool, "
+            "fletcher32 through HDF5, >u2 in 4-row chunks) exact over 2 epochs" % len(exp))
+    finally:
+        cleanup(tmp)
+
+
 def pfsemu_available():
     return (os.path.exists(os.path.join(BIN, "seer-pfsemu")) and os.path.exists("/dev/fuse") and
             os.path.exists(os.path.join(ROOT, "scripts", "pfsemu-mount.sh")))
@@ -435,5 +606,7 @@ def test_pfs_bytes_are_bytes_read():
 
 if __name__ == "__main__":
     run_tests([test_every_format, test_corrupt_record_fail_and_skip,
-               test_corrupt_file_at_catalog_time, test_memory_bounded_multi_sample,
+               test_corrupt_file_at_catalog_time, test_hdf5_missing_filter, test_hdf5_chunk_budget,
+               test_hdf5_raw_chunks,
+               test_memory_bounded_multi_sample,
                test_pfs_bytes_are_bytes_read])
