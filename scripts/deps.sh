@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(
   build-essential pkg-config
   libopenmpi-dev openmpi-bin libfabric-dev libfabric-bin libhwloc-dev hwloc
-  libhdf5-openmpi-dev libcriterion-dev libinih-dev libxxhash-dev zlib1g-dev libdeflate-dev
+  libhdf5-openmpi-dev hdf5-plugin-lzf libcriterion-dev libinih-dev libxxhash-dev zlib1g-dev libdeflate-dev
   liburing-dev libnuma-dev libfuse3-dev fuse3
   clang libclang-rt-14-dev
   python3-numpy python3-h5py python3-torch python3-mpi4py python3-matplotlib
