@@ -361,7 +361,8 @@ SEER_API int64_t seer_options_offset(const char *field)
 	static const struct { const char *name; size_t off; } fields[] = {
 		OPT(socket_path), OPT(job_id), OPT(rank), OPT(world_size), OPT(flags),
 		OPT(start_epoch), OPT(start_step), OPT(connect_timeout_ms), OPT(record),
-		OPT(record_len), OPT(reconnect_ms), OPT(max_held),
+		OPT(record_len), OPT(reconnect_ms), OPT(max_held), OPT(job), OPT(batch_size),
+		OPT(seed), OPT(epochs), OPT(shuffle), OPT(drop_last), OPT(dataset),
 	};
 #undef OPT
 	for (size_t i = 0; field && i < ARRAY_SIZE(fields); i++)
@@ -378,7 +379,8 @@ SEER_API int seer_constant(const char *name, int64_t *value)
 		K(SEER_EEPOCH), K(SEER_EEND), K(SEER_ESHUTDOWN), K(SEER_EPROTO),
 		K(SEER_EREFUSED), K(SEER_EBATCH), K(SEER_ECONFIG), K(SEER_EDATASET),
 		K(SEER_ENOTHELD), K(SEER_EEVICTED), K(SEER_EDAEMON), K(SEER_OPT_START_AT), K(SEER_OPT_RECONNECT),
-		K(SEER_OPT_TAKE_AHEAD),
+		K(SEER_OPT_TAKE_AHEAD), K(SEER_JOB_BATCH_SIZE), K(SEER_JOB_SHUFFLE),
+		K(SEER_JOB_DROP_LAST), K(SEER_JOB_SEED), K(SEER_JOB_EPOCHS), K(SEER_JOB_DATASET),
 		K(SEER_SAMPLER_DROP_LAST), K(SEER_SAMPLER_NO_SHUFFLE), K(SEER_MAX_DIMS),
 		K(SEER_VERSION_MAJOR), K(SEER_VERSION_MINOR), K(SEER_LAYOUT_NONE),
 		K(SEER_LAYOUT_NCHW), K(SEER_LAYOUT_NHWC),

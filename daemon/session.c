@@ -366,6 +366,8 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, co
 	struct sampler_record r;
 	char msg[SEER_ERRMSG_MAX];
 	int rc = check_hello(e, sock, h);
+	if (rc == 0 && (rc = jobdef_take(e, h, pid, msg, sizeof(msg))) != 0)
+		send_refusal(sock, rc, "%s", msg);
 	if (rc == 0 && rec_len > 0 && (rc = jobrec_decode(e, rec, rec_len, &r, msg, sizeof(msg))))
 		send_refusal(sock, rc, "rank %u's checkpoint record: %s", h->rank, msg);
 	bool have = rc == 0 && rec_len > 0;

@@ -249,31 +249,36 @@ def test_len_and_epochs_with_workers():
 
 
 def test_job_arguments_checked():
-    """batch_size, epochs, seed, shuffle, drop_last given to the Loader are
-    checked against seerd's job at connect: ValueError naming both values
-    (before: not arguments at all; a DataLoader's batch_size silently
-    differed from seerd's)."""
+    """batch_size, epochs, seed, shuffle, drop_last and the dataset given to
+    the Loader travel in the handshake; a seerd whose config fixed them
+    refuses another value: JobError (a ValueError) naming the key, both
+    values and where seerd's came from (before: not arguments at all; a
+    DataLoader's batch_size silently differed from seerd's)."""
     tmp = tmpdir("seer-di-")
     try:
         root, cat = dataset(tmp)
-        with Daemon(tmp, settings(tmp, root)) as d:
-            for kw, want in (({"batch_size": 8}, "batch_size=8 but seerd's [job] batch_size is 4"),
-                             ({"epochs": 3}, "epochs=3 but seerd's job has 2 epochs"),
-                             ({"epochs": 1}, "epochs=1 but seerd's job has 2 epochs"),
-                             ({"seed": 1}, "seed=1 but seerd's [job] seed is 7"),
-                             ({"shuffle": False}, "shuffle=False but seerd's [job] shuffle is "
-                                                  "true"),
-                             ({"drop_last": True}, "drop_last=True but seerd's [job] drop_last "
-                                                   "is false")):
+        with Daemon(tmp, settings(tmp, root, **{"job.shuffle": True,
+                                                "job.drop_last": False})) as d:
+            for kw, want in (({"batch_size": 8}, "job.batch_size: seerd's config says 4"),
+                             ({"epochs": 3}, "job.epochs: seerd's config says 2"),
+                             ({"epochs": 1}, "job.epochs: seerd's config says 2"),
+                             ({"seed": 1}, "job.seed: seerd's config says 7"),
+                             ({"shuffle": False}, "job.shuffle: seerd's config says true"),
+                             ({"drop_last": True}, "job.drop_last: seerd's config says false"),
+                             ({"dataset": tmp}, "dataset.path: seerd's config says %s" % root)):
                 L = TorchLoader(socket=d.sock, rank=0, world_size=1, **kw)
                 try:
                     for _ in L:
                         break
                     raise Fail("%s accepted by seerd's job" % kw)
                 except ValueError as e:
+                    check(isinstance(e, seer.JobError), "%s: %r" % (kw, e))
                     check(want in str(e), "%s: %s" % (kw, e))
+                    if "dataset" not in kw:
+                        v = list(kw.values())[0]
+                        v = str(v).lower() if isinstance(v, bool) else str(v)
+                        check("asks %s" % v in str(e), "%s: the trainer's value: %s" % (kw, e))
                 L.close()
-                detached(d, 0)
             for kw, exc in (({"batch_size": 0}, ValueError), ({"shuffle": "yes"}, TypeError),
                             ({"epochs": 0}, ValueError)):
                 try:
@@ -283,7 +288,8 @@ def test_job_arguments_checked():
                     pass
             sampler = seer.Sampler(len(cat), SEED, 1, BATCH)
             with seer.Loader(socket=d.sock, rank=0, world_size=1, batch_size=4, epochs=2,
-                             seed=SEED, shuffle=True, drop_last=False) as L:
+                             seed=SEED, shuffle=True, drop_last=False,
+                             dataset=os.path.join(root, "..", "data")) as L:
                 n = 0
                 for _ in range(L.epochs):
                     for b in L:
@@ -291,7 +297,64 @@ def test_job_arguments_checked():
                                     b.labels.tolist(), b.samples, "%d:%d" % (b.epoch, b.step))
                         n += 1
             check(n == 2 * sampler.batches_per_epoch, "%d batches" % n)
-        log("6 mismatches refused naming both values; matching arguments: %d exact batches" % n)
+        log("7 mismatches refused naming both values; matching arguments: %d exact batches" % n)
+    finally:
+        cleanup(tmp)
+
+
+def test_job_from_the_script():
+    """A seerd started without [job] batch_size/seed/epochs/shuffle/drop_last
+    takes them from the job's first trainer (seerctl config names it as the
+    origin) and serves exactly that job; a second trainer declaring another
+    value is refused naming both; once every trainer of the job has gone, a
+    trainer declaring another job starts it afresh (before: seerd's defaults,
+    32 per batch and 1 epoch, whatever the script said)."""
+    tmp = tmpdir("seer-di-")
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "cache.ram": "1MiB", "cache.staging": "2MiB",
+             "prefetch.io_threads": 1}
+        with Daemon(tmp, s) as d:
+            job = dict(batch_size=3, epochs=3, seed=11, shuffle=True, drop_last=True)
+            sampler = seer.Sampler(len(cat), 11, 2, 3, drop_last=True)
+            a = seer.Loader(socket=d.sock, rank=0, world_size=2, dataset=root, **job)
+            check((a.batch_size, a.epochs, a.seed, a.drop_last, a.shuffle) == (3, 3, 11, True, True),
+                  "the job seerd took: %s" % ((a.batch_size, a.epochs, a.seed, a.drop_last,
+                                               a.shuffle),))
+            try:
+                seer.Loader(socket=d.sock, rank=1, world_size=2, **dict(job, batch_size=5)).connect()
+                raise Fail("rank 1 with batch_size=5 accepted")
+            except seer.JobError as e:
+                check("job.batch_size: trainer rank 0 (pid %d) declared 3" % os.getpid() in str(e)
+                      and "asks 5" in str(e), str(e))
+            b = seer.Loader(socket=d.sock, rank=1, world_size=2, **job)
+            got = {0: [], 1: []}
+            for ep in range(2):  # of 3: the job is left unfinished (seerd ends with a job)
+                for r, L in ((0, a), (1, b)):
+                    for x in L:
+                        check_batch(cat, sampler.batch(x.epoch, r, x.step), x.ids.tolist(),
+                                    x.labels.tolist(), x.samples, "rank %d %d:%d" %
+                                    (r, x.epoch, x.step))
+                        got[r].append(x.ids.tolist())
+            per = sampler.batches_per_epoch
+            check(len(got[0]) == len(got[1]) == 2 * per, "batches: %d %d, want %d" %
+                  (len(got[0]), len(got[1]), 2 * per))
+            a.close()
+            b.close()
+            detached(d, 0)
+            detached(d, 1)
+            # every trainer of that job has gone: another job may start
+            with seer.Loader(socket=d.sock, rank=0, world_size=1, batch_size=4, epochs=1,
+                             seed=2) as L:
+                one = seer.Sampler(len(cat), 2, 1, 4, drop_last=True)
+                n = 0
+                for x in L:
+                    check_batch(cat, one.batch(0, 0, x.step), x.ids.tolist(), x.labels.tolist(),
+                                x.samples, "new job 0:%d" % x.step)
+                    n += 1
+                check(n == one.batches_per_epoch, "new job: %d batches" % n)
+        log("seerd took the script's job (%d x 2 ranks x 2 epochs exact), refused another "
+            "batch size naming both, then served a new job once that one's trainers left" % per)
     finally:
         cleanup(tmp)
 
@@ -397,4 +460,5 @@ def test_sample_list_hint():
 if __name__ == "__main__":
     run_tests([test_rank_from_torch_distributed, test_len_sampler_and_epochs,
                test_len_and_epochs_with_workers, test_job_arguments_checked,
+               test_job_from_the_script,
                test_load_state_dict_another_world_size, test_sample_list_hint])
