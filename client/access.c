@@ -13,7 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "../src/common/base.h"
+#include "../src/common/paths.h"
 #include "client.h"
 
 /* the wire's dtype codes are the public ones */
@@ -352,6 +356,25 @@ SEER_API uint64_t seer_seed(const seer_client_t *h)
 }
 
 /* ---- introspection for bindings ---------------------------------------------- */
+
+SEER_API int seer_socket_path(const char *job_id, char *buf, size_t cap)
+{
+	char why[768];
+	const char *job = job_id ? job_id : seer_env_job_id();
+	const char *env = getenv("SEER_SOCKET");
+	if (env && *env) {
+		if (strlen(env) >= cap) {
+			err_set("seer_socket_path: $SEER_SOCKET is longer than the buffer");
+			return -ENAMETOOLONG;
+		}
+		snprintf(buf, cap, "%s", env);
+		return 0;
+	}
+	int rc = path_default_socket(buf, cap, job, false, why, sizeof(why));
+	if (rc != 0)
+		err_set("%s", why);
+	return rc;
+}
 
 SEER_API size_t seer_options_size(void) { return sizeof(seer_options_t); }
 

@@ -76,6 +76,8 @@ void engine_end(struct engine *e, bool complete);
 void engine_snapshot(struct engine *e);
 /* Every trainer finished the job (or the engine stopped) and detached. */
 bool engine_finished(const struct engine *e);
+/* Trainers attached, leaving or reconnecting now (session.c). */
+uint32_t engine_trainers(const struct engine *e);
 /* Why the engine cannot go on (it then reports finished), or NULL. */
 const char *engine_fatal(const struct engine *e);
 /* Periodic duties (1 s): progress lines, connect warnings. */

@@ -404,6 +404,14 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, co
 	return rc;
 }
 
+uint32_t engine_trainers(const struct engine *e)
+{
+	uint32_t n = 0;
+	for (uint32_t r = 0; e->shape_ready && r < e->world; r++)
+		n += e->tr[r].attached || e->tr[r].resetting || e->tr[r].pending_sock >= 0;
+	return n;
+}
+
 void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *why)
 {
 	/* a seek it asked for and left before the answer: it resumes where it

@@ -182,6 +182,12 @@ typedef struct seer_options {
  * characters), -ENAMETOOLONG for a socket path over 107 bytes. */
 SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out);
 
+/* The socket seer_connect uses when seer_options_t gives no path:
+ * $SEER_SOCKET, else the default one of job_id (NULL: $SEER_JOB_ID /
+ * $SLURM_JOB_ID / "default"). 0 with the path in buf, or a negative code with
+ * seer_errmsg() saying why (e.g. no private directory). */
+SEER_API int seer_socket_path(const char *job_id, char *buf, size_t cap);
+
 /* Close the connection; every batch handle becomes stale. Batches still
  * held are NOT counted as done: seerd keeps this rank's position at the first
  * batch it did not release (a restarted trainer gets the held ones again,

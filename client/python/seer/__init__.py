@@ -182,6 +182,7 @@ def _signatures():
         "seer_errmsg": (S, []),
         "seer_options_size": (ctypes.c_size_t, []),
         "seer_options_offset": (I64, [S]),
+        "seer_socket_path": (I, [S, ctypes.c_char_p, ctypes.c_size_t]),
         "seer_constant": (I, [S, ctypes.POINTER(I64)]),
         "seer_dtype_name": (S, [I]),
         "seer_sampler_new": (P, [U64, U64, U32, U32, ctypes.c_uint]),
