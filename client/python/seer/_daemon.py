@@ -4,7 +4,8 @@ serves the job's socket (docs/torch.md, "seerd follows the job").
 One process of the node starts it: every process of the job takes an
 exclusive lock on <socket>.lock, looks whether something answers the socket,
 and only when nothing does starts seerd with the job's dataset, job id and
-socket, and [daemon] idle_exit_s so that it ends with the job: it exits when
+socket, $SEER_SEERD_SET's "section.key=value" words and the loader's
+seerd_settings, and [daemon] idle_exit_s so that it ends with the job: it exits when
 its trainers finish the job, or after idle_exit_s with no trainer (a script
 that died); a script relaunched within that time finds it and resumes where
 its checkpoint says. The job's definition (batch size, seed, ...) is not on
@@ -82,6 +83,11 @@ def ensure(sock, job_id, root, settings, idle_s, libpath, timeout, error):
         log = sock + ".log"
         sets = {"dataset.path": root, "job.id": job_id, "daemon.socket": sock,
                 "daemon.idle_exit_s": idle_s}
+        for kv in os.environ.get("SEER_SEERD_SET", "").split():
+            k, eq, v = kv.partition("=")
+            if not eq:
+                raise error("SEER_SEERD_SET: %r is not section.key=value" % kv)
+            sets[k] = v
         sets.update(settings or {})
         args = [binary]
         for k, v in sets.items():
