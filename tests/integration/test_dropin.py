@@ -359,6 +359,69 @@ def test_job_from_the_script():
         cleanup(tmp)
 
 
+def test_daemon_follows_the_script():
+    """TorchLoader(root, batch_size, shuffle, ...) with daemon="auto" (the
+    default with a root) starts seerd when none serves the job's socket and
+    declares the job to it; a script that died mid-epoch leaves seerd up, and
+    one relaunched against it starts where its checkpoint says -- the job's
+    start without one, the checkpoint's step with one -- never silently
+    where the dead run was; seerd with no trainer left exits after
+    daemon_idle seconds, saying so (before: a seerd to start and kill by
+    hand, and a relaunch continued mid-epoch)."""
+    tmp = tmpdir("seer-di-")
+    try:
+        root, cat = dataset(tmp)
+        sock = os.path.join(tmp, "auto.sock")
+        sets = {"cache.ram": "1MiB", "cache.staging": "2MiB", "prefetch.io_threads": 1,
+                "daemon.state_dir": os.path.join(tmp, "state")}
+        sampler = seer.Sampler(len(cat), 5, 1, 3)
+
+        def loader(**kw):
+            return TorchLoader(root, 3, True, epochs=2, seed=5, socket=sock, daemon_idle=2,
+                               seerd_settings=sets, transform=len, **kw)
+
+        def ids_of(L, n):
+            out = []
+            for _, y in L:
+                out.append(L.last_batch.ids.tolist())
+                check(y.tolist() == [cat[i][1] for i in out[-1]], "labels %s" % y.tolist())
+                if len(out) == n:
+                    break
+            return out
+
+        first = loader()
+        got = ids_of(first, 3)
+        check(got == [sampler.batch(0, 0, s) for s in range(3)], "first run: %s" % got)
+        state = first.state_dict()
+        seerd = first.seerd
+        check(seerd is not None and seerd.poll() is None, "the loader started no seerd")
+        first.close()  # the script "dies" mid-epoch 0: seerd stays
+        # relaunched without a checkpoint: the job's start, not step 3
+        again = loader()
+        got = ids_of(again, 2)
+        check(again.seerd is None, "a second seerd was started beside the running one")
+        check(got == [sampler.batch(0, 0, s) for s in range(2)],
+              "relaunch without checkpoint: %s, want epoch 0 from its start" % got)
+        again.close()
+        # relaunched with the checkpoint taken after 3 batches: step 3
+        again = loader(state=state)
+        got = ids_of(again, 2)
+        check(got == [sampler.batch(0, 0, s) for s in range(3, 5)],
+              "relaunch with the checkpoint: %s, want steps 3-4" % got)
+        again.close()
+        check(seerd.poll() is None, "seerd left while a relaunched script used it")
+        # nobody comes back: seerd stops by itself, saying why
+        wait_for(lambda: seerd.poll() is not None, LONG, "the idle seerd to exit")
+        with open(sock + ".log") as f:
+            text = f.read()
+        check(seerd.returncode == 0 and "([daemon] idle_exit_s): stopping" in text,
+              "seerd exit %s, log:\n%s" % (seerd.returncode, text[-1500:]))
+        log("seerd started by the loader, relaunches at the job's start / the checkpoint's "
+            "step, idle exit after the last script left")
+    finally:
+        cleanup(tmp)
+
+
 # ---- finding 6: StatefulDataLoader's convention ----------------------------------
 
 def test_load_state_dict_another_world_size():
@@ -460,5 +523,5 @@ def test_sample_list_hint():
 if __name__ == "__main__":
     run_tests([test_rank_from_torch_distributed, test_len_sampler_and_epochs,
                test_len_and_epochs_with_workers, test_job_arguments_checked,
-               test_job_from_the_script,
+               test_job_from_the_script, test_daemon_follows_the_script,
                test_load_state_dict_another_world_size, test_sample_list_hint])
