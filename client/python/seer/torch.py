@@ -1,16 +1,20 @@
 """seer.torch: the Loader as an iterable of torch tensors (Debian's python3-torch).
 
     from seer.torch import TorchLoader
-    with TorchLoader() as loader:
-        for epoch in range(loader.epochs):
-            for x, y in loader:            # one epoch
-                ...
+    loader = TorchLoader(ImageFolder(root, transform=tf), batch_size=256, shuffle=True,
+                         seed=0, epochs=90, num_workers=8)
+    for epoch in range(90):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:            # one epoch
+            ...
 
-DataLoader's surface (docs/torch.md, "A drop-in for the DataLoader"): len(),
-batch_size/drop_last/shuffle (seerd's job; the same arguments are checked
-against it), sampler.set_epoch(e), dataset; rank and world size from an
-initialised torch.distributed; the connection is made at the first use, so
-construct + load_state_dict(state) + iterate resumes with any world size.
+Porting a DataLoader script: docs/torch.md. The job's definition
+(batch_size, shuffle, drop_last, seed, epochs, the dataset) travels to seerd
+in the handshake; with a root, daemon="auto" starts the node's seerd when
+none serves the job, and it ends with the job. DataLoader's surface: len(),
+sampler.set_epoch(e), dataset; rank and world size from an initialised
+torch.distributed; the connection is made at the first use, so construct +
+load_state_dict(state) + iterate resumes with any world size.
 
 Three ways to get tensors:
 
