@@ -87,12 +87,13 @@ static int resolve_job(const seer_options_t *o, struct params *p)
 		if (snprintf(buf, sizeof(buf), "%s/%s", cwd, o->dataset) < (int)sizeof(buf))
 			path = buf;
 	}
-	if (strlen(path) >= sizeof(jd->dataset)) {
+	size_t len = strlen(path);
+	if (len >= sizeof(jd->dataset)) {
 		err_set("dataset path %.200s... is %zu bytes, more than the %zu seerd takes: use a "
-			"shorter path (a link)", path, strlen(path), sizeof(jd->dataset) - 1);
+			"shorter path (a link)", path, len, sizeof(jd->dataset) - 1);
 		return -ENAMETOOLONG;
 	}
-	snprintf(jd->dataset, sizeof(jd->dataset), "%s", path);
+	memcpy(jd->dataset, path, len + 1);
 	return 0;
 }
 

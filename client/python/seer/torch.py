@@ -275,6 +275,12 @@ class TorchLoader(Loader):
             sock = os.fsdecode(buf.value)
         job = self._job_id or os.environ.get("SEER_JOB_ID") or \
             os.environ.get("SLURM_JOB_ID") or "default"
+        nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
+        if nodes.isdigit() and int(nodes) > 1:
+            # several nodes: their seerds are one MPI job, started by srun
+            # (docs/torch.md); connecting waits for this node's
+            self._opts.socket_path = os.fsencode(sock)
+            return
         try:
             libpath = _find_lib()
         except OSError:
