@@ -96,7 +96,10 @@ static int may_follow(struct engine *e, const char *from, bool *drop, char *why,
 	}
 	char busy[160];
 	if (place_can_reshape(e, busy, sizeof(busy)) != 0) {
-		if (trainer)
+		if (strstr(busy, "in flight"))
+			snprintf(why, whylen, "the last job's reads are still in flight (try again "
+				 "in a moment); it has");
+		else if (trainer)
 			snprintf(why, whylen, "%s declared", from);
 		else
 			snprintf(why, whylen, "seerd's default (the job's first trainer declared none) "
