@@ -37,6 +37,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -709,7 +710,15 @@ class Loader:
         o.record = state
         o.record_len = len(state) if state else 0
         c = ctypes.c_void_p()
-        rc = self._lib.seer_connect(ctypes.byref(o), ctypes.byref(c))
+        deadline = time.monotonic() + o.connect_timeout_ms / 1000.0
+        while True:
+            rc = self._lib.seer_connect(ctypes.byref(o), ctypes.byref(c))
+            # seerd refuses a new job (another definition or world size) while
+            # the last job's reads still land: a moment's wait, not an error
+            if rc >= 0 or "try again in a moment" not in str(_error(rc)) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         o.record, o.record_len = None, 0
         if rc < 0:
             e = _error(rc)
