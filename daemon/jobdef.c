@@ -96,7 +96,13 @@ static int may_follow(struct engine *e, const char *from, bool *drop, char *why,
 	}
 	char busy[160];
 	if (place_can_reshape(e, busy, sizeof(busy)) != 0) {
-		if (strstr(busy, "in flight"))
+		bool ended = e->plan_ready && e->world > 0;
+		for (uint32_t r = 0; ended && r < e->world; r++)
+			ended = e->tr[r].done || !e->tr[r].known;
+		if (ended && e->cfg->serve_jobs)
+			snprintf(why, whylen, "the last job's trainers are still leaving (try again "
+				 "in a moment); it has");
+		else if (strstr(busy, "in flight"))
 			snprintf(why, whylen, "the last job's reads are still in flight (try again "
 				 "in a moment); it has");
 		else if (trainer)
@@ -120,6 +126,22 @@ static bool same_dataset(const char *cfg_path, const char *asked)
 	char buf[PATH_MAX];
 	const char *mine = realpath(cfg_path, buf) ? buf : cfg_path;
 	return strcmp(mine, asked) == 0;
+}
+
+int engine_next_job(struct engine *e)
+{
+	if (e->fatal[0] || e->draining || atomic_load(&e->stopping))
+		return -1;
+	if (!e->shape_ready)
+		return 1;
+	char busy[160];
+	if (place_can_reshape(e, busy, sizeof(busy)) != 0)
+		return 0;
+	engine_end(e, true); /* a finished job's positions go, as at seerd's exit */
+	place_drop_shape(e);
+	log_info("job finished: serving the next job ([daemon] serve_jobs); its first trainer "
+		 "declares it");
+	return 1;
 }
 
 int jobdef_take(struct engine *e, const struct seer_msg_hello *h, pid_t pid, char *err,

@@ -427,7 +427,9 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		engine_work(s.e);
 		if (!cluster_round(&s))
 			break;
-		if (engine_finished(s.e) && !finished_round(&s))
+		if (engine_finished(s.e) && !(s.cfg->serve_jobs && s.nnodes == 1 &&
+					       s.stop_deadline == 0 && engine_next_job(s.e) >= 0) &&
+		    !finished_round(&s))
 			break;
 		if (s.stop_deadline > 0 && now_s() >= s.stop_deadline && !s.done_sent) {
 			log_warn("trainers still attached %.0f s after the stop ([daemon] stop_grace_s); "

@@ -72,6 +72,7 @@ struct seer_config {
 	double done_timeout_s;
 	double stop_grace_s;    /* after a stop: trainers' time to detach */
 	double idle_exit_s;     /* one node: stop after this long without a trainer (0: never) */
+	bool serve_jobs;        /* one node: a finished job is followed by the next */
 	/* [transform] (src/xform/xform.h parses and checks the values) */
 	char *xf_decode;
 	char *xf_crop;

@@ -422,6 +422,43 @@ def test_daemon_follows_the_script():
         cleanup(tmp)
 
 
+def test_seerd_serves_successive_jobs():
+    """[daemon] serve_jobs on one node: a seerd started without a job
+    definition serves a whole job as its first trainer declares it, then
+    the next job -- another batch size, seed and epoch count, from its own
+    first trainer, from its start -- and, with no trainer left,
+    [daemon] idle_exit_s ends it (before: seerd exited at the first job's
+    end, and every run needed a newly started one)."""
+    tmp = tmpdir("seer-di-")
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "cache.ram": "1MiB", "cache.staging": "2MiB",
+             "prefetch.io_threads": 1, "daemon.serve_jobs": "true", "daemon.idle_exit_s": 1}
+        with Daemon(tmp, s) as d:
+            for n, (bs, seed, epochs) in enumerate(((3, 11, 2), (4, 2, 1), (5, 7, 1))):
+                sampler = seer.Sampler(len(cat), seed, 1, bs)
+                with seer.Loader(socket=d.sock, rank=0, world_size=1, batch_size=bs, seed=seed,
+                                 epochs=epochs, dataset=root) as L:
+                    got = 0
+                    for _ in range(L.epochs):
+                        for b in L:
+                            check_batch(cat, sampler.batch(b.epoch, 0, b.step), b.ids.tolist(),
+                                        b.labels.tolist(), b.samples, "job %d %d:%d" %
+                                        (n, b.epoch, b.step))
+                            got += 1
+                    check(got == epochs * sampler.batches_per_epoch, "job %d: %d batches" %
+                          (n, got))
+                check(d.proc.poll() is None, "seerd left after job %d" % n)
+            wait_for(lambda: d.proc.poll() is not None, LONG, "the idle seerd to exit")
+            check(d.proc.returncode == 0 and "([daemon] idle_exit_s): stopping" in d.log(),
+                  "seerd exit %s:\n%s" % (d.proc.returncode, d.log()[-1500:]))
+        check(d.log().count("serving the next job") == 3, "seerd took %d next jobs" %
+              d.log().count("serving the next job"))
+        log("one seerd served 3 jobs, each exactly as its script declared it, then exited idle")
+    finally:
+        cleanup(tmp)
+
+
 # ---- finding 6: StatefulDataLoader's convention ----------------------------------
 
 def test_load_state_dict_another_world_size():
@@ -524,4 +561,5 @@ if __name__ == "__main__":
     run_tests([test_rank_from_torch_distributed, test_len_sampler_and_epochs,
                test_len_and_epochs_with_workers, test_job_arguments_checked,
                test_job_from_the_script, test_daemon_follows_the_script,
+               test_seerd_serves_successive_jobs,
                test_load_state_dict_another_world_size, test_sample_list_hint])
