@@ -13,7 +13,9 @@
  * seerd of several nodes, or with a fixed world size, fixes the job at
  * start), or the trainer that set it. The dataset path cannot follow (the
  * catalog is scanned at start): it is compared (the same directory, or the
- * same path) and refused when it differs.
+ * same path) and refused when it differs. With [daemon] serve_jobs (one
+ * node) engine_next_job ends a finished job (its positions removed, its
+ * shape dropped) so that the next trainer's definition starts the next one.
  *
  * Dispatcher thread only; the configuration's job keys are written here and
  * nowhere else, before the shape that reads them exists (no other thread
