@@ -13,7 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "../src/common/base.h"
+#include "../src/common/paths.h"
 #include "client.h"
 
 /* the wire's dtype codes are the public ones */
@@ -353,6 +357,25 @@ SEER_API uint64_t seer_seed(const seer_client_t *h)
 
 /* ---- introspection for bindings ---------------------------------------------- */
 
+SEER_API int seer_socket_path(const char *job_id, char *buf, size_t cap)
+{
+	char why[768];
+	const char *job = job_id ? job_id : seer_env_job_id();
+	const char *env = getenv("SEER_SOCKET");
+	if (env && *env) {
+		if (strlen(env) >= cap) {
+			err_set("seer_socket_path: $SEER_SOCKET is longer than the buffer");
+			return -ENAMETOOLONG;
+		}
+		snprintf(buf, cap, "%s", env);
+		return 0;
+	}
+	int rc = path_default_socket(buf, cap, job, false, why, sizeof(why));
+	if (rc != 0)
+		err_set("%s", why);
+	return rc;
+}
+
 SEER_API size_t seer_options_size(void) { return sizeof(seer_options_t); }
 
 SEER_API int64_t seer_options_offset(const char *field)
@@ -361,7 +384,8 @@ SEER_API int64_t seer_options_offset(const char *field)
 	static const struct { const char *name; size_t off; } fields[] = {
 		OPT(socket_path), OPT(job_id), OPT(rank), OPT(world_size), OPT(flags),
 		OPT(start_epoch), OPT(start_step), OPT(connect_timeout_ms), OPT(record),
-		OPT(record_len), OPT(reconnect_ms), OPT(max_held),
+		OPT(record_len), OPT(reconnect_ms), OPT(max_held), OPT(job), OPT(batch_size),
+		OPT(seed), OPT(epochs), OPT(shuffle), OPT(drop_last), OPT(dataset),
 	};
 #undef OPT
 	for (size_t i = 0; field && i < ARRAY_SIZE(fields); i++)
@@ -378,7 +402,8 @@ SEER_API int seer_constant(const char *name, int64_t *value)
 		K(SEER_EEPOCH), K(SEER_EEND), K(SEER_ESHUTDOWN), K(SEER_EPROTO),
 		K(SEER_EREFUSED), K(SEER_EBATCH), K(SEER_ECONFIG), K(SEER_EDATASET),
 		K(SEER_ENOTHELD), K(SEER_EEVICTED), K(SEER_EDAEMON), K(SEER_OPT_START_AT), K(SEER_OPT_RECONNECT),
-		K(SEER_OPT_TAKE_AHEAD),
+		K(SEER_OPT_TAKE_AHEAD), K(SEER_JOB_BATCH_SIZE), K(SEER_JOB_SHUFFLE),
+		K(SEER_JOB_DROP_LAST), K(SEER_JOB_SEED), K(SEER_JOB_EPOCHS), K(SEER_JOB_DATASET),
 		K(SEER_SAMPLER_DROP_LAST), K(SEER_SAMPLER_NO_SHUFFLE), K(SEER_MAX_DIMS),
 		K(SEER_VERSION_MAJOR), K(SEER_VERSION_MINOR), K(SEER_LAYOUT_NONE),
 		K(SEER_LAYOUT_NCHW), K(SEER_LAYOUT_NHWC),

@@ -94,6 +94,15 @@ struct old_session {
 	const struct seer_wire_slot **wslots;
 };
 
+/* The job's definition the trainer declared (seer_options_t's job fields in
+ * the hello's form): sent in every hello, a reconnect's included. */
+struct client_jobdef {
+	uint32_t job;              /* SEER_HELLO_JOB_* */
+	uint32_t batch_size, shuffle, drop_last;
+	uint64_t seed, epochs;
+	char dataset[SEER_DATASET_MAX];
+};
+
 struct seer_client {
 	uint32_t hidx;             /* handle table index */
 	int sock, efd, arena_fd;
@@ -134,6 +143,7 @@ struct seer_client {
 	_Atomic uint64_t reconnects;
 	struct old_session *old;
 	char job[SEER_JOBID_MAX];
+	struct client_jobdef jd;   /* the job's definition, sent again at a reconnect */
 	char sock_path[108];
 	pthread_mutex_t lock;
 	_Atomic int busy;          /* a thread is in seer_next or seer_seek */

@@ -39,7 +39,63 @@ struct params {
 	int reconnect_ms;
 	uint32_t held;        /* batches it may hold at once (0: seerd's max_held) */
 	bool take_ahead;      /* SEER_OPT_TAKE_AHEAD */
+	struct client_jobdef jd; /* the job's definition the trainer declares */
 };
+
+_Static_assert(SEER_JOB_BATCH_SIZE == SEER_HELLO_JOB_BATCH_SIZE &&
+	       SEER_JOB_SHUFFLE == SEER_HELLO_JOB_SHUFFLE &&
+	       SEER_JOB_DROP_LAST == SEER_HELLO_JOB_DROP_LAST && SEER_JOB_SEED == SEER_HELLO_JOB_SEED &&
+	       SEER_JOB_EPOCHS == SEER_HELLO_JOB_EPOCHS &&
+	       SEER_JOB_DATASET == SEER_HELLO_JOB_DATASET, "job bits: seer.h and the protocol");
+
+/* The options' job definition -> p->jd: 0, or -EINVAL/-ENAMETOOLONG with the
+ * reason set. The dataset path is made absolute here (the trainer's view),
+ * resolved through its links when it exists. */
+static int resolve_job(const seer_options_t *o, struct params *p)
+{
+	struct client_jobdef *jd = &p->jd;
+	memset(jd, 0, sizeof(*jd));
+	if (o->job & ~SEER_HELLO_JOB_ALL) {
+		err_set("seer_connect: unknown bits 0x%x in seer_options_t.job", o->job);
+		return -EINVAL;
+	}
+	jd->job = o->job;
+	if ((o->job & SEER_JOB_BATCH_SIZE) && o->batch_size == 0) {
+		err_set("seer_connect: batch_size 0 (a batch holds at least one sample)");
+		return -EINVAL;
+	}
+	if ((o->job & SEER_JOB_EPOCHS) && o->epochs == 0) {
+		err_set("seer_connect: epochs 0 (a job has at least one epoch)");
+		return -EINVAL;
+	}
+	jd->batch_size = o->batch_size;
+	jd->seed = o->seed;
+	jd->epochs = o->epochs;
+	jd->shuffle = o->shuffle != 0;
+	jd->drop_last = o->drop_last != 0;
+	if (!(o->job & SEER_JOB_DATASET))
+		return 0;
+	if (!o->dataset || !*o->dataset) {
+		err_set("seer_connect: SEER_JOB_DATASET without a dataset path");
+		return -EINVAL;
+	}
+	char buf[PATH_MAX], cwd[PATH_MAX];
+	const char *path = o->dataset;
+	if (realpath(o->dataset, buf)) {
+		path = buf;
+	} else if (o->dataset[0] != '/' && getcwd(cwd, sizeof(cwd))) {
+		if (snprintf(buf, sizeof(buf), "%s/%s", cwd, o->dataset) < (int)sizeof(buf))
+			path = buf;
+	}
+	size_t len = strlen(path);
+	if (len >= sizeof(jd->dataset)) {
+		err_set("dataset path %.200s... is %zu bytes, more than the %zu seerd takes: use a "
+			"shorter path (a link)", path, len, sizeof(jd->dataset) - 1);
+		return -ENAMETOOLONG;
+	}
+	memcpy(jd->dataset, path, len + 1);
+	return 0;
+}
 
 /* A non-negative int from the environment: 0, 1 (unset) or -EINVAL. */
 static int env_int(const char *name, int *out)
@@ -142,7 +198,7 @@ static int resolve(const seer_options_t *o, struct params *p)
 	bool at = o->flags & SEER_OPT_START_AT;
 	p->epoch = at ? o->start_epoch : SEER_POS_RESUME;
 	p->step = at ? o->start_step : 0;
-	return 0;
+	return resolve_job(o, p);
 }
 
 /* Wait for `events` on fd until the deadline: 0, -ETIMEDOUT or -errno. */
@@ -340,9 +396,12 @@ static int handshake(struct seer_client *c, const struct params *p, uint64_t dea
 		.magic = SEER_MAGIC_HELLO, .kind = SEER_MSG_HELLO, .version = SEER_PROTO_VERSION,
 		.rank = (uint32_t)c->rank, .world = (uint32_t)c->world,
 		.epoch = p->epoch, .step = p->step, .record_len = (uint32_t)p->rec_len,
-		.held = p->held,
+		.held = p->held, .job = p->jd.job, .batch_size = p->jd.batch_size,
+		.seed = p->jd.seed, .epochs = p->jd.epochs, .shuffle = p->jd.shuffle,
+		.drop_last = p->jd.drop_last,
 	};
 	snprintf(h.job_id, sizeof(h.job_id), "%s", p->job);
+	memcpy(h.dataset, p->jd.dataset, sizeof(h.dataset));
 	ssize_t n = send_until(c->sock, &h, sizeof(h), deadline);
 	if (n == -ETIMEDOUT)
 		return timed_out(p, "take the handshake");
@@ -510,6 +569,7 @@ static struct seer_client *client_new(const struct params *p)
 	c->reconnect_ms = p->reconnect_ms;
 	c->held = p->held;
 	c->take_ahead = p->take_ahead;
+	c->jd = p->jd;
 	snprintf(c->job, sizeof(c->job), "%s", p->job);
 	c->owner = getpid();
 	_Static_assert(sizeof(c->sock_path) == sizeof(p->sock), "socket path size");
@@ -693,7 +753,7 @@ int client_reconnect(struct seer_client *c, uint64_t deadline)
 	struct params p = { .rank = c->rank, .world = c->world, .job = c->job,
 			    .timeout_ms = c->timeout_ms, .epoch = SEER_POS_RESUME, .rec = rec,
 			    .rec_len = len, .reconnect_ms = c->reconnect_ms, .held = c->held,
-			    .take_ahead = c->take_ahead };
+			    .take_ahead = c->take_ahead, .jd = c->jd };
 	memcpy(p.sock, c->sock_path, sizeof(p.sock));
 	struct seer_client *n = client_new(&p);
 	struct old_session *o = malloc(sizeof(*o));

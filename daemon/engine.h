@@ -76,6 +76,13 @@ void engine_end(struct engine *e, bool complete);
 void engine_snapshot(struct engine *e);
 /* Every trainer finished the job (or the engine stopped) and detached. */
 bool engine_finished(const struct engine *e);
+/* [daemon] serve_jobs, once engine_finished: the finished job's positions
+ * removed and its shape dropped, so that the next trainer's definition
+ * starts a new job (jobdef.c). 1: done; 0: not yet (its reads still land;
+ * call again); -1: the engine is stopping or draining (leave). */
+int engine_next_job(struct engine *e);
+/* Trainers attached, leaving or reconnecting now (session.c). */
+uint32_t engine_trainers(const struct engine *e);
 /* Why the engine cannot go on (it then reports finished), or NULL. */
 const char *engine_fatal(const struct engine *e);
 /* Periodic duties (1 s): progress lines, connect warnings. */

@@ -456,6 +456,10 @@ void place_shape_free(struct engine *e);
 /* another world size: 0 when it may be decided again, else why not */
 int place_can_reshape(const struct engine *e, char *why, size_t whylen);
 void place_drop_shape(struct engine *e);      /* then forget the old one */
+
+/* jobdef.c: a trainer's declared job against seerd's (0, or SEER_ECONFIG and why) */
+int jobdef_take(struct engine *e, const struct seer_msg_hello *h, pid_t pid, char *err,
+		size_t errlen);
 void place_plan(struct engine *e);            /* plan, publish, split staging */
 struct route_view place_view(const struct engine *e); /* what routing reads, now */
 bool place_local_ram(const struct engine *e, uint32_t s);

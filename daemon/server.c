@@ -280,6 +280,29 @@ static bool finished_round(struct server *s)
 	return true;
 }
 
+/* [daemon] idle_exit_s on one node: a seerd whose trainers have all gone
+ * (a script that died, or never came) stops after that long, saving the
+ * positions, instead of lingering; a connection pending its handshake or a
+ * trainer leaving counts as present. */
+static void idle_check(struct server *s, double t)
+{
+	double limit = s->cfg->idle_exit_s;
+	if (limit <= 0 || s->nnodes > 1 || s->stop_deadline > 0)
+		return;
+	bool pending = false;
+	for (int i = 0; i < MAX_PENDING && !pending; i++)
+		pending = s->pend[i].fd >= 0;
+	if (pending || engine_trainers(s->e) > 0) {
+		s->idle_since = t;
+		return;
+	}
+	if (t - s->idle_since < limit)
+		return;
+	log_info("no trainer connected for %.0f s ([daemon] idle_exit_s): stopping; the positions "
+		 "are saved for a restarted script", t - s->idle_since);
+	conn_stop_job(s, true);
+}
+
 /* Sleep until an event (not at all when the engine has work, briefly while
  * the cluster needs polling) and hand each to its owner. false: leave. */
 static bool dispatch(struct server *s)
@@ -313,6 +336,7 @@ static bool dispatch(struct server *s)
 			conn_expire_pending(s);
 			conn_accept_resume(s, now_s());
 			engine_tick(s->e);
+			idle_check(s, now_s());
 			break;
 		}
 		default:
@@ -394,6 +418,7 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	/* launch scripts wait for this line's file */
 	log_info("serving job '%s' on %s", cfg->job_id, s.sock_path);
 	s.exit_code = 0;
+	s.idle_since = now_s();
 	if (stop) {
 		log_info("stopping: a stop was asked during start-up");
 		conn_stop_job(&s, true);
@@ -402,7 +427,9 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		engine_work(s.e);
 		if (!cluster_round(&s))
 			break;
-		if (engine_finished(s.e) && !finished_round(&s))
+		if (engine_finished(s.e) && !(s.cfg->serve_jobs && s.nnodes == 1 &&
+					       s.stop_deadline == 0 && engine_next_job(s.e) >= 0) &&
+		    !finished_round(&s))
 			break;
 		if (s.stop_deadline > 0 && now_s() >= s.stop_deadline && !s.done_sent) {
 			log_warn("trainers still attached %.0f s after the stop ([daemon] stop_grace_s); "

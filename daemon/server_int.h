@@ -46,6 +46,7 @@ struct server {
 	struct pending pend[MAX_PENDING];
 	double stop_deadline;
 	double done_since;       /* local trainers finished (waiting for the others) */
+	double idle_since;       /* no trainer connected since then ([daemon] idle_exit_s) */
 	bool peer_trouble;       /* a peer had stopped answering when they finished */
 	int exit_code;
 	uint64_t shed;           /* connections dropped by a flood, not yet logged */

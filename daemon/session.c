@@ -366,6 +366,8 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, co
 	struct sampler_record r;
 	char msg[SEER_ERRMSG_MAX];
 	int rc = check_hello(e, sock, h);
+	if (rc == 0 && (rc = jobdef_take(e, h, pid, msg, sizeof(msg))) != 0)
+		send_refusal(sock, rc, "%s", msg);
 	if (rc == 0 && rec_len > 0 && (rc = jobrec_decode(e, rec, rec_len, &r, msg, sizeof(msg))))
 		send_refusal(sock, rc, "rank %u's checkpoint record: %s", h->rank, msg);
 	bool have = rc == 0 && rec_len > 0;
@@ -400,6 +402,14 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, co
 	if (rc == 0 && !e->plan_ready)
 		e->roll_dirty = true;
 	return rc;
+}
+
+uint32_t engine_trainers(const struct engine *e)
+{
+	uint32_t n = 0;
+	for (uint32_t r = 0; e->shape_ready && r < e->world; r++)
+		n += e->tr[r].attached || e->tr[r].resetting || e->tr[r].pending_sock >= 0;
+	return n;
 }
 
 void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *why)

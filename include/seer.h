@@ -122,7 +122,31 @@ typedef struct seer_options {
 	 * slots and the trainer's staging fit that many, else refuses the
 	 * connect naming what to raise (SEER_EREFUSED). */
 	int max_held;
+	/* The job's definition as this trainer's script declares it (the
+	 * DataLoader's arguments), told to seerd at connect. A field counts only
+	 * with its SEER_JOB_* bit in `job` (0: take all of seerd's). A seerd
+	 * whose config leaves a key unset (one node, [job] world_size unset)
+	 * takes it from the first trainer; a value that differs from what
+	 * seerd's config set, or from what an earlier trainer of the job set,
+	 * is refused with SEER_ECONFIG, seer_errmsg() naming both values and
+	 * where each came from. dataset is the dataset's path as the trainer
+	 * sees it (the library resolves it to an absolute path); seerd compares
+	 * it with its [dataset] path (the same file, or the same path). */
+	unsigned job;       /* SEER_JOB_* */
+	uint32_t batch_size;
+	uint64_t seed;
+	uint64_t epochs;
+	int shuffle;        /* 0 or 1 */
+	int drop_last;      /* 0 or 1 */
+	const char *dataset;
 } seer_options_t;
+
+#define SEER_JOB_BATCH_SIZE 1u
+#define SEER_JOB_SHUFFLE 2u
+#define SEER_JOB_DROP_LAST 4u
+#define SEER_JOB_SEED 8u
+#define SEER_JOB_EPOCHS 16u
+#define SEER_JOB_DATASET 32u
 
 #define SEER_OPT_START_AT 1u /* start at (start_epoch, start_step) */
 /* When seerd goes away (crashed, killed, or stopped with its trainers still
@@ -157,6 +181,12 @@ typedef struct seer_options {
  * options (out NULL, rank outside [0, world), unknown flags, job id over 63
  * characters), -ENAMETOOLONG for a socket path over 107 bytes. */
 SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out);
+
+/* The socket seer_connect uses when seer_options_t gives no path:
+ * $SEER_SOCKET, else the default one of job_id (NULL: $SEER_JOB_ID /
+ * $SLURM_JOB_ID / "default"). 0 with the path in buf, or a negative code with
+ * seer_errmsg() saying why (e.g. no private directory). */
+SEER_API int seer_socket_path(const char *job_id, char *buf, size_t cap);
 
 /* Close the connection; every batch handle becomes stale. Batches still
  * held are NOT counted as done: seerd keeps this rank's position at the first

@@ -24,9 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEER_PROTO_VERSION 5u /* 2: the batch tensor in struct seer_wire_slot, or checkpoint records
+#define SEER_PROTO_VERSION 6u /* 2: the batch tensor in struct seer_wire_slot, or checkpoint records
 				 * in the handshake (two builds); 3: both; 4: ctrl_out's ring_below;
-				 * 5: the HELLO's held */
+				 * 5: the HELLO's held; 6: the job's definition in the HELLO */
 #define SEER_CACHELINE 64
 
 #define SEER_MAGIC_HELLO 0x4f4c4c4548524553ull /* "SERHELLO" */
@@ -35,6 +35,7 @@
 #define SEER_MAGIC_CTIN 0x4e494c4c54435253ull  /* "SRCTLLIN" */
 
 #define SEER_JOBID_MAX 64
+#define SEER_DATASET_MAX 1024 /* the HELLO's dataset path, NUL included */
 #define SEER_ERRMSG_MAX 256
 #define SEER_MAX_DIMS 8
 
@@ -61,6 +62,16 @@ enum seer_msg_kind {
 				  timeout counted from this answer. */
 };
 
+/* seer_msg_hello.job: which of the job's fields the trainer declares (the
+ * same values as include/seer.h's SEER_JOB_*). */
+#define SEER_HELLO_JOB_BATCH_SIZE 1u
+#define SEER_HELLO_JOB_SHUFFLE 2u
+#define SEER_HELLO_JOB_DROP_LAST 4u
+#define SEER_HELLO_JOB_SEED 8u
+#define SEER_HELLO_JOB_EPOCHS 16u
+#define SEER_HELLO_JOB_DATASET 32u
+#define SEER_HELLO_JOB_ALL 63u
+
 /* Start position in a HELLO/SEEK: resume where this rank's last session left
  * off (the first batch it did not release), or at the job's start. */
 #define SEER_POS_RESUME UINT64_MAX
@@ -82,8 +93,22 @@ struct seer_msg_hello {
 			      released; seer_options_t.max_held); 0: the daemon's
 			      [job] max_held. seerd refuses more than its batch slots
 			      and the trainer's staging can serve (version 5) */
+	/* HELLO, version 6: the job's definition as the trainer's script declares
+	 * it (the DataLoader's arguments). A field counts only with its
+	 * SEER_HELLO_JOB_* bit in `job`. seerd takes a value its config left
+	 * unset from the first trainer (one node, world size not fixed), and
+	 * refuses any other disagreement naming both values and their sources
+	 * (daemon/jobdef.c). */
+	uint32_t job;      /* SEER_HELLO_JOB_* bits */
+	uint32_t batch_size;
+	uint64_t seed;
+	uint64_t epochs;
+	uint32_t shuffle;  /* 0 or 1 */
+	uint32_t drop_last;
+	char dataset[SEER_DATASET_MAX]; /* the dataset's path, resolved by the trainer;
+					   NUL-terminated */
 };
-_Static_assert(sizeof(struct seer_msg_hello) == 240, "hello layout");
+_Static_assert(sizeof(struct seer_msg_hello) == 1296, "hello layout");
 /* The version is at the same offset in every protocol version, so a daemon
  * can name it in its refusal whatever the size of the hello. */
 _Static_assert(offsetof(struct seer_msg_hello, version) == 12, "hello version offset");

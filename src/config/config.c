@@ -346,6 +346,57 @@ int config_load_file(struct seer_config *c, const char *path, char *err, size_t 
 	return 0;
 }
 
+/* "section.key" -> its table entry, or NULL. */
+static const struct config_key *find_dotted(const char *key)
+{
+	const char *dot = strchr(key, '.');
+	char section[64];
+	size_t sl = dot ? (size_t)(dot - key) : 0;
+	if (!dot || sl == 0 || sl >= sizeof(section))
+		return NULL;
+	memcpy(section, key, sl);
+	section[sl] = '\0';
+	return find_key(section, dot + 1);
+}
+
+const char *config_origin(const struct seer_config *c, const char *key)
+{
+	const struct config_key *k = find_dotted(key);
+	return k ? c->origin[k - config_keys] : NULL;
+}
+
+int config_check_value(const char *key, const char *value, char *err, size_t errlen)
+{
+	const struct config_key *k = find_dotted(key);
+	uint64_t scratch[2];
+	char why[400];
+	if (!k || k->type == CFG_STR || k->type == CFG_ENUM || k->type == CFG_LOGLEVEL) {
+		snprintf(err, errlen, "%s: not a number-typed key", key);
+		return -EINVAL;
+	}
+	if (set_number(k, scratch, value, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "%s: %s", key, why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int config_set_from(struct seer_config *c, const char *key, const char *value, const char *origin,
+		    char *err, size_t errlen)
+{
+	const struct config_key *k = find_dotted(key);
+	if (!k) {
+		snprintf(err, errlen, "unknown key %s", key);
+		return -EINVAL;
+	}
+	char why[400];
+	if (set_key(c, k, value, origin, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "%s: %s", key, why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int config_set(struct seer_config *c, const char *assignment, char *err, size_t errlen)
 {
 	const char *eq = strchr(assignment, '=');

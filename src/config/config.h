@@ -73,6 +73,8 @@ struct seer_config {
 	double connect_timeout_s;
 	double done_timeout_s;
 	double stop_grace_s;    /* after a stop: trainers' time to detach */
+	double idle_exit_s;     /* one node: stop after this long without a trainer (0: never) */
+	bool serve_jobs;        /* one node: a finished job is followed by the next */
 	/* [transform] (src/xform/xform.h parses and checks the values) */
 	char *xf_decode;
 	char *xf_crop;
@@ -99,6 +101,19 @@ void config_free(struct seer_config *c);
  * a message naming the source, line and key in err. */
 int config_load_file(struct seer_config *c, const char *path, char *err, size_t errlen);
 int config_set(struct seer_config *c, const char *assignment, char *err, size_t errlen);
+
+/* Where "section.key" was last set ("default", "job.ini:12", "--set", or a
+ * config_set_from origin); NULL for an unknown key. Valid until the key is
+ * set again. */
+const char *config_origin(const struct seer_config *c, const char *key);
+/* Set "section.key" to value (text, as in a file) and record `origin` as
+ * where it came from (e.g. "trainer rank 0 (pid 123)"). 0, or -EINVAL with
+ * "section.key: why" in err; nothing changed then. */
+/* Whether value parses and is in range for the number-typed "section.key":
+ * 0, or -EINVAL with "section.key: why" in err. Sets nothing. */
+int config_check_value(const char *key, const char *value, char *err, size_t errlen);
+int config_set_from(struct seer_config *c, const char *key, const char *value, const char *origin,
+		    char *err, size_t errlen);
 
 /* Cross-key checks and derived values (socket path from the job id).
  * Call once after all files and --set. */

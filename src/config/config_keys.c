@@ -170,6 +170,13 @@ const struct config_key config_keys[] = {
 	  "peer stopped answering)" },
 	{ "daemon", "connect_timeout_s", CFG_DOUBLE, F(connect_timeout_s), "600", 1, 1e7, NULL,
 	  false, "how long to wait for every trainer to connect before warning" },
+	{ "daemon", "idle_exit_s", CFG_DOUBLE, F(idle_exit_s), "0", 0, 1e7, NULL, false,
+	  "one node: stop (positions saved) once no trainer has been connected for this long, "
+	  "from the start or the last one leaving (0: never; TorchLoader(daemon=\"auto\") sets "
+	  "it for the seerd it starts)" },
+	{ "daemon", "serve_jobs", CFG_BOOL, F(serve_jobs), "false", 0, 0, NULL, false,
+	  "one node: after a job's end, serve the next job (its definition from its first "
+	  "trainer) instead of exiting; [daemon] idle_exit_s ends it" },
 	{ "daemon", "stop_grace_s", CFG_DOUBLE, F(stop_grace_s), "30", 0, 1e7, NULL, false,
 	  "after SIGTERM or seerctl stop, how long trainers may take to finish the batch they "
 	  "hold and detach (their releases are recorded) before seerd exits anyway; keep it "

@@ -249,31 +249,36 @@ def test_len_and_epochs_with_workers():
 
 
 def test_job_arguments_checked():
-    """batch_size, epochs, seed, shuffle, drop_last given to the Loader are
-    checked against seerd's job at connect: ValueError naming both values
-    (before: not arguments at all; a DataLoader's batch_size silently
-    differed from seerd's)."""
+    """batch_size, epochs, seed, shuffle, drop_last and the dataset given to
+    the Loader travel in the handshake; a seerd whose config fixed them
+    refuses another value: JobError (a ValueError) naming the key, both
+    values and where seerd's came from (before: not arguments at all; a
+    DataLoader's batch_size silently differed from seerd's)."""
     tmp = tmpdir("seer-di-")
     try:
         root, cat = dataset(tmp)
-        with Daemon(tmp, settings(tmp, root)) as d:
-            for kw, want in (({"batch_size": 8}, "batch_size=8 but seerd's [job] batch_size is 4"),
-                             ({"epochs": 3}, "epochs=3 but seerd's job has 2 epochs"),
-                             ({"epochs": 1}, "epochs=1 but seerd's job has 2 epochs"),
-                             ({"seed": 1}, "seed=1 but seerd's [job] seed is 7"),
-                             ({"shuffle": False}, "shuffle=False but seerd's [job] shuffle is "
-                                                  "true"),
-                             ({"drop_last": True}, "drop_last=True but seerd's [job] drop_last "
-                                                   "is false")):
+        with Daemon(tmp, settings(tmp, root, **{"job.shuffle": True,
+                                                "job.drop_last": False})) as d:
+            for kw, want in (({"batch_size": 8}, "job.batch_size: seerd's config says 4"),
+                             ({"epochs": 3}, "job.epochs: seerd's config says 2"),
+                             ({"epochs": 1}, "job.epochs: seerd's config says 2"),
+                             ({"seed": 1}, "job.seed: seerd's config says 7"),
+                             ({"shuffle": False}, "job.shuffle: seerd's config says true"),
+                             ({"drop_last": True}, "job.drop_last: seerd's config says false"),
+                             ({"dataset": tmp}, "dataset.path: seerd's config says %s" % root)):
                 L = TorchLoader(socket=d.sock, rank=0, world_size=1, **kw)
                 try:
                     for _ in L:
                         break
                     raise Fail("%s accepted by seerd's job" % kw)
                 except ValueError as e:
+                    check(isinstance(e, seer.JobError), "%s: %r" % (kw, e))
                     check(want in str(e), "%s: %s" % (kw, e))
+                    if "dataset" not in kw:
+                        v = list(kw.values())[0]
+                        v = str(v).lower() if isinstance(v, bool) else str(v)
+                        check("asks %s" % v in str(e), "%s: the trainer's value: %s" % (kw, e))
                 L.close()
-                detached(d, 0)
             for kw, exc in (({"batch_size": 0}, ValueError), ({"shuffle": "yes"}, TypeError),
                             ({"epochs": 0}, ValueError)):
                 try:
@@ -283,7 +288,8 @@ def test_job_arguments_checked():
                     pass
             sampler = seer.Sampler(len(cat), SEED, 1, BATCH)
             with seer.Loader(socket=d.sock, rank=0, world_size=1, batch_size=4, epochs=2,
-                             seed=SEED, shuffle=True, drop_last=False) as L:
+                             seed=SEED, shuffle=True, drop_last=False,
+                             dataset=os.path.join(root, "..", "data")) as L:
                 n = 0
                 for _ in range(L.epochs):
                     for b in L:
@@ -291,7 +297,164 @@ def test_job_arguments_checked():
                                     b.labels.tolist(), b.samples, "%d:%d" % (b.epoch, b.step))
                         n += 1
             check(n == 2 * sampler.batches_per_epoch, "%d batches" % n)
-        log("6 mismatches refused naming both values; matching arguments: %d exact batches" % n)
+        log("7 mismatches refused naming both values; matching arguments: %d exact batches" % n)
+    finally:
+        cleanup(tmp)
+
+
+def test_job_from_the_script():
+    """A seerd started without [job] batch_size/seed/epochs/shuffle/drop_last
+    takes them from the job's first trainer (seerctl config names it as the
+    origin) and serves exactly that job; a second trainer declaring another
+    value is refused naming both; once every trainer of the job has gone, a
+    trainer declaring another job starts it afresh (before: seerd's defaults,
+    32 per batch and 1 epoch, whatever the script said)."""
+    tmp = tmpdir("seer-di-")
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "cache.ram": "1MiB", "cache.staging": "2MiB",
+             "prefetch.io_threads": 1}
+        with Daemon(tmp, s) as d:
+            job = dict(batch_size=3, epochs=3, seed=11, shuffle=True, drop_last=True)
+            sampler = seer.Sampler(len(cat), 11, 2, 3, drop_last=True)
+            a = seer.Loader(socket=d.sock, rank=0, world_size=2, dataset=root, **job)
+            check((a.batch_size, a.epochs, a.seed, a.drop_last, a.shuffle) == (3, 3, 11, True, True),
+                  "the job seerd took: %s" % ((a.batch_size, a.epochs, a.seed, a.drop_last,
+                                               a.shuffle),))
+            try:
+                seer.Loader(socket=d.sock, rank=1, world_size=2, **dict(job, batch_size=5)).connect()
+                raise Fail("rank 1 with batch_size=5 accepted")
+            except seer.JobError as e:
+                check("job.batch_size: trainer rank 0 (pid %d) declared 3" % os.getpid() in str(e)
+                      and "asks 5" in str(e), str(e))
+            b = seer.Loader(socket=d.sock, rank=1, world_size=2, **job)
+            got = {0: [], 1: []}
+            for ep in range(2):  # of 3: the job is left unfinished (seerd ends with a job)
+                for r, L in ((0, a), (1, b)):
+                    for x in L:
+                        check_batch(cat, sampler.batch(x.epoch, r, x.step), x.ids.tolist(),
+                                    x.labels.tolist(), x.samples, "rank %d %d:%d" %
+                                    (r, x.epoch, x.step))
+                        got[r].append(x.ids.tolist())
+            per = sampler.batches_per_epoch
+            check(len(got[0]) == len(got[1]) == 2 * per, "batches: %d %d, want %d" %
+                  (len(got[0]), len(got[1]), 2 * per))
+            a.close()
+            b.close()
+            detached(d, 0)
+            detached(d, 1)
+            # every trainer of that job has gone: another job may start
+            with seer.Loader(socket=d.sock, rank=0, world_size=1, batch_size=4, epochs=1,
+                             seed=2) as L:
+                one = seer.Sampler(len(cat), 2, 1, 4, drop_last=True)
+                n = 0
+                for x in L:
+                    check_batch(cat, one.batch(0, 0, x.step), x.ids.tolist(), x.labels.tolist(),
+                                x.samples, "new job 0:%d" % x.step)
+                    n += 1
+                check(n == one.batches_per_epoch, "new job: %d batches" % n)
+        log("seerd took the script's job (%d x 2 ranks x 2 epochs exact), refused another "
+            "batch size naming both, then served a new job once that one's trainers left" % per)
+    finally:
+        cleanup(tmp)
+
+
+def test_daemon_follows_the_script():
+    """TorchLoader(root, batch_size, shuffle, ...) with daemon="auto" (the
+    default with a root) starts seerd when none serves the job's socket and
+    declares the job to it; a script that died mid-epoch leaves seerd up, and
+    one relaunched against it starts where its checkpoint says -- the job's
+    start without one, the checkpoint's step with one -- never silently
+    where the dead run was; seerd with no trainer left exits after
+    daemon_idle seconds, saying so (before: a seerd to start and kill by
+    hand, and a relaunch continued mid-epoch)."""
+    tmp = tmpdir("seer-di-")
+    try:
+        root, cat = dataset(tmp)
+        sock = os.path.join(tmp, "auto.sock")
+        sets = {"cache.ram": "1MiB", "cache.staging": "2MiB", "prefetch.io_threads": 1,
+                "daemon.state_dir": os.path.join(tmp, "state")}
+        sampler = seer.Sampler(len(cat), 5, 1, 3)
+
+        def loader(**kw):
+            return TorchLoader(root, 3, True, epochs=2, seed=5, socket=sock, daemon_idle=2,
+                               seerd_settings=sets, transform=len, **kw)
+
+        def ids_of(L, n):
+            out = []
+            for _, y in L:
+                out.append(L.last_batch.ids.tolist())
+                check(y.tolist() == [cat[i][1] for i in out[-1]], "labels %s" % y.tolist())
+                if len(out) == n:
+                    break
+            return out
+
+        first = loader()
+        got = ids_of(first, 3)
+        check(got == [sampler.batch(0, 0, s) for s in range(3)], "first run: %s" % got)
+        state = first.state_dict()
+        seerd = first.seerd
+        check(seerd is not None and seerd.poll() is None, "the loader started no seerd")
+        first.close()  # the script "dies" mid-epoch 0: seerd stays
+        # relaunched without a checkpoint: the job's start, not step 3
+        again = loader()
+        got = ids_of(again, 2)
+        check(again.seerd is None, "a second seerd was started beside the running one")
+        check(got == [sampler.batch(0, 0, s) for s in range(2)],
+              "relaunch without checkpoint: %s, want epoch 0 from its start" % got)
+        again.close()
+        # relaunched with the checkpoint taken after 3 batches: step 3
+        again = loader(state=state)
+        got = ids_of(again, 2)
+        check(got == [sampler.batch(0, 0, s) for s in range(3, 5)],
+              "relaunch with the checkpoint: %s, want steps 3-4" % got)
+        again.close()
+        check(seerd.poll() is None, "seerd left while a relaunched script used it")
+        # nobody comes back: seerd stops by itself, saying why
+        wait_for(lambda: seerd.poll() is not None, LONG, "the idle seerd to exit")
+        with open(sock + ".log") as f:
+            text = f.read()
+        check(seerd.returncode == 0 and "([daemon] idle_exit_s): stopping" in text,
+              "seerd exit %s, log:\n%s" % (seerd.returncode, text[-1500:]))
+        log("seerd started by the loader, relaunches at the job's start / the checkpoint's "
+            "step, idle exit after the last script left")
+    finally:
+        cleanup(tmp)
+
+
+def test_seerd_serves_successive_jobs():
+    """[daemon] serve_jobs on one node: a seerd started without a job
+    definition serves a whole job as its first trainer declares it, then
+    the next job -- another batch size, seed and epoch count, from its own
+    first trainer, from its start -- and, with no trainer left,
+    [daemon] idle_exit_s ends it (before: seerd exited at the first job's
+    end, and every run needed a newly started one)."""
+    tmp = tmpdir("seer-di-")
+    try:
+        root, cat = dataset(tmp)
+        s = {"dataset.path": root, "cache.ram": "1MiB", "cache.staging": "2MiB",
+             "prefetch.io_threads": 1, "daemon.serve_jobs": "true", "daemon.idle_exit_s": 1}
+        with Daemon(tmp, s) as d:
+            for n, (bs, seed, epochs) in enumerate(((3, 11, 2), (4, 2, 1), (5, 7, 1))):
+                sampler = seer.Sampler(len(cat), seed, 1, bs)
+                with seer.Loader(socket=d.sock, rank=0, world_size=1, batch_size=bs, seed=seed,
+                                 epochs=epochs, dataset=root) as L:
+                    got = 0
+                    for _ in range(L.epochs):
+                        for b in L:
+                            check_batch(cat, sampler.batch(b.epoch, 0, b.step), b.ids.tolist(),
+                                        b.labels.tolist(), b.samples, "job %d %d:%d" %
+                                        (n, b.epoch, b.step))
+                            got += 1
+                    check(got == epochs * sampler.batches_per_epoch, "job %d: %d batches" %
+                          (n, got))
+                check(d.proc.poll() is None, "seerd left after job %d" % n)
+            wait_for(lambda: d.proc.poll() is not None, LONG, "the idle seerd to exit")
+            check(d.proc.returncode == 0 and "([daemon] idle_exit_s): stopping" in d.log(),
+                  "seerd exit %s:\n%s" % (d.proc.returncode, d.log()[-1500:]))
+        check(d.log().count("serving the next job") == 3, "seerd took %d next jobs" %
+              d.log().count("serving the next job"))
+        log("one seerd served 3 jobs, each exactly as its script declared it, then exited idle")
     finally:
         cleanup(tmp)
 
@@ -397,4 +560,6 @@ def test_sample_list_hint():
 if __name__ == "__main__":
     run_tests([test_rank_from_torch_distributed, test_len_sampler_and_epochs,
                test_len_and_epochs_with_workers, test_job_arguments_checked,
+               test_job_from_the_script, test_daemon_follows_the_script,
+               test_seerd_serves_successive_jobs,
                test_load_state_dict_another_world_size, test_sample_list_hint])

@@ -862,8 +862,8 @@ def test_hostile_handshakes():
     def body(b):
         cases = [
             ("version", 2, SEER_EPROTO_TEXT, r"protocol version"),
-            ("short-hello", 2, "malformed handshake", r"malformed handshake \(120 bytes\)"),
-            ("bad-magic", 2, "malformed handshake", r"malformed handshake \(240 bytes\)"),
+            ("short-hello", 2, "malformed handshake", r"malformed handshake \(648 bytes\)"),
+            ("bad-magic", 2, "malformed handshake", r"malformed handshake \(1296 bytes\)"),
             ("bad-kind", 2, "", r"(unknown|unexpected|invalid).*(kind|message)"),
             ("dup-rank", 0, "already connected", r"rank 0 .*already connected"),
             ("rank-range", 2, "is not in [0, world size 3)", r"not in \[0, world size 3\)"),

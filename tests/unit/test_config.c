@@ -967,3 +967,30 @@ Test(config, coalesce_modes)
 	cr_assert_neq(config_set(&cfg, "prefetch.coalesce=maybe", err, sizeof(err)), 0);
 	cr_assert_not_null(strstr(err, "auto, on, off"), "%s", err);
 }
+
+/* A key's origin: "default", --set, then what config_set_from names (the
+ * trainer a job key came from, daemon/jobdef.c); a value out of range is
+ * refused by config_check_value and config_set_from alike, nothing changed. */
+Test(config, origin_and_set_from)
+{
+	cr_assert_str_eq(config_origin(&cfg, "job.batch_size"), "default");
+	cr_assert_null(config_origin(&cfg, "job.nope"));
+	cr_assert_null(config_origin(&cfg, "nodot"));
+	cr_assert_eq(config_set(&cfg, "job.seed=9", err, sizeof(err)), 0);
+	cr_assert_str_eq(config_origin(&cfg, "job.seed"), "--set");
+	cr_assert_eq(config_set_from(&cfg, "job.batch_size", "128", "trainer rank 0 (pid 7)", err,
+				     sizeof(err)), 0, "%s", err);
+	cr_assert_eq(cfg.batch_size, 128);
+	cr_assert_str_eq(config_origin(&cfg, "job.batch_size"), "trainer rank 0 (pid 7)");
+	cr_assert_eq(config_set_from(&cfg, "job.shuffle", "false", "t", err, sizeof(err)), 0);
+	cr_assert_eq(cfg.shuffle, false);
+	cr_assert_eq(config_check_value("job.epochs", "1000000", err, sizeof(err)), 0);
+	cr_assert_eq(config_check_value("job.epochs", "1000001", err, sizeof(err)), -EINVAL);
+	assert_has(err, "job.epochs: 1000001 is out of range [1, 1000000]");
+	cr_assert_eq(config_set_from(&cfg, "job.epochs", "0", "t", err, sizeof(err)), -EINVAL);
+	cr_assert_eq(cfg.epochs, 1);
+	cr_assert_str_eq(config_origin(&cfg, "job.epochs"), "default");
+	cr_assert_eq(config_check_value("dataset.path", "/x", err, sizeof(err)), -EINVAL);
+	cr_assert_eq(config_set_from(&cfg, "job.nope", "1", "t", err, sizeof(err)), -EINVAL);
+	assert_has(err, "unknown key job.nope");
+}

@@ -37,11 +37,12 @@ import re
 import signal
 import sys
 import threading
+import time
 import weakref
 
 import numpy as np
 
-__all__ = ["Loader", "Batch", "SeerError", "Sampler", "EndOfEpoch", "EndOfJob"]
+__all__ = ["Loader", "Batch", "SeerError", "JobError", "Sampler", "EndOfEpoch", "EndOfJob"]
 
 _INT_MAX = 2**31 - 1
 _U32_MAX = 2**32 - 1
@@ -69,6 +70,13 @@ class SeerError(RuntimeError):
         self.code = code
 
 
+class JobError(SeerError, ValueError):
+    """seerd refused the job this trainer declared (batch_size, shuffle,
+    drop_last, seed, epochs, dataset): its config, or the job's first
+    trainer, set another value; str() names both values and where each came
+    from."""
+
+
 class EndOfEpoch(Exception):
     pass
 
@@ -92,6 +100,13 @@ class _Options(ctypes.Structure):
         ("record_len", ctypes.c_size_t),
         ("reconnect_ms", ctypes.c_int),
         ("max_held", ctypes.c_int),
+        ("job", ctypes.c_uint),
+        ("batch_size", ctypes.c_uint32),
+        ("seed", ctypes.c_uint64),
+        ("epochs", ctypes.c_uint64),
+        ("shuffle", ctypes.c_int),
+        ("drop_last", ctypes.c_int),
+        ("dataset", ctypes.c_char_p),
     ]
 
 
@@ -105,6 +120,8 @@ _load_lock = threading.Lock()
 _CONSTANTS = ("SEER_EEPOCH", "SEER_EEND", "SEER_ESHUTDOWN", "SEER_EBATCH", "SEER_ENOTHELD",
               "SEER_EDAEMON", "SEER_EREFUSED", "SEER_EDATASET", "SEER_ECONFIG",
               "SEER_OPT_START_AT", "SEER_OPT_RECONNECT", "SEER_OPT_TAKE_AHEAD",
+              "SEER_JOB_BATCH_SIZE", "SEER_JOB_SHUFFLE", "SEER_JOB_DROP_LAST", "SEER_JOB_SEED",
+              "SEER_JOB_EPOCHS", "SEER_JOB_DATASET",
               "SEER_SAMPLER_DROP_LAST",
               "SEER_SAMPLER_NO_SHUFFLE", "SEER_MAX_DIMS")
 
@@ -166,6 +183,7 @@ def _signatures():
         "seer_errmsg": (S, []),
         "seer_options_size": (ctypes.c_size_t, []),
         "seer_options_offset": (I64, [S]),
+        "seer_socket_path": (I, [S, ctypes.c_char_p, ctypes.c_size_t]),
         "seer_constant": (I, [S, ctypes.POINTER(I64)]),
         "seer_dtype_name": (S, [I]),
         "seer_sampler_new": (P, [U64, U64, U32, U32, ctypes.c_uint]),
@@ -511,10 +529,13 @@ class Loader:
     forever), connect_timeout in seconds (every step of connecting and of a
     seek ends within it).
 
-    The job's definition is seerd's ([job] in its config): batch_size,
-    shuffle, drop_last, seed and epochs given here are checked against it
-    when connecting, and a difference raises ValueError naming both values
-    (None: take seerd's).
+    The script declares the job: batch_size, shuffle, drop_last, seed,
+    epochs and dataset (the dataset's path as this process sees it) travel
+    in the handshake. seerd takes what its config left unset from the job's
+    first trainer; a value that differs from seerd's config, or from what
+    the job's first trainer declared, is refused: JobError (a ValueError and
+    a SeerError) naming both values and where each came from. None: take
+    seerd's.
 
     Connecting is lazy (docs/torch.md): the constructor checks its arguments;
     the connection is made by the first call that needs seerd -- iteration,
@@ -558,7 +579,7 @@ class Loader:
     def __init__(self, socket=None, job_id=None, rank=None, world_size=None, start=None,
                  timeout=None, connect_timeout=30.0, state=None, reconnect=None, max_held=None,
                  *, batch_size=None, shuffle=None, drop_last=None, seed=None, epochs=None,
-                 _take_ahead=False):
+                 dataset=None, _take_ahead=False):
         self._c = None
         self._closed = False
         self._facts = None
@@ -618,6 +639,14 @@ class Loader:
             want["seed"] = _check_int("seed", seed, 0, _U64_MAX)
         if epochs is not None:
             want["epochs"] = _check_int("epochs", epochs, 1, _U64_MAX)
+        bits = {"batch_size": _C.JOB_BATCH_SIZE, "shuffle": _C.JOB_SHUFFLE,
+                "drop_last": _C.JOB_DROP_LAST, "seed": _C.JOB_SEED, "epochs": _C.JOB_EPOCHS}
+        for key, v in want.items():
+            o.job |= bits[key]
+            setattr(o, key, int(v))
+        if dataset is not None:
+            o.job |= _C.JOB_DATASET
+            o.dataset = os.fsencode(os.path.abspath(os.fspath(dataset)))
         self._want = want
         self._opts = o
         self._state = self._record(state)
@@ -681,10 +710,22 @@ class Loader:
         o.record = state
         o.record_len = len(state) if state else 0
         c = ctypes.c_void_p()
-        rc = self._lib.seer_connect(ctypes.byref(o), ctypes.byref(c))
+        deadline = time.monotonic() + o.connect_timeout_ms / 1000.0
+        while True:
+            rc = self._lib.seer_connect(ctypes.byref(o), ctypes.byref(c))
+            # seerd refuses a new job (another definition or world size) while
+            # the last job's reads still land: a moment's wait, not an error
+            if rc >= 0 or "try again in a moment" not in str(_error(rc)) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         o.record, o.record_len = None, 0
         if rc < 0:
             e = _error(rc)
+            msg = str(e)
+            if rc == _C.ECONFIG and any(k in msg for k in (": job.", ": dataset.path",
+                                                           ": this trainer's job.")):
+                raise JobError(rc, msg) from None
             if state is not None and rc == _C.EREFUSED and "resume plan" in str(e):
                 raise SeerError(rc, "%s. seerd fixed this job's plan at its first connection: "
                                 "give the state to every rank before its first use "

@@ -1,16 +1,20 @@
 """seer.torch: the Loader as an iterable of torch tensors (Debian's python3-torch).
 
     from seer.torch import TorchLoader
-    with TorchLoader() as loader:
-        for epoch in range(loader.epochs):
-            for x, y in loader:            # one epoch
-                ...
+    loader = TorchLoader(ImageFolder(root, transform=tf), batch_size=256, shuffle=True,
+                         seed=0, epochs=90, num_workers=8)
+    for epoch in range(90):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:            # one epoch
+            ...
 
-DataLoader's surface (docs/torch.md, "A drop-in for the DataLoader"): len(),
-batch_size/drop_last/shuffle (seerd's job; the same arguments are checked
-against it), sampler.set_epoch(e), dataset; rank and world size from an
-initialised torch.distributed; the connection is made at the first use, so
-construct + load_state_dict(state) + iterate resumes with any world size.
+Porting a DataLoader script: docs/torch.md. The job's definition
+(batch_size, shuffle, drop_last, seed, epochs, the dataset) travels to seerd
+in the handshake; with a root, daemon="auto" starts the node's seerd when
+none serves the job, and it ends with the job. DataLoader's surface: len(),
+sampler.set_epoch(e), dataset; rank and world size from an initialised
+torch.distributed; the connection is made at the first use, so construct +
+load_state_dict(state) + iterate resumes with any world size.
 
 Three ways to get tensors:
 
@@ -85,8 +89,10 @@ import warnings
 import numpy as np
 import torch
 
-from . import Loader, SeerError, _closed
-from . import _workers
+import os
+
+from . import Loader, SeerError, _closed, _error, _find_lib
+from . import _daemon, _workers
 from ._workers import SampleInfo, TransformError, WorkerError, sample_seed
 
 __all__ = ["TorchLoader", "TransformError", "WorkerError", "SampleInfo", "sample_seed",
@@ -155,14 +161,65 @@ class SampleList(list):
 
 class TorchLoader(Loader):
     """seer.Loader yielding (x, y) torch pairs; see the module documentation.
+
+    TorchLoader(root, batch_size, shuffle, *, drop_last, seed, epochs, ...)
+    declares the job as a DataLoader does (docs/torch.md, the porting
+    guide): root is the dataset's directory, or a torchvision DatasetFolder /
+    ImageFolder (its root, and its transform when transform= is not given,
+    with decode="pil"). The job's arguments travel to seerd in the handshake.
+
+    daemon: "auto" (the default when root is given) starts the node's seerd
+    when none serves the job's socket, ending with the job (daemon_idle:
+    seconds without a trainer after which it exits, default 120;
+    seerd_settings: extra "section.key": value for it, e.g. {"cache.ram":
+    "8GiB"}); a run without state= (or load_state_dict) starts at the job's
+    start, as a DataLoader does, and one with it where the checkpoint says,
+    whatever a seerd still running from an earlier run holds. None: seerd is
+    started by hand (socket, job id as for seer.Loader) and a run without
+    state continues where seerd last saw this rank.
+
     Extra arguments: stack, copy, transform, decode, num_workers, pin_memory,
     prefetch_factor, multiprocessing_context ("fork", the default, "spawn" or
     "forkserver": with spawn fn must be picklable, as for the DataLoader).
     last_batch is (epoch, step, ids) of the batch yielded last."""
 
-    def __init__(self, *args, stack=False, copy=False, transform=None, decode=None,
-                 num_workers=0, pin_memory=False, prefetch_factor=2,
-                 multiprocessing_context=None, **kwargs):
+    def __init__(self, root=None, batch_size=None, shuffle=None, *, stack=False, copy=False,
+                 transform=None, decode=None, num_workers=0, pin_memory=False,
+                 prefetch_factor=2, multiprocessing_context=None, daemon="default",
+                 daemon_idle=120.0, seerd_settings=None, **kwargs):
+        if root is not None and not isinstance(root, (str, bytes, os.PathLike)):
+            ds = root
+            if not hasattr(ds, "root"):
+                raise TypeError("TorchLoader(root): a directory or a torchvision DatasetFolder/"
+                                "ImageFolder (with .root), not %r" % (ds,))
+            root = ds.root
+            if transform is None and getattr(ds, "transform", None) is not None:
+                transform = ds.transform
+                if decode is None:
+                    decode = "pil"
+        if daemon == "default":
+            daemon = "auto" if root is not None else None
+        if daemon not in ("auto", None):
+            raise ValueError("daemon must be 'auto' or None, not %r" % (daemon,))
+        if daemon == "auto" and root is None:
+            raise ValueError("daemon='auto' needs the dataset: TorchLoader(root, ...)")
+        if batch_size is not None:
+            kwargs["batch_size"] = batch_size
+        if shuffle is not None:
+            kwargs["shuffle"] = shuffle
+        if root is not None:
+            kwargs["dataset"] = root
+        if daemon == "auto" and kwargs.get("state") is None and kwargs.get("start") is None:
+            # the script owns the job: without a checkpoint it starts it,
+            # whatever an earlier run left in a seerd still running
+            kwargs["start"] = (0, 0)
+        self._daemon_mode = daemon
+        self._daemon_idle = float(daemon_idle)
+        self._seerd_settings = dict(seerd_settings or {})
+        self._root = None if root is None else os.path.abspath(os.fspath(root))
+        self._job_id = kwargs.get("job_id")
+        self._socket = kwargs.get("socket")
+        self.seerd = None  # the Popen of a seerd this loader started
         if transform is None and (decode is not None or num_workers):
             raise ValueError("decode and num_workers apply to a transform: pass transform=fn")
         if transform is not None and not callable(transform):
@@ -186,7 +243,7 @@ class TorchLoader(Loader):
             if num_workers > 0:
                 kwargs.setdefault("max_held", num_workers * prefetch_factor + 1)
             kwargs["_take_ahead"] = True
-        super().__init__(*args, **kwargs)
+        super().__init__(**kwargs)
         self.stack = stack
         self.copy = bool(copy)
         self.transform = transform
@@ -197,6 +254,44 @@ class TorchLoader(Loader):
         self.last_batch = None
         self._decode = decode
         self._job = None  # made at the first iteration (it needs the job's seed)
+
+    def _connect(self, state):
+        if self._daemon_mode == "auto":
+            self._start_daemon()
+        super()._connect(state)
+
+    def _start_daemon(self):
+        """daemon='auto': the job's seerd, started here when none serves its
+        socket (seer/_daemon.py)."""
+        lib = self._lib
+        sock = self._socket
+        if not sock:
+            import ctypes
+            buf = ctypes.create_string_buffer(4096)
+            rc = lib.seer_socket_path(self._job_id.encode() if self._job_id else None, buf,
+                                      len(buf))
+            if rc < 0:
+                raise _error(rc)
+            sock = os.fsdecode(buf.value)
+        job = self._job_id or os.environ.get("SEER_JOB_ID") or \
+            os.environ.get("SLURM_JOB_ID") or "default"
+        nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
+        if nodes.isdigit() and int(nodes) > 1:
+            # several nodes: their seerds are one MPI job, started by srun
+            # (docs/torch.md); connecting waits for this node's
+            self._opts.socket_path = os.fsencode(sock)
+            return
+        try:
+            libpath = _find_lib()
+        except OSError:
+            libpath = None
+        timeout = max(self._opts.connect_timeout_ms / 1000.0, 1.0)
+        proc = _daemon.ensure(sock, job, self._root, self._seerd_settings, self._daemon_idle,
+                              libpath, timeout, lambda m: SeerError(-1, m))
+        if proc is not None:
+            self.seerd = proc
+            self.daemon_log = sock + ".log"
+        self._opts.socket_path = os.fsencode(sock)
 
     def _transform_job(self):
         if self._job is None:
