@@ -2,7 +2,9 @@
 # pytorch/examples imagenet/main.py, ported to seer: only the training loader's
 # construction changed (docs/torch.md, "Porting a DataLoader script"). The
 # original is BSD-3-Clause, Copyright (c) 2017 the PyTorch contributors; this
-# copy follows its 2023 form (CUDA, MPS or CPU; --dummy; StepLR scheduler).
+# copy follows main.py at pytorch/examples 8c246ba (2024-02-03), the last form
+# before torch.accelerator (torch >= 2.6; Debian's torch is 1.13). Compared with
+# that file (diff -w), the lines below are the only difference.
 #
 # The diff against main.py, all of it:
 #
