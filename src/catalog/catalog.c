@@ -26,11 +26,6 @@
 #include "seer.h"
 #include "../util/util.h"
 
-/* A directory changed within this much of the scan's start may have changed
- * again within its timestamp's granularity (1 s on Lustre/GPFS): its mtime
- * proves nothing, so the cache is rebuilt (git's "racy clean" rule). */
-#define CAT_RACY_NS 2000000000ll
-
 /* ---- string pool and builder ------------------------------------------- */
 
 uint32_t catalog_pool_add(struct strpool *p, const char *s)
@@ -302,7 +297,13 @@ static int check_empty_classes(const struct catalog_params *p, const char *root,
  * scan met them, so the catalog (and its hash) is the same for any number of
  * threads. Files are handed out at most SCAN_WINDOW ahead of the merge (the
  * memory of a scan does not grow with the dataset). The first failing file
- * in catalog order is the one reported, as in a serial scan. */
+ * in catalog order is the one reported, as in a serial scan.
+ *
+ * A rescan of a cached catalog whose files were found changed (scan.old,
+ * scan.changed: the same file list) scans only those: an unchanged file's
+ * slot is filled from the old catalog's entries, with no system call, and
+ * merged like a scanned one, so the catalog and its hash equal a full
+ * scan's. */
 #define SCAN_WINDOW 1024u
 
 struct scan_slot {
@@ -329,7 +330,64 @@ struct scan {
 	struct scan_slot *slots; /* SCAN_WINDOW, file i in slots[i % SCAN_WINDOW] */
 	uint64_t bytes;         /* read from the files (fmt_thread_bytes), under mu */
 	uint64_t t_log;         /* ns of the last progress line */
+	const struct catalog *old; /* NULL, or the cached catalog of the same files */
+	const bool *changed;    /* with old: which files to scan again */
 };
+
+/* Is file i of the old catalog reused by a rescan (scan_reuse)? */
+static bool file_reused(const struct catalog *old, const bool *changed, uint32_t i)
+{
+	return old && !changed[i] && old->files[i].nsamples > 0;
+}
+
+static uint32_t cat_count_reused(const struct catalog *old, const bool *changed)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; old && i < old->nfiles; i++)
+		n += file_reused(old, changed, i);
+	return n;
+}
+
+/* File i's entries out of the old catalog into its slot, as its scan would
+ * have put them: types in order of first use (every format interns its
+ * file's type before adding samples; a file with no sample is scanned
+ * instead, so an unused type is interned as a full scan would). */
+static void scan_reuse(struct scan *sc, uint32_t i)
+{
+	const struct catalog *old = sc->old;
+	const struct catalog_file *of = &old->files[i];
+	struct catalog_file *f = &sc->b->c->files[i];
+	struct scan_slot *sl = &sc->slots[i % SCAN_WINDOW];
+	f->size = of->size;
+	f->mtime_ns = of->mtime_ns;
+	f->ctime_ns = of->ctime_ns;
+	memcpy(f->aux, of->aux, sizeof(f->aux));
+	if (sl->cap < of->nsamples) {
+		sl->cap = of->nsamples;
+		sl->samples = xrealloc(sl->samples, sl->cap * sizeof(*sl->samples));
+	}
+	sl->ntypes = 0;
+	for (uint64_t k = 0; k < of->nsamples; k++) {
+		struct catalog_sample x = old->samples[of->first + k];
+		const struct seer_wire_type *t = &old->types[x.type];
+		uint32_t j = 0;
+		while (j < sl->ntypes && memcmp(&sl->types[j], t, sizeof(*t)) != 0)
+			j++;
+		if (j == sl->ntypes) {
+			if (sl->ntypes == sl->cap_types) {
+				sl->cap_types = MAX(sl->cap_types * 2, 8u);
+				sl->types = xrealloc(sl->types, sl->cap_types * sizeof(*sl->types));
+			}
+			sl->types[sl->ntypes++] = *t;
+		}
+		x.type = j;
+		x.file = i;
+		sl->samples[k] = x;
+	}
+	sl->nsamples = of->nsamples;
+	sl->rc = 0;
+	sl->err[0] = '\0';
+}
 
 /* Scan file i into its slot (no lock held: the slot and files[i] are this
  * thread's until done is set). tb holds the thread's type hash. */
@@ -339,6 +397,10 @@ static void scan_one(struct scan *sc, uint32_t i, struct catalog_builder *tb)
 	struct scan_slot *sl = &sc->slots[i % SCAN_WINDOW];
 	const char *rel = sc->paths[i];
 	char show[CAT_PATH_SHOW];
+	if (file_reused(sc->old, sc->changed, i)) {
+		scan_reuse(sc, i);
+		return;
+	}
 	sl->rc = 0;
 	sl->err[0] = '\0';
 	int fd = openat(sc->dfd, rel, O_RDONLY | O_CLOEXEC);
@@ -354,6 +416,7 @@ static void scan_one(struct scan *sc, uint32_t i, struct catalog_builder *tb)
 	}
 	c->files[i].size = (uint64_t)st.st_size;
 	c->files[i].mtime_ns = catalog_ts_ns(&st.st_mtim);
+	c->files[i].ctime_ns = catalog_ts_ns(&st.st_ctim);
 	/* the file's own catalog: the slot's arrays, the shared files and strings */
 	struct catalog fc = { .root = c->root, .fmt = c->fmt, .nfiles = c->nfiles, .files = c->files,
 			      .samples = sl->samples, .types = sl->types };
@@ -469,14 +532,14 @@ static void *scan_thread(void *arg)
 	return NULL;
 }
 
-/* Open, stat and scan every listed file, merged in catalog order. *bytes:
- * what the scan read from the files. */
-static int scan_files(struct catalog_builder *b, char **paths, uint64_t *bytes, char *err,
-		      size_t errlen)
+/* Open, stat and scan every listed file (with old: those changed[] says),
+ * merged in catalog order. *bytes: what the scan read from the files. */
+static int scan_files(struct catalog_builder *b, char **paths, const struct catalog *old,
+		      const bool *changed, uint64_t *bytes, char *err, size_t errlen)
 {
 	struct catalog *c = b->c;
 	struct scan sc = { .b = b, .paths = paths, .err = err, .errlen = errlen,
-			   .t_log = now_ns() };
+			   .t_log = now_ns(), .old = old, .changed = changed };
 	sc.dfd = open(c->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (sc.dfd < 0) {
 		snprintf(err, errlen, "dataset %s: %s", c->root, strerror(errno));
@@ -550,29 +613,54 @@ static int list_files(struct catalog_builder *b, struct catalog_walk *w, char *e
 	return 0;
 }
 
+/* The walk a cached catalog's directories, checked unchanged, stand for:
+ * its files and directories (paths into b's pool). */
+static void walk_from(struct catalog_walk *w, struct strpool *pool, const struct catalog *old)
+{
+	w->ndirs = w->capdirs = old->ndirs;
+	w->dirs = xcalloc(MAX(old->ndirs, 1u), sizeof(*w->dirs));
+	for (uint32_t i = 0; i < old->ndirs; i++)
+		w->dirs[i] = (struct catalog_dir){
+			.path_off = catalog_pool_add(pool, old->strpool + old->dirs[i].path_off),
+			.mtime_ns = old->dirs[i].mtime_ns };
+	w->n = w->cap = old->nfiles;
+	w->paths = xcalloc(MAX(old->nfiles, 1u), sizeof(*w->paths));
+	for (uint32_t i = 0; i < old->nfiles; i++)
+		w->paths[i] = xstrdup(catalog_path(old, i));
+	w->skipped_links = old->skipped_links;
+}
+
+/* Walk and scan root; or, with old (a cached catalog whose directories are
+ * unchanged), scan again its files that changed[] names and reuse the
+ * others' entries. scan_ns: when the scan (or the check before it) began. */
 static int cat_build(const struct catalog_opts *o, const struct fmt_ops *fmt, const char *root,
+		     const struct catalog *old, const bool *changed, int64_t scan_ns,
 		     struct catalog **out, char *err, size_t errlen)
 {
 	struct catalog *c = xcalloc(1, sizeof(*c));
 	c->root = xstrdup(root);
 	c->fmt = fmt;
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	c->scan_ns = catalog_ts_ns(&now);
+	c->scan_ns = scan_ns;
 	c->params_hash = catalog_hash_params(o);
 	struct catalog_builder b = { .c = c, .o = o };
 	struct catalog_walk w = { .prog = o->prog };
 	uint64_t t0 = now_ns();
-	int rc = catalog_walk_tree(root, fmt, &o->params, o->progress, &b.pool, &w, err, errlen);
+	int rc = 0;
+	if (old)
+		walk_from(&w, &b.pool, old);
+	else
+		rc = catalog_walk_tree(root, fmt, &o->params, o->progress, &b.pool, &w, err, errlen);
 	if (rc == 0)
 		rc = list_files(&b, &w, err, errlen);
 	if (rc == 0)
 		c->skipped_links = w.skipped_links;
-	if (rc == 0 && (o->progress || w.n >= 100000))
+	if (rc == 0 && !old && (o->progress || w.n >= 100000))
 		log_info("catalog: %zu files under %s listed in %.1f s", w.n, root,
 			 (double)(now_ns() - t0) / 1e9);
 	if (rc == 0)
-		rc = scan_files(&b, w.paths, &c->scan_bytes, err, errlen);
+		rc = scan_files(&b, w.paths, old, changed, &c->scan_bytes, err, errlen);
+	if (rc == 0)
+		c->files_scanned = c->nfiles - cat_count_reused(old, changed);
 	if (rc == 0 && c->nsamples == 0) {
 		snprintf(err, errlen, "dataset %s: its %u %s files hold no samples", root, c->nfiles,
 			 fmt->name);
@@ -625,6 +713,158 @@ int catalog_attach_shared(struct catalog *c, char *err, size_t errlen)
 		return 0;
 	snprintf(err, errlen, "out of memory for the %s readers' shared state", c->fmt->name);
 	return -ENOMEM;
+}
+
+/* ---- is a cached catalog current? ----------------------------------------
+ *
+ * First its directories (cat_is_current: their mtimes say no file was added,
+ * removed or renamed), then every file (cat_check_files): a stat each, by
+ * catalog_opts.threads threads at once (on a parallel file system a stat is
+ * one metadata round trip; threads hide them as in the scan), compared with
+ * the size, mtime and ctime the scan recorded. A file rewritten in place
+ * (DLIO's generator truncates and rewrites) keeps its name and directory,
+ * so only this check sees it. */
+
+enum catalog_file_state catalog_file_state(const struct catalog_file *f, uint64_t size,
+					   int64_t mtime_ns, int64_t ctime_ns, int64_t scan_ns)
+{
+	if (size != f->size)
+		return CAT_FILE_SIZE;
+	if (mtime_ns != f->mtime_ns)
+		return CAT_FILE_MTIME;
+	if (ctime_ns != f->ctime_ns)
+		return CAT_FILE_CTIME;
+	if (f->mtime_ns >= scan_ns - CAT_RACY_NS)
+		return CAT_FILE_RACY;
+	return CAT_FILE_SAME;
+}
+
+#define CHECK_CHUNK 64u /* files a checking thread takes at once */
+
+struct check {
+	const struct catalog *c;
+	const struct catalog_progress *prog;
+	int dfd;
+	_Atomic uint32_t next;     /* the next file to stat */
+	_Atomic uint32_t nchanged, nracy;
+	_Atomic bool stopped;
+	bool *changed;             /* per file: scan it again */
+	pthread_mutex_t mu;
+	uint32_t first;            /* the first changed file (racy ones count last), under mu */
+	int first_rank;            /* 2: changed, 1: racy, 0: none */
+	char first_why[200];
+};
+
+/* Why file i counts as changed, for the log. */
+static void check_note(struct check *ck, uint32_t i, enum catalog_file_state s,
+		       const struct stat *st, int e)
+{
+	const struct catalog_file *f = &ck->c->files[i];
+	int rank = s == CAT_FILE_RACY ? 1 : 2;
+	pthread_mutex_lock(&ck->mu);
+	if (rank > ck->first_rank || (rank == ck->first_rank && i < ck->first)) {
+		ck->first = i;
+		ck->first_rank = rank;
+		char *w = ck->first_why;
+		size_t n = sizeof(ck->first_why);
+		if (e)
+			snprintf(w, n, "%s", strerror(e));
+		else if (s == CAT_FILE_SIZE)
+			snprintf(w, n, "%llu bytes, %llu when scanned", (unsigned long long)st->st_size,
+				 (unsigned long long)f->size);
+		else if (s == CAT_FILE_MTIME)
+			snprintf(w, n, "same size, modified since it was scanned (mtime)");
+		else if (s == CAT_FILE_CTIME)
+			snprintf(w, n, "same size and mtime, inode changed since it was scanned (ctime)");
+		else
+			snprintf(w, n, "written within %lld s of the scan: the scan may have missed a "
+				 "later write", CAT_RACY_NS / 1000000000ll);
+	}
+	pthread_mutex_unlock(&ck->mu);
+}
+
+static void *check_thread(void *arg)
+{
+	struct check *ck = arg;
+	const struct catalog *c = ck->c;
+	for (;;) {
+		if (ck->prog && atomic_load_explicit(&ck->prog->stop, memory_order_relaxed)) {
+			atomic_store(&ck->stopped, true);
+			break;
+		}
+		uint32_t i0 = atomic_fetch_add(&ck->next, CHECK_CHUNK);
+		if (i0 >= c->nfiles)
+			break;
+		uint32_t i1 = (uint32_t)MIN((uint64_t)i0 + CHECK_CHUNK, (uint64_t)c->nfiles);
+		for (uint32_t i = i0; i < i1; i++) {
+			struct stat st;
+			int e = fstatat(ck->dfd, catalog_path(c, i), &st, 0) != 0 ? errno : 0;
+			enum catalog_file_state s = e ? CAT_FILE_SIZE
+				: catalog_file_state(&c->files[i], (uint64_t)st.st_size,
+						     catalog_ts_ns(&st.st_mtim),
+						     catalog_ts_ns(&st.st_ctim), c->scan_ns);
+			if (s == CAT_FILE_SAME)
+				continue;
+			ck->changed[i] = true;
+			atomic_fetch_add(s == CAT_FILE_RACY ? &ck->nracy : &ck->nchanged, 1);
+			check_note(ck, i, s, &st, e);
+		}
+	}
+	return NULL;
+}
+
+/* Stat every file of the cached catalog c: *changed (malloc'd, per file)
+ * marks those to scan again, *n counts them; the outcome is logged. 0,
+ * -ECANCELED (a stop), or -errno when the root cannot be opened (the caller
+ * rescans everything, which reports it). */
+static int cat_check_files(const struct catalog *c, const struct catalog_opts *o, bool **changed,
+			   uint32_t *n)
+{
+	struct check ck = { .c = c, .prog = o->prog };
+	*changed = NULL;
+	*n = 0;
+	ck.dfd = open(c->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (ck.dfd < 0)
+		return -errno;
+	ck.changed = xcalloc(MAX(c->nfiles, 1u), sizeof(bool));
+	pthread_mutex_init(&ck.mu, NULL);
+	uint64_t t0 = now_ns();
+	unsigned nt = o->threads ? o->threads : CAT_SCAN_THREADS;
+	nt = (unsigned)MIN((uint64_t)nt, (uint64_t)c->nfiles / CHECK_CHUNK + 1);
+	pthread_t *th = xcalloc(nt, sizeof(*th));
+	unsigned started = 0;
+	for (unsigned k = 1; k < nt; k++, started++)
+		if (pthread_create(&th[k], NULL, check_thread, &ck) != 0)
+			break; /* fewer threads: slower, not wrong */
+	check_thread(&ck);
+	for (unsigned k = 1; k <= started; k++)
+		pthread_join(th[k], NULL);
+	free(th);
+	pthread_mutex_destroy(&ck.mu);
+	close(ck.dfd);
+	if (atomic_load(&ck.stopped)) {
+		free(ck.changed);
+		return -ECANCELED;
+	}
+	double secs = (double)(now_ns() - t0) / 1e9;
+	uint32_t nch = atomic_load(&ck.nchanged), nracy = atomic_load(&ck.nracy);
+	*n = nch + nracy;
+	*changed = ck.changed;
+	if (*n == 0) {
+		log_info("catalog: %u files checked unchanged (size, mtime, ctime) in %.3f s by %u "
+			 "threads", c->nfiles, secs, started + 1);
+		return 0;
+	}
+	char show[CAT_PATH_SHOW], racy[96] = "";
+	if (nracy)
+		snprintf(racy, sizeof(racy), " (and %u written too close to its scan to trust)",
+			 nracy);
+	log_info("catalog: %u of %u files changed since the catalog was saved%s, checked in "
+		 "%.3f s by %u threads; e.g. %s: %s; scanning those %u again", nch, c->nfiles, racy,
+		 secs, started + 1,
+		 file_abbrev(show, sizeof(show), c->root, catalog_path(c, ck.first)), ck.first_why,
+		 *n);
+	return 0;
 }
 
 /* The directories still look as when the catalog was built? */
@@ -724,23 +964,70 @@ static void cat_save(const struct catalog *c, const char *cache_dir, const char 
 			 strerror(-mk));
 }
 
-/* catalog_opts.image_sizes: each sample's image size, read from its header. */
-static int cat_add_images(struct catalog *c, char *err, size_t errlen)
+/* catalog_opts.image_sizes: each sample's image size, read from its header;
+ * with old (c rescanned from it, cat_build), the sizes old holds for the
+ * files reused are kept, only the others are read. */
+static int cat_add_images(struct catalog *c, const struct catalog *old, const bool *changed,
+			  char *err, size_t errlen)
 {
 	uint64_t t0 = now_ns(), bad = 0;
 	char first[512] = "";
-	if (catalog_probe_images(c, &bad, first, sizeof(first)) != 0) {
+	bool *redo = NULL;
+	if (old && old->images) {
+		redo = xcalloc(MAX(c->nfiles, 1u), sizeof(bool));
+		free(c->images);
+		c->images = xcalloc(MAX(c->nsamples, 1ull), sizeof(*c->images));
+		for (uint32_t i = 0; i < c->nfiles; i++) {
+			const struct catalog_file *f = &c->files[i], *of = &old->files[i];
+			redo[i] = !file_reused(old, changed, i) || f->nsamples != of->nsamples;
+			if (!redo[i])
+				memcpy(&c->images[f->first], &old->images[of->first],
+				       f->nsamples * sizeof(*c->images));
+		}
+	}
+	int rc = catalog_probe_images_some(c, redo, &bad, first, sizeof(first));
+	free(redo);
+	if (rc != 0) {
 		snprintf(err, errlen, "out of memory recording the image sizes of %llu samples",
 			 (unsigned long long)c->nsamples);
 		return -ENOMEM;
 	}
 	log_info("catalog: image sizes of %llu samples read from their headers in %.2f s%s%s",
 		 (unsigned long long)c->nsamples, (double)(now_ns() - t0) / 1e9,
-		 bad ? "; not JPEG/PNG images: " : "", bad ? first : "");
+		 first[0] ? "; not JPEG/PNG images: " : "", first);
 	if (bad > 1)
 		log_info("catalog: %llu samples in all are not JPEG/PNG images",
 			 (unsigned long long)bad);
 	return 0;
+}
+
+/* A cached catalog found current is the catalog (with image sizes added
+ * when asked for and missing). Takes c and cpath. */
+static int cat_loaded(struct catalog *c, const struct catalog_opts *o, char *cpath,
+		      struct catalog **out, char *err, size_t errlen)
+{
+	log_info("catalog: %llu samples in %u files loaded from %s",
+		 (unsigned long long)c->nsamples, c->nfiles, cpath);
+	if (o->image_sizes && !c->images) {
+		int rc = cat_add_images(c, NULL, NULL, err, errlen);
+		if (rc != 0) {
+			catalog_free(c);
+			free(cpath);
+			return rc;
+		}
+		cat_save(c, o->cache_dir, cpath);
+	}
+	c->cache_path = cpath;
+	*out = c;
+	return 0;
+}
+
+/* Wall-clock now, in the files' timestamps' terms. */
+static int64_t real_ns(void)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	return catalog_ts_ns(&now);
 }
 
 int catalog_open(const struct catalog_opts *o, struct catalog **out, char *err, size_t errlen)
@@ -769,36 +1056,51 @@ int catalog_open(const struct catalog_opts *o, struct catalog **out, char *err, 
 	struct catalog_opts ro = *o;
 	ro.root = root;
 	char *cpath = o->cache_dir ? catalog_cache_path(&ro) : NULL;
-	if (cpath && !o->rebuild) {
-		struct catalog *c = cat_try_load(&ro, root, cpath);
-		if (c) {
-			log_info("catalog: %llu samples in %u files loaded from %s",
-				 (unsigned long long)c->nsamples, c->nfiles, cpath);
-			if (o->image_sizes && !c->images) {
-				int rc = cat_add_images(c, err, errlen);
-				if (rc != 0) {
-					catalog_free(c);
-					free(cpath);
-					return rc;
-				}
-				cat_save(c, o->cache_dir, cpath);
-			}
-			c->cache_path = cpath;
-			*out = c;
-			return 0;
+	/* a rescan's start: before the directories are checked, so that a
+	 * change after the check is later than the saved scan time */
+	int64_t scan_ns = real_ns();
+	struct catalog *old = NULL;
+	bool *changed = NULL;
+	if (cpath && !o->rebuild)
+		old = cat_try_load(&ro, root, cpath);
+	if (old) {
+		uint32_t nchanged = 0;
+		int rc = cat_check_files(old, &ro, &changed, &nchanged);
+		if (rc == -ECANCELED) {
+			snprintf(err, errlen, "dataset %s: the check of the cached catalog's files was "
+				 "stopped", root);
+			catalog_free(old);
+			free(cpath);
+			return rc;
+		}
+		if (rc == 0 && nchanged == 0) {
+			free(changed);
+			return cat_loaded(old, o, cpath, out, err, errlen);
+		}
+		if (rc != 0) { /* the full rescan says what is wrong */
+			catalog_free(old);
+			old = NULL;
 		}
 	}
+	if (!old)
+		scan_ns = real_ns();
 	struct catalog *c = NULL;
 	uint64_t t0 = now_ns();
-	int rc = cat_build(&ro, fmt, root, &c, err, errlen);
+	int rc = cat_build(&ro, fmt, root, old, changed, scan_ns, &c, err, errlen);
 	if (rc == 0) {
-		char sz[32];
-		log_info("catalog: %llu samples (%s) in %u files scanned in %.2f s",
+		char sz[32], again[96] = "";
+		if (old)
+			snprintf(again, sizeof(again), " (%u changed files scanned again, %u reused)",
+				 c->files_scanned, c->nfiles - c->files_scanned);
+		log_info("catalog: %llu samples (%s) in %u files scanned in %.2f s%s",
 			 (unsigned long long)c->nsamples, fmt_size(sz, sizeof(sz), c->total_bytes),
-			 c->nfiles, (double)(now_ns() - t0) / 1e9);
-		if (o->image_sizes)
-			rc = cat_add_images(c, err, errlen);
+			 c->nfiles, (double)(now_ns() - t0) / 1e9, again);
+		/* a cached catalog's image sizes stay with it (cat_loaded) */
+		if (o->image_sizes || (old && old->images))
+			rc = cat_add_images(c, old, changed, err, errlen);
 	}
+	catalog_free(old);
+	free(changed);
 	if (rc != 0) {
 		catalog_free(c);
 		free(cpath);

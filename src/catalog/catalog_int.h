@@ -48,6 +48,10 @@ uint64_t catalog_hash_params(const struct catalog_opts *o);
 uint64_t catalog_hash_content(const struct catalog *c);
 /* Give c its format's shared reader state (fmt_ops.shared_new). 0 or -ENOMEM. */
 int catalog_attach_shared(struct catalog *c, char *err, size_t errlen);
+/* catalog_probe_images, reading only the samples of the files redo[] marks
+ * (all when redo is NULL or c->images is): the others keep c->images. */
+int catalog_probe_images_some(struct catalog *c, const bool *redo, uint64_t *nonimage, char *first,
+			      size_t firstlen);
 /* total_bytes and max_len from the samples. */
 void catalog_finish_totals(struct catalog *c);
 
