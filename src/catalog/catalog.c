@@ -739,15 +739,62 @@ enum catalog_file_state catalog_file_state(const struct catalog_file *f, uint64_
 	return CAT_FILE_SAME;
 }
 
-#define CHECK_CHUNK 64u /* files a checking thread takes at once */
+#define CHECK_CHUNK 64u /* items a checking thread takes at once */
+
+/* fn(ctx, i) for every i < n, by up to `threads` threads (the caller's
+ * among them), CHECK_CHUNK items at a time. false when prog's stop came
+ * first (some items not done). */
+struct par {
+	uint32_t n;
+	const struct catalog_progress *prog;
+	void (*fn)(void *ctx, uint32_t i);
+	void *ctx;
+	_Atomic uint32_t next;
+	_Atomic bool stopped;
+};
+
+static void *par_thread(void *arg)
+{
+	struct par *p = arg;
+	for (;;) {
+		if (p->prog && atomic_load_explicit(&p->prog->stop, memory_order_relaxed)) {
+			atomic_store(&p->stopped, true);
+			break;
+		}
+		uint32_t i0 = atomic_fetch_add(&p->next, CHECK_CHUNK);
+		if (i0 >= p->n)
+			break;
+		uint32_t i1 = (uint32_t)MIN((uint64_t)i0 + CHECK_CHUNK, (uint64_t)p->n);
+		for (uint32_t i = i0; i < i1; i++)
+			p->fn(p->ctx, i);
+	}
+	return NULL;
+}
+
+static bool cat_parallel(uint32_t n, unsigned threads, const struct catalog_progress *prog,
+			 void (*fn)(void *ctx, uint32_t i), void *ctx, unsigned *used)
+{
+	struct par p = { .n = n, .prog = prog, .fn = fn, .ctx = ctx };
+	unsigned nt = (unsigned)MIN((uint64_t)MAX(threads, 1u), (uint64_t)n / CHECK_CHUNK + 1);
+	pthread_t *th = xcalloc(nt, sizeof(*th));
+	unsigned started = 0;
+	for (unsigned k = 1; k < nt; k++, started++)
+		if (pthread_create(&th[k], NULL, par_thread, &p) != 0)
+			break; /* fewer threads: slower, not wrong */
+	par_thread(&p);
+	for (unsigned k = 1; k <= started; k++)
+		pthread_join(th[k], NULL);
+	free(th);
+	if (used)
+		*used = started + 1;
+	return !atomic_load(&p.stopped);
+}
 
 struct check {
 	const struct catalog *c;
-	const struct catalog_progress *prog;
 	int dfd;
-	_Atomic uint32_t next;     /* the next file to stat */
 	_Atomic uint32_t nchanged, nracy;
-	_Atomic bool stopped;
+	_Atomic bool dirs_changed;
 	bool *changed;             /* per file: scan it again */
 	pthread_mutex_t mu;
 	uint32_t first;            /* the first changed file (racy ones count last), under mu */
@@ -783,34 +830,54 @@ static void check_note(struct check *ck, uint32_t i, enum catalog_file_state s,
 	pthread_mutex_unlock(&ck->mu);
 }
 
-static void *check_thread(void *arg)
+static void check_file(void *arg, uint32_t i)
 {
 	struct check *ck = arg;
 	const struct catalog *c = ck->c;
-	for (;;) {
-		if (ck->prog && atomic_load_explicit(&ck->prog->stop, memory_order_relaxed)) {
-			atomic_store(&ck->stopped, true);
-			break;
-		}
-		uint32_t i0 = atomic_fetch_add(&ck->next, CHECK_CHUNK);
-		if (i0 >= c->nfiles)
-			break;
-		uint32_t i1 = (uint32_t)MIN((uint64_t)i0 + CHECK_CHUNK, (uint64_t)c->nfiles);
-		for (uint32_t i = i0; i < i1; i++) {
-			struct stat st;
-			int e = fstatat(ck->dfd, catalog_path(c, i), &st, 0) != 0 ? errno : 0;
-			enum catalog_file_state s = e ? CAT_FILE_SIZE
-				: catalog_file_state(&c->files[i], (uint64_t)st.st_size,
-						     catalog_ts_ns(&st.st_mtim),
-						     catalog_ts_ns(&st.st_ctim), c->scan_ns);
-			if (s == CAT_FILE_SAME)
-				continue;
-			ck->changed[i] = true;
-			atomic_fetch_add(s == CAT_FILE_RACY ? &ck->nracy : &ck->nchanged, 1);
-			check_note(ck, i, s, &st, e);
-		}
+	struct stat st;
+	int e = fstatat(ck->dfd, catalog_path(c, i), &st, 0) != 0 ? errno : 0;
+	enum catalog_file_state s = e ? CAT_FILE_SIZE
+		: catalog_file_state(&c->files[i], (uint64_t)st.st_size, catalog_ts_ns(&st.st_mtim),
+				     catalog_ts_ns(&st.st_ctim), c->scan_ns);
+	if (s == CAT_FILE_SAME)
+		return;
+	ck->changed[i] = true;
+	atomic_fetch_add(s == CAT_FILE_RACY ? &ck->nracy : &ck->nchanged, 1);
+	check_note(ck, i, s, &st, e);
+}
+
+/* Directory i as at the scan, and not changed within CAT_RACY_NS of it? */
+static void check_dir(void *arg, uint32_t i)
+{
+	struct check *ck = arg;
+	const struct catalog *c = ck->c;
+	const char *rel = c->strpool + c->dirs[i].path_off;
+	struct stat st;
+	if ((*rel ? fstatat(ck->dfd, rel, &st, 0) : fstat(ck->dfd, &st)) != 0) {
+		atomic_store(&ck->dirs_changed, true);
+		return;
 	}
-	return NULL;
+	int64_t m = catalog_ts_ns(&st.st_mtim);
+	if (m != c->dirs[i].mtime_ns || m >= c->scan_ns - CAT_RACY_NS)
+		atomic_store(&ck->dirs_changed, true);
+}
+
+static unsigned check_threads(const struct catalog_opts *o)
+{
+	return o->threads ? o->threads : CAT_SCAN_THREADS;
+}
+
+/* The directories still look as when the catalog was built? (A stop:
+ * false, and the rescan that follows stops.) */
+static bool cat_is_current(const struct catalog *c, const struct catalog_opts *o)
+{
+	struct check ck = { .c = c };
+	ck.dfd = open(c->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (ck.dfd < 0)
+		return false;
+	bool done = cat_parallel(c->ndirs, check_threads(o), o->prog, check_dir, &ck, NULL);
+	close(ck.dfd);
+	return done && !atomic_load(&ck.dirs_changed);
 }
 
 /* Stat every file of the cached catalog c: *changed (malloc'd, per file)
@@ -820,7 +887,7 @@ static void *check_thread(void *arg)
 static int cat_check_files(const struct catalog *c, const struct catalog_opts *o, bool **changed,
 			   uint32_t *n)
 {
-	struct check ck = { .c = c, .prog = o->prog };
+	struct check ck = { .c = c };
 	*changed = NULL;
 	*n = 0;
 	ck.dfd = open(c->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -829,20 +896,11 @@ static int cat_check_files(const struct catalog *c, const struct catalog_opts *o
 	ck.changed = xcalloc(MAX(c->nfiles, 1u), sizeof(bool));
 	pthread_mutex_init(&ck.mu, NULL);
 	uint64_t t0 = now_ns();
-	unsigned nt = o->threads ? o->threads : CAT_SCAN_THREADS;
-	nt = (unsigned)MIN((uint64_t)nt, (uint64_t)c->nfiles / CHECK_CHUNK + 1);
-	pthread_t *th = xcalloc(nt, sizeof(*th));
-	unsigned started = 0;
-	for (unsigned k = 1; k < nt; k++, started++)
-		if (pthread_create(&th[k], NULL, check_thread, &ck) != 0)
-			break; /* fewer threads: slower, not wrong */
-	check_thread(&ck);
-	for (unsigned k = 1; k <= started; k++)
-		pthread_join(th[k], NULL);
-	free(th);
+	unsigned used;
+	bool done = cat_parallel(c->nfiles, check_threads(o), o->prog, check_file, &ck, &used);
 	pthread_mutex_destroy(&ck.mu);
 	close(ck.dfd);
-	if (atomic_load(&ck.stopped)) {
+	if (!done) {
 		free(ck.changed);
 		return -ECANCELED;
 	}
@@ -852,7 +910,7 @@ static int cat_check_files(const struct catalog *c, const struct catalog_opts *o
 	*changed = ck.changed;
 	if (*n == 0) {
 		log_info("catalog: %u files checked unchanged (size, mtime, ctime) in %.3f s by %u "
-			 "threads", c->nfiles, secs, started + 1);
+			 "threads", c->nfiles, secs, used);
 		return 0;
 	}
 	char show[CAT_PATH_SHOW], racy[96] = "";
@@ -861,28 +919,9 @@ static int cat_check_files(const struct catalog *c, const struct catalog_opts *o
 			 nracy);
 	log_info("catalog: %u of %u files changed since the catalog was saved%s, checked in "
 		 "%.3f s by %u threads; e.g. %s: %s; scanning those %u again", nch, c->nfiles, racy,
-		 secs, started + 1,
-		 file_abbrev(show, sizeof(show), c->root, catalog_path(c, ck.first)), ck.first_why,
-		 *n);
+		 secs, used, file_abbrev(show, sizeof(show), c->root, catalog_path(c, ck.first)),
+		 ck.first_why, *n);
 	return 0;
-}
-
-/* The directories still look as when the catalog was built? */
-static bool cat_is_current(const struct catalog *c)
-{
-	for (uint32_t i = 0; i < c->ndirs; i++) {
-		const char *rel = c->strpool + c->dirs[i].path_off;
-		char *path = *rel ? xasprintf("%s/%s", c->root, rel) : xstrdup(c->root);
-		struct stat st;
-		int rc = stat(path, &st);
-		free(path);
-		if (rc != 0)
-			return false;
-		int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-		if (m != c->dirs[i].mtime_ns || m >= c->scan_ns - CAT_RACY_NS)
-			return false;
-	}
-	return true;
 }
 
 /* A cached catalog's class directories checked as a scan would
@@ -939,7 +978,7 @@ static struct catalog *cat_try_load(const struct catalog_opts *o, const char *ro
 	if (strcmp(c->root, root) != 0 || c->params_hash != catalog_hash_params(o) ||
 	    strcmp(c->fmt->name, o->format) != 0) {
 		log_info("catalog cache %s was built for other settings; rescanning", path);
-	} else if (!cat_is_current(c)) {
+	} else if (!cat_is_current(c, o)) {
 		log_info("dataset %s changed since its catalog was saved; rescanning", root);
 	} else if (cat_classes_ok(c, o)) {
 		return c;

@@ -711,3 +711,32 @@ Test(catalog, rescan_keeps_and_renews_image_sizes)
 	cr_assert_eq(c->images[1].height, 8);
 	catalog_free(c);
 }
+
+/* A file rewritten under a running reader: that read fails asking for a
+ * restart and removes the cache; the next open scans it again. */
+Test(catalog, rewrite_mid_job_fails_the_read)
+{
+	make_tree();
+	age_tree();
+	struct catalog_opts o = opts(true);
+	struct catalog *c = open_ok(&o);
+	mkfile("cat/2", 200, 6); /* same size, other bytes */
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
+	uint8_t buf[200];
+	cr_assert_eq(catalog_read(&rd, 1, buf), -ESTALE);
+	assert_has(rd.err, "cat/2");
+	assert_has(rd.err, "restart seerd to rescan");
+	catalog_reader_fini(&rd);
+	char *cf = cache_file();
+	cr_assert_neq(access(cf, F_OK), 0, "the stale cache was kept");
+	free(cf);
+	catalog_free(c);
+	c = open_ok(&o);
+	static const struct expect want[] = {
+		{ "cat/1", 0, 100, 1 }, { "cat/2", 0, 200, 6 },
+		{ "dog/1", 1, 300, 3 }, { "dog/puppies/1", 1, 400, 4 },
+	};
+	assert_catalog(c, want, 4);
+	catalog_free(c);
+}
