@@ -741,21 +741,54 @@ enum catalog_file_state catalog_file_state(const struct catalog_file *f, uint64_
 
 #define CHECK_CHUNK 64u /* items a checking thread takes at once */
 
-/* fn(ctx, i) for every i < n, by up to `threads` threads (the caller's
+/* A checking thread's own: the directory of the file it looked at last,
+ * open (O_PATH: a lookup, no open on the file system), so that a stat of
+ * the next file of that directory is one lookup of its name, not of its
+ * whole path (the catalog lists a directory's files together). */
+struct par_local {
+	int dfd;                  /* -1: none */
+	size_t dirlen;
+	char dir[PATH_MAX];
+};
+
+/* fn(ctx, pl, i) for every i < n, by up to `threads` threads (the caller's
  * among them), CHECK_CHUNK items at a time. false when prog's stop came
  * first (some items not done). */
 struct par {
 	uint32_t n;
 	const struct catalog_progress *prog;
-	void (*fn)(void *ctx, uint32_t i);
+	void (*fn)(void *ctx, struct par_local *pl, uint32_t i);
 	void *ctx;
 	_Atomic uint32_t next;
 	_Atomic bool stopped;
 };
 
+/* A stat of root/rel (rel relative to rootfd) through pl's directory. */
+static int par_stat(struct par_local *pl, int rootfd, const char *rel, struct stat *st)
+{
+	const char *slash = strrchr(rel, '/');
+	if (!slash)
+		return fstatat(rootfd, rel, st, 0);
+	size_t n = (size_t)(slash - rel);
+	if (n >= sizeof(pl->dir))
+		return fstatat(rootfd, rel, st, 0);
+	if (pl->dfd < 0 || n != pl->dirlen || memcmp(pl->dir, rel, n) != 0) {
+		if (pl->dfd >= 0)
+			close(pl->dfd);
+		memcpy(pl->dir, rel, n);
+		pl->dir[n] = '\0';
+		pl->dirlen = n;
+		pl->dfd = openat(rootfd, pl->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (pl->dfd < 0)
+			return fstatat(rootfd, rel, st, 0); /* says why */
+	}
+	return fstatat(pl->dfd, slash + 1, st, 0);
+}
+
 static void *par_thread(void *arg)
 {
 	struct par *p = arg;
+	struct par_local pl = { .dfd = -1 };
 	for (;;) {
 		if (p->prog && atomic_load_explicit(&p->prog->stop, memory_order_relaxed)) {
 			atomic_store(&p->stopped, true);
@@ -766,13 +799,16 @@ static void *par_thread(void *arg)
 			break;
 		uint32_t i1 = (uint32_t)MIN((uint64_t)i0 + CHECK_CHUNK, (uint64_t)p->n);
 		for (uint32_t i = i0; i < i1; i++)
-			p->fn(p->ctx, i);
+			p->fn(p->ctx, &pl, i);
 	}
+	if (pl.dfd >= 0)
+		close(pl.dfd);
 	return NULL;
 }
 
 static bool cat_parallel(uint32_t n, unsigned threads, const struct catalog_progress *prog,
-			 void (*fn)(void *ctx, uint32_t i), void *ctx, unsigned *used)
+			 void (*fn)(void *ctx, struct par_local *pl, uint32_t i), void *ctx,
+			 unsigned *used)
 {
 	struct par p = { .n = n, .prog = prog, .fn = fn, .ctx = ctx };
 	unsigned nt = (unsigned)MIN((uint64_t)MAX(threads, 1u), (uint64_t)n / CHECK_CHUNK + 1);
@@ -830,12 +866,12 @@ static void check_note(struct check *ck, uint32_t i, enum catalog_file_state s,
 	pthread_mutex_unlock(&ck->mu);
 }
 
-static void check_file(void *arg, uint32_t i)
+static void check_file(void *arg, struct par_local *pl, uint32_t i)
 {
 	struct check *ck = arg;
 	const struct catalog *c = ck->c;
 	struct stat st;
-	int e = fstatat(ck->dfd, catalog_path(c, i), &st, 0) != 0 ? errno : 0;
+	int e = par_stat(pl, ck->dfd, catalog_path(c, i), &st) != 0 ? errno : 0;
 	enum catalog_file_state s = e ? CAT_FILE_SIZE
 		: catalog_file_state(&c->files[i], (uint64_t)st.st_size, catalog_ts_ns(&st.st_mtim),
 				     catalog_ts_ns(&st.st_ctim), c->scan_ns);
@@ -847,8 +883,9 @@ static void check_file(void *arg, uint32_t i)
 }
 
 /* Directory i as at the scan, and not changed within CAT_RACY_NS of it? */
-static void check_dir(void *arg, uint32_t i)
+static void check_dir(void *arg, struct par_local *pl, uint32_t i)
 {
+	(void)pl;
 	struct check *ck = arg;
 	const struct catalog *c = ck->c;
 	const char *rel = c->strpool + c->dirs[i].path_off;
