@@ -740,3 +740,32 @@ Test(catalog, rewrite_mid_job_fails_the_read)
 	assert_catalog(c, want, 4);
 	catalog_free(c);
 }
+
+/* Many files, checked and rescanned by several threads: exactly the
+ * rewritten ones scanned again, the catalog a full scan's. */
+Test(catalog, parallel_check_many_files)
+{
+	char rel[64];
+	for (int i = 0; i < 600; i++) {
+		snprintf(rel, sizeof(rel), "c%d/%04d", i % 3, i);
+		mkfile(rel, 10 + (size_t)i % 50, (unsigned)i);
+	}
+	age_tree();
+	struct catalog_opts o = opts(true);
+	o.threads = 8;
+	struct catalog *c = open_ok(&o);
+	cr_assert_eq(c->files_scanned, 600);
+	catalog_free(c);
+	static const int redo[] = { 0, 1, 299, 300, 598 };
+	for (size_t k = 0; k < sizeof(redo) / sizeof(redo[0]); k++) {
+		snprintf(rel, sizeof(rel), "c%d/%04d", redo[k] % 3, redo[k]);
+		mkfile(rel, 10 + (size_t)redo[k] % 50 + k % 2, 1000 + (unsigned)k);
+	}
+	c = open_ok(&o);
+	cr_assert_eq(c->files_scanned, 5, "%u files scanned, 5 rewritten", c->files_scanned);
+	o.rebuild = true;
+	struct catalog *full = open_ok(&o);
+	assert_same_catalog(c, full);
+	catalog_free(full);
+	catalog_free(c);
+}
