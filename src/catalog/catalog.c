@@ -3,7 +3,8 @@
  *
  * Runs on the thread opening the dataset (seerd's main thread, a tool's or a
  * test's); the catalog it returns is read-only afterwards and shared by every
- * reader thread. The tree walk is catalog_walk.c, the cache image
+ * reader thread. The tree walk is catalog_walk.c, the check of a cached
+ * catalog's directories and files catalog_check.c, the cache image
  * catalog_cache.c, reading samples catalog_read.c, the formats src/fmt/. */
 #define _GNU_SOURCE
 #include "catalog_int.h"
@@ -205,8 +206,7 @@ const char *catalog_path_abbrev(char *buf, size_t len, const char *path)
 	return buf;
 }
 
-/* root/rel for a message, abbreviated. */
-static const char *file_abbrev(char *buf, size_t len, const char *root, const char *rel)
+const char *catalog_file_abbrev(char *buf, size_t len, const char *root, const char *rel)
 {
 	char *full = xasprintf("%s/%s", root, rel);
 	catalog_path_abbrev(buf, len, full);
@@ -408,7 +408,7 @@ static void scan_one(struct scan *sc, uint32_t i, struct catalog_builder *tb)
 	if (fd < 0 || fstat(fd, &st) != 0) {
 		int e = errno;
 		snprintf(sl->err, sizeof(sl->err), "dataset file %s: %s",
-			 file_abbrev(show, sizeof(show), c->root, rel), strerror(e));
+			 catalog_file_abbrev(show, sizeof(show), c->root, rel), strerror(e));
 		if (fd >= 0)
 			close(fd);
 		sl->rc = SEER_EDATASET;
@@ -438,7 +438,7 @@ static void scan_one(struct scan *sc, uint32_t i, struct catalog_builder *tb)
 	tb->c = NULL;
 	if (rc != 0) {
 		snprintf(sl->err, sizeof(sl->err), "dataset file %s: %s",
-			 file_abbrev(show, sizeof(show), c->root, rel),
+			 catalog_file_abbrev(show, sizeof(show), c->root, rel),
 			 tb->err[0] ? tb->err : seer_strerror(rc));
 		sl->rc = rc == -ENOMEM ? rc : SEER_EDATASET;
 	}
@@ -470,7 +470,7 @@ static void scan_merge(struct scan *sc)
 			if (rc != 0) {
 				char show[CAT_PATH_SHOW];
 				snprintf(sl->err, sizeof(sl->err), "dataset file %s: %s",
-					 file_abbrev(show, sizeof(show), c->root, sc->paths[i]),
+					 catalog_file_abbrev(show, sizeof(show), c->root, sc->paths[i]),
 					 b->err[0] ? b->err : seer_strerror(rc));
 			}
 		}
@@ -715,252 +715,6 @@ int catalog_attach_shared(struct catalog *c, char *err, size_t errlen)
 	return -ENOMEM;
 }
 
-/* ---- is a cached catalog current? ----------------------------------------
- *
- * First its directories (cat_is_current: their mtimes say no file was added,
- * removed or renamed), then every file (cat_check_files): a stat each, by
- * catalog_opts.threads threads at once (on a parallel file system a stat is
- * one metadata round trip; threads hide them as in the scan), compared with
- * the size, mtime and ctime the scan recorded. A file rewritten in place
- * (DLIO's generator truncates and rewrites) keeps its name and directory,
- * so only this check sees it. */
-
-enum catalog_file_state catalog_file_state(const struct catalog_file *f, uint64_t size,
-					   int64_t mtime_ns, int64_t ctime_ns, int64_t scan_ns)
-{
-	if (size != f->size)
-		return CAT_FILE_SIZE;
-	if (mtime_ns != f->mtime_ns)
-		return CAT_FILE_MTIME;
-	if (ctime_ns != f->ctime_ns)
-		return CAT_FILE_CTIME;
-	if (f->mtime_ns >= scan_ns - CAT_RACY_NS)
-		return CAT_FILE_RACY;
-	return CAT_FILE_SAME;
-}
-
-#define CHECK_CHUNK 64u /* items a checking thread takes at once */
-
-/* A checking thread's own: the directory of the file it looked at last,
- * open (O_PATH: a lookup, no open on the file system), so that a stat of
- * the next file of that directory is one lookup of its name, not of its
- * whole path (the catalog lists a directory's files together). */
-struct par_local {
-	int dfd;                  /* -1: none */
-	size_t dirlen;
-	char dir[PATH_MAX];
-};
-
-/* fn(ctx, pl, i) for every i < n, by up to `threads` threads (the caller's
- * among them), CHECK_CHUNK items at a time. false when prog's stop came
- * first (some items not done). */
-struct par {
-	uint32_t n;
-	const struct catalog_progress *prog;
-	void (*fn)(void *ctx, struct par_local *pl, uint32_t i);
-	void *ctx;
-	_Atomic uint32_t next;
-	_Atomic bool stopped;
-};
-
-/* A stat of root/rel (rel relative to rootfd) through pl's directory. */
-static int par_stat(struct par_local *pl, int rootfd, const char *rel, struct stat *st)
-{
-	const char *slash = strrchr(rel, '/');
-	if (!slash)
-		return fstatat(rootfd, rel, st, 0);
-	size_t n = (size_t)(slash - rel);
-	if (n >= sizeof(pl->dir))
-		return fstatat(rootfd, rel, st, 0);
-	if (pl->dfd < 0 || n != pl->dirlen || memcmp(pl->dir, rel, n) != 0) {
-		if (pl->dfd >= 0)
-			close(pl->dfd);
-		memcpy(pl->dir, rel, n);
-		pl->dir[n] = '\0';
-		pl->dirlen = n;
-		pl->dfd = openat(rootfd, pl->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-		if (pl->dfd < 0)
-			return fstatat(rootfd, rel, st, 0); /* says why */
-	}
-	return fstatat(pl->dfd, slash + 1, st, 0);
-}
-
-static void *par_thread(void *arg)
-{
-	struct par *p = arg;
-	struct par_local pl = { .dfd = -1 };
-	for (;;) {
-		if (p->prog && atomic_load_explicit(&p->prog->stop, memory_order_relaxed)) {
-			atomic_store(&p->stopped, true);
-			break;
-		}
-		uint32_t i0 = atomic_fetch_add(&p->next, CHECK_CHUNK);
-		if (i0 >= p->n)
-			break;
-		uint32_t i1 = (uint32_t)MIN((uint64_t)i0 + CHECK_CHUNK, (uint64_t)p->n);
-		for (uint32_t i = i0; i < i1; i++)
-			p->fn(p->ctx, &pl, i);
-	}
-	if (pl.dfd >= 0)
-		close(pl.dfd);
-	return NULL;
-}
-
-static bool cat_parallel(uint32_t n, unsigned threads, const struct catalog_progress *prog,
-			 void (*fn)(void *ctx, struct par_local *pl, uint32_t i), void *ctx,
-			 unsigned *used)
-{
-	struct par p = { .n = n, .prog = prog, .fn = fn, .ctx = ctx };
-	unsigned nt = (unsigned)MIN((uint64_t)MAX(threads, 1u), (uint64_t)n / CHECK_CHUNK + 1);
-	pthread_t *th = xcalloc(nt, sizeof(*th));
-	unsigned started = 0;
-	for (unsigned k = 1; k < nt; k++, started++)
-		if (pthread_create(&th[k], NULL, par_thread, &p) != 0)
-			break; /* fewer threads: slower, not wrong */
-	par_thread(&p);
-	for (unsigned k = 1; k <= started; k++)
-		pthread_join(th[k], NULL);
-	free(th);
-	if (used)
-		*used = started + 1;
-	return !atomic_load(&p.stopped);
-}
-
-struct check {
-	const struct catalog *c;
-	int dfd;
-	_Atomic uint32_t nchanged, nracy;
-	_Atomic bool dirs_changed;
-	bool *changed;             /* per file: scan it again */
-	pthread_mutex_t mu;
-	uint32_t first;            /* the first changed file (racy ones count last), under mu */
-	int first_rank;            /* 2: changed, 1: racy, 0: none */
-	char first_why[200];
-};
-
-/* Why file i counts as changed, for the log. */
-static void check_note(struct check *ck, uint32_t i, enum catalog_file_state s,
-		       const struct stat *st, int e)
-{
-	const struct catalog_file *f = &ck->c->files[i];
-	int rank = s == CAT_FILE_RACY ? 1 : 2;
-	pthread_mutex_lock(&ck->mu);
-	if (rank > ck->first_rank || (rank == ck->first_rank && i < ck->first)) {
-		ck->first = i;
-		ck->first_rank = rank;
-		char *w = ck->first_why;
-		size_t n = sizeof(ck->first_why);
-		if (e)
-			snprintf(w, n, "%s", strerror(e));
-		else if (s == CAT_FILE_SIZE)
-			snprintf(w, n, "%llu bytes, %llu when scanned", (unsigned long long)st->st_size,
-				 (unsigned long long)f->size);
-		else if (s == CAT_FILE_MTIME)
-			snprintf(w, n, "same size, modified since it was scanned (mtime)");
-		else if (s == CAT_FILE_CTIME)
-			snprintf(w, n, "same size and mtime, inode changed since it was scanned (ctime)");
-		else
-			snprintf(w, n, "written within %lld s of the scan: the scan may have missed a "
-				 "later write", CAT_RACY_NS / 1000000000ll);
-	}
-	pthread_mutex_unlock(&ck->mu);
-}
-
-static void check_file(void *arg, struct par_local *pl, uint32_t i)
-{
-	struct check *ck = arg;
-	const struct catalog *c = ck->c;
-	struct stat st;
-	int e = par_stat(pl, ck->dfd, catalog_path(c, i), &st) != 0 ? errno : 0;
-	enum catalog_file_state s = e ? CAT_FILE_SIZE
-		: catalog_file_state(&c->files[i], (uint64_t)st.st_size, catalog_ts_ns(&st.st_mtim),
-				     catalog_ts_ns(&st.st_ctim), c->scan_ns);
-	if (s == CAT_FILE_SAME)
-		return;
-	ck->changed[i] = true;
-	atomic_fetch_add(s == CAT_FILE_RACY ? &ck->nracy : &ck->nchanged, 1);
-	check_note(ck, i, s, &st, e);
-}
-
-/* Directory i as at the scan, and not changed within CAT_RACY_NS of it? */
-static void check_dir(void *arg, struct par_local *pl, uint32_t i)
-{
-	(void)pl;
-	struct check *ck = arg;
-	const struct catalog *c = ck->c;
-	const char *rel = c->strpool + c->dirs[i].path_off;
-	struct stat st;
-	if ((*rel ? fstatat(ck->dfd, rel, &st, 0) : fstat(ck->dfd, &st)) != 0) {
-		atomic_store(&ck->dirs_changed, true);
-		return;
-	}
-	int64_t m = catalog_ts_ns(&st.st_mtim);
-	if (m != c->dirs[i].mtime_ns || m >= c->scan_ns - CAT_RACY_NS)
-		atomic_store(&ck->dirs_changed, true);
-}
-
-static unsigned check_threads(const struct catalog_opts *o)
-{
-	return o->threads ? o->threads : CAT_SCAN_THREADS;
-}
-
-/* The directories still look as when the catalog was built? (A stop:
- * false, and the rescan that follows stops.) */
-static bool cat_is_current(const struct catalog *c, const struct catalog_opts *o)
-{
-	struct check ck = { .c = c };
-	ck.dfd = open(c->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (ck.dfd < 0)
-		return false;
-	bool done = cat_parallel(c->ndirs, check_threads(o), o->prog, check_dir, &ck, NULL);
-	close(ck.dfd);
-	return done && !atomic_load(&ck.dirs_changed);
-}
-
-/* Stat every file of the cached catalog c: *changed (malloc'd, per file)
- * marks those to scan again, *n counts them; the outcome is logged. 0,
- * -ECANCELED (a stop), or -errno when the root cannot be opened (the caller
- * rescans everything, which reports it). */
-static int cat_check_files(const struct catalog *c, const struct catalog_opts *o, bool **changed,
-			   uint32_t *n)
-{
-	struct check ck = { .c = c };
-	*changed = NULL;
-	*n = 0;
-	ck.dfd = open(c->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (ck.dfd < 0)
-		return -errno;
-	ck.changed = xcalloc(MAX(c->nfiles, 1u), sizeof(bool));
-	pthread_mutex_init(&ck.mu, NULL);
-	uint64_t t0 = now_ns();
-	unsigned used;
-	bool done = cat_parallel(c->nfiles, check_threads(o), o->prog, check_file, &ck, &used);
-	pthread_mutex_destroy(&ck.mu);
-	close(ck.dfd);
-	if (!done) {
-		free(ck.changed);
-		return -ECANCELED;
-	}
-	double secs = (double)(now_ns() - t0) / 1e9;
-	uint32_t nch = atomic_load(&ck.nchanged), nracy = atomic_load(&ck.nracy);
-	*n = nch + nracy;
-	*changed = ck.changed;
-	if (*n == 0) {
-		log_info("catalog: %u files checked unchanged (size, mtime, ctime) in %.3f s by %u "
-			 "threads", c->nfiles, secs, used);
-		return 0;
-	}
-	char show[CAT_PATH_SHOW], racy[96] = "";
-	if (nracy)
-		snprintf(racy, sizeof(racy), " (and %u written too close to its scan to trust)",
-			 nracy);
-	log_info("catalog: %u of %u files changed since the catalog was saved%s, checked in "
-		 "%.3f s by %u threads; e.g. %s: %s; scanning those %u again", nch, c->nfiles, racy,
-		 secs, used, file_abbrev(show, sizeof(show), c->root, catalog_path(c, ck.first)),
-		 ck.first_why, *n);
-	return 0;
-}
-
 /* A cached catalog's class directories checked as a scan would
  * (check_empty_classes, with this start's dataset.allow_empty_classes):
  * false to rescan (the scan then says what is wrong). */
@@ -1015,7 +769,7 @@ static struct catalog *cat_try_load(const struct catalog_opts *o, const char *ro
 	if (strcmp(c->root, root) != 0 || c->params_hash != catalog_hash_params(o) ||
 	    strcmp(c->fmt->name, o->format) != 0) {
 		log_info("catalog cache %s was built for other settings; rescanning", path);
-	} else if (!cat_is_current(c, o)) {
+	} else if (!catalog_check_dirs(c, o)) {
 		log_info("dataset %s changed since its catalog was saved; rescanning", root);
 	} else if (cat_classes_ok(c, o)) {
 		return c;
@@ -1141,7 +895,7 @@ int catalog_open(const struct catalog_opts *o, struct catalog **out, char *err, 
 		old = cat_try_load(&ro, root, cpath);
 	if (old) {
 		uint32_t nchanged = 0;
-		int rc = cat_check_files(old, &ro, &changed, &nchanged);
+		int rc = catalog_check_files(old, &ro, &changed, &nchanged);
 		if (rc == -ECANCELED) {
 			snprintf(err, errlen, "dataset %s: the check of the cached catalog's files was "
 				 "stopped", root);

@@ -176,8 +176,8 @@ enum catalog_file_state {
 };
 /* The decision alone (pure): entry f, recorded by a scan that started at
  * scan_ns, against a stat now giving size, mtime_ns, ctime_ns. */
-enum catalog_file_state catalog_file_state(const struct catalog_file *f, uint64_t size,
-					   int64_t mtime_ns, int64_t ctime_ns, int64_t scan_ns);
+enum catalog_file_state catalog_check_file_state(const struct catalog_file *f, uint64_t size,
+						 int64_t mtime_ns, int64_t ctime_ns, int64_t scan_ns);
 
 /* ---- reading samples ----------------------------------------------------
  * One reader per thread. It keeps a few files open and whatever per-thread

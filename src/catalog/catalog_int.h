@@ -1,6 +1,7 @@
 /* Internals shared by the catalog's files (catalog.c builds and opens,
  * catalog_walk.c lists the tree, catalog_cache.c saves and loads, catalog_read.c
- * reads samples). Not for formats or callers: see catalog.h.
+ * reads samples, catalog_check.c checks a cached catalog against the files).
+ * Not for formats or callers: see catalog.h.
  * All of it runs on the thread building or loading the catalog. */
 #ifndef SEER_CATALOG_INT_H
 #define SEER_CATALOG_INT_H
@@ -54,6 +55,21 @@ int catalog_probe_images_some(struct catalog *c, const bool *redo, uint64_t *non
 			      size_t firstlen);
 /* total_bytes and max_len from the samples. */
 void catalog_finish_totals(struct catalog *c);
+
+/* root/rel for a message, abbreviated (catalog_path_abbrev). Returns buf. */
+const char *catalog_file_abbrev(char *buf, size_t len, const char *root, const char *rel);
+
+/* catalog_check.c: is the cached catalog c current? Its directories as at
+ * its scan, none changed within CAT_RACY_NS of it (false on a stop too: the
+ * rescan that follows stops). */
+bool catalog_check_dirs(const struct catalog *c, const struct catalog_opts *o);
+/* Stat every file of c: *changed (malloc'd, per file) marks those to scan
+ * again (changed or racy: catalog_file_state), *n counts them; the outcome is
+ * logged (how many, one example and why, the time). 0, -ECANCELED (a stop),
+ * or -errno when the root cannot be opened (the caller rescans everything,
+ * which reports it). */
+int catalog_check_files(const struct catalog *c, const struct catalog_opts *o, bool **changed,
+			uint32_t *n);
 
 /* Wall-clock nanoseconds of a timespec (file times, scan start). */
 static inline int64_t catalog_ts_ns(const struct timespec *ts)

@@ -531,21 +531,21 @@ Test(catalog, file_state_decision)
 		{ 5, 1, 1, CAT_FILE_SIZE },              /* the size is named first */
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-		cr_assert_eq(catalog_file_state(&f, (uint64_t)((int64_t)f.size + cases[i].dsize),
+		cr_assert_eq(catalog_check_file_state(&f, (uint64_t)((int64_t)f.size + cases[i].dsize),
 						f.mtime_ns + cases[i].dmtime,
 						f.ctime_ns + cases[i].dctime, s),
 			     cases[i].want, "case %zu", i);
 	/* racy: recorded within CAT_RACY_NS of the scan (or after it) */
 	struct catalog_file r = f;
 	r.mtime_ns = s - CAT_RACY_NS;
-	cr_assert_eq(catalog_file_state(&r, r.size, r.mtime_ns, r.ctime_ns, s), CAT_FILE_RACY);
+	cr_assert_eq(catalog_check_file_state(&r, r.size, r.mtime_ns, r.ctime_ns, s), CAT_FILE_RACY);
 	r.mtime_ns = s + 5;
-	cr_assert_eq(catalog_file_state(&r, r.size, r.mtime_ns, r.ctime_ns, s), CAT_FILE_RACY);
+	cr_assert_eq(catalog_check_file_state(&r, r.size, r.mtime_ns, r.ctime_ns, s), CAT_FILE_RACY);
 	r.mtime_ns = s - CAT_RACY_NS - 1;
-	cr_assert_eq(catalog_file_state(&r, r.size, r.mtime_ns, r.ctime_ns, s), CAT_FILE_SAME);
+	cr_assert_eq(catalog_check_file_state(&r, r.size, r.mtime_ns, r.ctime_ns, s), CAT_FILE_SAME);
 	/* a change is a change, racy or not */
 	r.mtime_ns = s - 1;
-	cr_assert_eq(catalog_file_state(&r, r.size + 1, r.mtime_ns, r.ctime_ns, s), CAT_FILE_SIZE);
+	cr_assert_eq(catalog_check_file_state(&r, r.size + 1, r.mtime_ns, r.ctime_ns, s), CAT_FILE_SIZE);
 }
 
 /* data/<rel>'s mtime a minute in the past, as age_tree. */
