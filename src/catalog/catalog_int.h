@@ -1,6 +1,7 @@
 /* Internals shared by the catalog's files (catalog.c builds and opens,
  * catalog_walk.c lists the tree, catalog_cache.c saves and loads, catalog_read.c
- * reads samples, catalog_check.c checks a cached catalog against the files).
+ * reads samples, catalog_scan.c scans the files, catalog_check.c checks a
+ * cached catalog against the files).
  * Not for formats or callers: see catalog.h.
  * All of it runs on the thread building or loading the catalog. */
 #ifndef SEER_CATALOG_INT_H
@@ -20,6 +21,22 @@ struct strpool {
 };
 /* Offset of a copy of s; aborts past 4 GiB (offsets are 32-bit). */
 uint32_t catalog_pool_add(struct strpool *p, const char *s);
+
+/* A catalog being built (catalog.c), seen by the formats through the
+ * catalog_builder_* functions; the scan (catalog_scan.c) gives each file
+ * one of its own. */
+struct catalog_builder {
+	struct catalog *c;
+	const struct catalog_opts *o;
+	struct strpool pool;
+	uint32_t *type_hash;   /* open addressing: type index + 1, 0 = empty */
+	uint32_t type_hash_cap;
+	uint64_t cap_samples;
+	uint32_t cap_types;
+	char **classes;      /* sorted class directory names */
+	uint32_t nclasses;
+	char err[512];
+};
 
 /* What a walk of the dataset tree found: the relative paths of the files the
  * format accepts (malloc'd, unsorted) and every directory walked with its
@@ -58,6 +75,20 @@ void catalog_finish_totals(struct catalog *c);
 
 /* root/rel for a message, abbreviated (catalog_path_abbrev). Returns buf. */
 const char *catalog_file_abbrev(char *buf, size_t len, const char *root, const char *rel);
+
+/* catalog_scan.c: open, stat and scan the files paths[0..b->c->nfiles)
+ * (b->c->files listed), by catalog_opts.threads threads, merged in catalog
+ * order; with old (a cached catalog of the same files), only those changed[]
+ * marks, the others' entries copied from old. *bytes: what the scan read
+ * from the files. 0, or SEER_EDATASET / -ENOMEM / -ECANCELED with err
+ * naming the first failing file in catalog order. */
+int catalog_scan_files(struct catalog_builder *b, char **paths, const struct catalog *old,
+		       const bool *changed, uint64_t *bytes, char *err, size_t errlen);
+/* Is file i of old reused by such a rescan (not changed, and with samples:
+ * a file with none is scanned, so that its type is interned as in a full
+ * scan)? And how many are. */
+bool catalog_scan_reused(const struct catalog *old, const bool *changed, uint32_t i);
+uint32_t catalog_scan_count_reused(const struct catalog *old, const bool *changed);
 
 /* catalog_check.c: is the cached catalog c current? Its directories as at
  * its scan, none changed within CAT_RACY_NS of it (false on a stop too: the
