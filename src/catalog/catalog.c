@@ -394,7 +394,6 @@ void catalog_free(struct catalog *c)
 	free(c->types);
 	free(c->dirs);
 	free(c->strpool);
-	free(c->cache_path);
 	free(c->images);
 	if (c->fmt_shared)
 		c->fmt->shared_free(c->fmt_shared);
@@ -544,7 +543,7 @@ static int cat_loaded(struct catalog *c, const struct catalog_opts *o, char *cpa
 		}
 		cat_save(c, o->cache_dir, cpath);
 	}
-	c->cache_path = cpath;
+	free(cpath);
 	*out = c;
 	return 0;
 }
@@ -635,7 +634,7 @@ int catalog_open(const struct catalog_opts *o, struct catalog **out, char *err, 
 	}
 	if (cpath)
 		cat_save(c, o->cache_dir, cpath);
-	c->cache_path = cpath;
+	free(cpath);
 	*out = c;
 	return 0;
 }

@@ -90,8 +90,6 @@ struct catalog {
 	bool from_cache;           /* loaded from the cache file, not scanned */
 	uint64_t skipped_links;    /* scan: links to directories walked before, not followed */
 	int64_t scan_ns;           /* wall-clock time the scan started */
-	char *cache_path;          /* its cache file (removed when a read finds the
-				      dataset changed), or NULL */
 	uint64_t scan_bytes;       /* bytes the scan read from dataset files (0 when
 				      loaded from the cache file) */
 	uint32_t files_scanned;    /* files the build opened and scanned: all, or those
