@@ -108,6 +108,8 @@ struct catalog_progress {
 	_Atomic uint64_t listed;   /* files of the dataset found by the walk so far */
 	_Atomic uint64_t total;    /* files to scan, once the walk is done (0 before) */
 	_Atomic uint64_t scanned;  /* of them, scanned (in catalog order) */
+	_Atomic uint64_t check_total; /* files of a cached catalog being checked (0: none) */
+	_Atomic uint64_t checked;  /* of them, stat'ed so far */
 	_Atomic bool stop;         /* set to stop the build: catalog_open returns -ECANCELED */
 };
 

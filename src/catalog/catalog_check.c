@@ -87,20 +87,24 @@ static int par_stat(struct par_local *pl, int rootfd, const char *rel, struct st
 	return fstatat(pl->dfd, slash + 1, st, 0);
 }
 
+/* A stop came? (Looked at before each item: a stat may take long.) */
+static bool par_stopped(struct par *p)
+{
+	if (p->prog && atomic_load_explicit(&p->prog->stop, memory_order_relaxed))
+		atomic_store(&p->stopped, true);
+	return atomic_load_explicit(&p->stopped, memory_order_relaxed);
+}
+
 static void *par_thread(void *arg)
 {
 	struct par *p = arg;
 	struct par_local pl = { .dfd = -1 };
-	for (;;) {
-		if (p->prog && atomic_load_explicit(&p->prog->stop, memory_order_relaxed)) {
-			atomic_store(&p->stopped, true);
-			break;
-		}
+	while (!par_stopped(p)) {
 		uint32_t i0 = atomic_fetch_add(&p->next, CHECK_CHUNK);
 		if (i0 >= p->n)
 			break;
 		uint32_t i1 = (uint32_t)MIN((uint64_t)i0 + CHECK_CHUNK, (uint64_t)p->n);
-		for (uint32_t i = i0; i < i1; i++)
+		for (uint32_t i = i0; i < i1 && !par_stopped(p); i++)
 			p->fn(p->ctx, &pl, i);
 	}
 	if (pl.dfd >= 0)
@@ -108,7 +112,7 @@ static void *par_thread(void *arg)
 	return NULL;
 }
 
-static bool cat_parallel(uint32_t n, unsigned threads, const struct catalog_progress *prog,
+static bool check_parallel(uint32_t n, unsigned threads, const struct catalog_progress *prog,
 			 void (*fn)(void *ctx, struct par_local *pl, uint32_t i), void *ctx,
 			 unsigned *used)
 {
@@ -130,6 +134,7 @@ static bool cat_parallel(uint32_t n, unsigned threads, const struct catalog_prog
 
 struct check {
 	const struct catalog *c;
+	struct catalog_progress *prog; /* counts `checked`, or NULL */
 	int dfd;
 	_Atomic uint32_t nchanged, nracy;
 	_Atomic bool dirs_changed;
@@ -174,6 +179,8 @@ static void check_file(void *arg, struct par_local *pl, uint32_t i)
 	const struct catalog *c = ck->c;
 	struct stat st;
 	int e = par_stat(pl, ck->dfd, catalog_path(c, i), &st) != 0 ? errno : 0;
+	if (ck->prog)
+		atomic_fetch_add_explicit(&ck->prog->checked, 1, memory_order_relaxed);
 	enum catalog_file_state s = e ? CAT_FILE_SIZE
 		: catalog_check_file_state(&c->files[i], (uint64_t)st.st_size, catalog_ts_ns(&st.st_mtim),
 				     catalog_ts_ns(&st.st_ctim), c->scan_ns);
@@ -212,7 +219,7 @@ bool catalog_check_dirs(const struct catalog *c, const struct catalog_opts *o)
 	ck.dfd = open(c->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (ck.dfd < 0)
 		return false;
-	bool done = cat_parallel(c->ndirs, check_threads(o), o->prog, check_dir, &ck, NULL);
+	bool done = check_parallel(c->ndirs, check_threads(o), o->prog, check_dir, &ck, NULL);
 	close(ck.dfd);
 	return done && !atomic_load(&ck.dirs_changed);
 }
@@ -220,7 +227,7 @@ bool catalog_check_dirs(const struct catalog *c, const struct catalog_opts *o)
 int catalog_check_files(const struct catalog *c, const struct catalog_opts *o, bool **changed,
 			uint32_t *n)
 {
-	struct check ck = { .c = c };
+	struct check ck = { .c = c, .prog = o->prog };
 	*changed = NULL;
 	*n = 0;
 	ck.dfd = open(c->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -228,9 +235,11 @@ int catalog_check_files(const struct catalog *c, const struct catalog_opts *o, b
 		return -errno;
 	ck.changed = xcalloc(MAX(c->nfiles, 1u), sizeof(bool));
 	pthread_mutex_init(&ck.mu, NULL);
+	if (o->prog)
+		atomic_store(&o->prog->check_total, c->nfiles);
 	uint64_t t0 = now_ns();
 	unsigned used;
-	bool done = cat_parallel(c->nfiles, check_threads(o), o->prog, check_file, &ck, &used);
+	bool done = check_parallel(c->nfiles, check_threads(o), o->prog, check_file, &ck, &used);
 	pthread_mutex_destroy(&ck.mu);
 	close(ck.dfd);
 	if (!done) {

@@ -16,6 +16,10 @@ exactly, without dataset.rebuild_catalog.
                 another samples-per-file count (32 -> 64, as a DLIO run with
                 another num_samples_per_file): the second job delivers every
                 new sample, bytes and label, and only those
+  check_status  the check of a cached catalog behind the PFS emulator (20 ms
+                per metadata operation, 4 at once: ~12 s): `seerctl status` says
+                "checking the cached catalog, N of M files stat'ed" (N
+                growing); SIGTERM stops it promptly, exit 0
 
 Every tree is aged an hour before the first job, as a dataset written long
 before it (else the racy-mtime rule rescans it anyway and the test proves
@@ -24,12 +28,15 @@ nothing). The tests wait for states, never for sleeps.
 
 import os
 import re
+import signal
+import subprocess
 import time
 
 import h5py
 import numpy as np
 
-from seertest import Daemon, check, cleanup, log, run_tests, seer, tmpdir
+from seertest import (BIN, LONG, Daemon, check, cleanup, log, make_classes, run_tests, seer,
+                      tmpdir, wait_for)
 
 RNG = np.random.default_rng(32)
 
@@ -198,5 +205,70 @@ def test_samples_per_file_rewritten():
         cleanup(tmp)
 
 
+# ---- the check seen from outside ---------------------------------------------------------
+
+CHECKING = re.compile(r"checking the cached catalog, (\d+) of (\d+) files stat'ed")
+
+
+def checking(sock, least):
+    out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", sock, "status"],
+                         capture_output=True, text=True, timeout=LONG)
+    m = CHECKING.search(out.stdout)
+    return m if out.returncode == 0 and m and int(m.group(1)) >= least else None
+
+
+def test_check_status_and_sigterm():
+    import test_multi_node as mn
+    check(mn.pfsemu_available(), "this test needs bin/seer-pfsemu and /dev/fuse")
+    tmp = tmpdir("seer-rewrite-")
+    mnt = os.path.join(tmp, "pfs")
+    mounted = False
+    try:
+        src = os.path.join(tmp, "data")
+        make_classes(src, ["a", "b", "c", "d"], 300, 50, 400, seed=3)
+        age(src)
+        s = {"dataset.path": mnt, "job.epochs": 1, "job.batch_size": 4,
+             "daemon.state_dir": os.path.join(tmp, "state")}
+        # the catalog cached through a fast mount, then checked through a slow one
+        mn.mount_pfs(src, mnt)
+        mounted = True
+        args = [os.path.join(BIN, "seerd"), "--check"]
+        for k, v in s.items():
+            args += ["--set", "%s=%s" % (k, v)]
+        out = subprocess.run(args, capture_output=True, text=True, timeout=LONG)
+        check(out.returncode == 0 and "scanned in" in out.stderr, "seerd --check: " + out.stderr)
+        mn.umount_pfs(mnt)
+        mounted = False
+        mn.mount_pfs(src, mnt, "--meta-latency-ms", "20", "--meta-inflight", "4",
+                     "--attr-timeout", "0")
+        mounted = True
+        d = Daemon(tmp, s, wait=False)
+        try:
+            m1 = wait_for(lambda: checking(d.sock, 1), LONG, "status showing the check")
+            m2 = wait_for(lambda: checking(d.sock, int(m1.group(1)) + 1), LONG,
+                          "the check to progress")
+            check(int(m2.group(2)) == 1200, "status says %s of a 1200-file dataset" % m2.group(0))
+            log("seerctl status during the check: '%s', then '%s'" % (m1.group(0), m2.group(0)))
+            t0 = time.time()
+            d.proc.send_signal(signal.SIGTERM)
+            rc = d.wait(LONG)
+            took = time.time() - t0
+        finally:
+            d.stop()
+        dlog = d.log()
+        check(rc == 0, "seerd exited %s after SIGTERM during the check:\n%s" % (rc, dlog))
+        check("check of the cached catalog's files was stopped" in dlog and
+              "stopped during start-up" in dlog, "no stop lines:\n" + dlog)
+        check("scanned in" not in dlog, "the stop started a rescan:\n" + dlog)
+        check(not os.path.exists(d.sock), "socket left behind after the stop")
+        check(took < 10, "SIGTERM took %.1f s to stop the check" % took)
+        log("SIGTERM during the check: exit 0 in %.2f s" % took)
+    finally:
+        if mounted:
+            mn.umount_pfs(mnt)
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
-    run_tests([test_image_folder_rewritten, test_samples_per_file_rewritten])
+    run_tests([test_image_folder_rewritten, test_samples_per_file_rewritten,
+               test_check_status_and_sigterm])
