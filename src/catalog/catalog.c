@@ -4,9 +4,9 @@
  * Runs on the thread opening the dataset (seerd's main thread, a tool's or a
  * test's); the catalog it returns is read-only afterwards and shared by every
  * reader thread. The tree walk is catalog_walk.c, the scan of the files
- * catalog_scan.c, the check of a cached
- * catalog's directories and files catalog_check.c, the cache image
- * catalog_cache.c, reading samples catalog_read.c, the formats src/fmt/. */
+ * catalog_scan.c, the check of a cached catalog's directories and files
+ * catalog_check.c, the cache image catalog_cache.c, reading samples
+ * catalog_read.c, the formats src/fmt/. */
 #define _GNU_SOURCE
 #include "catalog_int.h"
 #include "../fmt/fmt.h"
