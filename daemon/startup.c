@@ -69,10 +69,15 @@ struct startup {
 static void progress_text(struct startup *st, char *buf, size_t len)
 {
 	uint64_t listed = atomic_load(&st->prog->listed), total = atomic_load(&st->prog->total),
-		 done = atomic_load(&st->prog->scanned);
+		 done = atomic_load(&st->prog->scanned),
+		 ctotal = atomic_load(&st->prog->check_total);
 	switch (atomic_load(&st->phase)) {
 	case STARTUP_SCAN:
-		if (total)
+		if (ctotal && !total)
+			snprintf(buf, len, "scanning: checking the cached catalog, %llu of %llu files "
+				 "stat'ed", (unsigned long long)atomic_load(&st->prog->checked),
+				 (unsigned long long)ctotal);
+		else if (total)
 			snprintf(buf, len, "scanning: %llu of %llu files", (unsigned long long)done,
 				 (unsigned long long)total);
 		else
@@ -94,14 +99,15 @@ static char *status_json(struct startup *st)
 {
 	char text[200];
 	progress_text(st, text, sizeof(text));
-	json_t *o = json_pack("{ss ss ss si si si sf sI sI sI}", "state",
+	json_t *o = json_pack("{ss ss ss si si si sf sI sI sI sI}", "state",
 			      atomic_load(&st->phase) == STARTUP_SETUP ? "starting" : "scanning",
 			      "scanning", text, "job_id", st->cfg->job_id, "node", (int)st->node,
 			      "nodes", (int)st->nnodes, "pid", (int)getpid(), "uptime_s",
 			      now_s() - st->t0, "files_listed",
 			      (json_int_t)atomic_load(&st->prog->listed), "files_total",
 			      (json_int_t)atomic_load(&st->prog->total), "files_scanned",
-			      (json_int_t)atomic_load(&st->prog->scanned));
+			      (json_int_t)atomic_load(&st->prog->scanned), "files_checked",
+			      (json_int_t)atomic_load(&st->prog->checked));
 	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	return s ? s : xstrdup("{\"state\": \"scanning\"}");

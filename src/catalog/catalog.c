@@ -3,8 +3,10 @@
  *
  * Runs on the thread opening the dataset (seerd's main thread, a tool's or a
  * test's); the catalog it returns is read-only afterwards and shared by every
- * reader thread. The tree walk is catalog_walk.c, the cache image
- * catalog_cache.c, reading samples catalog_read.c, the formats src/fmt/. */
+ * reader thread. The tree walk is catalog_walk.c, the scan of the files
+ * catalog_scan.c, the check of a cached catalog's directories and files
+ * catalog_check.c, the cache image catalog_cache.c, reading samples
+ * catalog_read.c, the formats src/fmt/. */
 #define _GNU_SOURCE
 #include "catalog_int.h"
 #include "../fmt/fmt.h"
@@ -26,11 +28,6 @@
 #include "seer.h"
 #include "../util/util.h"
 
-/* A directory changed within this much of the scan's start may have changed
- * again within its timestamp's granularity (1 s on Lustre/GPFS): its mtime
- * proves nothing, so the cache is rebuilt (git's "racy clean" rule). */
-#define CAT_RACY_NS 2000000000ll
-
 /* ---- string pool and builder ------------------------------------------- */
 
 uint32_t catalog_pool_add(struct strpool *p, const char *s)
@@ -49,19 +46,6 @@ uint32_t catalog_pool_add(struct strpool *p, const char *s)
 	}
 	return (uint32_t)off;
 }
-
-struct catalog_builder {
-	struct catalog *c;
-	const struct catalog_opts *o;
-	struct strpool pool;
-	uint32_t *type_hash;   /* open addressing: type index + 1, 0 = empty */
-	uint32_t type_hash_cap;
-	uint64_t cap_samples;
-	uint32_t cap_types;
-	char **classes;      /* sorted class directory names */
-	uint32_t nclasses;
-	char err[512];
-};
 
 int catalog_add_sample(struct catalog_builder *b, uint32_t file, uint64_t offset, uint64_t length,
 		   int64_t label, uint32_t type)
@@ -219,8 +203,7 @@ const char *catalog_path_abbrev(char *buf, size_t len, const char *path)
 	return buf;
 }
 
-/* root/rel for a message, abbreviated. */
-static const char *file_abbrev(char *buf, size_t len, const char *root, const char *rel)
+const char *catalog_file_abbrev(char *buf, size_t len, const char *root, const char *rel)
 {
 	char *full = xasprintf("%s/%s", root, rel);
 	catalog_path_abbrev(buf, len, full);
@@ -299,229 +282,6 @@ static int check_empty_classes(const struct catalog_params *p, const char *root,
 	return SEER_EDATASET;
 }
 
-/* ---- the scan: every listed file opened, stat'ed and scanned ----------------
- *
- * On a parallel file system each open and fstat is a metadata round trip
- * (about 1 ms), so files are scanned by several threads at once, the caller's
- * among them. Each file is scanned into a slot of its own, with a builder
- * whose samples and types are the slot's (the format's calls are unchanged:
- * they see one file of the catalog); the slots are merged into the catalog
- * strictly in file order, under the scan's lock, by whichever thread
- * completes the next file in order. Types are interned in the order the serial
- * scan met them, so the catalog (and its hash) is the same for any number of
- * threads. Files are handed out at most SCAN_WINDOW ahead of the merge (the
- * memory of a scan does not grow with the dataset). The first failing file
- * in catalog order is the one reported, as in a serial scan. */
-#define SCAN_WINDOW 1024u
-
-struct scan_slot {
-	struct catalog_sample *samples; /* type: index into types */
-	uint64_t nsamples, cap;
-	struct seer_wire_type *types;
-	uint32_t ntypes, cap_types;
-	int rc;
-	bool done;
-	char err[1024];
-};
-
-struct scan {
-	struct catalog_builder *b;  /* the catalog's builder (merge only, under mu) */
-	char **paths;
-	int dfd;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	uint32_t next, merged;  /* files handed out, files merged (under mu) */
-	bool failed;            /* a file failed or a stop came: hand out no more */
-	int rc;
-	char *err;
-	size_t errlen;
-	struct scan_slot *slots; /* SCAN_WINDOW, file i in slots[i % SCAN_WINDOW] */
-	uint64_t bytes;         /* read from the files (fmt_thread_bytes), under mu */
-	uint64_t t_log;         /* ns of the last progress line */
-};
-
-/* Scan file i into its slot (no lock held: the slot and files[i] are this
- * thread's until done is set). tb holds the thread's type hash. */
-static void scan_one(struct scan *sc, uint32_t i, struct catalog_builder *tb)
-{
-	struct catalog *c = sc->b->c;
-	struct scan_slot *sl = &sc->slots[i % SCAN_WINDOW];
-	const char *rel = sc->paths[i];
-	char show[CAT_PATH_SHOW];
-	sl->rc = 0;
-	sl->err[0] = '\0';
-	int fd = openat(sc->dfd, rel, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st) != 0) {
-		int e = errno;
-		snprintf(sl->err, sizeof(sl->err), "dataset file %s: %s",
-			 file_abbrev(show, sizeof(show), c->root, rel), strerror(e));
-		if (fd >= 0)
-			close(fd);
-		sl->rc = SEER_EDATASET;
-		return;
-	}
-	c->files[i].size = (uint64_t)st.st_size;
-	c->files[i].mtime_ns = catalog_ts_ns(&st.st_mtim);
-	/* the file's own catalog: the slot's arrays, the shared files and strings */
-	struct catalog fc = { .root = c->root, .fmt = c->fmt, .nfiles = c->nfiles, .files = c->files,
-			      .samples = sl->samples, .types = sl->types };
-	tb->c = &fc;
-	tb->cap_samples = sl->cap;
-	tb->cap_types = sl->cap_types;
-	tb->err[0] = '\0';
-	if (tb->type_hash)
-		memset(tb->type_hash, 0, tb->type_hash_cap * sizeof(uint32_t));
-	c->files[i].nsamples = 0;
-	int rc = c->fmt->scan(tb, i, fd, (uint64_t)st.st_size);
-	close(fd);
-	sl->samples = fc.samples;
-	sl->nsamples = fc.nsamples;
-	sl->cap = tb->cap_samples;
-	sl->types = fc.types;
-	sl->ntypes = fc.ntypes;
-	sl->cap_types = tb->cap_types;
-	tb->c = NULL;
-	if (rc != 0) {
-		snprintf(sl->err, sizeof(sl->err), "dataset file %s: %s",
-			 file_abbrev(show, sizeof(show), c->root, rel),
-			 tb->err[0] ? tb->err : seer_strerror(rc));
-		sl->rc = rc == -ENOMEM ? rc : SEER_EDATASET;
-	}
-}
-
-/* Merge the slots done in file order into the catalog (mu held). */
-static void scan_merge(struct scan *sc)
-{
-	struct catalog_builder *b = sc->b;
-	struct catalog *c = b->c;
-	while (sc->merged < c->nfiles && sc->slots[sc->merged % SCAN_WINDOW].done) {
-		uint32_t i = sc->merged;
-		struct scan_slot *sl = &sc->slots[i % SCAN_WINDOW];
-		sl->done = false;
-		int rc = sl->rc;
-		if (rc == 0 && !sc->failed) {
-			uint32_t map[16], *m = sl->ntypes <= 16 ? map : xcalloc(sl->ntypes, sizeof(*m));
-			for (uint32_t t = 0; t < sl->ntypes && rc == 0; t++)
-				rc = catalog_intern_type(b, &sl->types[t], &m[t]);
-			c->files[i].first = c->nsamples;
-			c->files[i].nsamples = 0;
-			b->err[0] = '\0';
-			for (uint64_t k = 0; k < sl->nsamples && rc == 0; k++) {
-				const struct catalog_sample *x = &sl->samples[k];
-				rc = catalog_add_sample(b, i, x->offset, x->length, x->label, m[x->type]);
-			}
-			if (m != map)
-				free(m);
-			if (rc != 0) {
-				char show[CAT_PATH_SHOW];
-				snprintf(sl->err, sizeof(sl->err), "dataset file %s: %s",
-					 file_abbrev(show, sizeof(show), c->root, sc->paths[i]),
-					 b->err[0] ? b->err : seer_strerror(rc));
-			}
-		}
-		if (rc != 0 && !sc->failed) {
-			snprintf(sc->err, sc->errlen, "%s", sl->err);
-			sc->rc = rc == -ENOMEM ? rc : SEER_EDATASET;
-			sc->failed = true;
-		}
-		sc->merged++;
-		const struct catalog_opts *o = b->o;
-		if (o->prog)
-			atomic_store_explicit(&o->prog->scanned, sc->merged, memory_order_relaxed);
-		if (o->progress && (sc->merged % 100000 == 0 || now_ns() - sc->t_log >= 10000000000ull)) {
-			sc->t_log = now_ns();
-			log_info("catalog: scanned %u of %u files", sc->merged, c->nfiles);
-		}
-	}
-}
-
-/* One scanning thread (the caller's too): take the next file within the
- * window, scan it, merge what is complete in order; until every file is
- * handed out, or a failure or a stop. */
-static void *scan_thread(void *arg)
-{
-	struct scan *sc = arg;
-	struct catalog_builder *b = sc->b;
-	struct catalog_builder tb = { .o = b->o, .pool = b->pool, .classes = b->classes,
-				  .nclasses = b->nclasses };
-	uint64_t b0 = fmt_thread_bytes();
-	const struct catalog_opts *o = b->o;
-	pthread_mutex_lock(&sc->mu);
-	for (;;) {
-		if (!sc->failed && o->prog && atomic_load(&o->prog->stop)) {
-			snprintf(sc->err, sc->errlen, "dataset %s: the catalog scan was stopped after "
-				 "%u of %u files", b->c->root, sc->merged, b->c->nfiles);
-			sc->rc = -ECANCELED;
-			sc->failed = true;
-			pthread_cond_broadcast(&sc->cv);
-		}
-		if (sc->failed || sc->next >= b->c->nfiles)
-			break;
-		if (sc->next >= sc->merged + SCAN_WINDOW) {
-			pthread_cond_wait(&sc->cv, &sc->mu);
-			continue;
-		}
-		uint32_t i = sc->next++;
-		pthread_mutex_unlock(&sc->mu);
-		scan_one(sc, i, &tb);
-		pthread_mutex_lock(&sc->mu);
-		sc->slots[i % SCAN_WINDOW].done = true;
-		if (i == sc->merged) {
-			scan_merge(sc);
-			pthread_cond_broadcast(&sc->cv);
-		}
-	}
-	sc->bytes += fmt_thread_bytes() - b0;
-	pthread_mutex_unlock(&sc->mu);
-	free(tb.type_hash);
-	return NULL;
-}
-
-/* Open, stat and scan every listed file, merged in catalog order. *bytes:
- * what the scan read from the files. */
-static int scan_files(struct catalog_builder *b, char **paths, uint64_t *bytes, char *err,
-		      size_t errlen)
-{
-	struct catalog *c = b->c;
-	struct scan sc = { .b = b, .paths = paths, .err = err, .errlen = errlen,
-			   .t_log = now_ns() };
-	sc.dfd = open(c->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (sc.dfd < 0) {
-		snprintf(err, errlen, "dataset %s: %s", c->root, strerror(errno));
-		return SEER_EDATASET;
-	}
-	if (b->o->prog)
-		atomic_store(&b->o->prog->total, c->nfiles);
-	sc.slots = xcalloc(MIN(c->nfiles, SCAN_WINDOW), sizeof(*sc.slots));
-	pthread_mutex_init(&sc.mu, NULL);
-	pthread_cond_init(&sc.cv, NULL);
-	unsigned n = b->o->threads ? b->o->threads : CAT_SCAN_THREADS;
-	n = (unsigned)MIN((uint64_t)n, (uint64_t)c->nfiles);
-	pthread_t *th = xcalloc(MAX(n, 1u), sizeof(*th));
-	unsigned started = 0;
-	for (unsigned k = 1; k < n; k++, started++)
-		if (pthread_create(&th[k], NULL, scan_thread, &sc) != 0)
-			break; /* fewer threads: the scan is slower, not wrong */
-	scan_thread(&sc);
-	for (unsigned k = 1; k <= started; k++)
-		pthread_join(th[k], NULL);
-	/* a thread that stopped early may leave files done but not merged */
-	if (!sc.failed)
-		scan_merge(&sc);
-	free(th);
-	for (uint32_t k = 0; k < MIN(c->nfiles, SCAN_WINDOW); k++) {
-		free(sc.slots[k].samples);
-		free(sc.slots[k].types);
-	}
-	free(sc.slots);
-	pthread_cond_destroy(&sc.cv);
-	pthread_mutex_destroy(&sc.mu);
-	close(sc.dfd);
-	*bytes = sc.bytes;
-	return sc.rc;
-}
-
 /* The files the walk found become the catalog's files, sorted by path. */
 static int list_files(struct catalog_builder *b, struct catalog_walk *w, char *err, size_t errlen)
 {
@@ -559,29 +319,54 @@ static int list_files(struct catalog_builder *b, struct catalog_walk *w, char *e
 	return 0;
 }
 
+/* The walk a cached catalog's directories, checked unchanged, stand for:
+ * its files and directories (paths into b's pool). */
+static void walk_from(struct catalog_walk *w, struct strpool *pool, const struct catalog *old)
+{
+	w->ndirs = w->capdirs = old->ndirs;
+	w->dirs = xcalloc(MAX(old->ndirs, 1u), sizeof(*w->dirs));
+	for (uint32_t i = 0; i < old->ndirs; i++)
+		w->dirs[i] = (struct catalog_dir){
+			.path_off = catalog_pool_add(pool, old->strpool + old->dirs[i].path_off),
+			.mtime_ns = old->dirs[i].mtime_ns };
+	w->n = w->cap = old->nfiles;
+	w->paths = xcalloc(MAX(old->nfiles, 1u), sizeof(*w->paths));
+	for (uint32_t i = 0; i < old->nfiles; i++)
+		w->paths[i] = xstrdup(catalog_path(old, i));
+	w->skipped_links = old->skipped_links;
+}
+
+/* Walk and scan root; or, with old (a cached catalog whose directories are
+ * unchanged), scan again its files that changed[] names and reuse the
+ * others' entries. scan_ns: when the scan (or the check before it) began. */
 static int cat_build(const struct catalog_opts *o, const struct fmt_ops *fmt, const char *root,
+		     const struct catalog *old, const bool *changed, int64_t scan_ns,
 		     struct catalog **out, char *err, size_t errlen)
 {
 	struct catalog *c = xcalloc(1, sizeof(*c));
 	c->root = xstrdup(root);
 	c->fmt = fmt;
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	c->scan_ns = catalog_ts_ns(&now);
+	c->scan_ns = scan_ns;
 	c->params_hash = catalog_hash_params(o);
 	struct catalog_builder b = { .c = c, .o = o };
 	struct catalog_walk w = { .prog = o->prog };
 	uint64_t t0 = now_ns();
-	int rc = catalog_walk_tree(root, fmt, &o->params, o->progress, &b.pool, &w, err, errlen);
+	int rc = 0;
+	if (old)
+		walk_from(&w, &b.pool, old);
+	else
+		rc = catalog_walk_tree(root, fmt, &o->params, o->progress, &b.pool, &w, err, errlen);
 	if (rc == 0)
 		rc = list_files(&b, &w, err, errlen);
 	if (rc == 0)
 		c->skipped_links = w.skipped_links;
-	if (rc == 0 && (o->progress || w.n >= 100000))
+	if (rc == 0 && !old && (o->progress || w.n >= 100000))
 		log_info("catalog: %zu files under %s listed in %.1f s", w.n, root,
 			 (double)(now_ns() - t0) / 1e9);
 	if (rc == 0)
-		rc = scan_files(&b, w.paths, &c->scan_bytes, err, errlen);
+		rc = catalog_scan_files(&b, w.paths, old, changed, &c->scan_bytes, err, errlen);
+	if (rc == 0)
+		c->files_scanned = c->nfiles - catalog_scan_count_reused(old, changed);
 	if (rc == 0 && c->nsamples == 0) {
 		snprintf(err, errlen, "dataset %s: its %u %s files hold no samples", root, c->nfiles,
 			 fmt->name);
@@ -618,7 +403,6 @@ void catalog_free(struct catalog *c)
 	free(c->types);
 	free(c->dirs);
 	free(c->strpool);
-	free(c->cache_path);
 	free(c->images);
 	if (c->fmt_shared)
 		c->fmt->shared_free(c->fmt_shared);
@@ -634,24 +418,6 @@ int catalog_attach_shared(struct catalog *c, char *err, size_t errlen)
 		return 0;
 	snprintf(err, errlen, "out of memory for the %s readers' shared state", c->fmt->name);
 	return -ENOMEM;
-}
-
-/* The directories still look as when the catalog was built? */
-static bool cat_is_current(const struct catalog *c)
-{
-	for (uint32_t i = 0; i < c->ndirs; i++) {
-		const char *rel = c->strpool + c->dirs[i].path_off;
-		char *path = *rel ? xasprintf("%s/%s", c->root, rel) : xstrdup(c->root);
-		struct stat st;
-		int rc = stat(path, &st);
-		free(path);
-		if (rc != 0)
-			return false;
-		int64_t m = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-		if (m != c->dirs[i].mtime_ns || m >= c->scan_ns - CAT_RACY_NS)
-			return false;
-	}
-	return true;
 }
 
 /* A cached catalog's class directories checked as a scan would
@@ -708,7 +474,7 @@ static struct catalog *cat_try_load(const struct catalog_opts *o, const char *ro
 	if (strcmp(c->root, root) != 0 || c->params_hash != catalog_hash_params(o) ||
 	    strcmp(c->fmt->name, o->format) != 0) {
 		log_info("catalog cache %s was built for other settings; rescanning", path);
-	} else if (!cat_is_current(c)) {
+	} else if (!catalog_check_dirs(c, o)) {
 		log_info("dataset %s changed since its catalog was saved; rescanning", root);
 	} else if (cat_classes_ok(c, o)) {
 		return c;
@@ -733,23 +499,70 @@ static void cat_save(const struct catalog *c, const char *cache_dir, const char 
 			 strerror(-mk));
 }
 
-/* catalog_opts.image_sizes: each sample's image size, read from its header. */
-static int cat_add_images(struct catalog *c, char *err, size_t errlen)
+/* catalog_opts.image_sizes: each sample's image size, read from its header;
+ * with old (c rescanned from it, cat_build), the sizes old holds for the
+ * files reused are kept, only the others are read. */
+static int cat_add_images(struct catalog *c, const struct catalog *old, const bool *changed,
+			  char *err, size_t errlen)
 {
 	uint64_t t0 = now_ns(), bad = 0;
 	char first[512] = "";
-	if (catalog_probe_images(c, &bad, first, sizeof(first)) != 0) {
+	bool *redo = NULL;
+	if (old && old->images) {
+		redo = xcalloc(MAX(c->nfiles, 1u), sizeof(bool));
+		free(c->images);
+		c->images = xcalloc(MAX(c->nsamples, 1ull), sizeof(*c->images));
+		for (uint32_t i = 0; i < c->nfiles; i++) {
+			const struct catalog_file *f = &c->files[i], *of = &old->files[i];
+			redo[i] = !catalog_scan_reused(old, changed, i) || f->nsamples != of->nsamples;
+			if (!redo[i])
+				memcpy(&c->images[f->first], &old->images[of->first],
+				       f->nsamples * sizeof(*c->images));
+		}
+	}
+	int rc = catalog_probe_images_some(c, redo, &bad, first, sizeof(first));
+	free(redo);
+	if (rc != 0) {
 		snprintf(err, errlen, "out of memory recording the image sizes of %llu samples",
 			 (unsigned long long)c->nsamples);
 		return -ENOMEM;
 	}
 	log_info("catalog: image sizes of %llu samples read from their headers in %.2f s%s%s",
 		 (unsigned long long)c->nsamples, (double)(now_ns() - t0) / 1e9,
-		 bad ? "; not JPEG/PNG images: " : "", bad ? first : "");
+		 first[0] ? "; not JPEG/PNG images: " : "", first);
 	if (bad > 1)
 		log_info("catalog: %llu samples in all are not JPEG/PNG images",
 			 (unsigned long long)bad);
 	return 0;
+}
+
+/* A cached catalog found current is the catalog (with image sizes added
+ * when asked for and missing). Takes c and cpath. */
+static int cat_loaded(struct catalog *c, const struct catalog_opts *o, char *cpath,
+		      struct catalog **out, char *err, size_t errlen)
+{
+	log_info("catalog: %llu samples in %u files loaded from %s",
+		 (unsigned long long)c->nsamples, c->nfiles, cpath);
+	if (o->image_sizes && !c->images) {
+		int rc = cat_add_images(c, NULL, NULL, err, errlen);
+		if (rc != 0) {
+			catalog_free(c);
+			free(cpath);
+			return rc;
+		}
+		cat_save(c, o->cache_dir, cpath);
+	}
+	free(cpath);
+	*out = c;
+	return 0;
+}
+
+/* Wall-clock now, in the files' timestamps' terms. */
+static int64_t real_ns(void)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	return catalog_ts_ns(&now);
 }
 
 int catalog_open(const struct catalog_opts *o, struct catalog **out, char *err, size_t errlen)
@@ -778,36 +591,51 @@ int catalog_open(const struct catalog_opts *o, struct catalog **out, char *err, 
 	struct catalog_opts ro = *o;
 	ro.root = root;
 	char *cpath = o->cache_dir ? catalog_cache_path(&ro) : NULL;
-	if (cpath && !o->rebuild) {
-		struct catalog *c = cat_try_load(&ro, root, cpath);
-		if (c) {
-			log_info("catalog: %llu samples in %u files loaded from %s",
-				 (unsigned long long)c->nsamples, c->nfiles, cpath);
-			if (o->image_sizes && !c->images) {
-				int rc = cat_add_images(c, err, errlen);
-				if (rc != 0) {
-					catalog_free(c);
-					free(cpath);
-					return rc;
-				}
-				cat_save(c, o->cache_dir, cpath);
-			}
-			c->cache_path = cpath;
-			*out = c;
-			return 0;
+	/* a rescan's start: before the directories are checked, so that a
+	 * change after the check is later than the saved scan time */
+	int64_t scan_ns = real_ns();
+	struct catalog *old = NULL;
+	bool *changed = NULL;
+	if (cpath && !o->rebuild)
+		old = cat_try_load(&ro, root, cpath);
+	if (old) {
+		uint32_t nchanged = 0;
+		int rc = catalog_check_files(old, &ro, &changed, &nchanged);
+		if (rc == -ECANCELED) {
+			snprintf(err, errlen, "dataset %s: the check of the cached catalog's files was "
+				 "stopped", root);
+			catalog_free(old);
+			free(cpath);
+			return rc;
+		}
+		if (rc == 0 && nchanged == 0) {
+			free(changed);
+			return cat_loaded(old, o, cpath, out, err, errlen);
+		}
+		if (rc != 0) { /* the full rescan says what is wrong */
+			catalog_free(old);
+			old = NULL;
 		}
 	}
+	if (!old)
+		scan_ns = real_ns();
 	struct catalog *c = NULL;
 	uint64_t t0 = now_ns();
-	int rc = cat_build(&ro, fmt, root, &c, err, errlen);
+	int rc = cat_build(&ro, fmt, root, old, changed, scan_ns, &c, err, errlen);
 	if (rc == 0) {
-		char sz[32];
-		log_info("catalog: %llu samples (%s) in %u files scanned in %.2f s",
+		char sz[32], again[96] = "";
+		if (old)
+			snprintf(again, sizeof(again), " (%u changed files scanned again, %u reused)",
+				 c->files_scanned, c->nfiles - c->files_scanned);
+		log_info("catalog: %llu samples (%s) in %u files scanned in %.2f s%s",
 			 (unsigned long long)c->nsamples, fmt_size(sz, sizeof(sz), c->total_bytes),
-			 c->nfiles, (double)(now_ns() - t0) / 1e9);
-		if (o->image_sizes)
-			rc = cat_add_images(c, err, errlen);
+			 c->nfiles, (double)(now_ns() - t0) / 1e9, again);
+		/* a cached catalog's image sizes stay with it (cat_loaded) */
+		if (o->image_sizes || (old && old->images))
+			rc = cat_add_images(c, old, changed, err, errlen);
 	}
+	catalog_free(old);
+	free(changed);
 	if (rc != 0) {
 		catalog_free(c);
 		free(cpath);
@@ -815,7 +643,7 @@ int catalog_open(const struct catalog_opts *o, struct catalog **out, char *err, 
 	}
 	if (cpath)
 		cat_save(c, o->cache_dir, cpath);
-	c->cache_path = cpath;
+	free(cpath);
 	*out = c;
 	return 0;
 }

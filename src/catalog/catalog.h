@@ -9,8 +9,11 @@
  * samples a file holds (scan) and how to produce a sample's bytes (read).
  *
  * The catalog can be saved to a cache file and loaded back; a load checks the
- * file's integrity (checksum, every index in range) and that the dataset's
- * directories have not changed since (their mtimes), else it is rebuilt. */
+ * file's integrity (checksum, every index in range), that the dataset's
+ * directories have not changed since (their mtimes; else it is rebuilt) and
+ * that every file has the size, mtime and ctime it was scanned with (a stat
+ * per file, in parallel; the files that changed are scanned again, the
+ * others' entries reused). */
 #ifndef SEER_CATALOG_H
 #define SEER_CATALOG_H
 
@@ -24,6 +27,7 @@
 struct catalog_file {
 	uint64_t size;
 	int64_t mtime_ns;
+	int64_t ctime_ns;    /* inode change: catches a rewrite whose mtime was put back */
 	uint32_t path_off;   /* into catalog.strpool, NUL-terminated */
 	uint32_t nsamples;
 	uint64_t first;      /* id of its first sample */
@@ -90,10 +94,11 @@ struct catalog {
 	bool from_cache;           /* loaded from the cache file, not scanned */
 	uint64_t skipped_links;    /* scan: links to directories walked before, not followed */
 	int64_t scan_ns;           /* wall-clock time the scan started */
-	char *cache_path;          /* its cache file (removed when a read finds the
-				      dataset changed), or NULL */
 	uint64_t scan_bytes;       /* bytes the scan read from dataset files (0 when
 				      loaded from the cache file) */
+	uint32_t files_scanned;    /* files the build opened and scanned: all, or those
+				      the check of a cached catalog found changed (the
+				      others' entries reused); 0 when loaded */
 	void *fmt_shared;          /* the format's state shared by all readers (its
 				      decoded-data cache), or NULL; see fmt_ops */
 	struct catalog_image *images;  /* per sample, when probed (catalog_opts.image_sizes),
@@ -107,6 +112,8 @@ struct catalog_progress {
 	_Atomic uint64_t listed;   /* files of the dataset found by the walk so far */
 	_Atomic uint64_t total;    /* files to scan, once the walk is done (0 before) */
 	_Atomic uint64_t scanned;  /* of them, scanned (in catalog order) */
+	_Atomic uint64_t check_total; /* files of a cached catalog being checked (0: none) */
+	_Atomic uint64_t checked;  /* of them, stat'ed so far */
 	_Atomic bool stop;         /* set to stop the build: catalog_open returns -ECANCELED */
 };
 
@@ -155,6 +162,26 @@ int catalog_deserialize(const void *buf, size_t len, struct catalog **out, char 
 int catalog_probe_images(struct catalog *c, uint64_t *nonimage, char *first, size_t firstlen);
 /* Path of the cache file for these options (malloc'd). */
 char *catalog_cache_path(const struct catalog_opts *o);
+
+/* A file or directory whose mtime lies within this much of the scan's start
+ * may have changed again within its timestamp's granularity (1 s on
+ * Lustre/GPFS) after it was looked at: its mtime proves nothing (git's "racy
+ * clean" rule), so it is scanned again at the next start. */
+#define CAT_RACY_NS 2000000000ll
+
+/* What a stat of a catalogued file says of its entry (the start-up check of a
+ * cached catalog, catalog_check_files). */
+enum catalog_file_state {
+	CAT_FILE_SAME,      /* size, mtime, ctime as scanned, and scanned safely after it */
+	CAT_FILE_SIZE,      /* another size */
+	CAT_FILE_MTIME,     /* another mtime (rewritten in place) */
+	CAT_FILE_CTIME,     /* same size and mtime, another ctime (mtime put back, chmod, ...) */
+	CAT_FILE_RACY,      /* unchanged, but its mtime was within CAT_RACY_NS of the scan */
+};
+/* The decision alone (pure): entry f, recorded by a scan that started at
+ * scan_ns, against a stat now giving size, mtime_ns, ctime_ns. */
+enum catalog_file_state catalog_check_file_state(const struct catalog_file *f, uint64_t size,
+						 int64_t mtime_ns, int64_t ctime_ns, int64_t scan_ns);
 
 /* ---- reading samples ----------------------------------------------------
  * One reader per thread. It keeps a few files open and whatever per-thread

@@ -23,8 +23,9 @@
 #define CAT_IMG_MAGIC "SEERCAT"
 /* 3: optional image sizes; 4: class labels number every directory of the
  * root (torchvision's find_classes), not only those with samples: a cache of
- * version 3 may carry the old labels */
-#define CAT_IMG_VERSION 4u
+ * version 3 may carry the old labels; 5: each file's ctime (catalog_file),
+ * checked with its size and mtime at every start */
+#define CAT_IMG_VERSION 5u
 #define CAT_IMG_F_IMAGES 1u /* struct catalog_image[nsamples] follows the samples */
 /* no image side wider than this is recorded (JPEG's limit is 65500) */
 #define CAT_IMG_MAX_SIDE (1u << 24)
@@ -118,6 +119,10 @@ static int img_check(const char *p, size_t len, struct cat_img_hdr *h,
 	memcpy(h, p, sizeof(*h));
 	if (memcmp(h->magic, CAT_IMG_MAGIC, sizeof(h->magic)) != 0)
 		BAD("not a seer catalog cache (bad magic)");
+	if (h->version < CAT_IMG_VERSION && h->hdr_size == sizeof(*h))
+		BAD("catalog cache of version %u, written by an older seerd (this one writes "
+		    "version %u, with each file's ctime for the start-up check)", h->version,
+		    CAT_IMG_VERSION);
 	if (h->version != CAT_IMG_VERSION || h->hdr_size != sizeof(*h))
 		BAD("catalog cache version %u, expected %u", h->version, CAT_IMG_VERSION);
 	if (h->nsamples > UINT32_MAX || h->strpool_len > UINT32_MAX || h->strpool_len == 0)

@@ -97,6 +97,12 @@ static int probe_one(struct probe *p, uint64_t id, struct catalog_image *img, ch
 
 int catalog_probe_images(struct catalog *c, uint64_t *nonimage, char *first, size_t firstlen)
 {
+	return catalog_probe_images_some(c, NULL, nonimage, first, firstlen);
+}
+
+int catalog_probe_images_some(struct catalog *c, const bool *redo, uint64_t *nonimage, char *first,
+			      size_t firstlen)
+{
 	*nonimage = 0;
 	if (first && firstlen)
 		first[0] = '\0';
@@ -111,8 +117,15 @@ int catalog_probe_images(struct catalog *c, uint64_t *nonimage, char *first, siz
 	int rc = 0;
 	for (uint64_t id = 0; id < c->nsamples && rc == 0; id++) {
 		char why[320] = "";
+		if (redo && c->images && !redo[c->samples[id].file]) {
+			img[id] = c->images[id];
+			*nonimage += img[id].width == 0;
+			continue;
+		}
 		rc = probe_one(&p, id, &img[id], why, sizeof(why));
-		if (rc == 0 && img[id].width == 0 && (*nonimage)++ == 0 && first && firstlen) {
+		if (rc == 0 && img[id].width == 0)
+			(*nonimage)++;
+		if (rc == 0 && img[id].width == 0 && first && firstlen && !first[0]) {
 			char full[2 * 4096], show[CAT_PATH_SHOW];
 			snprintf(full, sizeof(full), "%s/%s", c->root, catalog_path(c, c->samples[id].file));
 			snprintf(first, firstlen, "sample %llu (%s): %s", (unsigned long long)id,

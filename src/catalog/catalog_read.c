@@ -149,11 +149,6 @@ int catalog_read(struct catalog_reader *rd, uint64_t id, void *dst)
 	rd->last_bytes = fmt_thread_bytes() - b0;
 	rd->bytes_read += rd->last_bytes;
 	if (rc != 0) {
-		if (rc == -ESTALE && c->cache_path) {
-			/* the cache describes files that are gone: the next start
-			 * must rescan (unlink is idempotent across threads) */
-			unlink(c->cache_path);
-		}
 		if (rd->err[0] == '\0')
 			catalog_read_error(rd, id, rc, "%s", rc == -ESTALE
 				       ? "file changed (size or mtime) since the catalog was built: "
@@ -195,8 +190,6 @@ int catalog_read_range(struct catalog_reader *rd, uint32_t file, uint64_t off, u
 	rd->bytes_read += rd->last_bytes;
 	if (rc == 0)
 		return 0;
-	if (rc == -ESTALE && c->cache_path)
-		unlink(c->cache_path);
 	if (rc == -ENODATA) {
 		rc = SEER_EDATASET;
 		snprintf(rd->err, sizeof(rd->err), "%s: bytes %llu..%llu: file shorter than the "

@@ -537,9 +537,12 @@ def emu_bytes(mnt):
 
 
 def age_tree(root):
-    """Directory mtimes an hour old: the catalog cache is trusted (racy-mtime rule)."""
+    """Directory and file mtimes an hour old: the catalog cache is trusted
+    (racy-mtime rule)."""
     past = time.time() - 3600
-    for d, _, _ in os.walk(root):
+    for d, _, files in os.walk(root):
+        for f in files:
+            os.utime(os.path.join(d, f), (past, past))
         os.utime(d, (past, past))
 
 

@@ -107,14 +107,14 @@ FIXTURE_FN static void settle(void)
 	nanosleep(&ts, NULL);
 }
 
-/* A real dataset's directories were written long before the job: put the
- * tree's directory mtimes a minute in the past, out of the racy window in
- * which a cache is not trusted (see racy_mtime). */
+/* A real dataset was written long before the job: put the tree's mtimes
+ * (directories and files) a minute in the past, out of the racy window in
+ * which a cache is not trusted (see racy_mtime, racy_file). */
 FIXTURE_FN static int age_dir(const char *p, const struct stat *st, int flag, struct FTW *f)
 {
 	(void)st;
 	(void)f;
-	if (flag == FTW_D || flag == FTW_DP) {
+	if (flag == FTW_D || flag == FTW_DP || flag == FTW_F) {
 		struct timespec now;
 		clock_gettime(CLOCK_REALTIME, &now);
 		now.tv_sec -= 60;

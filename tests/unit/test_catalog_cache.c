@@ -1,6 +1,7 @@
 /* catalog cache file: reuse, invalidation by changes, racy mtimes, damaged
  * images rebuilt, and catalog_deserialize on hostile input (every bit flip,
- * garbage, mutations). */
+ * garbage, mutations); files rewritten in place under the same names found
+ * by the start-up check and scanned again (the others reused). */
 #define _GNU_SOURCE
 #include "catalog_fixture.h"
 
@@ -506,5 +507,264 @@ Test(catalog, image_sizes_probed_saved_and_reloaded)
 	cr_assert(feed(img, len));
 	free(img);
 	catalog_free(again);
+	catalog_free(c);
+}
+
+/* ---- files rewritten in place (issue 32): the start-up check of every file ---- */
+
+/* The decision alone: the recorded entry against a stat now. */
+Test(catalog, file_state_decision)
+{
+	const int64_t s = 1000 * 1000000000ll; /* the scan's start */
+	const struct catalog_file f = { .size = 100, .mtime_ns = s - 10000000000ll,
+					.ctime_ns = s - 9000000000ll };
+	static const struct {
+		int64_t dsize, dmtime, dctime;
+		enum catalog_file_state want;
+	} cases[] = {
+		{ 0, 0, 0, CAT_FILE_SAME },
+		{ 1, 0, 0, CAT_FILE_SIZE },
+		{ -100, 0, 0, CAT_FILE_SIZE },           /* truncated to nothing */
+		{ 0, 1, 1, CAT_FILE_MTIME },             /* rewritten, same size, 1 ns later */
+		{ 0, -5000000000ll, 7, CAT_FILE_MTIME }, /* an mtime set back by a tool */
+		{ 0, 0, 1, CAT_FILE_CTIME },             /* mtime put back after a rewrite */
+		{ 5, 1, 1, CAT_FILE_SIZE },              /* the size is named first */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		cr_assert_eq(catalog_check_file_state(&f, (uint64_t)((int64_t)f.size + cases[i].dsize),
+						f.mtime_ns + cases[i].dmtime,
+						f.ctime_ns + cases[i].dctime, s),
+			     cases[i].want, "case %zu", i);
+	/* racy: recorded within CAT_RACY_NS of the scan (or after it) */
+	struct catalog_file r = f;
+	r.mtime_ns = s - CAT_RACY_NS;
+	cr_assert_eq(catalog_check_file_state(&r, r.size, r.mtime_ns, r.ctime_ns, s), CAT_FILE_RACY);
+	r.mtime_ns = s + 5;
+	cr_assert_eq(catalog_check_file_state(&r, r.size, r.mtime_ns, r.ctime_ns, s), CAT_FILE_RACY);
+	r.mtime_ns = s - CAT_RACY_NS - 1;
+	cr_assert_eq(catalog_check_file_state(&r, r.size, r.mtime_ns, r.ctime_ns, s), CAT_FILE_SAME);
+	/* a change is a change, racy or not */
+	r.mtime_ns = s - 1;
+	cr_assert_eq(catalog_check_file_state(&r, r.size + 1, r.mtime_ns, r.ctime_ns, s), CAT_FILE_SIZE);
+}
+
+/* data/<rel>'s mtime a minute in the past, as age_tree. */
+static void age_file(const char *rel)
+{
+	char path[PATH_MAX * 2];
+	snprintf(path, sizeof(path), "%s/%s", data, rel);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	now.tv_sec -= 60;
+	struct timespec ts[2] = { now, now };
+	cr_assert_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+/* Files truncated and rewritten under the same names (DLIO's generator):
+ * the directories keep their mtimes, the next open scans the changed files
+ * again, reuses the others, and gets the catalog a full scan gets. */
+Test(catalog, rewritten_files_scanned_again)
+{
+	make_tree();
+	age_tree();
+	struct catalog_opts o = opts(true);
+	struct catalog *c = open_ok(&o);
+	cr_assert_eq(c->files_scanned, 4);
+	catalog_free(c);
+	char dir[PATH_MAX + 8];
+	snprintf(dir, sizeof(dir), "%s/cat", data);
+	struct stat before, after;
+	cr_assert_eq(stat(dir, &before), 0);
+	mkfile("cat/2", 200, 7); /* other bytes, same size */
+	mkfile("dog/1", 333, 8); /* another size */
+	cr_assert_eq(stat(dir, &after), 0);
+	cr_assert(before.st_mtim.tv_sec == after.st_mtim.tv_sec &&
+		  before.st_mtim.tv_nsec == after.st_mtim.tv_nsec,
+		  "a rewrite in place must leave the directory alone");
+	c = open_ok(&o);
+	cr_assert_eq(c->from_cache, false, "the stale catalog was used");
+	cr_assert_eq(c->files_scanned, 2, "%u files scanned, 2 changed", c->files_scanned);
+	static const struct expect want[] = {
+		{ "cat/1", 0, 100, 1 }, { "cat/2", 0, 200, 7 },
+		{ "dog/1", 1, 333, 8 }, { "dog/puppies/1", 1, 400, 4 },
+	};
+	assert_catalog(c, want, 4);
+	/* the same catalog (hash included) as a full scan */
+	o.rebuild = true;
+	struct catalog *full = open_ok(&o);
+	cr_assert_eq(full->files_scanned, 4);
+	assert_same_catalog(c, full);
+	catalog_free(full);
+	catalog_free(c);
+	/* the rescan was saved: once the rewritten files are older than the
+	 * racy window, the cache is used as is */
+	o.rebuild = false;
+	age_file("cat/2");
+	age_file("dog/1");
+	c = open_ok(&o);
+	cr_assert_eq(c->files_scanned, 2, "the aged files' mtimes changed");
+	catalog_free(c);
+	c = open_ok(&o);
+	cr_assert_eq(c->from_cache, true, "the rescan was not saved");
+	assert_catalog(c, want, 4);
+	catalog_free(c);
+}
+
+/* Same size, and the old mtime put back after the rewrite (a copy that
+ * keeps times, a clock too coarse to tell): the ctime tells. */
+Test(catalog, rewrite_with_mtime_put_back)
+{
+	make_tree();
+	age_tree();
+	struct catalog_opts o = opts(true);
+	struct catalog *c = open_ok(&o);
+	catalog_free(c);
+	char path[PATH_MAX + 8];
+	snprintf(path, sizeof(path), "%s/cat/1", data);
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0);
+	mkfile("cat/1", 100, 9);
+	struct timespec ts[2] = { st.st_atim, st.st_mtim };
+	cr_assert_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+	c = open_ok(&o);
+	cr_assert_eq(c->from_cache, false, "a rewrite with its mtime put back went unseen");
+	cr_assert_eq(c->files_scanned, 1);
+	static const struct expect want[] = {
+		{ "cat/1", 0, 100, 9 }, { "cat/2", 0, 200, 2 },
+		{ "dog/1", 1, 300, 3 }, { "dog/puppies/1", 1, 400, 4 },
+	};
+	assert_catalog(c, want, 4);
+	catalog_free(c);
+}
+
+/* A file written within CAT_RACY_NS of the scan may change again unseen
+ * within its timestamp's granularity: it is scanned again at the next open,
+ * the others not. */
+Test(catalog, racy_file)
+{
+	make_tree();
+	age_tree();
+	mkfile("dog/1", 300, 3); /* just written */
+	struct catalog_opts o = opts(true);
+	struct catalog *c = open_ok(&o);
+	catalog_free(c);
+	c = open_ok(&o);
+	cr_assert_eq(c->from_cache, false);
+	cr_assert_eq(c->files_scanned, 1, "%u files scanned, 1 racy", c->files_scanned);
+	catalog_free(c);
+	age_file("dog/1");
+	c = open_ok(&o);
+	catalog_free(c);
+	c = open_ok(&o);
+	cr_assert_eq(c->from_cache, true);
+	catalog_free(c);
+}
+
+/* A cache file of version 4 (no ctimes) is refused naming why, and rebuilt. */
+Test(catalog, old_version_cache_rebuilt)
+{
+	make_tree();
+	age_tree();
+	struct catalog_opts o = opts(true);
+	struct catalog *c = open_ok(&o);
+	catalog_free(c);
+	char *cf = cache_file();
+	size_t len;
+	uint8_t *img = slurp(cf, &len);
+	uint32_t v = 4;
+	memcpy(img + 8, &v, sizeof(v));
+	fix_checksum(img, len);
+	struct catalog *back = NULL;
+	cr_assert_neq(catalog_deserialize(img, len, &back, err, sizeof(err)), 0);
+	assert_has(err, "version 4, written by an older seerd");
+	spit(cf, img, len);
+	free(img);
+	c = open_ok(&o);
+	cr_assert_eq(c->from_cache, false);
+	catalog_free(c);
+	c = open_ok(&o);
+	cr_assert_eq(c->from_cache, true, "the rebuilt catalog was not saved");
+	catalog_free(c);
+	free(cf);
+}
+
+/* Image sizes: those of the files reused are kept, a rewritten image's are
+ * read again. */
+Test(catalog, rescan_keeps_and_renews_image_sizes)
+{
+	mkjpeg("a/small.jpg", 40, 30, 0);
+	mkjpeg("b/wide.jpg", 640, 8, 0);
+	age_tree();
+	struct catalog_opts o = opts(true);
+	o.image_sizes = true;
+	struct catalog *c = open_ok(&o);
+	cr_assert_eq(c->images[0].width, 40);
+	catalog_free(c);
+	mkjpeg("a/small.jpg", 50, 20, 0);
+	o.image_sizes = false; /* the cached catalog's sizes stay with it */
+	c = open_ok(&o);
+	cr_assert_eq(c->files_scanned, 1);
+	cr_assert_not_null(c->images);
+	cr_assert_eq(c->images[0].width, 50);
+	cr_assert_eq(c->images[0].height, 20);
+	cr_assert_eq(c->images[1].width, 640);
+	cr_assert_eq(c->images[1].height, 8);
+	catalog_free(c);
+}
+
+/* A file rewritten under a running reader: that read fails asking for a
+ * restart; the next open finds that file changed and scans it again (the
+ * cache file stays: the others are reused). */
+Test(catalog, rewrite_mid_job_fails_the_read)
+{
+	make_tree();
+	age_tree();
+	struct catalog_opts o = opts(true);
+	struct catalog *c = open_ok(&o);
+	mkfile("cat/2", 200, 6); /* same size, other bytes */
+	struct catalog_reader rd;
+	catalog_reader_init(&rd, c);
+	uint8_t buf[200];
+	cr_assert_eq(catalog_read(&rd, 1, buf), -ESTALE);
+	assert_has(rd.err, "cat/2");
+	assert_has(rd.err, "restart seerd to rescan");
+	catalog_reader_fini(&rd);
+	catalog_free(c);
+	c = open_ok(&o);
+	cr_assert_eq(c->files_scanned, 1, "%u files scanned, 1 rewritten", c->files_scanned);
+	static const struct expect want[] = {
+		{ "cat/1", 0, 100, 1 }, { "cat/2", 0, 200, 6 },
+		{ "dog/1", 1, 300, 3 }, { "dog/puppies/1", 1, 400, 4 },
+	};
+	assert_catalog(c, want, 4);
+	catalog_free(c);
+}
+
+/* Many files, checked and rescanned by several threads: exactly the
+ * rewritten ones scanned again, the catalog a full scan's. */
+Test(catalog, parallel_check_many_files)
+{
+	char rel[64];
+	for (int i = 0; i < 600; i++) {
+		snprintf(rel, sizeof(rel), "c%d/%04d", i % 3, i);
+		mkfile(rel, 10 + (size_t)i % 50, (unsigned)i);
+	}
+	age_tree();
+	struct catalog_opts o = opts(true);
+	o.threads = 8;
+	struct catalog *c = open_ok(&o);
+	cr_assert_eq(c->files_scanned, 600);
+	catalog_free(c);
+	static const int redo[] = { 0, 1, 299, 300, 598 };
+	for (size_t k = 0; k < sizeof(redo) / sizeof(redo[0]); k++) {
+		snprintf(rel, sizeof(rel), "c%d/%04d", redo[k] % 3, redo[k]);
+		mkfile(rel, 10 + (size_t)redo[k] % 50 + k % 2, 1000 + (unsigned)k);
+	}
+	c = open_ok(&o);
+	cr_assert_eq(c->files_scanned, 5, "%u files scanned, 5 rewritten", c->files_scanned);
+	o.rebuild = true;
+	struct catalog *full = open_ok(&o);
+	assert_same_catalog(c, full);
+	catalog_free(full);
 	catalog_free(c);
 }
