@@ -46,7 +46,7 @@
  * aligned buffers and lengths (O_DIRECT), hence the slack. */
 uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme)
 {
-	return nvme ? ALIGN_UP(len, (uint64_t)e->nvme_align) + e->nvme_align
+	return nvme ? ALIGN_UP(len, (uint64_t)nvme_align(e->nvme)) + nvme_align(e->nvme)
 		    : ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
 }
 
@@ -85,11 +85,11 @@ static struct stage_need stage_need(const struct engine *e)
 	const struct catalog *cat = e->cat;
 	struct stage_need n = { .max = MAX(cat->max_len, xfs_cached_max(e)) };
 	/* staged bytes: files, or decoded images from NVMe and peers */
-	n.one = arena_stage_bytes(e, n.max, e->nvme_ok);
+	n.one = arena_stage_bytes(e, n.max, nvme_on(e->nvme));
 	n.tensor = xfs_tensor_bytes(e, e->sh.batch); /* the batch tensor, if any */
 	uint64_t held = e->cfg->max_held;
 	unsigned __int128 need128 = ((unsigned __int128)e->sh.batch * n.one + n.tensor) * held;
-	n.mean = arena_stage_bytes(e, cat->total_bytes / MAX(cat->nsamples, 1ull), e->nvme_ok) *
+	n.mean = arena_stage_bytes(e, cat->total_bytes / MAX(cat->nsamples, 1ull), nvme_on(e->nvme)) *
 			 e->sh.batch + n.tensor;
 	if (all_in_ram(e)) {
 		need128 = (unsigned __int128)n.tensor * held; /* only the batch tensors are staged */
@@ -216,16 +216,16 @@ uint64_t arena_layout(struct engine *e)
 	uint64_t ds = xfs_cached_total(e) + cat->nsamples * PLAN_RAM_ALIGN;
 	e->cache_cap = ALIGN_UP(MIN(e->cfg->ram, ds), 4096ull);
 	e->stage_cap = ALIGN_UP(e->cfg->staging, 4096ull);
-	if (e->nvme_ok && e->nnodes > 1) {
-		e->nbounce = (uint32_t)MIN(e->cfg->io_threads, 16ull);
-		e->bounce_size = ALIGN_UP(xfs_cached_max(e), (uint64_t)e->nvme_align);
+	if (nvme_on(e->nvme) && e->nnodes > 1) {
+		e->peers.nslots = (uint32_t)MIN(e->cfg->io_threads, 16ull);
+		e->peers.size = ALIGN_UP(xfs_cached_max(e), (uint64_t)nvme_align(e->nvme));
 	}
 	uint64_t types_off = ALIGN_UP(sizeof(struct seer_arena_hdr), 64ull);
 	uint64_t ntypes = (uint64_t)cat->ntypes + xfs_ntypes(e); /* + the tensor's */
 	e->cache_base = ALIGN_UP(types_off + ntypes * sizeof(struct seer_wire_type), 4096ull);
 	e->stage_base = e->cache_base + e->cache_cap;
-	e->bounce_base = e->stage_base + e->stage_cap;
-	return e->bounce_base + (uint64_t)e->nbounce * e->bounce_size;
+	e->peers.base = e->stage_base + e->stage_cap;
+	return e->peers.base + (uint64_t)e->peers.nslots * e->peers.size;
 }
 
 /* This node's memory: RAM (or a smaller cgroup v2 limit) and swap. */

@@ -48,7 +48,7 @@ void engine_repin(struct engine *e)
 	memcpy(th, e->pool.threads, n * sizeof(pthread_t));
 	n += xfs_threads(e, th + n);
 	th[n++] = e->dispatcher;
-	bool net = e->net && net_thread(e->net, &th[n]) == 0;
+	bool net = e->peers.net && net_thread(e->peers.net, &th[n]) == 0;
 	n += net;
 	char desc[sizeof(e->pin_desc)], xd[32] = "";
 	int pus = topo_pin_threads(e->topo, e->cfg->cpuset, th, n, desc, sizeof(desc));
@@ -95,13 +95,12 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	e->node = o->node;
 	e->nnodes = o->nnodes;
 	e->epfd = o->epfd;
-	e->t_start = now_s();
+	e->st.t_start = now_s();
 	e->arena.fd = -1;
-	e->nvme_fd = -1;
 	const struct catalog *cat = o->cat;
 	int rc;
 
-	nvme_open(e);
+	e->nvme = nvme_create(e->cfg, e->node, o->cat->nsamples);
 	if ((rc = xfs_create(e, err, errlen)) != 0)
 		goto fail;
 	uint64_t size = arena_layout(e);
@@ -131,7 +130,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
 	e->nopfs = strcmp(o->cfg->policy, "nopfs") == 0;
 	if (o->probe)
-		e->probe = *o->probe;
+		e->ext.probe = *o->probe;
 	ext_init(e);
 	e->bad = calloc(cat->nsamples, 1);
 	e->cstate = calloc(cat->nsamples, sizeof(uint32_t));
@@ -195,10 +194,10 @@ void engine_destroy(struct engine *e)
 	place_shape_free(e);
 	free((void *)e->cstate);
 	free(e->bad);
-	free(e->es);
+	stats_free(&e->st);
 	free(e->caps);
 	peer_free(e);
-	nvme_close(e);
+	nvme_destroy(e->nvme);
 	topo_close(e->topo);
 	shm_destroy(&e->arena);
 	free(e);
@@ -312,7 +311,7 @@ void engine_on_event(struct engine *e, uint64_t tag, uint32_t events)
 		break; /* engine_work takes the completions */
 	case EP_NET: {
 		uint64_t v;
-		ssize_t r UNUSED = read(net_event_fd(e->net), &v, sizeof(v));
+		ssize_t r UNUSED = read(net_event_fd(e->peers.net), &v, sizeof(v));
 		break;
 	}
 	case EP_TSOCK:
@@ -395,12 +394,12 @@ void engine_tick(struct engine *e)
 	if (e->shape_ready && e->plan_ready && e->fill_left > 0 && e->cache_loaded > 0 &&
 	    t - e->t_last_progress >= 10.0) {
 		e->t_last_progress = t;
-		uint64_t planned = e->cache_planned + e->repl_ram_planned;
+		uint64_t planned = e->cache_planned + e->repl.ram_planned;
 		log_info("warm-up: %llu of %llu cached samples loaded (%.1f%%)",
 			 (unsigned long long)e->cache_loaded, (unsigned long long)planned,
 			 100.0 * (double)e->cache_loaded / (double)MAX(planned, 1ull));
 	}
-	if (t - e->t_start > e->cfg->connect_timeout_s && t - e->t_last_wait_warn > 60.0) {
+	if (t - e->st.t_start > e->cfg->connect_timeout_s && t - e->t_last_wait_warn > 60.0) {
 		char missing[256] = "";
 		size_t n = 0;
 		uint32_t count = 0;
@@ -414,11 +413,11 @@ void engine_tick(struct engine *e)
 		if (count > 0 || !e->shape_ready) {
 			e->t_last_wait_warn = t;
 			if (!e->shape_ready)
-				log_warn("no trainer connected after %.0f s (socket %s)", t - e->t_start,
+				log_warn("no trainer connected after %.0f s (socket %s)", t - e->st.t_start,
 					 e->cfg->socket);
 			else
 				log_warn("%u trainer rank(s) never connected after %.0f s: %s%s", count,
-					 t - e->t_start, missing, count > 16 ? ",..." : "");
+					 t - e->st.t_start, missing, count > 16 ? ",..." : "");
 		}
 	}
 }
@@ -433,7 +432,7 @@ void engine_net_opts(struct engine *e, struct net_opts *o)
 
 void engine_set_net(struct engine *e, struct net *n)
 {
-	e->net = n;
+	e->peers.net = n;
 	if (n) {
 		engine_ep_add(e, net_event_fd(n), EP_TAG(EP_NET, 0));
 		e->pin_desc[0] = '\0'; /* log the placement again, network thread included */

@@ -14,7 +14,7 @@
  *   - the forecast thread (fcast.c), started once the plan is made: it reads
  *     the plan, the replica set, the catalog, the shape, the rank map and
  *     the capacities (none changes until fcast_stop joins it) and writes
- *     only `fct`, published by the release store of `fct_ready`.
+ *     only its tally, published by the release store of `fc.ready`.
  *   - the transform threads (transform.c, [transform] decode = image), which
  *     run that stage's jobs under its own lock and read the fixed-at-creation
  *     cfg, cat and abase.
@@ -43,8 +43,14 @@
 #include "../src/sampler/sampler_elastic.h"
 #include "../src/common/shm.h"
 #include "engine.h"
+#include "extent.h"
+#include "fcast.h"
+#include "peer.h"
+#include "replica.h"
+#include "nvme.h"
 #include "route.h"
 #include "staging.h"
+#include "stats.h"
 
 /* ---- a trainer's batch slots and session ------------------------------------ */
 
@@ -165,7 +171,7 @@ struct etask {
 	uint32_t nmem;
 	uint32_t file;        /* TK_EXTENT: bytes [foff, foff + len) of this file */
 	uint64_t foff;
-	uint64_t xoff;        /* TK_EXTENT, xpool: its buffer, at e->xbase + xoff */
+	uint64_t xoff;        /* TK_EXTENT, xpool: its buffer, at e->ext.base + xoff */
 	bool xpool;           /* TK_EXTENT: buffer from the extent region (else its own) */
 	bool single;          /* TK_PFS: never coalesced (its extent failed) */
 	bool in_sub;          /* submitted, not yet handed to the pool */
@@ -180,56 +186,6 @@ struct etask {
 #define SEER_MAX_WORLD (1u << 20) /* trainers per job */
 #define NVME_ALIGN 4096ull
 
-/* ---- statistics ------------------------------------------------------------------ */
-
-/* Per-epoch counters. Deliveries (samples, bytes, ram_*) count in the epoch
- * of the batch. Reads from a source (pfs_*, nvme_*, peer_*, served_*, ...)
- * count in the epoch the job was in when they completed: the oldest epoch
- * not yet finished by every local trainer, which is what a PFS monitor sees
- * (trainers in lockstep, as under DDP, make both the same). */
-struct epoch_stats {
-	uint64_t samples, bytes;             /* delivered */
-	uint64_t ram_samples, ram_bytes;     /* served from the RAM cache */
-	uint64_t pfs_samples, pfs_bytes;     /* read from the PFS */
-	uint64_t peer_samples, peer_bytes;   /* fetched from other daemons */
-	uint64_t nvme_samples, nvme_bytes;   /* read from the local NVMe tier */
-	uint64_t nvme_written, nvme_corrupt;
-	uint64_t served_samples, served_bytes; /* sent to other daemons */
-	uint64_t repl_samples, repl_bytes;   /* served from this node's replicas (RAM, NVMe) */
-	uint64_t fill_samples, fill_bytes;   /* replicas loaded (a background fill, or the
-						read that found it not filled yet) */
-	uint64_t fallbacks;                  /* peer fetches that fell back to the PFS */
-	uint64_t skipped;                    /* corrupt samples substituted (on_corrupt = skip) */
-	uint64_t retries;                    /* failed reads that were tried again */
-	uint64_t pfs_reads;                  /* reads of the PFS: samples read alone + extents */
-	uint64_t extents;                    /* coalesced reads */
-	uint64_t extent_samples;             /* samples cut from them */
-	uint64_t extent_bytes;               /* bytes they read */
-	uint64_t extent_useful;              /* bytes of the samples cut (the rest was bridged) */
-	uint64_t failed;
-	double t_done;                       /* when the last local trainer finished it */
-	/* this node's forecast for the epoch, made as it began (fcast.c) */
-	bool fc_set, fc_timed;               /* made; with a measured rate */
-	uint8_t fc_bound;                    /* enum forecast_term */
-	double fc_time, fc_lb;
-	uint64_t fc_ram, fc_nvme, fc_peer, fc_pfs;
-};
-
-/* Running estimates of a source, from completed reads (no tables). */
-struct src_est {
-	double lat_s;      /* EWMA of one read's service time */
-	double bps;        /* EWMA of one read's bytes / service time */
-	uint64_t n;
-};
-enum { SRC_PFS, SRC_NVME, SRC_PEER, SRC_COUNT };
-
-/* A peer's request the dispatcher answers later (before the plan, or while
- * every bounce slot is taken). */
-struct deferred_req {
-	uint32_t peer, sample;
-	uint64_t req_id, len;
-};
-
 /* ---- the engine ---------------------------------------------------------------- */
 
 struct engine {
@@ -238,11 +194,10 @@ struct engine {
 	 * just after, and only the dispatcher reads them) and before the network
 	 * thread exists; read-only afterwards. The I/O threads read exactly cfg
 	 * (retries, retry_backoff_ms), cat (their readers), reader_fds, abase,
-	 * nvme_fd, nvme_direct and nvme_align (worker.c), and xf to hand a decode
-	 * to the transform pool (transform.c, under its lock); nvme_fd stays open,
-	 * even when the tier is disabled, until engine_destroy has stopped the
-	 * pool. The network thread reads cat, node, abase, cache_base and xf's
-	 * fixed cached lengths (peer_lookup). */
+	 * nvme (its pread/pwrite, nvme.h), and xf to hand a decode to the
+	 * transform pool (transform.c, under its lock), and the extent region
+	 * (ext.base, extent.h). The network thread reads cat, node, abase,
+	 * cache_base and xf's fixed cached lengths (peer_lookup). */
 	const struct seer_config *cfg;
 	struct catalog *cat;
 	uint32_t node, nnodes;
@@ -252,12 +207,7 @@ struct engine {
 	uint64_t cache_base, cache_cap, stage_base, stage_cap;
 	uint64_t stage_filled;     /* staging's first bytes populated (arena.c) */
 	bool stage_split;          /* the trainers' shares are set (arena_split_staging) */
-	uint64_t bounce_base, bounce_size; /* bounce slots: NVMe samples sent to peers */
-	uint32_t nbounce;
-	int nvme_fd;             /* one file per node, unlinked as soon as it is open */
-	bool nvme_direct;
-	uint32_t nvme_align;     /* slot and transfer alignment (O_DIRECT's, or 64) */
-	uint64_t nvme_cap;
+	struct nvme_tier *nvme;  /* the NVMe tier (nvme.h): I/O threads call its pread/pwrite */
 	bool skip_corrupt;       /* dataset.on_corrupt = skip */
 	uint32_t reader_fds;     /* files each I/O thread's reader keeps open */
 	bool nopfs;              /* cache.policy = nopfs */
@@ -326,21 +276,8 @@ struct engine {
 	uint64_t cache_planned, cache_loaded, cache_loaded_bytes;
 	uint8_t *bad;            /* samples that failed their format checks (skip policy) */
 
-	/* replicas (placement.c plans them, replica.c fills them) */
-	bool repl_on;            /* nv holds this node's replica set */
-	struct plan_node nv;     /* valid when repl_on */
-	bool repl_from_pfs;      /* cache.replica_fill = pfs */
-	uint64_t *repl_started;  /* bit per replica: its fill started or is not needed */
-	uint64_t repl_next;      /* replicas before it all have their bit */
-	uint64_t repl_scan_g;    /* progress at the last scan that found only replicas
-				    not ready (UINT64_MAX: scan) */
-	uint32_t repl_inflight, repl_max_inflight;   /* background fills */
-	uint32_t repl_inflight_pfs, repl_max_pfs;    /* ... of them PFS reads (I/O threads) */
-	double repl_tokens;      /* cache.replica_fill_rate bucket, bytes */
-	uint64_t repl_t_ns;      /* when the bucket was last topped up */
-	uint64_t repl_ram_planned, repl_nvme_planned;
-	uint64_t repl_fills, repl_fill_bytes, repl_fills_failed;
-	uint64_t repl_fill_pfs_bytes;  /* ... of repl_fill_bytes, read from the PFS */
+	/* replicas (replica.h): the set placement.c plans, replica.c fills */
+	struct repl repl;
 
 	/* trainers (session.c, prefetch.c) */
 	struct trainer *tr;      /* world entries once known */
@@ -359,69 +296,19 @@ struct engine {
 	struct io_task **sub;
 	uint32_t nsub, capsub;
 
-	/* coalesced reads (extent.c) */
-	bool coalesce;           /* prefetch.coalesce (auto: the probe's verdict) and a
-				    format that cuts samples */
-	struct pfs_probe probe;  /* auto: node 0's measurement (probe.reads 0: none) */
-	uint32_t *pfs_q;         /* per sample: id + 1 of a PFS read of it not yet known
-				    to have started (absorbable by an extent), or 0 */
-	struct etask **ext_wait; /* extents waiting for extent memory */
-	uint32_t next_wait, capext_wait;
-	uint64_t ext_mem, ext_mem_peak; /* extent bytes in flight, at most */
-	uint8_t *xbase;          /* the extent region: buffers made before the job */
-	uint64_t xcap;
-	struct spans xspans;     /* its free ranges */
-	struct extent_cand *ext_c;  /* planning scratch, per candidate */
-	bool *ext_take;
-	struct etask **ext_tk;   /* the candidate's queued read, or NULL */
-	uint32_t ext_cap;
-	struct etask **ext_todo; /* flush scratch */
-	uint32_t ext_todo_cap;
+	/* coalesced reads (extent.h) */
+	struct ext ext;
 
-	/* NVMe tier (nvme.c) */
-	bool nvme_ok;            /* false once disabled: its samples come from the PFS */
-	uint64_t *nvme_sum;      /* per sample, valid when READY */
-	uint64_t nvme_loaded, nvme_loaded_bytes, nvme_planned;
-	uint64_t nvme_size;      /* the file's reserved size (nvme_fit) */
+	/* peers (peer.h): the data plane, bounce slots, deferred requests */
+	struct peers peers;
 
-	/* peers (peer.c) */
-	struct net *net;
-	struct deferred_req *early;   /* requests that came before the plan */
-	uint32_t nearly, capearly;
-	int32_t *bounce_free;    /* stack of free slot indices */
-	uint32_t nbounce_free;
-	uint32_t *bounce_refs;
-	struct deferred_req *bwait;   /* requests waiting for a bounce slot */
-	uint32_t nbwait, capbwait;
-
-	/* statistics (stats.c) */
-	struct epoch_stats *es;
-	uint64_t nes;            /* allocated */
-	uint64_t nes_used;       /* epochs that have any activity */
-	uint64_t epochs_done;
-	struct src_est src[SRC_COUNT];
-	double step_s;           /* EWMA of a trainer's time per batch */
+	/* statistics (stats.h): counters, estimates, the step series */
+	struct stats st;
 	uint64_t pace_wake_ns;   /* earliest end of a paced prepare's wait (0: none) */
 	uint64_t paced;          /* takes after which a prepare was deferred (prefetch.pace) */
-	double compute_s;        /* EWMA of the same less what it waited for the batch */
-	uint64_t compute_n;
-	/* per-step series for the stats file: every `step_stride`-th global
-	 * batch, when the last local trainer released it and the trainers'
-	 * summed wait for it */
-	uint64_t step_stride, nsteps;
-	double *step_done;
-	float *step_stall;
-	uint16_t *step_count;
-	double t_plan;
-	double t_start;
 
-	/* forecast (fcast.c): this node's bytes per epoch, counted by the
-	 * forecast thread (fct until fct_ready, then the dispatcher's) */
-	pthread_t fct_thread;
-	bool fct_started, fct_warned;
-	_Atomic bool fct_ready;
-	int fct_rc;
-	struct forecast_tally fct;
+	/* forecast (fcast.h): the forecast thread's tally */
+	struct fcast fc;
 
 	/* reporting (engine.c) */
 	char pin_desc[160];
@@ -536,12 +423,7 @@ void *worker_init(void *ctx, unsigned idx);
 void worker_fini(void *tls, void *ctx);
 void worker_exec(struct io_task *io, void *tls, void *ctx);
 
-/* nvme.c: the NVMe tier */
-void nvme_open(struct engine *e);
-void nvme_close(struct engine *e);
-void nvme_fit(struct engine *e, uint64_t used);   /* reserve what the plan uses */
-void nvme_disable(struct engine *e, const char *why);
-uint64_t nvme_io_len(const struct engine *e, uint64_t len); /* any thread */
+/* nvme.c: the NVMe tier's part in loads (the tier itself: nvme.h) */
 void nvme_read_copy(struct engine *e, struct etask *tk);
 struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s);
 void nvme_load_done(struct engine *e, struct etask *tk, int status);
@@ -592,7 +474,7 @@ struct json_t *xfs_status_json(const struct engine *e);
 int xfs_decode_blob(const struct engine *e, struct etask *tk, const void *enc, size_t len,
 		    uint8_t *dst);
 
-/* stats.c: counters and estimates (status.c renders them) */
+/* stats.c: the engine's side (the rest: stats.h) */
 struct epoch_stats *stats_epoch(struct engine *e, uint64_t epoch);
 void stats_observe(struct engine *e, int src, double seconds, uint64_t bytes);
 void stats_read(struct engine *e, int src, uint64_t bytes);

@@ -34,7 +34,7 @@
 static bool place_peer_ok(void *ctx, uint32_t node)
 {
 	const struct engine *e = ctx;
-	return !net_peer_suspect(e->net, node);
+	return !net_peer_suspect(e->peers.net, node);
 }
 
 /* What tier routing (route.h) reads of the engine, as it is now. */
@@ -42,21 +42,21 @@ struct route_view place_view(const struct engine *e)
 {
 	return (struct route_view){
 		.node = e->node, .nsamples = e->cat->nsamples, .tier = e->plan.tier,
-		.owner = e->plan.owner, .nvme_ok = e->nvme_ok, .np = e->nopfs ? &e->np : NULL,
-		.local_idx = e->local_idx, .peer_ok = e->net ? place_peer_ok : NULL,
-		.peer_ctx = (void *)e, .repl_idx = e->repl_on ? e->nv.idx : NULL,
-		.repl_tier = e->repl_on ? e->nv.tier : NULL,
+		.owner = e->plan.owner, .nvme_ok = nvme_on(e->nvme), .np = e->nopfs ? &e->np : NULL,
+		.local_idx = e->local_idx, .peer_ok = e->peers.net ? place_peer_ok : NULL,
+		.peer_ctx = (void *)e, .repl_idx = e->repl.on ? e->repl.set.idx : NULL,
+		.repl_tier = e->repl.on ? e->repl.set.tier : NULL,
 	};
 }
 
 bool place_is_replica(const struct engine *e, uint32_t s)
 {
-	return e->repl_on && s < e->nv.n && e->nv.idx[s] != 0;
+	return e->repl.on && s < e->repl.set.n && e->repl.set.idx[s] != 0;
 }
 
 uint64_t place_local_off(const struct engine *e, uint32_t s)
 {
-	return plan_locate(&e->plan, e->repl_on ? &e->nv : NULL, e->node, s).off;
+	return plan_locate(&e->plan, e->repl.on ? &e->repl.set : NULL, e->node, s).off;
 }
 
 bool place_local_ram(const struct engine *e, uint32_t s)
@@ -93,15 +93,15 @@ static void np_build(struct engine *e)
  * long for the replica set's 32-bit ticks goes without, said once. */
 static void repl_plan(struct engine *e)
 {
-	e->repl_on = false;
-	e->repl_from_pfs = strcmp(e->cfg->replica_fill, "pfs") == 0;
+	e->repl.on = false;
+	e->repl.from_pfs = strcmp(e->cfg->replica_fill, "pfs") == 0;
 	if (!e->cfg->replicas || e->nopfs || e->nnodes < 2 || e->first_epoch + 1 >= e->cfg->epochs)
 		return;
 	struct plan_repl_opts ro = {
-		.on = true, .fill = e->repl_from_pfs ? PLAN_FILL_PFS : PLAN_FILL_PEER,
+		.on = true, .fill = e->repl.from_pfs ? PLAN_FILL_PFS : PLAN_FILL_PEER,
 	};
 	/* transform.cache = decoded: replicas of decoded images, as the owners hold */
-	int rc = plan_node_build(&e->nv, &e->plan, e->cat, xfs_plan_lengths(e), &e->sh, e->first_epoch,
+	int rc = plan_node_build(&e->repl.set, &e->plan, e->cat, xfs_plan_lengths(e), &e->sh, e->first_epoch,
 				 e->cfg->epochs - e->first_epoch, e->rank_node, e->node,
 				 &e->caps[e->node], &ro, NULL);
 	if (rc == -ENOMEM) {
@@ -114,15 +114,15 @@ static void repl_plan(struct engine *e)
 			 strerror(-rc));
 		return;
 	}
-	e->repl_on = true;
-	for (uint64_t i = 0; i < e->nv.nrepl; i++) {
-		if (e->nv.tier[i] == PLAN_RAM)
-			e->repl_ram_planned++;
+	e->repl.on = true;
+	for (uint64_t i = 0; i < e->repl.set.nrepl; i++) {
+		if (e->repl.set.tier[i] == PLAN_RAM)
+			e->repl.ram_planned++;
 		else
-			e->repl_nvme_planned++;
+			e->repl.nvme_planned++;
 	}
-	e->nvme_planned += e->repl_nvme_planned;
-	e->local_cached_bytes += e->nv.repl_bytes;
+	nvme_planned_add(e->nvme, e->repl.nvme_planned);
+	e->local_cached_bytes += e->repl.set.repl_bytes;
 	repl_init(e);
 }
 
@@ -142,20 +142,20 @@ static void log_plan(const struct engine *e, uint64_t t0)
 		 (unsigned long long)e->plan.cached_samples, (unsigned long long)e->cat->nsamples,
 		 fmt_size(a, sizeof(a), e->plan.cached_bytes), fmt_size(b, sizeof(b), D), e->nnodes,
 		 (unsigned long long)e->cache_planned,
-		 fmt_size(d, sizeof(d), e->local_cached_bytes - (e->repl_on ? e->nv.repl_bytes : 0)),
+		 fmt_size(d, sizeof(d), e->local_cached_bytes - (e->repl.on ? e->repl.set.repl_bytes : 0)),
 		 fmt_size(c, sizeof(c), e->cache_cap), (double)(now_ns() - t0) / 1e9,
 		 (unsigned long long)E,
 		 ((double)D + (double)(D - C) * (double)(E - e->first_epoch - 1)) / (double)D);
-	if (e->repl_on) {
+	if (e->repl.on) {
 		char r[32], u[32], v[32];
 		log_info("replicas: %llu samples (%s; %llu in RAM, %llu on NVMe) this node rereads, "
 			 "filled from %s%s; RAM used %s, NVMe used %s",
-			 (unsigned long long)e->nv.nrepl, fmt_size(r, sizeof(r), e->nv.repl_bytes),
-			 (unsigned long long)e->repl_ram_planned,
-			 (unsigned long long)e->repl_nvme_planned,
-			 e->repl_from_pfs ? "the PFS" : "their owners",
+			 (unsigned long long)e->repl.set.nrepl, fmt_size(r, sizeof(r), e->repl.set.repl_bytes),
+			 (unsigned long long)e->repl.ram_planned,
+			 (unsigned long long)e->repl.nvme_planned,
+			 e->repl.from_pfs ? "the PFS" : "their owners",
 			 e->cfg->replica_fill_rate ? " (rate capped)" : "",
-			 fmt_size(u, sizeof(u), e->nv.ram_used), fmt_size(v, sizeof(v), e->nv.nvme_used));
+			 fmt_size(u, sizeof(u), e->repl.set.ram_used), fmt_size(v, sizeof(v), e->repl.set.nvme_used));
 	}
 }
 
@@ -171,7 +171,7 @@ void place_plan(struct engine *e)
 	 * is the re-sharded batches'): then sample by sample. */
 	const uint64_t *lens = xfs_plan_lengths(e);
 	const struct plan_cap *cap = e->nopfs ? none : e->caps;
-	bool files = e->coalesce && !e->nopfs && !lens &&
+	bool files = e->ext.coalesce && !e->nopfs && !lens &&
 		     !(e->rs.elastic && e->rs.epoch == e->first_epoch);
 	if ((files ? plan_build_files(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node,
 				      e->nnodes, cap)
@@ -183,14 +183,14 @@ void place_plan(struct engine *e)
 	if (e->nopfs)
 		np_build(e);
 	e->plan_ready = true;
-	e->t_plan = now_s();
-	if (e->probe.reads) {
+	e->st.t_plan = now_s();
+	if (e->ext.probe.reads) {
 		/* node 0 read them before the job: counted in its first epoch, so
 		 * its PFS bytes equal what the file system served (a new shape's
 		 * stats start over and count them again) */
 		struct epoch_stats *es = stats_epoch(e, e->first_epoch);
-		es->pfs_bytes += e->probe.bytes;
-		es->pfs_reads += e->probe.reads;
+		es->pfs_bytes += e->ext.probe.bytes;
+		es->pfs_reads += e->ext.probe.reads;
 	}
 	struct route_view v = place_view(e);
 	for (uint64_t s = 0; s < e->cat->nsamples; s++) {
@@ -200,13 +200,13 @@ void place_plan(struct engine *e)
 			e->cache_planned++;
 			e->local_cached_bytes += xfs_src_len(e, (uint32_t)s);
 		} else if (route_local_nvme(&v, (uint32_t)s)) {
-			e->nvme_planned++;
+			nvme_planned_add(e->nvme, 1);
 			e->local_cached_bytes += xfs_src_len(e, (uint32_t)s);
 		}
 	}
 	repl_plan(e);
 	/* the NVMe file keeps the room this node's plan uses (owned + replicas) */
-	nvme_fit(e, e->repl_on ? e->nv.nvme_used : e->plan.nvme_used[e->node]);
+	nvme_fit(e->nvme, e->repl.on ? e->repl.set.nvme_used : e->plan.nvme_used[e->node]);
 	/* the network thread may now look samples up */
 	atomic_store_explicit(&e->plan_published, true, memory_order_release);
 	e->fill_left = e->cache_planned;
@@ -331,11 +331,7 @@ int place_shape_init(struct engine *e, uint32_t world, const struct sampler_reco
 	e->shape_ready = true; /* place_shape_free undoes all of it from here on */
 	if ((rc = shape_plan(e, rec, from_map, err, errlen)) != 0)
 		return rc;
-	e->step_stride = MAX(1ull, (e->end + 99999) / 100000);
-	e->nsteps = (e->end + e->step_stride - 1) / e->step_stride;
-	e->step_done = xcalloc(e->nsteps, sizeof(double));
-	e->step_stall = xcalloc(e->nsteps, sizeof(float));
-	e->step_count = xcalloc(e->nsteps, sizeof(uint16_t));
+	stats_steps_init(&e->st, e->end);
 	/* slots for the batches a trainer holds, the lookahead beyond them and
 	 * two in reclaim (config_finish keeps this within a client's 4096); a
 	 * trainer may declare more held batches at connect (a TorchLoader's
@@ -374,15 +370,10 @@ void place_shape_free(struct engine *e)
 	free(e->ids);
 	free(e->keys);
 	free(e->routes);
-	free(e->step_done);
-	free(e->step_stall);
-	free(e->step_count);
 	e->tr = NULL;
 	e->rank_node = e->local_ranks = e->local_idx = e->ids = e->keys = NULL;
 	e->routes = NULL;
-	e->step_done = NULL;
-	e->step_stall = NULL;
-	e->step_count = NULL;
+	stats_steps_free(&e->st);
 	plan_nopfs_free(&e->np);
 	repl_free(e);
 	plan_free(&e->plan);
@@ -393,7 +384,7 @@ void place_shape_free(struct engine *e)
 	e->shape_ready = false;
 	e->world = e->nlocal = 0;
 	e->cache_planned = e->local_cached_bytes = e->fill_left = 0;
-	e->nvme_planned = 0;
+	nvme_plan_reset(e->nvme);
 }
 
 int place_can_reshape(const struct engine *e, char *why, size_t whylen)
@@ -437,18 +428,15 @@ void place_drop_shape(struct engine *e)
 	/* nothing is in flight (place_can_reshape): every key is ABSENT or READY */
 	memset((void *)e->cstate, 0, e->cat->nsamples * sizeof(uint32_t));
 	e->cache_loaded = e->cache_loaded_bytes = 0;
-	e->nvme_loaded = e->nvme_loaded_bytes = e->nvme_planned = 0;
-	free(e->es);
-	e->es = NULL;
-	e->nes = e->nes_used = e->epochs_done = 0;
+	nvme_forget(e->nvme);
+	stats_forget(&e->st);
 	e->default_start = 0;
-	e->step_s = 0;
 }
 
 struct plan_cap engine_cap(const struct engine *e)
 {
-	return (struct plan_cap){ .ram = e->cache_cap, .nvme = e->nvme_ok ? e->nvme_cap : 0,
-				  .nvme_align = e->nvme_align };
+	return (struct plan_cap){ .ram = e->cache_cap, .nvme = nvme_cap(e->nvme),
+				  .nvme_align = nvme_align(e->nvme) };
 }
 
 void engine_set_caps(struct engine *e, const struct plan_cap *caps)

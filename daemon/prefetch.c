@@ -71,7 +71,7 @@ static void slot_release(void *ctx, uint32_t idx)
 	uint64_t now = now_ns();
 	if (t->last_release_ns) {
 		double dt = (double)(now - t->last_release_ns) / 1e9;
-		x->e->step_s = x->e->step_s > 0 ? x->e->step_s + 0.05 * (dt - x->e->step_s) : dt;
+		x->e->st.step_s = x->e->st.step_s > 0 ? x->e->st.step_s + 0.05 * (dt - x->e->st.step_s) : dt;
 	}
 	t->last_release_ns = now;
 }
@@ -116,9 +116,9 @@ void pf_releases(struct engine *e, struct trainer *t)
 #define PACE_MIN_NS 1000000ull
 static bool pace_defer(struct engine *e, struct trainer *t, uint64_t taken)
 {
-	if (!e->cfg->pace || e->step_s <= 0 || t->next_pub == taken)
+	if (!e->cfg->pace || e->st.step_s <= 0 || t->next_pub == taken)
 		return false; /* off, no step time yet, or nothing more in hand */
-	uint64_t wait = MIN((uint64_t)(e->step_s * 0.25e9), PACE_MAX_NS);
+	uint64_t wait = MIN((uint64_t)(e->st.step_s * 0.25e9), PACE_MAX_NS);
 	if (wait < PACE_MIN_NS)
 		return false; /* a step too short to place anything in */
 	uint64_t until = t->pace_ns + wait;
@@ -427,7 +427,7 @@ static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
 			return; /* a replica not filled yet: this read fills it */
 	} else if (src == ROUTE_PEER) {
 		tk->kind = TK_PEER;
-		net_fetch(e->net, e->plan.owner[s], s, e->abase + tk->dst_off, tk->len, tk);
+		net_fetch(e->peers.net, e->plan.owner[s], s, e->abase + tk->dst_off, tk->len, tk);
 		return;
 	}
 	task_submit(e, tk, sl->g);
@@ -466,7 +466,7 @@ bool pf_prepare(struct engine *e, struct trainer *t)
 			prep_ram(e, t, sl, &d[i], e->keys[i], s, i);
 		} else {
 			/* staging: NVMe transfers at the tier's alignment */
-			uint64_t align = src == ROUTE_NVME ? e->nvme_align : PLAN_RAM_ALIGN;
+			uint64_t align = src == ROUTE_NVME ? nvme_align(e->nvme) : PLAN_RAM_ALIGN;
 			d[i].length = staged_len(e, s, src);
 			d[i].offset = ALIGN_UP(off, align);
 			off = d[i].offset + ALIGN_UP(d[i].length, align);

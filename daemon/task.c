@@ -105,9 +105,9 @@ void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_
 static uint64_t read_key(const struct engine *e, uint64_t g, int src)
 {
 	uint64_t key = (1ull << 40) + g * 1024;
-	if (src == SRC_PFS || !e->src[src].n || !e->src[SRC_PFS].n || e->step_s <= 0)
+	if (src == SRC_PFS || !e->st.src[src].n || !e->st.src[SRC_PFS].n || e->st.step_s <= 0)
 		return key;
-	double d = (e->src[SRC_PFS].lat_s - e->src[src].lat_s) / e->step_s;
+	double d = (e->st.src[SRC_PFS].lat_s - e->st.src[src].lat_s) / e->st.step_s;
 	return key + (uint64_t)(MAX(0.0, MIN(d, 2.0)) * 1024);
 }
 
@@ -125,8 +125,8 @@ void task_submit(struct engine *e, struct etask *t, uint64_t g)
 	t->io.pq.key = key;
 	t->in_sub = true;
 	t->cut = false;
-	if (t->kind == TK_PFS && e->pfs_q)
-		e->pfs_q[t->sample] = t->id + 1; /* an extent may take it over (extent.c) */
+	if (t->kind == TK_PFS && e->ext.pfs_q)
+		e->ext.pfs_q[t->sample] = t->id + 1; /* an extent may take it over (extent.c) */
 	if (e->nsub == e->capsub) {
 		e->capsub = MAX(e->capsub * 2, 256);
 		e->sub = xrealloc(e->sub, e->capsub * sizeof(*e->sub));
@@ -168,7 +168,7 @@ static void task_note_retries(struct engine *e, struct etask *tk)
 {
 	if (tk->attempts <= 1)
 		return;
-	stats_epoch(e, e->epochs_done)->retries += tk->attempts - 1;
+	stats_epoch(e, e->st.epochs_done)->retries += tk->attempts - 1;
 	e->retries_unreported += tk->attempts - 1;
 	str_copy(e->last_retry, sizeof(e->last_retry), tk->err);
 	tk->attempts = 1;
@@ -208,12 +208,12 @@ static void task_landed(struct engine *e, struct etask *tk, int status)
 		/* PFS: what the format read, not the sample's length */
 		stats_read(e, src, src == SRC_PFS ? tk->pfs_read : tk->len);
 		if (src == SRC_NVME && place_is_replica(e, tk->sample)) {
-			struct epoch_stats *es = stats_epoch(e, e->epochs_done);
+			struct epoch_stats *es = stats_epoch(e, e->st.epochs_done);
 			es->repl_samples++;
 			es->repl_bytes += tk->len;
 		}
 		if (src == SRC_PFS && !tk->cut)
-			stats_epoch(e, e->epochs_done)->pfs_reads++;
+			stats_epoch(e, e->st.epochs_done)->pfs_reads++;
 	} else if (status != -ECANCELED) {
 		log_warn("%s", tk->err[0] ? tk->err : seer_strerror(status));
 	}
@@ -237,11 +237,30 @@ static void task_unstage(struct engine *e, struct etask *tk)
 		sess_finish_reset(e, t);
 }
 
+/* An NVMe write no longer reads the memory it pinned: the batch whose
+ * staging it wrote from (its owner, prefetch.c, may reclaim it), or the
+ * bounce slot (peer.c). */
+static void task_unpin(struct engine *e, struct etask *tk)
+{
+	if (!tk->pin.peer && tk->stage_rank >= 0) {
+		struct trainer *t = &e->tr[tk->pin.a];
+		if (t->gen == tk->pin.b && t->slots) {
+			struct tslot *sl = &t->slots[tk->pin.c & (t->nslots - 1)];
+			if (sl->g == tk->pin.c && sl->pins > 0) {
+				sl->pins--;
+				pf_reclaim(t);
+			}
+		}
+	}
+	if (tk->bounce >= 0)
+		peer_bounce_unref(e, tk->bounce);
+}
+
 /* The pool (or the network thread) is done with tk: status 0 or why not. */
 void task_finish(struct engine *e, struct etask *tk, int status)
 {
-	if (tk->kind == TK_PFS && e->pfs_q && e->pfs_q[tk->sample] == tk->id + 1)
-		e->pfs_q[tk->sample] = 0;
+	if (tk->kind == TK_PFS && e->ext.pfs_q && e->ext.pfs_q[tk->sample] == tk->id + 1)
+		e->ext.pfs_q[tk->sample] = 0;
 	if (tk->kind == TK_EXTENT) {
 		task_note_retries(e, tk);
 		ext_done(e, tk, status);
@@ -249,6 +268,7 @@ void task_finish(struct engine *e, struct etask *tk, int status)
 	}
 	if (tk->kind == TK_NVME_WRITE) {
 		nvme_write_done(e, tk, status);
+		task_unpin(e, tk);
 		task_unstage(e, tk);
 		task_free(e, tk);
 		return;

@@ -657,7 +657,7 @@ void xfs_completions(struct engine *e)
 	uint64_t n = atomic_load_explicit(&x->blob_n, memory_order_relaxed);
 	uint64_t ns = atomic_load_explicit(&x->blob_ns, memory_order_relaxed);
 	if (n != x->blob_seen) {
-		struct xfs_epoch *ep = xfs_epoch(x, e->epochs_done);
+		struct xfs_epoch *ep = xfs_epoch(x, e->st.epochs_done);
 		ep->blobs += n - x->blob_seen;
 		ep->blob_ns += ns - x->blob_ns_seen;
 		x->all.blobs += n - x->blob_seen;

@@ -8,8 +8,7 @@
  * `blob`) reads the file into the thread's buffer and waits for the
  * transform pool to decode it in place. Runs on the I/O threads only. It
  * reads the task it was handed and the engine fields engine_int.h lists as
- * fixed at creation (cfg, cat, reader_fds, abase, nvme_fd, nvme_direct,
- * nvme_align, xf) plus the atomic `stopping`; it writes only the task, its
+ * fixed at creation (cfg, cat, reader_fds, abase, nvme, xf) plus the atomic `stopping`; it writes only the task, its
  * own buffer and the arena bytes the task names. Failure: the task's status
  * (negative errno or SEER_E*) and a
  * message in its err. */
@@ -23,6 +22,7 @@
 
 #include "../src/util/util.h"
 #include "engine_int.h"
+#include "nvme.h"
 #include "seer.h"
 
 static bool transient(int rc)
@@ -65,34 +65,6 @@ void worker_fini(void *tls, void *ctx)
 	free(blob_buf); /* worker_blob_read's, on this same thread */
 	blob_buf = NULL;
 	blob_cap = 0;
-}
-
-/* TK_NVME_READ: the copy, checked against the checksum of what was written. */
-static int worker_nvme_read(const struct engine *e, struct etask *t, uint8_t *dst)
-{
-	int rc = pread_full(e->nvme_fd, dst, nvme_io_len(e, t->len), t->nvme_off);
-	if (rc == -ENODATA)
-		rc = -EIO;
-	if (rc == 0 && XXH64(dst, t->len, 0) != t->sum) {
-		rc = SEER_EDATASET;
-		snprintf(t->err, sizeof(t->err), "NVMe copy of sample %u failed its checksum",
-			 t->sample);
-	} else if (rc != 0) {
-		snprintf(t->err, sizeof(t->err), "NVMe read of sample %u: %s", t->sample,
-			 strerror(-rc));
-	}
-	return rc;
-}
-
-/* TK_NVME_WRITE: bytes already in the arena to the tier, with their checksum. */
-static int worker_nvme_write(const struct engine *e, struct etask *t, const uint8_t *dst)
-{
-	t->sum = XXH64(dst, t->len, 0);
-	int rc = pwrite_full(e->nvme_fd, dst, nvme_io_len(e, t->len), t->nvme_off);
-	if (rc != 0)
-		snprintf(t->err, sizeof(t->err), "NVMe write of sample %u: %s", t->sample,
-			 strerror(-rc));
-	return rc;
 }
 
 /* TK_PFS: the dataset through the format's reader, transient errors tried
@@ -188,7 +160,7 @@ static void populate_dsts(const struct engine *e, const struct etask *t)
  * sample cut into its destination, its status and message in the member. */
 static int worker_extent(const struct engine *e, struct etask *t, struct catalog_reader *rd)
 {
-	uint8_t *buf = t->xpool ? e->xbase + t->xoff
+	uint8_t *buf = t->xpool ? e->ext.base + t->xoff
 				: mmap(NULL, t->len, PROT_READ | PROT_WRITE,
 				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	uint64_t *ids = malloc(t->nmem * sizeof(*ids));
@@ -236,9 +208,11 @@ void worker_exec(struct io_task *io, void *tls, void *ctx)
 	struct etask *t = (struct etask *)io;
 	uint8_t *dst = e->abase + t->dst_off;
 	if (t->kind == TK_NVME_READ)
-		io->status = worker_nvme_read(e, t, dst);
+		io->status = nvme_pread(e->nvme, t->sample, dst, t->len, t->nvme_off, t->sum, t->err,
+					 sizeof(t->err));
 	else if (t->kind == TK_NVME_WRITE)
-		io->status = worker_nvme_write(e, t, dst);
+		io->status = nvme_pwrite(e->nvme, t->sample, dst, t->len, t->nvme_off, &t->sum, t->err,
+					  sizeof(t->err));
 	else if (t->kind == TK_EXTENT)
 		io->status = worker_extent(e, t, tls);
 	else if (t->blob)
