@@ -17,7 +17,7 @@
  *     only its tally, published by the release store of `fc.ready`.
  *   - the transform threads (transform.c, [transform] decode = image), which
  *     run that stage's jobs under its own lock and read the fixed-at-creation
- *     cfg, cat and abase.
+ *     cfg, cat and ar.base.
  * Why that is enough is said at each group of fields. */
 #ifndef SEERD_ENGINE_INT_H
 #define SEERD_ENGINE_INT_H
@@ -42,15 +42,19 @@
 #include "../src/sampler/sampler.h"
 #include "../src/sampler/sampler_elastic.h"
 #include "../src/common/shm.h"
+#include "arena.h"
 #include "engine.h"
 #include "extent.h"
 #include "fcast.h"
 #include "peer.h"
+#include "placement.h"
+#include "prefetch.h"
 #include "replica.h"
 #include "nvme.h"
 #include "route.h"
 #include "staging.h"
 #include "stats.h"
+#include "task.h"
 
 /* ---- a trainer's batch slots and session ------------------------------------ */
 
@@ -103,7 +107,7 @@ struct trainer {
 	uint64_t attach_ns;
 	uint64_t last_release_ns;
 	uint64_t pace_taken, pace_ns; /* batches it had taken, and when that count was first seen */
-	bool pace_counted;    /* a prepare after that take was deferred (counted in e->paced) */
+	bool pace_counted;    /* a prepare after that take was deferred (counted in e->pf.paced) */
 	uint64_t last_stall_ns;  /* the trainer's stall counter at its last release */
 	bool blocked;         /* could not prepare: waits for a release or take */
 	uint32_t held;        /* batches it may hold at once: [job] max_held, or more
@@ -186,36 +190,43 @@ struct etask {
 #define SEER_MAX_WORLD (1u << 20) /* trainers per job */
 #define NVME_ALIGN 4096ull
 
+/* The engine's own bookkeeping (engine.c; the dispatcher's): its thread,
+ * the machine and where the daemon's threads run, the warnings it times,
+ * the first fatal message. */
+struct engine_self {
+	pthread_t dispatcher;    /* the thread running engine_work */
+	char topo_desc[512];
+	char pin_desc[160];
+	double t_last_progress;
+	double t_last_wait_warn;
+	double t_last_retry_warn;
+	uint64_t retries_unreported;
+	char last_retry[SEER_ERRMSG_MAX];
+	char fatal[SEER_ERRMSG_MAX];
+};
+
 /* ---- the engine ---------------------------------------------------------------- */
 
 struct engine {
 	/* == Fixed at creation: written by engine_create before the I/O threads
-	 * start (pthread_create orders that; pool_started and dispatcher are set
-	 * just after, and only the dispatcher reads them) and before the network
+	 * start (pthread_create orders that; tasks.pool_started and self.dispatcher
+	 * are set just after, and only the dispatcher reads them) and before the network
 	 * thread exists; read-only afterwards. The I/O threads read exactly cfg
-	 * (retries, retry_backoff_ms), cat (their readers), reader_fds, abase,
+	 * (retries, retry_backoff_ms), cat (their readers), reader_fds, ar.base,
 	 * nvme (its pread/pwrite, nvme.h), and xf to hand a decode to the
 	 * transform pool (transform.c, under its lock), and the extent region
-	 * (ext.base, extent.h). The network thread reads cat, node, abase,
-	 * cache_base and xf's fixed cached lengths (peer_lookup). */
+	 * (ext.base, extent.h). The network thread reads cat, node, ar.base,
+	 * ar.cache_base and xf's fixed cached lengths (peer_lookup). */
 	const struct seer_config *cfg;
 	struct catalog *cat;
 	uint32_t node, nnodes;
 	int epfd;
-	struct shm_seg arena;
-	uint8_t *abase;
-	uint64_t cache_base, cache_cap, stage_base, stage_cap;
-	uint64_t stage_filled;     /* staging's first bytes populated (arena.c) */
-	bool stage_split;          /* the trainers' shares are set (arena_split_staging) */
+	struct arena ar;         /* the shared segment and its parts (arena.h) */
 	struct nvme_tier *nvme;  /* the NVMe tier (nvme.h): I/O threads call its pread/pwrite */
 	bool skip_corrupt;       /* dataset.on_corrupt = skip */
 	uint32_t reader_fds;     /* files each I/O thread's reader keeps open */
 	bool nopfs;              /* cache.policy = nopfs */
-	struct iopool pool;      /* its own locks: submit/take from the dispatcher */
-	bool pool_started;
-	pthread_t dispatcher;    /* the thread running engine_work */
 	struct topo *topo;
-	char topo_desc[512];
 	struct xfs *xf;          /* the transform stage (transform.c), NULL for file
 				    bytes; its own threads and lock, see there */
 
@@ -240,15 +251,9 @@ struct engine {
 
 	/* job shape (placement.c) */
 	struct sampler_shape sh;
-	struct sampler_cache smp;
 	uint32_t world;
-	uint64_t end;            /* the job's last global batch + 1 (sampler_tl_end) */
-	uint64_t default_start;  /* from [job] resume */
 	bool shape_ready;
 	uint32_t nslots;         /* batch slots per trainer */
-	uint32_t *ids;           /* batch scratch: sample ids */
-	uint32_t *keys;          /* batch scratch: RAM keys (ROUTE_RAM) */
-	uint8_t *routes;         /* batch scratch: enum route_src */
 
 	/* the job's resume plan (jobrec.c): where it starts, the epoch an
 	 * elastic resume re-shards, and the record it was made from */
@@ -262,19 +267,11 @@ struct engine {
 	/* position files (resume.c) */
 	struct resume_files *rf;
 
-	/* placement (placement.c) */
+	/* placement (placement.c; the rest of its state: placement.h) */
 	bool plan_ready;
-	struct plan_cap *caps;   /* per node */
 	bool roll_dirty;         /* local ranks changed before the map */
-	uint64_t first_epoch;
 	uint32_t *rank_node;     /* world entries */
-	uint32_t nlocal;
-	uint32_t *local_ranks;
-	uint32_t *local_idx;     /* rank -> index among the local ranks */
-	struct plan_nopfs np;    /* cache.policy = nopfs: each local trainer's copies */
-	uint64_t local_cached_bytes;
-	uint64_t cache_planned, cache_loaded, cache_loaded_bytes;
-	uint8_t *bad;            /* samples that failed their format checks (skip policy) */
+	struct place pl;
 
 	/* replicas (replica.h): the set placement.c plans, replica.c fills */
 	struct repl repl;
@@ -283,18 +280,12 @@ struct engine {
 	struct trainer *tr;      /* world entries once known */
 	bool draining;
 
-	/* fill (prefetch.c) */
-	uint64_t fill_g;
-	uint32_t fill_r;
-	uint32_t fill_inflight;
-	uint64_t fill_left;
+	/* fill and pacing (prefetch.h) */
+	struct prefetch pf;
 
-	/* tasks (task.c) */
-	struct etask **chunks;
-	uint32_t nchunks;
-	struct etask *free_tasks;
-	struct io_task **sub;
-	uint32_t nsub, capsub;
+	/* tasks (task.h): the task pool, and the I/O pool, whose own locks
+	 * order the hand-over of a task to an I/O thread and back */
+	struct tasks tasks;
 
 	/* coalesced reads (extent.h) */
 	struct ext ext;
@@ -304,20 +295,12 @@ struct engine {
 
 	/* statistics (stats.h): counters, estimates, the step series */
 	struct stats st;
-	uint64_t pace_wake_ns;   /* earliest end of a paced prepare's wait (0: none) */
-	uint64_t paced;          /* takes after which a prepare was deferred (prefetch.pace) */
 
 	/* forecast (fcast.h): the forecast thread's tally */
 	struct fcast fc;
 
-	/* reporting (engine.c) */
-	char pin_desc[160];
-	double t_last_progress;
-	double t_last_wait_warn;
-	double t_last_retry_warn;
-	uint64_t retries_unreported;
-	char last_retry[SEER_ERRMSG_MAX];
-	char fatal[SEER_ERRMSG_MAX];
+	/* the engine's own: its thread, where threads run, warnings, fatal */
+	struct engine_self self;
 };
 
 /* The control-region slot of batch slot idx (its descriptors follow it). */

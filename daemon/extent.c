@@ -127,7 +127,7 @@ static bool takeable(const struct etask *tk, uint32_t s)
 static bool wanted(struct engine *e, uint32_t x, struct etask **tk)
 {
 	*tk = NULL;
-	if (e->bad[x])
+	if (e->pl.bad[x])
 		return false;
 	if (!e->nopfs && e->plan.tier[x] == PLAN_RAM && e->plan.owner[x] == e->node) {
 		uint32_t st = e->cstate[x];
@@ -224,7 +224,7 @@ static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 	*b = s + right;
 }
 
-/* Queued reads of candidates taken back from the pool (still in e->sub:
+/* Queued reads of candidates taken back from the pool (still in e->tasks.sub:
  * they are simply dropped from it at the end of ext_flush); a read a
  * worker already took is no candidate. */
 static void take_back(struct engine *e, uint64_t n)
@@ -233,7 +233,7 @@ static void take_back(struct engine *e, uint64_t n)
 		struct etask *tk = e->ext.tk[i];
 		if (!tk || !e->ext.take[i] || tk->in_sub)
 			continue;
-		if (!iopool_cancel(&e->pool, &tk->io)) {
+		if (!iopool_cancel(&e->tasks.pool, &tk->io)) {
 			e->ext.take[i] = false; /* running: its own read serves it */
 			e->ext.tk[i] = NULL;
 		}
@@ -313,11 +313,11 @@ static void ext_pump(struct engine *e)
 						   &x->xoff) == 0;
 		e->ext.mem += x->len;
 		e->ext.mem_peak = MAX(e->ext.mem_peak, e->ext.mem);
-		if (e->nsub == e->capsub) {
-			e->capsub = MAX(e->capsub * 2, 256);
-			e->sub = xrealloc(e->sub, e->capsub * sizeof(*e->sub));
+		if (e->tasks.nsub == e->tasks.capsub) {
+			e->tasks.capsub = MAX(e->tasks.capsub * 2, 256);
+			e->tasks.sub = xrealloc(e->tasks.sub, e->tasks.capsub * sizeof(*e->tasks.sub));
 		}
-		e->sub[e->nsub++] = &x->io;
+		e->tasks.sub[e->tasks.nsub++] = &x->io;
 	}
 }
 
@@ -332,13 +332,13 @@ void ext_flush(struct engine *e)
 {
 	if (!e->ext.coalesce || !e->plan_ready)
 		return;
-	uint32_t n = e->nsub;
+	uint32_t n = e->tasks.nsub;
 	if (n > e->ext.todo_cap) {
 		e->ext.todo_cap = MAX(n, e->ext.todo_cap * 2);
 		e->ext.todo = xrealloc(e->ext.todo, e->ext.todo_cap * sizeof(*e->ext.todo));
 	}
 	for (uint32_t i = 0; i < n; i++)
-		e->ext.todo[i] = (struct etask *)e->sub[i];
+		e->ext.todo[i] = (struct etask *)e->tasks.sub[i];
 	/* the most urgent trigger first: it decides the extent its neighbours join */
 	qsort(e->ext.todo, n, sizeof(*e->ext.todo), by_key);
 	for (uint32_t i = 0; i < n; i++) {
@@ -348,14 +348,14 @@ void ext_flush(struct engine *e)
 	}
 	/* what joined an extent leaves the list; the extents that fit go out */
 	uint32_t k = 0;
-	for (uint32_t i = 0; i < e->nsub; i++) {
-		struct etask *t = (struct etask *)e->sub[i];
+	for (uint32_t i = 0; i < e->tasks.nsub; i++) {
+		struct etask *t = (struct etask *)e->tasks.sub[i];
 		if (!t->ext)
-			e->sub[k++] = e->sub[i];
+			e->tasks.sub[k++] = e->tasks.sub[i];
 		else
 			t->in_sub = false;
 	}
-	e->nsub = k;
+	e->tasks.nsub = k;
 	ext_pump(e);
 }
 

@@ -37,15 +37,15 @@ static void *tally_main(void *arg)
 {
 	struct engine *e = arg;
 	e->fc.rc = forecast_tally_node(&e->fc.tally, &e->plan, e->repl.on ? &e->repl.set : NULL, e->cat, NULL,
-				  &e->sh, e->first_epoch, e->cfg->epochs - e->first_epoch,
-				  e->rank_node, e->node, e->caps);
+				  &e->sh, e->pl.first_epoch, e->cfg->epochs - e->pl.first_epoch,
+				  e->rank_node, e->node, e->pl.caps);
 	atomic_store_explicit(&e->fc.ready, true, memory_order_release);
 	return NULL;
 }
 
 void fcast_start(struct engine *e)
 {
-	if (e->fc.started || e->nopfs || e->first_epoch >= e->cfg->epochs)
+	if (e->fc.started || e->nopfs || e->pl.first_epoch >= e->cfg->epochs)
 		return;
 	atomic_store(&e->fc.ready, false);
 	int rc = pthread_create(&e->fc.thread, NULL, tally_main, e);
@@ -114,7 +114,7 @@ static struct forecast_node_epoch *forecast(struct engine *e, const struct forec
 void fcast_note(struct engine *e)
 {
 	uint64_t ep = e->st.epochs_done;
-	if (ep >= e->cfg->epochs || ep < e->first_epoch ||
+	if (ep >= e->cfg->epochs || ep < e->pl.first_epoch ||
 	    (ep < e->st.nes && e->st.es[ep].fc_set))
 		return;
 	const struct forecast_tally *t = tally(e);
@@ -123,7 +123,7 @@ void fcast_note(struct engine *e)
 	struct forecast_node_epoch *f = forecast(e, t);
 	if (!f)
 		return;
-	const struct forecast_node_epoch *o = &f[ep - e->first_epoch];
+	const struct forecast_node_epoch *o = &f[ep - e->pl.first_epoch];
 	struct epoch_stats *s = stats_epoch(e, ep);
 	s->fc_set = true;
 	s->fc_timed = e->st.compute_n || e->st.src[SRC_PFS].n;
@@ -209,9 +209,9 @@ static json_t *seer_plan_cmd(const struct engine *e, const struct forecast_rates
 			 (unsigned long long)e->cat->nsamples,
 			 (unsigned long long)(e->cat->total_bytes / MAX(e->cat->nsamples, 1ull)),
 			 e->nnodes, MAX(1u, e->world / e->nnodes),
-			 (unsigned long long)(e->cfg->epochs - e->first_epoch), e->sh.batch,
+			 (unsigned long long)(e->cfg->epochs - e->pl.first_epoch), e->sh.batch,
 			 (unsigned long long)e->cfg->seed, e->cfg->drop_last ? " --drop-last" : "",
-			 (unsigned long long)e->cache_cap, (unsigned long long)nvme_cap(e->nvme),
+			 (unsigned long long)e->ar.cache_cap, (unsigned long long)nvme_cap(e->nvme),
 			 e->repl.on ? "on" : "off", e->repl.from_pfs ? "pfs" : "peer");
 	if (r->pfs_bw > 0 && n < (int)sizeof(cmd))
 		n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " --pfs-bw %.0f", r->pfs_bw);

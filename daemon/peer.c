@@ -45,7 +45,7 @@ void peer_bounce_unref(struct engine *e, int32_t b)
 static void peer_send(struct engine *e, uint32_t peer, uint64_t req_id, uint64_t off, uint64_t len,
 		      int32_t bounce)
 {
-	net_reply(e->peers.net, peer, req_id, e->abase + off, len,
+	net_reply(e->peers.net, peer, req_id, e->ar.base + off, len,
 		  bounce >= 0 ? BOUNCE_COOKIE(bounce) : NULL);
 	struct epoch_stats *es = stats_epoch(e, e->st.epochs_done);
 	es->served_samples++;
@@ -123,7 +123,7 @@ void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, 
 		net_reply_error(e->peers.net, peer, req_id, -ENOENT);
 		return;
 	}
-	if (e->bad[s]) {
+	if (e->pl.bad[s]) {
 		net_reply_error(e->peers.net, peer, req_id, -EBADMSG); /* it fails its checks */
 		return;
 	}
@@ -181,7 +181,7 @@ int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void *
 		return -ENOENT;
 	if (e->plan.tier[s] == PLAN_RAM &&
 	    atomic_load_explicit(&e->cstate[s], memory_order_acquire) == CS_READY) {
-		*src = e->abase + e->cache_base + e->plan.off[s];
+		*src = e->ar.base + e->ar.cache_base + e->plan.off[s];
 		return 1;
 	}
 	return 0;

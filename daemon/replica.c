@@ -81,8 +81,8 @@ void repl_free(struct engine *e)
 static uint64_t progress(const struct engine *e)
 {
 	uint64_t p = UINT64_MAX;
-	for (uint32_t i = 0; i < e->nlocal; i++) {
-		const struct trainer *t = &e->tr[e->local_ranks[i]];
+	for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+		const struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 		if (t->attached)
 			p = MIN(p, t->next_pub);
 		else if (t->known && !t->done)
@@ -118,7 +118,7 @@ static bool launch(struct engine *e, struct etask *tk)
 	if (!from_peer(e, tk->sample))
 		return false;
 	tk->kind = TK_PEER;
-	net_fetch(e->peers.net, e->plan.owner[tk->sample], tk->sample, e->abase + tk->dst_off, tk->len,
+	net_fetch(e->peers.net, e->plan.owner[tk->sample], tk->sample, e->ar.base + tk->dst_off, tk->len,
 		  tk);
 	return true;
 }
@@ -138,7 +138,7 @@ static int fill_one(struct engine *e, uint64_t i)
 {
 	const struct plan_node *nv = &e->repl.set;
 	uint32_t s = nv->smp[i];
-	if (e->cstate[s] != CS_ABSENT || e->bad[s] || (nv->tier[i] == PLAN_NVME && !nvme_on(e->nvme)))
+	if (e->cstate[s] != CS_ABSENT || e->pl.bad[s] || (nv->tier[i] == PLAN_NVME && !nvme_on(e->nvme)))
 		return 0;
 	bool peer = from_peer(e, s);
 	if (!peer && e->repl.inflight_pfs >= e->repl.max_pfs)
@@ -189,7 +189,7 @@ void repl_fill(struct engine *e)
 	const struct plan_node *nv = &e->repl.set;
 	while (e->repl.next < nv->nrepl && started(e, e->repl.next))
 		e->repl.next++;
-	uint64_t first = sampler_tl_g(&e->tl, e->first_epoch, 0);
+	uint64_t first = sampler_tl_g(&e->tl, e->pl.first_epoch, 0);
 	bool waiting = false, any = false;
 	uint64_t end = MIN(nv->nrepl, e->repl.next + REPL_SCAN);
 	for (uint64_t i = e->repl.next; i < end; i++) {

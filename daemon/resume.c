@@ -289,8 +289,8 @@ void resume_begin(struct engine *e)
 	write_plan(e, plan);
 	free(plan);
 	remove_stale(e, rf->dir);
-	for (uint32_t i = 0; i < e->nlocal; i++)
-		open_rank(e, rf->dir, &e->tr[e->local_ranks[i]]);
+	for (uint32_t i = 0; i < e->pl.nlocal; i++)
+		open_rank(e, rf->dir, &e->tr[e->pl.local_ranks[i]]);
 	rf->written = true;
 }
 
@@ -300,7 +300,7 @@ void resume_note(struct engine *e, struct trainer *t)
 		return;
 	uint64_t g = t->attached && !t->resetting && t->slots ? sess_first_unreleased(t) : t->resume_g;
 	/* one whole store: a reader after any crash sees the old or the new value */
-	__atomic_store_n(&t->pos->g, MIN(g, e->end), __ATOMIC_RELAXED);
+	__atomic_store_n(&t->pos->g, MIN(g, e->pl.end), __ATOMIC_RELAXED);
 }
 
 /* SIGUSR1/SIGUSR2 (Slurm's --signal warning before the time limit): this
@@ -317,8 +317,8 @@ void resume_sync(struct engine *e)
 	}
 	uint32_t n = 0;
 	int err = 0;
-	for (uint32_t i = 0; e->tr && i < e->nlocal; i++) {
-		struct trainer *t = &e->tr[e->local_ranks[i]];
+	for (uint32_t i = 0; e->tr && i < e->pl.nlocal; i++) {
+		struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 		resume_note(e, t);
 		if (!t->pos)
 			continue;
@@ -345,8 +345,8 @@ void resume_sync(struct engine *e)
 static void local_span(const struct engine *e, char *buf, size_t len)
 {
 	uint64_t lo = UINT64_MAX, hi = 0, a, b, c, d;
-	for (uint32_t i = 0; i < e->nlocal; i++) {
-		const struct trainer *t = &e->tr[e->local_ranks[i]];
+	for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+		const struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 		uint64_t g = t->pos ? t->pos->g : t->resume_g;
 		lo = MIN(lo, g);
 		hi = MAX(hi, g);
@@ -367,11 +367,11 @@ void resume_end(struct engine *e, bool complete)
 	if (!rf)
 		return;
 	bool done = complete;
-	for (uint32_t i = 0; e->tr && i < e->nlocal; i++)
-		done &= e->tr[e->local_ranks[i]].done;
+	for (uint32_t i = 0; e->tr && i < e->pl.nlocal; i++)
+		done &= e->tr[e->pl.local_ranks[i]].done;
 	if (rf->written && done) {
-		for (uint32_t i = 0; i < e->nlocal; i++) {
-			char *p = rank_path(rf->dir, e->run_id, e->local_ranks[i]);
+		for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+			char *p = rank_path(rf->dir, e->run_id, e->pl.local_ranks[i]);
 			unlink(p);
 			free(p);
 		}
@@ -380,11 +380,11 @@ void resume_end(struct engine *e, bool complete)
 		free(plan);
 		rmdir(rf->dir); /* when the last node is done with it (node 0: joblock_drop) */
 		log_info("job complete: its resume positions are removed");
-	} else if (rf->written && e->nlocal > 0 && !rf->reported) {
+	} else if (rf->written && e->pl.nlocal > 0 && !rf->reported) {
 		char span[128];
 		local_span(e, span, sizeof(span));
 		log_info("resume positions saved in %s (%u ranks here at %s): restart with [job] "
-			 "resume = auto", rf->dir, e->nlocal, span);
+			 "resume = auto", rf->dir, e->pl.nlocal, span);
 	}
 	rf->reported = true;
 	for (uint32_t r = 0; e->tr && r < e->world; r++) {

@@ -212,14 +212,14 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 		goto fail;
 	struct seer_msg_welcome w = {
 		.kind = SEER_MSG_WELCOME, .nsamples = e->cat->nsamples, .epochs = e->cfg->epochs,
-		.batches_per_epoch = e->sh.bpe, .start = start, .arena_size = e->arena.size,
+		.batches_per_epoch = e->sh.bpe, .start = start, .arena_size = e->ar.seg.size,
 		.ctrl_out_size = l.out_size, .ctrl_in_size = l.in_size, .batch_size = e->sh.batch,
 		.nslots = e->nslots, .node = e->node, .nodes = e->nnodes, .seed = e->cfg->seed,
 		.drop_last = e->cfg->drop_last, .shuffle = e->cfg->shuffle,
 		.dataset_hash = e->cat->hash, .record_len = (uint32_t)e->plan_rec_len,
 		.resume_epoch = e->tl.epoch, .resume_batches = e->tl.nb,
 	};
-	int fds[SEER_WELCOME_NFDS] = { e->arena.fd, t->out_seg.fd, t->in_seg.fd, t->efd };
+	int fds[SEER_WELCOME_NFDS] = { e->ar.seg.fd, t->out_seg.fd, t->in_seg.fd, t->efd };
 	ssize_t n = sock_send(sock, &w, sizeof(w), fds, SEER_WELCOME_NFDS);
 	if (n == (ssize_t)sizeof(w))
 		n = send_plan_record(e, sock) == 0 ? n : -EPIPE;

@@ -91,11 +91,11 @@ void stats_step(struct engine *e, struct trainer *t, uint64_t g)
 
 void stats_check_epochs(struct engine *e)
 {
-	if (!e->plan_ready || e->nlocal == 0)
+	if (!e->plan_ready || e->pl.nlocal == 0)
 		return;
 	uint64_t min_tail = UINT64_MAX;
-	for (uint32_t i = 0; i < e->nlocal; i++) {
-		const struct trainer *t = &e->tr[e->local_ranks[i]];
+	for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+		const struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 		if (!t->known)
 			return;
 		min_tail = MIN(min_tail, t->attached ? t->tail_g : t->resume_g);

@@ -152,12 +152,12 @@ static json_t *replicas_json(const struct engine *e)
 static json_t *cache_json(const struct engine *e)
 {
 	struct nvme_summary nvs = nvme_summary(e->nvme);
-	json_t *j = json_pack("{sI sI sI sI sI sI sb sI sI sI sI}", "ram_capacity", JU(e->cache_cap),
-			 "ram_planned_samples", JU(e->cache_planned + e->repl.ram_planned),
-			 "ram_planned_bytes", JU(e->local_cached_bytes),
-			 "ram_loaded_samples", JU(e->cache_loaded),
-			 "ram_loaded_bytes", JU(e->cache_loaded_bytes),
-			 "staging_capacity", JU(e->stage_cap), "nvme_enabled", nvs.enabled,
+	json_t *j = json_pack("{sI sI sI sI sI sI sb sI sI sI sI}", "ram_capacity", JU(e->ar.cache_cap),
+			 "ram_planned_samples", JU(e->pl.cache_planned + e->repl.ram_planned),
+			 "ram_planned_bytes", JU(e->pl.local_cached_bytes),
+			 "ram_loaded_samples", JU(e->pl.cache_loaded),
+			 "ram_loaded_bytes", JU(e->pl.cache_loaded_bytes),
+			 "staging_capacity", JU(e->ar.stage_cap), "nvme_enabled", nvs.enabled,
 			 "nvme_capacity", JU(nvs.capacity), "nvme_planned_samples", JU(nvs.planned),
 			 "nvme_loaded_samples", JU(nvs.loaded),
 			 "nvme_loaded_bytes", JU(nvs.loaded_bytes));
@@ -184,9 +184,9 @@ static json_t *status_json(struct engine *e, uint64_t max_epochs)
 		"dataset", "samples", JU(e->cat->nsamples), "bytes", JU(e->cat->total_bytes),
 		"files", JU(e->cat->nfiles), "format", jtext(e->cat->fmt->name),
 		"cache", cache_json(e),
-		"io", "threads", JU(e->cfg->io_threads), "pending", JU(iopool_pending(&e->pool)),
-		"placement", jtext(e->pin_desc),
-		"topology", jtext(e->topo_desc), "sources", stats_sources_json(&e->st),
+		"io", "threads", JU(e->cfg->io_threads), "pending", JU(iopool_pending(&e->tasks.pool)),
+		"placement", jtext(e->self.pin_desc),
+		"topology", jtext(e->self.topo_desc), "sources", stats_sources_json(&e->st),
 		"step_ms", jreal(e->st.step_s * 1e3, 3));
 	json_t *tr = must(json_array());
 	for (uint32_t r = 0; e->shape_ready && r < e->world; r++)
@@ -201,7 +201,7 @@ static json_t *status_json(struct engine *e, uint64_t max_epochs)
 			"record_bytes", JU(e->plan_rec_len))));
 	json_object_set_new(root, "coalescing", coalescing_json(e));
 	json_object_set_new(root, "pacing", must(json_pack("{sb sI}", "on", e->cfg->pace,
-							   "deferred", JU(e->paced))));
+							   "deferred", JU(e->pf.paced))));
 	stats_epochs_json(&e->st, root, max_epochs, e->cfg->epochs);
 	return root;
 }

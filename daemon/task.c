@@ -23,21 +23,21 @@
 
 struct etask *task_get(struct engine *e, uint32_t id)
 {
-	return &e->chunks[id / TASK_CHUNK][id % TASK_CHUNK];
+	return &e->tasks.chunks[id / TASK_CHUNK][id % TASK_CHUNK];
 }
 
 /* Another TASK_CHUNK tasks on the free list (every page written here). */
 static void task_grow(struct engine *e)
 {
-	e->chunks = xrealloc(e->chunks, (e->nchunks + 1) * sizeof(*e->chunks));
+	e->tasks.chunks = xrealloc(e->tasks.chunks, (e->tasks.nchunks + 1) * sizeof(*e->tasks.chunks));
 	struct etask *c = xcalloc(TASK_CHUNK, sizeof(*c));
-	e->chunks[e->nchunks] = c;
+	e->tasks.chunks[e->tasks.nchunks] = c;
 	for (uint32_t i = TASK_CHUNK; i-- > 0;) {
-		c[i].id = e->nchunks * TASK_CHUNK + i;
-		c[i].free_next = e->free_tasks;
-		e->free_tasks = &c[i];
+		c[i].id = e->tasks.nchunks * TASK_CHUNK + i;
+		c[i].free_next = e->tasks.free;
+		e->tasks.free = &c[i];
 	}
-	e->nchunks++;
+	e->tasks.nchunks++;
 }
 
 /* A first epoch makes a task for every sample this node caches at once
@@ -46,16 +46,16 @@ static void task_grow(struct engine *e)
  * between the rank map and the first extent (2 x 3,840 tasks, issue 13). */
 void task_reserve(struct engine *e, uint64_t n)
 {
-	while ((uint64_t)e->nchunks * TASK_CHUNK < n)
+	while ((uint64_t)e->tasks.nchunks * TASK_CHUNK < n)
 		task_grow(e);
 }
 
 struct etask *task_new(struct engine *e)
 {
-	if (!e->free_tasks)
+	if (!e->tasks.free)
 		task_grow(e);
-	struct etask *t = e->free_tasks;
-	e->free_tasks = t->free_next;
+	struct etask *t = e->tasks.free;
+	e->tasks.free = t->free_next;
 	uint32_t id = t->id;
 	memset(t, 0, sizeof(*t));
 	t->id = id;
@@ -73,8 +73,8 @@ void task_free(struct engine *e, struct etask *t)
 	t->w = NULL;
 	free(t->mem);
 	t->mem = NULL;
-	t->free_next = e->free_tasks;
-	e->free_tasks = t;
+	t->free_next = e->tasks.free;
+	e->tasks.free = t;
 }
 
 void task_wait_w(struct etask *t, struct waiter w)
@@ -127,11 +127,11 @@ void task_submit(struct engine *e, struct etask *t, uint64_t g)
 	t->cut = false;
 	if (t->kind == TK_PFS && e->ext.pfs_q)
 		e->ext.pfs_q[t->sample] = t->id + 1; /* an extent may take it over (extent.c) */
-	if (e->nsub == e->capsub) {
-		e->capsub = MAX(e->capsub * 2, 256);
-		e->sub = xrealloc(e->sub, e->capsub * sizeof(*e->sub));
+	if (e->tasks.nsub == e->tasks.capsub) {
+		e->tasks.capsub = MAX(e->tasks.capsub * 2, 256);
+		e->tasks.sub = xrealloc(e->tasks.sub, e->tasks.capsub * sizeof(*e->tasks.sub));
 	}
-	e->sub[e->nsub++] = &t->io;
+	e->tasks.sub[e->tasks.nsub++] = &t->io;
 }
 
 /* A need at global batch g (0: now) joined task tk, which may be queued
@@ -150,16 +150,16 @@ void task_need(struct engine *e, struct etask *tk, uint64_t g)
 	struct etask *x = tk->ext; /* a member: its extent reads it */
 	if (x && g < x->need_g)
 		x->need_g = g;
-	iopool_boost(&e->pool, x ? &x->io : &tk->io, key);
+	iopool_boost(&e->tasks.pool, x ? &x->io : &tk->io, key);
 }
 
 void task_flush(struct engine *e)
 {
 	ext_flush(e);
-	iopool_submit(&e->pool, e->sub, e->nsub);
-	for (uint32_t i = 0; i < e->nsub; i++)
-		((struct etask *)e->sub[i])->in_sub = false;
-	e->nsub = 0;
+	iopool_submit(&e->tasks.pool, e->tasks.sub, e->tasks.nsub);
+	for (uint32_t i = 0; i < e->tasks.nsub; i++)
+		((struct etask *)e->tasks.sub[i])->in_sub = false;
+	e->tasks.nsub = 0;
 }
 
 /* Retries that a failed read's worker absorbed (or not), for the stats and
@@ -169,8 +169,8 @@ static void task_note_retries(struct engine *e, struct etask *tk)
 	if (tk->attempts <= 1)
 		return;
 	stats_epoch(e, e->st.epochs_done)->retries += tk->attempts - 1;
-	e->retries_unreported += tk->attempts - 1;
-	str_copy(e->last_retry, sizeof(e->last_retry), tk->err);
+	e->self.retries_unreported += tk->attempts - 1;
+	str_copy(e->self.last_retry, sizeof(e->self.last_retry), tk->err);
 	tk->attempts = 1;
 }
 
@@ -293,24 +293,24 @@ void task_finish(struct engine *e, struct etask *tk, int status)
 /* Free every task (engine_destroy, after the pool stopped). */
 void task_free_all(struct engine *e)
 {
-	for (uint32_t i = 0; i < e->nchunks; i++) {
+	for (uint32_t i = 0; i < e->tasks.nchunks; i++) {
 		for (uint32_t k = 0; k < TASK_CHUNK; k++) {
-			if (e->chunks[i][k].w && e->chunks[i][k].w != e->chunks[i][k].w_inline)
-				free(e->chunks[i][k].w);
-			free(e->chunks[i][k].mem);
+			if (e->tasks.chunks[i][k].w && e->tasks.chunks[i][k].w != e->tasks.chunks[i][k].w_inline)
+				free(e->tasks.chunks[i][k].w);
+			free(e->tasks.chunks[i][k].mem);
 		}
-		free(e->chunks[i]);
+		free(e->tasks.chunks[i]);
 	}
-	free(e->chunks);
-	free(e->sub);
-	e->chunks = NULL;
-	e->sub = NULL;
-	e->nchunks = 0;
+	free(e->tasks.chunks);
+	free(e->tasks.sub);
+	e->tasks.chunks = NULL;
+	e->tasks.sub = NULL;
+	e->tasks.nchunks = 0;
 }
 
 void task_completions(struct engine *e)
 {
-	struct io_task *io = iopool_take_done(&e->pool);
+	struct io_task *io = iopool_take_done(&e->tasks.pool);
 	while (io) {
 		struct io_task *next = io->next;
 		task_finish(e, (struct etask *)io, io->status);

@@ -29,7 +29,7 @@
  *     the file, which waits for it: decodes then run on the transform
  *     threads, and each I/O thread holds at most one encoded file).
  * A thread reads the job, the fixed-at-creation engine fields (cfg, cat,
- * abase) and this stage's parameters, and writes the job and the arena
+ * ar.base) and this stage's parameters, and writes the job and the arena
  * bytes the job names. Everything else here is the dispatcher's.
  *
  * Failure: a sample that is not an image (or is corrupt) fails its batch
@@ -158,8 +158,8 @@ static void job_exec(struct xfs *x, struct xf_scratch *s, struct xjob *j)
 		atomic_fetch_add_explicit(&x->blob_ns, now_ns() - t0, memory_order_relaxed);
 		return;
 	}
-	j->status = xf_transform(&x->p, s, e->cfg->seed, j->epoch, j->sample, e->abase + j->src_off,
-				 j->src_len, e->abase + j->dst_off, &j->info, j->err, sizeof(j->err));
+	j->status = xf_transform(&x->p, s, e->cfg->seed, j->epoch, j->sample, e->ar.base + j->src_off,
+				 j->src_len, e->ar.base + j->dst_off, &j->info, j->err, sizeof(j->err));
 }
 
 struct thread_arg {
@@ -534,7 +534,7 @@ static bool substitute(struct engine *e, const struct xjob *j, struct trainer *t
 	uint64_t n = e->cat->nsamples;
 	for (uint64_t k = 1; k < n && x == s; k++) {
 		uint32_t c = (uint32_t)((s + k) % n);
-		if (!e->bad[c])
+		if (!e->pl.bad[c])
 			x = c;
 	}
 	if (x == s)
@@ -578,8 +578,8 @@ static void job_failed(struct engine *e, struct xjob *j, struct xfs_epoch *ep)
 	struct waiter w = { .a = j->rank, .b = j->gen, .c = j->g, .i = j->i };
 	bool input = j->status != -ENOMEM && j->status != -ECANCELED;
 	if (input && e->skip_corrupt && live_slot(t, j->gen, j->g)) {
-		if (!e->bad[j->sample]) {
-			e->bad[j->sample] = 1;
+		if (!e->pl.bad[j->sample]) {
+			e->pl.bad[j->sample] = 1;
 			log_warn("%s: skipped (on_corrupt = skip)", msg);
 		}
 		if (substitute(e, j, t)) {

@@ -8,8 +8,9 @@
  * `blob`) reads the file into the thread's buffer and waits for the
  * transform pool to decode it in place. Runs on the I/O threads only. It
  * reads the task it was handed and the engine fields engine_int.h lists as
- * fixed at creation (cfg, cat, reader_fds, abase, nvme, xf) plus the atomic `stopping`; it writes only the task, its
- * own buffer and the arena bytes the task names. Failure: the task's status
+ * fixed at creation (cfg, cat, reader_fds, ar.base, nvme, ext.base, xf)
+ * plus the atomic `stopping`; it writes only the task, its own buffer and
+ * the arena bytes the task names. Failure: the task's status
  * (negative errno or SEER_E*) and a
  * message in its err. */
 #define _GNU_SOURCE
@@ -145,8 +146,8 @@ static void populate_dsts(const struct engine *e, const struct etask *t)
 	}
 	if (t->nmem == 0 || hi - lo > 2 * bytes + (1u << 20))
 		return; /* scattered (staging spans of several batches): fault as they come */
-	uintptr_t a = (uintptr_t)(e->abase + lo) & ~(uintptr_t)4095;
-	uintptr_t b = ALIGN_UP((uintptr_t)(e->abase + hi), (uintptr_t)4096);
+	uintptr_t a = (uintptr_t)(e->ar.base + lo) & ~(uintptr_t)4095;
+	uintptr_t b = ALIGN_UP((uintptr_t)(e->ar.base + hi), (uintptr_t)4096);
 	madvise((void *)a, b - a, MADV_POPULATE_WRITE);
 #else
 	(void)e;
@@ -180,7 +181,7 @@ static int worker_extent(const struct engine *e, struct etask *t, struct catalog
 		populate_dsts(e, t);
 		for (uint32_t i = 0; i < t->nmem; i++) {
 			ids[i] = t->mem[i]->sample;
-			dsts[i] = e->abase + t->mem[i]->dst_off;
+			dsts[i] = e->ar.base + t->mem[i]->dst_off;
 			t->mem[i]->io.status = 0;
 		}
 		catalog_cut(rd, t->file, buf, t->foff, t->len, t->nmem, ids, dsts, cut_done, t);
@@ -197,7 +198,7 @@ static int worker_extent(const struct engine *e, struct etask *t, struct catalog
 	return rc;
 }
 
-/* One task on an I/O thread: its bytes land at abase + dst_off (a staging
+/* One task on an I/O thread: its bytes land at ar.base + dst_off (a staging
  * span, a RAM slot or a bounce slot), or its error is in t->err. The raw
  * bytes are complete here, on the thread that read them; the tensors are
  * made on the transform threads once the dispatcher saw them land
@@ -206,7 +207,7 @@ void worker_exec(struct io_task *io, void *tls, void *ctx)
 {
 	const struct engine *e = ctx;
 	struct etask *t = (struct etask *)io;
-	uint8_t *dst = e->abase + t->dst_off;
+	uint8_t *dst = e->ar.base + t->dst_off;
 	if (t->kind == TK_NVME_READ)
 		io->status = nvme_pread(e->nvme, t->sample, dst, t->len, t->nvme_off, t->sum, t->err,
 					 sizeof(t->err));

@@ -1,0 +1,31 @@
+/* The task stage's state (task.c says what a task is and how it ends):
+ * the pool of tasks and the round's submissions.
+ *
+ * Owns struct tasks (the engine holds it as e->tasks): the I/O pool whose
+ * threads run worker.c (made and stopped by engine.c), chunks of TASK_CHUNK
+ * tasks (ids stay valid, the cache states name loading tasks by id), the
+ * free list, and the tasks submitted this round, handed to the I/O pool by
+ * task_flush (after extent.c coalesced them). Threads: the dispatcher's; a
+ * task itself is its I/O or network thread's between submission and
+ * completion. Failure: out of memory aborts. */
+#ifndef SEERD_TASK_H
+#define SEERD_TASK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../src/util/iopool.h"
+
+struct etask;
+
+struct tasks {
+	struct iopool pool;      /* the I/O threads: its own locks (submit/take) */
+	bool pool_started;
+	struct etask **chunks;
+	uint32_t nchunks;
+	struct etask *free;
+	struct io_task **sub;    /* submitted this round, not yet in the pool */
+	uint32_t nsub, capsub;
+};
+
+#endif /* SEERD_TASK_H */
