@@ -188,7 +188,6 @@ struct etask {
 
 #define TASK_CHUNK 1024
 #define SEER_MAX_WORLD (1u << 20) /* trainers per job */
-#define NVME_ALIGN 4096ull
 
 /* The engine's own bookkeeping (engine.c; the dispatcher's): its thread,
  * the machine and where the daemon's threads run, the warnings it times,
@@ -406,14 +405,14 @@ void *worker_init(void *ctx, unsigned idx);
 void worker_fini(void *tls, void *ctx);
 void worker_exec(struct io_task *io, void *tls, void *ctx);
 
-/* nvme.c: the NVMe tier's part in loads (the tier itself: nvme.h) */
-void nvme_read_copy(struct engine *e, struct etask *tk);
-struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s);
+/* nvme_load.c: the NVMe tier's part in loads (the tier itself: nvme.h) */
+void nvme_load_copy(struct engine *e, struct etask *tk);
+struct etask *nvme_load_claim(struct engine *e, struct etask *tk, uint32_t s);
 void nvme_load_done(struct engine *e, struct etask *tk, int status);
-void nvme_write_after(struct engine *e, struct etask *tk);
-void nvme_write_done(struct engine *e, struct etask *tk, int status);
-void nvme_read_failed(struct engine *e, struct etask *tk, int status);
-void nvme_release_followers(struct engine *e, struct etask *tk, bool ok);
+void nvme_load_write(struct engine *e, struct etask *tk);
+void nvme_load_written(struct engine *e, struct etask *tk, int status);
+void nvme_load_read_failed(struct engine *e, struct etask *tk, int status);
+void nvme_load_release(struct engine *e, struct etask *tk, bool ok);
 
 /* peer.c: serving other nodes, and their events */
 void peer_bounce_init(struct engine *e);

@@ -1,10 +1,6 @@
-/* The NVMe tier (nvme.h says what it owns, its threads and its failures),
- * and its part in loads: a task that needs a copy being written follows
- * that load instead of reading the PFS again (nvme_claim), a PFS read the
- * plan keeps here is written next (nvme_load_done, nvme_write_after), a bad
- * copy is read from the PFS (nvme_read_failed). Those run on the
- * dispatcher over the engine's tasks and cstate; the memory an NVMe write
- * pinned is given back by task_finish, not from here. */
+/* The NVMe tier: the file, its checksums and counts (nvme.h says what it
+ * owns, its threads and its failures). Knows nothing of tasks or the
+ * engine: what a load does with the tier is nvme_load.c's. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -18,8 +14,9 @@
 #include <xxhash.h>
 
 #include "../src/util/util.h"
-#include "engine_int.h"
 #include "nvme.h"
+#include "../src/config/config.h"
+#include "../src/plan/plan.h"
 #include "node_path.h"
 #include "seer.h"
 
@@ -197,7 +194,7 @@ void nvme_forget(struct nvme_tier *nv)
 	nv->loaded = nv->loaded_bytes = nv->planned = 0;
 }
 
-void nvme_written(struct nvme_tier *nv, uint32_t s, uint64_t sum, uint64_t len)
+void nvme_mark_written(struct nvme_tier *nv, uint32_t s, uint64_t sum, uint64_t len)
 {
 	nv->sum[s] = sum;
 	nv->loaded++;
@@ -241,128 +238,4 @@ int nvme_pwrite(const struct nvme_tier *nv, uint32_t s, const uint8_t *src, uint
 	if (rc != 0)
 		snprintf(err, errlen, "NVMe write of sample %u: %s", s, strerror(-rc));
 	return rc;
-}
-
-/* ---- the tier's part in loads (tasks, dispatcher) ---- */
-
-/* Point tk at the written NVMe copy of its sample (its one way to read it). */
-void nvme_read_copy(struct engine *e, struct etask *tk)
-{
-	tk->kind = TK_NVME_READ;
-	tk->nvme_off = place_local_off(e, tk->sample);
-	tk->sum = nvme_sum(e->nvme, tk->sample);
-}
-
-/* tk reads s, which this node keeps on NVMe: from the copy when it is
- * written, else from the PFS writing the copy afterwards (tk then loads it).
- * When another task is loading the copy, returns that task and leaves tk
- * as it is. */
-struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s)
-{
-	uint32_t st = e->cstate[s];
-	if (st == CS_READY) {
-		nvme_read_copy(e, tk);
-	} else if (st == CS_ABSENT) {
-		tk->to_nvme = true; /* this node's one PFS read of it, kept on NVMe */
-		e->cstate[s] = CS_TASK0 + tk->id;
-	} else {
-		return task_get(e, st - CS_TASK0);
-	}
-	return NULL;
-}
-
-/* A load ended: its followers read the fresh NVMe copy (ok) or the PFS. */
-void nvme_release_followers(struct engine *e, struct etask *tk, bool ok)
-{
-	struct etask *f = tk->followers;
-	tk->followers = NULL;
-	while (f) {
-		struct etask *next = f->next_follower;
-		f->next_follower = NULL;
-		if (ok) {
-			nvme_read_copy(e, f);
-		} else {
-			f->kind = TK_PFS;
-		}
-		task_submit(e, f, f->need_g);
-		f = next;
-	}
-}
-
-/* An NVMe write finished: the copy is usable, or the tier is not; whoever
- * followed the load reads the copy or the PFS. */
-void nvme_write_done(struct engine *e, struct etask *tk, int status)
-{
-	if (status == 0) {
-		nvme_written(e->nvme, tk->sample, tk->sum, tk->len);
-		atomic_store_explicit(&e->cstate[tk->sample], CS_READY, memory_order_release);
-		stats_epoch(e, e->st.epochs_done)->nvme_written++;
-	} else {
-		e->cstate[tk->sample] = CS_ABSENT;
-		nvme_disable(e->nvme, tk->err[0] ? tk->err : strerror(-status));
-	}
-	nvme_release_followers(e, tk, status == 0);
-	/* the memory it read (a batch's staging, a bounce slot) is given back
-	 * by the engine to its owner (task_finish) */
-}
-
-/* A PFS read that must also land on NVMe: queue the write, pinning the
- * memory it reads (the batch's staging, or a bounce slot). */
-void nvme_write_after(struct engine *e, struct etask *tk)
-{
-	struct etask *w = task_new(e);
-	w->kind = TK_NVME_WRITE;
-	w->sample = tk->sample;
-	w->dst_off = tk->dst_off;
-	w->len = tk->len;
-	w->nvme_off = place_local_off(e, tk->sample);
-	w->bg_key = tk->bg_key; /* a background fill's write stays in the background */
-	e->cstate[tk->sample] = CS_TASK0 + w->id;
-	w->followers = tk->followers;
-	tk->followers = NULL;
-	if (tk->bounce >= 0) {
-		w->bounce = tk->bounce;
-		e->peers.refs[tk->bounce]++;
-	} else {
-		/* the one trainer waiter of a staging read */
-		w->pin = tk->w[0];
-		w->stage_rank = tk->stage_rank;
-		struct trainer *t = &e->tr[w->pin.a];
-		t->inflight++;
-		struct tslot *sl = &t->slots[w->pin.c & (t->nslots - 1)];
-		if (t->gen == w->pin.b && sl->g == w->pin.c)
-			sl->pins++;
-	}
-	task_submit(e, w, tk->need_g);
-}
-
-/* A PFS read that was to give this node its NVMe copy ended: the copy is
- * written next, or (failed, or the tier is off) whoever followed the load
- * reads on its own. */
-void nvme_load_done(struct engine *e, struct etask *tk, int status)
-{
-	if (status == 0 && nvme_on(e->nvme)) {
-		nvme_write_after(e, tk);
-	} else {
-		e->cstate[tk->sample] = CS_ABSENT;
-		nvme_release_followers(e, tk, false);
-	}
-}
-
-/* tk's NVMe copy was bad or unreadable: it is never delivered. tk reads the
- * PFS instead and, while the tier works, writes a fresh copy. */
-void nvme_read_failed(struct engine *e, struct etask *tk, int status)
-{
-	if (status == SEER_EDATASET) {
-		stats_epoch(e, e->st.epochs_done)->nvme_corrupt++;
-		log_warn("%s: reading sample %u from the PFS instead", tk->err, tk->sample);
-	} else {
-		/* the device fails: said once, and no batch plans on it again */
-		nvme_disable(e->nvme, tk->err[0] ? tk->err : strerror(-status));
-	}
-	tk->kind = TK_PFS;
-	tk->err[0] = '\0';
-	tk->to_nvme = nvme_on(e->nvme) && e->cstate[tk->sample] == CS_READY;
-	if (tk->to_nvme)
-		e->cstate[tk->sample] = CS_TASK0 + tk->id;
 }

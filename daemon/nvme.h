@@ -1,7 +1,8 @@
 /* The NVMe tier: one cache file per node on node-local flash, each planned
  * sample written once (after its first PFS read) and read back checked.
  *
- * Owns (struct nvme_tier, opaque): the file (unlinked as soon as it is
+ * Owns (struct nvme_tier, opaque; nvme.c; what loads do with it:
+ * nvme_load.c): the file (unlinked as soon as it is
  * open), its capacity, alignment and reserved size, whether the tier still
  * works, the written copies' checksums, and the counts status reports
  * (planned, loaded). Where a sample's copy lives is the plan's
@@ -25,6 +26,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#define NVME_ALIGN 4096ull /* the file's reservations; O_DIRECT's largest alignment */
 
 struct seer_config;
 struct nvme_tier;
@@ -58,7 +61,7 @@ void nvme_plan_reset(struct nvme_tier *nv);
 /* The copies are forgotten (a dropped shape): counts start over. */
 void nvme_forget(struct nvme_tier *nv);
 /* Sample s's copy of len bytes was written with checksum sum. */
-void nvme_written(struct nvme_tier *nv, uint32_t s, uint64_t sum, uint64_t len);
+void nvme_mark_written(struct nvme_tier *nv, uint32_t s, uint64_t sum, uint64_t len);
 uint64_t nvme_sum(const struct nvme_tier *nv, uint32_t s); /* valid once written */
 struct nvme_summary nvme_summary(const struct nvme_tier *nv);
 

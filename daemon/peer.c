@@ -85,7 +85,7 @@ static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, 
 	tk->len = len;
 	tk->blob = xfs_blob(e, s); /* a PFS read of it makes the decoded image */
 	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
-	struct etask *ld = nvme_claim(e, tk, s);
+	struct etask *ld = nvme_load_claim(e, tk, s);
 	if (ld) {
 		/* being loaded meanwhile: read the copy once it is written (the
 		 * sample's one PFS read stays one, also when a replica fill asks

@@ -275,7 +275,7 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 		/* s will never get an NVMe copy: whoever followed this load reads
 		 * (and substitutes) on its own */
 		e->cstate[s] = CS_ABSENT;
-		nvme_release_followers(e, tk, false);
+		nvme_load_release(e, tk, false);
 	}
 	tk->to_nvme = false;
 	tk->sample = x;
@@ -413,7 +413,7 @@ static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
 	t->inflight++;
 	sl->pending++;
 	if (src == ROUTE_NVME) {
-		struct etask *ld = nvme_claim(e, tk, s);
+		struct etask *ld = nvme_load_claim(e, tk, s);
 		if (ld) {
 			/* being loaded for someone else: read its NVMe copy once
 			 * written, rather than the PFS a second time */

@@ -187,7 +187,7 @@ static bool task_retry(struct engine *e, struct etask *tk, int status)
 		return true;
 	}
 	if (tk->kind == TK_NVME_READ && status != 0) {
-		nvme_read_failed(e, tk, status);
+		nvme_load_read_failed(e, tk, status);
 		task_submit(e, tk, tk->need_g);
 		return true;
 	}
@@ -267,7 +267,7 @@ void task_finish(struct engine *e, struct etask *tk, int status)
 		return;
 	}
 	if (tk->kind == TK_NVME_WRITE) {
-		nvme_write_done(e, tk, status);
+		nvme_load_written(e, tk, status);
 		task_unpin(e, tk);
 		task_unstage(e, tk);
 		task_free(e, tk);
