@@ -243,7 +243,8 @@ void engine_work(struct engine *e)
 			pf_publish(e, &e->tr[r]);
 	for (uint32_t i = 0; e->plan_ready && i < e->pl.nlocal; i++)
 		pf_check_held(e, &e->tr[e->pl.local_ranks[i]]);
-	stats_check_epochs(e);
+	if (stats_check_epochs(e))
+		fcast_note(e); /* the epoch now beginning, with the rates so far */
 }
 
 bool engine_arm(struct engine *e)

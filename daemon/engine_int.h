@@ -462,7 +462,10 @@ void stats_observe(struct engine *e, int src, double seconds, uint64_t bytes);
 void stats_read(struct engine *e, int src, uint64_t bytes);
 void stats_delivered(struct engine *e, uint64_t epoch, uint64_t bytes, uint32_t n);
 void stats_step(struct engine *e, struct trainer *t, uint64_t g);
-void stats_check_epochs(struct engine *e);
+/* Epochs every local trainer finished: logged, timed. True when every
+ * local trainer is known (the forecast of the epoch now beginning may be
+ * noted: fcast_note). */
+bool stats_check_epochs(struct engine *e);
 
 /* replica.c: this node's replicas, filled in the background */
 void repl_init(struct engine *e);             /* after the replica set is planned */
@@ -475,11 +478,6 @@ void repl_landed(struct engine *e, struct etask *tk, int status);
 void fcast_start(struct engine *e);           /* after the plan: the tally's thread */
 void fcast_stop(struct engine *e);            /* join it (before the plan goes) */
 void fcast_note(struct engine *e);            /* the forecast of the epoch beginning */
-struct json_t *fcast_epoch_json(const struct epoch_stats *s); /* null when none */
-
-/* status.c: JSON helpers for the stats and status writers (dispatcher) */
-struct json_t *st_must(struct json_t *j);           /* out of memory: logged, abort */
-struct json_t *st_real(double x, int decimals);     /* rounded; null when not finite */
 
 /* jobrec.c: the job's resume plan and the trainers' checkpoint records */
 struct sampler_job jobrec_job(const struct engine *e, uint32_t world);

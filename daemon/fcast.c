@@ -32,6 +32,7 @@
 
 #include "../src/util/util.h"
 #include "engine_int.h"
+#include "jout.h"
 
 static void *tally_main(void *arg)
 {
@@ -141,20 +142,8 @@ void fcast_note(struct engine *e)
 
 #define JU(x) ((json_int_t)(x))
 
-#define must st_must
-#define jreal st_real
-
-json_t *fcast_epoch_json(const struct epoch_stats *s)
-{
-	if (!s->fc_set)
-		return json_null();
-	return must(json_pack("{so so ss sI sI sI sI}", "seconds",
-			      s->fc_timed ? jreal(s->fc_time, 6) : json_null(), "lower_bound",
-			      s->fc_timed ? jreal(s->fc_lb, 6) : json_null(), "bound",
-			      s->fc_timed ? forecast_term_name((enum forecast_term)s->fc_bound) : "unknown",
-			      "ram_bytes", JU(s->fc_ram), "nvme_bytes", JU(s->fc_nvme), "peer_bytes",
-			      JU(s->fc_peer), "pfs_bytes", JU(s->fc_pfs)));
-}
+#define must jout_must
+#define jreal jout_real
 
 static json_t *actual_json(const struct engine *e, uint64_t ep)
 {

@@ -16,6 +16,7 @@
 #include "../src/util/ctrl.h"
 #include "../src/util/util.h"
 #include "engine_int.h"
+#include "jout.h"
 #include "node_path.h"
 
 struct epoch_stats *stats_epoch(struct engine *e, uint64_t epoch)
@@ -89,15 +90,15 @@ void stats_step(struct engine *e, struct trainer *t, uint64_t g)
 	e->st.step_count[k]++;
 }
 
-void stats_check_epochs(struct engine *e)
+bool stats_check_epochs(struct engine *e)
 {
 	if (!e->plan_ready || e->pl.nlocal == 0)
-		return;
+		return false;
 	uint64_t min_tail = UINT64_MAX;
 	for (uint32_t i = 0; i < e->pl.nlocal; i++) {
 		const struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 		if (!t->known)
-			return;
+			return false;
 		min_tail = MIN(min_tail, t->attached ? t->tail_g : t->resume_g);
 	}
 	uint64_t done, step;
@@ -122,7 +123,7 @@ void stats_check_epochs(struct engine *e)
 			 (unsigned long long)s->pfs_reads, (unsigned long long)s->extents,
 			 s->failed ? ", SOME BATCHES FAILED" : "");
 	}
-	fcast_note(e); /* the epoch now beginning, with the rates so far */
+	return true;
 }
 
 void stats_steps_init(struct stats *st, uint64_t end)
@@ -174,11 +175,25 @@ struct stats_extents stats_extent_totals(const struct stats *st)
 
 /* ---- JSON (status.c assembles it) ---- */
 
-#define must st_must
-#define jreal st_real
+#define must jout_must
+#define jreal jout_real
 #define JU(x) ((json_int_t)(x))
 
 static const char *const src_names[SRC_COUNT] = { "pfs", "nvme", "peer" };
+
+/* What this node's forecast said of the epoch as it began (fcast_note
+ * fills fc_*), null when it made none. */
+static json_t *forecast_json(const struct epoch_stats *s)
+{
+	if (!s->fc_set)
+		return json_null();
+	return must(json_pack("{so so ss sI sI sI sI}", "seconds",
+			      s->fc_timed ? jreal(s->fc_time, 6) : json_null(), "lower_bound",
+			      s->fc_timed ? jreal(s->fc_lb, 6) : json_null(), "bound",
+			      s->fc_timed ? forecast_term_name((enum forecast_term)s->fc_bound) : "unknown",
+			      "ram_bytes", JU(s->fc_ram), "nvme_bytes", JU(s->fc_nvme), "peer_bytes",
+			      JU(s->fc_peer), "pfs_bytes", JU(s->fc_pfs)));
+}
 
 static json_t *epoch_json(const struct stats *st, uint64_t i)
 {
@@ -202,7 +217,7 @@ static json_t *epoch_json(const struct stats *st, uint64_t i)
 	json_object_set_new(j, "replica_fill_samples", must(json_integer(JU(s->fill_samples))));
 	json_object_set_new(j, "replica_fill_bytes", must(json_integer(JU(s->fill_bytes))));
 	/* what this node's forecast said of the epoch as it began (fcast.c) */
-	json_object_set_new(j, "forecast", fcast_epoch_json(s));
+	json_object_set_new(j, "forecast", forecast_json(s));
 	return j;
 }
 

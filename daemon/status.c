@@ -22,32 +22,11 @@
 #include "../src/util/ctrl.h"
 #include "../src/util/util.h"
 #include "engine_int.h"
+#include "jout.h"
 #include "node_path.h"
 
-#define must st_must
-#define jreal st_real
-
-static _Noreturn void json_oom(void)
-{
-	log_error("out of memory writing the statistics as JSON");
-	abort();
-}
-
-json_t *st_must(json_t *j)
-{
-	if (!j)
-		json_oom();
-	return j;
-}
-
-/* x rounded to `decimals` places (how far its clock is worth reading). */
-json_t *st_real(double x, int decimals)
-{
-	if (!isfinite(x))
-		return json_null();
-	double scale = pow(10.0, decimals);
-	return json_real(round(x * scale) / scale);
-}
+#define must jout_must
+#define jreal jout_real
 
 /* Text from the configuration or the system: JSON strings are UTF-8, so
  * other bytes are shown as '?' rather than dropping the value. */
@@ -211,7 +190,7 @@ static char *dump(json_t *root)
 	char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_decref(root);
 	if (!text)
-		json_oom();
+		jout_oom();
 	return text;
 }
 
