@@ -1,11 +1,5 @@
-/* Statistics: per-epoch counters, source estimates, the per-step series
- * (status.c renders them as JSON).
- *
- * Owns e->st.es (per epoch), e->st.src (EWMA of each source's service time and
- * rate), e->st.step_s and the step series. Every function runs on the
- * dispatcher; the counters are fed by the stage that sees the event
- * (prefetch: deliveries and RAM hits; task: reads by source; peer: served
- * samples). Failure: out of memory aborts (house rule for the daemon). */
+/* Statistics (stats.h says what they own, their thread and failures): the
+ * counters, the estimates, the step series, and their JSON for status.c. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <stdio.h>
