@@ -27,16 +27,6 @@
 
 /* ---- the engine's fds and threads ----------------------------------------------- */
 
-void engine_ep_add(struct engine *e, int fd, uint64_t tag)
-{
-	epoll_watch(e->epfd, fd, tag);
-}
-
-void engine_ep_del(struct engine *e, int fd)
-{
-	epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
-}
-
 /* Place the daemon's threads -- the I/O threads, the dispatcher and the
  * network thread -- away from the trainers (see src/util/topo.h for the policy). */
 void engine_repin(struct engine *e)
@@ -205,6 +195,10 @@ void engine_destroy(struct engine *e)
 
 void engine_work(struct engine *e)
 {
+	if (e->self.repin_due) { /* a session's trainer changed the CPUs to avoid */
+		e->self.repin_due = false;
+		engine_repin(e);
+	}
 	task_completions(e);
 	xfs_completions(e);
 	peer_events(e);

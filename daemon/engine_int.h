@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 
 #include "../proto/seer_proto.h"
 #include "../src/catalog/catalog.h"
@@ -33,6 +34,7 @@
 #include "../src/plan/extent_plan.h"
 #include "../src/util/spans.h"
 #include "../src/util/iopool.h"
+#include "../src/util/util.h"
 #include "../src/net/net.h"
 #include "../src/util/pfs_probe.h"
 #include "../src/plan/forecast.h"
@@ -194,6 +196,7 @@ struct etask {
  * the first fatal message. */
 struct engine_self {
 	pthread_t dispatcher;    /* the thread running engine_work */
+	bool repin_due;          /* a trainer came: place the threads again (engine_work) */
 	char topo_desc[512];
 	char pin_desc[160];
 	double t_last_progress;
@@ -314,8 +317,14 @@ static inline struct seer_wire_slot *trainer_wslot(struct trainer *t, uint32_t i
  * The contract of each is at its definition; the one-liners here map them. */
 
 /* engine.c: the loop, creation, the engine's fds and threads */
-void engine_ep_add(struct engine *e, int fd, uint64_t tag);
-void engine_ep_del(struct engine *e, int fd);
+static inline void engine_ep_add(struct engine *e, int fd, uint64_t tag)
+{
+	epoll_watch(e->epfd, fd, tag);
+}
+static inline void engine_ep_del(struct engine *e, int fd)
+{
+	epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
 void engine_repin(struct engine *e);          /* place the daemon's threads again */
 
 /* placement.c: the job's shape and the plan */

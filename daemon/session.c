@@ -239,7 +239,7 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 	engine_ep_add(e, sock, EP_TAG(EP_TSOCK, t->rank));
 	engine_ep_add(e, t->efd, EP_TAG(EP_TEFD, t->rank));
 	if (e->topo && topo_add_trainer(e->topo, pid))
-		engine_repin(e);
+		e->self.repin_due = true; /* engine_work places the threads again */
 	uint64_t ep, st;
 	jobrec_pos(e, start, &ep, &st);
 	log_info("trainer rank %u/%u (pid %d) attached at epoch %llu step %llu", t->rank, e->world,
