@@ -102,37 +102,9 @@ void pf_releases(struct engine *e, struct trainer *t)
 	}
 }
 
-/* Pacing (prefetch.pace). A trainer takes a batch, then reads it (on a GPU
- * node: copies it to the device), then computes. Preparing its next batch at
- * the take starts that batch's transfers exactly while it reads: on a node
- * whose cores are all busy (trainers + seerd's threads) they compete with it
- * and its step grows. When the trainer still holds a published batch beyond
- * the one it took (it will not wait), the prepare waits until a quarter of a
- * step (at most PACE_MAX_NS) after the take was first seen, when the trainer
- * is computing. Behind (nothing more in hand), before a step time is known,
- * or when a quarter step is under PACE_MIN_NS (the dispatcher sleeps in ms):
- * at once. Sets e->pf.pace_wake_ns for the dispatcher's sleep. */
-#define PACE_MAX_NS 50000000ull
-#define PACE_MIN_NS 1000000ull
-static bool pace_defer(struct engine *e, struct trainer *t, uint64_t taken)
-{
-	if (!e->cfg->pace || e->st.step_s <= 0 || t->next_pub == taken)
-		return false; /* off, no step time yet, or nothing more in hand */
-	uint64_t wait = MIN((uint64_t)(e->st.step_s * 0.25e9), PACE_MAX_NS);
-	if (wait < PACE_MIN_NS)
-		return false; /* a step too short to place anything in */
-	uint64_t until = t->pace_ns + wait;
-	if (now_ns() >= until)
-		return false;
-	if (!e->pf.pace_wake_ns || until < e->pf.pace_wake_ns)
-		e->pf.pace_wake_ns = until;
-	if (!t->pace_counted) {
-		t->pace_counted = true;
-		e->pf.paced++;
-	}
-	return true;
-}
-
+/* Whether t's next batch is prepared now: its slot free, lookahead and
+ * pacing (route_next); a paced prepare sets e->pf.pace_wake_ns for the
+ * dispatcher's sleep and counts in e->pf.paced once per take. */
 bool pf_can_prepare(struct engine *e, struct trainer *t)
 {
 	if (!t->attached || t->resetting || t->next_prep >= e->pl.end || atomic_load(&e->stopping))
@@ -147,7 +119,20 @@ bool pf_can_prepare(struct engine *e, struct trainer *t)
 		t->pace_ns = now_ns();
 		t->pace_counted = false;
 	}
-	return t->next_prep < taken + e->cfg->lookahead && !pace_defer(e, t, taken);
+	struct route_next n = { .next_prep = t->next_prep, .next_pub = t->next_pub, .taken = taken,
+				.lookahead = e->cfg->lookahead, .pace = e->cfg->pace,
+				.step_s = e->st.step_s, .taken_ns = t->pace_ns, .now_ns = now_ns() };
+	uint64_t until = 0;
+	enum route_go go = route_next(&n, &until);
+	if (go == ROUTE_PACED) { /* the dispatcher sleeps until the first such end */
+		if (!e->pf.pace_wake_ns || until < e->pf.pace_wake_ns)
+			e->pf.pace_wake_ns = until;
+		if (!t->pace_counted) {
+			t->pace_counted = true;
+			e->pf.paced++;
+		}
+	}
+	return go == ROUTE_PREPARE;
 }
 
 /* Bytes a read of x puts in place: its decoded-cache entry (blob) or the file. */
