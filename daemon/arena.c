@@ -42,21 +42,6 @@
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/* Staging bytes a sample of `len` bytes reserves: NVMe transfers need
- * aligned buffers and lengths (O_DIRECT), hence the slack. */
-uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme)
-{
-	return nvme ? ALIGN_UP(len, (uint64_t)nvme_align(e->nvme)) + nvme_align(e->nvme)
-		    : ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
-}
-
-uint64_t arena_key_off(const struct engine *e, uint32_t key)
-{
-	uint64_t n = e->cat->nsamples;
-	/* key < n: the sample's slot, owned or replica (route.h) */
-	return e->ar.cache_base + (key < n ? place_local_off(e, key) : e->pl.np.off[key - n]);
-}
-
 /* One node whose RAM cache holds every sample (NVMe copies are staged). */
 static bool all_in_ram(const struct engine *e)
 {

@@ -85,6 +85,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	e->node = o->node;
 	e->nnodes = o->nnodes;
 	e->epfd = o->epfd;
+	e->tasks.done = complete_task; /* completions to the stages that own them */
 	e->st.t_start = now_s();
 	e->ar.seg.fd = -1;
 	const struct catalog *cat = o->cat;

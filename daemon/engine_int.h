@@ -34,6 +34,7 @@
 #include "../src/plan/extent_plan.h"
 #include "../src/util/spans.h"
 #include "../src/util/iopool.h"
+#include "../src/util/ctrl.h"
 #include "../src/util/util.h"
 #include "../src/net/net.h"
 #include "../src/util/pfs_probe.h"
@@ -312,6 +313,103 @@ static inline struct seer_wire_slot *trainer_wslot(struct trainer *t, uint32_t i
 					 t->co->slot_stride * idx);
 }
 
+/* ---- reads every stage makes (inline: reading the published plan, the
+ * arena's layout or a session's rings needs no call into the file that
+ * owns them, so no stage depends on the planner, the arena or the sessions
+ * for them) ---------------------------------------------------------------- */
+
+/* placement.c's plan, as tier routing (route.h) reads it now. */
+static inline bool place_peer_ok(void *ctx, uint32_t node)
+{
+	const struct engine *e = ctx;
+	return !net_peer_suspect(e->peers.net, node);
+}
+
+static inline struct route_view place_view(const struct engine *e)
+{
+	return (struct route_view){
+		.node = e->node, .nsamples = e->cat->nsamples, .tier = e->plan.tier,
+		.owner = e->plan.owner, .nvme_ok = nvme_on(e->nvme), .np = e->nopfs ? &e->pl.np : NULL,
+		.local_idx = e->pl.local_idx, .peer_ok = e->peers.net ? place_peer_ok : NULL,
+		.peer_ctx = (void *)e, .repl_idx = e->repl.on ? e->repl.set.idx : NULL,
+		.repl_tier = e->repl.on ? e->repl.set.tier : NULL,
+	};
+}
+
+static inline bool place_is_replica(const struct engine *e, uint32_t s)
+{
+	return e->repl.on && s < e->repl.set.n && e->repl.set.idx[s] != 0;
+}
+
+static inline uint64_t place_local_off(const struct engine *e, uint32_t s)
+{
+	return plan_locate(&e->plan, e->repl.on ? &e->repl.set : NULL, e->node, s).off;
+}
+
+static inline bool place_local_ram(const struct engine *e, uint32_t s)
+{
+	struct route_view v = place_view(e);
+	return route_local_ram(&v, s);
+}
+
+static inline bool place_local_nvme(const struct engine *e, uint32_t s)
+{
+	struct route_view v = place_view(e);
+	return route_local_nvme(&v, s);
+}
+
+/* arena.c's layout: a RAM slot's offset, a staged sample's bytes. */
+/* Staging bytes a sample of `len` bytes reserves: NVMe transfers need
+ * aligned buffers and lengths (O_DIRECT), hence the slack. */
+static inline uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme)
+{
+	return nvme ? ALIGN_UP(len, (uint64_t)nvme_align(e->nvme)) + nvme_align(e->nvme)
+		    : ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
+}
+
+static inline uint64_t arena_key_off(const struct engine *e, uint32_t key)
+{
+	uint64_t n = e->cat->nsamples;
+	/* key < n: the sample's slot, owned or replica (route.h) */
+	return e->ar.cache_base + (key < n ? place_local_off(e, key) : e->pl.np.off[key - n]);
+}
+
+/* A session's rings (session.c): wake the trainer; its first batch not
+ * released; batches published to it and not taken yet (its consumer index
+ * is a hint, clamped; entries a seek dropped are not counted). */
+static inline void sess_doorbell(struct trainer *t)
+{
+	atomic_fetch_add_explicit(&t->co->doorbell, 1, memory_order_release);
+	/* pairs with the trainer's fence between setting `waiting` and its
+	 * last look at the ring before it sleeps */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&t->ci->waiting, memory_order_relaxed))
+		futex_wake_all(&t->co->doorbell);
+}
+
+static inline uint64_t sess_first_unreleased(const struct trainer *t)
+{
+	for (uint64_t g = t->tail_g; g < t->next_pub; g++)
+		if (t->slots[g & (t->nslots - 1)].st == SL_PUB)
+			return g;
+	return t->next_pub;
+}
+
+static inline uint32_t sess_unread(const struct trainer *t)
+{
+	uint32_t prod = atomic_load_explicit(&t->co->prod, memory_order_relaxed);
+	uint32_t cons = atomic_load_explicit(&t->ci->cons, memory_order_relaxed);
+	/* After a seek the trainer moves its consumer index past the entries
+	 * the seek dropped only once it has read SEEK_OK, and tells nobody:
+	 * counted as in its hands, they held its next batches back and let an
+	 * idle seerd sleep on ring_below while it waited on an empty ring, until
+	 * the 1 s timer (issue 28, finding 7). */
+	uint32_t behind = t->ring_skipping ? t->ring_skip - cons : 0;
+	if (behind != 0 && behind <= t->nslots)
+		cons = t->ring_skip;
+	return ctrl_unread(prod, cons, t->nslots);
+}
+
 /* ---- the stages, in the order a sample flows through them ---------------------
  * Every function below runs on the dispatcher unless it says otherwise.
  * The contract of each is at its definition; the one-liners here map them. */
@@ -335,11 +433,6 @@ void place_shape_free(struct engine *e);
 int place_can_reshape(const struct engine *e, char *why, size_t whylen);
 void place_drop_shape(struct engine *e);      /* then forget the old one */
 void place_plan(struct engine *e);            /* plan, publish, split staging */
-struct route_view place_view(const struct engine *e); /* what routing reads, now */
-bool place_local_ram(const struct engine *e, uint32_t s);
-bool place_local_nvme(const struct engine *e, uint32_t s);
-bool place_is_replica(const struct engine *e, uint32_t s);
-uint64_t place_local_off(const struct engine *e, uint32_t s); /* in this node's tier region */
 
 /* arena.c: the shared segment and its parts */
 uint64_t arena_layout(struct engine *e);      /* returns the arena's size */
@@ -358,8 +451,6 @@ int arena_check_held(struct engine *e, uint32_t held, char *err, size_t errlen);
  * within its share: at a session's start, before its control region is made
  * (no read is in flight into its staging then). */
 void arena_trainer_ring(struct engine *e, struct trainer *t);
-uint64_t arena_key_off(const struct engine *e, uint32_t key);   /* a RAM slot's offset */
-uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
 
 /* session.c: trainer sessions (engine_attach is in engine.h) */
 void sess_on_sock(struct engine *e, struct trainer *t);
@@ -367,11 +458,6 @@ void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *
 void sess_evict(struct engine *e, struct trainer *t, const char *why);
 void sess_finish_reset(struct engine *e, struct trainer *t); /* last staged read landed */
 void sess_close(struct engine *e, struct trainer *t);
-void sess_doorbell(struct trainer *t);
-uint64_t sess_first_unreleased(const struct trainer *t);
-/* Batches published to t and not taken yet (its consumer index is a hint,
- * clamped; entries a seek dropped are not counted). */
-uint32_t sess_unread(const struct trainer *t);
 
 /* prefetch.c: each trainer's batches, from sampling to release; fill */
 bool pf_can_prepare(struct engine *e, struct trainer *t);
@@ -402,6 +488,10 @@ void task_completions(struct engine *e);
 void task_finish(struct engine *e, struct etask *tk, int status);
 void task_free(struct engine *e, struct etask *t);
 void task_free_all(struct engine *e);
+
+/* complete.c: a finished task's results to the stages that own them
+ * (installed as e->tasks.done; task_finish calls it) */
+void complete_task(struct engine *e, struct etask *tk, int status);
 
 /* extent.c: coalesced reads */
 void ext_init(struct engine *e);

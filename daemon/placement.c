@@ -31,46 +31,6 @@
 #include "engine_int.h"
 #include "seer.h"
 
-static bool place_peer_ok(void *ctx, uint32_t node)
-{
-	const struct engine *e = ctx;
-	return !net_peer_suspect(e->peers.net, node);
-}
-
-/* What tier routing (route.h) reads of the engine, as it is now. */
-struct route_view place_view(const struct engine *e)
-{
-	return (struct route_view){
-		.node = e->node, .nsamples = e->cat->nsamples, .tier = e->plan.tier,
-		.owner = e->plan.owner, .nvme_ok = nvme_on(e->nvme), .np = e->nopfs ? &e->pl.np : NULL,
-		.local_idx = e->pl.local_idx, .peer_ok = e->peers.net ? place_peer_ok : NULL,
-		.peer_ctx = (void *)e, .repl_idx = e->repl.on ? e->repl.set.idx : NULL,
-		.repl_tier = e->repl.on ? e->repl.set.tier : NULL,
-	};
-}
-
-bool place_is_replica(const struct engine *e, uint32_t s)
-{
-	return e->repl.on && s < e->repl.set.n && e->repl.set.idx[s] != 0;
-}
-
-uint64_t place_local_off(const struct engine *e, uint32_t s)
-{
-	return plan_locate(&e->plan, e->repl.on ? &e->repl.set : NULL, e->node, s).off;
-}
-
-bool place_local_ram(const struct engine *e, uint32_t s)
-{
-	struct route_view v = place_view(e);
-	return route_local_ram(&v, s);
-}
-
-bool place_local_nvme(const struct engine *e, uint32_t s)
-{
-	struct route_view v = place_view(e);
-	return route_local_nvme(&v, s);
-}
-
 /* cache.policy = nopfs: the private copies (src/plan/plan_nopfs.c) and their
  * cache states, after the samples' */
 static void np_build(struct engine *e)

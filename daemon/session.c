@@ -25,16 +25,6 @@
 #include "engine_int.h"
 #include "seer.h"
 
-void sess_doorbell(struct trainer *t)
-{
-	atomic_fetch_add_explicit(&t->co->doorbell, 1, memory_order_release);
-	/* pairs with the trainer's fence between setting `waiting` and its
-	 * last look at the ring before it sleeps */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&t->ci->waiting, memory_order_relaxed))
-		futex_wake_all(&t->co->doorbell);
-}
-
 void sess_close(struct engine *e, struct trainer *t)
 {
 	if (t->sock >= 0) {
@@ -78,29 +68,6 @@ static void reset_stream(struct engine *e, struct trainer *t, uint64_t start)
 	t->blocked = false;
 	t->ring_skipping = false;
 	resume_note(e, t);
-}
-
-uint64_t sess_first_unreleased(const struct trainer *t)
-{
-	for (uint64_t g = t->tail_g; g < t->next_pub; g++)
-		if (t->slots[g & (t->nslots - 1)].st == SL_PUB)
-			return g;
-	return t->next_pub;
-}
-
-uint32_t sess_unread(const struct trainer *t)
-{
-	uint32_t prod = atomic_load_explicit(&t->co->prod, memory_order_relaxed);
-	uint32_t cons = atomic_load_explicit(&t->ci->cons, memory_order_relaxed);
-	/* After a seek the trainer moves its consumer index past the entries
-	 * the seek dropped only once it has read SEEK_OK, and tells nobody:
-	 * counted as in its hands, they held its next batches back and let an
-	 * idle seerd sleep on ring_below while it waited on an empty ring, until
-	 * the 1 s timer (issue 28, finding 7). */
-	uint32_t behind = t->ring_skipping ? t->ring_skip - cons : 0;
-	if (behind != 0 && behind <= t->nslots)
-		cons = t->ring_skip;
-	return ctrl_unread(prod, cons, t->nslots);
 }
 
 /* Sizes of a session's control segments (proto/seer_proto.h lays them out). */

@@ -16,9 +16,13 @@
 
 #include "../src/util/iopool.h"
 
+struct engine;
 struct etask;
 
 struct tasks {
+	/* what a finished task did goes to the stages that own it: the
+	 * engine's handler (complete_task), installed before the pool starts */
+	void (*done)(struct engine *e, struct etask *tk, int status);
 	struct iopool pool;      /* the I/O threads: its own locks (submit/take) */
 	bool pool_started;
 	struct etask **chunks;
