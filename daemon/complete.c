@@ -81,8 +81,14 @@ static void complete_landed(struct engine *e, struct etask *tk, int status)
 		nvme_load_done(e, tk, status);
 	if (tk->to_cache)
 		pf_ram_loaded(e, tk, status);
-	if (tk->repl)
+	if (tk->repl) {
 		repl_landed(e, tk, status);
+		if (tk->repl_bg && tk->bounce >= 0) {
+			/* the NVMe write, queued by now, holds the slot on its own */
+			peer_bounce_unref(e, tk->bounce);
+			tk->bounce = -1;
+		}
+	}
 }
 
 /* tk no longer reads into its trainer's staging: a reset waiting for the

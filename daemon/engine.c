@@ -209,8 +209,11 @@ void engine_work(struct engine *e)
 	for (uint32_t r = 0; r < e->world; r++)
 		if (e->tr[r].attached)
 			atomic_store_explicit(&e->tr[r].co->need_wakeup, 0, memory_order_relaxed);
-	for (uint32_t r = 0; r < e->world; r++)
-		pf_releases(e, &e->tr[r]);
+	for (uint32_t r = 0; r < e->world; r++) {
+		const char *why = pf_releases(e, &e->tr[r]);
+		if (why) /* a bad release ring: the session's business */
+			sess_evict(e, &e->tr[r], why);
+	}
 	if (e->plan_ready) {
 		bool progress = true;
 		while (progress) {
@@ -228,6 +231,7 @@ void engine_work(struct engine *e)
 		}
 		pf_fill(e);
 		repl_fill(e); /* after every batch's reads: the lowest priority */
+		ext_flush(e); /* coalesce the round's PFS reads into extents */
 		task_flush(e);
 	}
 	/* after a stop nothing more is published: the trainers' next call says

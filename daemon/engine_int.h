@@ -469,7 +469,9 @@ void pf_ram_loaded(struct engine *e, struct etask *tk, int status);
 void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
 bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
 void pf_publish(struct engine *e, struct trainer *t);
-void pf_releases(struct engine *e, struct trainer *t);
+/* t's releases taken in: NULL, or why its release ring is bad (the
+ * caller evicts it, sess_evict) */
+const char *pf_releases(struct engine *e, struct trainer *t);
 void pf_reclaim(struct trainer *t);
 void pf_check_held(struct engine *e, struct trainer *t); /* held batches block it: tell it */
 

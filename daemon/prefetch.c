@@ -76,10 +76,10 @@ static void slot_release(void *ctx, uint32_t idx)
 	t->last_release_ns = now;
 }
 
-void pf_releases(struct engine *e, struct trainer *t)
+const char *pf_releases(struct engine *e, struct trainer *t)
 {
 	if (!t->attached || t->resetting)
-		return;
+		return NULL;
 	struct rel_ctx x = { e, t };
 	const struct ctrl_slots ops = { slot_held, slot_release, &x };
 	uint32_t prod = atomic_load_explicit(t->rel.prod, memory_order_acquire);
@@ -91,15 +91,14 @@ void pf_releases(struct engine *e, struct trainer *t)
 	if (t->ring_skipping &&
 	    t->ring_skip - atomic_load_explicit(&t->ci->cons, memory_order_relaxed) - 1u >= t->nslots)
 		t->ring_skipping = false;
-	if (n < 0) {
-		sess_evict(e, t, why);
-		return;
-	}
+	if (n < 0)
+		return why; /* the caller evicts it (sess_evict) */
 	if (n > 0) {
 		pf_reclaim(t);
 		check_done(e, t);
 		resume_note(e, t); /* in place: exact after SIGKILL too */
 	}
+	return NULL;
 }
 
 /* Whether t's next batch is prepared now: its slot free, lookahead and

@@ -223,11 +223,7 @@ void repl_landed(struct engine *e, struct etask *tk, int status)
 		e->repl.inflight--;
 		if (tk->kind != TK_PEER)
 			e->repl.inflight_pfs--; /* (counted at its start or its fallback) */
-		if (tk->bounce >= 0) {
-			/* the NVMe write, queued by now, holds the slot on its own */
-			peer_bounce_unref(e, tk->bounce);
-			tk->bounce = -1;
-		}
+		/* (its bounce slot, if any, is given back by complete.c next) */
 	}
 	if (status != 0) {
 		e->repl.fills_failed++;

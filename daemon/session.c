@@ -431,7 +431,9 @@ void sess_evict(struct engine *e, struct trainer *t, const char *why)
 
 static void handle_seek(struct engine *e, struct trainer *t, const struct seer_msg_seek *m)
 {
-	pf_releases(e, t); /* the client released everything before asking */
+	const char *bad = pf_releases(e, t); /* the client released everything before asking */
+	if (bad)
+		sess_evict(e, t, bad);
 	if (!t->attached)
 		return;
 	struct seer_msg_seek r = { .kind = SEER_MSG_SEEK_OK };
@@ -464,7 +466,9 @@ void sess_on_sock(struct engine *e, struct trainer *t)
 	} m;
 	ssize_t n = sock_recv(t->sock, &m, sizeof(m), NULL, NULL, 0);
 	if (n == 0 || n == -ECONNRESET) {
-		pf_releases(e, t); /* what it released before leaving counts */
+		const char *bad = pf_releases(e, t); /* what it released before leaving counts */
+		if (bad)
+			sess_evict(e, t, bad);
 		if (t->attached)
 			sess_detach(e, t, false, t->done ? "job finished" : "connection closed");
 		return;

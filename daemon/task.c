@@ -153,9 +153,10 @@ void task_need(struct engine *e, struct etask *tk, uint64_t g)
 	iopool_boost(&e->tasks.pool, x ? &x->io : &tk->io, key);
 }
 
+/* The round's submissions to the I/O pool (after extent.c coalesced them:
+ * the engine calls ext_flush first). */
 void task_flush(struct engine *e)
 {
-	ext_flush(e);
 	iopool_submit(&e->tasks.pool, e->tasks.sub, e->tasks.nsub);
 	for (uint32_t i = 0; i < e->tasks.nsub; i++)
 		((struct etask *)e->tasks.sub[i])->in_sub = false;
