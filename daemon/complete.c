@@ -80,7 +80,7 @@ static void complete_landed(struct engine *e, struct etask *tk, int status)
 	if (tk->to_nvme)
 		nvme_load_done(e, tk, status);
 	if (tk->to_cache)
-		pf_ram_loaded(e, tk, status);
+		ram_load_done(e, tk, status);
 	if (tk->repl) {
 		repl_landed(e, tk, status);
 		if (tk->repl_bg && tk->bounce >= 0) {
@@ -97,7 +97,13 @@ static void complete_unstage(struct engine *e, struct etask *tk)
 {
 	if (tk->stage_rank < 0)
 		return;
-	struct trainer *t = &e->tr[tk->stage_rank];
+	complete_unstaged(e, &e->tr[tk->stage_rank]);
+}
+
+/* A read or transform job no longer writes into t's staging: a reset
+ * waiting for the last one goes on (the transform stage's `unstaged`). */
+void complete_unstaged(struct engine *e, struct trainer *t)
+{
 	t->inflight--;
 	if (t->resetting && t->inflight == 0)
 		sess_finish_reset(e, t);

@@ -92,7 +92,10 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	int rc;
 
 	e->nvme = nvme_create(e->cfg, e->node, o->cat->nsamples);
-	if ((rc = xfs_create(e, err, errlen)) != 0)
+	/* what the transform stage hands back goes to the stages that own it */
+	const struct xfs_events xev = { .sample_done = pf_sample_done,
+					.unstaged = complete_unstaged };
+	if ((rc = xfs_create(e, &xev, err, errlen)) != 0)
 		goto fail;
 	uint64_t size = arena_layout(e);
 	peer_bounce_init(e);

@@ -462,10 +462,7 @@ void sess_close(struct engine *e, struct trainer *t);
 /* prefetch.c: each trainer's batches, from sampling to release; fill */
 bool pf_can_prepare(struct engine *e, struct trainer *t);
 bool pf_prepare(struct engine *e, struct trainer *t);    /* false: staging is full */
-struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
-struct etask *pf_ram_new(struct engine *e, uint32_t key, uint32_t s, bool fill); /* not submitted */
 void pf_fill(struct engine *e);
-void pf_ram_loaded(struct engine *e, struct etask *tk, int status);
 void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
 bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
 void pf_publish(struct engine *e, struct trainer *t);
@@ -474,6 +471,11 @@ void pf_publish(struct engine *e, struct trainer *t);
 const char *pf_releases(struct engine *e, struct trainer *t);
 void pf_reclaim(struct trainer *t);
 void pf_check_held(struct engine *e, struct trainer *t); /* held batches block it: tell it */
+
+/* ram_load.c: RAM-cache loads */
+struct etask *ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
+struct etask *ram_load_new(struct engine *e, uint32_t key, uint32_t s, bool fill); /* not submitted */
+void ram_load_done(struct engine *e, struct etask *tk, int status);
 
 /* task.c: tasks, submission and completion */
 struct etask *task_new(struct engine *e);
@@ -494,6 +496,8 @@ void task_free_all(struct engine *e);
 /* complete.c: a finished task's results to the stages that own them
  * (installed as e->tasks.done; task_finish calls it) */
 void complete_task(struct engine *e, struct etask *tk, int status);
+/* A read or transform job no longer writes into t's staging. */
+void complete_unstaged(struct engine *e, struct trainer *t);
 
 /* extent.c: coalesced reads */
 void ext_init(struct engine *e);
@@ -530,7 +534,15 @@ int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void *
  * Everything is a no-op or the file-bytes answer when e->xf is NULL. */
 struct json_t;
 struct xfs;
-int xfs_create(struct engine *e, char *err, size_t errlen); /* before the arena and I/O threads */
+/* What the transform stage hands back, through handlers the engine gives it:
+ * a sample's tensor done (0) or failed for the batch waiting for it, and a
+ * job no longer writing into trainer t's staging. */
+struct xfs_events {
+	void (*sample_done)(struct engine *e, const struct waiter *w, int status, const char *err);
+	void (*unstaged)(struct engine *e, struct trainer *t);
+};
+int xfs_create(struct engine *e, const struct xfs_events *ev, char *err,
+	       size_t errlen);                        /* before the arena and I/O threads */
 void xfs_stop(struct engine *e);      /* threads joined; waiting I/O threads released */
 void xfs_destroy(struct engine *e);
 void xfs_log(const struct engine *e);

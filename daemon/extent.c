@@ -270,7 +270,7 @@ static bool ext_try(struct engine *e, struct etask *t)
 		struct etask *m = s == t->sample ? t : e->ext.tk[i];
 		if (!m) {
 			/* planned here, absent: its slot's load rides along */
-			m = pf_ram_new(e, s, s, false);
+			m = ram_load_new(e, s, s, false);
 			m->need_g = t->need_g;
 			m->bg_key = t->bg_key; /* a background trigger's members stay background */
 			m->io.pq.key = t->io.pq.key;

@@ -133,7 +133,7 @@ void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, 
 	}
 	/* this node owns it: the load under way, or the one PFS read of it,
 	 * now (a peer is waiting) */
-	struct etask *tk = pf_ram_load(e, s, s, 0, false);
+	struct etask *tk = ram_load(e, s, s, 0, false);
 	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
 }
 

@@ -269,46 +269,6 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 	return true;
 }
 
-/* The task loading RAM key `key` (sample s) for global batch g (0: now):
- * the one loading it already, made at least that urgent, or a new PFS read
- * into the slot. fill: a load ahead of need, counted in fill's budget. The
- * one way a RAM-cache load starts (prepare, fill, a peer's request). */
-struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill)
-{
-	uint32_t st = e->cstate[key];
-	struct etask *tk;
-	if (st >= CS_TASK0) {
-		tk = task_get(e, st - CS_TASK0);
-		task_need(e, tk, g);
-		return tk;
-	}
-	tk = pf_ram_new(e, key, s, fill);
-	tk->need_g = g;
-	if (!repl_fetch(e, tk)) /* a replica comes from its owner */
-		task_submit(e, tk, g);
-	return tk;
-}
-
-/* A new PFS read of RAM key `key` (sample s, absent) into its slot, not yet
- * submitted (an extent takes it as a member, extent.c). */
-struct etask *pf_ram_new(struct engine *e, uint32_t key, uint32_t s, bool fill)
-{
-	struct etask *tk = task_new(e);
-	tk->sample = s;
-	tk->to_cache = true;
-	tk->ckey = key;
-	tk->fill = fill;
-	tk->dst_off = arena_key_off(e, key);
-	tk->len = xfs_src_len(e, s); /* the file, or its decoded image */
-	tk->blob = xfs_blob(e, s);
-	e->cstate[key] = CS_TASK0 + tk->id;
-	if (!place_is_replica(e, key))
-		e->pf.fill_left--; /* (fill's budget is this node's owned samples) */
-	if (fill)
-		e->pf.fill_inflight++;
-	return tk;
-}
-
 /* Bytes of s staged from `src`: NVMe copies and peers hold its decoded
  * image under transform.cache = decoded; the PFS the file. */
 static uint64_t staged_len(const struct engine *e, uint32_t s, enum route_src src)
@@ -376,7 +336,7 @@ static void prep_ram(struct engine *e, struct trainer *t, struct tslot *sl, stru
 			xfs_ram_ready(e, t, sl, i, key, s);
 		return;
 	}
-	struct etask *tk = pf_ram_load(e, key, s, sl->g, false);
+	struct etask *tk = ram_load(e, key, s, sl->g, false);
 	task_wait(tk, t->rank, t->gen, sl->g, i);
 	sl->pending++;
 }
@@ -496,24 +456,6 @@ void pf_publish(struct engine *e, struct trainer *t)
 		sess_doorbell(t);
 }
 
-/* A RAM-cache load ended: the slot is READY (the release store publishes
- * the bytes to the network thread's lookup), or ABSENT again for the next
- * need to retry. */
-void pf_ram_loaded(struct engine *e, struct etask *tk, int status)
-{
-	if (status == 0) {
-		atomic_store_explicit(&e->cstate[tk->ckey], CS_READY, memory_order_release);
-		e->pl.cache_loaded++;
-		e->pl.cache_loaded_bytes += tk->len;
-	} else {
-		e->cstate[tk->ckey] = CS_ABSENT;
-		if (!tk->repl)
-			e->pf.fill_left++;
-	}
-	if (tk->fill)
-		e->pf.fill_inflight--;
-}
-
 /* A read that trainer batch w waits for ended: the batch is ready once its
  * last sample is; the first error is the batch's. */
 void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err)
@@ -572,7 +514,7 @@ void pf_fill(struct engine *e)
 			/* (replicas have fills of their own: replica.c) */
 			if (key != ROUTE_NOKEY && e->cstate[key] == CS_ABSENT &&
 			    !place_is_replica(e, key))
-				pf_ram_load(e, key, s, g, true);
+				ram_load(e, key, s, g, true);
 		}
 	}
 }

@@ -83,6 +83,7 @@ struct xfs_epoch {
 
 struct xfs {
 	struct engine *e;
+	struct xfs_events ev;     /* what it hands back: the engine's handlers */
 	struct xf_params p;
 	uint64_t sb;              /* bytes of one sample's tensor */
 	uint64_t dims[3];
@@ -290,7 +291,7 @@ static void plan_cache(struct xfs *x, const struct engine *e)
 		 (double)x->ctotal / (double)MAX(c->total_bytes, 1ull));
 }
 
-int xfs_create(struct engine *e, char *err, size_t errlen)
+int xfs_create(struct engine *e, const struct xfs_events *ev, char *err, size_t errlen)
 {
 	struct xf_params p;
 	char why[400];
@@ -301,6 +302,7 @@ int xfs_create(struct engine *e, char *err, size_t errlen)
 	if (p.decode != XF_DECODE_IMAGE)
 		return 0;
 	struct xfs *x = xcalloc(1, sizeof(*x));
+	x->ev = *ev;
 	x->e = e;
 	x->p = p;
 	x->sb = xf_sample_bytes(&p);
@@ -546,7 +548,7 @@ static bool substitute(struct engine *e, const struct xjob *j, struct trainer *t
 	if (r == ROUTE_RAM && e->cstate[key] == CS_READY) {
 		submit(e, t, j->g, j->i, x, arena_key_off(e, key), xfs_src_len(e, x));
 	} else if (r == ROUTE_RAM) {
-		tk = pf_ram_load(e, key, x, j->g, false);
+		tk = ram_load(e, key, x, j->g, false);
 	} else {
 		uint64_t off, len = e->cat->samples[x].length;
 		if (stg_alloc(&t->stg, ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN), &off) != 0)
@@ -595,7 +597,7 @@ static void job_failed(struct engine *e, struct xjob *j, struct xfs_epoch *ep)
 		log_warn("%s", msg);
 	ep->failed++;
 	e->xf->all.failed++;
-	pf_sample_done(e, &w, input ? SEER_EDATASET : j->status, msg);
+	e->xf->ev.sample_done(e, &w, input ? SEER_EDATASET : j->status, msg);
 }
 
 /* ---- completions --------------------------------------------------------------------- */
@@ -628,16 +630,14 @@ static void job_done(struct engine *e, struct xjob *j)
 		x->all.decode_ns += j->info.decode_ns;
 		x->all.resize_ns += j->info.resize_ns;
 		struct waiter w = { .a = j->rank, .b = j->gen, .c = j->g, .i = j->i };
-		pf_sample_done(e, &w, 0, "");
+		x->ev.sample_done(e, &w, 0, "");
 	} else if (live_slot(&e->tr[j->rank], j->gen, j->g)) {
 		job_failed(e, j, ep);
 	}
 	/* it no longer writes into the trainer's staging */
 	struct trainer *t = &e->tr[j->rank];
 	x->inflight--;
-	t->inflight--;
-	if (t->resetting && t->inflight == 0)
-		sess_finish_reset(e, t);
+	x->ev.unstaged(e, t); /* a reset waiting for it may go on */
 }
 
 void xfs_completions(struct engine *e)
