@@ -133,7 +133,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 		rc = -ENOMEM;
 		goto fail;
 	}
-	e->reader_fds = reader_fds(o->cfg);
+	e->tasks.reader_fds = reader_fds(o->cfg);
 	rc = iopool_start(&e->tasks.pool, (unsigned)o->cfg->io_threads, worker_exec, worker_init,
 			  worker_fini, e);
 	if (rc != 0) {

@@ -208,6 +208,12 @@ struct engine_self {
 	char fatal[SEER_ERRMSG_MAX];
 };
 
+/* Position files ([job] resume = auto; resume.c, the dispatcher's). */
+struct resume_state {
+	struct resume_files *files; /* NULL until resume_begin */
+	uint32_t run_id;         /* this run's id in the position files */
+};
+
 /* ---- the engine ---------------------------------------------------------------- */
 
 struct engine {
@@ -215,7 +221,7 @@ struct engine {
 	 * start (pthread_create orders that; tasks.pool_started and self.dispatcher
 	 * are set just after, and only the dispatcher reads them) and before the network
 	 * thread exists; read-only afterwards. The I/O threads read exactly cfg
-	 * (retries, retry_backoff_ms), cat (their readers), reader_fds, ar.base,
+	 * (retries, retry_backoff_ms), cat (their readers), tasks.reader_fds, ar.base,
 	 * nvme (its pread/pwrite, nvme.h), and xf to hand a decode to the
 	 * transform pool (transform.c, under its lock), and the extent region
 	 * (ext.base, extent.h). The network thread reads cat, node, ar.base,
@@ -227,7 +233,6 @@ struct engine {
 	struct arena ar;         /* the shared segment and its parts (arena.h) */
 	struct nvme_tier *nvme;  /* the NVMe tier (nvme.h): I/O threads call its pread/pwrite */
 	bool skip_corrupt;       /* dataset.on_corrupt = skip */
-	uint32_t reader_fds;     /* files each I/O thread's reader keeps open */
 	bool nopfs;              /* cache.policy = nopfs */
 	struct topo *topo;
 	struct xfs *xf;          /* the transform stage (transform.c), NULL for file
@@ -265,10 +270,9 @@ struct engine {
 	uint8_t *plan_rec;       /* that record, encoded (NULL: a fresh job's plan) */
 	size_t plan_rec_len;
 	uint32_t plan_key;       /* what every node's plan must share (0: plain) */
-	uint32_t run_id;         /* this run's id in the position files */
 
-	/* position files (resume.c) */
-	struct resume_files *rf;
+	/* position files (resume.c): the files, this run's id in them */
+	struct resume_state resume;
 
 	/* placement (placement.c; the rest of its state: placement.h) */
 	bool plan_ready;

@@ -477,7 +477,7 @@ int engine_set_map(struct engine *e, const struct cluster_plan *plan, const uint
 	/* every node plans from the job's earliest batch, so all plan alike */
 	uint64_t step;
 	jobrec_pos(e, MIN(plan->start, e->pl.end ? e->pl.end - 1 : 0), &e->pl.first_epoch, &step);
-	e->run_id = plan->run;
+	e->resume.run_id = plan->run;
 	place_plan(e);
 	if (arena_check_staging(e, err, sizeof(err)) != 0) {
 		str_copy(e->self.fatal, sizeof(e->self.fatal), err);

@@ -91,7 +91,7 @@ static int write_atomic(const char *path, const void *buf, size_t n, bool sync)
 static void write_plan(struct engine *e, const char *path)
 {
 	struct resume_plan p = {
-		.run = e->run_id,
+		.run = e->resume.run_id,
 		.job = { .n = e->sh.n, .seed = e->sh.seed, .dataset_hash = e->cat->hash,
 			 .batch = e->sh.batch, .world = e->world, .drop_last = e->sh.drop_last,
 			 .shuffle = e->sh.shuffle },
@@ -184,9 +184,9 @@ static int read_rank(const char *dir, uint32_t run, uint32_t rank, struct resume
 static void open_rank(struct engine *e, const char *dir, struct trainer *t)
 {
 	struct resume_slot s;
-	resume_file_slot_init(&s, e->run_id, t->rank, e->world,
+	resume_file_slot_init(&s, e->resume.run_id, t->rank, e->world,
 			      t->attached ? t->next_prep : t->resume_g);
-	char *path = rank_path(dir, e->run_id, t->rank);
+	char *path = rank_path(dir, e->resume.run_id, t->rank);
 	int rc = write_atomic(path, &s, sizeof(s), false), fd = -1;
 	void *m = MAP_FAILED;
 	if (rc == 0 && (fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
@@ -219,7 +219,7 @@ static void remove_stale(const struct engine *e, const char *dir)
 	while ((de = readdir(d))) {
 		unsigned x, r;
 		char tail;
-		if (sscanf(de->d_name, "%8x-r%u%c", &x, &r, &tail) != 2 || x == e->run_id)
+		if (sscanf(de->d_name, "%8x-r%u%c", &x, &r, &tail) != 2 || x == e->resume.run_id)
 			continue;
 		if (r < e->world ? e->rank_node[r] == e->node || e->nnodes == 1 : e->node == 0)
 			unlinkat(dirfd(d), de->d_name, 0);
@@ -229,16 +229,16 @@ static void remove_stale(const struct engine *e, const char *dir)
 
 void resume_begin(struct engine *e)
 {
-	if (!e->rf)
-		e->rf = xcalloc(1, sizeof(*e->rf));
-	struct resume_files *rf = e->rf;
+	if (!e->resume.files)
+		e->resume.files = xcalloc(1, sizeof(*e->resume.files));
+	struct resume_files *rf = e->resume.files;
 	if (rf->written)
 		return;
-	if (e->run_id == 0) {
+	if (e->resume.run_id == 0) {
 		uint32_t v = 0;
 		if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
 			v = (uint32_t)(now_ns() ^ ((uint64_t)getpid() << 16));
-		e->run_id = v | 1u;
+		e->resume.run_id = v | 1u;
 	}
 	rf->dir = pos_dir(e);
 	int rc = mkdir_p(rf->dir, 0700);
@@ -271,7 +271,7 @@ void resume_note(struct engine *e, struct trainer *t)
  * the job goes on. */
 void resume_sync(struct engine *e)
 {
-	struct resume_files *rf = e->rf;
+	struct resume_files *rf = e->resume.files;
 	if (!rf || !rf->written) {
 		log_info("no resume positions to save yet (no trainer's plan made)");
 		return;
@@ -324,7 +324,7 @@ static void local_span(const struct engine *e, char *buf, size_t len)
 
 void resume_end(struct engine *e, bool complete)
 {
-	struct resume_files *rf = e->rf;
+	struct resume_files *rf = e->resume.files;
 	if (!rf)
 		return;
 	bool done = complete;
@@ -332,7 +332,7 @@ void resume_end(struct engine *e, bool complete)
 		done &= e->tr[e->pl.local_ranks[i]].done;
 	if (rf->written && done) {
 		for (uint32_t i = 0; i < e->pl.nlocal; i++) {
-			char *p = rank_path(rf->dir, e->run_id, e->pl.local_ranks[i]);
+			char *p = rank_path(rf->dir, e->resume.run_id, e->pl.local_ranks[i]);
 			unlink(p);
 			free(p);
 		}
@@ -355,7 +355,7 @@ void resume_end(struct engine *e, bool complete)
 	}
 	free(rf->dir);
 	free(rf);
-	e->rf = NULL;
+	e->resume.files = NULL;
 }
 
 /* ---- loading -------------------------------------------------------------------- */

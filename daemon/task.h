@@ -25,6 +25,8 @@ struct tasks {
 	void (*done)(struct engine *e, struct etask *tk, int status);
 	struct iopool pool;      /* the I/O threads: its own locks (submit/take) */
 	bool pool_started;
+	uint32_t reader_fds;     /* files each I/O thread's reader keeps open (fixed
+				    before the pool starts; the I/O threads read it) */
 	struct etask **chunks;
 	uint32_t nchunks;
 	struct etask *free;

@@ -8,7 +8,7 @@
  * `blob`) reads the file into the thread's buffer and waits for the
  * transform pool to decode it in place. Runs on the I/O threads only. It
  * reads the task it was handed and the engine fields engine_int.h lists as
- * fixed at creation (cfg, cat, reader_fds, ar.base, nvme, ext.base, xf)
+ * fixed at creation (cfg, cat, tasks.reader_fds, ar.base, nvme, ext.base, xf)
  * plus the atomic `stopping`; it writes only the task, its own buffer and
  * the arena bytes the task names. Failure: the task's status
  * (negative errno or SEER_E*) and a
@@ -54,7 +54,7 @@ void *worker_init(void *ctx, unsigned idx)
 	struct engine *e = ctx;
 	struct catalog_reader *rd = xmalloc(sizeof(*rd));
 	catalog_reader_init(rd, e->cat);
-	catalog_reader_limit_fds(rd, e->reader_fds);
+	catalog_reader_limit_fds(rd, e->tasks.reader_fds);
 	return rd;
 }
 
