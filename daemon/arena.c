@@ -191,7 +191,7 @@ static uint64_t stage_ring(const struct engine *e, uint64_t per, uint64_t held)
 	return MIN(ALIGN_UP((uint64_t)ring, (uint64_t)NVME_ALIGN), per);
 }
 
-/* Capacities and offsets of the arena's parts (after nvme_open: bounce
+/* Capacities and offsets of the arena's parts (after nvme_create: bounce
  * slots exist only with a working NVMe tier on several nodes). Returns the
  * arena's size. */
 uint64_t arena_layout(struct engine *e)

@@ -4,7 +4,7 @@
  * pool, the network thread or an extent is done with, so task.c calls no
  * stage above it. In order: a failed read tried again elsewhere (a corrupt
  * sample's substitute, a bad NVMe copy from the PFS), the caches it loads
- * (RAM slot, NVMe copy, replica: task_landed before issue 29), then each
+ * (RAM slot, NVMe copy, replica: complete_landed), then each
  * waiter (a peer's request, a sample's tensor, a trainer's batch); an NVMe
  * write gives the memory it pinned back to its owner (the batch's staging,
  * a bounce slot); a read into a trainer's staging that was the last one a

@@ -7,11 +7,11 @@
  * priority (the batch that needs the read, adjusted by each source's
  * measured service time) and the hand-over of a finished task to the
  * engine's completion handler (task_finish -> complete.c), which updates
- * the caches it loads and wakes its waiters. Dispatcher thread only; between submission and
- * completion a task belongs to the I/O thread running it (worker.c) or the
- * network thread (TK_PEER). Failure: a read that fails is retried elsewhere
- * when it can be (task_retry), else its error goes to every waiter: a
- * trainer's batch carries the first error of its samples. */
+ * the caches it loads and wakes its waiters. Dispatcher thread only;
+ * between submission and completion a task belongs to the I/O thread
+ * running it (worker.c) or the network thread (TK_PEER). Failure: what a
+ * failed read does (tried elsewhere, or its error to every waiter) is
+ * complete.c's; out of memory aborts. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
