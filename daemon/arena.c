@@ -42,21 +42,6 @@
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/* Staging bytes a sample of `len` bytes reserves: NVMe transfers need
- * aligned buffers and lengths (O_DIRECT), hence the slack. */
-uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme)
-{
-	return nvme ? ALIGN_UP(len, (uint64_t)e->nvme_align) + e->nvme_align
-		    : ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
-}
-
-uint64_t arena_key_off(const struct engine *e, uint32_t key)
-{
-	uint64_t n = e->cat->nsamples;
-	/* key < n: the sample's slot, owned or replica (route.h) */
-	return e->cache_base + (key < n ? place_local_off(e, key) : e->np.off[key - n]);
-}
-
 /* One node whose RAM cache holds every sample (NVMe copies are staged). */
 static bool all_in_ram(const struct engine *e)
 {
@@ -85,11 +70,11 @@ static struct stage_need stage_need(const struct engine *e)
 	const struct catalog *cat = e->cat;
 	struct stage_need n = { .max = MAX(cat->max_len, xfs_cached_max(e)) };
 	/* staged bytes: files, or decoded images from NVMe and peers */
-	n.one = arena_stage_bytes(e, n.max, e->nvme_ok);
+	n.one = arena_stage_bytes(e, n.max, nvme_on(e->nvme));
 	n.tensor = xfs_tensor_bytes(e, e->sh.batch); /* the batch tensor, if any */
 	uint64_t held = e->cfg->max_held;
 	unsigned __int128 need128 = ((unsigned __int128)e->sh.batch * n.one + n.tensor) * held;
-	n.mean = arena_stage_bytes(e, cat->total_bytes / MAX(cat->nsamples, 1ull), e->nvme_ok) *
+	n.mean = arena_stage_bytes(e, cat->total_bytes / MAX(cat->nsamples, 1ull), nvme_on(e->nvme)) *
 			 e->sh.batch + n.tensor;
 	if (all_in_ram(e)) {
 		need128 = (unsigned __int128)n.tensor * held; /* only the batch tensors are staged */
@@ -108,7 +93,7 @@ static struct stage_need stage_need(const struct engine *e)
  * warning says so (batches are then also prepared less far ahead). */
 int arena_check_staging(struct engine *e, char *err, size_t errlen)
 {
-	uint64_t per = e->stage_cap / MAX(e->nlocal, 1u);
+	uint64_t per = e->ar.stage_cap / MAX(e->pl.nlocal, 1u);
 	per &= ~(NVME_ALIGN - 1);
 	struct stage_need sn = stage_need(e);
 	if (sn.need == 0)
@@ -123,12 +108,12 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 		else
 			snprintf(what, sizeof(what), "%u x %s%s", e->sh.batch,
 				 fmt_size(c, sizeof(c), sn.max), sn.tensor ? " and the batch tensor" : "");
-		unsigned __int128 all = (unsigned __int128)sn.need * MAX(e->nlocal, 1u);
+		unsigned __int128 all = (unsigned __int128)sn.need * MAX(e->pl.nlocal, 1u);
 		snprintf(err, errlen,
 			 "[cache] staging = %s gives each of the node's %u trainers %s, less than "
 			 "[job] max_held = %llu batch%s of the largest samples (%s): set staging "
 			 "to at least %s (or lower [job] max_held)",
-			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
+			 fmt_size(a, sizeof(a), e->ar.stage_cap), e->pl.nlocal, fmt_size(b, sizeof(b), per),
 			 (unsigned long long)held, held > 1 ? "es" : "", what,
 			 fmt_size(d, sizeof(d), all > UINT64_MAX ? UINT64_MAX : (uint64_t)all));
 		return -ENOSPC;
@@ -139,10 +124,10 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 			 "about %llu average batches, fewer than [prefetch] lookahead + [job] max_held "
 			 "= %llu: batches are prepared less far ahead, and a trainer holding max_held "
 			 "may be told to release one first (staging = %s would fit them)",
-			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
+			 fmt_size(a, sizeof(a), e->ar.stage_cap), e->pl.nlocal, fmt_size(b, sizeof(b), per),
 			 (unsigned long long)(per / mean), (unsigned long long)want,
-			 fmt_size(c, sizeof(c), (unsigned __int128)mean * want * MAX(e->nlocal, 1u) >
-				UINT64_MAX ? UINT64_MAX : mean * want * MAX(e->nlocal, 1u)));
+			 fmt_size(c, sizeof(c), (unsigned __int128)mean * want * MAX(e->pl.nlocal, 1u) >
+				UINT64_MAX ? UINT64_MAX : mean * want * MAX(e->pl.nlocal, 1u)));
 	return 0;
 }
 
@@ -159,17 +144,17 @@ int arena_check_held(struct engine *e, uint32_t held, char *err, size_t errlen)
 	struct stage_need sn = stage_need(e);
 	if (sn.need == 0 || sn.mean == 0)
 		return 0; /* every sample lives in the RAM cache: staging stays unused */
-	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(NVME_ALIGN - 1);
+	uint64_t per = (e->ar.stage_cap / MAX(e->pl.nlocal, 1u)) & ~(NVME_ALIGN - 1);
 	unsigned __int128 avg = (unsigned __int128)sn.mean * ((uint64_t)held + 1);
 	unsigned __int128 big = (unsigned __int128)sn.need / MAX(e->cfg->max_held, 1ull) *
 				((uint64_t)held + 1);
-	uint64_t all = avg * MAX(e->nlocal, 1u) > UINT64_MAX ? UINT64_MAX :
-		       (uint64_t)(avg * MAX(e->nlocal, 1u));
+	uint64_t all = avg * MAX(e->pl.nlocal, 1u) > UINT64_MAX ? UINT64_MAX :
+		       (uint64_t)(avg * MAX(e->pl.nlocal, 1u));
 	if (avg > per) {
 		snprintf(err, errlen, "this trainer may hold %u batches at once (workers x "
 			 "prefetch + kept); [cache] staging = %s gives each of %u trainers %s, %llu "
 			 "average batches: set [cache] staging to at least %s", held,
-			 fmt_size(a, sizeof(a), e->stage_cap), e->nlocal, fmt_size(b, sizeof(b), per),
+			 fmt_size(a, sizeof(a), e->ar.stage_cap), e->pl.nlocal, fmt_size(b, sizeof(b), per),
 			 (unsigned long long)(per / sn.mean), fmt_size(c, sizeof(c), all));
 		return -ENOSPC;
 	}
@@ -206,7 +191,7 @@ static uint64_t stage_ring(const struct engine *e, uint64_t per, uint64_t held)
 	return MIN(ALIGN_UP((uint64_t)ring, (uint64_t)NVME_ALIGN), per);
 }
 
-/* Capacities and offsets of the arena's parts (after nvme_open: bounce
+/* Capacities and offsets of the arena's parts (after nvme_create: bounce
  * slots exist only with a working NVMe tier on several nodes). Returns the
  * arena's size. */
 uint64_t arena_layout(struct engine *e)
@@ -214,18 +199,18 @@ uint64_t arena_layout(struct engine *e)
 	const struct catalog *cat = e->cat;
 	/* no point reserving more cache than the dataset (with alignment) */
 	uint64_t ds = xfs_cached_total(e) + cat->nsamples * PLAN_RAM_ALIGN;
-	e->cache_cap = ALIGN_UP(MIN(e->cfg->ram, ds), 4096ull);
-	e->stage_cap = ALIGN_UP(e->cfg->staging, 4096ull);
-	if (e->nvme_ok && e->nnodes > 1) {
-		e->nbounce = (uint32_t)MIN(e->cfg->io_threads, 16ull);
-		e->bounce_size = ALIGN_UP(xfs_cached_max(e), (uint64_t)e->nvme_align);
+	e->ar.cache_cap = ALIGN_UP(MIN(e->cfg->ram, ds), 4096ull);
+	e->ar.stage_cap = ALIGN_UP(e->cfg->staging, 4096ull);
+	if (nvme_on(e->nvme) && e->nnodes > 1) {
+		e->peers.nslots = (uint32_t)MIN(e->cfg->io_threads, 16ull);
+		e->peers.size = ALIGN_UP(xfs_cached_max(e), (uint64_t)nvme_align(e->nvme));
 	}
 	uint64_t types_off = ALIGN_UP(sizeof(struct seer_arena_hdr), 64ull);
 	uint64_t ntypes = (uint64_t)cat->ntypes + xfs_ntypes(e); /* + the tensor's */
-	e->cache_base = ALIGN_UP(types_off + ntypes * sizeof(struct seer_wire_type), 4096ull);
-	e->stage_base = e->cache_base + e->cache_cap;
-	e->bounce_base = e->stage_base + e->stage_cap;
-	return e->bounce_base + (uint64_t)e->nbounce * e->bounce_size;
+	e->ar.cache_base = ALIGN_UP(types_off + ntypes * sizeof(struct seer_wire_type), 4096ull);
+	e->ar.stage_base = e->ar.cache_base + e->ar.cache_cap;
+	e->peers.base = e->ar.stage_base + e->ar.stage_cap;
+	return e->peers.base + (uint64_t)e->peers.nslots * e->peers.size;
 }
 
 /* This node's memory: RAM (or a smaller cgroup v2 limit) and swap. */
@@ -256,8 +241,8 @@ int arena_check_memory(const struct engine *e, uint64_t size, char *err, size_t 
 	char what[200];
 	snprintf(what, sizeof(what), "the arena, %s ([cache] ram %s, of which the dataset fills %s, "
 		 "+ [cache] staging %s)", fmt_size(a, sizeof(a), size),
-		 fmt_size(b, sizeof(b), e->cfg->ram), fmt_size(c, sizeof(c), e->cache_cap),
-		 fmt_size(d, sizeof(d), e->stage_cap));
+		 fmt_size(b, sizeof(b), e->cfg->ram), fmt_size(c, sizeof(c), e->ar.cache_cap),
+		 fmt_size(d, sizeof(d), e->ar.stage_cap));
 	if (size > ram && size - ram > swap) {
 		snprintf(err, errlen, "%s is more than this node's memory (%s %s + swap %s): it could "
 			 "never be backed; lower [cache] ram or [cache] staging", what,
@@ -309,7 +294,7 @@ static int arena_segment(struct engine *e, uint64_t size, char *err, size_t errl
 	int rc = -ENOMEM;
 	uint64_t need = hsz ? (size + hsz - 1) / hsz : 0;
 	if (want != CFG_COALESCE_OFF && hsz && hfree >= need)
-		rc = shm_create_huge(&e->arena, "seer-arena", size, hsz);
+		rc = shm_create_huge(&e->ar.seg, "seer-arena", size, hsz);
 	char a[32], b[32], why[160];
 	if (!hsz)
 		snprintf(why, sizeof(why), "this kernel offers no huge pages (no Hugepagesize in "
@@ -335,7 +320,7 @@ static int arena_segment(struct engine *e, uint64_t size, char *err, size_t errl
 	if (want == CFG_COALESCE_AUTO && hsz)
 		log_info("arena in 4 KiB pages: %s (sysctl vm.nr_hugepages; [cache] huge_pages)",
 			 why);
-	if ((rc = shm_create(&e->arena, "seer-arena", size)) != 0)
+	if ((rc = shm_create(&e->ar.seg, "seer-arena", size)) != 0)
 		snprintf(err, errlen, "cannot create the %llu-byte arena: %s",
 			 (unsigned long long)size, strerror(-rc));
 	return rc;
@@ -349,24 +334,24 @@ int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen)
 	int rc = arena_segment(e, size, err, errlen);
 	if (rc != 0)
 		return rc;
-	size = e->arena.size; /* (rounded up to whole huge pages) */
-	e->abase = e->arena.base;
+	size = e->ar.seg.size; /* (rounded up to whole huge pages) */
+	e->ar.base = e->ar.seg.base;
 	if (e->topo) {
-		int numa = topo_bind_memory(e->topo, e->abase, size);
+		int numa = topo_bind_memory(e->topo, e->ar.base, size);
 		if (numa >= 0)
 			log_info("arena bound to NUMA node %d (the NIC's)", numa);
 	}
 	uint64_t types_off = ALIGN_UP(sizeof(struct seer_arena_hdr), 64ull);
-	struct seer_arena_hdr *h = (void *)e->abase;
+	struct seer_arena_hdr *h = (void *)e->ar.base;
 	*h = (struct seer_arena_hdr){
 		.magic = SEER_MAGIC_ARENA, .version = SEER_PROTO_VERSION,
 		.creator_pid = (uint32_t)getpid(), .size = size, .types_off = types_off,
-		.ntypes = cat->ntypes + xfs_ntypes(e), .data_off = e->cache_base,
+		.ntypes = cat->ntypes + xfs_ntypes(e), .data_off = e->ar.cache_base,
 	};
-	memcpy(e->abase + types_off, cat->types, cat->ntypes * sizeof(struct seer_wire_type));
+	memcpy(e->ar.base + types_off, cat->types, cat->ntypes * sizeof(struct seer_wire_type));
 	if (xfs_ntypes(e)) /* one sample's tensor, after the dataset's types */
-		xfs_type(e, (struct seer_wire_type *)(e->abase + types_off) + cat->ntypes);
-	if ((rc = shm_seal_readonly(&e->arena)) != 0) {
+		xfs_type(e, (struct seer_wire_type *)(e->ar.base + types_off) + cat->ntypes);
+	if ((rc = shm_seal_readonly(&e->ar.seg)) != 0) {
 		snprintf(err, errlen, "cannot seal the arena read-only for trainers: %s",
 			 strerror(-rc));
 		return rc;
@@ -395,16 +380,16 @@ int arena_create(struct engine *e, uint64_t size, char *err, size_t errlen)
 static void arena_populate(struct engine *e, uint64_t off, uint64_t len, const char *what)
 {
 	uint64_t t0 = now_ns();
-	int rc = madvise(e->abase + off, len, MADV_POPULATE_WRITE);
+	int rc = madvise(e->ar.base + off, len, MADV_POPULATE_WRITE);
 	if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) /* before Linux 5.14 */
-		rc = fallocate(e->arena.fd, 0, (off_t)off, (off_t)len);
+		rc = fallocate(e->ar.seg.fd, 0, (off_t)off, (off_t)len);
 	if (rc != 0) {
 		log_warn("could not allocate the %s ahead (%s): its pages appear at first use", what,
 			 strerror(errno));
 		return;
 	}
 	uint64_t t1 = now_ns();
-	mem_prime_pages(e->abase + off, len);
+	mem_prime_pages(e->ar.base + off, len);
 	log_debug("%s: %llu MiB allocated and mapped in %.1f ms, primed in %.1f ms", what,
 		  (unsigned long long)(len >> 20), (double)(t1 - t0) / 1e6,
 		  (double)(now_ns() - t1) / 1e6);
@@ -421,10 +406,10 @@ static void arena_populate(struct engine *e, uint64_t off, uint64_t len, const c
  * once, at plan time. Failure: logged; pages then appear at first use. */
 static void arena_fill_staging(struct engine *e, uint64_t len)
 {
-	if (staging_unused(e) || len <= e->stage_filled)
+	if (staging_unused(e) || len <= e->ar.stage_filled)
 		return;
-	arena_populate(e, e->stage_base, len, "staging");
-	e->stage_filled = len;
+	arena_populate(e, e->ar.stage_base, len, "staging");
+	e->ar.stage_filled = len;
 }
 
 /* Staging made at start, before any trainer attaches, when it will surely
@@ -434,8 +419,8 @@ static void arena_fill_staging(struct engine *e, uint64_t len)
  * MiB between the trainers' attach and the rank map here, issue 13). */
 void arena_prefill_staging(struct engine *e)
 {
-	if (e->nnodes > 1 || e->cat->total_bytes > e->cache_cap)
-		arena_fill_staging(e, e->stage_cap);
+	if (e->nnodes > 1 || e->cat->total_bytes > e->ar.cache_cap)
+		arena_fill_staging(e, e->ar.stage_cap);
 }
 
 /* The RAM cache's first pages, allocated and mapped at start: as many as
@@ -453,16 +438,16 @@ void arena_prefill_staging(struct engine *e)
 void arena_prefill_cache(struct engine *e)
 {
 	uint64_t share = e->cat->total_bytes / MAX(e->nnodes, 1u) + 1;
-	uint64_t len = ALIGN_UP(MIN(MIN(share, e->cache_cap), PREFILL_CACHE_MAX), 4096ull);
+	uint64_t len = ALIGN_UP(MIN(MIN(share, e->ar.cache_cap), PREFILL_CACHE_MAX), 4096ull);
 	if (len > 0)
-		arena_populate(e, e->cache_base, len, "RAM cache");
+		arena_populate(e, e->ar.cache_base, len, "RAM cache");
 }
 
 void arena_trainer_ring(struct engine *e, struct trainer *t)
 {
-	if (!e->stage_split)
+	if (!e->ar.stage_split)
 		return; /* arena_split_staging sizes it from t->held */
-	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(NVME_ALIGN - 1);
+	uint64_t per = (e->ar.stage_cap / MAX(e->pl.nlocal, 1u)) & ~(NVME_ALIGN - 1);
 	uint64_t ring = stage_ring(e, per, t->held);
 	if (ring != t->stg.cap) {
 		char a[32];
@@ -476,10 +461,10 @@ void arena_trainer_ring(struct engine *e, struct trainer *t)
  * region (once split; a session made later gets it at its creation). */
 void arena_publish_share(const struct engine *e, struct trainer *t)
 {
-	if (!t->co || !e->stage_split)
+	if (!t->co || !e->ar.stage_split)
 		return;
-	t->co->stage_lo = e->stage_base;
-	t->co->stage_hi = e->stage_base + e->stage_cap;
+	t->co->stage_lo = e->ar.stage_base;
+	t->co->stage_hi = e->ar.stage_base + e->ar.stage_cap;
 	t->co->own_lo = t->stg.base;
 	t->co->own_hi = t->stg.base + t->stg.cap;
 	atomic_store_explicit(&t->co->stage_set, 1, memory_order_release);
@@ -492,12 +477,12 @@ void arena_publish_share(const struct engine *e, struct trainer *t)
  * ResNet-50's, every page of it a trap on the test VM in the cold epoch). */
 void arena_split_staging(struct engine *e)
 {
-	uint64_t per = (e->stage_cap / MAX(e->nlocal, 1u)) & ~(NVME_ALIGN - 1);
+	uint64_t per = (e->ar.stage_cap / MAX(e->pl.nlocal, 1u)) & ~(NVME_ALIGN - 1);
 	uint64_t ring = stage_ring(e, per, e->cfg->max_held);
-	e->stage_split = true;
-	for (uint32_t i = 0; i < e->nlocal; i++) {
-		struct trainer *t = &e->tr[e->local_ranks[i]];
-		stg_init(&t->stg, e->stage_base + per * i, stage_ring(e, per, t->held));
+	e->ar.stage_split = true;
+	for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+		struct trainer *t = &e->tr[e->pl.local_ranks[i]];
+		stg_init(&t->stg, e->ar.stage_base + per * i, stage_ring(e, per, t->held));
 		arena_publish_share(e, t);
 	}
 	if (ring < per) {
@@ -505,6 +490,6 @@ void arena_split_staging(struct engine *e)
 		log_info("staging: each trainer's ring is %s of its %s share (twice what its batches "
 			 "in flight take)", fmt_size(a, sizeof(a), ring), fmt_size(b, sizeof(b), per));
 	}
-	arena_fill_staging(e, per * e->nlocal);
+	arena_fill_staging(e, per * e->pl.nlocal);
 }
 

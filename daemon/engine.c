@@ -27,38 +27,28 @@
 
 /* ---- the engine's fds and threads ----------------------------------------------- */
 
-void engine_ep_add(struct engine *e, int fd, uint64_t tag)
-{
-	epoll_watch(e->epfd, fd, tag);
-}
-
-void engine_ep_del(struct engine *e, int fd)
-{
-	epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
-}
-
 /* Place the daemon's threads -- the I/O threads, the dispatcher and the
  * network thread -- away from the trainers (see src/util/topo.h for the policy). */
 void engine_repin(struct engine *e)
 {
-	if (!e->topo || !e->pool_started)
+	if (!e->topo || !e->tasks.pool_started)
 		return;
-	unsigned n = e->pool.nthreads, nx = xfs_threads(e, NULL);
+	unsigned n = e->tasks.pool.nthreads, nx = xfs_threads(e, NULL);
 	pthread_t th[n + nx + 2];
-	memcpy(th, e->pool.threads, n * sizeof(pthread_t));
+	memcpy(th, e->tasks.pool.threads, n * sizeof(pthread_t));
 	n += xfs_threads(e, th + n);
-	th[n++] = e->dispatcher;
-	bool net = e->net && net_thread(e->net, &th[n]) == 0;
+	th[n++] = e->self.dispatcher;
+	bool net = e->peers.net && net_thread(e->peers.net, &th[n]) == 0;
 	n += net;
-	char desc[sizeof(e->pin_desc)], xd[32] = "";
+	char desc[sizeof(e->self.pin_desc)], xd[32] = "";
 	int pus = topo_pin_threads(e->topo, e->cfg->cpuset, th, n, desc, sizeof(desc));
 	xfs_placed(e, pus > 0 ? (unsigned)pus : 0);
 	if (nx)
 		snprintf(xd, sizeof(xd), ", %u transform", nx);
-	if (strcmp(desc, e->pin_desc) != 0) {
-		log_info("daemon threads (%u I/O%s, dispatcher%s) %s", e->pool.nthreads, xd,
+	if (strcmp(desc, e->self.pin_desc) != 0) {
+		log_info("daemon threads (%u I/O%s, dispatcher%s) %s", e->tasks.pool.nthreads, xd,
 			 net ? ", network" : "", desc);
-		str_copy(e->pin_desc, sizeof(e->pin_desc), desc);
+		str_copy(e->self.pin_desc, sizeof(e->self.pin_desc), desc);
 	}
 }
 
@@ -95,25 +85,28 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	e->node = o->node;
 	e->nnodes = o->nnodes;
 	e->epfd = o->epfd;
-	e->t_start = now_s();
-	e->arena.fd = -1;
-	e->nvme_fd = -1;
+	e->tasks.done = complete_task; /* completions to the stages that own them */
+	e->st.t_start = now_s();
+	e->ar.seg.fd = -1;
 	const struct catalog *cat = o->cat;
 	int rc;
 
-	nvme_open(e);
-	if ((rc = xfs_create(e, err, errlen)) != 0)
+	e->nvme = nvme_create(e->cfg, e->node, o->cat->nsamples);
+	/* what the transform stage hands back goes to the stages that own it */
+	const struct xfs_events xev = { .sample_done = pf_sample_done,
+					.unstaged = complete_unstaged };
+	if ((rc = xfs_create(e, &xev, err, errlen)) != 0)
 		goto fail;
 	uint64_t size = arena_layout(e);
 	peer_bounce_init(e);
-	e->caps = xcalloc(e->nnodes, sizeof(*e->caps));
+	e->pl.caps = xcalloc(e->nnodes, sizeof(*e->pl.caps));
 	for (uint32_t k = 0; k < e->nnodes; k++)
-		e->caps[k] = engine_cap(e);
+		e->pl.caps[k] = engine_cap(e);
 
 	char terr[256];
 	if (topo_open(&e->topo, terr, sizeof(terr)) == 0) {
-		topo_describe(e->topo, e->topo_desc, sizeof(e->topo_desc));
-		log_info("topology: %s", e->topo_desc);
+		topo_describe(e->topo, e->self.topo_desc, sizeof(e->self.topo_desc));
+		log_info("topology: %s", e->self.topo_desc);
 		if (*o->cfg->cpuset && topo_check_cpuset(e->topo, o->cfg->cpuset, err, errlen) != 0) {
 			rc = SEER_ECONFIG;
 			goto fail;
@@ -131,26 +124,26 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
 	e->nopfs = strcmp(o->cfg->policy, "nopfs") == 0;
 	if (o->probe)
-		e->probe = *o->probe;
+		e->ext.probe = *o->probe;
 	ext_init(e);
-	e->bad = calloc(cat->nsamples, 1);
+	e->pl.bad = calloc(cat->nsamples, 1);
 	e->cstate = calloc(cat->nsamples, sizeof(uint32_t));
-	if (!e->cstate || !e->bad) {
+	if (!e->cstate || !e->pl.bad) {
 		snprintf(err, errlen, "out of memory");
 		rc = -ENOMEM;
 		goto fail;
 	}
-	e->reader_fds = reader_fds(o->cfg);
-	rc = iopool_start(&e->pool, (unsigned)o->cfg->io_threads, worker_exec, worker_init,
+	e->tasks.reader_fds = reader_fds(o->cfg);
+	rc = iopool_start(&e->tasks.pool, (unsigned)o->cfg->io_threads, worker_exec, worker_init,
 			  worker_fini, e);
 	if (rc != 0) {
 		snprintf(err, errlen, "cannot start %llu I/O threads: %s",
 			 (unsigned long long)o->cfg->io_threads, strerror(-rc));
 		goto fail;
 	}
-	e->pool_started = true;
-	e->dispatcher = pthread_self();
-	engine_ep_add(e, e->pool.done_efd, EP_TAG(EP_POOL, 0));
+	e->tasks.pool_started = true;
+	e->self.dispatcher = pthread_self();
+	engine_ep_add(e, e->tasks.pool.done_efd, EP_TAG(EP_POOL, 0));
 	if (e->xf)
 		engine_ep_add(e, xfs_event_fd(e), EP_TAG(EP_POOL, 1));
 	engine_repin(e);
@@ -160,7 +153,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 		goto fail;
 	char a[32], b[32];
 	log_info("arena: %s RAM cache + %s staging, %llu I/O threads, lookahead %llu batches",
-		 fmt_size(a, sizeof(a), e->cache_cap), fmt_size(b, sizeof(b), e->stage_cap),
+		 fmt_size(a, sizeof(a), e->ar.cache_cap), fmt_size(b, sizeof(b), e->ar.stage_cap),
 		 (unsigned long long)o->cfg->io_threads, (unsigned long long)o->cfg->lookahead);
 	*out = e;
 	return 0;
@@ -175,14 +168,14 @@ void engine_destroy(struct engine *e)
 		return;
 	atomic_store(&e->stopping, true);
 	xfs_stop(e); /* first: I/O threads waiting for a decode are released */
-	if (e->pool_started) {
-		iopool_stop(&e->pool);
-		for (struct io_task *io = iopool_take_done(&e->pool); io;) {
+	if (e->tasks.pool_started) {
+		iopool_stop(&e->tasks.pool);
+		for (struct io_task *io = iopool_take_done(&e->tasks.pool); io;) {
 			struct io_task *next = io->next;
 			task_free(e, (struct etask *)io);
 			io = next;
 		}
-		iopool_destroy(&e->pool);
+		iopool_destroy(&e->tasks.pool);
 	}
 	for (uint32_t r = 0; e->tr && r < e->world; r++) {
 		sess_close(e, &e->tr[r]);
@@ -194,18 +187,22 @@ void engine_destroy(struct engine *e)
 	ext_free(e);
 	place_shape_free(e);
 	free((void *)e->cstate);
-	free(e->bad);
-	free(e->es);
-	free(e->caps);
+	free(e->pl.bad);
+	stats_free(&e->st);
+	free(e->pl.caps);
 	peer_free(e);
-	nvme_close(e);
+	nvme_destroy(e->nvme);
 	topo_close(e->topo);
-	shm_destroy(&e->arena);
+	shm_destroy(&e->ar.seg);
 	free(e);
 }
 
 void engine_work(struct engine *e)
 {
+	if (e->self.repin_due) { /* a session's trainer changed the CPUs to avoid */
+		e->self.repin_due = false;
+		engine_repin(e);
+	}
 	task_completions(e);
 	xfs_completions(e);
 	peer_events(e);
@@ -215,14 +212,17 @@ void engine_work(struct engine *e)
 	for (uint32_t r = 0; r < e->world; r++)
 		if (e->tr[r].attached)
 			atomic_store_explicit(&e->tr[r].co->need_wakeup, 0, memory_order_relaxed);
-	for (uint32_t r = 0; r < e->world; r++)
-		pf_releases(e, &e->tr[r]);
+	for (uint32_t r = 0; r < e->world; r++) {
+		const char *why = pf_releases(e, &e->tr[r]);
+		if (why) /* a bad release ring: the session's business */
+			sess_evict(e, &e->tr[r], why);
+	}
 	if (e->plan_ready) {
 		bool progress = true;
 		while (progress) {
 			progress = false;
-			for (uint32_t i = 0; i < e->nlocal; i++) {
-				struct trainer *t = &e->tr[e->local_ranks[i]];
+			for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+				struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 				t->blocked = false;
 				if (!pf_can_prepare(e, t))
 					continue;
@@ -234,6 +234,7 @@ void engine_work(struct engine *e)
 		}
 		pf_fill(e);
 		repl_fill(e); /* after every batch's reads: the lowest priority */
+		ext_flush(e); /* coalesce the round's PFS reads into extents */
 		task_flush(e);
 	}
 	/* after a stop nothing more is published: the trainers' next call says
@@ -242,9 +243,10 @@ void engine_work(struct engine *e)
 	for (uint32_t r = 0; r < e->world && !stopping; r++)
 		if (e->tr[r].attached && !e->tr[r].resetting)
 			pf_publish(e, &e->tr[r]);
-	for (uint32_t i = 0; e->plan_ready && i < e->nlocal; i++)
-		pf_check_held(e, &e->tr[e->local_ranks[i]]);
-	stats_check_epochs(e);
+	for (uint32_t i = 0; e->plan_ready && i < e->pl.nlocal; i++)
+		pf_check_held(e, &e->tr[e->pl.local_ranks[i]]);
+	if (stats_check_epochs(e))
+		fcast_note(e); /* the epoch now beginning, with the rates so far */
 }
 
 bool engine_arm(struct engine *e)
@@ -252,7 +254,7 @@ bool engine_arm(struct engine *e)
 	if (!e->shape_ready)
 		return true;
 	bool sleep_ok = true;
-	e->pace_wake_ns = 0; /* pf_can_prepare below sets it again */
+	e->pf.pace_wake_ns = 0; /* pf_can_prepare below sets it again */
 	/* While every trainer here has at least `below` (half the lookahead)
 	 * batches ready and its last `lookahead` batches needed no PFS read, a
 	 * take or a release gives us nothing to do at once (staging and slots
@@ -264,8 +266,8 @@ bool engine_arm(struct engine *e)
 	 * recorded at that pass, or at the 1 s timer at the latest. */
 	uint32_t below = (uint32_t)MAX(1u, (e->cfg->lookahead + 1) / 2);
 	bool lazy = e->plan_ready && !e->draining && !atomic_load(&e->stopping);
-	for (uint32_t i = 0; lazy && i < e->nlocal; i++) {
-		struct trainer *t = &e->tr[e->local_ranks[i]];
+	for (uint32_t i = 0; lazy && i < e->pl.nlocal; i++) {
+		struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 		lazy = !t->attached || (!t->resetting && t->no_pfs_run >= e->cfg->lookahead &&
 					sess_unread(t) >= below);
 	}
@@ -296,10 +298,10 @@ bool engine_arm(struct engine *e)
 
 int engine_wait_ms(const struct engine *e, int ms)
 {
-	if (!e->shape_ready || !e->pace_wake_ns)
+	if (!e->shape_ready || !e->pf.pace_wake_ns)
 		return ms;
 	uint64_t now = now_ns();
-	uint64_t left = e->pace_wake_ns > now ? (e->pace_wake_ns - now + 999999u) / 1000000u : 0;
+	uint64_t left = e->pf.pace_wake_ns > now ? (e->pf.pace_wake_ns - now + 999999u) / 1000000u : 0;
 	return (int)MIN((uint64_t)ms, left);
 }
 
@@ -312,7 +314,7 @@ void engine_on_event(struct engine *e, uint64_t tag, uint32_t events)
 		break; /* engine_work takes the completions */
 	case EP_NET: {
 		uint64_t v;
-		ssize_t r UNUSED = read(net_event_fd(e->net), &v, sizeof(v));
+		ssize_t r UNUSED = read(net_event_fd(e->peers.net), &v, sizeof(v));
 		break;
 	}
 	case EP_TSOCK:
@@ -360,7 +362,7 @@ void engine_snapshot(struct engine *e)
 
 bool engine_finished(const struct engine *e)
 {
-	if (e->fatal[0])
+	if (e->self.fatal[0])
 		return true;
 	bool stopping = atomic_load(&e->stopping) || e->draining;
 	if (!e->shape_ready)
@@ -372,35 +374,35 @@ bool engine_finished(const struct engine *e)
 		return true;
 	if (!e->plan_ready)
 		return false;
-	for (uint32_t i = 0; i < e->nlocal; i++)
-		if (!e->tr[e->local_ranks[i]].done)
+	for (uint32_t i = 0; i < e->pl.nlocal; i++)
+		if (!e->tr[e->pl.local_ranks[i]].done)
 			return false;
 	return true;
 }
 
 const char *engine_fatal(const struct engine *e)
 {
-	return e->fatal[0] ? e->fatal : NULL;
+	return e->self.fatal[0] ? e->self.fatal : NULL;
 }
 
 void engine_tick(struct engine *e)
 {
 	double t = now_s();
-	if (e->retries_unreported && t - e->t_last_retry_warn >= 10.0) {
+	if (e->self.retries_unreported && t - e->self.t_last_retry_warn >= 10.0) {
 		log_warn("%llu failed reads retried since the last report (last: %s)",
-			 (unsigned long long)e->retries_unreported, e->last_retry);
-		e->retries_unreported = 0;
-		e->t_last_retry_warn = t;
+			 (unsigned long long)e->self.retries_unreported, e->self.last_retry);
+		e->self.retries_unreported = 0;
+		e->self.t_last_retry_warn = t;
 	}
-	if (e->shape_ready && e->plan_ready && e->fill_left > 0 && e->cache_loaded > 0 &&
-	    t - e->t_last_progress >= 10.0) {
-		e->t_last_progress = t;
-		uint64_t planned = e->cache_planned + e->repl_ram_planned;
+	if (e->shape_ready && e->plan_ready && e->pf.fill_left > 0 && e->pl.cache_loaded > 0 &&
+	    t - e->self.t_last_progress >= 10.0) {
+		e->self.t_last_progress = t;
+		uint64_t planned = e->pl.cache_planned + e->repl.ram_planned;
 		log_info("warm-up: %llu of %llu cached samples loaded (%.1f%%)",
-			 (unsigned long long)e->cache_loaded, (unsigned long long)planned,
-			 100.0 * (double)e->cache_loaded / (double)MAX(planned, 1ull));
+			 (unsigned long long)e->pl.cache_loaded, (unsigned long long)planned,
+			 100.0 * (double)e->pl.cache_loaded / (double)MAX(planned, 1ull));
 	}
-	if (t - e->t_start > e->cfg->connect_timeout_s && t - e->t_last_wait_warn > 60.0) {
+	if (t - e->st.t_start > e->cfg->connect_timeout_s && t - e->self.t_last_wait_warn > 60.0) {
 		char missing[256] = "";
 		size_t n = 0;
 		uint32_t count = 0;
@@ -412,31 +414,31 @@ void engine_tick(struct engine *e)
 						      count > 1 ? "," : "", r);
 		}
 		if (count > 0 || !e->shape_ready) {
-			e->t_last_wait_warn = t;
+			e->self.t_last_wait_warn = t;
 			if (!e->shape_ready)
-				log_warn("no trainer connected after %.0f s (socket %s)", t - e->t_start,
+				log_warn("no trainer connected after %.0f s (socket %s)", t - e->st.t_start,
 					 e->cfg->socket);
 			else
 				log_warn("%u trainer rank(s) never connected after %.0f s: %s%s", count,
-					 t - e->t_start, missing, count > 16 ? ",..." : "");
+					 t - e->st.t_start, missing, count > 16 ? ",..." : "");
 		}
 	}
 }
 
 void engine_net_opts(struct engine *e, struct net_opts *o)
 {
-	o->region = e->abase;
-	o->region_len = e->arena.size;
+	o->region = e->ar.base;
+	o->region_len = e->ar.seg.size;
 	o->lookup = peer_lookup;
 	o->lookup_ctx = e;
 }
 
 void engine_set_net(struct engine *e, struct net *n)
 {
-	e->net = n;
+	e->peers.net = n;
 	if (n) {
 		engine_ep_add(e, net_event_fd(n), EP_TAG(EP_NET, 0));
-		e->pin_desc[0] = '\0'; /* log the placement again, network thread included */
+		e->self.pin_desc[0] = '\0'; /* log the placement again, network thread included */
 		engine_repin(e);
 	}
 }

@@ -14,10 +14,10 @@
  *   - the forecast thread (fcast.c), started once the plan is made: it reads
  *     the plan, the replica set, the catalog, the shape, the rank map and
  *     the capacities (none changes until fcast_stop joins it) and writes
- *     only `fct`, published by the release store of `fct_ready`.
+ *     only its tally, published by the release store of `fc.ready`.
  *   - the transform threads (transform.c, [transform] decode = image), which
  *     run that stage's jobs under its own lock and read the fixed-at-creation
- *     cfg, cat and abase.
+ *     cfg, cat and ar.base.
  * Why that is enough is said at each group of fields. */
 #ifndef SEERD_ENGINE_INT_H
 #define SEERD_ENGINE_INT_H
@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 
 #include "../proto/seer_proto.h"
 #include "../src/catalog/catalog.h"
@@ -33,6 +34,8 @@
 #include "../src/plan/extent_plan.h"
 #include "../src/util/spans.h"
 #include "../src/util/iopool.h"
+#include "../src/util/ctrl.h"
+#include "../src/util/util.h"
 #include "../src/net/net.h"
 #include "../src/util/pfs_probe.h"
 #include "../src/plan/forecast.h"
@@ -42,9 +45,19 @@
 #include "../src/sampler/sampler.h"
 #include "../src/sampler/sampler_elastic.h"
 #include "../src/common/shm.h"
+#include "arena.h"
 #include "engine.h"
+#include "extent.h"
+#include "fcast.h"
+#include "peer.h"
+#include "placement.h"
+#include "prefetch.h"
+#include "replica.h"
+#include "nvme.h"
 #include "route.h"
 #include "staging.h"
+#include "stats.h"
+#include "task.h"
 
 /* ---- a trainer's batch slots and session ------------------------------------ */
 
@@ -97,7 +110,7 @@ struct trainer {
 	uint64_t attach_ns;
 	uint64_t last_release_ns;
 	uint64_t pace_taken, pace_ns; /* batches it had taken, and when that count was first seen */
-	bool pace_counted;    /* a prepare after that take was deferred (counted in e->paced) */
+	bool pace_counted;    /* a prepare after that take was deferred (counted in e->pf.paced) */
 	uint64_t last_stall_ns;  /* the trainer's stall counter at its last release */
 	bool blocked;         /* could not prepare: waits for a release or take */
 	uint32_t held;        /* batches it may hold at once: [job] max_held, or more
@@ -165,7 +178,7 @@ struct etask {
 	uint32_t nmem;
 	uint32_t file;        /* TK_EXTENT: bytes [foff, foff + len) of this file */
 	uint64_t foff;
-	uint64_t xoff;        /* TK_EXTENT, xpool: its buffer, at e->xbase + xoff */
+	uint64_t xoff;        /* TK_EXTENT, xpool: its buffer, at e->ext.base + xoff */
 	bool xpool;           /* TK_EXTENT: buffer from the extent region (else its own) */
 	bool single;          /* TK_PFS: never coalesced (its extent failed) */
 	bool in_sub;          /* submitted, not yet handed to the pool */
@@ -178,94 +191,50 @@ struct etask {
 
 #define TASK_CHUNK 1024
 #define SEER_MAX_WORLD (1u << 20) /* trainers per job */
-#define NVME_ALIGN 4096ull
 
-/* ---- statistics ------------------------------------------------------------------ */
-
-/* Per-epoch counters. Deliveries (samples, bytes, ram_*) count in the epoch
- * of the batch. Reads from a source (pfs_*, nvme_*, peer_*, served_*, ...)
- * count in the epoch the job was in when they completed: the oldest epoch
- * not yet finished by every local trainer, which is what a PFS monitor sees
- * (trainers in lockstep, as under DDP, make both the same). */
-struct epoch_stats {
-	uint64_t samples, bytes;             /* delivered */
-	uint64_t ram_samples, ram_bytes;     /* served from the RAM cache */
-	uint64_t pfs_samples, pfs_bytes;     /* read from the PFS */
-	uint64_t peer_samples, peer_bytes;   /* fetched from other daemons */
-	uint64_t nvme_samples, nvme_bytes;   /* read from the local NVMe tier */
-	uint64_t nvme_written, nvme_corrupt;
-	uint64_t served_samples, served_bytes; /* sent to other daemons */
-	uint64_t repl_samples, repl_bytes;   /* served from this node's replicas (RAM, NVMe) */
-	uint64_t fill_samples, fill_bytes;   /* replicas loaded (a background fill, or the
-						read that found it not filled yet) */
-	uint64_t fallbacks;                  /* peer fetches that fell back to the PFS */
-	uint64_t skipped;                    /* corrupt samples substituted (on_corrupt = skip) */
-	uint64_t retries;                    /* failed reads that were tried again */
-	uint64_t pfs_reads;                  /* reads of the PFS: samples read alone + extents */
-	uint64_t extents;                    /* coalesced reads */
-	uint64_t extent_samples;             /* samples cut from them */
-	uint64_t extent_bytes;               /* bytes they read */
-	uint64_t extent_useful;              /* bytes of the samples cut (the rest was bridged) */
-	uint64_t failed;
-	double t_done;                       /* when the last local trainer finished it */
-	/* this node's forecast for the epoch, made as it began (fcast.c) */
-	bool fc_set, fc_timed;               /* made; with a measured rate */
-	uint8_t fc_bound;                    /* enum forecast_term */
-	double fc_time, fc_lb;
-	uint64_t fc_ram, fc_nvme, fc_peer, fc_pfs;
+/* The engine's own bookkeeping (engine.c; the dispatcher's): its thread,
+ * the machine and where the daemon's threads run, the warnings it times,
+ * the first fatal message. */
+struct engine_self {
+	pthread_t dispatcher;    /* the thread running engine_work */
+	bool repin_due;          /* a trainer came: place the threads again (engine_work) */
+	char topo_desc[512];
+	char pin_desc[160];
+	double t_last_progress;
+	double t_last_wait_warn;
+	double t_last_retry_warn;
+	uint64_t retries_unreported;
+	char last_retry[SEER_ERRMSG_MAX];
+	char fatal[SEER_ERRMSG_MAX];
 };
 
-/* Running estimates of a source, from completed reads (no tables). */
-struct src_est {
-	double lat_s;      /* EWMA of one read's service time */
-	double bps;        /* EWMA of one read's bytes / service time */
-	uint64_t n;
-};
-enum { SRC_PFS, SRC_NVME, SRC_PEER, SRC_COUNT };
-
-/* A peer's request the dispatcher answers later (before the plan, or while
- * every bounce slot is taken). */
-struct deferred_req {
-	uint32_t peer, sample;
-	uint64_t req_id, len;
+/* Position files ([job] resume = auto; resume.c, the dispatcher's). */
+struct resume_state {
+	struct resume_files *files; /* NULL until resume_begin */
+	uint32_t run_id;         /* this run's id in the position files */
 };
 
 /* ---- the engine ---------------------------------------------------------------- */
 
 struct engine {
 	/* == Fixed at creation: written by engine_create before the I/O threads
-	 * start (pthread_create orders that; pool_started and dispatcher are set
-	 * just after, and only the dispatcher reads them) and before the network
+	 * start (pthread_create orders that; tasks.pool_started and self.dispatcher
+	 * are set just after, and only the dispatcher reads them) and before the network
 	 * thread exists; read-only afterwards. The I/O threads read exactly cfg
-	 * (retries, retry_backoff_ms), cat (their readers), reader_fds, abase,
-	 * nvme_fd, nvme_direct and nvme_align (worker.c), and xf to hand a decode
-	 * to the transform pool (transform.c, under its lock); nvme_fd stays open,
-	 * even when the tier is disabled, until engine_destroy has stopped the
-	 * pool. The network thread reads cat, node, abase, cache_base and xf's
-	 * fixed cached lengths (peer_lookup). */
+	 * (retries, retry_backoff_ms), cat (their readers), tasks.reader_fds, ar.base,
+	 * nvme (its pread/pwrite, nvme.h), and xf to hand a decode to the
+	 * transform pool (transform.c, under its lock), and the extent region
+	 * (ext.base, extent.h). The network thread reads cat, node, ar.base,
+	 * ar.cache_base and xf's fixed cached lengths (peer_lookup). */
 	const struct seer_config *cfg;
 	struct catalog *cat;
 	uint32_t node, nnodes;
 	int epfd;
-	struct shm_seg arena;
-	uint8_t *abase;
-	uint64_t cache_base, cache_cap, stage_base, stage_cap;
-	uint64_t stage_filled;     /* staging's first bytes populated (arena.c) */
-	bool stage_split;          /* the trainers' shares are set (arena_split_staging) */
-	uint64_t bounce_base, bounce_size; /* bounce slots: NVMe samples sent to peers */
-	uint32_t nbounce;
-	int nvme_fd;             /* one file per node, unlinked as soon as it is open */
-	bool nvme_direct;
-	uint32_t nvme_align;     /* slot and transfer alignment (O_DIRECT's, or 64) */
-	uint64_t nvme_cap;
+	struct arena ar;         /* the shared segment and its parts (arena.h) */
+	struct nvme_tier *nvme;  /* the NVMe tier (nvme.h): I/O threads call its pread/pwrite */
 	bool skip_corrupt;       /* dataset.on_corrupt = skip */
-	uint32_t reader_fds;     /* files each I/O thread's reader keeps open */
 	bool nopfs;              /* cache.policy = nopfs */
-	struct iopool pool;      /* its own locks: submit/take from the dispatcher */
-	bool pool_started;
-	pthread_t dispatcher;    /* the thread running engine_work */
 	struct topo *topo;
-	char topo_desc[512];
 	struct xfs *xf;          /* the transform stage (transform.c), NULL for file
 				    bytes; its own threads and lock, see there */
 
@@ -290,15 +259,9 @@ struct engine {
 
 	/* job shape (placement.c) */
 	struct sampler_shape sh;
-	struct sampler_cache smp;
 	uint32_t world;
-	uint64_t end;            /* the job's last global batch + 1 (sampler_tl_end) */
-	uint64_t default_start;  /* from [job] resume */
 	bool shape_ready;
 	uint32_t nslots;         /* batch slots per trainer */
-	uint32_t *ids;           /* batch scratch: sample ids */
-	uint32_t *keys;          /* batch scratch: RAM keys (ROUTE_RAM) */
-	uint8_t *routes;         /* batch scratch: enum route_src */
 
 	/* the job's resume plan (jobrec.c): where it starts, the epoch an
 	 * elastic resume re-shards, and the record it was made from */
@@ -307,130 +270,44 @@ struct engine {
 	uint8_t *plan_rec;       /* that record, encoded (NULL: a fresh job's plan) */
 	size_t plan_rec_len;
 	uint32_t plan_key;       /* what every node's plan must share (0: plain) */
-	uint32_t run_id;         /* this run's id in the position files */
 
-	/* position files (resume.c) */
-	struct resume_files *rf;
+	/* position files (resume.c): the files, this run's id in them */
+	struct resume_state resume;
 
-	/* placement (placement.c) */
+	/* placement (placement.c; the rest of its state: placement.h) */
 	bool plan_ready;
-	struct plan_cap *caps;   /* per node */
 	bool roll_dirty;         /* local ranks changed before the map */
-	uint64_t first_epoch;
 	uint32_t *rank_node;     /* world entries */
-	uint32_t nlocal;
-	uint32_t *local_ranks;
-	uint32_t *local_idx;     /* rank -> index among the local ranks */
-	struct plan_nopfs np;    /* cache.policy = nopfs: each local trainer's copies */
-	uint64_t local_cached_bytes;
-	uint64_t cache_planned, cache_loaded, cache_loaded_bytes;
-	uint8_t *bad;            /* samples that failed their format checks (skip policy) */
+	struct place pl;
 
-	/* replicas (placement.c plans them, replica.c fills them) */
-	bool repl_on;            /* nv holds this node's replica set */
-	struct plan_node nv;     /* valid when repl_on */
-	bool repl_from_pfs;      /* cache.replica_fill = pfs */
-	uint64_t *repl_started;  /* bit per replica: its fill started or is not needed */
-	uint64_t repl_next;      /* replicas before it all have their bit */
-	uint64_t repl_scan_g;    /* progress at the last scan that found only replicas
-				    not ready (UINT64_MAX: scan) */
-	uint32_t repl_inflight, repl_max_inflight;   /* background fills */
-	uint32_t repl_inflight_pfs, repl_max_pfs;    /* ... of them PFS reads (I/O threads) */
-	double repl_tokens;      /* cache.replica_fill_rate bucket, bytes */
-	uint64_t repl_t_ns;      /* when the bucket was last topped up */
-	uint64_t repl_ram_planned, repl_nvme_planned;
-	uint64_t repl_fills, repl_fill_bytes, repl_fills_failed;
-	uint64_t repl_fill_pfs_bytes;  /* ... of repl_fill_bytes, read from the PFS */
+	/* replicas (replica.h): the set placement.c plans, replica.c fills */
+	struct repl repl;
 
 	/* trainers (session.c, prefetch.c) */
 	struct trainer *tr;      /* world entries once known */
 	bool draining;
 
-	/* fill (prefetch.c) */
-	uint64_t fill_g;
-	uint32_t fill_r;
-	uint32_t fill_inflight;
-	uint64_t fill_left;
+	/* fill and pacing (prefetch.h) */
+	struct prefetch pf;
 
-	/* tasks (task.c) */
-	struct etask **chunks;
-	uint32_t nchunks;
-	struct etask *free_tasks;
-	struct io_task **sub;
-	uint32_t nsub, capsub;
+	/* tasks (task.h): the task pool, and the I/O pool, whose own locks
+	 * order the hand-over of a task to an I/O thread and back */
+	struct tasks tasks;
 
-	/* coalesced reads (extent.c) */
-	bool coalesce;           /* prefetch.coalesce (auto: the probe's verdict) and a
-				    format that cuts samples */
-	struct pfs_probe probe;  /* auto: node 0's measurement (probe.reads 0: none) */
-	uint32_t *pfs_q;         /* per sample: id + 1 of a PFS read of it not yet known
-				    to have started (absorbable by an extent), or 0 */
-	struct etask **ext_wait; /* extents waiting for extent memory */
-	uint32_t next_wait, capext_wait;
-	uint64_t ext_mem, ext_mem_peak; /* extent bytes in flight, at most */
-	uint8_t *xbase;          /* the extent region: buffers made before the job */
-	uint64_t xcap;
-	struct spans xspans;     /* its free ranges */
-	struct extent_cand *ext_c;  /* planning scratch, per candidate */
-	bool *ext_take;
-	struct etask **ext_tk;   /* the candidate's queued read, or NULL */
-	uint32_t ext_cap;
-	struct etask **ext_todo; /* flush scratch */
-	uint32_t ext_todo_cap;
+	/* coalesced reads (extent.h) */
+	struct ext ext;
 
-	/* NVMe tier (nvme.c) */
-	bool nvme_ok;            /* false once disabled: its samples come from the PFS */
-	uint64_t *nvme_sum;      /* per sample, valid when READY */
-	uint64_t nvme_loaded, nvme_loaded_bytes, nvme_planned;
-	uint64_t nvme_size;      /* the file's reserved size (nvme_fit) */
+	/* peers (peer.h): the data plane, bounce slots, deferred requests */
+	struct peers peers;
 
-	/* peers (peer.c) */
-	struct net *net;
-	struct deferred_req *early;   /* requests that came before the plan */
-	uint32_t nearly, capearly;
-	int32_t *bounce_free;    /* stack of free slot indices */
-	uint32_t nbounce_free;
-	uint32_t *bounce_refs;
-	struct deferred_req *bwait;   /* requests waiting for a bounce slot */
-	uint32_t nbwait, capbwait;
+	/* statistics (stats.h): counters, estimates, the step series */
+	struct stats st;
 
-	/* statistics (stats.c) */
-	struct epoch_stats *es;
-	uint64_t nes;            /* allocated */
-	uint64_t nes_used;       /* epochs that have any activity */
-	uint64_t epochs_done;
-	struct src_est src[SRC_COUNT];
-	double step_s;           /* EWMA of a trainer's time per batch */
-	uint64_t pace_wake_ns;   /* earliest end of a paced prepare's wait (0: none) */
-	uint64_t paced;          /* takes after which a prepare was deferred (prefetch.pace) */
-	double compute_s;        /* EWMA of the same less what it waited for the batch */
-	uint64_t compute_n;
-	/* per-step series for the stats file: every `step_stride`-th global
-	 * batch, when the last local trainer released it and the trainers'
-	 * summed wait for it */
-	uint64_t step_stride, nsteps;
-	double *step_done;
-	float *step_stall;
-	uint16_t *step_count;
-	double t_plan;
-	double t_start;
+	/* forecast (fcast.h): the forecast thread's tally */
+	struct fcast fc;
 
-	/* forecast (fcast.c): this node's bytes per epoch, counted by the
-	 * forecast thread (fct until fct_ready, then the dispatcher's) */
-	pthread_t fct_thread;
-	bool fct_started, fct_warned;
-	_Atomic bool fct_ready;
-	int fct_rc;
-	struct forecast_tally fct;
-
-	/* reporting (engine.c) */
-	char pin_desc[160];
-	double t_last_progress;
-	double t_last_wait_warn;
-	double t_last_retry_warn;
-	uint64_t retries_unreported;
-	char last_retry[SEER_ERRMSG_MAX];
-	char fatal[SEER_ERRMSG_MAX];
+	/* the engine's own: its thread, where threads run, warnings, fatal */
+	struct engine_self self;
 };
 
 /* The control-region slot of batch slot idx (its descriptors follow it). */
@@ -440,13 +317,116 @@ static inline struct seer_wire_slot *trainer_wslot(struct trainer *t, uint32_t i
 					 t->co->slot_stride * idx);
 }
 
+/* ---- reads every stage makes (inline: reading the published plan, the
+ * arena's layout or a session's rings needs no call into the file that
+ * owns them, so no stage depends on the planner, the arena or the sessions
+ * for them) ---------------------------------------------------------------- */
+
+/* placement.c's plan, as tier routing (route.h) reads it now. */
+static inline bool place_peer_ok(void *ctx, uint32_t node)
+{
+	const struct engine *e = ctx;
+	return !net_peer_suspect(e->peers.net, node);
+}
+
+static inline struct route_view place_view(const struct engine *e)
+{
+	return (struct route_view){
+		.node = e->node, .nsamples = e->cat->nsamples, .tier = e->plan.tier,
+		.owner = e->plan.owner, .nvme_ok = nvme_on(e->nvme), .np = e->nopfs ? &e->pl.np : NULL,
+		.local_idx = e->pl.local_idx, .peer_ok = e->peers.net ? place_peer_ok : NULL,
+		.peer_ctx = (void *)e, .repl_idx = e->repl.on ? e->repl.set.idx : NULL,
+		.repl_tier = e->repl.on ? e->repl.set.tier : NULL,
+	};
+}
+
+static inline bool place_is_replica(const struct engine *e, uint32_t s)
+{
+	return e->repl.on && s < e->repl.set.n && e->repl.set.idx[s] != 0;
+}
+
+static inline uint64_t place_local_off(const struct engine *e, uint32_t s)
+{
+	return plan_locate(&e->plan, e->repl.on ? &e->repl.set : NULL, e->node, s).off;
+}
+
+static inline bool place_local_ram(const struct engine *e, uint32_t s)
+{
+	struct route_view v = place_view(e);
+	return route_local_ram(&v, s);
+}
+
+static inline bool place_local_nvme(const struct engine *e, uint32_t s)
+{
+	struct route_view v = place_view(e);
+	return route_local_nvme(&v, s);
+}
+
+/* arena.c's layout: a RAM slot's offset, a staged sample's bytes. */
+/* Staging bytes a sample of `len` bytes reserves: NVMe transfers need
+ * aligned buffers and lengths (O_DIRECT), hence the slack. */
+static inline uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme)
+{
+	return nvme ? ALIGN_UP(len, (uint64_t)nvme_align(e->nvme)) + nvme_align(e->nvme)
+		    : ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN);
+}
+
+static inline uint64_t arena_key_off(const struct engine *e, uint32_t key)
+{
+	uint64_t n = e->cat->nsamples;
+	/* key < n: the sample's slot, owned or replica (route.h) */
+	return e->ar.cache_base + (key < n ? place_local_off(e, key) : e->pl.np.off[key - n]);
+}
+
+/* A session's rings (session.c): wake the trainer; its first batch not
+ * released; batches published to it and not taken yet (its consumer index
+ * is a hint, clamped; entries a seek dropped are not counted). */
+static inline void sess_doorbell(struct trainer *t)
+{
+	atomic_fetch_add_explicit(&t->co->doorbell, 1, memory_order_release);
+	/* pairs with the trainer's fence between setting `waiting` and its
+	 * last look at the ring before it sleeps */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&t->ci->waiting, memory_order_relaxed))
+		futex_wake_all(&t->co->doorbell);
+}
+
+static inline uint64_t sess_first_unreleased(const struct trainer *t)
+{
+	for (uint64_t g = t->tail_g; g < t->next_pub; g++)
+		if (t->slots[g & (t->nslots - 1)].st == SL_PUB)
+			return g;
+	return t->next_pub;
+}
+
+static inline uint32_t sess_unread(const struct trainer *t)
+{
+	uint32_t prod = atomic_load_explicit(&t->co->prod, memory_order_relaxed);
+	uint32_t cons = atomic_load_explicit(&t->ci->cons, memory_order_relaxed);
+	/* After a seek the trainer moves its consumer index past the entries
+	 * the seek dropped only once it has read SEEK_OK, and tells nobody:
+	 * counted as in its hands, they held its next batches back and let an
+	 * idle seerd sleep on ring_below while it waited on an empty ring, until
+	 * the 1 s timer (issue 28, finding 7). */
+	uint32_t behind = t->ring_skipping ? t->ring_skip - cons : 0;
+	if (behind != 0 && behind <= t->nslots)
+		cons = t->ring_skip;
+	return ctrl_unread(prod, cons, t->nslots);
+}
+
 /* ---- the stages, in the order a sample flows through them ---------------------
  * Every function below runs on the dispatcher unless it says otherwise.
  * The contract of each is at its definition; the one-liners here map them. */
 
 /* engine.c: the loop, creation, the engine's fds and threads */
-void engine_ep_add(struct engine *e, int fd, uint64_t tag);
-void engine_ep_del(struct engine *e, int fd);
+static inline void engine_ep_add(struct engine *e, int fd, uint64_t tag)
+{
+	epoll_watch(e->epfd, fd, tag);
+}
+static inline void engine_ep_del(struct engine *e, int fd)
+{
+	epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
 void engine_repin(struct engine *e);          /* place the daemon's threads again */
 
 /* placement.c: the job's shape and the plan */
@@ -461,11 +441,6 @@ void place_drop_shape(struct engine *e);      /* then forget the old one */
 int jobdef_take(struct engine *e, const struct seer_msg_hello *h, pid_t pid, char *err,
 		size_t errlen);
 void place_plan(struct engine *e);            /* plan, publish, split staging */
-struct route_view place_view(const struct engine *e); /* what routing reads, now */
-bool place_local_ram(const struct engine *e, uint32_t s);
-bool place_local_nvme(const struct engine *e, uint32_t s);
-bool place_is_replica(const struct engine *e, uint32_t s);
-uint64_t place_local_off(const struct engine *e, uint32_t s); /* in this node's tier region */
 
 /* arena.c: the shared segment and its parts */
 uint64_t arena_layout(struct engine *e);      /* returns the arena's size */
@@ -484,8 +459,6 @@ int arena_check_held(struct engine *e, uint32_t held, char *err, size_t errlen);
  * within its share: at a session's start, before its control region is made
  * (no read is in flight into its staging then). */
 void arena_trainer_ring(struct engine *e, struct trainer *t);
-uint64_t arena_key_off(const struct engine *e, uint32_t key);   /* a RAM slot's offset */
-uint64_t arena_stage_bytes(const struct engine *e, uint64_t len, bool nvme);
 
 /* session.c: trainer sessions (engine_attach is in engine.h) */
 void sess_on_sock(struct engine *e, struct trainer *t);
@@ -493,25 +466,24 @@ void sess_detach(struct engine *e, struct trainer *t, bool evicted, const char *
 void sess_evict(struct engine *e, struct trainer *t, const char *why);
 void sess_finish_reset(struct engine *e, struct trainer *t); /* last staged read landed */
 void sess_close(struct engine *e, struct trainer *t);
-void sess_doorbell(struct trainer *t);
-uint64_t sess_first_unreleased(const struct trainer *t);
-/* Batches published to t and not taken yet (its consumer index is a hint,
- * clamped; entries a seek dropped are not counted). */
-uint32_t sess_unread(const struct trainer *t);
 
 /* prefetch.c: each trainer's batches, from sampling to release; fill */
 bool pf_can_prepare(struct engine *e, struct trainer *t);
 bool pf_prepare(struct engine *e, struct trainer *t);    /* false: staging is full */
-struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
-struct etask *pf_ram_new(struct engine *e, uint32_t key, uint32_t s, bool fill); /* not submitted */
 void pf_fill(struct engine *e);
-void pf_ram_loaded(struct engine *e, struct etask *tk, int status);
 void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
 bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
 void pf_publish(struct engine *e, struct trainer *t);
-void pf_releases(struct engine *e, struct trainer *t);
+/* t's releases taken in: NULL, or why its release ring is bad (the
+ * caller evicts it, sess_evict) */
+const char *pf_releases(struct engine *e, struct trainer *t);
 void pf_reclaim(struct trainer *t);
 void pf_check_held(struct engine *e, struct trainer *t); /* held batches block it: tell it */
+
+/* ram_load.c: RAM-cache loads */
+struct etask *ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill);
+struct etask *ram_load_new(struct engine *e, uint32_t key, uint32_t s, bool fill); /* not submitted */
+void ram_load_done(struct engine *e, struct etask *tk, int status);
 
 /* task.c: tasks, submission and completion */
 struct etask *task_new(struct engine *e);
@@ -529,6 +501,12 @@ void task_finish(struct engine *e, struct etask *tk, int status);
 void task_free(struct engine *e, struct etask *t);
 void task_free_all(struct engine *e);
 
+/* complete.c: a finished task's results to the stages that own them
+ * (installed as e->tasks.done; task_finish calls it) */
+void complete_task(struct engine *e, struct etask *tk, int status);
+/* A read or transform job no longer writes into t's staging. */
+void complete_unstaged(struct engine *e, struct trainer *t);
+
 /* extent.c: coalesced reads */
 void ext_init(struct engine *e);
 void ext_free(struct engine *e);
@@ -540,19 +518,14 @@ void *worker_init(void *ctx, unsigned idx);
 void worker_fini(void *tls, void *ctx);
 void worker_exec(struct io_task *io, void *tls, void *ctx);
 
-/* nvme.c: the NVMe tier */
-void nvme_open(struct engine *e);
-void nvme_close(struct engine *e);
-void nvme_fit(struct engine *e, uint64_t used);   /* reserve what the plan uses */
-void nvme_disable(struct engine *e, const char *why);
-uint64_t nvme_io_len(const struct engine *e, uint64_t len); /* any thread */
-void nvme_read_copy(struct engine *e, struct etask *tk);
-struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s);
+/* nvme_load.c: the NVMe tier's part in loads (the tier itself: nvme.h) */
+void nvme_load_copy(struct engine *e, struct etask *tk);
+struct etask *nvme_load_claim(struct engine *e, struct etask *tk, uint32_t s);
 void nvme_load_done(struct engine *e, struct etask *tk, int status);
-void nvme_write_after(struct engine *e, struct etask *tk);
-void nvme_write_done(struct engine *e, struct etask *tk, int status);
-void nvme_read_failed(struct engine *e, struct etask *tk, int status);
-void nvme_release_followers(struct engine *e, struct etask *tk, bool ok);
+void nvme_load_write(struct engine *e, struct etask *tk);
+void nvme_load_written(struct engine *e, struct etask *tk, int status);
+void nvme_load_read_failed(struct engine *e, struct etask *tk, int status);
+void nvme_load_release(struct engine *e, struct etask *tk, bool ok);
 
 /* peer.c: serving other nodes, and their events */
 void peer_bounce_init(struct engine *e);
@@ -569,7 +542,15 @@ int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void *
  * Everything is a no-op or the file-bytes answer when e->xf is NULL. */
 struct json_t;
 struct xfs;
-int xfs_create(struct engine *e, char *err, size_t errlen); /* before the arena and I/O threads */
+/* What the transform stage hands back, through handlers the engine gives it:
+ * a sample's tensor done (0) or failed for the batch waiting for it, and a
+ * job no longer writing into trainer t's staging. */
+struct xfs_events {
+	void (*sample_done)(struct engine *e, const struct waiter *w, int status, const char *err);
+	void (*unstaged)(struct engine *e, struct trainer *t);
+};
+int xfs_create(struct engine *e, const struct xfs_events *ev, char *err,
+	       size_t errlen);                        /* before the arena and I/O threads */
 void xfs_stop(struct engine *e);      /* threads joined; waiting I/O threads released */
 void xfs_destroy(struct engine *e);
 void xfs_log(const struct engine *e);
@@ -596,13 +577,16 @@ struct json_t *xfs_status_json(const struct engine *e);
 int xfs_decode_blob(const struct engine *e, struct etask *tk, const void *enc, size_t len,
 		    uint8_t *dst);
 
-/* stats.c: counters and estimates (status.c renders them) */
+/* stats.c: the engine's side (the rest: stats.h) */
 struct epoch_stats *stats_epoch(struct engine *e, uint64_t epoch);
 void stats_observe(struct engine *e, int src, double seconds, uint64_t bytes);
 void stats_read(struct engine *e, int src, uint64_t bytes);
 void stats_delivered(struct engine *e, uint64_t epoch, uint64_t bytes, uint32_t n);
 void stats_step(struct engine *e, struct trainer *t, uint64_t g);
-void stats_check_epochs(struct engine *e);
+/* Epochs every local trainer finished: logged, timed. True when every
+ * local trainer is known (the forecast of the epoch now beginning may be
+ * noted: fcast_note). */
+bool stats_check_epochs(struct engine *e);
 
 /* replica.c: this node's replicas, filled in the background */
 void repl_init(struct engine *e);             /* after the replica set is planned */
@@ -615,11 +599,6 @@ void repl_landed(struct engine *e, struct etask *tk, int status);
 void fcast_start(struct engine *e);           /* after the plan: the tally's thread */
 void fcast_stop(struct engine *e);            /* join it (before the plan goes) */
 void fcast_note(struct engine *e);            /* the forecast of the epoch beginning */
-struct json_t *fcast_epoch_json(const struct epoch_stats *s); /* null when none */
-
-/* status.c: JSON helpers for the stats and status writers (dispatcher) */
-struct json_t *st_must(struct json_t *j);           /* out of memory: logged, abort */
-struct json_t *st_real(double x, int decimals);     /* rounded; null when not finite */
 
 /* jobrec.c: the job's resume plan and the trainers' checkpoint records */
 struct sampler_job jobrec_job(const struct engine *e, uint32_t world);

@@ -62,9 +62,9 @@ static void xregion_init(struct engine *e)
 	}
 	(void)madvise(p, cap, MADV_POPULATE_WRITE); /* a hint; older kernels fault instead */
 	mem_prime_pages(p, cap);
-	e->xbase = p;
-	e->xcap = cap;
-	spans_init(&e->xspans, cap);
+	e->ext.base = p;
+	e->ext.cap = cap;
+	spans_init(&e->ext.spans, cap);
 }
 
 void ext_init(struct engine *e)
@@ -72,10 +72,10 @@ void ext_init(struct engine *e)
 	const struct fmt_ops *f = e->cat->fmt;
 	enum config_coalesce m = config_coalesce(e->cfg);
 	bool on = m == CFG_COALESCE_ON ||
-		  (m == CFG_COALESCE_AUTO && (!e->probe.measured || e->probe.coalesce));
-	e->coalesce = on && f->span && (f->cut || f->cut_many);
-	if (e->coalesce) {
-		e->pfs_q = xcalloc(MAX(e->cat->nsamples, 1ull), sizeof(uint32_t));
+		  (m == CFG_COALESCE_AUTO && (!e->ext.probe.measured || e->ext.probe.coalesce));
+	e->ext.coalesce = on && f->span && (f->cut || f->cut_many);
+	if (e->ext.coalesce) {
+		e->ext.pfs_q = xcalloc(MAX(e->cat->nsamples, 1ull), sizeof(uint32_t));
 		xregion_init(e);
 	}
 }
@@ -84,31 +84,31 @@ void ext_init(struct engine *e)
  * and the extent region (no extent runs any more). */
 void ext_free(struct engine *e)
 {
-	if (e->xbase) {
-		munmap(e->xbase, e->xcap);
-		spans_fini(&e->xspans);
-		e->xbase = NULL;
+	if (e->ext.base) {
+		munmap(e->ext.base, e->ext.cap);
+		spans_fini(&e->ext.spans);
+		e->ext.base = NULL;
 	}
-	free(e->pfs_q);
-	free(e->ext_wait);
-	free(e->ext_c);
-	free(e->ext_take);
-	free(e->ext_tk);
-	free(e->ext_todo);
-	e->pfs_q = NULL;
-	e->ext_wait = e->ext_tk = e->ext_todo = NULL;
-	e->ext_c = NULL;
-	e->ext_take = NULL;
+	free(e->ext.pfs_q);
+	free(e->ext.wait);
+	free(e->ext.cand);
+	free(e->ext.take);
+	free(e->ext.tk);
+	free(e->ext.todo);
+	e->ext.pfs_q = NULL;
+	e->ext.wait = e->ext.tk = e->ext.todo = NULL;
+	e->ext.cand = NULL;
+	e->ext.take = NULL;
 }
 
 static void scratch(struct engine *e, uint32_t n)
 {
-	if (n <= e->ext_cap)
+	if (n <= e->ext.cand_cap)
 		return;
-	e->ext_cap = MAX(n, e->ext_cap * 2);
-	e->ext_c = xrealloc(e->ext_c, e->ext_cap * sizeof(*e->ext_c));
-	e->ext_take = xrealloc(e->ext_take, e->ext_cap * sizeof(*e->ext_take));
-	e->ext_tk = xrealloc(e->ext_tk, e->ext_cap * sizeof(*e->ext_tk));
+	e->ext.cand_cap = MAX(n, e->ext.cand_cap * 2);
+	e->ext.cand = xrealloc(e->ext.cand, e->ext.cand_cap * sizeof(*e->ext.cand));
+	e->ext.take = xrealloc(e->ext.take, e->ext.cand_cap * sizeof(*e->ext.take));
+	e->ext.tk = xrealloc(e->ext.tk, e->ext.cand_cap * sizeof(*e->ext.tk));
 }
 
 /* A queued single PFS read that an extent may take over: not running, not
@@ -127,7 +127,7 @@ static bool takeable(const struct etask *tk, uint32_t s)
 static bool wanted(struct engine *e, uint32_t x, struct etask **tk)
 {
 	*tk = NULL;
-	if (e->bad[x])
+	if (e->pl.bad[x])
 		return false;
 	if (!e->nopfs && e->plan.tier[x] == PLAN_RAM && e->plan.owner[x] == e->node) {
 		uint32_t st = e->cstate[x];
@@ -141,8 +141,8 @@ static bool wanted(struct engine *e, uint32_t x, struct etask **tk)
 		*tk = t;
 		return true;
 	}
-	if (e->pfs_q[x]) {
-		struct etask *t = task_get(e, e->pfs_q[x] - 1);
+	if (e->ext.pfs_q[x]) {
+		struct etask *t = task_get(e, e->ext.pfs_q[x] - 1);
 		if (takeable(t, x)) {
 			*tk = t;
 			return true;
@@ -164,13 +164,13 @@ static bool span(const struct engine *e, uint64_t x, uint64_t *lo, uint64_t *hi)
 static bool candidate(struct engine *e, uint64_t x, uint32_t i, bool trigger)
 {
 	scratch(e, i + 1);
-	struct extent_cand *c = &e->ext_c[i];
+	struct extent_cand *c = &e->ext.cand[i];
 	if (!span(e, x, &c->lo, &c->hi))
 		return false;
 	c->useful = e->cat->samples[x].length;
-	c->want = wanted(e, (uint32_t)x, &e->ext_tk[i]) || trigger;
+	c->want = wanted(e, (uint32_t)x, &e->ext.tk[i]) || trigger;
 	if (trigger)
-		e->ext_tk[i] = NULL;
+		e->ext.tk[i] = NULL;
 	return true;
 }
 
@@ -185,12 +185,12 @@ static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 	/* right side first, from index 1; the left side is then put before it */
 	uint32_t n = 0;
 	candidate(e, s, n++, true);
-	const uint64_t lo_s = e->ext_c[0].lo, hi_s = e->ext_c[0].hi;
+	const uint64_t lo_s = e->ext.cand[0].lo, hi_s = e->ext.cand[0].hi;
 	uint64_t edge = hi_s; /* highest end of a wanted one so far */
 	for (uint64_t x = s + 1; x < f->first + f->nsamples; x++) {
 		if (!candidate(e, x, n, false))
 			break;
-		const struct extent_cand *c = &e->ext_c[n];
+		const struct extent_cand *c = &e->ext.cand[n];
 		if (MAX(c->hi, lo_s) - lo_s > max || (c->lo > edge && c->lo - edge > gap))
 			break;
 		if (c->want)
@@ -202,7 +202,7 @@ static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 	for (uint64_t x = s; x-- > f->first;) {
 		if (!candidate(e, x, n, false))
 			break;
-		const struct extent_cand *c = &e->ext_c[n];
+		const struct extent_cand *c = &e->ext.cand[n];
 		if (hi_s - MIN(c->lo, hi_s) > max || (c->hi < edge && edge - c->hi > gap))
 			break;
 		if (c->want)
@@ -213,29 +213,29 @@ static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 	uint32_t left = n - right;
 	scratch(e, n + left);
 	for (uint32_t i = 0; i < left; i++) {
-		e->ext_c[n + i] = e->ext_c[n - 1 - i];
-		e->ext_tk[n + i] = e->ext_tk[n - 1 - i];
+		e->ext.cand[n + i] = e->ext.cand[n - 1 - i];
+		e->ext.tk[n + i] = e->ext.tk[n - 1 - i];
 	}
-	memmove(e->ext_c + left, e->ext_c, right * sizeof(*e->ext_c));
-	memmove(e->ext_tk + left, e->ext_tk, right * sizeof(*e->ext_tk));
-	memcpy(e->ext_c, e->ext_c + n, left * sizeof(*e->ext_c));
-	memcpy(e->ext_tk, e->ext_tk + n, left * sizeof(*e->ext_tk));
+	memmove(e->ext.cand + left, e->ext.cand, right * sizeof(*e->ext.cand));
+	memmove(e->ext.tk + left, e->ext.tk, right * sizeof(*e->ext.tk));
+	memcpy(e->ext.cand, e->ext.cand + n, left * sizeof(*e->ext.cand));
+	memcpy(e->ext.tk, e->ext.tk + n, left * sizeof(*e->ext.tk));
 	*a = s - left;
 	*b = s + right;
 }
 
-/* Queued reads of candidates taken back from the pool (still in e->sub:
+/* Queued reads of candidates taken back from the pool (still in e->tasks.sub:
  * they are simply dropped from it at the end of ext_flush); a read a
  * worker already took is no candidate. */
 static void take_back(struct engine *e, uint64_t n)
 {
 	for (uint64_t i = 0; i < n; i++) {
-		struct etask *tk = e->ext_tk[i];
-		if (!tk || !e->ext_take[i] || tk->in_sub)
+		struct etask *tk = e->ext.tk[i];
+		if (!tk || !e->ext.take[i] || tk->in_sub)
 			continue;
-		if (!iopool_cancel(&e->pool, &tk->io)) {
-			e->ext_take[i] = false; /* running: its own read serves it */
-			e->ext_tk[i] = NULL;
+		if (!iopool_cancel(&e->tasks.pool, &tk->io)) {
+			e->ext.take[i] = false; /* running: its own read serves it */
+			e->ext.tk[i] = NULL;
 		}
 	}
 }
@@ -251,8 +251,8 @@ static bool ext_try(struct engine *e, struct etask *t)
 	const struct extent_opts o = { .max_bytes = e->cfg->extent_max,
 				    .max_amp = e->cfg->max_amplification,
 				    .gap_max = e->cfg->extent_gap };
-	struct extent_plan p = extent_plan(e->ext_c, (uint32_t)(b - a), (uint32_t)(t->sample - a), &o,
-				     e->ext_take);
+	struct extent_plan p = extent_plan(e->ext.cand, (uint32_t)(b - a), (uint32_t)(t->sample - a), &o,
+				     e->ext.take);
 	if (p.taken < 2)
 		return false;
 	take_back(e, b - a);
@@ -264,23 +264,23 @@ static bool ext_try(struct engine *e, struct etask *t)
 	x->mem = xmalloc(p.taken * sizeof(*x->mem));
 	uint64_t lo = UINT64_MAX, hi = 0;
 	for (uint64_t i = p.first; i <= p.last; i++) {
-		if (!e->ext_take[i])
+		if (!e->ext.take[i])
 			continue;
 		uint32_t s = (uint32_t)(a + i);
-		struct etask *m = s == t->sample ? t : e->ext_tk[i];
+		struct etask *m = s == t->sample ? t : e->ext.tk[i];
 		if (!m) {
 			/* planned here, absent: its slot's load rides along */
-			m = pf_ram_new(e, s, s, false);
+			m = ram_load_new(e, s, s, false);
 			m->need_g = t->need_g;
 			m->bg_key = t->bg_key; /* a background trigger's members stay background */
 			m->io.pq.key = t->io.pq.key;
 		}
-		if (e->pfs_q[s] == m->id + 1)
-			e->pfs_q[s] = 0;
+		if (e->ext.pfs_q[s] == m->id + 1)
+			e->ext.pfs_q[s] = 0;
 		m->ext = x;
 		x->mem[x->nmem++] = m;
-		lo = MIN(lo, e->ext_c[i].lo);
-		hi = MAX(hi, e->ext_c[i].hi);
+		lo = MIN(lo, e->ext.cand[i].lo);
+		hi = MAX(hi, e->ext.cand[i].hi);
 		if (m->io.pq.key < x->io.pq.key) {
 			x->io.pq.key = m->io.pq.key;
 			x->need_g = m->need_g;
@@ -288,11 +288,11 @@ static bool ext_try(struct engine *e, struct etask *t)
 	}
 	x->foff = lo;
 	x->len = hi - lo;
-	if (e->next_wait == e->capext_wait) {
-		e->capext_wait = MAX(e->capext_wait * 2, 16);
-		e->ext_wait = xrealloc(e->ext_wait, e->capext_wait * sizeof(*e->ext_wait));
+	if (e->ext.next_wait == e->ext.cap_wait) {
+		e->ext.cap_wait = MAX(e->ext.cap_wait * 2, 16);
+		e->ext.wait = xrealloc(e->ext.wait, e->ext.cap_wait * sizeof(*e->ext.wait));
 	}
-	e->ext_wait[e->next_wait++] = x;
+	e->ext.wait[e->ext.next_wait++] = x;
 	return true;
 }
 
@@ -300,24 +300,24 @@ static bool ext_try(struct engine *e, struct etask *t)
  * (one always may when none runs). */
 static void ext_pump(struct engine *e)
 {
-	while (e->next_wait > 0) {
+	while (e->ext.next_wait > 0) {
 		uint32_t best = 0;
-		for (uint32_t i = 1; i < e->next_wait; i++)
-			if (e->ext_wait[i]->io.pq.key < e->ext_wait[best]->io.pq.key)
+		for (uint32_t i = 1; i < e->ext.next_wait; i++)
+			if (e->ext.wait[i]->io.pq.key < e->ext.wait[best]->io.pq.key)
 				best = i;
-		struct etask *x = e->ext_wait[best];
-		if (e->ext_mem > 0 && e->ext_mem + x->len > e->cfg->extent_memory)
+		struct etask *x = e->ext.wait[best];
+		if (e->ext.mem > 0 && e->ext.mem + x->len > e->cfg->extent_memory)
 			return;
-		e->ext_wait[best] = e->ext_wait[--e->next_wait];
-		x->xpool = e->xbase && spans_alloc(&e->xspans, ALIGN_UP(x->len, 4096ull),
+		e->ext.wait[best] = e->ext.wait[--e->ext.next_wait];
+		x->xpool = e->ext.base && spans_alloc(&e->ext.spans, ALIGN_UP(x->len, 4096ull),
 						   &x->xoff) == 0;
-		e->ext_mem += x->len;
-		e->ext_mem_peak = MAX(e->ext_mem_peak, e->ext_mem);
-		if (e->nsub == e->capsub) {
-			e->capsub = MAX(e->capsub * 2, 256);
-			e->sub = xrealloc(e->sub, e->capsub * sizeof(*e->sub));
+		e->ext.mem += x->len;
+		e->ext.mem_peak = MAX(e->ext.mem_peak, e->ext.mem);
+		if (e->tasks.nsub == e->tasks.capsub) {
+			e->tasks.capsub = MAX(e->tasks.capsub * 2, 256);
+			e->tasks.sub = xrealloc(e->tasks.sub, e->tasks.capsub * sizeof(*e->tasks.sub));
 		}
-		e->sub[e->nsub++] = &x->io;
+		e->tasks.sub[e->tasks.nsub++] = &x->io;
 	}
 }
 
@@ -330,39 +330,39 @@ static int by_key(const void *pa, const void *pb)
 
 void ext_flush(struct engine *e)
 {
-	if (!e->coalesce || !e->plan_ready)
+	if (!e->ext.coalesce || !e->plan_ready)
 		return;
-	uint32_t n = e->nsub;
-	if (n > e->ext_todo_cap) {
-		e->ext_todo_cap = MAX(n, e->ext_todo_cap * 2);
-		e->ext_todo = xrealloc(e->ext_todo, e->ext_todo_cap * sizeof(*e->ext_todo));
+	uint32_t n = e->tasks.nsub;
+	if (n > e->ext.todo_cap) {
+		e->ext.todo_cap = MAX(n, e->ext.todo_cap * 2);
+		e->ext.todo = xrealloc(e->ext.todo, e->ext.todo_cap * sizeof(*e->ext.todo));
 	}
 	for (uint32_t i = 0; i < n; i++)
-		e->ext_todo[i] = (struct etask *)e->sub[i];
+		e->ext.todo[i] = (struct etask *)e->tasks.sub[i];
 	/* the most urgent trigger first: it decides the extent its neighbours join */
-	qsort(e->ext_todo, n, sizeof(*e->ext_todo), by_key);
+	qsort(e->ext.todo, n, sizeof(*e->ext.todo), by_key);
 	for (uint32_t i = 0; i < n; i++) {
-		struct etask *t = e->ext_todo[i];
+		struct etask *t = e->ext.todo[i];
 		if (t->kind == TK_PFS && !t->ext && !t->single)
 			ext_try(e, t);
 	}
 	/* what joined an extent leaves the list; the extents that fit go out */
 	uint32_t k = 0;
-	for (uint32_t i = 0; i < e->nsub; i++) {
-		struct etask *t = (struct etask *)e->sub[i];
+	for (uint32_t i = 0; i < e->tasks.nsub; i++) {
+		struct etask *t = (struct etask *)e->tasks.sub[i];
 		if (!t->ext)
-			e->sub[k++] = e->sub[i];
+			e->tasks.sub[k++] = e->tasks.sub[i];
 		else
 			t->in_sub = false;
 	}
-	e->nsub = k;
+	e->tasks.nsub = k;
 	ext_pump(e);
 }
 
 /* Counted once for the extent: its bytes, and the samples it delivered. */
 static void ext_count(struct engine *e, const struct etask *x, uint64_t useful, uint64_t ok)
 {
-	struct epoch_stats *es = stats_epoch(e, e->epochs_done);
+	struct epoch_stats *es = stats_epoch(e, e->st.epochs_done);
 	es->pfs_reads++;
 	es->pfs_bytes += x->pfs_read;
 	es->extents++;
@@ -394,10 +394,10 @@ static int by_need(const void *pa, const void *pb)
 
 void ext_done(struct engine *e, struct etask *x, int status)
 {
-	if (e->ext_mem >= x->len)
-		e->ext_mem -= x->len;
+	if (e->ext.mem >= x->len)
+		e->ext.mem -= x->len;
 	if (x->xpool)
-		spans_free(&e->xspans, x->xoff, ALIGN_UP(x->len, 4096ull));
+		spans_free(&e->ext.spans, x->xoff, ALIGN_UP(x->len, 4096ull));
 	x->xpool = false;
 	uint64_t useful = 0, ok = 0;
 	for (uint32_t i = 0; status == 0 && i < x->nmem; i++)

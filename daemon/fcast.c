@@ -2,19 +2,19 @@
  * epoch (src/plan/forecast.h, "one node's forecast"), with the rates the daemon
  * has measured, against what each epoch actually did.
  *
- * Owns the forecast thread and its tally (e->fct): once the plan and the
+ * Owns struct fcast (fcast.h; e->fc): the forecast thread and its tally: once the plan and the
  * replica set exist (place_plan), a thread of its own counts this node's
  * bytes per epoch (forecast_tally_node: O(epochs x samples) time, one epoch order
  * of memory) so the dispatcher never waits for it; it reads only what the
  * plan made (plan, replica set, catalog lengths, shape, rank map,
  * capacities: none changes until fcast_stop joins it) and writes only
- * e->fct, published by the release store of fct_ready. Everything else
+ * e->fc.tally, published by the release store of e->fc.ready. Everything else
  * here runs on the dispatcher: at the start of each epoch the forecast for
  * it, with the rates measured so far, is kept in the epoch's statistics
  * (fcast_note), and `seerctl forecast` gets every epoch's forecast with the
  * current rates (engine_forecast_json).
  *
- * Measured rates (engine_int.h: e->src, e->compute_s): compute per step is
+ * Measured rates (stats.h: e->st.src, e->st.compute_s): compute per step is
  * a trainer's time between two releases less what it waited for the batch;
  * a source's bandwidth is io_threads x the bytes per second of one read
  * (Little's law with the pool's reads in flight); the PFS's aggregate is
@@ -32,65 +32,66 @@
 
 #include "../src/util/util.h"
 #include "engine_int.h"
+#include "jout.h"
 
 static void *tally_main(void *arg)
 {
 	struct engine *e = arg;
-	e->fct_rc = forecast_tally_node(&e->fct, &e->plan, e->repl_on ? &e->nv : NULL, e->cat, NULL,
-				  &e->sh, e->first_epoch, e->cfg->epochs - e->first_epoch,
-				  e->rank_node, e->node, e->caps);
-	atomic_store_explicit(&e->fct_ready, true, memory_order_release);
+	e->fc.rc = forecast_tally_node(&e->fc.tally, &e->plan, e->repl.on ? &e->repl.set : NULL, e->cat, NULL,
+				  &e->sh, e->pl.first_epoch, e->cfg->epochs - e->pl.first_epoch,
+				  e->rank_node, e->node, e->pl.caps);
+	atomic_store_explicit(&e->fc.ready, true, memory_order_release);
 	return NULL;
 }
 
 void fcast_start(struct engine *e)
 {
-	if (e->fct_started || e->nopfs || e->first_epoch >= e->cfg->epochs)
+	if (e->fc.started || e->nopfs || e->pl.first_epoch >= e->cfg->epochs)
 		return;
-	atomic_store(&e->fct_ready, false);
-	int rc = pthread_create(&e->fct_thread, NULL, tally_main, e);
+	atomic_store(&e->fc.ready, false);
+	int rc = pthread_create(&e->fc.thread, NULL, tally_main, e);
 	if (rc != 0) {
 		log_warn("no forecast: cannot start its thread (%s)", strerror(rc));
 		return;
 	}
-	e->fct_started = true;
+	e->fc.started = true;
 }
 
 void fcast_stop(struct engine *e)
 {
-	if (!e->fct_started)
+	if (!e->fc.started)
 		return;
-	pthread_join(e->fct_thread, NULL);
-	e->fct_started = false;
-	atomic_store(&e->fct_ready, false);
-	forecast_tally_free(&e->fct);
+	pthread_join(e->fc.thread, NULL);
+	e->fc.started = false;
+	atomic_store(&e->fc.ready, false);
+	forecast_tally_free(&e->fc.tally);
 }
 
 /* The tally, once the thread is done and it worked. */
 static const struct forecast_tally *tally(struct engine *e)
 {
-	if (!e->fct_started || !atomic_load_explicit(&e->fct_ready, memory_order_acquire))
+	if (!e->fc.started || !atomic_load_explicit(&e->fc.ready, memory_order_acquire))
 		return NULL;
-	if (e->fct_rc != 0) {
-		if (!e->fct_warned)
+	if (e->fc.rc != 0) {
+		if (!e->fc.warned)
 			log_warn("no forecast: tallying this node's bytes failed (%s)",
-				 strerror(-e->fct_rc));
-		e->fct_warned = true;
+				 strerror(-e->fc.rc));
+		e->fc.warned = true;
 		return NULL;
 	}
-	return &e->fct;
+	return &e->fc.tally;
 }
 
 static double src_bw(const struct engine *e, int src)
 {
-	const struct src_est *x = &e->src[src];
+	const struct src_est *x = &e->st.src[src];
 	return x->n ? x->bps * (double)e->cfg->io_threads : 0;
 }
 
 static void rates(const struct engine *e, struct forecast_rates *r)
 {
 	*r = (struct forecast_rates){
-		.compute_s = e->compute_n ? e->compute_s : 0,
+		.compute_s = e->st.compute_n ? e->st.compute_s : 0,
 		.pfs_bw = src_bw(e, SRC_PFS) * e->nnodes,
 		.net_bw = src_bw(e, SRC_PEER),
 		.nvme_bw = src_bw(e, SRC_NVME),
@@ -113,9 +114,9 @@ static struct forecast_node_epoch *forecast(struct engine *e, const struct forec
 
 void fcast_note(struct engine *e)
 {
-	uint64_t ep = e->epochs_done;
-	if (ep >= e->cfg->epochs || ep < e->first_epoch ||
-	    (ep < e->nes && e->es[ep].fc_set))
+	uint64_t ep = e->st.epochs_done;
+	if (ep >= e->cfg->epochs || ep < e->pl.first_epoch ||
+	    (ep < e->st.nes && e->st.es[ep].fc_set))
 		return;
 	const struct forecast_tally *t = tally(e);
 	if (!t)
@@ -123,10 +124,10 @@ void fcast_note(struct engine *e)
 	struct forecast_node_epoch *f = forecast(e, t);
 	if (!f)
 		return;
-	const struct forecast_node_epoch *o = &f[ep - e->first_epoch];
+	const struct forecast_node_epoch *o = &f[ep - e->pl.first_epoch];
 	struct epoch_stats *s = stats_epoch(e, ep);
 	s->fc_set = true;
-	s->fc_timed = e->compute_n || e->src[SRC_PFS].n;
+	s->fc_timed = e->st.compute_n || e->st.src[SRC_PFS].n;
 	s->fc_time = o->time;
 	s->fc_lb = o->lb;
 	s->fc_bound = (uint8_t)o->bound;
@@ -141,27 +142,15 @@ void fcast_note(struct engine *e)
 
 #define JU(x) ((json_int_t)(x))
 
-#define must st_must
-#define jreal st_real
-
-json_t *fcast_epoch_json(const struct epoch_stats *s)
-{
-	if (!s->fc_set)
-		return json_null();
-	return must(json_pack("{so so ss sI sI sI sI}", "seconds",
-			      s->fc_timed ? jreal(s->fc_time, 6) : json_null(), "lower_bound",
-			      s->fc_timed ? jreal(s->fc_lb, 6) : json_null(), "bound",
-			      s->fc_timed ? forecast_term_name((enum forecast_term)s->fc_bound) : "unknown",
-			      "ram_bytes", JU(s->fc_ram), "nvme_bytes", JU(s->fc_nvme), "peer_bytes",
-			      JU(s->fc_peer), "pfs_bytes", JU(s->fc_pfs)));
-}
+#define must jout_must
+#define jreal jout_real
 
 static json_t *actual_json(const struct engine *e, uint64_t ep)
 {
-	if (ep >= e->nes_used || e->es[ep].samples == 0)
+	if (ep >= e->st.nes_used || e->st.es[ep].samples == 0)
 		return json_null();
-	const struct epoch_stats *s = &e->es[ep];
-	double t0 = ep > 0 && e->es[ep - 1].t_done > 0 ? e->es[ep - 1].t_done : e->t_plan;
+	const struct epoch_stats *s = &e->st.es[ep];
+	double t0 = ep > 0 && e->st.es[ep - 1].t_done > 0 ? e->st.es[ep - 1].t_done : e->st.t_plan;
 	return must(json_pack("{so sI sI sI sI sI}", "seconds",
 			      s->t_done > 0 ? jreal(s->t_done - t0, 6) : json_null(), "ram_bytes",
 			      JU(s->ram_bytes), "nvme_bytes", JU(s->nvme_bytes), "peer_bytes",
@@ -191,9 +180,9 @@ static json_t *rates_json(const struct engine *e, const struct forecast_rates *r
 	return must(json_pack("{so so so so sI sI sI sI sI}", "compute_s", jreal(r->compute_s, 6),
 			      "pfs_bytes_per_s", jreal(r->pfs_bw, 0), "net_bytes_per_s",
 			      jreal(r->net_bw, 0), "nvme_bytes_per_s", jreal(r->nvme_bw, 0),
-			      "io_threads", JU(e->cfg->io_threads), "steps", JU(e->compute_n),
-			      "pfs_reads", JU(e->src[SRC_PFS].n), "peer_reads", JU(e->src[SRC_PEER].n),
-			      "nvme_reads", JU(e->src[SRC_NVME].n)));
+			      "io_threads", JU(e->cfg->io_threads), "steps", JU(e->st.compute_n),
+			      "pfs_reads", JU(e->st.src[SRC_PFS].n), "peer_reads", JU(e->st.src[SRC_PEER].n),
+			      "nvme_reads", JU(e->st.src[SRC_NVME].n)));
 }
 
 /* The same job and rates for seer-plan, which also searches the smallest
@@ -209,10 +198,10 @@ static json_t *seer_plan_cmd(const struct engine *e, const struct forecast_rates
 			 (unsigned long long)e->cat->nsamples,
 			 (unsigned long long)(e->cat->total_bytes / MAX(e->cat->nsamples, 1ull)),
 			 e->nnodes, MAX(1u, e->world / e->nnodes),
-			 (unsigned long long)(e->cfg->epochs - e->first_epoch), e->sh.batch,
+			 (unsigned long long)(e->cfg->epochs - e->pl.first_epoch), e->sh.batch,
 			 (unsigned long long)e->cfg->seed, e->cfg->drop_last ? " --drop-last" : "",
-			 (unsigned long long)e->cache_cap, (unsigned long long)(e->nvme_ok ? e->nvme_cap : 0),
-			 e->repl_on ? "on" : "off", e->repl_from_pfs ? "pfs" : "peer");
+			 (unsigned long long)e->ar.cache_cap, (unsigned long long)nvme_cap(e->nvme),
+			 e->repl.on ? "on" : "off", e->repl.from_pfs ? "pfs" : "peer");
 	if (r->pfs_bw > 0 && n < (int)sizeof(cmd))
 		n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " --pfs-bw %.0f", r->pfs_bw);
 	if (r->net_bw > 0 && n < (int)sizeof(cmd))
@@ -248,8 +237,8 @@ char *engine_forecast_json(struct engine *e)
 		json_object_set_new(root, "first_epoch", must(json_integer(JU(t->first_epoch))));
 		json_object_set_new(root, "rates", rates_json(e, &r));
 		json_object_set_new(root, "replicas", must(json_pack(
-			"{sb sI ss}", "enabled", e->repl_on, "bytes", JU(t->repl_bytes),
-			"fill_source", e->repl_from_pfs ? "pfs" : "peer")));
+			"{sb sI ss}", "enabled", e->repl.on, "bytes", JU(t->repl_bytes),
+			"fill_source", e->repl.from_pfs ? "pfs" : "peer")));
 		json_object_set_new(root, "epochs", eps);
 		json_object_set_new(root, "seconds", must(jreal(time, 6)));
 		json_object_set_new(root, "lower_bound", must(jreal(lb, 6)));

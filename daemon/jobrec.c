@@ -143,7 +143,7 @@ int jobrec_start(struct engine *e, const struct sampler_record *rec, uint64_t *g
 	bool ok = p.elastic ? e->rs.elastic && same_history(&p, &e->rs)
 			    : !(e->rs.elastic && e->rs.epoch >= p.epoch);
 	if (ok) {
-		*g = p.epoch >= e->cfg->epochs ? e->end : MIN(sampler_tl_g(&e->tl, p.epoch, p.step), e->end);
+		*g = p.epoch >= e->cfg->epochs ? e->pl.end : MIN(sampler_tl_g(&e->tl, p.epoch, p.step), e->pl.end);
 	} else {
 		char mine[200], theirs[200];
 		struct sampler_record job_rec;
@@ -165,7 +165,7 @@ uint32_t jobrec_batch(struct engine *e, uint32_t rank, uint64_t g, uint32_t *ids
 {
 	uint64_t epoch, step;
 	sampler_tl_pos(&e->tl, g, &epoch, &step);
-	int n = sampler_plan_batch(&e->smp, &e->rs, epoch, rank, step, ids);
+	int n = sampler_plan_batch(&e->pl.smp, &e->rs, epoch, rank, step, ids);
 	if (n < 0) {
 		log_error("batch %llu:%llu of rank %u: %s", (unsigned long long)epoch,
 			  (unsigned long long)step, rank,

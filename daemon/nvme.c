@@ -1,14 +1,6 @@
-/* The NVMe tier: one cache file per node on node-local flash, each planned
- * sample written once (after its first PFS read) and read back checked.
- *
- * Owns the file (e->nvme_fd, unlinked as soon as it is open), the written
- * copies' checksums (e->nvme_sum) and the loads others follow (a task that
- * needs a copy being written waits for it instead of reading the PFS
- * again). Dispatcher thread, except that the I/O threads read and write the
- * file (worker.c) at offsets the plan gives. Failure: a tier that cannot be
- * set up is left out (logged once); a write or read error disables it for
- * the rest of the job (its samples then come from the PFS); a copy failing
- * its checksum is never delivered (read from the PFS and written again). */
+/* The NVMe tier: the file, its checksums and counts (nvme.h says what it
+ * owns, its threads and its failures). Knows nothing of tasks or the
+ * engine: what a load does with the tier is nvme_load.c's. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -19,54 +11,86 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "../src/util/util.h"
-#include "engine_int.h"
+#include "nvme.h"
+#include "../src/config/config.h"
+#include "../src/plan/plan.h"
 #include "node_path.h"
 #include "seer.h"
 
-uint64_t nvme_io_len(const struct engine *e, uint64_t len)
+struct nvme_tier {
+	int fd;                  /* -1: none; open until nvme_destroy */
+	bool direct;             /* O_DIRECT */
+	uint32_t align;          /* slot and transfer alignment (O_DIRECT's, or 64) */
+	uint64_t cap;            /* [cache] nvme, rounded down */
+	bool ok;                 /* false once disabled: its samples come from the PFS */
+	uint64_t *sum;           /* per sample, valid once written */
+	uint64_t nsamples;
+	uint64_t loaded, loaded_bytes, planned;
+	uint64_t size;           /* the file's reserved size (nvme_fit) */
+};
+
+uint64_t nvme_io_len(const struct nvme_tier *nv, uint64_t len)
 {
-	return e->nvme_direct ? ALIGN_UP(len, (uint64_t)e->nvme_align) : len;
+	return nv->direct ? ALIGN_UP(len, (uint64_t)nv->align) : len;
 }
 
-void nvme_disable(struct engine *e, const char *why)
+bool nvme_on(const struct nvme_tier *nv)
 {
-	if (!e->nvme_ok)
+	return nv->ok;
+}
+
+uint64_t nvme_cap(const struct nvme_tier *nv)
+{
+	return nv->ok ? nv->cap : 0;
+}
+
+uint32_t nvme_align(const struct nvme_tier *nv)
+{
+	return nv->align;
+}
+
+void nvme_disable(struct nvme_tier *nv, const char *why)
+{
+	if (!nv->ok)
 		return;
-	e->nvme_ok = false; /* its samples are read from the PFS from now on */
+	nv->ok = false; /* its samples are read from the PFS from now on */
 	log_warn("NVMe tier disabled (%s): serving from RAM, peers and the PFS", why);
 }
 
 /* Open this node's NVMe cache file, reserve its space and unlink it at once:
  * it disappears with the daemon whatever way the daemon ends. A tier that
  * cannot be set up is reported once and left out. */
-void nvme_open(struct engine *e)
+struct nvme_tier *nvme_create(const struct seer_config *cfg, uint32_t node, uint64_t nsamples)
 {
-	const struct seer_config *cfg = e->cfg;
-	e->nvme_fd = -1;
+	struct nvme_tier *nv = xcalloc(1, sizeof(*nv));
+	nv->fd = -1;
+	nv->nsamples = nsamples;
 	if (cfg->nvme == 0 || !cfg->nvme_dir || !*cfg->nvme_dir)
-		return;
+		return nv;
 	char dir[4096], path[4200], why[512];
-	e->nvme_ok = true; /* so nvme_disable reports */
-	int rc = node_path(dir, sizeof(dir), cfg->nvme_dir, e->node);
+	nv->ok = true; /* so nvme_disable reports */
+	int rc = node_path(dir, sizeof(dir), cfg->nvme_dir, node);
 	if (rc != 0) {
 		snprintf(why, sizeof(why), "[cache] nvme_dir %.300s is too long", cfg->nvme_dir);
-		nvme_disable(e, why);
-		return;
+		nvme_disable(nv, why);
+		return nv;
 	}
 	rc = mkdir_p(dir, 0700);
 	if (rc != 0) {
 		snprintf(why, sizeof(why), "cannot create %.300s: %s", dir, strerror(-rc));
-		nvme_disable(e, why);
-		return;
+		nvme_disable(nv, why);
+		return nv;
 	}
-	snprintf(path, sizeof(path), "%s/.seer-%s-n%u-%d.cache", dir, cfg->job_id, e->node,
+	snprintf(path, sizeof(path), "%s/.seer-%s-n%u-%d.cache", dir, cfg->job_id, node,
 		 (int)getpid());
 	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		snprintf(why, sizeof(why), "cannot create %.300s: %s", path, strerror(errno));
-		nvme_disable(e, why);
-		return;
+		nvme_disable(nv, why);
+		return nv;
 	}
 	unlink(path);
 	uint64_t cap = cfg->nvme & ~(NVME_ALIGN - 1);
@@ -79,14 +103,14 @@ void nvme_open(struct engine *e)
 		snprintf(why, sizeof(why), "%.300s has no room for %s: %s; lower [cache] nvme", dir,
 			 fmt_size(a, sizeof(a), cap), strerror(rc));
 		close(fd);
-		nvme_disable(e, why);
-		return;
+		nvme_disable(nv, why);
+		return nv;
 	}
 	/* O_DIRECT when the file system has it, at the alignment it asks for
 	 * (statx STATX_DIOALIGN, Linux 6.1+; 4 KiB when it does not say) */
 	char self[64];
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
-	e->nvme_align = PLAN_RAM_ALIGN;
+	nv->align = PLAN_RAM_ALIGN;
 	int dfd = open(self, O_RDWR | O_DIRECT | O_CLOEXEC);
 	if (dfd >= 0) {
 		uint32_t align = (uint32_t)NVME_ALIGN;
@@ -99,192 +123,119 @@ void nvme_open(struct engine *e)
 		    pread(dfd, probe, align, 0) == (ssize_t)align) {
 			close(fd);
 			fd = dfd;
-			e->nvme_direct = true;
-			e->nvme_align = align;
+			nv->direct = true;
+			nv->align = align;
 		} else {
 			close(dfd);
 		}
 		free(probe);
 	}
-	e->nvme_fd = fd;
-	e->nvme_cap = cap;
-	e->nvme_size = cap;
-	e->nvme_sum = xcalloc(e->cat->nsamples, sizeof(uint64_t));
+	nv->fd = fd;
+	nv->cap = cap;
+	nv->size = cap;
+	nv->sum = xcalloc(nsamples, sizeof(uint64_t));
 	char a[32];
 	log_info("NVMe tier: %s in %s (%s, %u-byte slots)", fmt_size(a, sizeof(a), cap), dir,
-		 e->nvme_direct ? "O_DIRECT" : "buffered: the file system has no O_DIRECT",
-		 e->nvme_align);
+		 nv->direct ? "O_DIRECT" : "buffered: the file system has no O_DIRECT", nv->align);
+	return nv;
 }
 
-/* Point tk at the written NVMe copy of its sample (its one way to read it). */
-void nvme_read_copy(struct engine *e, struct etask *tk)
+void nvme_destroy(struct nvme_tier *nv)
 {
-	tk->kind = TK_NVME_READ;
-	tk->nvme_off = place_local_off(e, tk->sample);
-	tk->sum = e->nvme_sum[tk->sample];
-}
-
-/* tk reads s, which this node keeps on NVMe: from the copy when it is
- * written, else from the PFS writing the copy afterwards (tk then loads it).
- * When another task is loading the copy, returns that task and leaves tk
- * as it is. */
-struct etask *nvme_claim(struct engine *e, struct etask *tk, uint32_t s)
-{
-	uint32_t st = e->cstate[s];
-	if (st == CS_READY) {
-		nvme_read_copy(e, tk);
-	} else if (st == CS_ABSENT) {
-		tk->to_nvme = true; /* this node's one PFS read of it, kept on NVMe */
-		e->cstate[s] = CS_TASK0 + tk->id;
-	} else {
-		return task_get(e, st - CS_TASK0);
-	}
-	return NULL;
-}
-
-/* A load ended: its followers read the fresh NVMe copy (ok) or the PFS. */
-void nvme_release_followers(struct engine *e, struct etask *tk, bool ok)
-{
-	struct etask *f = tk->followers;
-	tk->followers = NULL;
-	while (f) {
-		struct etask *next = f->next_follower;
-		f->next_follower = NULL;
-		if (ok) {
-			nvme_read_copy(e, f);
-		} else {
-			f->kind = TK_PFS;
-		}
-		task_submit(e, f, f->need_g);
-		f = next;
-	}
-}
-
-/* An NVMe write finished: the copy is usable, or the tier is not. */
-void nvme_write_done(struct engine *e, struct etask *tk, int status)
-{
-	if (status == 0) {
-		e->nvme_sum[tk->sample] = tk->sum;
-		atomic_store_explicit(&e->cstate[tk->sample], CS_READY, memory_order_release);
-		e->nvme_loaded++;
-		e->nvme_loaded_bytes += tk->len;
-		stats_epoch(e, e->epochs_done)->nvme_written++;
-	} else {
-		e->cstate[tk->sample] = CS_ABSENT;
-		nvme_disable(e, tk->err[0] ? tk->err : strerror(-status));
-	}
-	nvme_release_followers(e, tk, status == 0);
-	if (!tk->pin.peer && tk->stage_rank >= 0) {
-		struct trainer *t = &e->tr[tk->pin.a];
-		if (t->gen == tk->pin.b && t->slots) {
-			struct tslot *sl = &t->slots[tk->pin.c & (t->nslots - 1)];
-			if (sl->g == tk->pin.c && sl->pins > 0) {
-				sl->pins--;
-				pf_reclaim(t);
-			}
-		}
-	}
-	if (tk->bounce >= 0)
-		peer_bounce_unref(e, tk->bounce);
-}
-
-/* A PFS read that must also land on NVMe: queue the write, pinning the
- * memory it reads (the batch's staging, or a bounce slot). */
-void nvme_write_after(struct engine *e, struct etask *tk)
-{
-	struct etask *w = task_new(e);
-	w->kind = TK_NVME_WRITE;
-	w->sample = tk->sample;
-	w->dst_off = tk->dst_off;
-	w->len = tk->len;
-	w->nvme_off = place_local_off(e, tk->sample);
-	w->bg_key = tk->bg_key; /* a background fill's write stays in the background */
-	e->cstate[tk->sample] = CS_TASK0 + w->id;
-	w->followers = tk->followers;
-	tk->followers = NULL;
-	if (tk->bounce >= 0) {
-		w->bounce = tk->bounce;
-		e->bounce_refs[tk->bounce]++;
-	} else {
-		/* the one trainer waiter of a staging read */
-		w->pin = tk->w[0];
-		w->stage_rank = tk->stage_rank;
-		struct trainer *t = &e->tr[w->pin.a];
-		t->inflight++;
-		struct tslot *sl = &t->slots[w->pin.c & (t->nslots - 1)];
-		if (t->gen == w->pin.b && sl->g == w->pin.c)
-			sl->pins++;
-	}
-	task_submit(e, w, tk->need_g);
+	if (!nv)
+		return;
+	free(nv->sum);
+	if (nv->fd >= 0)
+		close(nv->fd);
+	free(nv);
 }
 
 /* The plan uses `used` bytes of the file (owned samples and replicas, at
  * their offsets): the file keeps that much reserved and gives the rest of
  * [cache] nvme back to the file system; a later, larger plan (a re-plan)
  * reserves again, and a file system without room then disables the tier. */
-void nvme_fit(struct engine *e, uint64_t used)
+void nvme_fit(struct nvme_tier *nv, uint64_t used)
 {
-	if (e->nvme_fd < 0 || !e->nvme_ok)
+	if (nv->fd < 0 || !nv->ok)
 		return;
-	uint64_t want = MIN(ALIGN_UP(used, NVME_ALIGN), e->nvme_cap);
-	if (want == e->nvme_size)
+	uint64_t want = MIN(ALIGN_UP(used, NVME_ALIGN), nv->cap);
+	if (want == nv->size)
 		return;
 	int rc = 0;
-	if (want < e->nvme_size)
-		rc = ftruncate(e->nvme_fd, (off_t)want) == 0 ? 0 : errno;
-	else if ((rc = posix_fallocate(e->nvme_fd, 0, (off_t)want)) == EOPNOTSUPP || rc == EINVAL)
-		rc = ftruncate(e->nvme_fd, (off_t)want) == 0 ? 0 : errno;
+	if (want < nv->size)
+		rc = ftruncate(nv->fd, (off_t)want) == 0 ? 0 : errno;
+	else if ((rc = posix_fallocate(nv->fd, 0, (off_t)want)) == EOPNOTSUPP || rc == EINVAL)
+		rc = ftruncate(nv->fd, (off_t)want) == 0 ? 0 : errno;
 	if (rc != 0) {
 		char why[256], a[32];
 		snprintf(why, sizeof(why), "cannot size the cache file to %s: %s",
 			 fmt_size(a, sizeof(a), want), strerror(rc));
-		nvme_disable(e, why);
+		nvme_disable(nv, why);
 		return;
 	}
 	char a[32], b[32];
 	log_info("NVMe tier: the plan uses %s of %s; the file keeps that much",
-		 fmt_size(a, sizeof(a), want), fmt_size(b, sizeof(b), e->nvme_cap));
-	e->nvme_size = want;
+		 fmt_size(a, sizeof(a), want), fmt_size(b, sizeof(b), nv->cap));
+	nv->size = want;
 }
 
-/* Close the tier (engine_destroy, after the I/O threads stopped). */
-void nvme_close(struct engine *e)
+void nvme_planned_add(struct nvme_tier *nv, uint64_t n)
 {
-	free(e->nvme_sum);
-	e->nvme_sum = NULL;
-	if (e->nvme_fd >= 0)
-		close(e->nvme_fd);
-	e->nvme_fd = -1;
-	e->nvme_ok = false;
+	nv->planned += n;
 }
 
-/* A PFS read that was to give this node its NVMe copy ended: the copy is
- * written next, or (failed, or the tier is off) whoever followed the load
- * reads on its own. */
-void nvme_load_done(struct engine *e, struct etask *tk, int status)
+void nvme_plan_reset(struct nvme_tier *nv)
 {
-	if (status == 0 && e->nvme_ok) {
-		nvme_write_after(e, tk);
-	} else {
-		e->cstate[tk->sample] = CS_ABSENT;
-		nvme_release_followers(e, tk, false);
+	nv->planned = 0;
+}
+
+void nvme_forget(struct nvme_tier *nv)
+{
+	nv->loaded = nv->loaded_bytes = nv->planned = 0;
+}
+
+void nvme_mark_written(struct nvme_tier *nv, uint32_t s, uint64_t sum, uint64_t len)
+{
+	nv->sum[s] = sum;
+	nv->loaded++;
+	nv->loaded_bytes += len;
+}
+
+uint64_t nvme_sum(const struct nvme_tier *nv, uint32_t s)
+{
+	return nv->sum[s];
+}
+
+struct nvme_summary nvme_summary(const struct nvme_tier *nv)
+{
+	return (struct nvme_summary){ .enabled = nv->ok, .capacity = nv->cap,
+				      .planned = nv->planned, .loaded = nv->loaded,
+				      .loaded_bytes = nv->loaded_bytes };
+}
+
+/* TK_NVME_READ: the copy, checked against the checksum of what was written. */
+int nvme_pread(const struct nvme_tier *nv, uint32_t s, uint8_t *dst, uint64_t len, uint64_t off,
+	       uint64_t sum, char *err, size_t errlen)
+{
+	int rc = pread_full(nv->fd, dst, nvme_io_len(nv, len), off);
+	if (rc == -ENODATA)
+		rc = -EIO;
+	if (rc == 0 && XXH64(dst, len, 0) != sum) {
+		rc = SEER_EDATASET;
+		snprintf(err, errlen, "NVMe copy of sample %u failed its checksum", s);
+	} else if (rc != 0) {
+		snprintf(err, errlen, "NVMe read of sample %u: %s", s, strerror(-rc));
 	}
+	return rc;
 }
 
-/* tk's NVMe copy was bad or unreadable: it is never delivered. tk reads the
- * PFS instead and, while the tier works, writes a fresh copy. */
-void nvme_read_failed(struct engine *e, struct etask *tk, int status)
+/* TK_NVME_WRITE: bytes already in the arena to the tier, with their checksum. */
+int nvme_pwrite(const struct nvme_tier *nv, uint32_t s, const uint8_t *src, uint64_t len,
+		uint64_t off, uint64_t *sum, char *err, size_t errlen)
 {
-	if (status == SEER_EDATASET) {
-		stats_epoch(e, e->epochs_done)->nvme_corrupt++;
-		log_warn("%s: reading sample %u from the PFS instead", tk->err, tk->sample);
-	} else {
-		/* the device fails: said once, and no batch plans on it again */
-		nvme_disable(e, tk->err[0] ? tk->err : strerror(-status));
-	}
-	tk->kind = TK_PFS;
-	tk->err[0] = '\0';
-	tk->to_nvme = e->nvme_ok && e->cstate[tk->sample] == CS_READY;
-	if (tk->to_nvme)
-		e->cstate[tk->sample] = CS_TASK0 + tk->id;
+	*sum = XXH64(src, len, 0);
+	int rc = pwrite_full(nv->fd, src, nvme_io_len(nv, len), off);
+	if (rc != 0)
+		snprintf(err, errlen, "NVMe write of sample %u: %s", s, strerror(-rc));
+	return rc;
 }

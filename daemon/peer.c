@@ -26,15 +26,15 @@
 
 void peer_bounce_unref(struct engine *e, int32_t b)
 {
-	if (b < 0 || (uint32_t)b >= e->nbounce || e->bounce_refs[b] == 0)
+	if (b < 0 || (uint32_t)b >= e->peers.nslots || e->peers.refs[b] == 0)
 		return;
-	if (--e->bounce_refs[b] > 0)
+	if (--e->peers.refs[b] > 0)
 		return;
-	e->bounce_free[e->nbounce_free++] = b;
+	e->peers.free[e->peers.nfree++] = b;
 	/* a request waiting for a slot can go now */
-	if (e->nbwait > 0) {
-		struct deferred_req r = e->bwait[0];
-		memmove(e->bwait, e->bwait + 1, --e->nbwait * sizeof(*e->bwait));
+	if (e->peers.nbwait > 0) {
+		struct deferred_req r = e->peers.bwait[0];
+		memmove(e->peers.bwait, e->peers.bwait + 1, --e->peers.nbwait * sizeof(*e->peers.bwait));
 		peer_request(e, r.peer, r.req_id, r.sample, r.len);
 	}
 }
@@ -45,9 +45,9 @@ void peer_bounce_unref(struct engine *e, int32_t b)
 static void peer_send(struct engine *e, uint32_t peer, uint64_t req_id, uint64_t off, uint64_t len,
 		      int32_t bounce)
 {
-	net_reply(e->net, peer, req_id, e->abase + off, len,
+	net_reply(e->peers.net, peer, req_id, e->ar.base + off, len,
 		  bounce >= 0 ? BOUNCE_COOKIE(bounce) : NULL);
-	struct epoch_stats *es = stats_epoch(e, e->epochs_done);
+	struct epoch_stats *es = stats_epoch(e, e->st.epochs_done);
 	es->served_samples++;
 	es->served_bytes += len;
 }
@@ -60,7 +60,7 @@ void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *
 		peer_send(e, w->a, w->c, tk->dst_off, tk->len, tk->bounce);
 		return;
 	}
-	net_reply_error(e->net, w->a, w->c, status < 0 && status > -4096 ? status : -EIO);
+	net_reply_error(e->peers.net, w->a, w->c, status < 0 && status > -4096 ? status : -EIO);
 	if (tk->bounce >= 0)
 		peer_bounce_unref(e, tk->bounce);
 }
@@ -68,24 +68,24 @@ void peer_answer(struct engine *e, const struct etask *tk, const struct waiter *
 static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s,
 			      uint64_t len)
 {
-	if (e->nbounce_free == 0) {
-		if (e->nbwait == e->capbwait) {
-			e->capbwait = MAX(e->capbwait * 2, 64);
-			e->bwait = xrealloc(e->bwait, e->capbwait * sizeof(*e->bwait));
+	if (e->peers.nfree == 0) {
+		if (e->peers.nbwait == e->peers.capbwait) {
+			e->peers.capbwait = MAX(e->peers.capbwait * 2, 64);
+			e->peers.bwait = xrealloc(e->peers.bwait, e->peers.capbwait * sizeof(*e->peers.bwait));
 		}
-		e->bwait[e->nbwait++] = (struct deferred_req){ peer, s, req_id, len };
+		e->peers.bwait[e->peers.nbwait++] = (struct deferred_req){ peer, s, req_id, len };
 		return;
 	}
-	int32_t b = e->bounce_free[--e->nbounce_free];
-	e->bounce_refs[b] = 1; /* the reply's */
+	int32_t b = e->peers.free[--e->peers.nfree];
+	e->peers.refs[b] = 1; /* the reply's */
 	struct etask *tk = task_new(e);
 	tk->sample = s;
 	tk->bounce = b;
-	tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
+	tk->dst_off = e->peers.base + (uint64_t)b * e->peers.size;
 	tk->len = len;
 	tk->blob = xfs_blob(e, s); /* a PFS read of it makes the decoded image */
 	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
-	struct etask *ld = nvme_claim(e, tk, s);
+	struct etask *ld = nvme_load_claim(e, tk, s);
 	if (ld) {
 		/* being loaded meanwhile: read the copy once it is written (the
 		 * sample's one PFS read stays one, also when a replica fill asks
@@ -104,27 +104,27 @@ static void peer_request_nvme(struct engine *e, uint32_t peer, uint64_t req_id, 
 void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, uint64_t len)
 {
 	if (!e->plan_ready) {
-		if (e->nearly == e->capearly) {
-			e->capearly = MAX(e->capearly * 2, 64);
-			e->early = xrealloc(e->early, e->capearly * sizeof(*e->early));
+		if (e->peers.nearly == e->peers.capearly) {
+			e->peers.capearly = MAX(e->peers.capearly * 2, 64);
+			e->peers.early = xrealloc(e->peers.early, e->peers.capearly * sizeof(*e->peers.early));
 		}
-		e->early[e->nearly++] = (struct deferred_req){ peer, s, req_id, len };
+		e->peers.early[e->peers.nearly++] = (struct deferred_req){ peer, s, req_id, len };
 		return;
 	}
 	/* peers ask the owner only: this node's replicas are not served */
 	struct route_view v = place_view(e);
 	bool owned = s < e->cat->nsamples && route_owned(&v, s);
 	if (owned && route_local_nvme(&v, s) && len == xfs_src_len(e, s) &&
-	    e->nbounce > 0) {
+	    e->peers.nslots > 0) {
 		peer_request_nvme(e, peer, req_id, s, len);
 		return;
 	}
 	if (!owned || !route_local_ram(&v, s) || len != xfs_src_len(e, s)) {
-		net_reply_error(e->net, peer, req_id, -ENOENT);
+		net_reply_error(e->peers.net, peer, req_id, -ENOENT);
 		return;
 	}
-	if (e->bad[s]) {
-		net_reply_error(e->net, peer, req_id, -EBADMSG); /* it fails its checks */
+	if (e->pl.bad[s]) {
+		net_reply_error(e->peers.net, peer, req_id, -EBADMSG); /* it fails its checks */
 		return;
 	}
 	if (e->cstate[s] == CS_READY) {
@@ -133,15 +133,15 @@ void peer_request(struct engine *e, uint32_t peer, uint64_t req_id, uint32_t s, 
 	}
 	/* this node owns it: the load under way, or the one PFS read of it,
 	 * now (a peer is waiting) */
-	struct etask *tk = pf_ram_load(e, s, s, 0, false);
+	struct etask *tk = ram_load(e, s, s, 0, false);
 	task_wait_w(tk, (struct waiter){ .peer = true, .a = peer, .c = req_id });
 }
 
 void peer_events(struct engine *e)
 {
-	if (!e->net)
+	if (!e->peers.net)
 		return;
-	struct net_event *ev = net_take_events(e->net);
+	struct net_event *ev = net_take_events(e->peers.net);
 	while (ev) {
 		struct net_event *next = ev->next;
 		if (ev->kind == NET_FETCH_DONE) {
@@ -151,12 +151,12 @@ void peer_events(struct engine *e)
 				task_finish(e, tk, 0);
 			} else {
 				/* the peer did not deliver: read the PFS instead */
-				stats_epoch(e, e->epochs_done)->fallbacks++;
+				stats_epoch(e, e->st.epochs_done)->fallbacks++;
 				log_debug("sample %u from node %u failed (%s): reading the PFS", tk->sample,
 					  ev->peer, strerror(-ev->status));
 				tk->kind = TK_PFS;
 				if (tk->repl_bg)
-					e->repl_inflight_pfs++; /* a background fill now reads the PFS */
+					e->repl.inflight_pfs++; /* a background fill now reads the PFS */
 				task_submit(e, tk, tk->need_g);
 			}
 		} else if (ev->kind == NET_REQUEST) {
@@ -181,7 +181,7 @@ int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void *
 		return -ENOENT;
 	if (e->plan.tier[s] == PLAN_RAM &&
 	    atomic_load_explicit(&e->cstate[s], memory_order_acquire) == CS_READY) {
-		*src = e->abase + e->cache_base + e->plan.off[s];
+		*src = e->ar.base + e->ar.cache_base + e->plan.off[s];
 		return 1;
 	}
 	return 0;
@@ -190,19 +190,19 @@ int peer_lookup(void *ctx, uint32_t peer, uint32_t s, uint64_t len, const void *
 /* The bounce slots' free stack (arena_layout sized them). */
 void peer_bounce_init(struct engine *e)
 {
-	e->bounce_free = xcalloc(MAX(e->nbounce, 1u), sizeof(int32_t));
-	e->bounce_refs = xcalloc(MAX(e->nbounce, 1u), sizeof(uint32_t));
-	for (uint32_t b = 0; b < e->nbounce; b++)
-		e->bounce_free[e->nbounce_free++] = (int32_t)(e->nbounce - 1 - b);
+	e->peers.free = xcalloc(MAX(e->peers.nslots, 1u), sizeof(int32_t));
+	e->peers.refs = xcalloc(MAX(e->peers.nslots, 1u), sizeof(uint32_t));
+	for (uint32_t b = 0; b < e->peers.nslots; b++)
+		e->peers.free[e->peers.nfree++] = (int32_t)(e->peers.nslots - 1 - b);
 }
 
 /* The plan exists: answer the requests peers sent before it did. */
 void peer_replay_early(struct engine *e)
 {
-	struct deferred_req *early = e->early;
-	uint32_t nearly = e->nearly;
-	e->early = NULL;
-	e->nearly = e->capearly = 0;
+	struct deferred_req *early = e->peers.early;
+	uint32_t nearly = e->peers.nearly;
+	e->peers.early = NULL;
+	e->peers.nearly = e->peers.capearly = 0;
 	for (uint32_t i = 0; i < nearly; i++)
 		peer_request(e, early[i].peer, early[i].req_id, early[i].sample, early[i].len);
 	free(early);
@@ -211,11 +211,11 @@ void peer_replay_early(struct engine *e)
 /* Free what peer serving holds (engine_destroy, after the network thread). */
 void peer_free(struct engine *e)
 {
-	free(e->early);
-	free(e->bwait);
-	free(e->bounce_free);
-	free(e->bounce_refs);
-	e->early = e->bwait = NULL;
-	e->bounce_free = NULL;
-	e->bounce_refs = NULL;
+	free(e->peers.early);
+	free(e->peers.bwait);
+	free(e->peers.free);
+	free(e->peers.refs);
+	e->peers.early = e->peers.bwait = NULL;
+	e->peers.free = NULL;
+	e->peers.refs = NULL;
 }

@@ -31,61 +31,21 @@
 #include "engine_int.h"
 #include "seer.h"
 
-static bool place_peer_ok(void *ctx, uint32_t node)
-{
-	const struct engine *e = ctx;
-	return !net_peer_suspect(e->net, node);
-}
-
-/* What tier routing (route.h) reads of the engine, as it is now. */
-struct route_view place_view(const struct engine *e)
-{
-	return (struct route_view){
-		.node = e->node, .nsamples = e->cat->nsamples, .tier = e->plan.tier,
-		.owner = e->plan.owner, .nvme_ok = e->nvme_ok, .np = e->nopfs ? &e->np : NULL,
-		.local_idx = e->local_idx, .peer_ok = e->net ? place_peer_ok : NULL,
-		.peer_ctx = (void *)e, .repl_idx = e->repl_on ? e->nv.idx : NULL,
-		.repl_tier = e->repl_on ? e->nv.tier : NULL,
-	};
-}
-
-bool place_is_replica(const struct engine *e, uint32_t s)
-{
-	return e->repl_on && s < e->nv.n && e->nv.idx[s] != 0;
-}
-
-uint64_t place_local_off(const struct engine *e, uint32_t s)
-{
-	return plan_locate(&e->plan, e->repl_on ? &e->nv : NULL, e->node, s).off;
-}
-
-bool place_local_ram(const struct engine *e, uint32_t s)
-{
-	struct route_view v = place_view(e);
-	return route_local_ram(&v, s);
-}
-
-bool place_local_nvme(const struct engine *e, uint32_t s)
-{
-	struct route_view v = place_view(e);
-	return route_local_nvme(&v, s);
-}
-
 /* cache.policy = nopfs: the private copies (src/plan/plan_nopfs.c) and their
  * cache states, after the samples' */
 static void np_build(struct engine *e)
 {
-	if (plan_nopfs_build(&e->np, e->cat, &e->smp, &e->sh, &e->rs, &e->tl, e->local_ranks,
-			     e->nlocal, sampler_tl_g(&e->tl, e->first_epoch, 0), e->end,
-			     e->cache_cap) != 0) {
+	if (plan_nopfs_build(&e->pl.np, e->cat, &e->pl.smp, &e->sh, &e->rs, &e->tl, e->pl.local_ranks,
+			     e->pl.nlocal, sampler_tl_g(&e->tl, e->pl.first_epoch, 0), e->pl.end,
+			     e->ar.cache_cap) != 0) {
 		log_error("out of memory placing the nopfs copies");
 		abort();
 	}
 	uint64_t n = e->cat->nsamples;
-	e->local_cached_bytes += e->np.bytes;
-	e->cstate = xrealloc((void *)e->cstate, (n + e->np.nkeys) * sizeof(uint32_t));
-	memset((void *)(e->cstate + n), 0, e->np.nkeys * sizeof(uint32_t));
-	e->cache_planned = e->np.nkeys;
+	e->pl.local_cached_bytes += e->pl.np.bytes;
+	e->cstate = xrealloc((void *)e->cstate, (n + e->pl.np.nkeys) * sizeof(uint32_t));
+	memset((void *)(e->cstate + n), 0, e->pl.np.nkeys * sizeof(uint32_t));
+	e->pl.cache_planned = e->pl.np.nkeys;
 }
 
 /* cache.replicas = on with several nodes: the samples this node rereads
@@ -93,17 +53,17 @@ static void np_build(struct engine *e)
  * long for the replica set's 32-bit ticks goes without, said once. */
 static void repl_plan(struct engine *e)
 {
-	e->repl_on = false;
-	e->repl_from_pfs = strcmp(e->cfg->replica_fill, "pfs") == 0;
-	if (!e->cfg->replicas || e->nopfs || e->nnodes < 2 || e->first_epoch + 1 >= e->cfg->epochs)
+	e->repl.on = false;
+	e->repl.from_pfs = strcmp(e->cfg->replica_fill, "pfs") == 0;
+	if (!e->cfg->replicas || e->nopfs || e->nnodes < 2 || e->pl.first_epoch + 1 >= e->cfg->epochs)
 		return;
 	struct plan_repl_opts ro = {
-		.on = true, .fill = e->repl_from_pfs ? PLAN_FILL_PFS : PLAN_FILL_PEER,
+		.on = true, .fill = e->repl.from_pfs ? PLAN_FILL_PFS : PLAN_FILL_PEER,
 	};
 	/* transform.cache = decoded: replicas of decoded images, as the owners hold */
-	int rc = plan_node_build(&e->nv, &e->plan, e->cat, xfs_plan_lengths(e), &e->sh, e->first_epoch,
-				 e->cfg->epochs - e->first_epoch, e->rank_node, e->node,
-				 &e->caps[e->node], &ro, NULL);
+	int rc = plan_node_build(&e->repl.set, &e->plan, e->cat, xfs_plan_lengths(e), &e->sh, e->pl.first_epoch,
+				 e->cfg->epochs - e->pl.first_epoch, e->rank_node, e->node,
+				 &e->pl.caps[e->node], &ro, NULL);
 	if (rc == -ENOMEM) {
 		log_error("out of memory planning this node's replicas");
 		abort();
@@ -114,15 +74,15 @@ static void repl_plan(struct engine *e)
 			 strerror(-rc));
 		return;
 	}
-	e->repl_on = true;
-	for (uint64_t i = 0; i < e->nv.nrepl; i++) {
-		if (e->nv.tier[i] == PLAN_RAM)
-			e->repl_ram_planned++;
+	e->repl.on = true;
+	for (uint64_t i = 0; i < e->repl.set.nrepl; i++) {
+		if (e->repl.set.tier[i] == PLAN_RAM)
+			e->repl.ram_planned++;
 		else
-			e->repl_nvme_planned++;
+			e->repl.nvme_planned++;
 	}
-	e->nvme_planned += e->repl_nvme_planned;
-	e->local_cached_bytes += e->nv.repl_bytes;
+	nvme_planned_add(e->nvme, e->repl.nvme_planned);
+	e->pl.local_cached_bytes += e->repl.set.repl_bytes;
 	repl_init(e);
 }
 
@@ -131,8 +91,8 @@ static void log_plan(const struct engine *e, uint64_t t0)
 {
 	if (e->nopfs)
 		log_info("cache.policy = nopfs: %u private copies in %u trainer shares of %llu bytes",
-			 e->np.nkeys, e->nlocal,
-			 (unsigned long long)(e->cache_cap / MAX(e->nlocal, 1u)));
+			 e->pl.np.nkeys, e->pl.nlocal,
+			 (unsigned long long)(e->ar.cache_cap / MAX(e->pl.nlocal, 1u)));
 	char a[32], b[32], c[32];
 	/* in the bytes the caches hold (decoded images with transform.cache = decoded) */
 	uint64_t D = xfs_cached_total(e), C = MIN(e->plan.cached_bytes, D), E = e->cfg->epochs;
@@ -141,21 +101,21 @@ static void log_plan(const struct engine *e, uint64_t t0)
 		 "cap %s) in %.2f s; optimal PFS reads over %llu epochs: %.2fx the dataset",
 		 (unsigned long long)e->plan.cached_samples, (unsigned long long)e->cat->nsamples,
 		 fmt_size(a, sizeof(a), e->plan.cached_bytes), fmt_size(b, sizeof(b), D), e->nnodes,
-		 (unsigned long long)e->cache_planned,
-		 fmt_size(d, sizeof(d), e->local_cached_bytes - (e->repl_on ? e->nv.repl_bytes : 0)),
-		 fmt_size(c, sizeof(c), e->cache_cap), (double)(now_ns() - t0) / 1e9,
+		 (unsigned long long)e->pl.cache_planned,
+		 fmt_size(d, sizeof(d), e->pl.local_cached_bytes - (e->repl.on ? e->repl.set.repl_bytes : 0)),
+		 fmt_size(c, sizeof(c), e->ar.cache_cap), (double)(now_ns() - t0) / 1e9,
 		 (unsigned long long)E,
-		 ((double)D + (double)(D - C) * (double)(E - e->first_epoch - 1)) / (double)D);
-	if (e->repl_on) {
+		 ((double)D + (double)(D - C) * (double)(E - e->pl.first_epoch - 1)) / (double)D);
+	if (e->repl.on) {
 		char r[32], u[32], v[32];
 		log_info("replicas: %llu samples (%s; %llu in RAM, %llu on NVMe) this node rereads, "
 			 "filled from %s%s; RAM used %s, NVMe used %s",
-			 (unsigned long long)e->nv.nrepl, fmt_size(r, sizeof(r), e->nv.repl_bytes),
-			 (unsigned long long)e->repl_ram_planned,
-			 (unsigned long long)e->repl_nvme_planned,
-			 e->repl_from_pfs ? "the PFS" : "their owners",
+			 (unsigned long long)e->repl.set.nrepl, fmt_size(r, sizeof(r), e->repl.set.repl_bytes),
+			 (unsigned long long)e->repl.ram_planned,
+			 (unsigned long long)e->repl.nvme_planned,
+			 e->repl.from_pfs ? "the PFS" : "their owners",
 			 e->cfg->replica_fill_rate ? " (rate capped)" : "",
-			 fmt_size(u, sizeof(u), e->nv.ram_used), fmt_size(v, sizeof(v), e->nv.nvme_used));
+			 fmt_size(u, sizeof(u), e->repl.set.ram_used), fmt_size(v, sizeof(v), e->repl.set.nvme_used));
 	}
 }
 
@@ -170,12 +130,12 @@ void place_plan(struct engine *e)
 	 * their lengths) or the first epoch is an elastic one (its order of need
 	 * is the re-sharded batches'): then sample by sample. */
 	const uint64_t *lens = xfs_plan_lengths(e);
-	const struct plan_cap *cap = e->nopfs ? none : e->caps;
-	bool files = e->coalesce && !e->nopfs && !lens &&
-		     !(e->rs.elastic && e->rs.epoch == e->first_epoch);
-	if ((files ? plan_build_files(&e->plan, e->cat, &e->sh, e->first_epoch, e->rank_node,
+	const struct plan_cap *cap = e->nopfs ? none : e->pl.caps;
+	bool files = e->ext.coalesce && !e->nopfs && !lens &&
+		     !(e->rs.elastic && e->rs.epoch == e->pl.first_epoch);
+	if ((files ? plan_build_files(&e->plan, e->cat, &e->sh, e->pl.first_epoch, e->rank_node,
 				      e->nnodes, cap)
-		   : plan_build_resumed(&e->plan, e->cat, lens, &e->sh, &e->rs, e->first_epoch,
+		   : plan_build_resumed(&e->plan, e->cat, lens, &e->sh, &e->rs, e->pl.first_epoch,
 					e->rank_node, e->nnodes, cap)) != 0) {
 		log_error("out of memory building the placement plan");
 		abort();
@@ -183,35 +143,35 @@ void place_plan(struct engine *e)
 	if (e->nopfs)
 		np_build(e);
 	e->plan_ready = true;
-	e->t_plan = now_s();
-	if (e->probe.reads) {
+	e->st.t_plan = now_s();
+	if (e->ext.probe.reads) {
 		/* node 0 read them before the job: counted in its first epoch, so
 		 * its PFS bytes equal what the file system served (a new shape's
 		 * stats start over and count them again) */
-		struct epoch_stats *es = stats_epoch(e, e->first_epoch);
-		es->pfs_bytes += e->probe.bytes;
-		es->pfs_reads += e->probe.reads;
+		struct epoch_stats *es = stats_epoch(e, e->pl.first_epoch);
+		es->pfs_bytes += e->ext.probe.bytes;
+		es->pfs_reads += e->ext.probe.reads;
 	}
 	struct route_view v = place_view(e);
 	for (uint64_t s = 0; s < e->cat->nsamples; s++) {
 		if (!route_owned(&v, (uint32_t)s))
 			continue;
 		if (route_local_ram(&v, (uint32_t)s)) {
-			e->cache_planned++;
-			e->local_cached_bytes += xfs_src_len(e, (uint32_t)s);
+			e->pl.cache_planned++;
+			e->pl.local_cached_bytes += xfs_src_len(e, (uint32_t)s);
 		} else if (route_local_nvme(&v, (uint32_t)s)) {
-			e->nvme_planned++;
-			e->local_cached_bytes += xfs_src_len(e, (uint32_t)s);
+			nvme_planned_add(e->nvme, 1);
+			e->pl.local_cached_bytes += xfs_src_len(e, (uint32_t)s);
 		}
 	}
 	repl_plan(e);
 	/* the NVMe file keeps the room this node's plan uses (owned + replicas) */
-	nvme_fit(e, e->repl_on ? e->nv.nvme_used : e->plan.nvme_used[e->node]);
+	nvme_fit(e->nvme, e->repl.on ? e->repl.set.nvme_used : e->plan.nvme_used[e->node]);
 	/* the network thread may now look samples up */
 	atomic_store_explicit(&e->plan_published, true, memory_order_release);
-	e->fill_left = e->cache_planned;
-	e->fill_g = sampler_tl_g(&e->tl, e->first_epoch, 0);
-	e->fill_r = 0; /* (a shape dropped mid-round left it for another world) */
+	e->pf.fill_left = e->pl.cache_planned;
+	e->pf.fill_g = sampler_tl_g(&e->tl, e->pl.first_epoch, 0);
+	e->pf.fill_r = 0; /* (a shape dropped mid-round left it for another world) */
 	log_plan(e, t0);
 	arena_split_staging(e);
 	peer_replay_early(e);
@@ -225,12 +185,12 @@ void place_plan(struct engine *e)
 static int staging_precheck(struct engine *e, uint32_t world, char *err, size_t errlen)
 {
 	const struct catalog *cat = e->cat;
-	if (e->cache_cap >= ALIGN_UP(cat->total_bytes + cat->nsamples * PLAN_RAM_ALIGN, 4096ull))
+	if (e->ar.cache_cap >= ALIGN_UP(cat->total_bytes + cat->nsamples * PLAN_RAM_ALIGN, 4096ull))
 		return 0;
-	uint32_t nlocal = e->nlocal;
-	e->nlocal = world;
+	uint32_t nlocal = e->pl.nlocal;
+	e->pl.nlocal = world;
 	int rc = arena_check_staging(e, err, errlen);
-	e->nlocal = nlocal;
+	e->pl.nlocal = nlocal;
 	return rc;
 }
 
@@ -261,9 +221,9 @@ static int shape_plan(struct engine *e, const struct sampler_record *rec, bool f
 		free(starts);
 		return rc;
 	}
-	e->end = sampler_tl_end(&e->tl);
+	e->pl.end = sampler_tl_end(&e->tl);
 	if (rec || resumed) {
-		e->default_start = MIN(sampler_tl_g(&e->tl, e->rs.epoch, e->rs.step), e->end);
+		e->pl.default_start = MIN(sampler_tl_g(&e->tl, e->rs.epoch, e->rs.step), e->pl.end);
 	} else if (fixed) {
 		if (rs >= e->sh.bpe) {
 			snprintf(err, errlen, "[job] resume step %llu: an epoch has %llu steps",
@@ -271,15 +231,15 @@ static int shape_plan(struct engine *e, const struct sampler_record *rec, bool f
 			free(starts);
 			return SEER_ECONFIG;
 		}
-		e->default_start = re * e->sh.bpe + rs;
+		e->pl.default_start = re * e->sh.bpe + rs;
 	}
 	uint64_t lo = UINT64_MAX;
 	for (uint32_t r = 0; r < e->world; r++) {
-		e->tr[r].resume_g = starts ? MIN(starts[r], e->end) : e->default_start;
+		e->tr[r].resume_g = starts ? MIN(starts[r], e->pl.end) : e->pl.default_start;
 		lo = MIN(lo, e->tr[r].resume_g);
 	}
 	if (starts)
-		e->default_start = lo;
+		e->pl.default_start = lo;
 	free(starts);
 	return 0;
 }
@@ -311,18 +271,18 @@ int place_shape_init(struct engine *e, uint32_t world, const struct sampler_reco
 	}
 	if (e->nnodes == 1 && staging_precheck(e, world, err, errlen) != 0)
 		return SEER_ECONFIG; /* before anything is sized by the world */
-	if (sampler_cache_init(&e->smp, &e->sh) != 0) {
+	if (sampler_cache_init(&e->pl.smp, &e->sh) != 0) {
 		snprintf(err, errlen, "out of memory for the epoch permutations");
 		return -ENOMEM;
 	}
 	e->world = world;
 	e->tr = xcalloc(world, sizeof(*e->tr));
 	e->rank_node = xcalloc(world, sizeof(uint32_t));
-	e->local_ranks = xcalloc(world, sizeof(uint32_t));
-	e->local_idx = xcalloc(world, sizeof(uint32_t));
-	e->ids = xcalloc(e->sh.batch, sizeof(uint32_t));
-	e->keys = xcalloc(e->sh.batch, sizeof(uint32_t));
-	e->routes = xcalloc(e->sh.batch, 1);
+	e->pl.local_ranks = xcalloc(world, sizeof(uint32_t));
+	e->pl.local_idx = xcalloc(world, sizeof(uint32_t));
+	e->pl.ids = xcalloc(e->sh.batch, sizeof(uint32_t));
+	e->pl.keys = xcalloc(e->sh.batch, sizeof(uint32_t));
+	e->pl.routes = xcalloc(e->sh.batch, 1);
 	for (uint32_t r = 0; r < world; r++) {
 		e->tr[r].rank = r;
 		e->tr[r].sock = e->tr[r].efd = e->tr[r].pending_sock = -1;
@@ -331,11 +291,7 @@ int place_shape_init(struct engine *e, uint32_t world, const struct sampler_reco
 	e->shape_ready = true; /* place_shape_free undoes all of it from here on */
 	if ((rc = shape_plan(e, rec, from_map, err, errlen)) != 0)
 		return rc;
-	e->step_stride = MAX(1ull, (e->end + 99999) / 100000);
-	e->nsteps = (e->end + e->step_stride - 1) / e->step_stride;
-	e->step_done = xcalloc(e->nsteps, sizeof(double));
-	e->step_stall = xcalloc(e->nsteps, sizeof(float));
-	e->step_count = xcalloc(e->nsteps, sizeof(uint16_t));
+	stats_steps_init(&e->st, e->pl.end);
 	/* slots for the batches a trainer holds, the lookahead beyond them and
 	 * two in reclaim (config_finish keeps this within a client's 4096); a
 	 * trainer may declare more held batches at connect (a TorchLoader's
@@ -349,11 +305,11 @@ int place_shape_init(struct engine *e, uint32_t world, const struct sampler_reco
 	e->nslots = ns;
 	if (e->nnodes == 1) {
 		/* every rank is local; several nodes plan once the map is agreed */
-		e->nlocal = world;
+		e->pl.nlocal = world;
 		for (uint32_t r = 0; r < world; r++)
-			e->local_ranks[r] = e->local_idx[r] = r;
+			e->pl.local_ranks[r] = e->pl.local_idx[r] = r;
 		uint64_t step;
-		jobrec_pos(e, MIN(e->default_start, e->end ? e->end - 1 : 0), &e->first_epoch, &step);
+		jobrec_pos(e, MIN(e->pl.default_start, e->pl.end ? e->pl.end - 1 : 0), &e->pl.first_epoch, &step);
 		place_plan(e);
 		if (arena_check_staging(e, err, errlen) != 0)
 			return SEER_ECONFIG;
@@ -369,31 +325,26 @@ void place_shape_free(struct engine *e)
 	fcast_stop(e); /* its thread reads the plan */
 	free(e->tr);
 	free(e->rank_node);
-	free(e->local_ranks);
-	free(e->local_idx);
-	free(e->ids);
-	free(e->keys);
-	free(e->routes);
-	free(e->step_done);
-	free(e->step_stall);
-	free(e->step_count);
+	free(e->pl.local_ranks);
+	free(e->pl.local_idx);
+	free(e->pl.ids);
+	free(e->pl.keys);
+	free(e->pl.routes);
 	e->tr = NULL;
-	e->rank_node = e->local_ranks = e->local_idx = e->ids = e->keys = NULL;
-	e->routes = NULL;
-	e->step_done = NULL;
-	e->step_stall = NULL;
-	e->step_count = NULL;
-	plan_nopfs_free(&e->np);
+	e->rank_node = e->pl.local_ranks = e->pl.local_idx = e->pl.ids = e->pl.keys = NULL;
+	e->pl.routes = NULL;
+	stats_steps_free(&e->st);
+	plan_nopfs_free(&e->pl.np);
 	repl_free(e);
 	plan_free(&e->plan);
 	jobrec_free(e);
-	sampler_cache_free(&e->smp); /* also after a failed init */
+	sampler_cache_free(&e->pl.smp); /* also after a failed init */
 	atomic_store(&e->plan_published, false);
 	e->plan_ready = false;
 	e->shape_ready = false;
-	e->world = e->nlocal = 0;
-	e->cache_planned = e->local_cached_bytes = e->fill_left = 0;
-	e->nvme_planned = 0;
+	e->world = e->pl.nlocal = 0;
+	e->pl.cache_planned = e->pl.local_cached_bytes = e->pf.fill_left = 0;
+	nvme_plan_reset(e->nvme);
 }
 
 int place_can_reshape(const struct engine *e, char *why, size_t whylen)
@@ -415,11 +366,11 @@ int place_can_reshape(const struct engine *e, char *why, size_t whylen)
 		}
 	}
 	uint64_t free_tasks = 0;
-	for (const struct etask *t = e->free_tasks; t; t = t->free_next)
+	for (const struct etask *t = e->tasks.free; t; t = t->free_next)
 		free_tasks++;
-	if (free_tasks != (uint64_t)e->nchunks * TASK_CHUNK) {
+	if (free_tasks != (uint64_t)e->tasks.nchunks * TASK_CHUNK) {
 		snprintf(why, whylen, "%llu of their reads are still in flight: try again in a moment",
-			 (unsigned long long)((uint64_t)e->nchunks * TASK_CHUNK - free_tasks));
+			 (unsigned long long)((uint64_t)e->tasks.nchunks * TASK_CHUNK - free_tasks));
 		return -EBUSY;
 	}
 	return 0;
@@ -436,24 +387,21 @@ void place_drop_shape(struct engine *e)
 	place_shape_free(e);
 	/* nothing is in flight (place_can_reshape): every key is ABSENT or READY */
 	memset((void *)e->cstate, 0, e->cat->nsamples * sizeof(uint32_t));
-	e->cache_loaded = e->cache_loaded_bytes = 0;
-	e->nvme_loaded = e->nvme_loaded_bytes = e->nvme_planned = 0;
-	free(e->es);
-	e->es = NULL;
-	e->nes = e->nes_used = e->epochs_done = 0;
-	e->default_start = 0;
-	e->step_s = 0;
+	e->pl.cache_loaded = e->pl.cache_loaded_bytes = 0;
+	nvme_forget(e->nvme);
+	stats_forget(&e->st);
+	e->pl.default_start = 0;
 }
 
 struct plan_cap engine_cap(const struct engine *e)
 {
-	return (struct plan_cap){ .ram = e->cache_cap, .nvme = e->nvme_ok ? e->nvme_cap : 0,
-				  .nvme_align = e->nvme_align };
+	return (struct plan_cap){ .ram = e->ar.cache_cap, .nvme = nvme_cap(e->nvme),
+				  .nvme_align = nvme_align(e->nvme) };
 }
 
 void engine_set_caps(struct engine *e, const struct plan_cap *caps)
 {
-	memcpy(e->caps, caps, e->nnodes * sizeof(*caps));
+	memcpy(e->pl.caps, caps, e->nnodes * sizeof(*caps));
 }
 
 bool engine_roll(struct engine *e, struct cluster_plan *plan, uint32_t **ranks, uint32_t *n)
@@ -463,7 +411,7 @@ bool engine_roll(struct engine *e, struct cluster_plan *plan, uint32_t **ranks, 
 	e->roll_dirty = false;
 	*ranks = xcalloc(e->world, sizeof(uint32_t));
 	*n = 0;
-	uint64_t start = e->end;
+	uint64_t start = e->pl.end;
 	for (uint32_t r = 0; r < e->world; r++) {
 		const struct trainer *t = &e->tr[r];
 		if (!t->known)
@@ -486,24 +434,24 @@ static int map_plan(struct engine *e, const struct cluster_plan *plan)
 		struct sampler_record rec;
 		bool have = plan->rec_len > 0;
 		if (have && jobrec_decode(e, plan->rec, plan->rec_len, &rec, err, sizeof(err)) != 0) {
-			snprintf(e->fatal, sizeof(e->fatal), "the job's resume plan: %.200s", err);
+			snprintf(e->self.fatal, sizeof(e->self.fatal), "the job's resume plan: %.200s", err);
 			return -EINVAL;
 		}
 		int rc = place_shape_init(e, plan->world, have ? &rec : NULL, true, err, sizeof(err));
 		if (have)
 			sampler_record_free(&rec);
 		if (rc != 0) {
-			str_copy(e->fatal, sizeof(e->fatal), err);
+			str_copy(e->self.fatal, sizeof(e->self.fatal), err);
 			return -EINVAL;
 		}
 	}
 	if (plan->world != e->world) {
-		snprintf(e->fatal, sizeof(e->fatal), "the job's world size is %u but trainers here "
+		snprintf(e->self.fatal, sizeof(e->self.fatal), "the job's world size is %u but trainers here "
 			 "said %u", plan->world, e->world);
 		return -EINVAL;
 	}
 	if (plan->key != e->plan_key) {
-		snprintf(e->fatal, sizeof(e->fatal), "this node's resume plan (%08x) is not the "
+		snprintf(e->self.fatal, sizeof(e->self.fatal), "this node's resume plan (%08x) is not the "
 			 "job's (%08x): give every rank the same checkpoint record", e->plan_key,
 			 plan->key);
 		return -EINVAL;
@@ -519,23 +467,23 @@ int engine_set_map(struct engine *e, const struct cluster_plan *plan, const uint
 		return rc;
 	uint32_t world = e->world;
 	memcpy(e->rank_node, rank_node, world * sizeof(uint32_t));
-	e->nlocal = 0;
+	e->pl.nlocal = 0;
 	for (uint32_t r = 0; r < world; r++) {
 		if (rank_node[r] == e->node) {
-			e->local_idx[r] = e->nlocal;
-			e->local_ranks[e->nlocal++] = r;
+			e->pl.local_idx[r] = e->pl.nlocal;
+			e->pl.local_ranks[e->pl.nlocal++] = r;
 		}
 	}
 	/* every node plans from the job's earliest batch, so all plan alike */
 	uint64_t step;
-	jobrec_pos(e, MIN(plan->start, e->end ? e->end - 1 : 0), &e->first_epoch, &step);
-	e->run_id = plan->run;
+	jobrec_pos(e, MIN(plan->start, e->pl.end ? e->pl.end - 1 : 0), &e->pl.first_epoch, &step);
+	e->resume.run_id = plan->run;
 	place_plan(e);
 	if (arena_check_staging(e, err, sizeof(err)) != 0) {
-		str_copy(e->fatal, sizeof(e->fatal), err);
+		str_copy(e->self.fatal, sizeof(e->self.fatal), err);
 		return -ENOSPC;
 	}
 	resume_begin(e);
-	log_info("rank map agreed: %u trainers on %u nodes, %u here", world, e->nnodes, e->nlocal);
+	log_info("rank map agreed: %u trainers on %u nodes, %u here", world, e->nnodes, e->pl.nlocal);
 	return 0;
 }

@@ -44,7 +44,7 @@ void pf_reclaim(struct trainer *t)
  * pinned by NVMe writes: that is reclaim's business, not the trainer's). */
 static void check_done(struct engine *e, struct trainer *t)
 {
-	if (!t->done && t->next_pub == e->end && sess_first_unreleased(t) == e->end) {
+	if (!t->done && t->next_pub == e->pl.end && sess_first_unreleased(t) == e->pl.end) {
 		t->done = true;
 		log_info("trainer rank %u finished the job (%llu batches)", t->rank,
 			 (unsigned long long)t->batches);
@@ -71,15 +71,15 @@ static void slot_release(void *ctx, uint32_t idx)
 	uint64_t now = now_ns();
 	if (t->last_release_ns) {
 		double dt = (double)(now - t->last_release_ns) / 1e9;
-		x->e->step_s = x->e->step_s > 0 ? x->e->step_s + 0.05 * (dt - x->e->step_s) : dt;
+		x->e->st.step_s = x->e->st.step_s > 0 ? x->e->st.step_s + 0.05 * (dt - x->e->st.step_s) : dt;
 	}
 	t->last_release_ns = now;
 }
 
-void pf_releases(struct engine *e, struct trainer *t)
+const char *pf_releases(struct engine *e, struct trainer *t)
 {
 	if (!t->attached || t->resetting)
-		return;
+		return NULL;
 	struct rel_ctx x = { e, t };
 	const struct ctrl_slots ops = { slot_held, slot_release, &x };
 	uint32_t prod = atomic_load_explicit(t->rel.prod, memory_order_acquire);
@@ -91,51 +91,22 @@ void pf_releases(struct engine *e, struct trainer *t)
 	if (t->ring_skipping &&
 	    t->ring_skip - atomic_load_explicit(&t->ci->cons, memory_order_relaxed) - 1u >= t->nslots)
 		t->ring_skipping = false;
-	if (n < 0) {
-		sess_evict(e, t, why);
-		return;
-	}
+	if (n < 0)
+		return why; /* the caller evicts it (sess_evict) */
 	if (n > 0) {
 		pf_reclaim(t);
 		check_done(e, t);
 		resume_note(e, t); /* in place: exact after SIGKILL too */
 	}
+	return NULL;
 }
 
-/* Pacing (prefetch.pace). A trainer takes a batch, then reads it (on a GPU
- * node: copies it to the device), then computes. Preparing its next batch at
- * the take starts that batch's transfers exactly while it reads: on a node
- * whose cores are all busy (trainers + seerd's threads) they compete with it
- * and its step grows. When the trainer still holds a published batch beyond
- * the one it took (it will not wait), the prepare waits until a quarter of a
- * step (at most PACE_MAX_NS) after the take was first seen, when the trainer
- * is computing. Behind (nothing more in hand), before a step time is known,
- * or when a quarter step is under PACE_MIN_NS (the dispatcher sleeps in ms):
- * at once. Sets e->pace_wake_ns for the dispatcher's sleep. */
-#define PACE_MAX_NS 50000000ull
-#define PACE_MIN_NS 1000000ull
-static bool pace_defer(struct engine *e, struct trainer *t, uint64_t taken)
-{
-	if (!e->cfg->pace || e->step_s <= 0 || t->next_pub == taken)
-		return false; /* off, no step time yet, or nothing more in hand */
-	uint64_t wait = MIN((uint64_t)(e->step_s * 0.25e9), PACE_MAX_NS);
-	if (wait < PACE_MIN_NS)
-		return false; /* a step too short to place anything in */
-	uint64_t until = t->pace_ns + wait;
-	if (now_ns() >= until)
-		return false;
-	if (!e->pace_wake_ns || until < e->pace_wake_ns)
-		e->pace_wake_ns = until;
-	if (!t->pace_counted) {
-		t->pace_counted = true;
-		e->paced++;
-	}
-	return true;
-}
-
+/* Whether t's next batch is prepared now: its slot free, lookahead and
+ * pacing (route_next); a paced prepare sets e->pf.pace_wake_ns for the
+ * dispatcher's sleep and counts in e->pf.paced once per take. */
 bool pf_can_prepare(struct engine *e, struct trainer *t)
 {
-	if (!t->attached || t->resetting || t->next_prep >= e->end || atomic_load(&e->stopping))
+	if (!t->attached || t->resetting || t->next_prep >= e->pl.end || atomic_load(&e->stopping))
 		return false;
 	if (t->slots[t->next_prep & (t->nslots - 1)].st != SL_FREE)
 		return false;
@@ -147,7 +118,20 @@ bool pf_can_prepare(struct engine *e, struct trainer *t)
 		t->pace_ns = now_ns();
 		t->pace_counted = false;
 	}
-	return t->next_prep < taken + e->cfg->lookahead && !pace_defer(e, t, taken);
+	struct route_next n = { .next_prep = t->next_prep, .next_pub = t->next_pub, .taken = taken,
+				.lookahead = e->cfg->lookahead, .pace = e->cfg->pace,
+				.step_s = e->st.step_s, .taken_ns = t->pace_ns, .now_ns = now_ns() };
+	uint64_t until = 0;
+	enum route_go go = route_next(&n, &until);
+	if (go == ROUTE_PACED) { /* the dispatcher sleeps until the first such end */
+		if (!e->pf.pace_wake_ns || until < e->pf.pace_wake_ns)
+			e->pf.pace_wake_ns = until;
+		if (!t->pace_counted) {
+			t->pace_counted = true;
+			e->pf.paced++;
+		}
+	}
+	return go == ROUTE_PREPARE;
 }
 
 /* Bytes a read of x puts in place: its decoded-cache entry (blob) or the file. */
@@ -167,7 +151,7 @@ void pf_check_held(struct engine *e, struct trainer *t)
 	if (!t->attached || !t->co)
 		return;
 	bool stuck = false;
-	if (!t->resetting && t->next_prep < e->end && t->next_pub == t->next_prep &&
+	if (!t->resetting && t->next_prep < e->pl.end && t->next_pub == t->next_prep &&
 	    t->tail_g < t->next_pub && !atomic_load(&e->stopping)) {
 		uint32_t mask = t->nslots - 1;
 		stuck = sess_unread(t) == 0 && t->slots[t->tail_g & mask].st == SL_PUB &&
@@ -203,7 +187,7 @@ static uint32_t substitute(const struct engine *e, uint32_t s, uint64_t room, bo
 	uint64_t n = e->cat->nsamples;
 	for (uint64_t k = 1; k < n; k++) {
 		uint32_t x = (uint32_t)((s + k) % n);
-		if (!e->bad[x] && read_len(e, x, blob) <= room)
+		if (!e->pl.bad[x] && read_len(e, x, blob) <= room)
 			return x;
 	}
 	return s;
@@ -215,8 +199,8 @@ static uint32_t substitute(const struct engine *e, uint32_t s, uint64_t room, bo
 bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 {
 	uint32_t s = tk->sample;
-	if (!e->bad[s]) {
-		e->bad[s] = 1;
+	if (!e->pl.bad[s]) {
+		e->pl.bad[s] = 1;
 		log_warn("%s: skipped (on_corrupt = skip)", tk->err);
 	}
 	uint64_t room = tk->to_cache ? ALIGN_UP(tk->len, (uint64_t)PLAN_RAM_ALIGN) : tk->len;
@@ -268,14 +252,14 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 		e->cstate[tk->ckey] = CS_ABSENT;
 		tk->to_cache = false;
 		if (tk->fill)
-			e->fill_inflight--;
+			e->pf.fill_inflight--;
 		tk->fill = false;
 	}
 	if (tk->to_nvme) {
 		/* s will never get an NVMe copy: whoever followed this load reads
 		 * (and substitutes) on its own */
 		e->cstate[s] = CS_ABSENT;
-		nvme_release_followers(e, tk, false);
+		nvme_load_release(e, tk, false);
 	}
 	tk->to_nvme = false;
 	tk->sample = x;
@@ -283,46 +267,6 @@ bool pf_retarget_corrupt(struct engine *e, struct etask *tk)
 	tk->blob = tk->blob && xfs_blob(e, x);
 	tk->err[0] = '\0';
 	return true;
-}
-
-/* The task loading RAM key `key` (sample s) for global batch g (0: now):
- * the one loading it already, made at least that urgent, or a new PFS read
- * into the slot. fill: a load ahead of need, counted in fill's budget. The
- * one way a RAM-cache load starts (prepare, fill, a peer's request). */
-struct etask *pf_ram_load(struct engine *e, uint32_t key, uint32_t s, uint64_t g, bool fill)
-{
-	uint32_t st = e->cstate[key];
-	struct etask *tk;
-	if (st >= CS_TASK0) {
-		tk = task_get(e, st - CS_TASK0);
-		task_need(e, tk, g);
-		return tk;
-	}
-	tk = pf_ram_new(e, key, s, fill);
-	tk->need_g = g;
-	if (!repl_fetch(e, tk)) /* a replica comes from its owner */
-		task_submit(e, tk, g);
-	return tk;
-}
-
-/* A new PFS read of RAM key `key` (sample s, absent) into its slot, not yet
- * submitted (an extent takes it as a member, extent.c). */
-struct etask *pf_ram_new(struct engine *e, uint32_t key, uint32_t s, bool fill)
-{
-	struct etask *tk = task_new(e);
-	tk->sample = s;
-	tk->to_cache = true;
-	tk->ckey = key;
-	tk->fill = fill;
-	tk->dst_off = arena_key_off(e, key);
-	tk->len = xfs_src_len(e, s); /* the file, or its decoded image */
-	tk->blob = xfs_blob(e, s);
-	e->cstate[key] = CS_TASK0 + tk->id;
-	if (!place_is_replica(e, key))
-		e->fill_left--; /* (fill's budget is this node's owned samples) */
-	if (fill)
-		e->fill_inflight++;
-	return tk;
 }
 
 /* Bytes of s staged from `src`: NVMe copies and peers hold its decoded
@@ -338,22 +282,22 @@ static uint64_t staged_len(const struct engine *e, uint32_t s, enum route_src sr
 static uint64_t batch_route(struct engine *e, const struct trainer *t, uint64_t g, uint32_t *n,
 			    uint32_t *subs)
 {
-	*n = jobrec_batch(e, t->rank, g, e->ids);
+	*n = jobrec_batch(e, t->rank, g, e->pl.ids);
 	struct route_view v = place_view(e);
 	uint64_t need = 0;
 	for (uint32_t i = 0; i < *n; i++) {
-		uint32_t s = e->ids[i];
-		if (UNLIKELY(e->bad[s])) {
+		uint32_t s = e->pl.ids[i];
+		if (UNLIKELY(e->pl.bad[s])) {
 			/* known corrupt: substituted in every epoch (counted by the
 			 * caller once the batch is prepared) */
 			s = substitute(e, s, UINT64_MAX, false);
 			(*subs)++;
 		}
-		e->ids[i] = s;
-		e->routes[i] = (uint8_t)route_sample(&v, t->rank, s, &e->keys[i]);
-		if (e->routes[i] != ROUTE_RAM)
-			need += arena_stage_bytes(e, staged_len(e, s, e->routes[i]),
-						  e->routes[i] == ROUTE_NVME);
+		e->pl.ids[i] = s;
+		e->pl.routes[i] = (uint8_t)route_sample(&v, t->rank, s, &e->pl.keys[i]);
+		if (e->pl.routes[i] != ROUTE_RAM)
+			need += arena_stage_bytes(e, staged_len(e, s, e->pl.routes[i]),
+						  e->pl.routes[i] == ROUTE_NVME);
 	}
 	return need;
 }
@@ -392,7 +336,7 @@ static void prep_ram(struct engine *e, struct trainer *t, struct tslot *sl, stru
 			xfs_ram_ready(e, t, sl, i, key, s);
 		return;
 	}
-	struct etask *tk = pf_ram_load(e, key, s, sl->g, false);
+	struct etask *tk = ram_load(e, key, s, sl->g, false);
 	task_wait(tk, t->rank, t->gen, sl->g, i);
 	sl->pending++;
 }
@@ -413,7 +357,7 @@ static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
 	t->inflight++;
 	sl->pending++;
 	if (src == ROUTE_NVME) {
-		struct etask *ld = nvme_claim(e, tk, s);
+		struct etask *ld = nvme_load_claim(e, tk, s);
 		if (ld) {
 			/* being loaded for someone else: read its NVMe copy once
 			 * written, rather than the PFS a second time */
@@ -427,7 +371,7 @@ static void prep_staged(struct engine *e, struct trainer *t, struct tslot *sl,
 			return; /* a replica not filled yet: this read fills it */
 	} else if (src == ROUTE_PEER) {
 		tk->kind = TK_PEER;
-		net_fetch(e->net, e->plan.owner[s], s, e->abase + tk->dst_off, tk->len, tk);
+		net_fetch(e->peers.net, e->plan.owner[s], s, e->ar.base + tk->dst_off, tk->len, tk);
 		return;
 	}
 	task_submit(e, tk, sl->g);
@@ -455,18 +399,18 @@ bool pf_prepare(struct engine *e, struct trainer *t)
 	if (tensor)
 		off = xfs_slot_begin(e, trainer_wslot(t, idx), n, off) + tensor - 64;
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t s = e->ids[i];
+		uint32_t s = e->pl.ids[i];
 		const struct catalog_sample *cs = &e->cat->samples[s];
 		d[i] = (struct seer_wire_sample){
 			.id = s, .length = cs->length, .label = cs->label, .type = cs->type,
 		};
-		enum route_src src = e->routes[i];
+		enum route_src src = e->pl.routes[i];
 		pfs |= src == ROUTE_PFS;
 		if (src == ROUTE_RAM) {
-			prep_ram(e, t, sl, &d[i], e->keys[i], s, i);
+			prep_ram(e, t, sl, &d[i], e->pl.keys[i], s, i);
 		} else {
 			/* staging: NVMe transfers at the tier's alignment */
-			uint64_t align = src == ROUTE_NVME ? e->nvme_align : PLAN_RAM_ALIGN;
+			uint64_t align = src == ROUTE_NVME ? nvme_align(e->nvme) : PLAN_RAM_ALIGN;
 			d[i].length = staged_len(e, s, src);
 			d[i].offset = ALIGN_UP(off, align);
 			off = d[i].offset + ALIGN_UP(d[i].length, align);
@@ -512,24 +456,6 @@ void pf_publish(struct engine *e, struct trainer *t)
 		sess_doorbell(t);
 }
 
-/* A RAM-cache load ended: the slot is READY (the release store publishes
- * the bytes to the network thread's lookup), or ABSENT again for the next
- * need to retry. */
-void pf_ram_loaded(struct engine *e, struct etask *tk, int status)
-{
-	if (status == 0) {
-		atomic_store_explicit(&e->cstate[tk->ckey], CS_READY, memory_order_release);
-		e->cache_loaded++;
-		e->cache_loaded_bytes += tk->len;
-	} else {
-		e->cstate[tk->ckey] = CS_ABSENT;
-		if (!tk->repl)
-			e->fill_left++;
-	}
-	if (tk->fill)
-		e->fill_inflight--;
-}
-
 /* A read that trainer batch w waits for ended: the batch is ready once its
  * last sample is; the first error is the batch's. */
 void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err)
@@ -554,41 +480,41 @@ void pf_sample_done(struct engine *e, const struct waiter *w, int status, const 
  * are slower, and later epochs find them in RAM. */
 void pf_fill(struct engine *e)
 {
-	if (!e->plan_ready || e->fill_left == 0 || atomic_load(&e->stopping) || e->nlocal == 0)
+	if (!e->plan_ready || e->pf.fill_left == 0 || atomic_load(&e->stopping) || e->pl.nlocal == 0)
 		return;
 	uint64_t min_prep = UINT64_MAX;
-	for (uint32_t i = 0; i < e->nlocal; i++) {
-		const struct trainer *t = &e->tr[e->local_ranks[i]];
+	for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+		const struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 		if (t->attached)
 			min_prep = MIN(min_prep, t->next_prep);
 	}
 	if (min_prep == UINT64_MAX)
 		return; /* nobody to fill for yet */
-	if (e->fill_g < min_prep) {
-		e->fill_g = min_prep;
-		e->fill_r = 0;
+	if (e->pf.fill_g < min_prep) {
+		e->pf.fill_g = min_prep;
+		e->pf.fill_r = 0;
 	}
 	uint32_t budget = (uint32_t)e->cfg->io_threads;
 	struct route_view v = place_view(e);
-	while (e->fill_inflight < budget && e->fill_g < e->end && e->fill_left > 0) {
-		uint64_t g = e->fill_g;
-		uint32_t rank = e->local_ranks[e->fill_r];
-		if (++e->fill_r == e->nlocal) {
-			e->fill_r = 0;
-			e->fill_g++;
+	while (e->pf.fill_inflight < budget && e->pf.fill_g < e->pl.end && e->pf.fill_left > 0) {
+		uint64_t g = e->pf.fill_g;
+		uint32_t rank = e->pl.local_ranks[e->pf.fill_r];
+		if (++e->pf.fill_r == e->pl.nlocal) {
+			e->pf.fill_r = 0;
+			e->pf.fill_g++;
 		}
 		const struct trainer *t = &e->tr[rank];
 		if (t->attached && g < t->next_prep)
 			continue; /* prepare has seen this batch */
 		/* the batch scratch is free: prepare is done for this round */
-		uint32_t n = jobrec_batch(e, rank, g, e->ids);
+		uint32_t n = jobrec_batch(e, rank, g, e->pl.ids);
 		for (uint32_t i = 0; i < n; i++) {
-			uint32_t s = e->ids[i];
+			uint32_t s = e->pl.ids[i];
 			uint32_t key = route_ram_key(&v, rank, s);
 			/* (replicas have fills of their own: replica.c) */
 			if (key != ROUTE_NOKEY && e->cstate[key] == CS_ABSENT &&
 			    !place_is_replica(e, key))
-				pf_ram_load(e, key, s, g, true);
+				ram_load(e, key, s, g, true);
 		}
 	}
 }

@@ -1,7 +1,7 @@
 /* Replicas: this node's copies of samples other nodes own (src/plan/plan.h,
  * plan_node; placement.c plans them), and how they get their bytes.
  *
- * Owns the background fills. Replicas are filled in the order of their
+ * Owns the background fills (struct repl, replica.h). Replicas are filled in the order of their
  * deadline (this node's first read of each after the plan's first epoch),
  * never before their owner has loaded the sample (its `ready` step of the
  * first epoch, judged by this node's trainers' progress: nodes of a job
@@ -44,36 +44,36 @@
 
 static bool started(const struct engine *e, uint64_t i)
 {
-	return e->repl_started[i / 64] >> (i % 64) & 1;
+	return e->repl.started[i / 64] >> (i % 64) & 1;
 }
 
 static void mark(struct engine *e, uint64_t i)
 {
-	e->repl_started[i / 64] |= 1ull << (i % 64);
+	e->repl.started[i / 64] |= 1ull << (i % 64);
 }
 
 void repl_init(struct engine *e)
 {
-	const struct plan_node *nv = &e->nv;
-	e->repl_started = xcalloc((nv->nrepl + 63) / 64 + 1, sizeof(uint64_t));
-	e->repl_next = 0;
-	e->repl_inflight = 0;
-	e->repl_inflight_pfs = 0;
-	e->repl_max_inflight = (uint32_t)MAX(8ull, e->cfg->io_threads / 2);
-	e->repl_max_pfs = (uint32_t)MAX(1ull, e->cfg->io_threads / 4);
-	e->repl_tokens = (double)MAX(e->cfg->replica_fill_rate, e->cat->max_len);
-	e->repl_t_ns = now_ns();
-	e->repl_scan_g = UINT64_MAX;
+	const struct plan_node *nv = &e->repl.set;
+	e->repl.started = xcalloc((nv->nrepl + 63) / 64 + 1, sizeof(uint64_t));
+	e->repl.next = 0;
+	e->repl.inflight = 0;
+	e->repl.inflight_pfs = 0;
+	e->repl.max_inflight = (uint32_t)MAX(8ull, e->cfg->io_threads / 2);
+	e->repl.max_pfs = (uint32_t)MAX(1ull, e->cfg->io_threads / 4);
+	e->repl.tokens = (double)MAX(e->cfg->replica_fill_rate, e->cat->max_len);
+	e->repl.t_ns = now_ns();
+	e->repl.scan_g = UINT64_MAX;
 }
 
 void repl_free(struct engine *e)
 {
-	if (e->repl_on)
-		plan_node_free(&e->nv);
-	free(e->repl_started);
-	e->repl_started = NULL;
-	e->repl_on = false;
-	e->repl_ram_planned = e->repl_nvme_planned = 0;
+	if (e->repl.on)
+		plan_node_free(&e->repl.set);
+	free(e->repl.started);
+	e->repl.started = NULL;
+	e->repl.on = false;
+	e->repl.ram_planned = e->repl.nvme_planned = 0;
 }
 
 /* Where this node's trainers are: the earliest batch not yet published
@@ -81,8 +81,8 @@ void repl_free(struct engine *e)
 static uint64_t progress(const struct engine *e)
 {
 	uint64_t p = UINT64_MAX;
-	for (uint32_t i = 0; i < e->nlocal; i++) {
-		const struct trainer *t = &e->tr[e->local_ranks[i]];
+	for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+		const struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 		if (t->attached)
 			p = MIN(p, t->next_pub);
 		else if (t->known && !t->done)
@@ -100,15 +100,15 @@ static bool tokens_left(struct engine *e)
 		return true;
 	uint64_t now = now_ns();
 	double burst = MAX(rate, (double)e->cat->max_len);
-	e->repl_tokens = MIN(burst, e->repl_tokens + rate * (double)(now - e->repl_t_ns) / 1e9);
-	e->repl_t_ns = now;
-	return e->repl_tokens > 0;
+	e->repl.tokens = MIN(burst, e->repl.tokens + rate * (double)(now - e->repl.t_ns) / 1e9);
+	e->repl.t_ns = now;
+	return e->repl.tokens > 0;
 }
 
 static bool from_peer(const struct engine *e, uint32_t s)
 {
 	struct route_view v = place_view(e);
-	return route_fill_src(&v, s, e->repl_from_pfs) == ROUTE_PEER;
+	return route_fill_src(&v, s, e->repl.from_pfs) == ROUTE_PEER;
 }
 
 /* tk loads replica s: from its owner (a peer fetch, true) or, when
@@ -118,7 +118,7 @@ static bool launch(struct engine *e, struct etask *tk)
 	if (!from_peer(e, tk->sample))
 		return false;
 	tk->kind = TK_PEER;
-	net_fetch(e->net, e->plan.owner[tk->sample], tk->sample, e->abase + tk->dst_off, tk->len,
+	net_fetch(e->peers.net, e->plan.owner[tk->sample], tk->sample, e->ar.base + tk->dst_off, tk->len,
 		  tk);
 	return true;
 }
@@ -136,20 +136,20 @@ bool repl_fetch(struct engine *e, struct etask *tk)
  * or PFS read free for it now. */
 static int fill_one(struct engine *e, uint64_t i)
 {
-	const struct plan_node *nv = &e->nv;
+	const struct plan_node *nv = &e->repl.set;
 	uint32_t s = nv->smp[i];
-	if (e->cstate[s] != CS_ABSENT || e->bad[s] || (nv->tier[i] == PLAN_NVME && !e->nvme_ok))
+	if (e->cstate[s] != CS_ABSENT || e->pl.bad[s] || (nv->tier[i] == PLAN_NVME && !nvme_on(e->nvme)))
 		return 0;
 	bool peer = from_peer(e, s);
-	if (!peer && e->repl_inflight_pfs >= e->repl_max_pfs)
+	if (!peer && e->repl.inflight_pfs >= e->repl.max_pfs)
 		return -EAGAIN;
 	int32_t b = -1;
 	if (nv->tier[i] == PLAN_NVME) {
 		/* half the bounce slots stay free for peers' requests */
-		if (e->nbounce_free <= e->nbounce / 2)
+		if (e->peers.nfree <= e->peers.nslots / 2)
 			return -EAGAIN;
-		b = e->bounce_free[--e->nbounce_free];
-		e->bounce_refs[b] = 1; /* the fill's */
+		b = e->peers.free[--e->peers.nfree];
+		e->peers.refs[b] = 1; /* the fill's */
 	}
 	uint64_t ep, step;
 	plan_node_due(nv, i, &ep, &step);
@@ -166,13 +166,13 @@ static int fill_one(struct engine *e, uint64_t i)
 		tk->dst_off = arena_key_off(e, s);
 	} else {
 		tk->bounce = b;
-		tk->dst_off = e->bounce_base + (uint64_t)b * e->bounce_size;
+		tk->dst_off = e->peers.base + (uint64_t)b * e->peers.size;
 		tk->to_nvme = true; /* written to its NVMe slot once here */
 	}
 	e->cstate[s] = CS_TASK0 + tk->id;
-	e->repl_inflight++;
+	e->repl.inflight++;
 	if (!peer || !launch(e, tk)) {
-		e->repl_inflight_pfs++;
+		e->repl.inflight_pfs++;
 		task_submit(e, tk, NEED_NONE);
 	}
 	return 1;
@@ -180,39 +180,39 @@ static int fill_one(struct engine *e, uint64_t i)
 
 void repl_fill(struct engine *e)
 {
-	if (!e->repl_on || !e->plan_ready || e->repl_next >= e->nv.nrepl ||
-	    atomic_load(&e->stopping) || e->repl_inflight >= e->repl_max_inflight)
+	if (!e->repl.on || !e->plan_ready || e->repl.next >= e->repl.set.nrepl ||
+	    atomic_load(&e->stopping) || e->repl.inflight >= e->repl.max_inflight)
 		return;
 	uint64_t at = progress(e);
-	if (at == UINT64_MAX || at == e->repl_scan_g)
+	if (at == UINT64_MAX || at == e->repl.scan_g)
 		return; /* nobody to fill for yet, or nothing became ready since */
-	const struct plan_node *nv = &e->nv;
-	while (e->repl_next < nv->nrepl && started(e, e->repl_next))
-		e->repl_next++;
-	uint64_t first = sampler_tl_g(&e->tl, e->first_epoch, 0);
+	const struct plan_node *nv = &e->repl.set;
+	while (e->repl.next < nv->nrepl && started(e, e->repl.next))
+		e->repl.next++;
+	uint64_t first = sampler_tl_g(&e->tl, e->pl.first_epoch, 0);
 	bool waiting = false, any = false;
-	uint64_t end = MIN(nv->nrepl, e->repl_next + REPL_SCAN);
-	for (uint64_t i = e->repl_next; i < end; i++) {
+	uint64_t end = MIN(nv->nrepl, e->repl.next + REPL_SCAN);
+	for (uint64_t i = e->repl.next; i < end; i++) {
 		if (started(e, i))
 			continue;
 		if (first + nv->ready[i] >= at) {
 			waiting = true; /* its owner has not loaded it yet */
 			continue;
 		}
-		if (e->repl_inflight >= e->repl_max_inflight || !tokens_left(e))
+		if (e->repl.inflight >= e->repl.max_inflight || !tokens_left(e))
 			return;
 		int rc = fill_one(e, i);
 		if (rc == -EAGAIN)
 			return;
 		mark(e, i);
 		if (rc == 1) {
-			e->repl_tokens -= (double)xfs_src_len(e, nv->smp[i]);
+			e->repl.tokens -= (double)xfs_src_len(e, nv->smp[i]);
 			any = true;
 		}
 	}
 	/* the window holds only replicas their owners have yet to load: look
 	 * again when the trainers have moved on */
-	e->repl_scan_g = waiting && !any ? at : UINT64_MAX;
+	e->repl.scan_g = waiting && !any ? at : UINT64_MAX;
 }
 
 /* tk, which loads a replica (a background fill, or a read that found it not
@@ -220,26 +220,22 @@ void repl_fill(struct engine *e)
 void repl_landed(struct engine *e, struct etask *tk, int status)
 {
 	if (tk->repl_bg) {
-		e->repl_inflight--;
+		e->repl.inflight--;
 		if (tk->kind != TK_PEER)
-			e->repl_inflight_pfs--; /* (counted at its start or its fallback) */
-		if (tk->bounce >= 0) {
-			/* the NVMe write, queued by now, holds the slot on its own */
-			peer_bounce_unref(e, tk->bounce);
-			tk->bounce = -1;
-		}
+			e->repl.inflight_pfs--; /* (counted at its start or its fallback) */
+		/* (its bounce slot, if any, is given back by complete.c next) */
 	}
 	if (status != 0) {
-		e->repl_fills_failed++;
+		e->repl.fills_failed++;
 		return;
 	}
 	if (!tk->to_cache && !tk->to_nvme)
 		return; /* substituted for a corrupt sample: not a replica's load any more */
-	struct epoch_stats *es = stats_epoch(e, e->epochs_done);
+	struct epoch_stats *es = stats_epoch(e, e->st.epochs_done);
 	es->fill_samples++;
 	es->fill_bytes += tk->len;
-	e->repl_fills++;
-	e->repl_fill_bytes += tk->len;
+	e->repl.fills++;
+	e->repl.fill_bytes += tk->len;
 	if (tk->kind != TK_PEER)
-		e->repl_fill_pfs_bytes += tk->len;
+		e->repl.fill_pfs_bytes += tk->len;
 }

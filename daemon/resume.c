@@ -40,31 +40,16 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "../src/common/base.h"
 #include "../src/common/paths.h"
 #include "../src/util/util.h"
 #include "engine_int.h"
 #include "joblock.h"
+#include "resume_file.h"
 #include "seer.h"
 
-#define PLAN_MAGIC "SEERPLN1"
-#define RANK_MAGIC "SEERRNK1"
-#define PLAN_HDR 96u
-
-/* A rank's position file, mapped. */
-struct resume_slot {
-	char magic[8];
-	uint64_t run;
-	uint32_t rank, world;
-	uint32_t crc;      /* of the bytes before it */
-	uint32_t pad_;
-	uint64_t g;        /* first batch not released: stored whole, in place */
-	uint8_t pad2_[24];
-};
-_Static_assert(sizeof(struct resume_slot) == 64, "rank file layout");
-_Static_assert(offsetof(struct resume_slot, g) % 8 == 0, "g is one aligned store");
+#define PLAN_HDR 96u /* the smallest plan file holds its header and CRC */
 
 struct resume_files {
 	char *dir;
@@ -77,10 +62,6 @@ static char *pos_dir(const struct engine *e)
 	return joblock_dir(e->cfg); /* node 0 holds its lock: joblock.h */
 }
 
-static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
 /* ---- the plan file ------------------------------------------------------------ */
 
@@ -105,37 +86,26 @@ static int write_atomic(const char *path, const void *buf, size_t n, bool sync)
 	return rc;
 }
 
-/* Layout (host order; the files never leave the job's machines):
- *   0 magic  8 u32 version 1, u32 header size  16 u64 total size  24 u64 run
- *   32 u64 nsamples  40 u64 seed  48 u64 dataset hash  56 u32 batch, u32 flags
- *   64 u32 world, u32 record length  72 u64 epochs  80 u64 bpe  88 reserved
- *   96 record bytes, then u64 start[world], then u32 CRC-32 of all before. */
+/* This run's plan: the job, the record, every rank's start (layout:
+ * resume_file.h). */
 static void write_plan(struct engine *e, const char *path)
 {
-	size_t n = PLAN_HDR + e->plan_rec_len + 8ull * e->world + 4;
-	uint8_t *b = xcalloc(1, n);
-	memcpy(b, PLAN_MAGIC, 8);
-	put32(b + 8, 1);
-	put32(b + 12, PLAN_HDR);
-	put64(b + 16, n);
-	put64(b + 24, e->run_id);
-	put64(b + 32, e->sh.n);
-	put64(b + 40, e->sh.seed);
-	put64(b + 48, e->cat->hash);
-	put32(b + 56, e->sh.batch);
-	put32(b + 60, (e->sh.drop_last ? 1u : 0) | (e->sh.shuffle ? 2u : 0));
-	put32(b + 64, e->world);
-	put32(b + 68, (uint32_t)e->plan_rec_len);
-	put64(b + 72, e->cfg->epochs);
-	put64(b + 80, e->sh.bpe);
-	if (e->plan_rec_len)
-		memcpy(b + PLAN_HDR, e->plan_rec, e->plan_rec_len);
-	uint8_t *st = b + PLAN_HDR + e->plan_rec_len;
+	struct resume_plan p = {
+		.run = e->resume.run_id,
+		.job = { .n = e->sh.n, .seed = e->sh.seed, .dataset_hash = e->cat->hash,
+			 .batch = e->sh.batch, .world = e->world, .drop_last = e->sh.drop_last,
+			 .shuffle = e->sh.shuffle },
+		.epochs = e->cfg->epochs, .bpe = e->sh.bpe,
+		.rec = e->plan_rec, .rec_len = (uint32_t)e->plan_rec_len,
+	};
+	uint64_t *starts = xcalloc(e->world, sizeof(uint64_t));
 	for (uint32_t r = 0; r < e->world; r++) {
 		const struct trainer *t = &e->tr[r];
-		put64(st + 8ull * r, t->attached ? t->next_prep : t->resume_g);
+		starts[r] = t->attached ? t->next_prep : t->resume_g;
 	}
-	put32(b + n - 4, (uint32_t)crc32(0L, b, (uInt)(n - 4)));
+	size_t n;
+	uint8_t *b = resume_file_plan_encode(&p, starts, &n);
+	free(starts);
 	int rc = write_atomic(path, b, n, true);
 	if (rc != 0)
 		log_warn("cannot save the resume plan to %s: %s (resume = auto will not find this "
@@ -165,10 +135,8 @@ static int read_plan(const char *path, uint8_t **buf, size_t *len, char *why, si
 	}
 	close(fd);
 	size_t n = rc == 0 ? (size_t)st.st_size : 0;
-	if (rc == 0 && (memcmp(b, PLAN_MAGIC, 8) != 0 || get32(b + 8) != 1 ||
-			get32(b + 12) != PLAN_HDR || get64(b + 16) != n ||
-			get32(b + n - 4) != (uint32_t)crc32(0L, b, (uInt)(n - 4)) ||
-			n != PLAN_HDR + (size_t)get32(b + 68) + 8ull * get32(b + 64) + 4)) {
+	struct resume_plan p;
+	if (rc == 0 && resume_file_plan_decode(b, n, &p) != 0) {
 		snprintf(why, whylen, "%s is damaged (magic, version, size or checksum)", path);
 		rc = -EBADMSG;
 	}
@@ -195,37 +163,30 @@ static char *rank_path(const char *dir, uint32_t run, uint32_t rank)
 	return xasprintf("%s/%08x-r%u", dir, run, rank);
 }
 
-/* Rank r's first unreleased batch from its file of run `run`: 0, or -ENOENT
- * (none, another run's, damaged: the rank is at its start). */
-static int read_rank(const char *dir, uint32_t run, uint32_t rank, uint32_t world, uint64_t *g)
+/* Rank r's file of run `run` into *s: 0, or -ENOENT (none, not trusted,
+ * short; whether it is this run's: resume_file_slot_check). */
+static int read_rank(const char *dir, uint32_t run, uint32_t rank, struct resume_slot *s)
 {
 	char *path = rank_path(dir, run, rank);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	free(path);
 	if (fd < 0)
 		return -ENOENT;
-	struct resume_slot s;
 	char why[256];
 	int rc = path_check_owned_file(fd, "rank file", why, sizeof(why));
 	if (rc == 0)
-		rc = pread_full(fd, &s, sizeof(s), 0);
+		rc = pread_full(fd, s, sizeof(*s), 0);
 	close(fd);
-	if (rc != 0 || memcmp(s.magic, RANK_MAGIC, 8) != 0 || s.run != run || s.rank != rank ||
-	    s.world != world || s.crc != (uint32_t)crc32(0L, (const Bytef *)&s,
-							    offsetof(struct resume_slot, crc)))
-		return -ENOENT;
-	*g = s.g;
-	return 0;
+	return rc == 0 ? 0 : -ENOENT;
 }
 
 /* Rank t's file for this run, created holding its start and mapped. */
 static void open_rank(struct engine *e, const char *dir, struct trainer *t)
 {
-	struct resume_slot s = { .run = e->run_id, .rank = t->rank, .world = e->world,
-				 .g = t->attached ? t->next_prep : t->resume_g };
-	memcpy(s.magic, RANK_MAGIC, 8);
-	s.crc = (uint32_t)crc32(0L, (const Bytef *)&s, offsetof(struct resume_slot, crc));
-	char *path = rank_path(dir, e->run_id, t->rank);
+	struct resume_slot s;
+	resume_file_slot_init(&s, e->resume.run_id, t->rank, e->world,
+			      t->attached ? t->next_prep : t->resume_g);
+	char *path = rank_path(dir, e->resume.run_id, t->rank);
 	int rc = write_atomic(path, &s, sizeof(s), false), fd = -1;
 	void *m = MAP_FAILED;
 	if (rc == 0 && (fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
@@ -258,7 +219,7 @@ static void remove_stale(const struct engine *e, const char *dir)
 	while ((de = readdir(d))) {
 		unsigned x, r;
 		char tail;
-		if (sscanf(de->d_name, "%8x-r%u%c", &x, &r, &tail) != 2 || x == e->run_id)
+		if (sscanf(de->d_name, "%8x-r%u%c", &x, &r, &tail) != 2 || x == e->resume.run_id)
 			continue;
 		if (r < e->world ? e->rank_node[r] == e->node || e->nnodes == 1 : e->node == 0)
 			unlinkat(dirfd(d), de->d_name, 0);
@@ -268,16 +229,16 @@ static void remove_stale(const struct engine *e, const char *dir)
 
 void resume_begin(struct engine *e)
 {
-	if (!e->rf)
-		e->rf = xcalloc(1, sizeof(*e->rf));
-	struct resume_files *rf = e->rf;
+	if (!e->resume.files)
+		e->resume.files = xcalloc(1, sizeof(*e->resume.files));
+	struct resume_files *rf = e->resume.files;
 	if (rf->written)
 		return;
-	if (e->run_id == 0) {
+	if (e->resume.run_id == 0) {
 		uint32_t v = 0;
 		if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
 			v = (uint32_t)(now_ns() ^ ((uint64_t)getpid() << 16));
-		e->run_id = v | 1u;
+		e->resume.run_id = v | 1u;
 	}
 	rf->dir = pos_dir(e);
 	int rc = mkdir_p(rf->dir, 0700);
@@ -289,8 +250,8 @@ void resume_begin(struct engine *e)
 	write_plan(e, plan);
 	free(plan);
 	remove_stale(e, rf->dir);
-	for (uint32_t i = 0; i < e->nlocal; i++)
-		open_rank(e, rf->dir, &e->tr[e->local_ranks[i]]);
+	for (uint32_t i = 0; i < e->pl.nlocal; i++)
+		open_rank(e, rf->dir, &e->tr[e->pl.local_ranks[i]]);
 	rf->written = true;
 }
 
@@ -300,7 +261,7 @@ void resume_note(struct engine *e, struct trainer *t)
 		return;
 	uint64_t g = t->attached && !t->resetting && t->slots ? sess_first_unreleased(t) : t->resume_g;
 	/* one whole store: a reader after any crash sees the old or the new value */
-	__atomic_store_n(&t->pos->g, MIN(g, e->end), __ATOMIC_RELAXED);
+	__atomic_store_n(&t->pos->g, MIN(g, e->pl.end), __ATOMIC_RELAXED);
 }
 
 /* SIGUSR1/SIGUSR2 (Slurm's --signal warning before the time limit): this
@@ -310,15 +271,15 @@ void resume_note(struct engine *e, struct trainer *t)
  * the job goes on. */
 void resume_sync(struct engine *e)
 {
-	struct resume_files *rf = e->rf;
+	struct resume_files *rf = e->resume.files;
 	if (!rf || !rf->written) {
 		log_info("no resume positions to save yet (no trainer's plan made)");
 		return;
 	}
 	uint32_t n = 0;
 	int err = 0;
-	for (uint32_t i = 0; e->tr && i < e->nlocal; i++) {
-		struct trainer *t = &e->tr[e->local_ranks[i]];
+	for (uint32_t i = 0; e->tr && i < e->pl.nlocal; i++) {
+		struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 		resume_note(e, t);
 		if (!t->pos)
 			continue;
@@ -345,8 +306,8 @@ void resume_sync(struct engine *e)
 static void local_span(const struct engine *e, char *buf, size_t len)
 {
 	uint64_t lo = UINT64_MAX, hi = 0, a, b, c, d;
-	for (uint32_t i = 0; i < e->nlocal; i++) {
-		const struct trainer *t = &e->tr[e->local_ranks[i]];
+	for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+		const struct trainer *t = &e->tr[e->pl.local_ranks[i]];
 		uint64_t g = t->pos ? t->pos->g : t->resume_g;
 		lo = MIN(lo, g);
 		hi = MAX(hi, g);
@@ -363,15 +324,15 @@ static void local_span(const struct engine *e, char *buf, size_t len)
 
 void resume_end(struct engine *e, bool complete)
 {
-	struct resume_files *rf = e->rf;
+	struct resume_files *rf = e->resume.files;
 	if (!rf)
 		return;
 	bool done = complete;
-	for (uint32_t i = 0; e->tr && i < e->nlocal; i++)
-		done &= e->tr[e->local_ranks[i]].done;
+	for (uint32_t i = 0; e->tr && i < e->pl.nlocal; i++)
+		done &= e->tr[e->pl.local_ranks[i]].done;
 	if (rf->written && done) {
-		for (uint32_t i = 0; i < e->nlocal; i++) {
-			char *p = rank_path(rf->dir, e->run_id, e->local_ranks[i]);
+		for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+			char *p = rank_path(rf->dir, e->resume.run_id, e->pl.local_ranks[i]);
 			unlink(p);
 			free(p);
 		}
@@ -380,11 +341,11 @@ void resume_end(struct engine *e, bool complete)
 		free(plan);
 		rmdir(rf->dir); /* when the last node is done with it (node 0: joblock_drop) */
 		log_info("job complete: its resume positions are removed");
-	} else if (rf->written && e->nlocal > 0 && !rf->reported) {
+	} else if (rf->written && e->pl.nlocal > 0 && !rf->reported) {
 		char span[128];
 		local_span(e, span, sizeof(span));
 		log_info("resume positions saved in %s (%u ranks here at %s): restart with [job] "
-			 "resume = auto", rf->dir, e->nlocal, span);
+			 "resume = auto", rf->dir, e->pl.nlocal, span);
 	}
 	rf->reported = true;
 	for (uint32_t r = 0; e->tr && r < e->world; r++) {
@@ -394,7 +355,7 @@ void resume_end(struct engine *e, bool complete)
 	}
 	free(rf->dir);
 	free(rf);
-	e->rf = NULL;
+	e->resume.files = NULL;
 }
 
 /* ---- loading -------------------------------------------------------------------- */
@@ -425,14 +386,16 @@ static void saved_free(struct saved *s)
 static int saved_parse(struct engine *e, const uint8_t *b, size_t n, struct saved *s, char *why,
 		       size_t whylen)
 {
-	(void)n;
-	uint32_t flags = get32(b + 60), rec_len = get32(b + 68);
-	s->job = (struct sampler_job){ .n = get64(b + 32), .seed = get64(b + 40),
-				   .dataset_hash = get64(b + 48), .batch = get32(b + 56),
-				   .world = get32(b + 64), .drop_last = flags & 1, .shuffle = flags & 2 };
-	s->run = (uint32_t)get64(b + 24);
-	s->epochs = get64(b + 72);
-	s->bpe = get64(b + 80);
+	struct resume_plan p;
+	if (resume_file_plan_decode(b, n, &p) != 0) { /* (read_plan checked it) */
+		snprintf(why, whylen, "their plan is damaged");
+		return 1;
+	}
+	uint32_t rec_len = p.rec_len;
+	s->job = p.job;
+	s->run = p.run;
+	s->epochs = p.epochs;
+	s->bpe = p.bpe;
 	struct sampler_job mine = jobrec_job(e, s->job.world);
 	struct sampler_record probe;
 	sampler_record_init(&probe, &s->job, 0, SMP_REC_ALL);
@@ -440,7 +403,7 @@ static int saved_parse(struct engine *e, const uint8_t *b, size_t n, struct save
 		snprintf(why, whylen, "they are for another job: %s", seer_errmsg());
 		return 1;
 	}
-	if (rec_len && (sampler_record_decode(b + PLAN_HDR, rec_len, &s->rec) != 0 ||
+	if (rec_len && (sampler_record_decode(p.rec, rec_len, &s->rec) != 0 ||
 			sampler_record_validate(&s->rec, NULL) != 0)) {
 		snprintf(why, whylen, "their plan's record is damaged: %s", seer_errmsg());
 		return 1;
@@ -454,14 +417,14 @@ static int saved_parse(struct engine *e, const uint8_t *b, size_t n, struct save
 	}
 	sampler_timeline_init(&s->tl, s->bpe, s->epochs, &s->p);
 	s->g = xcalloc(s->job.world, sizeof(uint64_t));
-	const uint8_t *st = b + PLAN_HDR + rec_len;
 	for (uint32_t r = 0; r < s->job.world; r++) {
-		s->g[r] = get64(st + 8ull * r);
+		struct resume_slot slot;
 		char *dir = pos_dir(e);
-		if (read_rank(dir, s->run, r, s->job.world, &s->g[r]) == 0)
-			s->from_files++;
+		bool have = read_rank(dir, s->run, r, &slot) == 0;
 		free(dir);
-		s->g[r] = MIN(s->g[r], sampler_tl_end(&s->tl));
+		if (resume_file_rank_start(&p, r, have ? &slot : NULL, sampler_tl_end(&s->tl),
+					   &s->g[r]))
+			s->from_files++;
 	}
 	return 0;
 }

@@ -62,3 +62,21 @@ enum route_src route_sample(const struct route_view *v, uint32_t rank, uint32_t 
 		return ROUTE_PEER;
 	return ROUTE_PFS;
 }
+
+enum route_go route_next(const struct route_next *n, uint64_t *until_ns)
+{
+	if (n->next_prep >= n->taken + n->lookahead)
+		return ROUTE_WAIT;
+	if (!n->pace || n->step_s <= 0 || n->next_pub == n->taken)
+		return ROUTE_PREPARE; /* off, no step time yet, or nothing more in hand */
+	uint64_t wait = (uint64_t)(n->step_s * 0.25e9);
+	if (wait > ROUTE_PACE_MAX_NS)
+		wait = ROUTE_PACE_MAX_NS;
+	if (wait < ROUTE_PACE_MIN_NS)
+		return ROUTE_PREPARE; /* a step too short to place anything in */
+	uint64_t until = n->taken_ns + wait;
+	if (n->now_ns >= until)
+		return ROUTE_PREPARE;
+	*until_ns = until;
+	return ROUTE_PACED;
+}

@@ -16,6 +16,9 @@
  * sample; where its bytes come from the first time (its fill, or the read
  * that finds it not filled yet) is route_fill_src's answer.
  *
+ * Also when a trainer's next batch is prepared (route_next: lookahead and
+ * pacing).
+ *
  * Whether the RAM slot or NVMe copy is loaded yet is not routing's business:
  * the prefetcher (prefetch.c) looks at the cache state after routing. Pure
  * functions of their arguments (tests/unit/test_route.c); the dispatcher
@@ -77,5 +80,41 @@ uint32_t route_ram_key(const struct route_view *v, uint32_t rank, uint32_t s);
 /* Where rank's need of s is served from; *key is set for ROUTE_RAM. */
 enum route_src route_sample(const struct route_view *v, uint32_t rank, uint32_t s,
 			    uint32_t *key);
+
+/* ---- when a trainer's next batch is prepared ----
+ *
+ * A trainer's batches are prepared in order, `lookahead` ahead of what it
+ * took. Pacing (prefetch.pace): a trainer takes a batch, reads it, then
+ * computes; preparing its next batch at the take makes that batch's
+ * transfers compete with its read on a node whose cores are all busy. So
+ * when it still holds a published batch beyond the one it took (it will
+ * not wait), the prepare waits until a quarter of a step (at most
+ * ROUTE_PACE_MAX_NS) after the take was first seen, when it is computing.
+ * Behind (nothing more in hand), before a step time is known, or when a
+ * quarter step is under ROUTE_PACE_MIN_NS (the dispatcher sleeps in ms): at
+ * once. */
+#define ROUTE_PACE_MAX_NS 50000000ull
+#define ROUTE_PACE_MIN_NS 1000000ull
+
+struct route_next {
+	uint64_t next_prep;      /* the trainer's next batch to prepare (global g) */
+	uint64_t next_pub;       /* its next batch to publish */
+	uint64_t taken;          /* batches it took (next_pub less those unread) */
+	uint64_t lookahead;      /* prefetch.lookahead */
+	bool pace;               /* prefetch.pace */
+	double step_s;           /* a trainer's time per batch (0: not known yet) */
+	uint64_t taken_ns;       /* when `taken` was first seen */
+	uint64_t now_ns;
+};
+
+enum route_go {
+	ROUTE_WAIT = 0,          /* lookahead batches ahead already */
+	ROUTE_PREPARE,           /* now */
+	ROUTE_PACED,             /* not before *until_ns */
+};
+
+/* Whether the next batch (its slot free, the trainer attached) is prepared
+ * now, later (ROUTE_PACED, *until_ns set) or not until it takes another. */
+enum route_go route_next(const struct route_next *n, uint64_t *until_ns);
 
 #endif /* SEERD_ROUTE_H */

@@ -25,16 +25,6 @@
 #include "engine_int.h"
 #include "seer.h"
 
-void sess_doorbell(struct trainer *t)
-{
-	atomic_fetch_add_explicit(&t->co->doorbell, 1, memory_order_release);
-	/* pairs with the trainer's fence between setting `waiting` and its
-	 * last look at the ring before it sleeps */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&t->ci->waiting, memory_order_relaxed))
-		futex_wake_all(&t->co->doorbell);
-}
-
 void sess_close(struct engine *e, struct trainer *t)
 {
 	if (t->sock >= 0) {
@@ -78,29 +68,6 @@ static void reset_stream(struct engine *e, struct trainer *t, uint64_t start)
 	t->blocked = false;
 	t->ring_skipping = false;
 	resume_note(e, t);
-}
-
-uint64_t sess_first_unreleased(const struct trainer *t)
-{
-	for (uint64_t g = t->tail_g; g < t->next_pub; g++)
-		if (t->slots[g & (t->nslots - 1)].st == SL_PUB)
-			return g;
-	return t->next_pub;
-}
-
-uint32_t sess_unread(const struct trainer *t)
-{
-	uint32_t prod = atomic_load_explicit(&t->co->prod, memory_order_relaxed);
-	uint32_t cons = atomic_load_explicit(&t->ci->cons, memory_order_relaxed);
-	/* After a seek the trainer moves its consumer index past the entries
-	 * the seek dropped only once it has read SEEK_OK, and tells nobody:
-	 * counted as in its hands, they held its next batches back and let an
-	 * idle seerd sleep on ring_below while it waited on an empty ring, until
-	 * the 1 s timer (issue 28, finding 7). */
-	uint32_t behind = t->ring_skipping ? t->ring_skip - cons : 0;
-	if (behind != 0 && behind <= t->nslots)
-		cons = t->ring_skip;
-	return ctrl_unread(prod, cons, t->nslots);
 }
 
 /* Sizes of a session's control segments (proto/seer_proto.h lays them out). */
@@ -212,14 +179,14 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 		goto fail;
 	struct seer_msg_welcome w = {
 		.kind = SEER_MSG_WELCOME, .nsamples = e->cat->nsamples, .epochs = e->cfg->epochs,
-		.batches_per_epoch = e->sh.bpe, .start = start, .arena_size = e->arena.size,
+		.batches_per_epoch = e->sh.bpe, .start = start, .arena_size = e->ar.seg.size,
 		.ctrl_out_size = l.out_size, .ctrl_in_size = l.in_size, .batch_size = e->sh.batch,
 		.nslots = e->nslots, .node = e->node, .nodes = e->nnodes, .seed = e->cfg->seed,
 		.drop_last = e->cfg->drop_last, .shuffle = e->cfg->shuffle,
 		.dataset_hash = e->cat->hash, .record_len = (uint32_t)e->plan_rec_len,
 		.resume_epoch = e->tl.epoch, .resume_batches = e->tl.nb,
 	};
-	int fds[SEER_WELCOME_NFDS] = { e->arena.fd, t->out_seg.fd, t->in_seg.fd, t->efd };
+	int fds[SEER_WELCOME_NFDS] = { e->ar.seg.fd, t->out_seg.fd, t->in_seg.fd, t->efd };
 	ssize_t n = sock_send(sock, &w, sizeof(w), fds, SEER_WELCOME_NFDS);
 	if (n == (ssize_t)sizeof(w))
 		n = send_plan_record(e, sock) == 0 ? n : -EPIPE;
@@ -239,7 +206,7 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 	engine_ep_add(e, sock, EP_TAG(EP_TSOCK, t->rank));
 	engine_ep_add(e, t->efd, EP_TAG(EP_TEFD, t->rank));
 	if (e->topo && topo_add_trainer(e->topo, pid))
-		engine_repin(e);
+		e->self.repin_due = true; /* engine_work places the threads again */
 	uint64_t ep, st;
 	jobrec_pos(e, start, &ep, &st);
 	log_info("trainer rank %u/%u (pid %d) attached at epoch %llu step %llu", t->rank, e->world,
@@ -474,7 +441,9 @@ void sess_evict(struct engine *e, struct trainer *t, const char *why)
 
 static void handle_seek(struct engine *e, struct trainer *t, const struct seer_msg_seek *m)
 {
-	pf_releases(e, t); /* the client released everything before asking */
+	const char *bad = pf_releases(e, t); /* the client released everything before asking */
+	if (bad)
+		sess_evict(e, t, bad);
 	if (!t->attached)
 		return;
 	struct seer_msg_seek r = { .kind = SEER_MSG_SEEK_OK };
@@ -507,7 +476,9 @@ void sess_on_sock(struct engine *e, struct trainer *t)
 	} m;
 	ssize_t n = sock_recv(t->sock, &m, sizeof(m), NULL, NULL, 0);
 	if (n == 0 || n == -ECONNRESET) {
-		pf_releases(e, t); /* what it released before leaving counts */
+		const char *bad = pf_releases(e, t); /* what it released before leaving counts */
+		if (bad)
+			sess_evict(e, t, bad);
 		if (t->attached)
 			sess_detach(e, t, false, t->done ? "job finished" : "connection closed");
 		return;

@@ -2,8 +2,9 @@
  * `config`, `stop` and `drain` replies and the stats file ([daemon]
  * stats_file, every epoch plus the per-step series).
  *
- * Reads the statistics (stats.c), the trainers' sessions and the
- * configuration; writes nothing of the engine. Dispatcher thread only.
+ * Assembles the stages' own parts (stats_*_json, nvme_summary,
+ * xfs_status_json) with the trainers' sessions and the configuration;
+ * writes nothing of the engine. Dispatcher thread only.
  * Strings are escaped by the library, so any job id, path or message
  * parses; bytes that are not UTF-8 show as '?'. Reals carry the digits
  * their clocks are worth (seconds to 1 us). Failure: out of memory aborts
@@ -21,34 +22,11 @@
 #include "../src/util/ctrl.h"
 #include "../src/util/util.h"
 #include "engine_int.h"
+#include "jout.h"
 #include "node_path.h"
 
-static const char *const src_names[SRC_COUNT] = { "pfs", "nvme", "peer" };
-
-#define must st_must
-#define jreal st_real
-
-static _Noreturn void json_oom(void)
-{
-	log_error("out of memory writing the statistics as JSON");
-	abort();
-}
-
-json_t *st_must(json_t *j)
-{
-	if (!j)
-		json_oom();
-	return j;
-}
-
-/* x rounded to `decimals` places (how far its clock is worth reading). */
-json_t *st_real(double x, int decimals)
-{
-	if (!isfinite(x))
-		return json_null();
-	double scale = pow(10.0, decimals);
-	return json_real(round(x * scale) / scale);
-}
+#define must jout_must
+#define jreal jout_real
 
 /* Text from the configuration or the system: JSON strings are UTF-8, so
  * other bytes are shown as '?' rather than dropping the value. */
@@ -68,69 +46,25 @@ static json_t *jtext(const char *s)
 
 #define JU(x) ((json_int_t)(x))
 
-static json_t *epoch_json(const struct engine *e, uint64_t i)
-{
-	const struct epoch_stats *s = &e->es[i];
-	double t0 = i > 0 && e->es[i - 1].t_done > 0 ? e->es[i - 1].t_done : e->t_plan;
-	json_t *j = json_pack("{sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI sI so}",
-			 "epoch", JU(i), "samples", JU(s->samples), "bytes", JU(s->bytes),
-			 "ram_samples", JU(s->ram_samples), "ram_bytes", JU(s->ram_bytes),
-			 "nvme_samples", JU(s->nvme_samples), "nvme_bytes", JU(s->nvme_bytes),
-			 "nvme_written", JU(s->nvme_written), "nvme_corrupt", JU(s->nvme_corrupt),
-			 "peer_samples", JU(s->peer_samples), "peer_bytes", JU(s->peer_bytes),
-			 "pfs_samples", JU(s->pfs_samples), "pfs_bytes", JU(s->pfs_bytes),
-			 "served_samples", JU(s->served_samples), "served_bytes", JU(s->served_bytes),
-			 "peer_fallbacks", JU(s->fallbacks), "skipped", JU(s->skipped),
-			 "retries", JU(s->retries), "failed_batches", JU(s->failed),
-			 "seconds", jreal(s->t_done > 0 ? s->t_done - t0 : -1.0, 6));
-	/* replicas: reads they served (part of ram_* / nvme_*), and their loads
-	 * (part of peer_* / pfs_*) */
-	json_object_set_new(must(j), "replica_samples", must(json_integer(JU(s->repl_samples))));
-	json_object_set_new(j, "replica_bytes", must(json_integer(JU(s->repl_bytes))));
-	json_object_set_new(j, "replica_fill_samples", must(json_integer(JU(s->fill_samples))));
-	json_object_set_new(j, "replica_fill_bytes", must(json_integer(JU(s->fill_bytes))));
-	/* what this node's forecast said of the epoch as it began (fcast.c) */
-	json_object_set_new(j, "forecast", fcast_epoch_json(s));
-	return j;
-}
-
-/* Coalesced reads of epoch i (extent.c): reads of the PFS (samples read
- * alone + extents), extents, the samples cut from them, their bytes and
- * the bytes of the samples they delivered. */
-static void epoch_extents_json(const struct engine *e, uint64_t i, json_t *o)
-{
-	const struct epoch_stats *s = &e->es[i];
-	json_object_set_new(o, "pfs_reads", must(json_integer(JU(s->pfs_reads))));
-	json_object_set_new(o, "extents", must(json_integer(JU(s->extents))));
-	json_object_set_new(o, "extent_samples", must(json_integer(JU(s->extent_samples))));
-	json_object_set_new(o, "extent_bytes", must(json_integer(JU(s->extent_bytes))));
-	json_object_set_new(o, "extent_useful_bytes", must(json_integer(JU(s->extent_useful))));
-}
-
 /* The job's coalesced reads: settings, totals, read amplification (bytes the
  * extents read / bytes of the samples they delivered) and extent memory. */
 static json_t *coalescing_json(const struct engine *e)
 {
-	uint64_t n = 0, samples = 0, bytes = 0, useful = 0, reads = 0;
-	for (uint64_t i = 0; i < e->nes_used; i++) {
-		n += e->es[i].extents;
-		samples += e->es[i].extent_samples;
-		bytes += e->es[i].extent_bytes;
-		useful += e->es[i].extent_useful;
-		reads += e->es[i].pfs_reads;
-	}
+	struct stats_extents x = stats_extent_totals(&e->st);
+	uint64_t n = x.extents, samples = x.samples, bytes = x.bytes, useful = x.useful,
+		 reads = x.pfs_reads;
 	json_t *probe = json_null();
-	if (e->probe.measured || e->probe.why[0])
+	if (e->ext.probe.measured || e->ext.probe.why[0])
 		probe = must(json_pack("{sb sb sI sI sI sI so so sI sI ss}", "measured",
-				       e->probe.measured, "coalesce", e->probe.coalesce,
-				       "reads_at_once", JU(e->probe.q), "small_bytes",
-				       JU(e->probe.small), "big_bytes", JU(e->probe.big),
-				       "rounds", JU(e->probe.rounds),
-				       "small_s", jreal(e->probe.t_small, 6),
-				       "big_s", jreal(e->probe.t_big, 6), "pfs_bytes",
-				       JU(e->probe.bytes), "pfs_reads", JU(e->probe.reads),
-				       "why", e->probe.why));
-	return must(json_pack("{sb ss so sI sI so sI sI sI sI so sI sI sI}", "on", e->coalesce,
+				       e->ext.probe.measured, "coalesce", e->ext.probe.coalesce,
+				       "reads_at_once", JU(e->ext.probe.q), "small_bytes",
+				       JU(e->ext.probe.small), "big_bytes", JU(e->ext.probe.big),
+				       "rounds", JU(e->ext.probe.rounds),
+				       "small_s", jreal(e->ext.probe.t_small, 6),
+				       "big_s", jreal(e->ext.probe.t_big, 6), "pfs_bytes",
+				       JU(e->ext.probe.bytes), "pfs_reads", JU(e->ext.probe.reads),
+				       "why", e->ext.probe.why));
+	return must(json_pack("{sb ss so sI sI so sI sI sI sI so sI sI sI}", "on", e->ext.coalesce,
 			      "mode", e->cfg->coalesce, "probe", probe,
 			      "extent_max", JU(e->cfg->extent_max),
 			      "extent_memory", JU(e->cfg->extent_memory),
@@ -138,23 +72,8 @@ static json_t *coalescing_json(const struct engine *e)
 			      "pfs_reads", JU(reads), "extents", JU(n), "samples", JU(samples),
 			      "bytes", JU(bytes),
 			      "amplification", jreal(useful ? (double)bytes / (double)useful : 0.0, 4),
-			      "useful_bytes", JU(useful), "memory_in_flight", JU(e->ext_mem),
-			      "memory_peak", JU(e->ext_mem_peak)));
-}
-
-/* "epochs_omitted" and the last max_epochs epochs (0: all) into root. */
-static void epochs_json(const struct engine *e, json_t *root, uint64_t max_epochs)
-{
-	uint64_t last = MIN(e->nes_used, e->cfg->epochs);
-	uint64_t from = max_epochs && last > max_epochs ? last - max_epochs : 0;
-	json_t *list = must(json_array());
-	for (uint64_t i = from; i < last; i++) {
-		json_t *ep = must(epoch_json(e, i));
-		epoch_extents_json(e, i, ep);
-		json_array_append_new(list, ep);
-	}
-	json_object_set_new(root, "epochs_omitted", must(json_integer(JU(from))));
-	json_object_set_new(root, "epochs", list);
+			      "useful_bytes", JU(useful), "memory_in_flight", JU(e->ext.mem),
+			      "memory_peak", JU(e->ext.mem_peak)));
 }
 
 static json_t *trainer_json(const struct engine *e, const struct trainer *t)
@@ -191,48 +110,38 @@ static json_t *trainer_json(const struct engine *e, const struct trainer *t)
 /* This node's replicas (replica.c): planned, filled, how. */
 static json_t *replicas_json(const struct engine *e)
 {
-	const struct plan_node *nv = &e->nv;
-	bool on = e->repl_on;
+	const struct plan_node *nv = &e->repl.set;
+	bool on = e->repl.on;
 	uint64_t loaded = 0; /* RAM slots READY, NVMe copies written */
 	for (uint64_t i = 0; on && i < nv->nrepl; i++)
 		loaded += atomic_load_explicit(&e->cstate[nv->smp[i]], memory_order_relaxed) == CS_READY;
 	return json_pack("{sb sI ss sI sI sI sI sI sI sI sI sI sI sI sI}", "enabled", on,
 			 "loaded_samples", JU(loaded),
-			 "fill_source", e->repl_from_pfs ? "pfs" : "peer",
+			 "fill_source", e->repl.from_pfs ? "pfs" : "peer",
 			 "fill_rate", JU(e->cfg->replica_fill_rate),
 			 "samples", JU(on ? nv->nrepl : 0), "bytes", JU(on ? nv->repl_bytes : 0),
-			 "ram_samples", JU(e->repl_ram_planned), "nvme_samples", JU(e->repl_nvme_planned),
+			 "ram_samples", JU(e->repl.ram_planned), "nvme_samples", JU(e->repl.nvme_planned),
 			 "ram_used", JU(on ? nv->ram_used : e->plan_ready ? e->plan.ram_used[e->node] : 0),
 			 "nvme_used", JU(on ? nv->nvme_used : e->plan_ready ? e->plan.nvme_used[e->node] : 0),
-			 "filled_samples", JU(e->repl_fills), "filled_bytes", JU(e->repl_fill_bytes),
-			 "filled_from_pfs_bytes", JU(e->repl_fill_pfs_bytes),
-			 "fills_failed", JU(e->repl_fills_failed), "fills_inflight", JU(e->repl_inflight));
+			 "filled_samples", JU(e->repl.fills), "filled_bytes", JU(e->repl.fill_bytes),
+			 "filled_from_pfs_bytes", JU(e->repl.fill_pfs_bytes),
+			 "fills_failed", JU(e->repl.fills_failed), "fills_inflight", JU(e->repl.inflight));
 }
 
 static json_t *cache_json(const struct engine *e)
 {
-	json_t *j = json_pack("{sI sI sI sI sI sI sb sI sI sI sI}", "ram_capacity", JU(e->cache_cap),
-			 "ram_planned_samples", JU(e->cache_planned + e->repl_ram_planned),
-			 "ram_planned_bytes", JU(e->local_cached_bytes),
-			 "ram_loaded_samples", JU(e->cache_loaded),
-			 "ram_loaded_bytes", JU(e->cache_loaded_bytes),
-			 "staging_capacity", JU(e->stage_cap), "nvme_enabled", e->nvme_ok,
-			 "nvme_capacity", JU(e->nvme_cap), "nvme_planned_samples", JU(e->nvme_planned),
-			 "nvme_loaded_samples", JU(e->nvme_loaded),
-			 "nvme_loaded_bytes", JU(e->nvme_loaded_bytes));
+	struct nvme_summary nvs = nvme_summary(e->nvme);
+	json_t *j = json_pack("{sI sI sI sI sI sI sb sI sI sI sI}", "ram_capacity", JU(e->ar.cache_cap),
+			 "ram_planned_samples", JU(e->pl.cache_planned + e->repl.ram_planned),
+			 "ram_planned_bytes", JU(e->pl.local_cached_bytes),
+			 "ram_loaded_samples", JU(e->pl.cache_loaded),
+			 "ram_loaded_bytes", JU(e->pl.cache_loaded_bytes),
+			 "staging_capacity", JU(e->ar.stage_cap), "nvme_enabled", nvs.enabled,
+			 "nvme_capacity", JU(nvs.capacity), "nvme_planned_samples", JU(nvs.planned),
+			 "nvme_loaded_samples", JU(nvs.loaded),
+			 "nvme_loaded_bytes", JU(nvs.loaded_bytes));
 	json_object_set_new(must(j), "replicas", must(replicas_json(e)));
 	return j;
-}
-
-static json_t *sources_json(const struct engine *e)
-{
-	json_t *o = must(json_object());
-	for (int k = 0; k < SRC_COUNT; k++)
-		json_object_set_new(o, src_names[k],
-				    must(json_pack("{sI so so}", "reads", JU(e->src[k].n),
-						   "latency_ms", jreal(e->src[k].lat_s * 1e3, 3),
-						   "mb_per_s", jreal(e->src[k].bps / 1e6, 1))));
-	return o;
 }
 
 static const char *state_name(struct engine *e)
@@ -247,17 +156,17 @@ static json_t *status_json(struct engine *e, uint64_t max_epochs)
 	json_t *root = json_pack(
 		"{sI sI sI so so ss sI sI sI s{sI sI sI so} so s{sI sI so} so so so}",
 		"node", JU(e->node), "nodes", JU(e->nnodes), "pid", JU(getpid()),
-		"job_id", jtext(e->cfg->job_id), "uptime_s", jreal(now_s() - e->t_start, 3),
+		"job_id", jtext(e->cfg->job_id), "uptime_s", jreal(now_s() - e->st.t_start, 3),
 		"state", state_name(e), "world", JU(e->world),
 		"batches_per_epoch", JU(e->shape_ready ? e->sh.bpe : 0),
 		"job_epochs", JU(e->cfg->epochs),
 		"dataset", "samples", JU(e->cat->nsamples), "bytes", JU(e->cat->total_bytes),
 		"files", JU(e->cat->nfiles), "format", jtext(e->cat->fmt->name),
 		"cache", cache_json(e),
-		"io", "threads", JU(e->cfg->io_threads), "pending", JU(iopool_pending(&e->pool)),
-		"placement", jtext(e->pin_desc),
-		"topology", jtext(e->topo_desc), "sources", sources_json(e),
-		"step_ms", jreal(e->step_s * 1e3, 3));
+		"io", "threads", JU(e->cfg->io_threads), "pending", JU(iopool_pending(&e->tasks.pool)),
+		"placement", jtext(e->self.pin_desc),
+		"topology", jtext(e->self.topo_desc), "sources", stats_sources_json(&e->st),
+		"step_ms", jreal(e->st.step_s * 1e3, 3));
 	json_t *tr = must(json_array());
 	for (uint32_t r = 0; e->shape_ready && r < e->world; r++)
 		if (e->tr[r].known)
@@ -271,8 +180,8 @@ static json_t *status_json(struct engine *e, uint64_t max_epochs)
 			"record_bytes", JU(e->plan_rec_len))));
 	json_object_set_new(root, "coalescing", coalescing_json(e));
 	json_object_set_new(root, "pacing", must(json_pack("{sb sI}", "on", e->cfg->pace,
-							   "deferred", JU(e->paced))));
-	epochs_json(e, root, max_epochs);
+							   "deferred", JU(e->pf.paced))));
+	stats_epochs_json(&e->st, root, max_epochs, e->cfg->epochs);
 	return root;
 }
 
@@ -281,7 +190,7 @@ static char *dump(json_t *root)
 	char *text = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_decref(root);
 	if (!text)
-		json_oom();
+		jout_oom();
 	return text;
 }
 
@@ -296,16 +205,7 @@ void engine_write_stats(struct engine *e)
 		return;
 	/* the status plus the per-step series: [global batch, done at, summed wait] */
 	json_t *root = status_json(e, 0);
-	json_t *steps = must(json_array());
-	for (uint64_t k = 0; k < e->nsteps; k++) {
-		if (!e->step_count || !e->step_count[k])
-			continue;
-		json_array_append_new(steps, must(json_pack("[I o o]", JU(k * e->step_stride),
-							     jreal(e->step_done[k], 6),
-							     jreal((double)e->step_stall[k], 6))));
-	}
-	json_object_set_new(root, "step_stride", must(json_integer(JU(e->step_stride))));
-	json_object_set_new(root, "steps", steps);
+	stats_steps_json(&e->st, root);
 	char *json = dump(root);
 	char path[4096];
 	int rc = node_path(path, sizeof(path), e->cfg->stats_file, e->node);

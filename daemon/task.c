@@ -5,13 +5,13 @@
  * Owns the task pool (chunks of TASK_CHUNK, ids stable for the cache
  * states that name loading tasks), submission to the I/O pool with its
  * priority (the batch that needs the read, adjusted by each source's
- * measured service time) and the completion path: a finished read updates
- * the caches it loads (task_landed), then wakes its waiters (trainers'
- * batches, peers' requests). Dispatcher thread only; between submission and
- * completion a task belongs to the I/O thread running it (worker.c) or the
- * network thread (TK_PEER). Failure: a read that fails is retried elsewhere
- * when it can be (task_retry), else its error goes to every waiter: a
- * trainer's batch carries the first error of its samples. */
+ * measured service time) and the hand-over of a finished task to the
+ * engine's completion handler (task_finish -> complete.c), which updates
+ * the caches it loads and wakes its waiters. Dispatcher thread only;
+ * between submission and completion a task belongs to the I/O thread
+ * running it (worker.c) or the network thread (TK_PEER). Failure: what a
+ * failed read does (tried elsewhere, or its error to every waiter) is
+ * complete.c's; out of memory aborts. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
@@ -23,21 +23,21 @@
 
 struct etask *task_get(struct engine *e, uint32_t id)
 {
-	return &e->chunks[id / TASK_CHUNK][id % TASK_CHUNK];
+	return &e->tasks.chunks[id / TASK_CHUNK][id % TASK_CHUNK];
 }
 
 /* Another TASK_CHUNK tasks on the free list (every page written here). */
 static void task_grow(struct engine *e)
 {
-	e->chunks = xrealloc(e->chunks, (e->nchunks + 1) * sizeof(*e->chunks));
+	e->tasks.chunks = xrealloc(e->tasks.chunks, (e->tasks.nchunks + 1) * sizeof(*e->tasks.chunks));
 	struct etask *c = xcalloc(TASK_CHUNK, sizeof(*c));
-	e->chunks[e->nchunks] = c;
+	e->tasks.chunks[e->tasks.nchunks] = c;
 	for (uint32_t i = TASK_CHUNK; i-- > 0;) {
-		c[i].id = e->nchunks * TASK_CHUNK + i;
-		c[i].free_next = e->free_tasks;
-		e->free_tasks = &c[i];
+		c[i].id = e->tasks.nchunks * TASK_CHUNK + i;
+		c[i].free_next = e->tasks.free;
+		e->tasks.free = &c[i];
 	}
-	e->nchunks++;
+	e->tasks.nchunks++;
 }
 
 /* A first epoch makes a task for every sample this node caches at once
@@ -46,16 +46,16 @@ static void task_grow(struct engine *e)
  * between the rank map and the first extent (2 x 3,840 tasks, issue 13). */
 void task_reserve(struct engine *e, uint64_t n)
 {
-	while ((uint64_t)e->nchunks * TASK_CHUNK < n)
+	while ((uint64_t)e->tasks.nchunks * TASK_CHUNK < n)
 		task_grow(e);
 }
 
 struct etask *task_new(struct engine *e)
 {
-	if (!e->free_tasks)
+	if (!e->tasks.free)
 		task_grow(e);
-	struct etask *t = e->free_tasks;
-	e->free_tasks = t->free_next;
+	struct etask *t = e->tasks.free;
+	e->tasks.free = t->free_next;
 	uint32_t id = t->id;
 	memset(t, 0, sizeof(*t));
 	t->id = id;
@@ -73,8 +73,8 @@ void task_free(struct engine *e, struct etask *t)
 	t->w = NULL;
 	free(t->mem);
 	t->mem = NULL;
-	t->free_next = e->free_tasks;
-	e->free_tasks = t;
+	t->free_next = e->tasks.free;
+	e->tasks.free = t;
 }
 
 void task_wait_w(struct etask *t, struct waiter w)
@@ -105,9 +105,9 @@ void task_wait(struct etask *t, uint32_t rank, uint32_t gen, uint64_t g, uint32_
 static uint64_t read_key(const struct engine *e, uint64_t g, int src)
 {
 	uint64_t key = (1ull << 40) + g * 1024;
-	if (src == SRC_PFS || !e->src[src].n || !e->src[SRC_PFS].n || e->step_s <= 0)
+	if (src == SRC_PFS || !e->st.src[src].n || !e->st.src[SRC_PFS].n || e->st.step_s <= 0)
 		return key;
-	double d = (e->src[SRC_PFS].lat_s - e->src[src].lat_s) / e->step_s;
+	double d = (e->st.src[SRC_PFS].lat_s - e->st.src[src].lat_s) / e->st.step_s;
 	return key + (uint64_t)(MAX(0.0, MIN(d, 2.0)) * 1024);
 }
 
@@ -125,13 +125,13 @@ void task_submit(struct engine *e, struct etask *t, uint64_t g)
 	t->io.pq.key = key;
 	t->in_sub = true;
 	t->cut = false;
-	if (t->kind == TK_PFS && e->pfs_q)
-		e->pfs_q[t->sample] = t->id + 1; /* an extent may take it over (extent.c) */
-	if (e->nsub == e->capsub) {
-		e->capsub = MAX(e->capsub * 2, 256);
-		e->sub = xrealloc(e->sub, e->capsub * sizeof(*e->sub));
+	if (t->kind == TK_PFS && e->ext.pfs_q)
+		e->ext.pfs_q[t->sample] = t->id + 1; /* an extent may take it over (extent.c) */
+	if (e->tasks.nsub == e->tasks.capsub) {
+		e->tasks.capsub = MAX(e->tasks.capsub * 2, 256);
+		e->tasks.sub = xrealloc(e->tasks.sub, e->tasks.capsub * sizeof(*e->tasks.sub));
 	}
-	e->sub[e->nsub++] = &t->io;
+	e->tasks.sub[e->tasks.nsub++] = &t->io;
 }
 
 /* A need at global batch g (0: now) joined task tk, which may be queued
@@ -150,147 +150,49 @@ void task_need(struct engine *e, struct etask *tk, uint64_t g)
 	struct etask *x = tk->ext; /* a member: its extent reads it */
 	if (x && g < x->need_g)
 		x->need_g = g;
-	iopool_boost(&e->pool, x ? &x->io : &tk->io, key);
+	iopool_boost(&e->tasks.pool, x ? &x->io : &tk->io, key);
 }
 
+/* The round's submissions to the I/O pool (after extent.c coalesced them:
+ * the engine calls ext_flush first). */
 void task_flush(struct engine *e)
 {
-	ext_flush(e);
-	iopool_submit(&e->pool, e->sub, e->nsub);
-	for (uint32_t i = 0; i < e->nsub; i++)
-		((struct etask *)e->sub[i])->in_sub = false;
-	e->nsub = 0;
+	iopool_submit(&e->tasks.pool, e->tasks.sub, e->tasks.nsub);
+	for (uint32_t i = 0; i < e->tasks.nsub; i++)
+		((struct etask *)e->tasks.sub[i])->in_sub = false;
+	e->tasks.nsub = 0;
 }
 
-/* Retries that a failed read's worker absorbed (or not), for the stats and
- * the periodic warning. */
-static void task_note_retries(struct engine *e, struct etask *tk)
-{
-	if (tk->attempts <= 1)
-		return;
-	stats_epoch(e, e->epochs_done)->retries += tk->attempts - 1;
-	e->retries_unreported += tk->attempts - 1;
-	str_copy(e->last_retry, sizeof(e->last_retry), tk->err);
-	tk->attempts = 1;
-}
-
-/* A failed read that is tried again elsewhere: a corrupt sample replaced by
- * its substitute (on_corrupt = skip), a bad NVMe copy read from the PFS.
- * True when tk went back to the pool. */
-static bool task_retry(struct engine *e, struct etask *tk, int status)
-{
-	/* (a background replica fill nobody waits for is not substituted: it
-	 * fails, and the read that needs the replica substitutes) */
-	if (status == SEER_EDATASET && e->skip_corrupt && tk->kind == TK_PFS &&
-	    !(tk->repl_bg && tk->nw == 0) && pf_retarget_corrupt(e, tk)) {
-		task_submit(e, tk, tk->need_g);
-		return true;
-	}
-	if (tk->kind == TK_NVME_READ && status != 0) {
-		nvme_read_failed(e, tk, status);
-		task_submit(e, tk, tk->need_g);
-		return true;
-	}
-	return false;
-}
-
-/* The read's bytes are in place at dst_off (status 0), or will not be: the
- * RAM slot or NVMe copy it was loading learns it. This is the dispatcher's
- * first look at the bytes before any batch or peer sees them. */
-static void task_landed(struct engine *e, struct etask *tk, int status)
-{
-	if (status == 0) {
-		int src = tk->kind == TK_PEER ? SRC_PEER : tk->kind == TK_NVME_READ ? SRC_NVME : SRC_PFS;
-		if (!tk->cut) /* a cut sample's time and bytes are its extent's */
-			stats_observe(e, src, tk->io.t_end > tk->io.t_start
-						      ? (double)(tk->io.t_end - tk->io.t_start) / 1e9
-						      : 0.0, tk->len);
-		/* PFS: what the format read, not the sample's length */
-		stats_read(e, src, src == SRC_PFS ? tk->pfs_read : tk->len);
-		if (src == SRC_NVME && place_is_replica(e, tk->sample)) {
-			struct epoch_stats *es = stats_epoch(e, e->epochs_done);
-			es->repl_samples++;
-			es->repl_bytes += tk->len;
-		}
-		if (src == SRC_PFS && !tk->cut)
-			stats_epoch(e, e->epochs_done)->pfs_reads++;
-	} else if (status != -ECANCELED) {
-		log_warn("%s", tk->err[0] ? tk->err : seer_strerror(status));
-	}
-	if (tk->to_nvme)
-		nvme_load_done(e, tk, status);
-	if (tk->to_cache)
-		pf_ram_loaded(e, tk, status);
-	if (tk->repl)
-		repl_landed(e, tk, status);
-}
-
-/* tk no longer reads into its trainer's staging: a reset waiting for the
- * last such read can go on. */
-static void task_unstage(struct engine *e, struct etask *tk)
-{
-	if (tk->stage_rank < 0)
-		return;
-	struct trainer *t = &e->tr[tk->stage_rank];
-	t->inflight--;
-	if (t->resetting && t->inflight == 0)
-		sess_finish_reset(e, t);
-}
-
-/* The pool (or the network thread) is done with tk: status 0 or why not. */
+/* The pool (or the network thread) is done with tk: status 0 or why not.
+ * What it did goes to the stages that own it -- caches, waiters, retries --
+ * through the handler the engine installed (complete_task, complete.c):
+ * task.c hands completions over and calls no stage above it. */
 void task_finish(struct engine *e, struct etask *tk, int status)
 {
-	if (tk->kind == TK_PFS && e->pfs_q && e->pfs_q[tk->sample] == tk->id + 1)
-		e->pfs_q[tk->sample] = 0;
-	if (tk->kind == TK_EXTENT) {
-		task_note_retries(e, tk);
-		ext_done(e, tk, status);
-		return;
-	}
-	if (tk->kind == TK_NVME_WRITE) {
-		nvme_write_done(e, tk, status);
-		task_unstage(e, tk);
-		task_free(e, tk);
-		return;
-	}
-	task_note_retries(e, tk);
-	if (task_retry(e, tk, status))
-		return;
-	task_landed(e, tk, status);
-	for (uint32_t i = 0; i < tk->nw; i++) {
-		const struct waiter *w = &tk->w[i];
-		if (w->peer)
-			peer_answer(e, tk, w, status);
-		else if (e->xf && status == 0)
-			xfs_after_read(e, tk, w); /* the bytes are in place: its tensor next */
-		else
-			pf_sample_done(e, w, status, tk->err);
-	}
-	task_unstage(e, tk);
-	task_free(e, tk);
+	e->tasks.done(e, tk, status);
 }
 
 /* Free every task (engine_destroy, after the pool stopped). */
 void task_free_all(struct engine *e)
 {
-	for (uint32_t i = 0; i < e->nchunks; i++) {
+	for (uint32_t i = 0; i < e->tasks.nchunks; i++) {
 		for (uint32_t k = 0; k < TASK_CHUNK; k++) {
-			if (e->chunks[i][k].w && e->chunks[i][k].w != e->chunks[i][k].w_inline)
-				free(e->chunks[i][k].w);
-			free(e->chunks[i][k].mem);
+			if (e->tasks.chunks[i][k].w && e->tasks.chunks[i][k].w != e->tasks.chunks[i][k].w_inline)
+				free(e->tasks.chunks[i][k].w);
+			free(e->tasks.chunks[i][k].mem);
 		}
-		free(e->chunks[i]);
+		free(e->tasks.chunks[i]);
 	}
-	free(e->chunks);
-	free(e->sub);
-	e->chunks = NULL;
-	e->sub = NULL;
-	e->nchunks = 0;
+	free(e->tasks.chunks);
+	free(e->tasks.sub);
+	e->tasks.chunks = NULL;
+	e->tasks.sub = NULL;
+	e->tasks.nchunks = 0;
 }
 
 void task_completions(struct engine *e)
 {
-	struct io_task *io = iopool_take_done(&e->pool);
+	struct io_task *io = iopool_take_done(&e->tasks.pool);
 	while (io) {
 		struct io_task *next = io->next;
 		task_finish(e, (struct etask *)io, io->status);

@@ -29,7 +29,7 @@
  *     the file, which waits for it: decodes then run on the transform
  *     threads, and each I/O thread holds at most one encoded file).
  * A thread reads the job, the fixed-at-creation engine fields (cfg, cat,
- * abase) and this stage's parameters, and writes the job and the arena
+ * ar.base) and this stage's parameters, and writes the job and the arena
  * bytes the job names. Everything else here is the dispatcher's.
  *
  * Failure: a sample that is not an image (or is corrupt) fails its batch
@@ -83,6 +83,7 @@ struct xfs_epoch {
 
 struct xfs {
 	struct engine *e;
+	struct xfs_events ev;     /* what it hands back: the engine's handlers */
 	struct xf_params p;
 	uint64_t sb;              /* bytes of one sample's tensor */
 	uint64_t dims[3];
@@ -158,8 +159,8 @@ static void job_exec(struct xfs *x, struct xf_scratch *s, struct xjob *j)
 		atomic_fetch_add_explicit(&x->blob_ns, now_ns() - t0, memory_order_relaxed);
 		return;
 	}
-	j->status = xf_transform(&x->p, s, e->cfg->seed, j->epoch, j->sample, e->abase + j->src_off,
-				 j->src_len, e->abase + j->dst_off, &j->info, j->err, sizeof(j->err));
+	j->status = xf_transform(&x->p, s, e->cfg->seed, j->epoch, j->sample, e->ar.base + j->src_off,
+				 j->src_len, e->ar.base + j->dst_off, &j->info, j->err, sizeof(j->err));
 }
 
 struct thread_arg {
@@ -290,7 +291,7 @@ static void plan_cache(struct xfs *x, const struct engine *e)
 		 (double)x->ctotal / (double)MAX(c->total_bytes, 1ull));
 }
 
-int xfs_create(struct engine *e, char *err, size_t errlen)
+int xfs_create(struct engine *e, const struct xfs_events *ev, char *err, size_t errlen)
 {
 	struct xf_params p;
 	char why[400];
@@ -301,6 +302,7 @@ int xfs_create(struct engine *e, char *err, size_t errlen)
 	if (p.decode != XF_DECODE_IMAGE)
 		return 0;
 	struct xfs *x = xcalloc(1, sizeof(*x));
+	x->ev = *ev;
 	x->e = e;
 	x->p = p;
 	x->sb = xf_sample_bytes(&p);
@@ -534,7 +536,7 @@ static bool substitute(struct engine *e, const struct xjob *j, struct trainer *t
 	uint64_t n = e->cat->nsamples;
 	for (uint64_t k = 1; k < n && x == s; k++) {
 		uint32_t c = (uint32_t)((s + k) % n);
-		if (!e->bad[c])
+		if (!e->pl.bad[c])
 			x = c;
 	}
 	if (x == s)
@@ -546,7 +548,7 @@ static bool substitute(struct engine *e, const struct xjob *j, struct trainer *t
 	if (r == ROUTE_RAM && e->cstate[key] == CS_READY) {
 		submit(e, t, j->g, j->i, x, arena_key_off(e, key), xfs_src_len(e, x));
 	} else if (r == ROUTE_RAM) {
-		tk = pf_ram_load(e, key, x, j->g, false);
+		tk = ram_load(e, key, x, j->g, false);
 	} else {
 		uint64_t off, len = e->cat->samples[x].length;
 		if (stg_alloc(&t->stg, ALIGN_UP(len, (uint64_t)PLAN_RAM_ALIGN), &off) != 0)
@@ -578,8 +580,8 @@ static void job_failed(struct engine *e, struct xjob *j, struct xfs_epoch *ep)
 	struct waiter w = { .a = j->rank, .b = j->gen, .c = j->g, .i = j->i };
 	bool input = j->status != -ENOMEM && j->status != -ECANCELED;
 	if (input && e->skip_corrupt && live_slot(t, j->gen, j->g)) {
-		if (!e->bad[j->sample]) {
-			e->bad[j->sample] = 1;
+		if (!e->pl.bad[j->sample]) {
+			e->pl.bad[j->sample] = 1;
 			log_warn("%s: skipped (on_corrupt = skip)", msg);
 		}
 		if (substitute(e, j, t)) {
@@ -595,7 +597,7 @@ static void job_failed(struct engine *e, struct xjob *j, struct xfs_epoch *ep)
 		log_warn("%s", msg);
 	ep->failed++;
 	e->xf->all.failed++;
-	pf_sample_done(e, &w, input ? SEER_EDATASET : j->status, msg);
+	e->xf->ev.sample_done(e, &w, input ? SEER_EDATASET : j->status, msg);
 }
 
 /* ---- completions --------------------------------------------------------------------- */
@@ -628,16 +630,14 @@ static void job_done(struct engine *e, struct xjob *j)
 		x->all.decode_ns += j->info.decode_ns;
 		x->all.resize_ns += j->info.resize_ns;
 		struct waiter w = { .a = j->rank, .b = j->gen, .c = j->g, .i = j->i };
-		pf_sample_done(e, &w, 0, "");
+		x->ev.sample_done(e, &w, 0, "");
 	} else if (live_slot(&e->tr[j->rank], j->gen, j->g)) {
 		job_failed(e, j, ep);
 	}
 	/* it no longer writes into the trainer's staging */
 	struct trainer *t = &e->tr[j->rank];
 	x->inflight--;
-	t->inflight--;
-	if (t->resetting && t->inflight == 0)
-		sess_finish_reset(e, t);
+	x->ev.unstaged(e, t); /* a reset waiting for it may go on */
 }
 
 void xfs_completions(struct engine *e)
@@ -657,7 +657,7 @@ void xfs_completions(struct engine *e)
 	uint64_t n = atomic_load_explicit(&x->blob_n, memory_order_relaxed);
 	uint64_t ns = atomic_load_explicit(&x->blob_ns, memory_order_relaxed);
 	if (n != x->blob_seen) {
-		struct xfs_epoch *ep = xfs_epoch(x, e->epochs_done);
+		struct xfs_epoch *ep = xfs_epoch(x, e->st.epochs_done);
 		ep->blobs += n - x->blob_seen;
 		ep->blob_ns += ns - x->blob_ns_seen;
 		x->all.blobs += n - x->blob_seen;

@@ -8,9 +8,9 @@
  * `blob`) reads the file into the thread's buffer and waits for the
  * transform pool to decode it in place. Runs on the I/O threads only. It
  * reads the task it was handed and the engine fields engine_int.h lists as
- * fixed at creation (cfg, cat, reader_fds, abase, nvme_fd, nvme_direct,
- * nvme_align, xf) plus the atomic `stopping`; it writes only the task, its
- * own buffer and the arena bytes the task names. Failure: the task's status
+ * fixed at creation (cfg, cat, tasks.reader_fds, ar.base, nvme, ext.base, xf)
+ * plus the atomic `stopping`; it writes only the task, its own buffer and
+ * the arena bytes the task names. Failure: the task's status
  * (negative errno or SEER_E*) and a
  * message in its err. */
 #define _GNU_SOURCE
@@ -23,6 +23,7 @@
 
 #include "../src/util/util.h"
 #include "engine_int.h"
+#include "nvme.h"
 #include "seer.h"
 
 static bool transient(int rc)
@@ -53,7 +54,7 @@ void *worker_init(void *ctx, unsigned idx)
 	struct engine *e = ctx;
 	struct catalog_reader *rd = xmalloc(sizeof(*rd));
 	catalog_reader_init(rd, e->cat);
-	catalog_reader_limit_fds(rd, e->reader_fds);
+	catalog_reader_limit_fds(rd, e->tasks.reader_fds);
 	return rd;
 }
 
@@ -65,34 +66,6 @@ void worker_fini(void *tls, void *ctx)
 	free(blob_buf); /* worker_blob_read's, on this same thread */
 	blob_buf = NULL;
 	blob_cap = 0;
-}
-
-/* TK_NVME_READ: the copy, checked against the checksum of what was written. */
-static int worker_nvme_read(const struct engine *e, struct etask *t, uint8_t *dst)
-{
-	int rc = pread_full(e->nvme_fd, dst, nvme_io_len(e, t->len), t->nvme_off);
-	if (rc == -ENODATA)
-		rc = -EIO;
-	if (rc == 0 && XXH64(dst, t->len, 0) != t->sum) {
-		rc = SEER_EDATASET;
-		snprintf(t->err, sizeof(t->err), "NVMe copy of sample %u failed its checksum",
-			 t->sample);
-	} else if (rc != 0) {
-		snprintf(t->err, sizeof(t->err), "NVMe read of sample %u: %s", t->sample,
-			 strerror(-rc));
-	}
-	return rc;
-}
-
-/* TK_NVME_WRITE: bytes already in the arena to the tier, with their checksum. */
-static int worker_nvme_write(const struct engine *e, struct etask *t, const uint8_t *dst)
-{
-	t->sum = XXH64(dst, t->len, 0);
-	int rc = pwrite_full(e->nvme_fd, dst, nvme_io_len(e, t->len), t->nvme_off);
-	if (rc != 0)
-		snprintf(t->err, sizeof(t->err), "NVMe write of sample %u: %s", t->sample,
-			 strerror(-rc));
-	return rc;
 }
 
 /* TK_PFS: the dataset through the format's reader, transient errors tried
@@ -173,8 +146,8 @@ static void populate_dsts(const struct engine *e, const struct etask *t)
 	}
 	if (t->nmem == 0 || hi - lo > 2 * bytes + (1u << 20))
 		return; /* scattered (staging spans of several batches): fault as they come */
-	uintptr_t a = (uintptr_t)(e->abase + lo) & ~(uintptr_t)4095;
-	uintptr_t b = ALIGN_UP((uintptr_t)(e->abase + hi), (uintptr_t)4096);
+	uintptr_t a = (uintptr_t)(e->ar.base + lo) & ~(uintptr_t)4095;
+	uintptr_t b = ALIGN_UP((uintptr_t)(e->ar.base + hi), (uintptr_t)4096);
 	madvise((void *)a, b - a, MADV_POPULATE_WRITE);
 #else
 	(void)e;
@@ -188,7 +161,7 @@ static void populate_dsts(const struct engine *e, const struct etask *t)
  * sample cut into its destination, its status and message in the member. */
 static int worker_extent(const struct engine *e, struct etask *t, struct catalog_reader *rd)
 {
-	uint8_t *buf = t->xpool ? e->xbase + t->xoff
+	uint8_t *buf = t->xpool ? e->ext.base + t->xoff
 				: mmap(NULL, t->len, PROT_READ | PROT_WRITE,
 				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	uint64_t *ids = malloc(t->nmem * sizeof(*ids));
@@ -208,7 +181,7 @@ static int worker_extent(const struct engine *e, struct etask *t, struct catalog
 		populate_dsts(e, t);
 		for (uint32_t i = 0; i < t->nmem; i++) {
 			ids[i] = t->mem[i]->sample;
-			dsts[i] = e->abase + t->mem[i]->dst_off;
+			dsts[i] = e->ar.base + t->mem[i]->dst_off;
 			t->mem[i]->io.status = 0;
 		}
 		catalog_cut(rd, t->file, buf, t->foff, t->len, t->nmem, ids, dsts, cut_done, t);
@@ -225,7 +198,7 @@ static int worker_extent(const struct engine *e, struct etask *t, struct catalog
 	return rc;
 }
 
-/* One task on an I/O thread: its bytes land at abase + dst_off (a staging
+/* One task on an I/O thread: its bytes land at ar.base + dst_off (a staging
  * span, a RAM slot or a bounce slot), or its error is in t->err. The raw
  * bytes are complete here, on the thread that read them; the tensors are
  * made on the transform threads once the dispatcher saw them land
@@ -234,11 +207,13 @@ void worker_exec(struct io_task *io, void *tls, void *ctx)
 {
 	const struct engine *e = ctx;
 	struct etask *t = (struct etask *)io;
-	uint8_t *dst = e->abase + t->dst_off;
+	uint8_t *dst = e->ar.base + t->dst_off;
 	if (t->kind == TK_NVME_READ)
-		io->status = worker_nvme_read(e, t, dst);
+		io->status = nvme_pread(e->nvme, t->sample, dst, t->len, t->nvme_off, t->sum, t->err,
+					 sizeof(t->err));
 	else if (t->kind == TK_NVME_WRITE)
-		io->status = worker_nvme_write(e, t, dst);
+		io->status = nvme_pwrite(e->nvme, t->sample, dst, t->len, t->nvme_off, &t->sum, t->err,
+					  sizeof(t->err));
 	else if (t->kind == TK_EXTENT)
 		io->status = worker_extent(e, t, tls);
 	else if (t->blob)

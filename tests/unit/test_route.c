@@ -2,7 +2,8 @@
  * hand-made plan of two nodes, each sample's need is served from RAM, this
  * node's NVMe, a peer or the PFS, and the answer follows what the node can
  * use now (a disabled NVMe tier, a suspect peer, no data plane, nopfs,
- * replicas of the other node's samples and where their fills come from). */
+ * replicas of the other node's samples and where their fills come from);
+ * and when a trainer's next batch is prepared (lookahead, pacing). */
 #include <criterion/criterion.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -186,4 +187,76 @@ Test(route, no_replica_is_the_one_copy_route)
 			}
 		}
 	}
+}
+
+/* ---- when a trainer's next batch is prepared (route_next) ---- */
+
+/* A trainer that took 10 batches and holds 2 more published (next_pub 12),
+ * lookahead 4, a step of 100 ms, its take seen at t = 1 s. */
+static struct route_next next_of(void)
+{
+	return (struct route_next){ .next_prep = 12, .next_pub = 12, .taken = 10, .lookahead = 4,
+				    .pace = true, .step_s = 0.1, .taken_ns = 1000000000ull,
+				    .now_ns = 1000000000ull };
+}
+
+Test(route_next, stays_lookahead_ahead_of_the_take)
+{
+	struct route_next n = next_of();
+	n.pace = false;
+	uint64_t until = 7;
+	for (uint64_t p = 10; p < 14; p++) {
+		n.next_prep = p;
+		cr_assert_eq(route_next(&n, &until), ROUTE_PREPARE, "batch %llu", (unsigned long long)p);
+	}
+	n.next_prep = 14;
+	cr_assert_eq(route_next(&n, &until), ROUTE_WAIT, "4 ahead of the 10 taken");
+	n.taken = 11;
+	cr_assert_eq(route_next(&n, &until), ROUTE_PREPARE, "one more taken, one more prepared");
+	cr_assert_eq(until, 7, "untouched unless paced");
+}
+
+Test(route_next, paced_a_quarter_step_after_the_take)
+{
+	struct route_next n = next_of();
+	uint64_t until = 0;
+	cr_assert_eq(route_next(&n, &until), ROUTE_PACED, "it holds 2 more: it is not waiting");
+	cr_assert_eq(until, 1000000000ull + 25000000ull, "25 ms: a quarter of 100 ms");
+	n.now_ns = until - 1;
+	cr_assert_eq(route_next(&n, &until), ROUTE_PACED);
+	n.now_ns = until;
+	cr_assert_eq(route_next(&n, &until), ROUTE_PREPARE, "the quarter step is over");
+}
+
+Test(route_next, at_most_pace_max)
+{
+	struct route_next n = next_of();
+	n.step_s = 10.0;
+	uint64_t until = 0;
+	cr_assert_eq(route_next(&n, &until), ROUTE_PACED);
+	cr_assert_eq(until, n.taken_ns + ROUTE_PACE_MAX_NS, "50 ms, not 2.5 s");
+}
+
+Test(route_next, at_once_when_pacing_cannot_help)
+{
+	uint64_t until = 0;
+	struct route_next n = next_of();
+	n.next_pub = n.taken; /* behind: it has nothing more in hand */
+	n.next_prep = n.next_pub;
+	cr_assert_eq(route_next(&n, &until), ROUTE_PREPARE, "behind");
+	n = next_of();
+	n.step_s = 0;
+	cr_assert_eq(route_next(&n, &until), ROUTE_PREPARE, "no step time yet");
+	n = next_of();
+	n.step_s = 0.003; /* a quarter: 0.75 ms, under 1 ms */
+	cr_assert_eq(route_next(&n, &until), ROUTE_PREPARE, "a step too short");
+	n.step_s = 0.008; /* 2 ms */
+	cr_assert_eq(route_next(&n, &until), ROUTE_PACED);
+	cr_assert_eq(until, n.taken_ns + 2 * ROUTE_PACE_MIN_NS);
+	n = next_of();
+	n.pace = false;
+	cr_assert_eq(route_next(&n, &until), ROUTE_PREPARE, "prefetch.pace = off");
+	n = next_of();
+	n.next_prep = 14;
+	cr_assert_eq(route_next(&n, &until), ROUTE_WAIT, "lookahead first, paced or not");
 }
