@@ -101,9 +101,9 @@ SEER_API const void *seer_sample_data(const seer_batch_t *b, uint32_t i)
 		return NULL;
 	struct seer_wire_sample w;
 	const void *p = NULL;
-	if (sample_at(c, s, i, &w) && w.offset <= c->arena_size &&
-	    w.length <= c->arena_size - w.offset)
-		p = c->arena + w.offset;
+	if (sample_at(c, s, i, &w) && w.offset <= c->shm.arena_size &&
+	    w.length <= c->shm.arena_size - w.offset)
+		p = c->shm.arena + w.offset;
 	handle_release(c);
 	return p;
 }
@@ -148,10 +148,10 @@ SEER_API uint64_t seer_sample_id(const seer_batch_t *b, uint32_t i)
 static int type_info(const struct seer_client *c, uint32_t t, int *dtype, uint64_t *dims,
 		     int maxdims)
 {
-	if (t >= c->ntypes)
+	if (t >= c->shm.ntypes)
 		return -ERANGE;
 	struct seer_wire_type ty;
-	memcpy(&ty, &c->types[t], sizeof(ty));
+	memcpy(&ty, &c->shm.types[t], sizeof(ty));
 	if (dtype)
 		*dtype = (int)ty.dtype;
 	int nd = (int)MIN(ty.ndim, (uint32_t)SEER_MAX_DIMS);
@@ -211,7 +211,7 @@ SEER_API int seer_batch_tensor(const seer_batch_t *b, const void **data, int *dt
 		const struct seer_wire_tensor *t = &s->tensor; /* checked at delivery */
 		nd = (int)t->ndim;
 		if (data)
-			*data = c->arena + t->offset;
+			*data = c->shm.arena + t->offset;
 		if (dtype)
 			*dtype = (int)t->dtype;
 		if (layout)
@@ -280,12 +280,12 @@ SEER_API int seer_type_info(const seer_client_t *h, uint32_t t, int *dtype, uint
 
 SEER_API const void *seer_arena_base(const seer_client_t *h)
 {
-	CLIENT_FACT("seer_arena_base", h, const void *, NULL, c->arena);
+	CLIENT_FACT("seer_arena_base", h, const void *, NULL, c->shm.arena);
 }
 
 SEER_API uint64_t seer_arena_size(const seer_client_t *h)
 {
-	CLIENT_FACT("seer_arena_size", h, uint64_t, 0, c->arena_size);
+	CLIENT_FACT("seer_arena_size", h, uint64_t, 0, c->shm.arena_size);
 }
 
 SEER_API int seer_arena_fd(const seer_client_t *h)
@@ -294,8 +294,8 @@ SEER_API int seer_arena_fd(const seer_client_t *h)
 	int rc = handle_acquire(h, "seer_arena_fd", &c);
 	if (rc != 0)
 		return rc;
-	int fd = c->arena_fd >= 0 ? fcntl(c->arena_fd, F_DUPFD_CLOEXEC, 3) : -1;
-	rc = fd >= 0 ? fd : c->arena_fd < 0 ? -EBADF : -errno;
+	int fd = c->shm.arena_fd >= 0 ? fcntl(c->shm.arena_fd, F_DUPFD_CLOEXEC, 3) : -1;
+	rc = fd >= 0 ? fd : c->shm.arena_fd < 0 ? -EBADF : -errno;
 	if (fd < 0)
 		err_set("seer_arena_fd: %s", strerror(-rc));
 	handle_release(c);
@@ -304,7 +304,7 @@ SEER_API int seer_arena_fd(const seer_client_t *h)
 
 SEER_API uint32_t seer_type_count(const seer_client_t *h)
 {
-	CLIENT_FACT("seer_type_count", h, uint32_t, 0, c->ntypes);
+	CLIENT_FACT("seer_type_count", h, uint32_t, 0, c->shm.ntypes);
 }
 
 SEER_API int seer_rank(const seer_client_t *h) { CLIENT_FACT("seer_rank", h, int, -EBADF, c->rank); }
@@ -332,7 +332,7 @@ SEER_API uint64_t seer_batches_per_epoch(const seer_client_t *h)
 SEER_API uint64_t seer_epoch_batches(const seer_client_t *h, uint64_t epoch)
 {
 	CLIENT_FACT("seer_epoch_batches", h, uint64_t, 0,
-		    epoch < c->w.epochs ? sampler_tl_batches(&c->tl, epoch) : 0);
+		    epoch < c->w.epochs ? sampler_tl_batches(&c->plan.tl, epoch) : 0);
 }
 
 SEER_API uint64_t seer_dataset_hash(const seer_client_t *h)
@@ -342,7 +342,7 @@ SEER_API uint64_t seer_dataset_hash(const seer_client_t *h)
 
 SEER_API uint64_t seer_reconnects(const seer_client_t *h)
 {
-	CLIENT_FACT("seer_reconnects", h, uint64_t, 0, atomic_load(&c->reconnects));
+	CLIENT_FACT("seer_reconnects", h, uint64_t, 0, atomic_load(&c->rc.reconnects));
 }
 
 SEER_API uint32_t seer_batch_size(const seer_client_t *h)

@@ -46,9 +46,9 @@ static void notify_daemon(struct seer_client *c)
 	/* pairs with the daemon's fence between setting need_wakeup and its last
 	 * look at our indices before it sleeps */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (!atomic_load_explicit(&c->co->need_wakeup, memory_order_acquire))
+	if (!atomic_load_explicit(&c->shm.co->need_wakeup, memory_order_acquire))
 		return;
-	uint32_t below = atomic_load_explicit(&c->co->ring_below, memory_order_relaxed);
+	uint32_t below = atomic_load_explicit(&c->shm.co->ring_below, memory_order_relaxed);
 	if (below == 0 || ring_count(&c->out) < below) {
 		uint64_t one = 1;
 		ssize_t r UNUSED = write(c->efd, &one, sizeof(one));
@@ -84,12 +84,12 @@ void client_destroy(struct seer_client *c, bool tell_daemon)
 	 * them: seerd resumes the rank at the first one, docs/resume.md),
 	 * unless the user was handed the job's last batch: then the rank
 	 * finished, and seerd must see every batch released. */
-	if (tell_daemon && c->slots && c->co && !c->lost_deadline && c->handed_next >= c->total)
+	if (tell_daemon && c->slots && c->shm.co && !c->rc.lost_deadline && c->handed_next >= c->plan.total)
 		release_all(c);
 	prefault_free(c); /* the helper thread stops before the arena goes */
-	while (c->old) {
-		struct old_session *o = c->old;
-		c->old = o->next;
+	while (c->rc.old) {
+		struct old_session *o = c->rc.old;
+		c->rc.old = o->next;
 		if (o->arena) {
 			munmap((void *)o->arena, o->arena_size);
 			munmap((void *)o->co, o->co_size);
@@ -100,16 +100,16 @@ void client_destroy(struct seer_client *c, bool tell_daemon)
 		free(o->wslots);
 		free(o);
 	}
-	free(c->plan_rec);
-	if (c->sampler)
-		seer_sampler_free(c->sampler);
-	if (c->arena)
-		munmap((void *)c->arena, c->arena_size);
-	if (c->co)
-		munmap((void *)c->co, c->co_size);
-	if (c->ci)
-		munmap(c->ci, c->ci_size);
-	int fds[3] = { c->arena_fd, c->efd, c->sock };
+	free(c->plan.plan_rec);
+	if (c->plan.sampler)
+		seer_sampler_free(c->plan.sampler);
+	if (c->shm.arena)
+		munmap((void *)c->shm.arena, c->shm.arena_size);
+	if (c->shm.co)
+		munmap((void *)c->shm.co, c->shm.co_size);
+	if (c->shm.ci)
+		munmap(c->shm.ci, c->shm.ci_size);
+	int fds[3] = { c->shm.arena_fd, c->efd, c->sock };
 	for (int i = 0; i < 3; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -122,7 +122,7 @@ void client_destroy(struct seer_client *c, bool tell_daemon)
 
 static int state_error(struct seer_client *c)
 {
-	uint32_t st = atomic_load_explicit(&c->co->state, memory_order_acquire);
+	uint32_t st = atomic_load_explicit(&c->shm.co->state, memory_order_acquire);
 	if (st == SEER_STATE_STOPPING) {
 		err_set("seerd is shutting down");
 		return SEER_ESHUTDOWN;
@@ -140,9 +140,9 @@ static int state_error(struct seer_client *c)
  * would be for ever. */
 static int held_error(struct seer_client *c)
 {
-	if (!atomic_load_explicit(&c->co->held_block, memory_order_acquire) ||
-	    atomic_load_explicit(&c->co->held_rel, memory_order_relaxed) !=
-	    atomic_load_explicit(&c->ci->rel_prod, memory_order_relaxed))
+	if (!atomic_load_explicit(&c->shm.co->held_block, memory_order_acquire) ||
+	    atomic_load_explicit(&c->shm.co->held_rel, memory_order_relaxed) !=
+	    atomic_load_explicit(&c->shm.ci->rel_prod, memory_order_relaxed))
 		return 0;
 	uint32_t held = 0;
 	uint64_t oldest = UINT64_MAX, oe = 0, os = 0;
@@ -158,7 +158,7 @@ static int held_error(struct seer_client *c)
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
-	uint32_t max = c->co->max_held;
+	uint32_t max = c->shm.co->max_held;
 	char what[320];
 	if (held >= max)
 		snprintf(what, sizeof(what), "release a batch before asking for more, or declare "
@@ -199,7 +199,7 @@ static bool daemon_alive(struct seer_client *c)
  * STOPPING state), anything else is a daemon that died. */
 static int daemon_gone(struct seer_client *c)
 {
-	if (atomic_load_explicit(&c->co->state, memory_order_acquire) == SEER_STATE_STOPPING) {
+	if (atomic_load_explicit(&c->shm.co->state, memory_order_acquire) == SEER_STATE_STOPPING) {
 		err_set("seerd is shutting down (it stopped the job and exited)");
 		return SEER_ESHUTDOWN;
 	}
@@ -217,8 +217,8 @@ static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 	uint64_t t0 = now_ns();
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : t0 + (uint64_t)timeout_ms * 1000000ull;
 	for (;;) {
-		uint32_t bell = atomic_load_explicit(&c->co->doorbell, memory_order_acquire);
-		atomic_store_explicit(&c->ci->waiting, 1, memory_order_relaxed);
+		uint32_t bell = atomic_load_explicit(&c->shm.co->doorbell, memory_order_acquire);
+		atomic_store_explicit(&c->shm.ci->waiting, 1, memory_order_relaxed);
 		/* pairs with the daemon's fence between bumping the doorbell and
 		 * reading `waiting` */
 		atomic_thread_fence(memory_order_seq_cst);
@@ -228,24 +228,24 @@ static int wait_batch(struct seer_client *c, int timeout_ms, uint32_t *idx)
 		} else if ((rc = state_error(c)) != 0) {
 			/* stopping or evicted */
 		} else if (ring_pop(&c->out, idx) == 0) {
-			atomic_fetch_add_explicit(&c->ci->stall_ns, now_ns() - t0, memory_order_relaxed);
-			atomic_fetch_add_explicit(&c->ci->stalls, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&c->shm.ci->stall_ns, now_ns() - t0, memory_order_relaxed);
+			atomic_fetch_add_explicit(&c->shm.ci->stalls, 1, memory_order_relaxed);
 		} else if ((rc = held_error(c)) != 0) {
 			/* its own held batches keep its next batch from being made */
 		} else if (now_ns() >= deadline) {
 			err_set("no batch within %d ms", timeout_ms);
 			rc = -ETIMEDOUT;
 		} else {
-			futex_wait(&((struct seer_ctrl_out *)c->co)->doorbell, bell,
+			futex_wait(&((struct seer_ctrl_out *)c->shm.co)->doorbell, bell,
 				   (int64_t)MIN(deadline - now_ns(), DEATH_CHECK_NS));
-			atomic_store_explicit(&c->ci->waiting, 0, memory_order_relaxed);
+			atomic_store_explicit(&c->shm.ci->waiting, 0, memory_order_relaxed);
 			if (ring_count(&c->out) != 0 || atomic_load(&c->closing))
 				continue;
 			if (!daemon_alive(c)) /* a close shuts our reading side: not gone */
 				return daemon_gone(c);
 			continue;
 		}
-		atomic_store_explicit(&c->ci->waiting, 0, memory_order_relaxed);
+		atomic_store_explicit(&c->shm.ci->waiting, 0, memory_order_relaxed);
 		return rc;
 	}
 }
@@ -267,7 +267,7 @@ static bool tensor_ok(const struct seer_client *c, const struct seer_wire_tensor
 	uint64_t es = dtype_size(t->dtype);
 	if (!es || t->ndim != 4 || t->dims[0] != n || t->offset % 64 != 0 ||
 	    (t->layout != SEER_LY_NCHW && t->layout != SEER_LY_NHWC) ||
-	    t->type >= c->ntypes || t->offset > c->arena_size)
+	    t->type >= c->shm.ntypes || t->offset > c->shm.arena_size)
 		return false;
 	uint64_t one = es;
 	for (int k = 1; k < 4; k++) {
@@ -275,7 +275,7 @@ static bool tensor_ok(const struct seer_client *c, const struct seer_wire_tensor
 			return false;
 		one *= t->dims[k];
 	}
-	return one == t->sample_bytes && (n == 0 || one <= (c->arena_size - t->offset) / n);
+	return one == t->sample_bytes && (n == 0 || one <= (c->shm.arena_size - t->offset) / n);
 }
 
 /* Take slot idx as the next batch: checked, copied to private state. */
@@ -323,7 +323,7 @@ static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
 	if (!c->take_ahead)
 		c->handed_next = c->next_global;
 	uint64_t epoch, step;
-	sampler_tl_pos(&c->tl, c->next_global, &epoch, &step);
+	sampler_tl_pos(&c->plan.tl, c->next_global, &epoch, &step);
 	if (step == 0)
 		c->epoch_marker = true;
 	*out = handle_batch_token(c, idx, d);
@@ -337,12 +337,12 @@ static int deliver(struct seer_client *c, uint32_t idx, seer_batch_t **out)
  * first (the next call goes on trying), or the final error. */
 static int try_reconnect(struct seer_client *c, int rc, uint64_t call_deadline)
 {
-	if (!c->lost_deadline) {
+	if (!c->rc.lost_deadline) {
 		char why[SEER_ERRMSG_MAX];
 		snprintf(why, sizeof(why), "%s", seer_errmsg());
 		shutdown(c->sock, SHUT_RDWR);
-		c->lost_deadline = now_ns() + (uint64_t)c->reconnect_ms * 1000000ull;
-		c->lost_code = rc;
+		c->rc.lost_deadline = now_ns() + (uint64_t)c->rc.reconnect_ms * 1000000ull;
+		c->rc.lost_code = rc;
 		err_set("%s", why);
 	}
 	char why[SEER_ERRMSG_MAX];
@@ -351,25 +351,25 @@ static int try_reconnect(struct seer_client *c, int rc, uint64_t call_deadline)
 		if (atomic_load(&c->closing))
 			return closed_while_waiting();
 		uint64_t now = now_ns();
-		if (now >= c->lost_deadline) {
+		if (now >= c->rc.lost_deadline) {
 			err_set("%s; no seerd took this rank back within %d ms (SEER_OPT_RECONNECT)",
-				why, c->reconnect_ms);
-			return c->lost_code;
+				why, c->rc.reconnect_ms);
+			return c->rc.lost_code;
 		}
 		if (now >= call_deadline) {
 			err_set("no batch: waiting for a restarted seerd at %s", c->sock_path);
 			return -ETIMEDOUT;
 		}
-		rc = client_reconnect(c, MIN(c->lost_deadline, call_deadline));
+		rc = client_reconnect(c, MIN(c->rc.lost_deadline, call_deadline));
 		if (rc == 0) {
-			c->lost_deadline = 0;
+			c->rc.lost_deadline = 0;
 			return 0;
 		}
 		/* nobody listening yet, or the old daemon still draining: again */
 		if (rc != -ETIMEDOUT && rc != -ENOENT && rc != -ECONNREFUSED &&
 		    rc != SEER_ESHUTDOWN && rc != -EPIPE && rc != -ECONNRESET &&
 		    rc != SEER_EPROTO) {
-			c->lost_deadline = 0;
+			c->rc.lost_deadline = 0;
 			return rc;
 		}
 		sleep_ns(20 * 1000000ull);
@@ -384,12 +384,12 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	 * first (a stop, or a reconnect that takes the stream back to the
 	 * first batch not handed), not a marker it has already seen. */
 	if (c->take_ahead && c->handed_next < c->next_global &&
-	    (c->epoch_marker || c->next_global >= c->total)) {
+	    (c->epoch_marker || c->next_global >= c->plan.total)) {
 		uint64_t dl = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000ull;
-		if (c->lost_deadline)
-			rc = try_reconnect(c, c->lost_code, dl);
+		if (c->rc.lost_deadline)
+			rc = try_reconnect(c, c->rc.lost_code, dl);
 		else if ((rc = daemon_alive(c) ? state_error(c) : daemon_gone(c)) != 0 &&
-			 (rc == SEER_ESHUTDOWN || rc == SEER_EDAEMON) && c->reconnect_ms)
+			 (rc == SEER_ESHUTDOWN || rc == SEER_EDAEMON) && c->rc.reconnect_ms)
 			rc = try_reconnect(c, rc, dl);
 		if (rc != 0)
 			return rc;
@@ -399,23 +399,23 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 		/* every page the daemon has filled by now, mapped before the next
 		 * epoch's reads: after the cold epoch, the whole cache (none
 		 * after the last epoch) */
-		prefault_epoch_end(c, c->next_global < c->total);
+		prefault_epoch_end(c, c->next_global < c->plan.total);
 		return SEER_EEPOCH;
 	}
-	if (c->next_global >= c->total)
+	if (c->next_global >= c->plan.total)
 		return SEER_EEND;
 	uint64_t ep, st;
-	sampler_tl_pos(&c->tl, c->next_global, &ep, &st); /* (an elastic epoch too) */
+	sampler_tl_pos(&c->plan.tl, c->next_global, &ep, &st); /* (an elastic epoch too) */
 	if (ep + 1 < c->w.epochs)
 		prefault_start(c); /* the cold epoch's background prefault, for epochs to come */
 	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	if (c->lost_deadline && (rc = try_reconnect(c, c->lost_code, deadline)) != 0)
+	if (c->rc.lost_deadline && (rc = try_reconnect(c, c->rc.lost_code, deadline)) != 0)
 		return rc;
 	/* a stop began, or the daemon died: not one more batch, even one already
 	 * published (the daemon records this rank's position as what it took;
 	 * a dead one would never learn of the release). One syscall a batch. */
 	rc = daemon_alive(c) ? state_error(c) : daemon_gone(c);
-	if ((rc == SEER_ESHUTDOWN || rc == SEER_EDAEMON) && c->reconnect_ms) {
+	if ((rc == SEER_ESHUTDOWN || rc == SEER_EDAEMON) && c->rc.reconnect_ms) {
 		if ((rc = try_reconnect(c, rc, deadline)) != 0)
 			return rc;
 		rc = state_error(c);
@@ -431,7 +431,7 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	if (rc != 0 && atomic_load(&c->closing))
 		return closed_while_waiting();
 	while (rc != 0 && (rc = wait_batch(c, timeout_ms, &idx)) != 0) {
-		if ((rc != SEER_EDAEMON && rc != SEER_ESHUTDOWN) || !c->reconnect_ms)
+		if ((rc != SEER_EDAEMON && rc != SEER_ESHUTDOWN) || !c->rc.reconnect_ms)
 			return rc;
 		/* the daemon went away: continue with a restarted one */
 		if ((rc = try_reconnect(c, rc, deadline)) != 0)
@@ -450,7 +450,7 @@ static int next_batch(struct seer_client *c, int timeout_ms, seer_batch_t **out)
 	 * would begin the next epoch and wait in its first step's collective
 	 * for the others; the helper maps the later fills meanwhile, and the
 	 * boundary's pass only what is left */
-	if (c->epoch_marker && c->next_global < c->total && (rc == 0 || rc == SEER_EBATCH))
+	if (c->epoch_marker && c->next_global < c->plan.total && (rc == 0 || rc == SEER_EBATCH))
 		prefault_last_batch(c);
 	return rc;
 }
@@ -498,14 +498,14 @@ SEER_API int seer_arena_reader(seer_client_t *h, const void *base)
 	if ((rc = consumer_enter(c, "seer_arena_reader")) != 0)
 		goto out;
 	/* mapped in full (msync says ENOMEM otherwise) and showing our header */
-	if (base && base != c->arena &&
-	    (msync((void *)base, c->arena_size, MS_ASYNC) != 0 ||
-	     memcmp(base, c->arena, sizeof(struct seer_arena_hdr)) != 0)) {
+	if (base && base != c->shm.arena &&
+	    (msync((void *)base, c->shm.arena_size, MS_ASYNC) != 0 ||
+	     memcmp(base, c->shm.arena, sizeof(struct seer_arena_hdr)) != 0)) {
 		err_set("seer_arena_reader: %p is not a mapping of this client's arena (map all "
 			"seer_arena_size() bytes of seer_arena_fd(), page-aligned)", base);
 		rc = -EINVAL;
 	} else {
-		prefault_retarget(c, base ? base : c->arena);
+		prefault_retarget(c, base ? base : c->shm.arena);
 	}
 	atomic_store(&c->busy, 0);
 out:
@@ -530,7 +530,7 @@ SEER_API int seer_release(seer_client_t *h, seer_batch_t *b)
 		goto out;
 	}
 	pthread_mutex_lock(&c->lock);
-	if (d < c->first_delivery) {
+	if (d < c->rc.first_delivery) {
 		/* taken before a reconnect: released with the old session (whose
 		 * memory goes with the last of its batches the user held) */
 		client_old_release(c, d);
@@ -607,12 +607,12 @@ SEER_API int seer_seek(seer_client_t *h, uint64_t epoch, uint64_t step)
 		return rc;
 	if ((rc = consumer_enter(c, "seer_seek")) != 0)
 		goto out;
-	if (epoch >= c->w.epochs || step >= sampler_tl_batches(&c->tl, epoch)) {
+	if (epoch >= c->w.epochs || step >= sampler_tl_batches(&c->plan.tl, epoch)) {
 		err_set("seek to epoch %llu step %llu: the job has %llu epochs of %llu steps%s",
 			(unsigned long long)epoch, (unsigned long long)step,
 			(unsigned long long)c->w.epochs,
-			(unsigned long long)sampler_tl_batches(&c->tl, epoch),
-			epoch == c->tl.epoch && c->tl.nb != c->tl.bpe ? " (re-sharded on resume)" : "");
+			(unsigned long long)sampler_tl_batches(&c->plan.tl, epoch),
+			epoch == c->plan.tl.epoch && c->plan.tl.nb != c->plan.tl.bpe ? " (re-sharded on resume)" : "");
 		rc = -ERANGE;
 		goto done;
 	}
@@ -626,7 +626,7 @@ SEER_API int seer_seek(seer_client_t *h, uint64_t epoch, uint64_t step)
 		goto done;
 	}
 	/* entries published before the restart were reclaimed by the daemon */
-	atomic_store_explicit(&c->ci->cons, (uint32_t)r.prod, memory_order_release);
+	atomic_store_explicit(&c->shm.ci->cons, (uint32_t)r.prod, memory_order_release);
 	c->next_global = c->handed_next = r.start;
 	c->epoch_marker = false;
 done:
@@ -672,14 +672,14 @@ SEER_API int seer_handed(seer_client_t *h, seer_batch_t *b)
 		goto out;
 	pthread_mutex_lock(&c->lock);
 	s = k < c->nslots ? &c->slots[k] : NULL;
-	if (d < c->first_delivery || !s || atomic_load(&s->delivery) != d ||
+	if (d < c->rc.first_delivery || !s || atomic_load(&s->delivery) != d ||
 	    !atomic_load(&s->held)) {
 		err_set("seer_handed: stale batch handle (released, or taken before a reconnect: "
 			"the new session delivers it again)");
 		rc = -ESTALE;
 	} else if (s->global != c->handed_next) {
 		uint64_t e0, s0;
-		sampler_tl_pos(&c->tl, c->handed_next, &e0, &s0);
+		sampler_tl_pos(&c->plan.tl, c->handed_next, &e0, &s0);
 		err_set("seer_handed: batch %llu:%llu handed out of order: the next batch to hand "
 			"is %llu:%llu", (unsigned long long)s->epoch, (unsigned long long)s->step,
 			(unsigned long long)e0, (unsigned long long)s0);
@@ -701,8 +701,8 @@ SEER_API int seer_alive(seer_client_t *h)
 	if (rc != 0)
 		return rc;
 	if ((rc = client_unusable(c, "seer_alive")) == 0) {
-		if (c->lost_deadline)
-			rc = c->lost_code;
+		if (c->rc.lost_deadline)
+			rc = c->rc.lost_code;
 		else
 			rc = daemon_alive(c) ? state_error(c) : daemon_gone(c);
 	}
@@ -715,22 +715,22 @@ SEER_API int seer_alive(seer_client_t *h)
 int client_state(struct seer_client *c, uint8_t **buf, size_t *len)
 {
 	int rc = 0;
-	if (!c->sampler) {
+	if (!c->plan.sampler) {
 		seer_record_t *plan = NULL;
-		if (c->plan_rec && (rc = seer_record_decode(c->plan_rec, c->plan_rec_len, &plan)) < 0)
+		if (c->plan.plan_rec && (rc = seer_record_decode(c->plan.plan_rec, c->plan.plan_rec_len, &plan)) < 0)
 			return rc;
 		unsigned flags = (c->w.drop_last ? SEER_SAMPLER_DROP_LAST : 0) |
 				 (c->w.shuffle ? 0 : SEER_SAMPLER_NO_SHUFFLE);
 		rc = seer_sampler_resume(c->w.nsamples, c->w.seed, (uint32_t)c->world, c->w.batch_size,
-					 flags, c->w.dataset_hash, plan, &c->sampler);
+					 flags, c->w.dataset_hash, plan, &c->plan.sampler);
 		seer_record_free(plan);
 		if (rc < 0)
 			return rc;
 	}
 	uint64_t epoch, step;
-	sampler_tl_pos(&c->tl, c->handed_next, &epoch, &step);
+	sampler_tl_pos(&c->plan.tl, c->handed_next, &epoch, &step);
 	seer_record_t *r;
-	if ((rc = seer_sampler_record(c->sampler, (uint32_t)c->rank, epoch, step, &r)) < 0)
+	if ((rc = seer_sampler_record(c->plan.sampler, (uint32_t)c->rank, epoch, step, &r)) < 0)
 		return rc;
 	int64_t n = seer_record_encode(r, NULL, 0);
 	*buf = malloc((size_t)n);

@@ -103,12 +103,10 @@ struct client_jobdef {
 	char dataset[SEER_DATASET_MAX];
 };
 
-struct seer_client {
-	uint32_t hidx;             /* handle table index */
-	int sock, efd, arena_fd;
-	int rank, world;
-	int timeout_ms;            /* the connect timeout, for every blocking step */
-	pid_t owner;               /* the process that connected */
+/* What a session maps from seerd: the arena and the control segments (a
+ * reconnect swaps them under `lock`; the replaced ones go to `old`). */
+struct client_shm {
+	int arena_fd;
 	const uint8_t *arena;
 	size_t arena_size;
 	const struct seer_wire_type *types;
@@ -117,6 +115,34 @@ struct seer_client {
 	size_t co_size;
 	struct seer_ctrl_in *ci;
 	size_t ci_size;
+};
+
+/* The job's plan as this trainer knows it (consumer thread). */
+struct client_plan {
+	struct sampler_timeline tl;    /* global batch numbers of the job's plan */
+	uint8_t *plan_rec;         /* the record the job's plan was made from (or NULL) */
+	size_t plan_rec_len;
+	seer_sampler_t *sampler;   /* that plan, for seer_state (made on first use) */
+	uint64_t total;            /* the job's end (sampler_tl_end) */
+};
+
+/* Reconnect (consumer thread, swaps under `lock`). */
+struct client_reconnect {
+	int reconnect_ms;          /* 0: off */
+	uint64_t lost_deadline;    /* the daemon went away: reconnect until then (0: not lost) */
+	int lost_code;             /* what to report when the deadline passes */
+	uint64_t first_delivery;   /* deliveries before this belong to replaced sessions */
+	_Atomic uint64_t reconnects;
+	struct old_session *old;
+};
+
+struct seer_client {
+	uint32_t hidx;             /* handle table index */
+	int sock, efd;
+	int rank, world;
+	int timeout_ms;            /* the connect timeout, for every blocking step */
+	pid_t owner;               /* the process that connected */
+	struct client_shm shm;
 	struct ring out;           /* daemon -> us: popped by the consumer thread */
 	struct ring rel;           /* us -> daemon: pushed under `lock` */
 	struct slot *slots;
@@ -124,26 +150,16 @@ struct seer_client {
 	uint32_t nslots;
 	uint32_t nheld;            /* under `lock` */
 	struct seer_msg_welcome w;
-	struct sampler_timeline tl;    /* global batch numbers of the job's plan */
-	uint8_t *plan_rec;         /* the record the job's plan was made from (or NULL) */
-	size_t plan_rec_len;
-	seer_sampler_t *sampler;   /* that plan, for seer_state (made on first use) */
-	uint64_t total;            /* the job's end (sampler_tl_end) */
+	struct client_plan plan;
 	uint64_t next_global;      /* the batch we expect next (consumer thread) */
 	uint64_t handed_next;      /* the first batch not handed to the user (consumer thread;
 				      next_global unless take_ahead) */
 	bool take_ahead;           /* SEER_OPT_TAKE_AHEAD: seer_handed says what was handed */
 	uint32_t held;             /* batches declared to seerd (seer_options_t.max_held) */
 	bool epoch_marker;         /* return SEER_EEPOCH before the next batch */
-	/* reconnect (consumer thread, swaps under `lock`) */
-	int reconnect_ms;          /* 0: off */
-	uint64_t lost_deadline;    /* the daemon went away: reconnect until then (0: not lost) */
-	int lost_code;             /* what to report when the deadline passes */
-	uint64_t first_delivery;   /* deliveries before this belong to replaced sessions */
-	_Atomic uint64_t reconnects;
-	struct old_session *old;
-	char job[SEER_JOBID_MAX];
+	struct client_reconnect rc;
 	struct client_jobdef jd;   /* the job's definition, sent again at a reconnect */
+	char job[SEER_JOBID_MAX];
 	char sock_path[108];
 	pthread_mutex_t lock;
 	_Atomic int busy;          /* a thread is in seer_next or seer_seek */

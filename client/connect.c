@@ -350,12 +350,12 @@ static int recv_plan_record(struct seer_client *c, const struct params *p, uint6
 		return 0;
 	if (len > SEER_RECORD_MAX)
 		goto bad;
-	c->plan_rec = malloc(len);
+	c->plan.plan_rec = malloc(len);
 	struct {
 		struct seer_msg_record h;
 		uint8_t data[SEER_RECORD_CHUNK];
 	} *m = malloc(sizeof(*m));
-	if (!c->plan_rec || !m) {
+	if (!c->plan.plan_rec || !m) {
 		free(m);
 		err_set("out of memory for the job's %zu-byte resume plan", len);
 		return -ENOMEM;
@@ -372,11 +372,11 @@ static int recv_plan_record(struct seer_client *c, const struct params *p, uint6
 			free(m);
 			goto bad;
 		}
-		memcpy(c->plan_rec + got, m->data, m->h.len);
+		memcpy(c->plan.plan_rec + got, m->data, m->h.len);
 		got += m->h.len;
 	}
 	free(m);
-	c->plan_rec_len = len;
+	c->plan.plan_rec_len = len;
 	return 0;
 bad:
 	err_set("malformed resume plan from seerd at %s (protocol version mismatch?)", p->sock);
@@ -478,20 +478,20 @@ static int map_segments(struct seer_client *c, const int fds[SEER_WELCOME_NFDS])
 	}
 	if ((rc = shm_map(fds[0], w->arena_size, 0, &p)) != 0)
 		goto map_fail;
-	c->arena = p;
-	c->arena_size = w->arena_size;
+	c->shm.arena = p;
+	c->shm.arena_size = w->arena_size;
 	if ((rc = shm_map(fds[1], w->ctrl_out_size, 0, &p)) != 0)
 		goto map_fail;
-	c->co = p;
-	c->co_size = w->ctrl_out_size;
+	c->shm.co = p;
+	c->shm.co_size = w->ctrl_out_size;
 	/* its batch slots mapped now (seerd wrote them all at creation): a slot
 	 * first used in a warm epoch does not fault there (ignored by kernels
 	 * before 5.14: the slots then fault in when first read) */
 	madvise(p, w->ctrl_out_size, 22 /* MADV_POPULATE_READ, Linux 5.14 */);
 	if ((rc = shm_map(fds[2], w->ctrl_in_size, 1, &p)) != 0)
 		goto map_fail;
-	c->ci = p;
-	c->ci_size = w->ctrl_in_size;
+	c->shm.ci = p;
+	c->shm.ci_size = w->ctrl_in_size;
 	return 0;
 map_fail:
 	err_set("cannot map the daemon's shared memory: %s", strerror(-rc));
@@ -502,8 +502,8 @@ map_fail:
 static int attach(struct seer_client *c)
 {
 	const struct seer_msg_welcome *w = &c->w;
-	const struct seer_arena_hdr *ah = (const void *)c->arena;
-	const struct seer_ctrl_out *co = c->co;
+	const struct seer_arena_hdr *ah = (const void *)c->shm.arena;
+	const struct seer_ctrl_out *co = c->shm.co;
 	uint64_t stride = seer_slot_stride(w->batch_size);
 	if (ah->magic != SEER_MAGIC_ARENA || ah->version != SEER_PROTO_VERSION ||
 	    ah->size != w->arena_size || ah->types_off > w->arena_size ||
@@ -514,21 +514,21 @@ static int attach(struct seer_client *c)
 	    4ull * w->nslots > w->ctrl_out_size - co->ring_off ||
 	    co->slots_off > w->ctrl_out_size ||
 	    stride * w->nslots > w->ctrl_out_size - co->slots_off ||
-	    c->ci->ring_off > w->ctrl_in_size || 4ull * w->nslots > w->ctrl_in_size - c->ci->ring_off ||
-	    co->ring_off % 4 || c->ci->ring_off % 4 || co->slots_off % 8) {
+	    c->shm.ci->ring_off > w->ctrl_in_size || 4ull * w->nslots > w->ctrl_in_size - c->shm.ci->ring_off ||
+	    co->ring_off % 4 || c->shm.ci->ring_off % 4 || co->slots_off % 8) {
 		err_set("daemon's shared segments fail their layout checks (version mismatch?)");
 		return SEER_EPROTO;
 	}
-	c->types = (const void *)(c->arena + ah->types_off);
-	c->ntypes = ah->ntypes;
+	c->shm.types = (const void *)(c->shm.arena + ah->types_off);
+	c->shm.ntypes = ah->ntypes;
 	c->nslots = w->nslots;
 	c->out = (struct ring){
-		.prod = (_Atomic uint32_t *)&co->prod, .cons = &c->ci->cons,
+		.prod = (_Atomic uint32_t *)&co->prod, .cons = &c->shm.ci->cons,
 		.entries = (uint32_t *)((uintptr_t)co + co->ring_off), .mask = w->nslots - 1,
 	};
 	c->rel = (struct ring){
-		.prod = &c->ci->rel_prod, .cons = (_Atomic uint32_t *)&co->rel_cons,
-		.entries = (uint32_t *)((uintptr_t)c->ci + c->ci->ring_off), .mask = w->nslots - 1,
+		.prod = &c->shm.ci->rel_prod, .cons = (_Atomic uint32_t *)&co->rel_cons,
+		.entries = (uint32_t *)((uintptr_t)c->shm.ci + c->shm.ci->ring_off), .mask = w->nslots - 1,
 	};
 	c->slots = calloc(w->nslots, sizeof(*c->slots));
 	c->wslots = calloc(w->nslots, sizeof(*c->wslots));
@@ -540,14 +540,14 @@ static int attach(struct seer_client *c)
 		c->wslots[i] = (const void *)((const uint8_t *)co + co->slots_off + stride * i);
 		c->slots[i].ws = c->wslots[i];
 	}
-	c->tl = (struct sampler_timeline){ .bpe = w->batches_per_epoch, .epoch = w->resume_epoch,
+	c->plan.tl = (struct sampler_timeline){ .bpe = w->batches_per_epoch, .epoch = w->resume_epoch,
 				       .nb = w->resume_batches, .epochs = w->epochs };
-	if (c->tl.nb == c->tl.bpe)
-		c->tl.epoch = 0;
-	c->total = sampler_tl_end(&c->tl);
-	if (w->start > c->total) {
+	if (c->plan.tl.nb == c->plan.tl.bpe)
+		c->plan.tl.epoch = 0;
+	c->plan.total = sampler_tl_end(&c->plan.tl);
+	if (w->start > c->plan.total) {
 		err_set("seerd starts this rank at batch %llu, past the job's %llu",
-			(unsigned long long)w->start, (unsigned long long)c->total);
+			(unsigned long long)w->start, (unsigned long long)c->plan.total);
 		return SEER_EPROTO;
 	}
 	c->next_global = c->handed_next = w->start;
@@ -562,11 +562,11 @@ static struct seer_client *client_new(const struct params *p)
 		err_set("out of memory");
 		return NULL;
 	}
-	c->sock = c->efd = c->arena_fd = -1;
+	c->sock = c->efd = c->shm.arena_fd = -1;
 	c->rank = p->rank;
 	c->world = p->world;
 	c->timeout_ms = p->timeout_ms;
-	c->reconnect_ms = p->reconnect_ms;
+	c->rc.reconnect_ms = p->reconnect_ms;
 	c->held = p->held;
 	c->take_ahead = p->take_ahead;
 	c->jd = p->jd;
@@ -591,7 +591,7 @@ static int open_session(struct seer_client *c, const struct params *p, uint64_t 
 	if (rc != 0)
 		return rc;
 	rc = map_segments(c, fds);
-	c->arena_fd = fds[0]; /* kept for seer_arena_fd() */
+	c->shm.arena_fd = fds[0]; /* kept for seer_arena_fd() */
 	close(fds[1]);
 	close(fds[2]);
 	c->efd = fds[3];
@@ -673,32 +673,32 @@ static void old_unmap(struct old_session *o)
 static void swap_session(struct seer_client *c, struct seer_client *n, struct old_session *o,
 			 uint64_t *held)
 {
-	*o = (struct old_session){ .next = c->old, .arena = c->arena, .arena_size = c->arena_size,
-				   .co = c->co, .co_size = c->co_size, .ci = c->ci,
-				   .ci_size = c->ci_size, .slots = c->slots, .wslots = c->wslots,
+	*o = (struct old_session){ .next = c->rc.old, .arena = c->shm.arena, .arena_size = c->shm.arena_size,
+				   .co = c->shm.co, .co_size = c->shm.co_size, .ci = c->shm.ci,
+				   .ci_size = c->shm.ci_size, .slots = c->slots, .wslots = c->wslots,
 				   .held = held };
 	for (uint32_t i = 0; i < c->nslots; i++)
 		if (atomic_load(&c->slots[i].held))
 			held[o->nheld++] = atomic_load(&c->slots[i].delivery);
-	c->old = o;
+	c->rc.old = o;
 	prefault_free(c); /* the prefault helper reads the session's arena: stopped first */
 	if (o->nheld == 0)
 		old_unmap(o);
-	int fds[3] = { c->sock, c->efd, c->arena_fd };
+	int fds[3] = { c->sock, c->efd, c->shm.arena_fd };
 	for (int i = 0; i < 3; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	c->sock = n->sock;
 	c->efd = n->efd;
-	c->arena_fd = n->arena_fd;
-	c->arena = n->arena;
-	c->arena_size = n->arena_size;
-	c->types = n->types;
-	c->ntypes = n->ntypes;
-	c->co = n->co;
-	c->co_size = n->co_size;
-	c->ci = n->ci;
-	c->ci_size = n->ci_size;
+	c->shm.arena_fd = n->shm.arena_fd;
+	c->shm.arena = n->shm.arena;
+	c->shm.arena_size = n->shm.arena_size;
+	c->shm.types = n->shm.types;
+	c->shm.ntypes = n->shm.ntypes;
+	c->shm.co = n->shm.co;
+	c->shm.co_size = n->shm.co_size;
+	c->shm.ci = n->shm.ci;
+	c->shm.ci_size = n->shm.ci_size;
 	c->out = n->out;
 	c->rel = n->rel;
 	c->slots = n->slots;
@@ -706,30 +706,30 @@ static void swap_session(struct seer_client *c, struct seer_client *n, struct ol
 	c->nslots = n->nslots;
 	c->nheld = 0;
 	c->w = n->w;
-	c->tl = n->tl;
-	c->total = n->total;
+	c->plan.tl = n->plan.tl;
+	c->plan.total = n->plan.total;
 	/* batches taken beyond the last one handed (and the epoch marker among
 	 * them, which the binding has seen) come again from the new session */
 	if (c->next_global != n->next_global)
 		c->epoch_marker = false;
 	c->next_global = c->handed_next = n->next_global;
-	free(c->plan_rec);
-	c->plan_rec = n->plan_rec;
-	c->plan_rec_len = n->plan_rec_len;
-	if (c->sampler)
-		seer_sampler_free(c->sampler);
-	c->sampler = NULL;
-	c->first_delivery = handle_next_delivery();
+	free(c->plan.plan_rec);
+	c->plan.plan_rec = n->plan.plan_rec;
+	c->plan.plan_rec_len = n->plan.plan_rec_len;
+	if (c->plan.sampler)
+		seer_sampler_free(c->plan.sampler);
+	c->plan.sampler = NULL;
+	c->rc.first_delivery = handle_next_delivery();
 	prefault_free(n);
 	prefault_init(c); /* libseer's own mapping of the new arena (a binding names its own again) */
-	atomic_fetch_add(&c->reconnects, 1);
+	atomic_fetch_add(&c->rc.reconnects, 1);
 }
 
 /* A batch of a replaced session (delivery d) was released: its session's
  * memory goes once the user holds none of its batches (c->lock held). */
 void client_old_release(struct seer_client *c, uint64_t d)
 {
-	for (struct old_session *o = c->old; o; o = o->next) {
+	for (struct old_session *o = c->rc.old; o; o = o->next) {
 		for (uint32_t i = 0; i < o->nheld; i++) {
 			if (o->held[i] != d)
 				continue;
@@ -749,10 +749,10 @@ int client_reconnect(struct seer_client *c, uint64_t deadline)
 	if (rc != 0)
 		return rc;
 	uint64_t e0, s0, e1, s1;
-	sampler_tl_pos(&c->tl, c->handed_next, &e0, &s0);
+	sampler_tl_pos(&c->plan.tl, c->handed_next, &e0, &s0);
 	struct params p = { .rank = c->rank, .world = c->world, .job = c->job,
 			    .timeout_ms = c->timeout_ms, .epoch = SEER_POS_RESUME, .rec = rec,
-			    .rec_len = len, .reconnect_ms = c->reconnect_ms, .held = c->held,
+			    .rec_len = len, .reconnect_ms = c->rc.reconnect_ms, .held = c->held,
 			    .take_ahead = c->take_ahead, .jd = c->jd };
 	memcpy(p.sock, c->sock_path, sizeof(p.sock));
 	struct seer_client *n = client_new(&p);
@@ -771,7 +771,7 @@ int client_reconnect(struct seer_client *c, uint64_t deadline)
 	rc = open_session_wait(n, &p, hs, deadline);
 	free(rec);
 	if (rc == 0) {
-		sampler_tl_pos(&n->tl, n->next_global, &e1, &s1);
+		sampler_tl_pos(&n->plan.tl, n->next_global, &e1, &s1);
 		if (e1 != e0 || s1 != s0 || n->w.nsamples != c->w.nsamples ||
 		    n->w.batch_size != c->w.batch_size) {
 			err_set("the restarted seerd at %s resumed rank %d at epoch %llu step %llu, its "

@@ -54,8 +54,8 @@ static void fork_child(void)
 		if (!c || !(atomic_load(&table[i].gen) & 1))
 			continue;
 		atomic_store(&c->forked, true);
-		int fds[3] = { c->sock, c->efd, c->arena_fd };
-		c->sock = c->efd = c->arena_fd = -1;
+		int fds[3] = { c->sock, c->efd, c->shm.arena_fd };
+		c->sock = c->efd = c->shm.arena_fd = -1;
 		for (int k = 0; k < 3; k++)
 			if (fds[k] >= 0)
 				close(fds[k]);
@@ -196,8 +196,8 @@ bool handle_close_begin(struct seer_client *c)
 	/* a thread waiting in seer_next re-checks `closing` when woken; one
 	 * waiting for a seek's answer is woken by the end of our reading side
 	 * (the daemon notices nothing until the socket is closed) */
-	if (c->co)
-		futex_wake_all((_Atomic uint32_t *)&c->co->doorbell);
+	if (c->shm.co)
+		futex_wake_all((_Atomic uint32_t *)&c->shm.co->doorbell);
 	if (atomic_load(&c->busy) && c->sock >= 0)
 		shutdown(c->sock, SHUT_RD);
 	atomic_fetch_sub(&e->users, 1); /* our own reference */

@@ -100,11 +100,11 @@ void prefault_init(struct seer_client *c)
 	struct prefault *pf = &c->pf;
 	memset(pf, 0, sizeof(*pf));
 	const char *env = getenv("SEER_PREFAULT");
-	pf->npages = (c->arena_size + PF_PAGE - 1) / PF_PAGE;
+	pf->npages = (c->shm.arena_size + PF_PAGE - 1) / PF_PAGE;
 	pf->done = calloc((pf->npages + 63) / 64, sizeof(uint64_t));
 	pf->off = !pf->done || (env && strcmp(env, "0") == 0);
-	pf->pos = c->arena_size; /* no pass open */
-	pf->base = c->arena;
+	pf->pos = c->shm.arena_size; /* no pass open */
+	pf->base = c->shm.arena;
 	pf->huge = -1;
 }
 
@@ -134,7 +134,7 @@ void prefault_retarget(struct seer_client *c, const uint8_t *base)
 	struct prefault *pf = &c->pf;
 	prefault_stop(c); /* the next seer_next starts it again */
 	pf->base = base;
-	pf->pos = c->arena_size;
+	pf->pos = c->shm.arena_size;
 	pf->stage_known = false;
 	if (pf->done)
 		memset(pf->done, 0, (pf->npages + 63) / 64 * sizeof(uint64_t));
@@ -189,12 +189,12 @@ static void map_run(struct seer_client *c, uint64_t a, uint64_t b)
 static void prefault_stage(struct seer_client *c)
 {
 	struct prefault *pf = &c->pf;
-	const struct seer_ctrl_out *co = c->co;
+	const struct seer_ctrl_out *co = c->shm.co;
 	if (pf->stage_known || !co || !atomic_load_explicit(&co->stage_set, memory_order_acquire))
 		return;
 	pf->stage_known = true;
 	uint64_t lo = co->stage_lo, hi = co->stage_hi, olo = co->own_lo, ohi = co->own_hi;
-	if (lo > olo || olo > ohi || ohi > hi || hi > c->arena_size)
+	if (lo > olo || olo > ohi || ohi > hi || hi > c->shm.arena_size)
 		return;
 	mark_done(pf, (lo + PF_PAGE - 1) / PF_PAGE, olo / PF_PAGE);
 	mark_done(pf, (ohi + PF_PAGE - 1) / PF_PAGE, hi / PF_PAGE);
@@ -205,8 +205,8 @@ static void prefault_stage(struct seer_client *c)
 static void prefault_restart(struct seer_client *c)
 {
 	struct statfs sf;
-	if (c->pf.huge < 0 && c->arena_fd >= 0)
-		c->pf.huge = fstatfs(c->arena_fd, &sf) == 0 && sf.f_type == PF_HUGETLBFS_MAGIC;
+	if (c->pf.huge < 0 && c->shm.arena_fd >= 0)
+		c->pf.huge = fstatfs(c->shm.arena_fd, &sf) == 0 && sf.f_type == PF_HUGETLBFS_MAGIC;
 	prefault_stage(c);
 	c->pf.pos = 0;
 	c->pf.passes++;
@@ -221,7 +221,7 @@ static void prefault_restart(struct seer_client *c)
 static bool prefault_step(struct seer_client *c)
 {
 	struct prefault *pf = &c->pf;
-	uint64_t size = c->arena_size, n = pf->npages;
+	uint64_t size = c->shm.arena_size, n = pf->npages;
 	unsigned char vec[PF_STEP / PF_PAGE];
 	if (pf->huge > 0 && pf->pos < size) {
 		pf->pos = MIN(next_page(pf, pf->pos / PF_PAGE, n, false) * PF_PAGE, size);
@@ -238,7 +238,7 @@ static bool prefault_step(struct seer_client *c)
 		pf->pos = MIN(next_page(pf, pf->pos / PF_PAGE, n, false) * PF_PAGE, size);
 		if (pf->pos >= size)
 			break;
-		off_t d = lseek(c->arena_fd, (off_t)pf->pos, SEEK_DATA);
+		off_t d = lseek(c->shm.arena_fd, (off_t)pf->pos, SEEK_DATA);
 		if (d < 0) {
 			if (errno != ENXIO)
 				pf->no_seek = true; /* this file cannot tell: fault as we read */

@@ -132,7 +132,7 @@ static bool same_dataset(const char *cfg_path, const char *asked)
 
 int engine_next_job(struct engine *e)
 {
-	if (e->fatal[0] || e->draining || atomic_load(&e->stopping))
+	if (e->self.fatal[0] || e->draining || atomic_load(&e->stopping))
 		return -1;
 	if (!e->shape_ready)
 		return 1;
