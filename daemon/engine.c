@@ -440,3 +440,11 @@ void engine_set_net(struct engine *e, struct net *n)
 		engine_repin(e);
 	}
 }
+
+bool engine_pfs_busy(void *arg)
+{
+	struct engine *e = arg;
+	/* pool_started is set before the checkpoint stage starts and never
+	 * cleared while it runs (server.c destroys the stage first) */
+	return e->pool_started && iopool_pending(&e->pool) > 0;
+}

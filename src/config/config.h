@@ -71,6 +71,12 @@ struct seer_config {
 	double connect_timeout_s;
 	double done_timeout_s;
 	double stop_grace_s;    /* after a stop: trainers' time to detach */
+	/* [checkpoint] (daemon/checkpoint.c) */
+	uint64_t ckpt_memory;    /* bytes of checkpoints in flight in memory */
+	uint64_t ckpt_nvme;      /* bytes of checkpoint copies on the NVMe tier */
+	uint64_t ckpt_keep;      /* drained copies kept on NVMe (newest first) */
+	uint64_t ckpt_drain_rate; /* bytes/s to the PFS (0: no cap) */
+	double ckpt_drain_share; /* share of time a drain takes while PFS reads wait */
 	/* [transform] (src/xform/xform.h parses and checks the values) */
 	char *xf_decode;
 	char *xf_crop;
