@@ -523,8 +523,10 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 	double t0 = now_s();
 	uint64_t rate = ck->cfg->ckpt_drain_rate;
 	double share = ck->cfg->ckpt_drain_share;
-	for (uint64_t off = 0; off < it->size; off += CK_CHUNK) {
-		size_t n = (size_t)MIN((uint64_t)CK_CHUNK, it->size - off);
+	/* under a cap, pieces of an eighth of a second's bytes keep it smooth */
+	uint64_t chunk = rate ? MAX(MIN(rate / 8, (uint64_t)CK_CHUNK), (uint64_t)4096) : CK_CHUNK;
+	for (uint64_t off = 0; off < it->size; off += chunk) {
+		size_t n = (size_t)MIN(chunk, it->size - off);
 		const uint8_t *p = it->mem ? it->mem + off : buf;
 		if (!it->mem) {
 			ssize_t r = pread(in, buf, n, (off_t)off);
@@ -557,6 +559,14 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 		/* seerd's own reads wait for the PFS: take at most `share` of the time */
 		if (ck->busy && ck->busy(ck->busy_arg))
 			drain_sleep(ck, cdt * (1.0 - share) / share);
+		pthread_mutex_lock(&ck->mu);
+		stop = ck->stop;
+		pthread_mutex_unlock(&ck->mu);
+		if (stop) {
+			rc = -ECANCELED;
+			snprintf(why, wlen, "seerd stopped during the drain");
+			goto out;
+		}
 	}
 	if (fsync(out) != 0) {
 		rc = -errno;
