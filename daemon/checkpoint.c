@@ -369,13 +369,17 @@ static struct ck_item *next_local(struct ckpt *ck)
 static int local_write(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen)
 {
 	char f[4200];
+	int rc = mkdir_p(ck->dir, 0700);
+	if (rc != 0) {
+		snprintf(why, wlen, "cannot create %s: %s", ck->dir, strerror(-rc));
+		return rc;
+	}
 	nvme_file(ck, it->id, "data", f, sizeof(f));
 	int fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		snprintf(why, wlen, "cannot create %s: %s", f, strerror(errno));
 		return -errno;
 	}
-	int rc = 0;
 	for (uint64_t off = 0; rc == 0 && off < it->size; off += CK_CHUNK) {
 		size_t n = (size_t)MIN((uint64_t)CK_CHUNK, it->size - off);
 		rc = write_all(fd, it->mem + off, n, (off_t)off);
@@ -1126,14 +1130,9 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy
 			log_warn("checkpoints: [cache] nvme_dir %s is too long: checkpoints wait in "
 				 "memory and go straight to the PFS", cfg->nvme_dir);
 			ck->dir[0] = '\0';
-		} else {
-			int rc = mkdir_p(ck->dir, 0700);
-			if (rc != 0) {
-				log_warn("checkpoints: cannot create %s (%s): checkpoints wait in "
-					 "memory and go straight to the PFS", ck->dir, strerror(-rc));
-				ck->dir[0] = '\0';
-			}
 		}
+		/* the folder is made with the first copy and removed at exit when
+		 * empty: a seerd that took no checkpoint leaves nothing on NVMe */
 	}
 	if (*ck->dir) {
 		char a[32];
@@ -1236,6 +1235,8 @@ void ckpt_destroy(struct ckpt *ck)
 		item_unlink_list(ck, ck->items);
 	if (ck->efd >= 0)
 		close(ck->efd);
+	if (*ck->dir)
+		rmdir(ck->dir); /* only when empty: undrained copies stay for the next seerd */
 	pthread_cond_destroy(&ck->cv);
 	pthread_cond_destroy(&ck->idle);
 	pthread_mutex_destroy(&ck->mu);
