@@ -16,12 +16,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from seertest import (BIN, LONG, ROOT, Daemon, Fail, Gate, catalog, check, cleanup, finish, log,
                       SANITIZER, make_classes, read_log, run_tests, start_trainer, tmpdir, verify_rank,
                       wait_for)
 
+from test_multi_node import mount_pfs, pfs_stats, pfsemu_available, umount_pfs  # noqa: E402
 import seer  # noqa: E402
 import torch  # noqa: E402
 import seer.checkpoint as sc  # noqa: E402
@@ -360,7 +362,64 @@ def test_training_exact_beside_checkpoints():
         cleanup(tmp)
 
 
+def test_pfsemu_write_mode():
+    """The PFS emulator mounted read-write (--write-bandwidth, faults) as the
+    checkpoints' PFS: the bytes written through it are the checkpoint's, one
+    rename, the file complete at the path; --write-fault-rate on one path is
+    EIO, --write-capacity is ENOSPC; neither leaves a file at the path."""
+    if not pfsemu_available():
+        log("skipped: needs bin/seer-pfsemu and /dev/fuse")
+        return
+    tmp = tmpdir("seer-ck-")
+    mnt = os.path.join(tmp, "mnt")
+    mounted = False
+    try:
+        root, _ = dataset(tmp)
+        src = os.path.join(tmp, "pfs-src")
+        os.makedirs(src)
+        mount_pfs(src, mnt, "--write-bandwidth", "8MB/s", "--write-latency-ms", "1",
+                  "--write-fault-rate", "1", "--fault-path", "eio", "--write-capacity", "3MiB")
+        mounted = True
+        with Daemon(tmp, settings(tmp, root)) as d:
+            obj = state(400000, 31)  # 1.6 MB: 0.2 s at 8 MB/s
+            t0 = time.time()
+            h = sc.save(obj, os.path.join(mnt, "ok.pt"), socket=d.sock, job_id=JOB)
+            blocked = time.time() - t0
+            h.wait("pfs", timeout=LONG)
+            drained = time.time() - t0
+            check(open(os.path.join(src, "ok.pt"), "rb").read() == torch_bytes(obj),
+                  "bytes on the emulated PFS")
+            w = pfs_stats(mnt)["totals"]["write"]
+            check(w["bytes"] == h.size and w["renames"] == 1 and w["fsyncs"] >= 1,
+                  "PFS bytes written = the checkpoint's: %s vs %d" % (w, h.size))
+            log("1.6 MB at 8 MB/s: save blocked %.3f s, on the PFS after %.3f s" %
+                (blocked, drained))
+            h2 = sc.save(state(50000, 32), os.path.join(mnt, "eio.pt"), socket=d.sock,
+                         job_id=JOB)
+            try:
+                h2.wait("pfs", timeout=LONG)
+                raise Fail("wait('pfs') returned through EIO faults")
+            except seer.SeerError as ex:
+                check("Input/output error" in str(ex), "EIO named: %s" % ex)
+            h3 = sc.save(state(400000, 33), os.path.join(mnt, "full.pt"), socket=d.sock,
+                         job_id=JOB)
+            try:
+                h3.wait("pfs", timeout=LONG)
+                raise Fail("wait('pfs') returned beyond --write-capacity")
+            except seer.SeerError as ex:
+                check("No space left on device" in str(ex), "ENOSPC named: %s" % ex)
+            w = pfs_stats(mnt)["totals"]["write"]
+            check(w["eio"] >= 1 and w["enospc"] >= 1, "faults counted: %s" % w)
+            check(sorted(os.listdir(src)) == ["ok.pt"], "only complete files: %s" %
+                  os.listdir(src))
+            same(sc.load(h3.path, socket=d.sock, job_id=JOB), state(400000, 33))
+    finally:
+        if mounted:
+            umount_pfs(mnt)
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_save_wait_load_bytes, test_without_nvme, test_sigkill_after_local_then_restart,
                test_pfs_fails_eio_enospc, test_memory_full, test_sigterm_names_nvme_copy,
-               test_training_exact_beside_checkpoints])
+               test_training_exact_beside_checkpoints, test_pfsemu_write_mode])
