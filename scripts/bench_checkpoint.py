@@ -2,13 +2,14 @@
 """Trainer blocking time of seer.checkpoint.save vs torch.save, same path.
 
     scripts/bench_checkpoint.py [--mib 512] [--reps 3] [--dir DIR] [--nvme DIR]
-                                [--drain-rate BYTES_PER_S]
+                                [--drain-rate BYTES_PER_S] [--pfsemu RATE]
 
 Starts a seerd of its own (a tiny dataset, job id bench-ckpt), with its
 NVMe tier at --nvme (default: a folder under --dir), and saves a state dict
 of --mib MiB of float32 tensors to --dir (the "PFS": a local folder unless
 you point it at a mount, e.g. scripts/pfsemu-mount.sh's) --reps times each
-way:
+way (--pfsemu RATE: the "PFS" is seer-pfsemu in write mode over a folder,
+--write-bandwidth RATE, and its count of bytes written is printed):
   torch.save        torch.save(obj, path) (page cache; no fsync, as torch does)
   torch.save+fsync  the same, then fsync: durable like seer's "pfs" level
   seer save         seer.checkpoint.save(obj, path): the trainer's stall
@@ -49,10 +50,18 @@ def main():
     ap.add_argument("--dir", default=None)
     ap.add_argument("--nvme", default=None)
     ap.add_argument("--drain-rate", default="0")
+    ap.add_argument("--pfsemu", default=None, metavar="RATE")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="seer-bench-ckpt-")
     pfs = a.dir or os.path.join(work, "pfs")
     os.makedirs(pfs, exist_ok=True)
+    emu_mnt = None
+    if a.pfsemu:
+        emu_mnt = os.path.join(work, "pfs-mnt")
+        os.makedirs(emu_mnt)
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-mount.sh"), pfs, emu_mnt,
+                        "--write-bandwidth", a.pfsemu], check=True, capture_output=True)
+        pfs = emu_mnt
     nvme = a.nvme or os.path.join(work, "nvme")
     data = os.path.join(work, "data")
     make_classes(data, ["a"], 8, 100, 200)
@@ -98,11 +107,21 @@ def main():
             t0 = time.perf_counter()
             torch.load(last)
             t_pfs = time.perf_counter() - t0
+            written = None
+            if emu_mnt:
+                import json
+                with open(os.path.join(emu_mnt, ".pfsemu", "stats")) as f:
+                    written = json.load(f)["totals"]["write"]["bytes"]
+                seer_bytes = a.reps * os.path.getsize(last)
     finally:
+        if emu_mnt:
+            subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-umount.sh"), emu_mnt],
+                           capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
     size = a.mib
-    print("state %d MiB, %d reps, PFS dir %s, NVMe %s, drain cap %s, load %s" %
-          (size, a.reps, pfs if a.dir else "(tmp) " + pfs, nvme, a.drain_rate,
+    print("state %d MiB, %d reps, PFS %s%s, NVMe %s, drain cap %s, load %s" %
+          (size, a.reps, "seer-pfsemu --write-bandwidth %s over " % a.pfsemu if a.pfsemu else "",
+           a.dir or "(tmp folder)", nvme, a.drain_rate,
            open("/proc/loadavg").read().split()[:3]))
     for k, v in rows.items():
         print("%-18s median %7.3f s  (%s)  %s" % (k, sorted(v)[len(v) // 2],
@@ -114,6 +133,10 @@ def main():
           (ts / ss, tf / ss))
     print("load: seer.checkpoint.load (%s) %.3f s, torch.load of the PFS file %.3f s" %
           (where, t_nvme, t_pfs))
+    if written is not None:
+        print("pfsemu (--write-bandwidth %s): bytes written %d = torch.save's %d + seer's %d "
+              "(%s)" % (a.pfsemu, written, written - seer_bytes, seer_bytes,
+                        "torch + seer bytes" if written == 2 * seer_bytes else "differs"))
 
 
 if __name__ == "__main__":
