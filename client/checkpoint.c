@@ -393,7 +393,7 @@ int seer_ckpt_state(seer_ckpt_t *h, int level, uint64_t *drained)
 		return -EINVAL;
 	}
 	if (!k->committed)
-		return level == SEER_CKPT_MEMORY ? SEER_CKPT_PENDING : SEER_CKPT_PENDING;
+		return SEER_CKPT_PENDING; /* seerd has nothing of it yet */
 	struct seer_msg_ckpt q, r;
 	req_init(&q, k, SEER_MSG_CKPT_STATE);
 	int rc = ask(k, &q, &r, deadline_of(k->connect_ms));

@@ -268,5 +268,9 @@ def load(path, map_location=None, socket=None, job_id=None, connect_timeout=None
     fd, _ = _open(path, socket, job_id, connect_timeout)
     if fd is None:
         return torch.load(os.fspath(path), map_location=map_location, **kwargs)
-    with os.fdopen(fd, "rb") as f:
-        return torch.load(f, map_location=map_location, **kwargs)
+    try:
+        # by name, torch's own file reader reads it (a file object is read
+        # through Python calls: slower)
+        return torch.load("/proc/self/fd/%d" % fd, map_location=map_location, **kwargs)
+    finally:
+        os.close(fd)
