@@ -301,14 +301,26 @@ uint64_t seer_ckpt_id(seer_ckpt_t *h)
 int seer_ckpt_commit(seer_ckpt_t *h)
 {
 	struct seer_ckpt *k = handle(h);
+	return k ? seer_ckpt_commit_len(h, k->size) : -EINVAL;
+}
+
+int seer_ckpt_commit_len(seer_ckpt_t *h, uint64_t len)
+{
+	struct seer_ckpt *k = handle(h);
 	if (!k)
 		return -EINVAL;
+	if (len == 0 || len > k->size) {
+		err_set("checkpoint %s: commit of %llu bytes of %llu", k->path,
+			(unsigned long long)len, (unsigned long long)k->size);
+		return -EINVAL;
+	}
 	if (k->committed || k->sock < 0) {
 		err_set("checkpoint %s: %s", k->path, k->committed ? "already committed"
 								  : "its connection to seerd is gone");
 		return k->committed ? -EALREADY : SEER_EDAEMON;
 	}
 	unmap(k);
+	k->size = len;
 	struct seer_msg_ckpt q, r;
 	req_init(&q, k, SEER_MSG_CKPT_COMMIT);
 	int rc = rpc(k->sock, &q, &r, NULL, deadline_of(k->connect_ms));

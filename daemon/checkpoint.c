@@ -43,7 +43,8 @@ struct ck_item {
 	struct ck_item *next;      /* list in commit (begin) order, oldest first */
 	uint64_t id;
 	char *path;
-	uint64_t size;
+	uint64_t size;             /* the checkpoint's bytes (COMMIT may say fewer than alloc) */
+	uint64_t alloc;            /* bytes of memfd, counted in mem_used while it is held */
 	double t_begin, t_commit, t_pfs; /* now_s(); t_pfs: drained */
 	time_t wall_pfs;           /* time() the drain finished (for OPEN's "newest") */
 	int memfd;                 /* the bytes in memory, or -1 */
@@ -114,13 +115,13 @@ static struct ck_item *item_find(struct ckpt *ck, uint64_t id)
 static void item_free_mem(struct ckpt *ck, struct ck_item *it)
 {
 	if (it->mem) {
-		munmap(it->mem, it->size);
+		munmap(it->mem, it->alloc);
 		it->mem = NULL;
 	}
 	if (it->memfd >= 0) {
 		close(it->memfd);
 		it->memfd = -1;
-		ck->mem_used -= it->size;
+		ck->mem_used -= it->alloc;
 	}
 }
 
@@ -738,6 +739,7 @@ static void begin_now(struct ckpt *ck, struct ck_conn *c)
 	ck->last_id = it->id;
 	it->path = xstrdup(m->path);
 	it->size = m->size;
+	it->alloc = m->size;
 	it->memfd = fd;
 	it->mem = mem;
 	it->t_begin = now_s();
@@ -874,6 +876,11 @@ static void on_request(struct ckpt *ck, size_t ci, const struct seer_msg_ckpt *m
 			      it, -1);
 			return;
 		}
+		if (m->size == 0 || m->size > it->alloc) {
+			reply(c->fd, m, -EINVAL, "commit of more bytes than were begun", it, -1);
+			return;
+		}
+		it->size = m->size; /* the bytes used of those handed out */
 		it->committed = true;
 		it->t_commit = now_s();
 		it->st[SEER_CKL_MEM] = SEER_CKS_DONE;

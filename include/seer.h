@@ -206,6 +206,9 @@ SEER_API uint64_t seer_ckpt_size(seer_ckpt_t *k);
 SEER_API uint64_t seer_ckpt_id(seer_ckpt_t *k);
 /* Hand the bytes to seerd: they are unmapped here, seerd writes them. */
 SEER_API int seer_ckpt_commit(seer_ckpt_t *k);
+/* The same for the first `len` bytes only (1 .. seer_ckpt_size()): a caller
+ * that asked for an upper bound of its size. */
+SEER_API int seer_ckpt_commit_len(seer_ckpt_t *k, uint64_t len);
 /* Wait until the checkpoint is durable at `level` (SEER_CKPT_LOCAL, _PFS):
  * 0; -ETIMEDOUT after timeout_ms (< 0: for ever); -EIO when that level
  * failed (a PFS write: seer_errmsg() says why; the copy stays on NVMe and
@@ -219,8 +222,9 @@ SEER_API int seer_ckpt_state(seer_ckpt_t *k, int level, uint64_t *drained);
 /* Free the handle. Before its commit this abandons the checkpoint. */
 SEER_API void seer_ckpt_close(seer_ckpt_t *k);
 /* Read back: a read-only fd of the newest complete copy of `path` seerd
- * holds (*size bytes; *level: SEER_CKPT_LOCAL for its NVMe copy,
- * SEER_CKPT_MEMORY while only in memory). -ENOENT when seerd holds none
+ * holds (*size bytes, the first of the file: a copy still in memory may be
+ * longer; *level: SEER_CKPT_LOCAL for its NVMe copy, SEER_CKPT_MEMORY while
+ * only in memory). -ENOENT when seerd holds none
  * (read `path` on the PFS); the errors of a failed connect when no seerd
  * answers (within the connect timeout: 0 in opts means 2000 ms here). The
  * caller closes the fd. */

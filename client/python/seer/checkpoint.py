@@ -10,9 +10,14 @@ straight into shared memory seerd hands out, and returns once the bytes are
 there (committed); seerd then writes them to the node's NVMe ("local") and
 drains them to `path` ("pfs": a temporary name beside it, fsync, rename, so a
 reader never sees a partial file). With torch 1.13 the size has to be known
-before the memory is asked for: torch.save runs twice, first into a writer
-that only counts bytes (no copy), then into the mapping (one copy of every
-byte, from the tensors into shared memory). Nothing else is copied.
+before the memory is asked for. For the usual checkpoint (dicts, lists and
+tuples of tensors, numbers and strings: a state_dict) save asks for an upper
+bound of it (the tensors' bytes plus room for the archive's own) and commits
+the bytes torch.save wrote: one pass, one copy of every byte, from the
+tensors into shared memory. For anything else (a whole nn.Module, other
+objects), or if the bound was short, torch.save runs twice: first into a
+writer that only counts bytes (no copy), then into the mapping. Nothing else
+is copied.
 
 The bytes are those of torch.save(obj, open(path, "wb")): torch.save(obj,
 "name.pt") names the archive's top folder after the file ("name/") where a
@@ -27,6 +32,7 @@ $SEER_JOB_ID / $SLURM_JOB_ID) and work beside a Loader or alone.
 
 import ctypes
 import errno
+import io
 import os
 import threading
 
@@ -53,6 +59,7 @@ def _lib():
                 "seer_ckpt_size": (U64, [P]),
                 "seer_ckpt_id": (U64, [P]),
                 "seer_ckpt_commit": (I, [P]),
+                "seer_ckpt_commit_len": (I, [P, U64]),
                 "seer_ckpt_wait": (I, [P, I, I]),
                 "seer_ckpt_state": (I, [P, I, ctypes.POINTER(U64)]),
                 "seer_ckpt_close": (None, [P]),
@@ -200,6 +207,60 @@ class Checkpoint:
         return "<seer.checkpoint.Checkpoint %s %d bytes>" % (self.path, self.size)
 
 
+def _bound(obj):
+    """An upper bound of torch.save(obj)'s bytes for containers of tensors,
+    numbers and strings; None for anything else."""
+    import torch
+    seen = set()
+    total, stack, items = 65536, [obj], 0
+    while stack:
+        o = stack.pop()
+        items += 1
+        if isinstance(o, torch.Tensor):
+            st = o.storage()
+            key = (o.device, st.data_ptr())
+            if key not in seen:
+                seen.add(key)
+                total += st.nbytes() + 4096  # its zip entry, headers and alignment
+            total += 256 + 16 * o.dim()       # its pickled rebuild call
+        elif isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        elif isinstance(o, (str, bytes, bytearray)):
+            total += 4 * len(o) + 16
+        elif o is None or isinstance(o, (bool, int, float, complex, torch.dtype,
+                                         torch.device, torch.Size)):
+            pass
+        else:
+            return None
+    return total + 64 * items
+
+
+def _begin(lib, o, path, size, timeout):
+    h = ctypes.c_void_p()
+    rc = lib.seer_ckpt_begin(ctypes.byref(o), os.fsencode(path), size, _ms(timeout),
+                             ctypes.byref(h))
+    if rc != 0:
+        raise _err(lib, rc)
+    return h
+
+
+def _fill(lib, h, obj, size):
+    """torch.save into the mapping: the bytes written, or None when they do
+    not fit."""
+    import torch
+    w = _ShmWriter(lib.seer_ckpt_data(h), size)
+    try:
+        torch.save(obj, w)
+    except _Overflow:
+        return None
+    finally:
+        w.release()
+    return w.pos
+
+
 def save(obj, path, socket=None, job_id=None, timeout=None, connect_timeout=None):
     """Serialise obj as torch.save would, into seerd's shared memory, and
     return a Checkpoint once the bytes are there. timeout: seconds to wait
@@ -208,28 +269,32 @@ def save(obj, path, socket=None, job_id=None, timeout=None, connect_timeout=None
     import torch
     lib = _lib()
     path = os.path.abspath(os.fspath(path))
+    o = _options(socket, job_id, connect_timeout)
+    bound = _bound(obj)
+    if bound is not None:
+        h = _begin(lib, o, path, bound, timeout)
+        ok = False
+        try:
+            n = _fill(lib, h, obj, bound)
+            if n is not None:
+                rc = lib.seer_ckpt_commit_len(h, n)
+                if rc != 0:
+                    raise _err(lib, rc)
+                ok = True
+                return Checkpoint(lib, h, path, n)
+        finally:
+            if not ok:
+                lib.seer_ckpt_close(h)  # seerd abandons it
     counter = _Counter()
     torch.save(obj, counter)
     size = counter.n
-    o = _options(socket, job_id, connect_timeout)
-    h = ctypes.c_void_p()
-    rc = lib.seer_ckpt_begin(ctypes.byref(o), os.fsencode(path), size, _ms(timeout),
-                             ctypes.byref(h))
-    if rc != 0:
-        raise _err(lib, rc)
+    h = _begin(lib, o, path, size, timeout)
     ok = False
     try:
-        w = _ShmWriter(lib.seer_ckpt_data(h), size)
-        try:
-            torch.save(obj, w)
-        except _Overflow:
-            raise SeerError(-errno.EOVERFLOW, "torch.save of the same object wrote more than "
-                            "its %d bytes the second time (changed while saving?)" % size)
-        finally:
-            w.release()
-        if w.pos != size:
-            raise SeerError(-errno.EOVERFLOW, "torch.save wrote %d bytes, then %d (changed "
-                            "while saving?)" % (size, w.pos))
+        n = _fill(lib, h, obj, size)
+        if n != size:
+            raise SeerError(-errno.EOVERFLOW, "torch.save wrote %d bytes, then %s (changed "
+                            "while saving?)" % (size, "more" if n is None else n))
         rc = lib.seer_ckpt_commit(h)
         if rc != 0:
             raise _err(lib, rc)
@@ -242,7 +307,7 @@ def save(obj, path, socket=None, job_id=None, timeout=None, connect_timeout=None
 
 def where(path, socket=None, job_id=None, connect_timeout=None):
     """Where load(path) reads from: "local", "memory" or "pfs"."""
-    fd, level = _open(path, socket, job_id, connect_timeout)
+    fd, level, _ = _open(path, socket, job_id, connect_timeout)
     if fd is not None:
         os.close(fd)
     return level
@@ -257,17 +322,30 @@ def _open(path, socket, job_id, connect_timeout):
                             ctypes.byref(size), ctypes.byref(level))
     if rc != 0:
         # no copy at seerd (-ENOENT), or no seerd answering: the PFS file
-        return None, "pfs"
-    return fd.value, LEVELS[level.value]
+        return None, "pfs", 0
+    return fd.value, LEVELS[level.value], size.value
 
 
 def load(path, map_location=None, socket=None, job_id=None, connect_timeout=None, **kwargs):
     """torch.load(path, map_location) from the newest complete copy: seerd's
     NVMe copy (or its memory while that is all there is), else `path`."""
     import torch
-    fd, _ = _open(path, socket, job_id, connect_timeout)
+    fd, level, size = _open(path, socket, job_id, connect_timeout)
     if fd is None:
         return torch.load(os.fspath(path), map_location=map_location, **kwargs)
+    if level == "memory":
+        # seerd's memory may be longer than the checkpoint: its first `size` bytes
+        try:
+            buf = bytearray(size)
+            view, got = memoryview(buf), 0
+            while got < size:
+                n = os.preadv(fd, [view[got:]], got)
+                if n <= 0:
+                    raise SeerError(-errno.EIO, "short read of seerd's copy of %s" % path)
+                got += n
+        finally:
+            os.close(fd)
+        return torch.load(io.BytesIO(buf), map_location=map_location, **kwargs)
     try:
         # by name, torch's own file reader reads it (a file object is read
         # through Python calls: slower)
