@@ -321,7 +321,8 @@ def test_memory_full():
 
 def test_sigterm_names_nvme_copy():
     """SIGTERM with a drain that cannot finish within stop_grace_s: seerd
-    exits anyway and the log names the NVMe copy the next seerd drains."""
+    exits anyway and the log names the NVMe copy the next seerd drains; one
+    that can finish within it does, before seerd exits."""
     tmp = tmpdir("seer-ck-")
     try:
         root, _ = dataset(tmp)
@@ -337,6 +338,20 @@ def test_sigterm_names_nvme_copy():
                   "the log names what is where:\n" + lg)
             check(os.path.join(tmp, "nvme", "seer-ckpt-" + JOB) in lg, "names the NVMe copy")
         check(not os.path.exists(h.path), "a partial file at the path")
+        # within the grace: SIGTERM waits for the drain, the file is complete
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "256KiB",
+                                   "daemon.stop_grace_s": 15})
+        with Daemon(tmp, s, name="seerd2") as d:
+            obj = state(400000, 6)  # 1.6 MB: about 6 s at the cap
+            h = sc.save(obj, os.path.join(pfs, "g.pt"), socket=d.sock, job_id=JOB)
+            h.wait("local", timeout=LONG)
+            check(h.state()["pfs"] == "pending", "the drain runs at the SIGTERM")
+            d.stop()
+            check(d.proc.returncode == 0, "seerd exit %s:\n%s" % (d.proc.returncode, d.log()))
+            check("not on the PFS yet" not in d.log(), "drained within the grace:\n" + d.log())
+        check(open(os.path.join(pfs, "g.pt"), "rb").read() == torch_bytes(obj),
+              "the drain finished after SIGTERM")
+        no_partial(pfs)
     finally:
         cleanup(tmp)
 
