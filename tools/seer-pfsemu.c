@@ -465,14 +465,15 @@ static int emu_read(const char *path, char *buf, size_t size, off_t off,
 static uint64_t write_done(uint64_t now, uint64_t n)
 {
 	uint64_t lat = (uint64_t)(emu.o.write_latency_ms * 1e6);
+	uint64_t shared = emu.o.write_shares && n ? pfsm_charge(&emu.model, now, n) : now;
 	if (!emu.o.write_bandwidth)
-		return now + lat;
+		return MAX(shared, now + lat);
 	pthread_mutex_lock(&emu.wlock);
 	uint64_t start = MAX(now, emu.wtat);
 	emu.wtat = start + (uint64_t)((double)n * 1e9 / (double)emu.o.write_bandwidth);
 	uint64_t end = emu.wtat;
 	pthread_mutex_unlock(&emu.wlock);
-	return end + lat;
+	return MAX(end + lat, shared);
 }
 
 static int emu_write(const char *path, const char *buf, size_t size, off_t off,
@@ -983,7 +984,7 @@ int main(int argc, char **argv)
 		return rc > 0 ? 0 : 2;
 	log_set_level((enum log_level)o->log_level);
 	if (o->write_bandwidth || o->write_latency_ms > 0 || o->write_capacity ||
-	    o->write_fault_rate > 0)
+	    o->write_fault_rate > 0 || o->write_shares)
 		o->writable = true;
 	pthread_mutex_init(&emu.wlock, NULL);
 	if (setup_model(o) != 0)

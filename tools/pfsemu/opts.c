@@ -103,6 +103,9 @@ static const struct opt_def opt_table[] = {
 	  "ENOSPC (0 = no limit)" },
 	{ "write-fault-rate", 0, OT_PROB, O(write_fault_rate), "0", "R", 0, 1,
 	  "probability that a write fails with EIO (0..1; --fault-path applies)" },
+	{ "write-shares-bandwidth", 0, OT_FLAG, O(write_shares), NULL, NULL, 0, 0,
+	  "writes also take their bytes from --bandwidth, the reads' bucket: one link for both "
+	  "(implies --writable)" },
 	{ "allow-other", 0, OT_FLAG, O(allow_other), NULL, NULL, 0, 0,
 	  "let other users access the mount (FUSE allow_other)" },
 	{ "log-file", 0, OT_STR, O(log_file), NULL, "FILE", 0, 0,

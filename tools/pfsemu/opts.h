@@ -51,6 +51,7 @@ struct emu_opts {
 	double write_latency_ms; /* added to every write request */
 	uint64_t write_capacity; /* bytes that may be written in all; then ENOSPC (0 = no limit) */
 	double write_fault_rate; /* probability that a write fails with EIO */
+	bool write_shares;       /* writes also take their bytes from --bandwidth */
 	const char *log_file;
 	int log_level;           /* enum log_level */
 };
