@@ -756,6 +756,30 @@ static void begin_now(struct ckpt *ck, struct ck_conn *c)
 	reply(c->fd, m, 0, NULL, it, fd);
 }
 
+/* Whether the directory of `path` exists and seerd may write in it (else
+ * msg says why): refused at BEGIN rather than failing every drain. */
+static bool dir_writable(const char *path, char *msg, size_t len)
+{
+	char d[SEER_CKPT_PATH_MAX];
+	str_copy(d, sizeof(d), path);
+	char *slash = strrchr(d, '/');
+	if (slash == d)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	struct stat sb;
+	if (stat(d, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+		snprintf(msg, len, "the directory %s of the checkpoint does not exist: create it first",
+			 d);
+		return false;
+	}
+	if (access(d, W_OK | X_OK) != 0) {
+		snprintf(msg, len, "seerd (your user) cannot write in %s: %s", d, strerror(errno));
+		return false;
+	}
+	return true;
+}
+
 static void on_begin(struct ckpt *ck, struct ck_conn *c, const struct seer_msg_ckpt *m)
 {
 	char msg[SEER_ERRMSG_MAX], a[32], b[32];
@@ -773,6 +797,8 @@ static void on_begin(struct ckpt *ck, struct ck_conn *c, const struct seer_msg_c
 		st = -EINVAL;
 		snprintf(msg, sizeof(msg), "checkpoint path '%.200s' must be an absolute file path "
 			 "without newlines", m->path);
+	} else if (!dir_writable(m->path, msg, sizeof(msg))) {
+		st = -ENOENT;
 	} else if (m->size == 0) {
 		st = -EINVAL;
 		snprintf(msg, sizeof(msg), "a checkpoint of 0 bytes");

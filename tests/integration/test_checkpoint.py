@@ -154,6 +154,11 @@ def test_without_nvme():
             h.wait("pfs", timeout=LONG)
             check(open(h.path, "rb").read() == torch_bytes(obj), "bytes differ")
             check(h.state()["local"] == "off", "local: %s" % h.state())
+            try:
+                sc.save(obj, os.path.join(tmp, "no-such-dir", "x.pt"), socket=d.sock, job_id=JOB)
+                raise Fail("a save into a missing directory returned")
+            except seer.SeerError as ex:
+                check("does not exist" in str(ex), "refused at once: %s" % ex)
             same(sc.load(h.path, socket=d.sock, job_id=JOB), obj)
             # a whole module is no container of tensors: sized by a counting pass
             torch.manual_seed(0)
