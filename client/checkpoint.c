@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,13 +28,19 @@
 #include "../src/common/shm.h"
 #include "seer.h"
 
-#define CKPT_HANDLE_MAGIC 0x6b63656873656572ull
+/* Handles are tokens, as seer_client_t's (docs/client.md): [1:0] tag 2,
+ * [13:2] the table index, [63:32] the entry's generation (odd while live,
+ * bumped at close), so a closed, forged or NULL handle is refused, never
+ * dereferenced. One thread at a time per handle (seer.h). */
+#define CK_TAG 2u
+#define CK_IDX_BITS 12
+#define CK_MAX (1u << CK_IDX_BITS)
 #define SUN_PATH_SIZE sizeof(((struct sockaddr_un *)0)->sun_path)
 #define DEFAULT_CONNECT_MS 30000
 #define OPEN_CONNECT_MS 2000
 
 struct seer_ckpt {
-	uint64_t magic;
+	uint32_t idx;            /* its entry in ck_table */
 	int sock;                /* -1: to be made again */
 	int connect_ms;
 	char sock_path[SUN_PATH_SIZE];
@@ -186,13 +193,55 @@ static void req_init(struct seer_msg_ckpt *q, const struct seer_ckpt *k, uint32_
 	memcpy(q->path, k->path, sizeof(q->path));
 }
 
-static struct seer_ckpt *handle(seer_ckpt_t *k)
+static struct {
+	uint32_t gen;            /* odd: live */
+	struct seer_ckpt *k;
+} ck_table[CK_MAX];
+static pthread_mutex_t ck_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A token for k, or NULL when CK_MAX handles are open. */
+static seer_ckpt_t *token_new(struct seer_ckpt *k)
 {
-	if (!k || k->magic != CKPT_HANDLE_MAGIC) {
+	pthread_mutex_lock(&ck_lock);
+	for (uint32_t i = 0; i < CK_MAX; i++) {
+		if (ck_table[i].gen & 1)
+			continue;
+		ck_table[i].gen++;
+		ck_table[i].k = k;
+		k->idx = i;
+		uint64_t t = (uint64_t)ck_table[i].gen << 32 | (uint64_t)i << 2 | CK_TAG;
+		pthread_mutex_unlock(&ck_lock);
+		return (seer_ckpt_t *)(uintptr_t)t;
+	}
+	pthread_mutex_unlock(&ck_lock);
+	return NULL;
+}
+
+/* The handle's object, or NULL with *code -EINVAL (not a handle) or -EBADF
+ * (closed) and seer_errmsg() set. */
+static struct seer_ckpt *handle_code(seer_ckpt_t *h, int *code)
+{
+	uint64_t t = (uint64_t)(uintptr_t)h;
+	uint32_t gen = (uint32_t)(t >> 32), idx = (uint32_t)(t >> 2) & (CK_MAX - 1);
+	if (!h || (t & 3) != CK_TAG || (t & 0xffffc000ull) || !(gen & 1)) {
 		err_set("not a seer_ckpt_t handle");
+		*code = -EINVAL;
 		return NULL;
 	}
+	pthread_mutex_lock(&ck_lock);
+	struct seer_ckpt *k = ck_table[idx].gen == gen ? ck_table[idx].k : NULL;
+	pthread_mutex_unlock(&ck_lock);
+	if (!k) {
+		err_set("seer_ckpt_t handle already closed");
+		*code = -EBADF;
+	}
 	return k;
+}
+
+static struct seer_ckpt *handle(seer_ckpt_t *h)
+{
+	int unused;
+	return handle_code(h, &unused);
 }
 
 static void unmap(struct seer_ckpt *k)
@@ -221,7 +270,6 @@ int seer_ckpt_begin(const seer_options_t *opts, const char *path, uint64_t size,
 		err_set("out of memory");
 		return -ENOMEM;
 	}
-	k->magic = CKPT_HANDLE_MAGIC;
 	k->sock = -1;
 	strcpy(k->path, path);
 	k->size = size;
@@ -271,7 +319,13 @@ int seer_ckpt_begin(const seer_options_t *opts, const char *path, uint64_t size,
 		k->data = NULL;
 		goto fail;
 	}
-	*out = k;
+	*out = token_new(k);
+	if (!*out) {
+		err_set("%u checkpoint handles are open: close some (seer_ckpt_close)", CK_MAX);
+		munmap(k->data, k->size);
+		rc = -EMFILE;
+		goto fail;
+	}
 	return 0;
 fail:
 	if (k->sock >= 0)
@@ -300,15 +354,17 @@ uint64_t seer_ckpt_id(seer_ckpt_t *h)
 
 int seer_ckpt_commit(seer_ckpt_t *h)
 {
-	struct seer_ckpt *k = handle(h);
-	return k ? seer_ckpt_commit_len(h, k->size) : -EINVAL;
+	int bad;
+	struct seer_ckpt *k = handle_code(h, &bad);
+	return k ? seer_ckpt_commit_len(h, k->size) : bad;
 }
 
 int seer_ckpt_commit_len(seer_ckpt_t *h, uint64_t len)
 {
-	struct seer_ckpt *k = handle(h);
+	int bad;
+	struct seer_ckpt *k = handle_code(h, &bad);
 	if (!k)
-		return -EINVAL;
+		return bad;
 	if (len == 0 || len > k->size) {
 		err_set("checkpoint %s: commit of %llu bytes of %llu", k->path,
 			(unsigned long long)len, (unsigned long long)k->size);
@@ -370,9 +426,10 @@ static int ask(struct seer_ckpt *k, struct seer_msg_ckpt *q, struct seer_msg_ckp
 
 int seer_ckpt_wait(seer_ckpt_t *h, int level, int timeout_ms)
 {
-	struct seer_ckpt *k = handle(h);
+	int bad;
+	struct seer_ckpt *k = handle_code(h, &bad);
 	if (!k)
-		return -EINVAL;
+		return bad;
 	if (!k->committed) {
 		err_set("checkpoint %s is not committed", k->path);
 		return -EINVAL;
@@ -397,9 +454,10 @@ int seer_ckpt_wait(seer_ckpt_t *h, int level, int timeout_ms)
 
 int seer_ckpt_state(seer_ckpt_t *h, int level, uint64_t *drained)
 {
-	struct seer_ckpt *k = handle(h);
+	int bad;
+	struct seer_ckpt *k = handle_code(h, &bad);
 	if (!k)
-		return -EINVAL;
+		return bad;
 	if (level < SEER_CKPT_MEMORY || level > SEER_CKPT_PFS) {
 		err_set("seer_ckpt_state: level %d", level);
 		return -EINVAL;
@@ -428,7 +486,10 @@ void seer_ckpt_close(seer_ckpt_t *h)
 	unmap(k);
 	if (k->sock >= 0)
 		close(k->sock); /* before a commit: seerd abandons it */
-	k->magic = 0;
+	pthread_mutex_lock(&ck_lock);
+	ck_table[k->idx].gen++;
+	ck_table[k->idx].k = NULL;
+	pthread_mutex_unlock(&ck_lock);
 	free(k);
 }
 
@@ -440,7 +501,7 @@ int seer_ckpt_open(const seer_options_t *opts, const char *path, int *fd, uint64
 		return -EINVAL;
 	}
 	*fd = -1;
-	struct seer_ckpt k = { .magic = CKPT_HANDLE_MAGIC, .sock = -1 };
+	struct seer_ckpt k = { .sock = -1 };
 	int rc = where(opts, k.sock_path, k.job, &k.connect_ms, OPEN_CONNECT_MS);
 	if (rc != 0)
 		return rc;

@@ -10,6 +10,8 @@ and a trainer's batches stay exact while checkpoints drain beside it.
 Every wait is for a state (the checkpoint's level, a log line, a file),
 never for a sleep."""
 
+import ctypes
+import errno
 import io
 import json
 import os
@@ -127,6 +129,12 @@ def test_save_wait_load_bytes():
             check(row and row[0].split()[3:7] == ["done", "done", "off", "done"],
                   "seerctl checkpoints for people:\n" + txt)
             no_partial(pfs)
+            # C handles are tokens: a closed one is -EBADF, a forged one -EINVAL
+            lib, tok = sc._lib(), hs[0]._h
+            hs[0].close()
+            check(lib.seer_ckpt_wait(tok, 3, 0) == -errno.EBADF, "closed handle not -EBADF")
+            check(lib.seer_ckpt_wait(ctypes.c_void_p(0x12345), 3, 0) == -errno.EINVAL,
+                  "forged handle not -EINVAL")
             log("3 checkpoints of ~%d KiB: bytes equal to torch.save's; seerctl %s" %
                 (hs[0].size // 1024, {k: j[k] for k in ("nvme_used", "drain_rate")}))
     finally:
