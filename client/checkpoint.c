@@ -276,17 +276,27 @@ int seer_ckpt_begin(const seer_options_t *opts, const char *path, uint64_t size,
 	int rc = where(opts, k->sock_path, k->job, &k->connect_ms, DEFAULT_CONNECT_MS);
 	if (rc != 0)
 		goto fail;
-	rc = ck_connect(k->sock_path, deadline_of(k->connect_ms));
-	if (rc < 0)
-		goto fail;
-	k->sock = rc;
+	uint64_t connect_by = deadline_of(k->connect_ms);
 	struct seer_msg_ckpt q, r;
 	req_init(&q, k, SEER_MSG_CKPT_BEGIN);
 	q.timeout_ms = timeout_ms;
 	int mfd = -1;
-	/* seerd answers by timeout_ms; a little more for the reply to come */
-	rc = rpc(k->sock, &q, &r, &mfd, timeout_ms < 0 ? UINT64_MAX
-				       : deadline_of(timeout_ms + k->connect_ms));
+	for (;;) {
+		rc = ck_connect(k->sock_path, connect_by);
+		if (rc < 0)
+			goto fail;
+		k->sock = rc;
+		/* seerd answers by timeout_ms; a little more for the reply to come */
+		rc = rpc(k->sock, &q, &r, &mfd, timeout_ms < 0 ? UINT64_MAX
+					       : deadline_of(timeout_ms + k->connect_ms));
+		/* a seerd still starting (its catalog scan) closes a checkpoint
+		 * connection unanswered: ask again until the connect timeout */
+		if ((rc != -ECONNRESET && rc != -EPIPE) || now_ns() >= connect_by)
+			break;
+		close(k->sock);
+		k->sock = -1;
+		sleep_ns(50 * 1000000ull);
+	}
 	if (rc == 0 && r.status != 0) {
 		rc = r.status;
 		if (mfd >= 0)

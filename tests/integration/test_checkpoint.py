@@ -459,7 +459,32 @@ def test_pfsemu_write_mode():
         cleanup(tmp)
 
 
+def test_save_during_startup():
+    """A save while seerd still scans its catalog (the start-up thread closes
+    checkpoint connections unanswered) waits for it to serve, then succeeds."""
+    tmp = tmpdir("seer-ck-")
+    try:
+        root = os.path.join(tmp, "data")
+        make_classes(root, ["c%d" % i for i in range(40)], 500, 10, 20)  # 20000 files
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        d = Daemon(tmp, {"dataset.path": root, "job.id": JOB}, wait=False)
+        try:
+            wait_for(lambda: os.path.exists(d.sock) or None, LONG, "the start-up socket")
+            starting = "serving job" not in d.log()
+            obj = state(1000, 41)
+            h = sc.save(obj, os.path.join(pfs, "early.pt"), socket=d.sock, job_id=JOB)
+            h.wait("pfs", timeout=LONG)
+            check(open(h.path, "rb").read() == torch_bytes(obj), "bytes differ")
+            log("save began %s seerd served" % ("before" if starting else "after (not tested)"))
+        finally:
+            d.stop()
+    finally:
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_save_wait_load_bytes, test_without_nvme, test_sigkill_after_local_then_restart,
                test_pfs_fails_eio_enospc, test_memory_full, test_sigterm_names_nvme_copy,
-               test_training_exact_beside_checkpoints, test_pfsemu_write_mode])
+               test_training_exact_beside_checkpoints, test_pfsemu_write_mode,
+               test_save_during_startup])
