@@ -299,7 +299,7 @@ install: all
 	sed 's|@PREFIX@|$(PREFIX)|' client/seer.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/seer.pc
 	install -m 0644 docs/man/seerd.1 docs/man/seerctl.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 client/python/seer/__init__.py client/python/seer/torch.py client/python/seer/xform.py \
-		client/python/seer/_workers.py \
+		client/python/seer/_workers.py client/python/seer/checkpoint.py \
 		$(DESTDIR)$(PYDIR)/seer/
 	echo 'LIB = "$(PREFIX)/lib/$(SONAME)"' > $(DESTDIR)$(PYDIR)/seer/_libpath.py
 	@echo "installed under $(DESTDIR)$(PREFIX); Python shim in $(DESTDIR)$(PYDIR)"

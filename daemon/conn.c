@@ -208,6 +208,8 @@ static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *
 		ctl_reply(s, slot, 0, engine_config_json(s->cfg));
 	} else if (strcmp(cmd, "forecast") == 0) {
 		ctl_reply(s, slot, 0, engine_forecast_json(s->e));
+	} else if (strcmp(cmd, "checkpoints") == 0) {
+		ctl_reply(s, slot, 0, ckpt_list_json(s->ck));
 	} else if (strcmp(cmd, "stop") == 0) {
 		log_info("stop requested by seerctl");
 		conn_stop_job(s, true);
@@ -218,7 +220,7 @@ static void handle_ctl(struct server *s, int slot, const struct seer_msg_hello *
 		ctl_reply(s, slot, 0, engine_ack_json("draining"));
 	} else {
 		char msg[256];
-		snprintf(msg, sizeof(msg), "unknown command '%s' (status, config, forecast, drain, stop)", cmd);
+		snprintf(msg, sizeof(msg), "unknown command '%s' (status, config, forecast, checkpoints, drain, stop)", cmd);
 		ctl_reply(s, slot, -EINVAL, xstrdup(msg));
 	}
 }
@@ -334,14 +336,43 @@ void conn_input(struct server *s, uint32_t slot)
 		on_record(s, slot);
 		return;
 	}
-	struct seer_msg_hello h;
-	ssize_t n = sock_recv(p->fd, &h, sizeof(h), NULL, NULL, 0);
-	if (n == -EAGAIN)
+	/* a HELLO or CTL, or a checkpoint stage's request (a larger packet) */
+	union {
+		struct seer_msg_hello h;
+		struct seer_msg_ckpt c;
+	} *first = xmalloc(sizeof(*first));
+	ssize_t n = sock_recv(p->fd, first, sizeof(*first), NULL, NULL, 0);
+	if (n == -EAGAIN) {
+		free(first);
 		return;
+	}
 	int fd = p->fd;
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
 	p->fd = -1;
 	char msg[SEER_ERRMSG_MAX];
+	if (n >= (ssize_t)sizeof(uint64_t) && first->c.magic == SEER_MAGIC_CKPT) {
+		if (p->refuse_uid >= 0 || p->refuse_fds) {
+			struct seer_msg_ckpt r = { .magic = SEER_MAGIC_CKPT, .kind = SEER_MSG_CKPT_REPLY,
+						   .version = SEER_CKPT_VERSION,
+						   .status = SEER_EREFUSED };
+			snprintf(r.msg, sizeof(r.msg), "%s", p->refuse_fds ? "seerd is out of file "
+				 "descriptors: try again later" : "permission denied: seerd serves "
+				 "only its own user's checkpoints");
+			sock_send(fd, &r, sizeof(r), NULL, 0);
+			close(fd);
+			if (p->refuse_fds) {
+				p->refuse_fds = false;
+				conn_spare_restore(s);
+			}
+		} else {
+			ckpt_attach(s->ck, fd, &first->c, (size_t)n, p->pid);
+		}
+		free(first);
+		return;
+	}
+	struct seer_msg_hello h;
+	memcpy(&h, &first->h, sizeof(h));
+	free(first);
 	int status = hello_check(p, &h, n, msg, sizeof(msg));
 	if (status == 1) {
 		close(fd); /* closed before a byte came */

@@ -442,3 +442,11 @@ void engine_set_net(struct engine *e, struct net *n)
 		engine_repin(e);
 	}
 }
+
+bool engine_pfs_busy(void *arg)
+{
+	struct engine *e = arg;
+	/* pool_started is set before the checkpoint stage starts and never
+	 * cleared while it runs (server.c destroys the stage first) */
+	return e->tasks.pool_started && iopool_pending(&e->tasks.pool) > 0;
+}

@@ -121,5 +121,8 @@ void engine_write_stats(struct engine *e);
 char *engine_config_json(const struct seer_config *cfg);
 /* `seerctl stop` / `drain` (malloc'd JSON): {"ok": true, "state": state}. */
 char *engine_ack_json(const char *state);
+/* Whether PFS or NVMe reads of the engine are queued or running (the
+ * checkpoint drain yields to them). Any thread; `e` is a struct engine *. */
+bool engine_pfs_busy(void *e);
 
 #endif /* SEERD_ENGINE_H */

@@ -360,6 +360,11 @@ static void server_close(struct server *s, int rc)
 			   engine_finished(s->e) &&
 			   (s->nnodes == 1 || (s->done_sent && cluster_all_done(s->cl))));
 		engine_write_stats(s->e);
+		/* pending checkpoint writes before the engine whose reads they yield to */
+		ckpt_finish(s->ck, s->stop_deadline > 0 ? s->stop_deadline
+							 : now_s() + s->cfg->stop_grace_s);
+		ckpt_destroy(s->ck);
+		s->ck = NULL;
 		if (s->net)
 			net_destroy(s->net);
 		engine_destroy(s->e);
@@ -407,6 +412,12 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	bool stop = false;
 	if (engine_create(&s.e, &eo, err, sizeof(err)) != 0 ||
 	    (nnodes > 1 && join_peers(&s, err, sizeof(err)) != 0)) {
+		log_error("%s", err);
+		s.lfd = startup_end(st, &stop);
+		goto out;
+	}
+	s.ck = ckpt_create(cfg, node, engine_pfs_busy, s.e, err, sizeof(err));
+	if (!s.ck) {
 		log_error("%s", err);
 		s.lfd = startup_end(st, &stop);
 		goto out;

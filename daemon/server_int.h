@@ -10,6 +10,7 @@
 
 #include "../proto/seer_proto.h"
 #include "../src/config/config.h"
+#include "checkpoint.h"
 #include "cluster.h"
 #include "engine.h"
 
@@ -37,6 +38,7 @@ struct pending {
 struct server {
 	const struct seer_config *cfg;
 	struct engine *e;
+	struct ckpt *ck;          /* the checkpoint stage (checkpoint.h) */
 	struct cluster *cl;
 	struct net *net;
 	uint32_t node, nnodes;

@@ -188,6 +188,79 @@ SEER_API int seer_connect(const seer_options_t *opts, seer_client_t **out);
  * seer_errmsg() saying why (e.g. no private directory). */
 SEER_API int seer_socket_path(const char *job_id, char *buf, size_t cap);
 
+/* ---- checkpoints (docs/checkpoint.md) ----------------------------------
+ *
+ * The trainer hands a checkpoint to the node's seerd: it asks for `size`
+ * bytes of shared memory, fills them, commits, and goes on; seerd writes
+ * them to the node's NVMe at once and drains them to `path` on the PFS in
+ * the background (a temporary name beside it, fsync, rename: a reader never
+ * sees a partial file at `path`). Works with or without a seer_client_t
+ * (same options: socket and job id; rank fields unused).
+ *
+ *     seer_ckpt_t *k;
+ *     if (seer_ckpt_begin(NULL, "/pfs/run/ckpt_100.pt", n, -1, &k) < 0) ...
+ *     memcpy(seer_ckpt_data(k), bytes, n);
+ *     seer_ckpt_commit(k);                  // the trainer goes on
+ *     ...
+ *     seer_ckpt_wait(k, SEER_CKPT_PFS, -1); // durable at the path
+ *     seer_ckpt_close(k);
+ *
+ * A seer_ckpt_t is used by one thread at a time. */
+typedef struct seer_ckpt seer_ckpt_t;
+
+/* Levels of durability (seer_ckpt_wait, seer_ckpt_state). */
+#define SEER_CKPT_MEMORY 0 /* committed: the bytes are in seerd's shared memory */
+#define SEER_CKPT_LOCAL 1  /* complete and fsync'd on this node's NVMe */
+#define SEER_CKPT_PEER 2   /* a second node holds a copy (not built yet: -ENOTSUP) */
+#define SEER_CKPT_PFS 3    /* complete at its path, fsync'd, renamed into place */
+/* States of one level (seer_ckpt_state). */
+#define SEER_CKPT_PENDING 0
+#define SEER_CKPT_DONE 1
+#define SEER_CKPT_FAILED 2 /* seer_errmsg() says why; seerd retries a PFS drain */
+#define SEER_CKPT_OFF 3    /* not used: no NVMe tier (or no room), no peers */
+#define SEER_CKPT_PRUNED 4 /* was complete; its NVMe copy was removed by retention */
+
+/* Ask seerd for `size` bytes of shared memory for a checkpoint to be
+ * written to `path` (absolute; its directory must exist). Waits up to
+ * timeout_ms (< 0: for ever) while seerd's [checkpoint] memory is full,
+ * then fails with -ENOMEM naming the key to raise; -ENOMEM at once when
+ * size exceeds the whole budget. *out: a handle to fill through
+ * seer_ckpt_data() and commit; free it with seer_ckpt_close(). */
+SEER_API int seer_ckpt_begin(const seer_options_t *opts, const char *path, uint64_t size,
+			     int timeout_ms, seer_ckpt_t **out);
+/* The writable shared bytes (seer_ckpt_size() of them); valid until
+ * seer_ckpt_commit() or seer_ckpt_close(). NULL after either. */
+SEER_API void *seer_ckpt_data(seer_ckpt_t *k);
+SEER_API uint64_t seer_ckpt_size(seer_ckpt_t *k);
+/* seerd's checkpoint id (0 before a begin succeeded). */
+SEER_API uint64_t seer_ckpt_id(seer_ckpt_t *k);
+/* Hand the bytes to seerd: they are unmapped here, seerd writes them. */
+SEER_API int seer_ckpt_commit(seer_ckpt_t *k);
+/* The same for the first `len` bytes only (1 .. seer_ckpt_size()): a caller
+ * that asked for an upper bound of its size. */
+SEER_API int seer_ckpt_commit_len(seer_ckpt_t *k, uint64_t len);
+/* Wait until the checkpoint is durable at `level` (SEER_CKPT_LOCAL, _PFS):
+ * 0; -ETIMEDOUT after timeout_ms (< 0: for ever); -EIO when that level
+ * failed (a PFS write: seer_errmsg() says why; the copy stays on NVMe and
+ * seerd retries); -ENOTSUP for a level seerd does not use (no NVMe tier, no
+ * peers); -ENOENT when seerd no longer knows it. A seerd that restarts in
+ * the meantime is asked again (it finds its NVMe copies). */
+SEER_API int seer_ckpt_wait(seer_ckpt_t *k, int level, int timeout_ms);
+/* The state of one level (SEER_CKPT_PENDING ... _PRUNED), or a negative
+ * error; *drained (may be NULL): bytes written to the PFS so far. */
+SEER_API int seer_ckpt_state(seer_ckpt_t *k, int level, uint64_t *drained);
+/* Free the handle. Before its commit this abandons the checkpoint. */
+SEER_API void seer_ckpt_close(seer_ckpt_t *k);
+/* Read back: a read-only fd of the newest complete copy of `path` seerd
+ * holds (*size bytes, the first of the file: a copy still in memory may be
+ * longer; *level: SEER_CKPT_LOCAL for its NVMe copy, SEER_CKPT_MEMORY while
+ * only in memory). -ENOENT when seerd holds none
+ * (read `path` on the PFS); the errors of a failed connect when no seerd
+ * answers (within the connect timeout: 0 in opts means 2000 ms here). The
+ * caller closes the fd. */
+SEER_API int seer_ckpt_open(const seer_options_t *opts, const char *path, int *fd,
+			    uint64_t *size, int *level);
+
 /* Close the connection; every batch handle becomes stale. Batches still
  * held are NOT counted as done: seerd keeps this rank's position at the first
  * batch it did not release (a restarted trainer gets the held ones again,

@@ -178,6 +178,67 @@ struct seer_msg_ctl_reply {
 };
 #define SEER_CTL_CHUNK 32768
 
+/* ---- checkpoints (daemon/checkpoint.c, client/checkpoint.c) -------------
+ *
+ * A connection whose first packet starts with SEER_MAGIC_CKPT (instead of a
+ * HELLO's magic) belongs to the checkpoint stage. Every packet either way is
+ * one struct seer_msg_ckpt; the kinds below are numbered after the others
+ * with room left, and have their own version (SEER_CKPT_VERSION), so a change
+ * of the HELLO does not touch them.
+ *
+ *   BEGIN  path, size, timeout_ms -> REPLY with id and one fd: a memfd of
+ *          `size` bytes (sealed against resizing) the trainer maps writable
+ *          and fills. Waits up to timeout_ms for [checkpoint] memory.
+ *   COMMIT id -> REPLY: the bytes are seerd's; the trainer unmaps them.
+ *          Closing the connection before COMMIT abandons the checkpoint.
+ *   WAIT   id, path, level, timeout_ms -> REPLY when the level is reached
+ *          (status 0), failed (status < 0, msg says why) or the time is up
+ *          (-ETIMEDOUT). Any checkpoint connection may ask about any id.
+ *   STATE  id, path -> REPLY with state[] and drained.
+ *   OPEN   path -> REPLY with one read-only fd of the newest complete copy
+ *          seerd holds (level says where), or -ENOENT: read the PFS. */
+#define SEER_MAGIC_CKPT 0x54504b4352455353ull /* "SSERCKPT" */
+#define SEER_CKPT_VERSION 1u
+#define SEER_CKPT_PATH_MAX 4096
+
+enum seer_ckpt_kind {
+	SEER_MSG_CKPT_BEGIN = 32,
+	SEER_MSG_CKPT_COMMIT = 33,
+	SEER_MSG_CKPT_WAIT = 34,
+	SEER_MSG_CKPT_STATE = 35,
+	SEER_MSG_CKPT_OPEN = 36,
+	SEER_MSG_CKPT_REPLY = 37,
+};
+
+/* Levels (index of state[]) and the state of one level. */
+enum seer_ckpt_level_code { SEER_CKL_MEM = 0, SEER_CKL_LOCAL = 1, SEER_CKL_PEER = 2,
+			    SEER_CKL_PFS = 3, SEER_CKL_COUNT_ = 4 };
+enum seer_ckpt_state_code {
+	SEER_CKS_PENDING = 0, /* not there yet */
+	SEER_CKS_DONE = 1,    /* complete (fsync'd) at this level */
+	SEER_CKS_FAILED = 2,  /* failed (msg: why); seerd retries a PFS drain */
+	SEER_CKS_OFF = 3,     /* this level is not used (no NVMe, no peers) */
+	SEER_CKS_PRUNED = 4,  /* was complete; removed by retention */
+};
+
+struct seer_msg_ckpt {
+	uint64_t magic;      /* SEER_MAGIC_CKPT */
+	uint32_t kind;       /* SEER_MSG_CKPT_* */
+	uint32_t version;    /* SEER_CKPT_VERSION */
+	int32_t status;      /* REPLY: 0 or a negative errno / SEER_E* code */
+	uint32_t level;      /* WAIT: enum seer_ckpt_level_code; OPEN reply: where from */
+	uint64_t id;         /* the checkpoint (BEGIN's reply names it) */
+	uint64_t size;       /* bytes */
+	int64_t timeout_ms;  /* BEGIN, WAIT: < 0 waits for ever */
+	uint64_t drained;    /* STATE reply: bytes written to the PFS so far */
+	uint32_t state[SEER_CKL_COUNT_]; /* STATE/WAIT reply: enum seer_ckpt_state_code */
+	char job_id[SEER_JOBID_MAX];
+	char msg[SEER_ERRMSG_MAX];       /* REPLY: why, when status != 0 */
+	char path[SEER_CKPT_PATH_MAX];   /* absolute destination on the PFS */
+};
+_Static_assert(sizeof(struct seer_msg_ckpt) == 4488, "ckpt message layout");
+_Static_assert(offsetof(struct seer_msg_ckpt, magic) == 0, "ckpt magic first");
+
 /* ---- the arena ---------------------------------------------------------- */
 
 enum seer_dtype {

@@ -166,7 +166,9 @@ static void counters_reset(void)
 	struct emu_totals *t = &emu.t;
 	_Atomic uint64_t *all[] = { &t->reads, &t->bytes, &t->eof_reads, &t->opens, &t->getattrs,
 				    &t->opendirs, &t->readlinks, &t->faults[0], &t->faults[1],
-				    &t->faults[2], &t->io_errors, &t->read_ns };
+				    &t->faults[2], &t->io_errors, &t->read_ns, &t->writes,
+				    &t->write_bytes, &t->write_ns, &t->write_eio, &t->write_enospc,
+				    &t->fsyncs, &t->renames, &t->unlinks, &t->creates };
 	_Static_assert(FAULT_NKINDS == 3, "list every fault counter above");
 	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
 		atomic_store_explicit(all[i], 0, memory_order_relaxed);
@@ -269,9 +271,12 @@ static int emu_statfs(const char *path, struct statvfs *sv)
 
 static int emu_open(const char *path, struct fuse_file_info *fi)
 {
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
+	bool writes = (fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC);
+	if (writes && !emu.o.writable)
 		return -EROFS;
 	enum ctl_node which = ctl_path(path);
+	if (writes && which != CTL_NONE)
+		return -EACCES;
 	if (which == CTL_ROOT)
 		return -EISDIR;
 	if (which == CTL_UNKNOWN)
@@ -300,7 +305,8 @@ static int emu_open(const char *path, struct fuse_file_info *fi)
 	const char *rel = rel_path(path);
 	uint64_t t0 = meta_begin();
 	int rc = 0;
-	h->fd = openat(emu.src_fd, rel, O_RDONLY | O_CLOEXEC);
+	h->fd = openat(emu.src_fd, rel, (writes ? fi->flags & (O_ACCMODE | O_TRUNC | O_APPEND)
+					   : O_RDONLY) | O_CLOEXEC);
 	struct stat st;
 	if (h->fd < 0 || fstat(h->fd, &st) != 0)
 		rc = -errno;
@@ -313,7 +319,8 @@ static int emu_open(const char *path, struct fuse_file_info *fi)
 	}
 	atomic_init(&h->size, (uint64_t)st.st_size);
 	pfsm_file_init(&h->mf, pfsm_ost_of(&emu.model, rel));
-	h->fault_match = emu.o.fault_rate > 0 && strstr(rel, emu.o.fault_path) != NULL;
+	h->fault_match = (emu.o.fault_rate > 0 || emu.o.write_fault_rate > 0) &&
+			 strstr(rel, emu.o.fault_path) != NULL;
 	atomic_fetch_add_explicit(&emu.t.opens, 1, memory_order_relaxed);
 	if (emu.o.stats_per_file) {
 		h->pf = pf_get(&emu.files, rel);
@@ -450,6 +457,194 @@ static int emu_read(const char *path, char *buf, size_t size, off_t off,
 	return (int)n;
 }
 
+/* ---- write mode (--writable and the --write-* options) ------------------------------ */
+
+/* When a write of n bytes arriving at `now` completes: the writes share
+ * --write-bandwidth in arrival order (a virtual schedule, as the read
+ * bucket), each pays --write-latency-ms. */
+static uint64_t write_done(uint64_t now, uint64_t n)
+{
+	uint64_t lat = (uint64_t)(emu.o.write_latency_ms * 1e6);
+	uint64_t shared = emu.o.write_shares && n ? pfsm_charge(&emu.model, now, n) : now;
+	if (!emu.o.write_bandwidth)
+		return MAX(shared, now + lat);
+	pthread_mutex_lock(&emu.wlock);
+	uint64_t start = MAX(now, emu.wtat);
+	emu.wtat = start + (uint64_t)((double)n * 1e9 / (double)emu.o.write_bandwidth);
+	uint64_t end = emu.wtat;
+	pthread_mutex_unlock(&emu.wlock);
+	return MAX(end + lat, shared);
+}
+
+static int emu_write(const char *path, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	(void)path;
+	struct emu_fh *h = (struct emu_fh *)(uintptr_t)fi->fh;
+	if (h->kind != FH_SRC)
+		return -EACCES;
+	thread_tune();
+	uint64_t arrival = now_ns();
+	struct emu_totals *t = &emu.t;
+	if (emu.o.write_capacity) {
+		uint64_t was = atomic_fetch_add_explicit(&emu.written, size, memory_order_relaxed);
+		if (was + size > emu.o.write_capacity) {
+			atomic_fetch_sub_explicit(&emu.written, size, memory_order_relaxed);
+			atomic_fetch_add_explicit(&t->write_enospc, 1, memory_order_relaxed);
+			sleep_until(write_done(arrival, 0));
+			return -ENOSPC;
+		}
+	}
+	if (emu.o.write_fault_rate > 0 && h->fault_match &&
+	    (double)(fault_draw() >> 11) * 0x1.0p-53 < emu.o.write_fault_rate) {
+		if (emu.o.write_capacity)
+			atomic_fetch_sub_explicit(&emu.written, size, memory_order_relaxed);
+		atomic_fetch_add_explicit(&t->write_eio, 1, memory_order_relaxed);
+		sleep_until(write_done(arrival, 0));
+		return -EIO;
+	}
+	size_t done = 0;
+	while (done < size) {
+		ssize_t w = pwrite(h->fd, buf + done, size - done, off + (off_t)done);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			atomic_fetch_add_explicit(&t->io_errors, 1, memory_order_relaxed);
+			return -errno;
+		}
+		done += (size_t)w;
+	}
+	sleep_until(write_done(arrival, size));
+	atomic_fetch_add_explicit(&t->writes, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&t->write_bytes, size, memory_order_relaxed);
+	atomic_fetch_add_explicit(&t->write_ns, now_ns() - arrival, memory_order_relaxed);
+	return (int)size;
+}
+
+static int emu_create(const char *path, mode_t mode, struct fuse_file_info *fi)
+{
+	if (ctl_path(path) != CTL_NONE)
+		return -EACCES;
+	const char *rel = rel_path(path);
+	struct emu_fh *h = xcalloc(1, sizeof(*h));
+	uint64_t t0 = meta_begin();
+	h->fd = openat(emu.src_fd, rel, (fi->flags & (O_ACCMODE | O_TRUNC | O_APPEND | O_EXCL)) |
+		       O_CREAT | O_CLOEXEC, mode);
+	int rc = h->fd < 0 ? -errno : 0;
+	meta_end(t0);
+	if (rc != 0) {
+		free(h);
+		return rc;
+	}
+	h->kind = FH_SRC;
+	pfsm_file_init(&h->mf, pfsm_ost_of(&emu.model, rel));
+	h->fault_match = strstr(rel, emu.o.fault_path) != NULL;
+	fi->direct_io = 1;
+	fi->noflush = 1;
+	atomic_fetch_add_explicit(&emu.t.creates, 1, memory_order_relaxed);
+	fi->fh = (uint64_t)(uintptr_t)h;
+	return 0;
+}
+
+static int emu_fsync(const char *path, int datasync, struct fuse_file_info *fi)
+{
+	(void)path;
+	struct emu_fh *h = (struct emu_fh *)(uintptr_t)fi->fh;
+	if (h->kind != FH_SRC)
+		return 0;
+	uint64_t t0 = meta_begin();
+	int rc = (datasync ? fdatasync(h->fd) : fsync(h->fd)) ? -errno : 0;
+	atomic_fetch_add_explicit(&emu.t.fsyncs, 1, memory_order_relaxed);
+	meta_end(t0);
+	return rc;
+}
+
+/* A metadata call on the source: the model's metadata cost, then `rc`. */
+static int meta_op(int rc, _Atomic uint64_t *ctr, uint64_t t0)
+{
+	if (ctr)
+		atomic_fetch_add_explicit(ctr, 1, memory_order_relaxed);
+	meta_end(t0);
+	return rc;
+}
+
+static int emu_rename(const char *from, const char *to, unsigned flags)
+{
+	if (ctl_path(from) != CTL_NONE || ctl_path(to) != CTL_NONE)
+		return -EACCES;
+	uint64_t t0 = meta_begin();
+	int rc = renameat2(emu.src_fd, rel_path(from), emu.src_fd, rel_path(to), flags) ? -errno : 0;
+	return meta_op(rc, &emu.t.renames, t0);
+}
+
+static int emu_unlink(const char *path)
+{
+	if (ctl_path(path) != CTL_NONE)
+		return -EACCES;
+	uint64_t t0 = meta_begin();
+	int rc = unlinkat(emu.src_fd, rel_path(path), 0) ? -errno : 0;
+	return meta_op(rc, &emu.t.unlinks, t0);
+}
+
+static int emu_mkdir(const char *path, mode_t mode)
+{
+	if (ctl_path(path) != CTL_NONE)
+		return -EACCES;
+	uint64_t t0 = meta_begin();
+	int rc = mkdirat(emu.src_fd, rel_path(path), mode) ? -errno : 0;
+	return meta_op(rc, NULL, t0);
+}
+
+static int emu_rmdir(const char *path)
+{
+	if (ctl_path(path) != CTL_NONE)
+		return -EACCES;
+	uint64_t t0 = meta_begin();
+	int rc = unlinkat(emu.src_fd, rel_path(path), AT_REMOVEDIR) ? -errno : 0;
+	return meta_op(rc, NULL, t0);
+}
+
+static int emu_truncate(const char *path, off_t size, struct fuse_file_info *fi)
+{
+	struct emu_fh *h = fi ? (struct emu_fh *)(uintptr_t)fi->fh : NULL;
+	if (!h && ctl_path(path) != CTL_NONE)
+		return -EACCES;
+	uint64_t t0 = meta_begin();
+	int rc;
+	if (h && h->kind == FH_SRC) {
+		rc = ftruncate(h->fd, size) ? -errno : 0;
+	} else {
+		int fd = openat(emu.src_fd, rel_path(path), O_WRONLY | O_CLOEXEC);
+		rc = fd < 0 ? -errno : ftruncate(fd, size) ? -errno : 0;
+		if (fd >= 0)
+			close(fd);
+	}
+	return meta_op(rc, NULL, t0);
+}
+
+static int emu_chmod(const char *path, mode_t mode, struct fuse_file_info *fi)
+{
+	struct emu_fh *h = fi ? (struct emu_fh *)(uintptr_t)fi->fh : NULL;
+	if (!h && ctl_path(path) != CTL_NONE)
+		return -EACCES;
+	uint64_t t0 = meta_begin();
+	int rc = (h && h->kind == FH_SRC ? fchmod(h->fd, mode)
+					 : fchmodat(emu.src_fd, rel_path(path), mode, 0)) ? -errno : 0;
+	return meta_op(rc, NULL, t0);
+}
+
+static int emu_utimens(const char *path, const struct timespec tv[2], struct fuse_file_info *fi)
+{
+	struct emu_fh *h = fi ? (struct emu_fh *)(uintptr_t)fi->fh : NULL;
+	if (!h && ctl_path(path) != CTL_NONE)
+		return -EACCES;
+	uint64_t t0 = meta_begin();
+	int rc = (h && h->kind == FH_SRC ? futimens(h->fd, tv)
+					 : utimensat(emu.src_fd, rel_path(path), tv,
+						     AT_SYMLINK_NOFOLLOW)) ? -errno : 0;
+	return meta_op(rc, NULL, t0);
+}
+
 /* ---- directories --------------------------------------------------------------------- */
 
 static int emu_opendir(const char *path, struct fuse_file_info *fi)
@@ -575,6 +770,18 @@ static const struct fuse_operations emu_ops = {
 	.opendir = emu_opendir,
 	.readdir = emu_readdir,
 	.releasedir = emu_releasedir,
+	/* write mode only: mount_fs mounts read-only without --writable, where
+	 * the kernel refuses these before they reach us */
+	.write = emu_write,
+	.create = emu_create,
+	.fsync = emu_fsync,
+	.rename = emu_rename,
+	.unlink = emu_unlink,
+	.mkdir = emu_mkdir,
+	.rmdir = emu_rmdir,
+	.truncate = emu_truncate,
+	.chmod = emu_chmod,
+	.utimens = emu_utimens,
 };
 /* ---- signals ------------------------------------------------------------------------ */
 
@@ -684,8 +891,8 @@ static struct fuse *mount_fs(const char *argv0, struct fuse_args *args)
 	for (char *p = fsname; *p; p++)
 		if (*p == ',')
 			*p = '_';
-	char *mopts = xasprintf("ro,default_permissions,fsname=%s,subtype=pfsemu,max_read=%llu%s",
-				fsname, (unsigned long long)o->max_read,
+	char *mopts = xasprintf("%s,default_permissions,fsname=%s,subtype=pfsemu,max_read=%llu%s",
+				o->writable ? "rw" : "ro", fsname, (unsigned long long)o->max_read,
 				o->allow_other ? ",allow_other" : "");
 	free(fsname);
 	int bad = fuse_opt_add_arg(args, argv0) || fuse_opt_add_arg(args, "-o") ||
@@ -776,6 +983,10 @@ int main(int argc, char **argv)
 	if (rc != 0)
 		return rc > 0 ? 0 : 2;
 	log_set_level((enum log_level)o->log_level);
+	if (o->write_bandwidth || o->write_latency_ms > 0 || o->write_capacity ||
+	    o->write_fault_rate > 0 || o->write_shares)
+		o->writable = true;
+	pthread_mutex_init(&emu.wlock, NULL);
 	if (setup_model(o) != 0)
 		return 2;
 

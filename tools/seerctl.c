@@ -28,6 +28,7 @@ static void usage(FILE *out)
 		"  config   the daemon's effective configuration\n"
 		"  forecast this node's bytes by source and time per epoch with the rates\n"
 		"           the daemon measured, the binding term, each epoch's actual\n"
+		"  checkpoints  each checkpoint: bytes, state per level, drain rate and ETA\n"
 		"  drain    accept no new trainers; exit when the attached ones finish\n"
 		"  stop     stop now: trainers get SEER_ESHUTDOWN, the daemon cleans up\n"
 		"\n"
@@ -245,6 +246,44 @@ static void render_forecast_rates(const json_t *root, FILE *out)
 	fprintf(out, "\n");
 }
 
+/* `seerctl checkpoints` for people; -1 when the reply is not a JSON object. */
+static int render_checkpoints(const char *text, FILE *out)
+{
+	json_t *root = json_loads(text, 0, NULL);
+	json_t *arr = json_object_get(root, "checkpoints");
+	if (!json_is_object(root) || !json_is_array(arr)) {
+		json_decref(root);
+		return -1;
+	}
+	char a[32], b[32], c[32], d[32];
+	const char *dir = jtext(root, "nvme_dir");
+	fprintf(out, "checkpoints: memory %s of %s; NVMe %s of %s (%s); drain %s, cap %s, "
+		"%s to go, ETA %.0f s\n", fmt_size(a, sizeof(a), (uint64_t)jnum(root, "memory_used")),
+		fmt_size(b, sizeof(b), (uint64_t)jnum(root, "memory")),
+		fmt_size(c, sizeof(c), (uint64_t)jnum(root, "nvme_used")),
+		fmt_size(d, sizeof(d), (uint64_t)jnum(root, "nvme")), *dir ? dir : "no NVMe tier",
+		rate((char[32]){ 0 }, jnum(root, "drain_rate")),
+		jnum(root, "drain_rate_cap") > 0 ? rate((char[32]){ 0 }, jnum(root, "drain_rate_cap"))
+						 : "none",
+		fmt_size(a, sizeof(a), (uint64_t)jnum(root, "bytes_to_drain")), jnum(root, "eta_s"));
+	fprintf(out, "%-16s %10s %-8s %-8s %-8s %-8s %10s %12s %6s  %s\n", "id", "bytes", "memory",
+		"local", "peer", "pfs", "drained", "rate", "eta", "path");
+	size_t i;
+	json_t *e;
+	json_array_foreach(arr, i, e) {
+		json_t *lv = json_object_get(e, "levels");
+		fprintf(out, "%-16s %10s %-8s %-8s %-8s %-8s %10s %12s %6.0f  %s\n", jtext(e, "id"),
+			fmt_size(a, sizeof(a), (uint64_t)jnum(e, "bytes")), jtext(lv, "memory"),
+			jtext(lv, "local"), jtext(lv, "peer"), jtext(lv, "pfs"),
+			fmt_size(b, sizeof(b), (uint64_t)jnum(e, "drained")),
+			rate(c, jnum(e, "drain_rate")), jnum(e, "eta_s"), jtext(e, "path"));
+		if (*jtext(e, "why"))
+			fprintf(out, "    why: %s\n", jtext(e, "why"));
+	}
+	json_decref(root);
+	return 0;
+}
+
 /* `seerctl forecast` for people; -1 when the reply is not a JSON object. */
 static int render_forecast(const char *text, FILE *out)
 {
@@ -427,6 +466,9 @@ int main(int argc, char **argv)
 	} else if (!json && strcmp(cmd, "config") == 0 && render_config(text, stdout) == 0) {
 		/* rendered */
 	} else if (!json && strcmp(cmd, "forecast") == 0 && render_forecast(text, stdout) == 0) {
+		/* rendered */
+	} else if (!json && strcmp(cmd, "checkpoints") == 0 &&
+		   render_checkpoints(text, stdout) == 0) {
 		/* rendered */
 	} else {
 		fputs(text, stdout);

@@ -75,6 +75,12 @@ struct seer_config {
 	double stop_grace_s;    /* after a stop: trainers' time to detach */
 	double idle_exit_s;     /* one node: stop after this long without a trainer (0: never) */
 	bool serve_jobs;        /* one node: a finished job is followed by the next */
+	/* [checkpoint] (daemon/checkpoint.c) */
+	uint64_t ckpt_memory;    /* bytes of checkpoints in flight in memory */
+	uint64_t ckpt_nvme;      /* bytes of checkpoint copies on the NVMe tier */
+	uint64_t ckpt_keep;      /* drained copies kept on NVMe (newest first) */
+	uint64_t ckpt_drain_rate; /* bytes/s to the PFS (0: no cap) */
+	double ckpt_drain_share; /* share of time a drain takes while PFS reads wait */
 	/* [transform] (src/xform/xform.h parses and checks the values) */
 	char *xf_decode;
 	char *xf_crop;

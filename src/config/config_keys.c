@@ -182,6 +182,20 @@ const struct config_key config_keys[] = {
 	  "hold and detach (their releases are recorded) before seerd exits anyway; keep it "
 	  "below Slurm's KillWait and mpirun's odls_base_sigkill_timeout" },
 
+	{ "checkpoint", "memory", CFG_SIZE, F(ckpt_memory), "2GiB", 1u << 20, SIZEMAX, NULL, false,
+	  "node RAM for checkpoints in flight (seer.checkpoint.save waits, then fails naming "
+	  "this key, when it is full)" },
+	{ "checkpoint", "nvme", CFG_SIZE, F(ckpt_nvme), "16GiB", 0, SIZEMAX, NULL, false,
+	  "bytes of checkpoint copies in <cache.nvme_dir>/seer-ckpt-<job> (apart from the cache "
+	  "tier; 0 or no nvme_dir: checkpoints wait in memory and go straight to the PFS)" },
+	{ "checkpoint", "keep", CFG_U64, F(ckpt_keep), "2", 0, 1u << 20, NULL, false,
+	  "copies kept on NVMe once drained to the PFS, newest first (an undrained copy is "
+	  "never removed)" },
+	{ "checkpoint", "drain_rate", CFG_SIZE, F(ckpt_drain_rate), "0", 0, SIZEMAX, NULL, false,
+	  "bytes/s of checkpoint writes to the PFS (0: no cap)" },
+	{ "checkpoint", "drain_share", CFG_DOUBLE, F(ckpt_drain_share), "0.25", 0.01, 1, NULL,
+	  false, "while seerd's own PFS reads wait, the share of time the drain may write" },
+
 	{ "transform", "decode", CFG_ENUM, F(xf_decode), "none", 0, 0, xf_decodes, true,
 	  "none: deliver file bytes; image: decode JPEG/PNG and deliver tensors" },
 	{ "transform", "crop", CFG_ENUM, F(xf_crop), "random_resized", 0, 0, xf_crops, true,

@@ -34,6 +34,13 @@ struct emu_totals {
 	_Atomic uint64_t faults[FAULT_NKINDS];
 	_Atomic uint64_t io_errors;    /* real errors from the source file system */
 	_Atomic uint64_t read_ns;      /* sum of read service times, arrival to reply */
+	/* write mode */
+	_Atomic uint64_t writes;       /* write requests that wrote */
+	_Atomic uint64_t write_bytes;  /* bytes they wrote */
+	_Atomic uint64_t write_ns;     /* sum of write service times */
+	_Atomic uint64_t write_eio;    /* writes failed by --write-fault-rate */
+	_Atomic uint64_t write_enospc; /* writes refused by --write-capacity */
+	_Atomic uint64_t fsyncs, renames, unlinks, creates;
 };
 
 /* Per-file counters, keyed by the path relative to SRC_DIR. Entries live until
@@ -66,6 +73,9 @@ struct emu {
 	struct pfsm model;
 	struct pf_table files;
 	_Atomic uint64_t fault_ctr;
+	_Atomic uint64_t written;       /* bytes written since the mount (--write-capacity) */
+	pthread_mutex_t wlock;          /* the write bucket */
+	uint64_t wtat;                  /* when the write bandwidth is free again (ns) */
 	unsigned nkinds;
 	enum fault_kind kinds[FAULT_NKINDS];
 };

@@ -203,6 +203,16 @@ void pfsm_destroy(struct pfsm *m)
 	pthread_mutex_destroy(&m->lock);
 }
 
+uint64_t pfsm_charge(struct pfsm *m, uint64_t now, uint64_t bytes)
+{
+	pthread_mutex_lock(&m->lock);
+	now = m->clock = MAX(m->clock, now);
+	uint64_t end = bucket_grant(m, bytes, now);
+	busy_add(m, now, now, end);
+	pthread_mutex_unlock(&m->lock);
+	return end;
+}
+
 uint64_t pfsm_meta(struct pfsm *m, uint64_t now)
 {
 	pthread_mutex_lock(&m->lock);

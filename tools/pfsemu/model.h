@@ -130,6 +130,10 @@ struct pfsm_snap {
 void pfsm_init(struct pfsm *m, const struct pfsm_config *c, uint64_t now);
 void pfsm_destroy(struct pfsm *m);
 
+/* `bytes` written arriving at now, charged to the shared bandwidth (the
+ * read bucket) without holding a queue slot: when its last byte has passed
+ * (seer-pfsemu --write-shares-bandwidth). */
+uint64_t pfsm_charge(struct pfsm *m, uint64_t now, uint64_t bytes);
 /* A metadata operation arriving at now: its completion time. */
 uint64_t pfsm_meta(struct pfsm *m, uint64_t now);
 

@@ -91,6 +91,21 @@ static const struct opt_def opt_table[] = {
 	  "seed of the fault generator (0..2^63-1), for reproducible runs" },
 	{ "fault-path", 0, OT_STR, O(fault_path), "", "SUBSTR", 0, 0,
 	  "only files whose path under SRC_DIR contains SUBSTR" },
+	{ "writable", 0, OT_FLAG, O(writable), NULL, NULL, 0, 0,
+	  "mount read-write: create, write, fsync, rename, unlink reach SRC_DIR (implied by "
+	  "any write option below)" },
+	{ "write-bandwidth", 0, OT_RATE, O(write_bandwidth), "0", "RATE", 0, 0,
+	  "aggregate bandwidth of all writes, e.g. 100MB/s (0 = unlimited)" },
+	{ "write-latency-ms", 0, OT_MS, O(write_latency_ms), "0", "MS", 0, 600000,
+	  "latency added to every write request" },
+	{ "write-capacity", 0, OT_SIZE, O(write_capacity), "0", "SIZE", 0, 0,
+	  "bytes that may be written through the mount in all; later writes fail with "
+	  "ENOSPC (0 = no limit)" },
+	{ "write-fault-rate", 0, OT_PROB, O(write_fault_rate), "0", "R", 0, 1,
+	  "probability that a write fails with EIO (0..1; --fault-path applies)" },
+	{ "write-shares-bandwidth", 0, OT_FLAG, O(write_shares), NULL, NULL, 0, 0,
+	  "writes also take their bytes from --bandwidth, the reads' bucket: one link for both "
+	  "(implies --writable)" },
 	{ "allow-other", 0, OT_FLAG, O(allow_other), NULL, NULL, 0, 0,
 	  "let other users access the mount (FUSE allow_other)" },
 	{ "log-file", 0, OT_STR, O(log_file), NULL, "FILE", 0, 0,

@@ -45,6 +45,13 @@ struct emu_opts {
 	unsigned fault_kinds;    /* bit mask of enum fault_kind */
 	uint64_t fault_seed;
 	const char *fault_path;  /* substring; "" = every file */
+	/* write mode (any of these mounts read-write; docs/pfsemu.md) */
+	bool writable;           /* --writable: read-write, writes unthrottled */
+	uint64_t write_bandwidth; /* bytes/s of all writes; 0 = unlimited */
+	double write_latency_ms; /* added to every write request */
+	uint64_t write_capacity; /* bytes that may be written in all; then ENOSPC (0 = no limit) */
+	double write_fault_rate; /* probability that a write fails with EIO */
+	bool write_shares;       /* writes also take their bytes from --bandwidth */
 	const char *log_file;
 	int log_level;           /* enum log_level */
 };

@@ -192,6 +192,17 @@ static json_t *totals_json(const struct pfsm_snap *s)
 	put(j, "errors_injected", jint(nfaults));
 	put(j, "faults", faults);
 	put(j, "io_errors", jint(LD(t->io_errors)));
+	json_t *w = must(json_object());
+	put(w, "writes", jint(LD(t->writes)));
+	put(w, "bytes", jint(LD(t->write_bytes)));
+	put(w, "write_time_s", jreal((double)LD(t->write_ns) / 1e9));
+	put(w, "eio", jint(LD(t->write_eio)));
+	put(w, "enospc", jint(LD(t->write_enospc)));
+	put(w, "fsyncs", jint(LD(t->fsyncs)));
+	put(w, "renames", jint(LD(t->renames)));
+	put(w, "unlinks", jint(LD(t->unlinks)));
+	put(w, "creates", jint(LD(t->creates)));
+	put(j, "write", w);
 	put(j, "busy_s", jreal((double)s->busy_ns / 1e9));
 	put(j, "read_time_s", jreal((double)LD(t->read_ns) / 1e9));
 	put(j, "queue_wait_s", jreal((double)mount->wait_ns / 1e9));

@@ -272,7 +272,11 @@ def _load():
 
 
 def __getattr__(name):
-    """seer.ESHUTDOWN, seer.EDAEMON, ...: libseer's codes (SeerError.code)."""
+    """seer.ESHUTDOWN, seer.EDAEMON, ...: libseer's codes (SeerError.code);
+    seer.checkpoint (imported on first use: it needs torch)."""
+    if name == "checkpoint":
+        import importlib
+        return importlib.import_module(".checkpoint", __name__)
     if name in ("EEPOCH", "EEND", "ESHUTDOWN", "EBATCH", "ENOTHELD", "EDAEMON", "EREFUSED",
                 "EDATASET", "ECONFIG"):
         _load()

@@ -1,0 +1,354 @@
+"""seer.checkpoint: hand a checkpoint to the node's seerd and go on training.
+
+    h = seer.checkpoint.save(model.state_dict(), "/pfs/run/ckpt_100.pt")
+    ...                                   # training goes on at once
+    h.wait("pfs")                         # durable at the path (optional)
+    state = seer.checkpoint.load("/pfs/run/ckpt_100.pt", map_location="cpu")
+
+save() serialises obj as torch.save(obj, f) does for a file object f,
+straight into shared memory seerd hands out, and returns once the bytes are
+there (committed); seerd then writes them to the node's NVMe ("local") and
+drains them to `path` ("pfs": a temporary name beside it, fsync, rename, so a
+reader never sees a partial file). With torch 1.13 the size has to be known
+before the memory is asked for. For the usual checkpoint (dicts, lists and
+tuples of tensors, numbers and strings: a state_dict) save asks for an upper
+bound of it (the tensors' bytes plus room for the archive's own) and commits
+the bytes torch.save wrote: one pass, one copy of every byte, from the
+tensors into shared memory. For anything else (a whole nn.Module, other
+objects), or if the bound was short, torch.save runs twice: first into a
+writer that only counts bytes (no copy), then into the mapping. Nothing else
+is copied.
+
+The bytes are those of torch.save(obj, open(path, "wb")): torch.save(obj,
+"name.pt") names the archive's top folder after the file ("name/") where a
+file object gives "archive/"; torch.load reads both alike.
+
+load() returns torch.load's result from the newest complete copy: seerd's
+NVMe copy (or its memory while the drain runs), else the file at `path`.
+
+Both find seerd as seer.Loader does (socket= or $SEER_SOCKET, job_id= or
+$SEER_JOB_ID / $SLURM_JOB_ID) and work beside a Loader or alone.
+"""
+
+import ctypes
+import errno
+import io
+import os
+import threading
+
+from . import SeerError, _Options, _load
+
+__all__ = ["save", "load", "Checkpoint", "LEVELS"]
+
+LEVELS = ("memory", "local", "peer", "pfs")
+_STATES = ("pending", "done", "failed", "off", "pruned")
+_sig_lock = threading.Lock()
+_sig_done = False
+
+
+def _lib():
+    global _sig_done
+    lib = _load()
+    with _sig_lock:
+        if not _sig_done:
+            P, I, U64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64
+            sigs = {
+                "seer_ckpt_begin": (I, [ctypes.POINTER(_Options), ctypes.c_char_p, U64, I,
+                                        ctypes.POINTER(P)]),
+                "seer_ckpt_data": (P, [P]),
+                "seer_ckpt_size": (U64, [P]),
+                "seer_ckpt_id": (U64, [P]),
+                "seer_ckpt_commit": (I, [P]),
+                "seer_ckpt_commit_len": (I, [P, U64]),
+                "seer_ckpt_wait": (I, [P, I, I]),
+                "seer_ckpt_state": (I, [P, I, ctypes.POINTER(U64)]),
+                "seer_ckpt_close": (None, [P]),
+                "seer_ckpt_open": (I, [ctypes.POINTER(_Options), ctypes.c_char_p,
+                                       ctypes.POINTER(I), ctypes.POINTER(U64),
+                                       ctypes.POINTER(I)]),
+            }
+            for name, (res, args) in sigs.items():
+                f = getattr(lib, name, None)
+                if f is None:
+                    raise ImportError("libseer lacks %s: too old for seer.checkpoint" % name)
+                f.restype = res
+                f.argtypes = args
+            _sig_done = True
+    return lib
+
+
+def _err(lib, rc):
+    msg = lib.seer_errmsg().decode(errors="replace") or \
+        lib.seer_strerror(rc).decode(errors="replace")
+    if rc == -errno.ETIMEDOUT:
+        return TimeoutError(msg)
+    return SeerError(rc, msg)
+
+
+def _options(socket, job_id, connect_timeout):
+    o = _Options()
+    o.socket_path = os.fsencode(socket) if socket else None
+    o.job_id = job_id.encode() if job_id else None
+    if connect_timeout is not None:
+        o.connect_timeout_ms = max(1, int(connect_timeout * 1000))
+    return o
+
+
+def _ms(timeout):
+    return -1 if timeout is None else max(0, min(int(timeout * 1000), 2**31 - 1))
+
+
+class _Counter:
+    """A file object that only counts what torch.save writes."""
+
+    def __init__(self):
+        self.n = 0
+
+    def write(self, b):
+        n = memoryview(b).nbytes
+        self.n += n
+        return n
+
+    def flush(self):
+        pass
+
+
+class _Overflow(Exception):
+    pass
+
+
+class _ShmWriter:
+    """A file object over the shared mapping: each write is one copy."""
+
+    def __init__(self, addr, size):
+        self._mv = memoryview((ctypes.c_char * size).from_address(addr)).cast("B")
+        self.pos = 0
+
+    def write(self, b):
+        src = memoryview(b).cast("B")
+        n = src.nbytes
+        if self.pos + n > len(self._mv):
+            raise _Overflow()
+        self._mv[self.pos:self.pos + n] = src
+        self.pos += n
+        return n
+
+    def flush(self):
+        pass
+
+    def release(self):
+        self._mv.release()
+
+
+class Checkpoint:
+    """A checkpoint handed to seerd. wait(level) blocks until it is durable
+    at "local" (this node's NVMe), "peer" or "pfs" (at its path); state()
+    says where it is."""
+
+    def __init__(self, lib, handle, path, size):
+        self._lib = lib
+        self._h = handle
+        self.path = path
+        self.size = size
+        self.id = lib.seer_ckpt_id(handle)
+        self._lock = threading.Lock()
+
+    def wait(self, level="pfs", timeout=None):
+        """Return once durable at `level`; TimeoutError after `timeout`
+        seconds (None: for ever); SeerError when the level failed (a PFS
+        write: the message says why, the copy stays on NVMe and seerd tries
+        again) or is not used (no NVMe tier: "local"; no peers: "peer")."""
+        lv = LEVELS.index(level) if level in LEVELS else -1
+        if lv < 1:
+            raise ValueError("level must be 'local', 'peer' or 'pfs', not %r" % (level,))
+        with self._lock:
+            self._check()
+            rc = self._lib.seer_ckpt_wait(self._h, lv, _ms(timeout))
+            if rc != 0:
+                raise _err(self._lib, rc)
+
+    def state(self):
+        """{"memory": ..., "local": ..., "peer": ..., "pfs": ...} with each
+        level's state ("pending", "done", "failed", "off", "pruned"), plus
+        "drained" (bytes on the PFS so far) and "why" (the last failure)."""
+        out = {}
+        drained = ctypes.c_uint64()
+        with self._lock:
+            self._check()
+            why = ""
+            for lv, name in enumerate(LEVELS):
+                rc = self._lib.seer_ckpt_state(self._h, lv, ctypes.byref(drained))
+                if rc < 0:
+                    raise _err(self._lib, rc)
+                out[name] = _STATES[rc]
+                if rc == 2:
+                    why = self._lib.seer_errmsg().decode(errors="replace")
+        out["drained"] = drained.value
+        out["why"] = why
+        return out
+
+    def close(self):
+        with self._lock:
+            if self._h:
+                self._lib.seer_ckpt_close(self._h)
+                self._h = None
+
+    def _check(self):
+        if not self._h:
+            raise SeerError(-errno.EBADF, "checkpoint %s: handle closed" % self.path)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<seer.checkpoint.Checkpoint %s %d bytes>" % (self.path, self.size)
+
+
+def _bound(obj):
+    """An upper bound of torch.save(obj)'s bytes for containers of tensors,
+    numbers and strings; None for anything else."""
+    import torch
+    seen = set()
+    total, stack, items = 65536, [obj], 0
+    while stack:
+        o = stack.pop()
+        items += 1
+        if isinstance(o, torch.Tensor):
+            st = o.storage()
+            key = (o.device, st.data_ptr())
+            if key not in seen:
+                seen.add(key)
+                total += st.nbytes() + 4096  # its zip entry, headers and alignment
+            total += 256 + 16 * o.dim()       # its pickled rebuild call
+        elif isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        elif isinstance(o, (str, bytes, bytearray)):
+            total += 4 * len(o) + 16
+        elif o is None or isinstance(o, (bool, int, float, complex, torch.dtype,
+                                         torch.device, torch.Size)):
+            pass
+        else:
+            return None
+    return total + 64 * items
+
+
+def _begin(lib, o, path, size, timeout):
+    h = ctypes.c_void_p()
+    rc = lib.seer_ckpt_begin(ctypes.byref(o), os.fsencode(path), size, _ms(timeout),
+                             ctypes.byref(h))
+    if rc != 0:
+        raise _err(lib, rc)
+    return h
+
+
+def _fill(lib, h, obj, size):
+    """torch.save into the mapping: the bytes written, or None when they do
+    not fit."""
+    import torch
+    w = _ShmWriter(lib.seer_ckpt_data(h), size)
+    try:
+        torch.save(obj, w)
+    except _Overflow:
+        return None
+    finally:
+        w.release()
+    return w.pos
+
+
+def save(obj, path, socket=None, job_id=None, timeout=None, connect_timeout=None):
+    """Serialise obj as torch.save would, into seerd's shared memory, and
+    return a Checkpoint once the bytes are there. timeout: seconds to wait
+    while seerd's checkpoint memory is full (None: for ever); then a
+    SeerError names [checkpoint] memory to raise."""
+    import torch
+    lib = _lib()
+    path = os.path.abspath(os.fspath(path))
+    o = _options(socket, job_id, connect_timeout)
+    bound = _bound(obj)
+    if bound is not None:
+        h = _begin(lib, o, path, bound, timeout)
+        ok = False
+        try:
+            n = _fill(lib, h, obj, bound)
+            if n is not None:
+                rc = lib.seer_ckpt_commit_len(h, n)
+                if rc != 0:
+                    raise _err(lib, rc)
+                ok = True
+                return Checkpoint(lib, h, path, n)
+        finally:
+            if not ok:
+                lib.seer_ckpt_close(h)  # seerd abandons it
+    counter = _Counter()
+    torch.save(obj, counter)
+    size = counter.n
+    h = _begin(lib, o, path, size, timeout)
+    ok = False
+    try:
+        n = _fill(lib, h, obj, size)
+        if n != size:
+            raise SeerError(-errno.EOVERFLOW, "torch.save wrote %d bytes, then %s (changed "
+                            "while saving?)" % (size, "more" if n is None else n))
+        rc = lib.seer_ckpt_commit(h)
+        if rc != 0:
+            raise _err(lib, rc)
+        ok = True
+    finally:
+        if not ok:
+            lib.seer_ckpt_close(h)  # seerd abandons it
+    return Checkpoint(lib, h, path, size)
+
+
+def where(path, socket=None, job_id=None, connect_timeout=None):
+    """Where load(path) reads from: "local", "memory" or "pfs"."""
+    fd, level, _ = _open(path, socket, job_id, connect_timeout)
+    if fd is not None:
+        os.close(fd)
+    return level
+
+
+def _open(path, socket, job_id, connect_timeout):
+    lib = _lib()
+    path = os.path.abspath(os.fspath(path))
+    o = _options(socket, job_id, connect_timeout)
+    fd, size, level = ctypes.c_int(-1), ctypes.c_uint64(), ctypes.c_int()
+    rc = lib.seer_ckpt_open(ctypes.byref(o), os.fsencode(path), ctypes.byref(fd),
+                            ctypes.byref(size), ctypes.byref(level))
+    if rc != 0:
+        # no copy at seerd (-ENOENT), or no seerd answering: the PFS file
+        return None, "pfs", 0
+    return fd.value, LEVELS[level.value], size.value
+
+
+def load(path, map_location=None, socket=None, job_id=None, connect_timeout=None, **kwargs):
+    """torch.load(path, map_location) from the newest complete copy: seerd's
+    NVMe copy (or its memory while that is all there is), else `path`."""
+    import torch
+    fd, level, size = _open(path, socket, job_id, connect_timeout)
+    if fd is None:
+        return torch.load(os.fspath(path), map_location=map_location, **kwargs)
+    if level == "memory":
+        # seerd's memory may be longer than the checkpoint: its first `size` bytes
+        try:
+            buf = bytearray(size)
+            view, got = memoryview(buf), 0
+            while got < size:
+                n = os.preadv(fd, [view[got:]], got)
+                if n <= 0:
+                    raise SeerError(-errno.EIO, "short read of seerd's copy of %s" % path)
+                got += n
+        finally:
+            os.close(fd)
+        return torch.load(io.BytesIO(buf), map_location=map_location, **kwargs)
+    try:
+        # by name, torch's own file reader reads it (a file object is read
+        # through Python calls: slower)
+        return torch.load("/proc/self/fd/%d" % fd, map_location=map_location, **kwargs)
+    finally:
+        os.close(fd)

@@ -1,0 +1,240 @@
+#!/usr/bin/python3
+"""Trainer blocking time of seer.checkpoint.save vs torch.save, same path.
+
+    scripts/bench_checkpoint.py [--mib 512] [--reps 3] [--dir DIR] [--nvme DIR]
+                                [--drain-rate BYTES_PER_S] [--pfsemu RATE]
+
+Starts a seerd of its own (a tiny dataset, job id bench-ckpt), with its
+NVMe tier at --nvme (default: a folder under --dir), and saves a state dict
+of --mib MiB of float32 tensors to --dir (the "PFS": a local folder unless
+you point it at a mount, e.g. scripts/pfsemu-mount.sh's) --reps times each
+way (--pfsemu RATE: the "PFS" is seer-pfsemu in write mode over a folder,
+--write-bandwidth RATE, and its count of bytes written is printed):
+  torch.save        torch.save(obj, path) (page cache; no fsync, as torch does)
+  torch.save+fsync  the same, then fsync: durable like seer's "pfs" level
+  seer save         seer.checkpoint.save(obj, path): the trainer's stall
+  seer local/pfs    from save's return until wait("local") / wait("pfs")
+and times load: seer.checkpoint.load (from seerd's NVMe copy) vs torch.load
+of the PFS file. Prints numbers; never fails on a timing.
+
+    scripts/bench_checkpoint.py --beside N [--mib 128] [--every 2] [--pfsemu 100MB/s]
+                                [--data-mib 96]
+
+The issue's second bar: N trainers (seer-trainer) read a dataset through
+seerd from seer-pfsemu (--bandwidth RATE --write-shares-bandwidth: reads and
+writes share one link) for 2 epochs with a small RAM cache, once alone and
+once while this process saves a --mib state with seer.checkpoint.save every
+--every seconds; prints each run's samples/s and the difference.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+os.environ.setdefault("SEER_LIB", os.path.join(ROOT, "lib", "libseer.so.0"))
+
+import torch  # noqa: E402
+import seer.checkpoint as sc  # noqa: E402
+from seertest import Daemon, make_classes  # noqa: E402
+
+
+def fsync_path(p):
+    fd = os.open(p, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mib", type=int, default=512)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--nvme", default=None)
+    ap.add_argument("--drain-rate", default="0")
+    ap.add_argument("--pfsemu", default=None, metavar="RATE")
+    ap.add_argument("--beside", type=int, default=0, metavar="N")
+    ap.add_argument("--every", type=float, default=2.0)
+    ap.add_argument("--data-mib", type=int, default=96)
+    a = ap.parse_args()
+    if a.beside:
+        return beside(a)
+    work = tempfile.mkdtemp(prefix="seer-bench-ckpt-")
+    pfs = a.dir or os.path.join(work, "pfs")
+    os.makedirs(pfs, exist_ok=True)
+    emu_mnt = None
+    if a.pfsemu:
+        emu_mnt = os.path.join(work, "pfs-mnt")
+        os.makedirs(emu_mnt)
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-mount.sh"), pfs, emu_mnt,
+                        "--write-bandwidth", a.pfsemu], check=True, capture_output=True)
+        pfs = emu_mnt
+    nvme = a.nvme or os.path.join(work, "nvme")
+    data = os.path.join(work, "data")
+    make_classes(data, ["a"], 8, 100, 200)
+    n = a.mib * (1 << 20) // 4
+    obj = {"layer%d" % i: torch.randn(n // 8) for i in range(8)}
+    obj["step"] = 1
+    s = {"dataset.path": data, "job.id": "bench-ckpt", "cache.nvme_dir": nvme,
+         "checkpoint.memory": "%dMiB" % (2 * a.mib + 64),
+         "checkpoint.nvme": "%dMiB" % ((a.reps + 2) * a.mib + 64),
+         "checkpoint.drain_rate": a.drain_rate, "daemon.stop_grace_s": 600}
+    rows = {"torch.save": [], "torch.save+fsync": [], "seer save": [], "seer local": [],
+            "seer pfs": []}
+    try:
+        with Daemon(work, s) as d:
+            kw = {"socket": d.sock, "job_id": "bench-ckpt"}
+            for r in range(a.reps):
+                p = os.path.join(pfs, "torch_%d.pt" % r)
+                t0 = time.perf_counter()
+                torch.save(obj, p)
+                t1 = time.perf_counter()
+                fsync_path(p)
+                t2 = time.perf_counter()
+                rows["torch.save"].append(t1 - t0)
+                rows["torch.save+fsync"].append(t2 - t0)
+                p = os.path.join(pfs, "seer_%d.pt" % r)
+                t0 = time.perf_counter()
+                h = sc.save(obj, p, **kw)
+                t1 = time.perf_counter()
+                h.wait("local")
+                t2 = time.perf_counter()
+                h.wait("pfs")
+                t3 = time.perf_counter()
+                rows["seer save"].append(t1 - t0)
+                rows["seer local"].append(t2 - t1)
+                rows["seer pfs"].append(t3 - t1)
+                h.close()
+            last = os.path.join(pfs, "seer_%d.pt" % (a.reps - 1))
+            t0 = time.perf_counter()
+            sc.load(last, **kw)
+            t_nvme = time.perf_counter() - t0
+            where = sc.where(last, **kw)
+            subprocess.run(["sync"])
+            t0 = time.perf_counter()
+            torch.load(last)
+            t_pfs = time.perf_counter() - t0
+            written = None
+            if emu_mnt:
+                import json
+                with open(os.path.join(emu_mnt, ".pfsemu", "stats")) as f:
+                    written = json.load(f)["totals"]["write"]["bytes"]
+                seer_bytes = a.reps * os.path.getsize(last)
+    finally:
+        if emu_mnt:
+            subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-umount.sh"), emu_mnt],
+                           capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    size = a.mib
+    print("state %d MiB, %d reps, PFS %s%s, NVMe %s, drain cap %s, load %s" %
+          (size, a.reps, "seer-pfsemu --write-bandwidth %s over " % a.pfsemu if a.pfsemu else "",
+           a.dir or "(tmp folder)", nvme, a.drain_rate,
+           open("/proc/loadavg").read().split()[:3]))
+    for k, v in rows.items():
+        print("%-18s median %7.3f s  (%s)  %s" % (k, sorted(v)[len(v) // 2],
+                                                  " ".join("%.3f" % x for x in v),
+                                                  "%.0f MiB/s" % (size / max(sorted(v)[len(v) // 2], 1e-9))))
+    ts, ss = sorted(rows["torch.save"])[a.reps // 2], sorted(rows["seer save"])[a.reps // 2]
+    tf = sorted(rows["torch.save+fsync"])[a.reps // 2]
+    print("blocking: torch.save / seer save = %.2fx; torch.save+fsync / seer save = %.2fx" %
+          (ts / ss, tf / ss))
+    print("load: seer.checkpoint.load (%s) %.3f s, torch.load of the PFS file %.3f s" %
+          (where, t_nvme, t_pfs))
+    if written is not None:
+        print("pfsemu (--write-bandwidth %s): bytes written %d = torch.save's %d + seer's %d "
+              "(%s)" % (a.pfsemu, written, written - seer_bytes, seer_bytes,
+                        "torch + seer bytes" if written == 2 * seer_bytes else "differs"))
+
+
+def trainer_rates(procs):
+    rates = []
+    for p in procs:
+        out, err = p.communicate(timeout=3600)
+        if p.returncode != 0:
+            raise SystemExit("trainer failed: %s" % err)
+        m = re.search(r"([0-9.]+) samples/s", out)
+        rates.append(float(m.group(1)))
+    return rates
+
+
+def beside(a):
+    rate = a.pfsemu or "100MB/s"
+    work = tempfile.mkdtemp(prefix="seer-bench-ckpt-")
+    src = os.path.join(work, "pfs")
+    mnt = os.path.join(work, "mnt")
+    os.makedirs(mnt)
+    per = 256 * 1024
+    make_classes(os.path.join(src, "data"), ["c%d" % i for i in range(8)],
+                 max(1, a.data_mib * (1 << 20) // per // 8), per - 4096, per + 4096)
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-mount.sh"), src, mnt,
+                    "--bandwidth", rate, "--write-shares-bandwidth"], check=True,
+                   capture_output=True)
+    n = a.mib * (1 << 20) // 4
+    obj = {"layer%d" % i: torch.randn(n // 8) for i in range(8)}
+    out = {}
+    try:
+        for run in ("alone", "with checkpoints"):
+            wd = os.path.join(work, run.replace(" ", "-"))
+            os.makedirs(wd)
+            s = {"dataset.path": os.path.join(mnt, "data"), "job.id": "bench-beside",
+                 "job.epochs": 2, "job.batch_size": 16, "job.world_size": a.beside,
+                 "cache.ram": "8MiB", "cache.nvme_dir": os.path.join(wd, "nvme"),
+                 "checkpoint.memory": "%dMiB" % (4 * a.mib + 64)}
+            with Daemon(wd, s) as d:
+                env = dict(os.environ, SEER_JOB_ID="bench-beside")
+                procs = [subprocess.Popen([os.path.join(ROOT, "bin", "seer-trainer"), "--rank",
+                                           str(r), "--world", str(a.beside), "--socket", d.sock],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True, env=env) for r in range(a.beside)]
+                saved, stop = [], threading.Event()
+
+                def saver():
+                    k = 0
+                    while not stop.is_set():
+                        t0 = time.perf_counter()
+                        h = sc.save(obj, os.path.join(mnt, "ck_%d.pt" % k), socket=d.sock,
+                                    job_id="bench-beside")
+                        saved.append((time.perf_counter() - t0, h))
+                        k += 1
+                        stop.wait(a.every)
+                th = None
+                if run != "alone":
+                    th = threading.Thread(target=saver)
+                    th.start()
+                rates = trainer_rates(procs)
+                stop.set()
+                if th:
+                    th.join()
+                with open(os.path.join(mnt, ".pfsemu", "stats")) as f:
+                    tot = json.load(f)["totals"]
+                out[run] = (rates, len(saved), sum(x[0] for x in saved) / max(1, len(saved)),
+                            tot["bytes"], tot["write"]["bytes"])
+                for _, h in saved:
+                    h.close()
+    finally:
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-umount.sh"), mnt],
+                       capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    print("%d trainers, dataset %d MiB via seer-pfsemu --bandwidth %s --write-shares-bandwidth, "
+          "state %d MiB every %.1f s, load %s" % (a.beside, a.data_mib, rate, a.mib, a.every,
+                                                  open("/proc/loadavg").read().split()[:3]))
+    base = sum(out["alone"][0])
+    for run, (rates, k, blk, rd, wr) in out.items():
+        print("%-17s samples/s %s (sum %.0f, %+.1f%%); checkpoints %d (save blocked %.3f s "
+              "each); PFS read %d B, written %d B (cumulative)" %
+              (run, " ".join("%.0f" % x for x in rates), sum(rates),
+               100.0 * (sum(rates) - base) / base, k, blk, rd, wr))
+
+
+if __name__ == "__main__":
+    main()

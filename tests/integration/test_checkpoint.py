@@ -1,0 +1,498 @@
+#!/usr/bin/env python3
+"""Checkpoints through seerd (issue 31, docs/checkpoint.md): real daemons,
+real files. seer.checkpoint.save's bytes at the PFS path are torch.save's
+(and torch.load gives the same object back), the levels are reached in
+order, a seerd SIGKILLed after "local" finishes the drain when restarted, a
+failing PFS (EIO, ENOSPC) leaves no file at the path and says why, full
+checkpoint memory is refused naming the key, SIGTERM names what is where,
+and a trainer's batches stay exact while checkpoints drain beside it.
+
+Every wait is for a state (the checkpoint's level, a log line, a file),
+never for a sleep."""
+
+import ctypes
+import errno
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seertest import (BIN, LONG, ROOT, Daemon, Fail, Gate, catalog, check, cleanup, finish, log,
+                      SANITIZER, make_classes, read_log, run_tests, start_trainer, tmpdir, verify_rank,
+                      wait_for)
+
+from test_multi_node import mount_pfs, pfs_stats, pfsemu_available, umount_pfs  # noqa: E402
+import seer  # noqa: E402
+import torch  # noqa: E402
+import seer.checkpoint as sc  # noqa: E402
+
+JOB = "ckpt-test"
+
+
+def dataset(tmp):
+    root = os.path.join(tmp, "data")
+    make_classes(root, ["a", "b", "c"], 24, 2000, 8000, seed=5)
+    return root, catalog(root)
+
+
+def settings(tmp, root, nvme=True, **kw):
+    s = {"dataset.path": root, "job.id": JOB, "job.seed": 1, "job.epochs": 2,
+         "job.batch_size": 8, "cache.ram": "1MiB", "cache.staging": "4MiB",
+         "prefetch.io_threads": 2, "daemon.stop_grace_s": 5}
+    if nvme:
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme")
+    s.update(kw)
+    return s
+
+
+def state(n_floats, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"model": {"w": torch.randn(n_floats, generator=g), "b": torch.arange(17)},
+            "optim": {"step": seed, "lr": 0.1}, "note": "seer %d" % seed}
+
+
+def torch_bytes(obj):
+    b = io.BytesIO()
+    torch.save(obj, b)
+    return b.getvalue()
+
+
+def same(a, b):
+    check(torch.equal(a["model"]["w"], b["model"]["w"]) and
+          torch.equal(a["model"]["b"], b["model"]["b"]) and
+          a["optim"] == b["optim"] and a["note"] == b["note"], "loaded object differs")
+
+
+def ctl_checkpoints(d):
+    out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", d.sock, "--json",
+                          "checkpoints"], capture_output=True, text=True, timeout=LONG)
+    check(out.returncode == 0, "seerctl checkpoints: %s" % out.stderr)
+    return json.loads(out.stdout)
+
+
+def no_partial(pfs):
+    """Nothing but complete checkpoints in the PFS directory: no temporary."""
+    left = [f for f in os.listdir(pfs) if f.startswith(".") and f.endswith(".tmp")]
+    check(not left, "temporary files left in %s: %s" % (pfs, left))
+
+
+def test_save_wait_load_bytes():
+    """The levels in order, the bytes torch.save writes to a file object, the
+    object back from NVMe, seerctl's listing, retention keep-last-K."""
+    tmp = tmpdir("seer-ck-")
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        with Daemon(tmp, settings(tmp, root, **{"checkpoint.keep": 1})) as d:
+            objs, hs = [], []
+            for i in range(3):
+                obj = state(200000 + i, i)
+                h = sc.save(obj, os.path.join(pfs, "ckpt_%d.pt" % i), socket=d.sock,
+                            job_id=JOB)
+                objs.append(obj)
+                hs.append(h)
+            for i, h in enumerate(hs):
+                h.wait("local", timeout=LONG)
+                h.wait("pfs", timeout=LONG)
+                with open(h.path, "rb") as f:
+                    got = f.read()
+                check(got == torch_bytes(objs[i]), "%s: bytes differ from torch.save's" %
+                      h.path)
+                check(h.size == len(got), "size %d, file %d" % (h.size, len(got)))
+                same(torch.load(h.path), objs[i])
+                st = os.stat(h.path)
+                check(st.st_mode & 0o777 == 0o600, "%s mode %o" % (h.path, st.st_mode & 0o777))
+            # keep = 1: the two older NVMe copies are pruned once drained
+            st = wait_for(lambda: [h.state()["local"] for h in hs] == ["pruned", "pruned", "done"]
+                          or None, LONG, "retention to keep the newest NVMe copy")
+            check(sc.where(hs[2].path, socket=d.sock, job_id=JOB) == "local",
+                  "the newest checkpoint is read from NVMe")
+            check(sc.where(hs[0].path, socket=d.sock, job_id=JOB) == "pfs",
+                  "a pruned checkpoint is read from the PFS")
+            same(sc.load(hs[2].path, socket=d.sock, job_id=JOB), objs[2])
+            same(sc.load(hs[0].path, socket=d.sock, job_id=JOB), objs[0])
+            j = ctl_checkpoints(d)
+            rows = {c["path"]: c for c in j["checkpoints"]}
+            check(rows[hs[2].path]["bytes"] == hs[2].size and
+                  rows[hs[2].path]["levels"]["pfs"] == "done" and
+                  rows[hs[2].path]["levels"]["local"] == "done", "seerctl row: %s" %
+                  rows[hs[2].path])
+            check(j["memory_used"] == 0, "memory released after the NVMe copies: %s" % j)
+            txt = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", d.sock, "checkpoints"],
+                                 capture_output=True, text=True, timeout=LONG).stdout
+            row = [ln for ln in txt.splitlines() if ln.endswith(hs[2].path)]
+            check(row and row[0].split()[3:7] == ["done", "done", "off", "done"],
+                  "seerctl checkpoints for people:\n" + txt)
+            no_partial(pfs)
+            # C handles are tokens: a closed one is -EBADF, a forged one -EINVAL
+            lib, tok = sc._lib(), hs[0]._h
+            hs[0].close()
+            check(lib.seer_ckpt_wait(tok, 3, 0) == -errno.EBADF, "closed handle not -EBADF")
+            check(lib.seer_ckpt_wait(ctypes.c_void_p(0x12345), 3, 0) == -errno.EINVAL,
+                  "forged handle not -EINVAL")
+            log("3 checkpoints of ~%d KiB: bytes equal to torch.save's; seerctl %s" %
+                (hs[0].size // 1024, {k: j[k] for k in ("nvme_used", "drain_rate")}))
+    finally:
+        cleanup(tmp)
+
+
+def test_without_nvme():
+    """No nvme_dir: the log says so, "local" is off, the drain goes from
+    memory to the path with the same bytes."""
+    tmp = tmpdir("seer-ck-")
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        with Daemon(tmp, settings(tmp, root, nvme=False)) as d:
+            check("they wait in memory and go straight to the PFS" in d.log(),
+                  "the log says where checkpoints go:\n" + d.log())
+            obj = state(50000, 7)
+            h = sc.save(obj, os.path.join(pfs, "m.pt"), socket=d.sock, job_id=JOB)
+            try:
+                h.wait("local", timeout=LONG)
+                raise Fail("wait('local') without an NVMe tier returned")
+            except seer.SeerError as ex:
+                check("no NVMe" in str(ex), "wait('local') says why: %s" % ex)
+            h.wait("pfs", timeout=LONG)
+            check(open(h.path, "rb").read() == torch_bytes(obj), "bytes differ")
+            check(h.state()["local"] == "off", "local: %s" % h.state())
+            try:
+                sc.save(obj, os.path.join(tmp, "no-such-dir", "x.pt"), socket=d.sock, job_id=JOB)
+                raise Fail("a save into a missing directory returned")
+            except seer.SeerError as ex:
+                check("does not exist" in str(ex), "refused at once: %s" % ex)
+            same(sc.load(h.path, socket=d.sock, job_id=JOB), obj)
+            # a whole module is no container of tensors: sized by a counting pass
+            torch.manual_seed(0)
+            mod = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU())
+            h = sc.save(mod, os.path.join(pfs, "mod.pt"), socket=d.sock, job_id=JOB)
+            h.wait("pfs", timeout=LONG)
+            check(open(h.path, "rb").read() == torch_bytes(mod), "module bytes differ")
+            back = sc.load(h.path, socket=d.sock, job_id=JOB)
+            check(torch.equal(back[0].weight, mod[0].weight), "module weights differ")
+    finally:
+        cleanup(tmp)
+
+
+def test_sigkill_after_local_then_restart():
+    """seerd killed (SIGKILL) while a capped drain runs, after "local": no
+    file at the path; the next seerd finds the NVMe copy and drains it; the
+    trainer's handle waits across the restart."""
+    tmp = tmpdir("seer-ck-")
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        obj = state(400000, 3)  # 1.6 MB: 100 s at the cap below
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "16KiB",
+                                   "daemon.socket": os.path.join(tmp, "seerd.sock")})
+        d = Daemon(tmp, s)
+        try:
+            h = sc.save(obj, os.path.join(pfs, "k.pt"), socket=d.sock, job_id=JOB)
+            h.wait("local", timeout=LONG)
+            wait_for(lambda: h.state()["drained"] > 0 or None, LONG, "the drain to start")
+            d.stop(signal.SIGKILL)
+        finally:
+            d.stop()
+        check(not os.path.exists(h.path), "a partial file at the path after SIGKILL")
+        s["checkpoint.drain_rate"] = "0"
+        with Daemon(tmp, s, name="seerd2") as d2:  # on the same socket
+            h.wait("pfs", timeout=LONG)
+            check("found on NVMe" in d2.log(), "restart finds the copy:\n" + d2.log())
+            check(open(h.path, "rb").read() == torch_bytes(obj), "bytes differ after restart")
+            same(sc.load(h.path, socket=d2.sock, job_id=JOB), obj)
+            no_partial(pfs)
+    finally:
+        cleanup(tmp)
+
+
+def eio_shim(tmp):
+    shim = os.path.join(tmp, "nvme_eio.so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", shim,
+                    os.path.join(ROOT, "tests", "integration", "nvme_eio.c"), "-ldl"], check=True)
+    return shim
+
+
+def tiny_tmpfs(tmp):
+    """A 1 MiB tmpfs for ENOSPC, or None without the privilege to mount."""
+    mnt = os.path.join(tmp, "full")
+    os.makedirs(mnt)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt],
+                       capture_output=True)
+    return mnt if r.returncode == 0 else None
+
+
+def eio_part(d, pfs, trigger):
+    obj = state(100000, 11)
+    h = sc.save(obj, os.path.join(pfs, "e.pt"), socket=d.sock, job_id=JOB)
+    h.wait("local", timeout=LONG)
+    try:
+        h.wait("pfs", timeout=LONG)
+        raise Fail("wait('pfs') returned on a failing PFS")
+    except seer.SeerError as ex:
+        check("Input/output error" in str(ex) and "stays on NVMe" in str(ex),
+              "wait('pfs') says why: %s" % ex)
+    check(not os.path.exists(h.path), "a file at the path after EIO")
+    no_partial(pfs)
+    row = [c for c in ctl_checkpoints(d)["checkpoints"] if c["path"] == h.path][0]
+    check(row["levels"]["pfs"] == "failed" and "Input/output" in row["why"],
+          "seerctl says why: %s" % row)
+    check(sc.where(h.path, socket=d.sock, job_id=JOB) == "local", "read from NVMe")
+    same(sc.load(h.path, socket=d.sock, job_id=JOB), obj)
+    os.unlink(trigger)  # the PFS heals: the retry (every 10 s) drains it
+    wait_for(lambda: h.state()["pfs"] == "done" or None, LONG, "the retried drain")
+    check(open(h.path, "rb").read() == torch_bytes(obj), "bytes after the retry")
+
+
+def test_pfs_fails_eio_enospc():
+    """EIO on every write to the PFS directory (a preloaded shim), then a full
+    file system (a 1 MiB tmpfs): wait("pfs") raises with the reason, seerctl
+    says it, no file (partial or temporary) at the path, the copy stays on
+    NVMe and goes to the PFS once it works again."""
+    tmp = tmpdir("seer-ck-")
+    mnt = None
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        trigger = os.path.join(tmp, "eio-now")
+        open(trigger, "w").close()
+        env = {}
+        if SANITIZER:  # the shim would precede the sanitizer's runtime
+            log("EIO part skipped in sanitizer builds (LD_PRELOAD shim)")
+        else:
+            env = {"LD_PRELOAD": eio_shim(tmp), "SEER_EIO_DIR": pfs, "SEER_EIO_TRIGGER": trigger}
+        mnt = tiny_tmpfs(tmp)
+        with Daemon(tmp, settings(tmp, root), env=env) as d:
+            if env:
+                eio_part(d, pfs, trigger)
+            if mnt:
+                big = state(400000, 12)  # 1.6 MB into 1 MiB
+                h2 = sc.save(big, os.path.join(mnt, "f.pt"), socket=d.sock, job_id=JOB)
+                h2.wait("local", timeout=LONG)
+                try:
+                    h2.wait("pfs", timeout=LONG)
+                    raise Fail("wait('pfs') returned on a full file system")
+                except seer.SeerError as ex:
+                    check("No space left on device" in str(ex), "ENOSPC named: %s" % ex)
+                check(os.listdir(mnt) == [], "left on the full FS: %s" % os.listdir(mnt))
+                same(sc.load(h2.path, socket=d.sock, job_id=JOB), big)
+            else:
+                log("ENOSPC part not run: no privilege to mount a tmpfs")
+    finally:
+        if mnt:
+            subprocess.run(["umount", mnt])
+        cleanup(tmp)
+
+
+def test_memory_full():
+    """[checkpoint] memory full (no NVMe, a drain held back by its cap): the
+    next save waits its timeout, then names the key; one larger than the
+    whole budget is refused at once. SIGTERM: the log names what is lost."""
+    tmp = tmpdir("seer-ck-")
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, nvme=False, **{"checkpoint.memory": "1MiB",
+                                              "checkpoint.drain_rate": "4KiB",
+                                              "daemon.stop_grace_s": 1})
+        with Daemon(tmp, s) as d:
+            first = state(150000, 1)
+            h = sc.save(first, os.path.join(pfs, "a.pt"), socket=d.sock,
+                        job_id=JOB)  # 600 KB of 1 MiB, draining at 4 KiB/s
+            # only in seerd's memory (handed out for an upper bound of its size)
+            check(sc.where(h.path, socket=d.sock, job_id=JOB) == "memory", "read from memory")
+            same(sc.load(h.path, socket=d.sock, job_id=JOB), first)
+            try:
+                sc.save(state(150000, 2), os.path.join(pfs, "b.pt"), socket=d.sock, job_id=JOB,
+                        timeout=0.3)
+                raise Fail("a save beyond [checkpoint] memory returned")
+            except seer.SeerError as ex:
+                check("checkpoint memory full" in str(ex) and "checkpoint.memory" in str(ex),
+                      "says what to raise: %s" % ex)
+            try:
+                sc.save(state(400000, 3), os.path.join(pfs, "c.pt"), socket=d.sock, job_id=JOB)
+                raise Fail("a save larger than [checkpoint] memory returned")
+            except seer.SeerError as ex:
+                check("larger than [checkpoint] memory" in str(ex), "refused at once: %s" % ex)
+            check(h.state()["pfs"] == "pending", "the first still drains: %s" % h.state())
+            d.stop()
+            check("LOST at exit" in d.log() and h.path in d.log(),
+                  "SIGTERM names the checkpoint only in memory:\n" + d.log())
+        check(not os.path.exists(h.path), "a partial file at the path")
+        no_partial(pfs)
+    finally:
+        cleanup(tmp)
+
+
+def test_sigterm_names_nvme_copy():
+    """SIGTERM with a drain that cannot finish within stop_grace_s: seerd
+    exits anyway and the log names the NVMe copy the next seerd drains; one
+    that can finish within it does, before seerd exits."""
+    tmp = tmpdir("seer-ck-")
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "8KiB", "daemon.stop_grace_s": 1})
+        with Daemon(tmp, s) as d:
+            h = sc.save(state(100000, 5), os.path.join(pfs, "t.pt"), socket=d.sock, job_id=JOB)
+            h.wait("local", timeout=LONG)
+            d.stop()
+            lg = d.log()
+            check("is not on the PFS yet" in lg or "was being drained at exit" in lg,
+                  "the log names what is where:\n" + lg)
+            check(os.path.join(tmp, "nvme", "seer-ckpt-" + JOB) in lg, "names the NVMe copy")
+        check(not os.path.exists(h.path), "a partial file at the path")
+        # within the grace: SIGTERM waits for the drain, the file is complete
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "256KiB",
+                                   "daemon.stop_grace_s": 15})
+        with Daemon(tmp, s, name="seerd2") as d:
+            obj = state(400000, 6)  # 1.6 MB: about 6 s at the cap
+            h = sc.save(obj, os.path.join(pfs, "g.pt"), socket=d.sock, job_id=JOB)
+            h.wait("local", timeout=LONG)
+            check(h.state()["pfs"] == "pending", "the drain runs at the SIGTERM")
+            d.stop()
+            check(d.proc.returncode == 0, "seerd exit %s:\n%s" % (d.proc.returncode, d.log()))
+            check("not on the PFS yet" not in d.log(), "drained within the grace:\n" + d.log())
+        check(open(os.path.join(pfs, "g.pt"), "rb").read() == torch_bytes(obj),
+              "the drain finished after SIGTERM")
+        no_partial(pfs)
+    finally:
+        cleanup(tmp)
+
+
+def test_training_exact_beside_checkpoints():
+    """A trainer reads its batches while checkpoints are saved and drained on
+    the same node: every batch exact, every checkpoint's bytes torch.save's."""
+    tmp = tmpdir("seer-ck-")
+    try:
+        root, cat = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"job.world_size": 1})
+        with Daemon(tmp, s) as d:
+            logf = os.path.join(tmp, "t0.log")
+            gate = Gate(tmp)
+            p = start_trainer("c", 0, 1, d.sock, logf, ["--compute-ms", "2"] +
+                              gate.args((1, 0)), env={"SEER_JOB_ID": JOB})
+            hs = []
+            for i in range(4):
+                obj = state(100000, 20 + i)
+                hs.append((sc.save(obj, os.path.join(pfs, "s%d.pt" % i), socket=d.sock,
+                                   job_id=JOB), obj))
+            # the job cannot end (and seerd with it) before the drains are done
+            gate.wait([0], (1, 0), [p])
+            for h, obj in hs:
+                h.wait("pfs", timeout=LONG)
+                check(open(h.path, "rb").read() == torch_bytes(obj), "bytes of %s" % h.path)
+            gate.go((1, 0))
+            for rc, _, err in finish([p]):
+                check(rc == 0, "trainer failed: %s\n%s" % (err, d.log()))
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
+        verify_rank(cat, seer.Sampler(len(cat), 1, 1, 8), 0, read_log(logf), 2)
+    finally:
+        cleanup(tmp)
+
+
+def test_pfsemu_write_mode():
+    """The PFS emulator mounted read-write (--write-bandwidth, faults) as the
+    checkpoints' PFS: the bytes written through it are the checkpoint's, one
+    rename, the file complete at the path; --write-fault-rate on one path is
+    EIO, --write-capacity is ENOSPC; neither leaves a file at the path."""
+    if not pfsemu_available():
+        log("skipped: needs bin/seer-pfsemu and /dev/fuse")
+        return
+    tmp = tmpdir("seer-ck-")
+    mnt = os.path.join(tmp, "mnt")
+    mounted = False
+    try:
+        root, _ = dataset(tmp)
+        src = os.path.join(tmp, "pfs-src")
+        os.makedirs(src)
+        mount_pfs(src, mnt, "--write-bandwidth", "8MB/s", "--write-latency-ms", "1",
+                  "--write-fault-rate", "1", "--fault-path", "eio", "--write-capacity", "3MiB")
+        mounted = True
+        with Daemon(tmp, settings(tmp, root)) as d:
+            obj = state(400000, 31)  # 1.6 MB: 0.2 s at 8 MB/s
+            t0 = time.time()
+            h = sc.save(obj, os.path.join(mnt, "ok.pt"), socket=d.sock, job_id=JOB)
+            blocked = time.time() - t0
+            h.wait("pfs", timeout=LONG)
+            drained = time.time() - t0
+            check(open(os.path.join(src, "ok.pt"), "rb").read() == torch_bytes(obj),
+                  "bytes on the emulated PFS")
+            w = pfs_stats(mnt)["totals"]["write"]
+            check(w["bytes"] == h.size and w["renames"] == 1 and w["fsyncs"] >= 1,
+                  "PFS bytes written = the checkpoint's: %s vs %d" % (w, h.size))
+            log("1.6 MB at 8 MB/s: save blocked %.3f s, on the PFS after %.3f s" %
+                (blocked, drained))
+            h2 = sc.save(state(50000, 32), os.path.join(mnt, "eio.pt"), socket=d.sock,
+                         job_id=JOB)
+            try:
+                h2.wait("pfs", timeout=LONG)
+                raise Fail("wait('pfs') returned through EIO faults")
+            except seer.SeerError as ex:
+                check("Input/output error" in str(ex), "EIO named: %s" % ex)
+            h3 = sc.save(state(400000, 33), os.path.join(mnt, "full.pt"), socket=d.sock,
+                         job_id=JOB)
+            try:
+                h3.wait("pfs", timeout=LONG)
+                raise Fail("wait('pfs') returned beyond --write-capacity")
+            except seer.SeerError as ex:
+                check("No space left on device" in str(ex), "ENOSPC named: %s" % ex)
+            w = pfs_stats(mnt)["totals"]["write"]
+            check(w["eio"] >= 1 and w["enospc"] >= 1, "faults counted: %s" % w)
+            check(sorted(os.listdir(src)) == ["ok.pt"], "only complete files: %s" %
+                  os.listdir(src))
+            same(sc.load(h3.path, socket=d.sock, job_id=JOB), state(400000, 33))
+    finally:
+        if mounted:
+            umount_pfs(mnt)
+        cleanup(tmp)
+
+
+def test_save_during_startup():
+    """A save while seerd still scans its catalog (the start-up thread closes
+    checkpoint connections unanswered) waits for it to serve, then succeeds."""
+    tmp = tmpdir("seer-ck-")
+    # in memory: creating 20000 files on this VM's disk takes half a minute
+    root = tempfile.mkdtemp(prefix="seer-ck-data-", dir="/dev/shm")
+    try:
+        for c in range(40):  # 20000 tiny files: a scan that takes a moment
+            os.makedirs(os.path.join(root, "c%d" % c))
+            for i in range(500):
+                with open(os.path.join(root, "c%d" % c, "f%d.bin" % i), "wb") as f:
+                    f.write(b"%d %d" % (c, i))
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        d = Daemon(tmp, {"dataset.path": root, "job.id": JOB}, wait=False)
+        try:
+            wait_for(lambda: os.path.exists(d.sock) or None, LONG, "the start-up socket")
+            starting = "serving job" not in d.log()
+            obj = state(1000, 41)
+            h = sc.save(obj, os.path.join(pfs, "early.pt"), socket=d.sock, job_id=JOB)
+            h.wait("pfs", timeout=LONG)
+            check(open(h.path, "rb").read() == torch_bytes(obj), "bytes differ")
+            log("save began %s seerd served" % ("before" if starting else "after (not tested)"))
+        finally:
+            d.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        cleanup(tmp)
+
+
+if __name__ == "__main__":
+    run_tests([test_save_wait_load_bytes, test_without_nvme, test_sigkill_after_local_then_restart,
+               test_pfs_fails_eio_enospc, test_memory_full, test_sigterm_names_nvme_copy,
+               test_training_exact_beside_checkpoints, test_pfsemu_write_mode,
+               test_save_during_startup])
