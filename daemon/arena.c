@@ -72,7 +72,7 @@ static struct stage_need stage_need(const struct engine *e)
 	/* staged bytes: files, or decoded images from NVMe and peers */
 	n.one = arena_stage_bytes(e, n.max, nvme_on(e->nvme));
 	n.tensor = xfs_tensor_bytes(e, e->sh.batch); /* the batch tensor, if any */
-	uint64_t held = e->cfg->max_held;
+	uint64_t held = e->cfg->job.max_held;
 	unsigned __int128 need128 = ((unsigned __int128)e->sh.batch * n.one + n.tensor) * held;
 	n.mean = arena_stage_bytes(e, cat->total_bytes / MAX(cat->nsamples, 1ull), nvme_on(e->nvme)) *
 			 e->sh.batch + n.tensor;
@@ -98,7 +98,7 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 	struct stage_need sn = stage_need(e);
 	if (sn.need == 0)
 		return 0; /* every sample lives in the RAM cache: staging stays unused */
-	uint64_t held = e->cfg->max_held;
+	uint64_t held = e->cfg->job.max_held;
 	char a[32], b[32], c[32], d[32];
 	if (per < sn.need) {
 		char what[96];
@@ -118,7 +118,7 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 			 fmt_size(d, sizeof(d), all > UINT64_MAX ? UINT64_MAX : (uint64_t)all));
 		return -ENOSPC;
 	}
-	uint64_t want = e->cfg->lookahead + held, mean = sn.mean;
+	uint64_t want = e->cfg->prefetch.lookahead + held, mean = sn.mean;
 	if (mean > 0 && per / mean < want)
 		log_warn("[cache] staging = %s gives each of the node's %u trainers %s, room for "
 			 "about %llu average batches, fewer than [prefetch] lookahead + [job] max_held "
@@ -146,7 +146,7 @@ int arena_check_held(struct engine *e, uint32_t held, char *err, size_t errlen)
 		return 0; /* every sample lives in the RAM cache: staging stays unused */
 	uint64_t per = (e->ar.stage_cap / MAX(e->pl.nlocal, 1u)) & ~(NVME_ALIGN - 1);
 	unsigned __int128 avg = (unsigned __int128)sn.mean * ((uint64_t)held + 1);
-	unsigned __int128 big = (unsigned __int128)sn.need / MAX(e->cfg->max_held, 1ull) *
+	unsigned __int128 big = (unsigned __int128)sn.need / MAX(e->cfg->job.max_held, 1ull) *
 				((uint64_t)held + 1);
 	uint64_t all = avg * MAX(e->pl.nlocal, 1u) > UINT64_MAX ? UINT64_MAX :
 		       (uint64_t)(avg * MAX(e->pl.nlocal, 1u));
@@ -182,9 +182,9 @@ static uint64_t stage_ring(const struct engine *e, uint64_t per, uint64_t held)
 	struct stage_need sn = stage_need(e);
 	if (sn.need == 0)
 		return per; /* staging unused */
-	held = MAX(held, e->cfg->max_held); /* a trainer may declare more (its HELLO) */
-	unsigned __int128 batches = (unsigned __int128)sn.mean * (e->cfg->lookahead + held);
-	unsigned __int128 need = (unsigned __int128)sn.need / MAX(e->cfg->max_held, 1ull) * held;
+	held = MAX(held, e->cfg->job.max_held); /* a trainer may declare more (its HELLO) */
+	unsigned __int128 batches = (unsigned __int128)sn.mean * (e->cfg->prefetch.lookahead + held);
+	unsigned __int128 need = (unsigned __int128)sn.need / MAX(e->cfg->job.max_held, 1ull) * held;
 	unsigned __int128 ring = 2 * (batches > need ? batches : need);
 	if (ring >= per)
 		return per;
@@ -199,10 +199,10 @@ uint64_t arena_layout(struct engine *e)
 	const struct catalog *cat = e->cat;
 	/* no point reserving more cache than the dataset (with alignment) */
 	uint64_t ds = xfs_cached_total(e) + cat->nsamples * PLAN_RAM_ALIGN;
-	e->ar.cache_cap = ALIGN_UP(MIN(e->cfg->ram, ds), 4096ull);
-	e->ar.stage_cap = ALIGN_UP(e->cfg->staging, 4096ull);
+	e->ar.cache_cap = ALIGN_UP(MIN(e->cfg->cache.ram, ds), 4096ull);
+	e->ar.stage_cap = ALIGN_UP(e->cfg->cache.staging, 4096ull);
 	if (nvme_on(e->nvme) && e->nnodes > 1) {
-		e->peers.nslots = (uint32_t)MIN(e->cfg->io_threads, 16ull);
+		e->peers.nslots = (uint32_t)MIN(e->cfg->prefetch.io_threads, 16ull);
 		e->peers.size = ALIGN_UP(xfs_cached_max(e), (uint64_t)nvme_align(e->nvme));
 	}
 	uint64_t types_off = ALIGN_UP(sizeof(struct seer_arena_hdr), 64ull);
@@ -241,7 +241,7 @@ int arena_check_memory(const struct engine *e, uint64_t size, char *err, size_t 
 	char what[200];
 	snprintf(what, sizeof(what), "the arena, %s ([cache] ram %s, of which the dataset fills %s, "
 		 "+ [cache] staging %s)", fmt_size(a, sizeof(a), size),
-		 fmt_size(b, sizeof(b), e->cfg->ram), fmt_size(c, sizeof(c), e->ar.cache_cap),
+		 fmt_size(b, sizeof(b), e->cfg->cache.ram), fmt_size(c, sizeof(c), e->ar.cache_cap),
 		 fmt_size(d, sizeof(d), e->ar.stage_cap));
 	if (size > ram && size - ram > swap) {
 		snprintf(err, errlen, "%s is more than this node's memory (%s %s + swap %s): it could "
@@ -478,7 +478,7 @@ void arena_publish_share(const struct engine *e, struct trainer *t)
 void arena_split_staging(struct engine *e)
 {
 	uint64_t per = (e->ar.stage_cap / MAX(e->pl.nlocal, 1u)) & ~(NVME_ALIGN - 1);
-	uint64_t ring = stage_ring(e, per, e->cfg->max_held);
+	uint64_t ring = stage_ring(e, per, e->cfg->job.max_held);
 	e->ar.stage_split = true;
 	for (uint32_t i = 0; i < e->pl.nlocal; i++) {
 		struct trainer *t = &e->tr[e->pl.local_ranks[i]];

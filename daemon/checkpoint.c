@@ -174,11 +174,11 @@ static void prune(struct ckpt *ck, uint64_t need)
 	for (struct ck_item *it = ck->items; it; it = it->next) {
 		if (!it->on_nvme || it->busy || it->st[SEER_CKL_PFS] != SEER_CKS_DONE)
 			continue;
-		bool room = ck->nvme_used + need <= ck->cfg->ckpt_nvme;
-		if (n <= ck->cfg->ckpt_keep && room)
+		bool room = ck->nvme_used + need <= ck->cfg->checkpoint.nvme;
+		if (n <= ck->cfg->checkpoint.keep && room)
 			break;
 		log_info("checkpoint %s (%016" PRIx64 "): NVMe copy removed (keep %" PRIu64 "%s)",
-			 it->path, it->id, ck->cfg->ckpt_keep, room ? "" : ", room for a new one");
+			 it->path, it->id, ck->cfg->checkpoint.keep, room ? "" : ", room for a new one");
 		item_unlink_nvme(ck, it);
 		it->st[SEER_CKL_LOCAL] = SEER_CKS_PRUNED;
 		n--;
@@ -421,12 +421,12 @@ static void *local_main(void *arg)
 		struct statvfs vs;
 		uint64_t avail = statvfs(ck->dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize
 							   : UINT64_MAX;
-		if (ck->nvme_used + it->size > ck->cfg->ckpt_nvme || it->size > avail) {
+		if (ck->nvme_used + it->size > ck->cfg->checkpoint.nvme || it->size > avail) {
 			it->st[SEER_CKL_LOCAL] = SEER_CKS_OFF;
 			log_warn("checkpoint %s (%s): no room on NVMe ([checkpoint] nvme %s, %s in "
 				 "undrained copies, %s free on the disk): it stays in memory and goes "
 				 "straight to the PFS", it->path, fmt_size(sz, sizeof(sz), it->size),
-				 fmt_size((char[32]){ 0 }, 32, ck->cfg->ckpt_nvme),
+				 fmt_size((char[32]){ 0 }, 32, ck->cfg->checkpoint.nvme),
 				 fmt_size((char[32]){ 0 }, 32, ck->nvme_used),
 				 fmt_size((char[32]){ 0 }, 32, avail));
 			pthread_cond_broadcast(&ck->cv);
@@ -526,8 +526,8 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 	}
 	fchmod(out, 0600); /* a leftover of an earlier try keeps its mode otherwise */
 	double t0 = now_s();
-	uint64_t rate = ck->cfg->ckpt_drain_rate;
-	double share = ck->cfg->ckpt_drain_share;
+	uint64_t rate = ck->cfg->checkpoint.drain_rate;
+	double share = ck->cfg->checkpoint.drain_share;
 	/* under a cap, pieces of an eighth of a second's bytes keep it smooth */
 	uint64_t chunk = rate ? MAX(MIN(rate / 8, (uint64_t)CK_CHUNK), (uint64_t)4096) : CK_CHUNK;
 	for (uint64_t off = 0; off < it->size; off += chunk) {
@@ -787,10 +787,10 @@ static void on_begin(struct ckpt *ck, struct ck_conn *c, const struct seer_msg_c
 	if (c->begun) {
 		st = -EBUSY;
 		snprintf(msg, sizeof(msg), "a checkpoint begun on this connection is not committed");
-	} else if (strncmp(m->job_id, ck->cfg->job_id, SEER_JOBID_MAX) != 0) {
+	} else if (strncmp(m->job_id, ck->cfg->job.id, SEER_JOBID_MAX) != 0) {
 		st = SEER_ECONFIG;
 		snprintf(msg, sizeof(msg), "job id '%.64s', this seerd serves '%.64s'", m->job_id,
-			 ck->cfg->job_id);
+			 ck->cfg->job.id);
 	} else if (m->path[0] != '/' || strchr(m->path, '\n') ||
 		   strnlen(m->path, sizeof(m->path)) == sizeof(m->path) ||
 		   m->path[strlen(m->path) - 1] == '/') {
@@ -802,11 +802,11 @@ static void on_begin(struct ckpt *ck, struct ck_conn *c, const struct seer_msg_c
 	} else if (m->size == 0) {
 		st = -EINVAL;
 		snprintf(msg, sizeof(msg), "a checkpoint of 0 bytes");
-	} else if (m->size > ck->cfg->ckpt_memory) {
+	} else if (m->size > ck->cfg->checkpoint.memory) {
 		st = -ENOMEM;
 		snprintf(msg, sizeof(msg), "a checkpoint of %s is larger than [checkpoint] memory "
 			 "(%s): raise it (seerd --set checkpoint.memory=...)",
-			 fmt_size(a, sizeof(a), m->size), fmt_size(b, sizeof(b), ck->cfg->ckpt_memory));
+			 fmt_size(a, sizeof(a), m->size), fmt_size(b, sizeof(b), ck->cfg->checkpoint.memory));
 	} else if (ck->stopping) {
 		st = SEER_ESHUTDOWN;
 		snprintf(msg, sizeof(msg), "seerd is stopping: it takes no new checkpoint");
@@ -949,7 +949,7 @@ static void answer_waiters(struct ckpt *ck)
 				c->begin_wait = false;
 				reply(c->fd, &c->req, SEER_ESHUTDOWN, "seerd is stopping: it takes no "
 				      "new checkpoint", NULL, -1);
-			} else if (ck->mem_used + c->req.size <= ck->cfg->ckpt_memory) {
+			} else if (ck->mem_used + c->req.size <= ck->cfg->checkpoint.memory) {
 				begin_now(ck, c);
 			} else if (late) {
 				c->begin_wait = false;
@@ -958,7 +958,7 @@ static void answer_waiters(struct ckpt *ck)
 					 "(seerd --set checkpoint.memory=...) or wait longer",
 					 fmt_size(a, sizeof(a), ck->mem_used),
 					 fmt_size(b, sizeof(b), c->req.size),
-					 fmt_size(c3, sizeof(c3), ck->cfg->ckpt_memory));
+					 fmt_size(c3, sizeof(c3), ck->cfg->checkpoint.memory));
 				reply(c->fd, &c->req, -ENOMEM, msg, NULL, -1);
 			}
 		}
@@ -1123,11 +1123,11 @@ char *ckpt_list_json(struct ckpt *ck)
 	json_object_set_new(root, "checkpoints", arr);
 	json_object_set_new(root, "nvme_dir", json_string(ck->dir));
 	json_object_set_new(root, "memory_used", json_integer((json_int_t)ck->mem_used));
-	json_object_set_new(root, "memory", json_integer((json_int_t)ck->cfg->ckpt_memory));
+	json_object_set_new(root, "memory", json_integer((json_int_t)ck->cfg->checkpoint.memory));
 	json_object_set_new(root, "nvme_used", json_integer((json_int_t)ck->nvme_used));
-	json_object_set_new(root, "nvme", json_integer((json_int_t)ck->cfg->ckpt_nvme));
+	json_object_set_new(root, "nvme", json_integer((json_int_t)ck->cfg->checkpoint.nvme));
 	json_object_set_new(root, "drain_rate", json_real(ck->rate));
-	json_object_set_new(root, "drain_rate_cap", json_integer((json_int_t)ck->cfg->ckpt_drain_rate));
+	json_object_set_new(root, "drain_rate_cap", json_integer((json_int_t)ck->cfg->checkpoint.drain_rate));
 	json_object_set_new(root, "bytes_to_drain", json_integer((json_int_t)left));
 	json_object_set_new(root, "eta_s", json_real(ck->rate > 0 ? (double)left / ck->rate : 0));
 	pthread_mutex_unlock(&ck->mu);
@@ -1156,12 +1156,12 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy
 		goto fail;
 	}
 	char dir[4096];
-	if (cfg->nvme_dir && *cfg->nvme_dir && cfg->ckpt_nvme > 0) {
-		if (node_path(dir, sizeof(dir), cfg->nvme_dir, node) != 0 ||
-		    snprintf(ck->dir, sizeof(ck->dir), "%s/seer-ckpt-%s", dir, cfg->job_id) >=
+	if (cfg->cache.nvme_dir && *cfg->cache.nvme_dir && cfg->checkpoint.nvme > 0) {
+		if (node_path(dir, sizeof(dir), cfg->cache.nvme_dir, node) != 0 ||
+		    snprintf(ck->dir, sizeof(ck->dir), "%s/seer-ckpt-%s", dir, cfg->job.id) >=
 			    (int)sizeof(ck->dir) - 64) {
 			log_warn("checkpoints: [cache] nvme_dir %s is too long: checkpoints wait in "
-				 "memory and go straight to the PFS", cfg->nvme_dir);
+				 "memory and go straight to the PFS", cfg->cache.nvme_dir);
 			ck->dir[0] = '\0';
 		}
 		/* the folder is made with the first copy and removed at exit when
@@ -1170,7 +1170,7 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy
 	if (*ck->dir) {
 		char a[32];
 		log_info("checkpoints: written to NVMe at %s (up to %s), then drained to the PFS",
-			 ck->dir, fmt_size(a, sizeof(a), cfg->ckpt_nvme));
+			 ck->dir, fmt_size(a, sizeof(a), cfg->checkpoint.nvme));
 		recover(ck);
 	} else {
 		log_info("checkpoints: no NVMe tier ([cache] nvme_dir unset or [checkpoint] nvme 0): "

@@ -190,7 +190,7 @@ static void ctl_reply(struct server *s, int i, int status, char *text)
 void conn_stop_job(struct server *s, bool all)
 {
 	engine_stop(s->e, true);
-	s->stop_deadline = now_s() + s->cfg->stop_grace_s;
+	s->stop_deadline = now_s() + s->cfg->daemon.stop_grace_s;
 	if (all && !s->stop_sent) {
 		cluster_stop_all(s->cl);
 		s->stop_sent = true;

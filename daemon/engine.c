@@ -41,7 +41,7 @@ void engine_repin(struct engine *e)
 	bool net = e->peers.net && net_thread(e->peers.net, &th[n]) == 0;
 	n += net;
 	char desc[sizeof(e->self.pin_desc)], xd[32] = "";
-	int pus = topo_pin_threads(e->topo, e->cfg->cpuset, th, n, desc, sizeof(desc));
+	int pus = topo_pin_threads(e->topo, e->cfg->daemon.cpuset, th, n, desc, sizeof(desc));
 	xfs_placed(e, pus > 0 ? (unsigned)pus : 0);
 	if (nx)
 		snprintf(xd, sizeof(xd), ", %u transform", nx);
@@ -62,17 +62,17 @@ static uint32_t reader_fds(const struct seer_config *cfg)
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
 		return CAT_FD_CACHE;
-	uint64_t per = rl.rlim_cur / 2 / cfg->io_threads;
+	uint64_t per = rl.rlim_cur / 2 / cfg->prefetch.io_threads;
 	if (per < 1) {
 		log_warn("[prefetch] io_threads = %llu with a limit of %llu open files: the I/O "
 			 "threads alone may use more than half of it (one file each); raise the "
 			 "limit (ulimit -n) or lower io_threads",
-			 (unsigned long long)cfg->io_threads, (unsigned long long)rl.rlim_cur);
+			 (unsigned long long)cfg->prefetch.io_threads, (unsigned long long)rl.rlim_cur);
 		return 1;
 	}
 	if (per < CAT_FD_CACHE)
 		log_info("each of the %llu I/O threads keeps up to %llu files open (limit %llu open "
-			 "files)", (unsigned long long)cfg->io_threads, (unsigned long long)per,
+			 "files)", (unsigned long long)cfg->prefetch.io_threads, (unsigned long long)per,
 			 (unsigned long long)rl.rlim_cur);
 	return (uint32_t)MIN(per, (uint64_t)CAT_FD_CACHE);
 }
@@ -107,7 +107,7 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	if (topo_open(&e->topo, terr, sizeof(terr)) == 0) {
 		topo_describe(e->topo, e->self.topo_desc, sizeof(e->self.topo_desc));
 		log_info("topology: %s", e->self.topo_desc);
-		if (*o->cfg->cpuset && topo_check_cpuset(e->topo, o->cfg->cpuset, err, errlen) != 0) {
+		if (*o->cfg->daemon.cpuset && topo_check_cpuset(e->topo, o->cfg->daemon.cpuset, err, errlen) != 0) {
 			rc = SEER_ECONFIG;
 			goto fail;
 		}
@@ -121,8 +121,8 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 	arena_prefill_cache(e);
 	/* a task per sample this node caches, up to 8 chunks (~5 MB) */
 	task_reserve(e, MIN(cat->nsamples / MAX(e->nnodes, 1u) + 2 * TASK_CHUNK, 8 * TASK_CHUNK));
-	e->skip_corrupt = strcmp(o->cfg->on_corrupt, "skip") == 0;
-	e->nopfs = strcmp(o->cfg->policy, "nopfs") == 0;
+	e->skip_corrupt = strcmp(o->cfg->dataset.on_corrupt, "skip") == 0;
+	e->nopfs = strcmp(o->cfg->cache.policy, "nopfs") == 0;
 	if (o->probe)
 		e->ext.probe = *o->probe;
 	ext_init(e);
@@ -134,11 +134,11 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 		goto fail;
 	}
 	e->tasks.reader_fds = reader_fds(o->cfg);
-	rc = iopool_start(&e->tasks.pool, (unsigned)o->cfg->io_threads, worker_exec, worker_init,
+	rc = iopool_start(&e->tasks.pool, (unsigned)o->cfg->prefetch.io_threads, worker_exec, worker_init,
 			  worker_fini, e);
 	if (rc != 0) {
 		snprintf(err, errlen, "cannot start %llu I/O threads: %s",
-			 (unsigned long long)o->cfg->io_threads, strerror(-rc));
+			 (unsigned long long)o->cfg->prefetch.io_threads, strerror(-rc));
 		goto fail;
 	}
 	e->tasks.pool_started = true;
@@ -148,13 +148,13 @@ int engine_create(struct engine **out, const struct engine_opts *o, char *err, s
 		engine_ep_add(e, xfs_event_fd(e), EP_TAG(EP_POOL, 1));
 	engine_repin(e);
 	xfs_log(e);
-	if (o->cfg->world_size > 0 && (rc = place_shape_init(e, (uint32_t)o->cfg->world_size, NULL, false,
+	if (o->cfg->job.world_size > 0 && (rc = place_shape_init(e, (uint32_t)o->cfg->job.world_size, NULL, false,
 								     err, errlen)))
 		goto fail;
 	char a[32], b[32];
 	log_info("arena: %s RAM cache + %s staging, %llu I/O threads, lookahead %llu batches",
 		 fmt_size(a, sizeof(a), e->ar.cache_cap), fmt_size(b, sizeof(b), e->ar.stage_cap),
-		 (unsigned long long)o->cfg->io_threads, (unsigned long long)o->cfg->lookahead);
+		 (unsigned long long)o->cfg->prefetch.io_threads, (unsigned long long)o->cfg->prefetch.lookahead);
 	*out = e;
 	return 0;
 fail:
@@ -264,11 +264,11 @@ bool engine_arm(struct engine *e)
 	 * ring. Otherwise -- PFS reads to start early, a stop, a reset -- every
 	 * take and release rings. Released positions (resume.c) are then
 	 * recorded at that pass, or at the 1 s timer at the latest. */
-	uint32_t below = (uint32_t)MAX(1u, (e->cfg->lookahead + 1) / 2);
+	uint32_t below = (uint32_t)MAX(1u, (e->cfg->prefetch.lookahead + 1) / 2);
 	bool lazy = e->plan_ready && !e->draining && !atomic_load(&e->stopping);
 	for (uint32_t i = 0; lazy && i < e->pl.nlocal; i++) {
 		struct trainer *t = &e->tr[e->pl.local_ranks[i]];
-		lazy = !t->attached || (!t->resetting && t->no_pfs_run >= e->cfg->lookahead &&
+		lazy = !t->attached || (!t->resetting && t->no_pfs_run >= e->cfg->prefetch.lookahead &&
 					sess_unread(t) >= below);
 	}
 	below = lazy ? below : 0;
@@ -402,7 +402,7 @@ void engine_tick(struct engine *e)
 			 (unsigned long long)e->pl.cache_loaded, (unsigned long long)planned,
 			 100.0 * (double)e->pl.cache_loaded / (double)MAX(planned, 1ull));
 	}
-	if (t - e->st.t_start > e->cfg->connect_timeout_s && t - e->self.t_last_wait_warn > 60.0) {
+	if (t - e->st.t_start > e->cfg->daemon.connect_timeout_s && t - e->self.t_last_wait_warn > 60.0) {
 		char missing[256] = "";
 		size_t n = 0;
 		uint32_t count = 0;
@@ -417,7 +417,7 @@ void engine_tick(struct engine *e)
 			e->self.t_last_wait_warn = t;
 			if (!e->shape_ready)
 				log_warn("no trainer connected after %.0f s (socket %s)", t - e->st.t_start,
-					 e->cfg->socket);
+					 e->cfg->daemon.socket);
 			else
 				log_warn("%u trainer rank(s) never connected after %.0f s: %s%s", count,
 					 t - e->st.t_start, missing, count > 16 ? ",..." : "");

@@ -53,7 +53,7 @@
 #define XREGION_MAX (8ull << 20)
 static void xregion_init(struct engine *e)
 {
-	uint64_t cap = ALIGN_UP(MIN(e->cfg->extent_memory, XREGION_MAX), 4096ull);
+	uint64_t cap = ALIGN_UP(MIN(e->cfg->prefetch.extent_memory, XREGION_MAX), 4096ull);
 	void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
 		log_warn("no memory for the %llu-byte extent region (%s): each coalesced read "
@@ -181,7 +181,7 @@ static bool candidate(struct engine *e, uint64_t x, uint32_t i, bool trigger)
 static void gather(struct engine *e, uint32_t s, uint64_t *a, uint64_t *b)
 {
 	const struct catalog_file *f = &e->cat->files[e->cat->samples[s].file];
-	const uint64_t max = e->cfg->extent_max, gap = e->cfg->extent_gap;
+	const uint64_t max = e->cfg->prefetch.extent_max, gap = e->cfg->prefetch.extent_gap;
 	/* right side first, from index 1; the left side is then put before it */
 	uint32_t n = 0;
 	candidate(e, s, n++, true);
@@ -248,9 +248,9 @@ static bool ext_try(struct engine *e, struct etask *t)
 	if (t->blob || !span(e, t->sample, &lo_s, &hi_s))
 		return false;
 	gather(e, t->sample, &a, &b);
-	const struct extent_opts o = { .max_bytes = e->cfg->extent_max,
-				    .max_amp = e->cfg->max_amplification,
-				    .gap_max = e->cfg->extent_gap };
+	const struct extent_opts o = { .max_bytes = e->cfg->prefetch.extent_max,
+				    .max_amp = e->cfg->prefetch.max_amplification,
+				    .gap_max = e->cfg->prefetch.extent_gap };
 	struct extent_plan p = extent_plan(e->ext.cand, (uint32_t)(b - a), (uint32_t)(t->sample - a), &o,
 				     e->ext.take);
 	if (p.taken < 2)
@@ -306,7 +306,7 @@ static void ext_pump(struct engine *e)
 			if (e->ext.wait[i]->io.pq.key < e->ext.wait[best]->io.pq.key)
 				best = i;
 		struct etask *x = e->ext.wait[best];
-		if (e->ext.mem > 0 && e->ext.mem + x->len > e->cfg->extent_memory)
+		if (e->ext.mem > 0 && e->ext.mem + x->len > e->cfg->prefetch.extent_memory)
 			return;
 		e->ext.wait[best] = e->ext.wait[--e->ext.next_wait];
 		x->xpool = e->ext.base && spans_alloc(&e->ext.spans, ALIGN_UP(x->len, 4096ull),

@@ -38,7 +38,7 @@ static void *tally_main(void *arg)
 {
 	struct engine *e = arg;
 	e->fc.rc = forecast_tally_node(&e->fc.tally, &e->plan, e->repl.on ? &e->repl.set : NULL, e->cat, NULL,
-				  &e->sh, e->pl.first_epoch, e->cfg->epochs - e->pl.first_epoch,
+				  &e->sh, e->pl.first_epoch, e->cfg->job.epochs - e->pl.first_epoch,
 				  e->rank_node, e->node, e->pl.caps);
 	atomic_store_explicit(&e->fc.ready, true, memory_order_release);
 	return NULL;
@@ -46,7 +46,7 @@ static void *tally_main(void *arg)
 
 void fcast_start(struct engine *e)
 {
-	if (e->fc.started || e->nopfs || e->pl.first_epoch >= e->cfg->epochs)
+	if (e->fc.started || e->nopfs || e->pl.first_epoch >= e->cfg->job.epochs)
 		return;
 	atomic_store(&e->fc.ready, false);
 	int rc = pthread_create(&e->fc.thread, NULL, tally_main, e);
@@ -85,7 +85,7 @@ static const struct forecast_tally *tally(struct engine *e)
 static double src_bw(const struct engine *e, int src)
 {
 	const struct src_est *x = &e->st.src[src];
-	return x->n ? x->bps * (double)e->cfg->io_threads : 0;
+	return x->n ? x->bps * (double)e->cfg->prefetch.io_threads : 0;
 }
 
 static void rates(const struct engine *e, struct forecast_rates *r)
@@ -115,7 +115,7 @@ static struct forecast_node_epoch *forecast(struct engine *e, const struct forec
 void fcast_note(struct engine *e)
 {
 	uint64_t ep = e->st.epochs_done;
-	if (ep >= e->cfg->epochs || ep < e->pl.first_epoch ||
+	if (ep >= e->cfg->job.epochs || ep < e->pl.first_epoch ||
 	    (ep < e->st.nes && e->st.es[ep].fc_set))
 		return;
 	const struct forecast_tally *t = tally(e);
@@ -180,7 +180,7 @@ static json_t *rates_json(const struct engine *e, const struct forecast_rates *r
 	return must(json_pack("{so so so so sI sI sI sI sI}", "compute_s", jreal(r->compute_s, 6),
 			      "pfs_bytes_per_s", jreal(r->pfs_bw, 0), "net_bytes_per_s",
 			      jreal(r->net_bw, 0), "nvme_bytes_per_s", jreal(r->nvme_bw, 0),
-			      "io_threads", JU(e->cfg->io_threads), "steps", JU(e->st.compute_n),
+			      "io_threads", JU(e->cfg->prefetch.io_threads), "steps", JU(e->st.compute_n),
 			      "pfs_reads", JU(e->st.src[SRC_PFS].n), "peer_reads", JU(e->st.src[SRC_PEER].n),
 			      "nvme_reads", JU(e->st.src[SRC_NVME].n)));
 }
@@ -198,8 +198,8 @@ static json_t *seer_plan_cmd(const struct engine *e, const struct forecast_rates
 			 (unsigned long long)e->cat->nsamples,
 			 (unsigned long long)(e->cat->total_bytes / MAX(e->cat->nsamples, 1ull)),
 			 e->nnodes, MAX(1u, e->world / e->nnodes),
-			 (unsigned long long)(e->cfg->epochs - e->pl.first_epoch), e->sh.batch,
-			 (unsigned long long)e->cfg->seed, e->cfg->drop_last ? " --drop-last" : "",
+			 (unsigned long long)(e->cfg->job.epochs - e->pl.first_epoch), e->sh.batch,
+			 (unsigned long long)e->cfg->job.seed, e->cfg->job.drop_last ? " --drop-last" : "",
 			 (unsigned long long)e->ar.cache_cap, (unsigned long long)nvme_cap(e->nvme),
 			 e->repl.on ? "on" : "off", e->repl.from_pfs ? "pfs" : "peer");
 	if (r->pfs_bw > 0 && n < (int)sizeof(cmd))

@@ -49,11 +49,11 @@ static const struct {
 static uint64_t cfg_value(const struct seer_config *c, int i)
 {
 	switch (i) {
-	case JD_BATCH: return c->batch_size;
-	case JD_SHUFFLE: return c->shuffle;
-	case JD_DROP: return c->drop_last;
-	case JD_SEED: return c->seed;
-	default: return c->epochs;
+	case JD_BATCH: return c->job.batch_size;
+	case JD_SHUFFLE: return c->job.shuffle;
+	case JD_DROP: return c->job.drop_last;
+	case JD_SEED: return c->job.seed;
+	default: return c->job.epochs;
 	}
 }
 
@@ -87,7 +87,7 @@ static int may_follow(struct engine *e, const char *from, bool *drop, char *why,
 		snprintf(why, whylen, "seerd's config says");
 		return 0;
 	}
-	if (e->nnodes > 1 || e->cfg->world_size) {
+	if (e->nnodes > 1 || e->cfg->job.world_size) {
 		snprintf(why, whylen, "seerd's default is (%s fixes the job at start; set it in its "
 			 "config)", e->nnodes > 1 ? "several nodes" : "job.world_size");
 		return 0;
@@ -101,7 +101,7 @@ static int may_follow(struct engine *e, const char *from, bool *drop, char *why,
 		bool ended = e->plan_ready && e->world > 0;
 		for (uint32_t r = 0; ended && r < e->world; r++)
 			ended = e->tr[r].done || !e->tr[r].known;
-		if (ended && e->cfg->serve_jobs)
+		if (ended && e->cfg->daemon.serve_jobs)
 			snprintf(why, whylen, "the last job's trainers are still leaving (try again "
 				 "in a moment); it has");
 		else if (strstr(busy, "in flight"))
@@ -154,9 +154,9 @@ int jobdef_take(struct engine *e, const struct seer_msg_hello *h, pid_t pid, cha
 		char asked[SEER_DATASET_MAX];
 		memcpy(asked, h->dataset, sizeof(asked));
 		asked[sizeof(asked) - 1] = '\0';
-		if (!same_dataset(cfg->dataset_path, asked)) {
+		if (!same_dataset(cfg->dataset.path, asked)) {
 			snprintf(err, errlen, "dataset.path: seerd's config says %.70s (%s), this "
-				 "trainer asks %.70s: one seerd serves one dataset", cfg->dataset_path,
+				 "trainer asks %.70s: one seerd serves one dataset", cfg->dataset.path,
 				 config_origin(cfg, "dataset.path"), asked);
 			return SEER_ECONFIG;
 		}

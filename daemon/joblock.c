@@ -31,7 +31,7 @@
 
 char *joblock_dir(const struct seer_config *cfg)
 {
-	return xasprintf("%s/seer-pos-%s", cfg->state_dir, cfg->job_id);
+	return xasprintf("%s/seer-pos-%s", cfg->daemon.state_dir, cfg->job.id);
 }
 
 /* The holder's lines ("host h", "pid p", "socket s", "started t") from the
@@ -114,7 +114,7 @@ int joblock_take(const struct seer_config *cfg, const char *sock, int *fd, char 
 					 "state_dir: %s holds %s. Two seerd with one job id and "
 					 "state_dir overwrite each other's resume positions: give "
 					 "this job another [job] id, or stop that seerd first",
-					 cfg->job_id, who, path);
+					 cfg->job.id, who, path);
 				rc = -EBUSY;
 			} else {
 				log_warn("cannot lock %s: %s (a file system without locks: NFS "

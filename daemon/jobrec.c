@@ -28,9 +28,9 @@
 struct sampler_job jobrec_job(const struct engine *e, uint32_t world)
 {
 	return (struct sampler_job){
-		.n = e->cat->nsamples, .seed = e->cfg->seed, .dataset_hash = e->cat->hash,
-		.world = world, .batch = (uint32_t)e->cfg->batch_size,
-		.drop_last = e->cfg->drop_last, .shuffle = e->cfg->shuffle,
+		.n = e->cat->nsamples, .seed = e->cfg->job.seed, .dataset_hash = e->cat->hash,
+		.world = world, .batch = (uint32_t)e->cfg->job.batch_size,
+		.drop_last = e->cfg->job.drop_last, .shuffle = e->cfg->job.shuffle,
 	};
 }
 
@@ -82,7 +82,7 @@ int jobrec_plan(struct engine *e, const struct sampler_record *rec, char *msg, s
 		memset(&e->rs, 0, sizeof(e->rs));
 		return rc;
 	}
-	sampler_timeline_init(&e->tl, e->sh.bpe, e->cfg->epochs, &e->rs);
+	sampler_timeline_init(&e->tl, e->sh.bpe, e->cfg->job.epochs, &e->rs);
 	if (rec) {
 		e->plan_rec_len = sampler_record_size(rec);
 		e->plan_rec = xmalloc(e->plan_rec_len);
@@ -143,7 +143,7 @@ int jobrec_start(struct engine *e, const struct sampler_record *rec, uint64_t *g
 	bool ok = p.elastic ? e->rs.elastic && same_history(&p, &e->rs)
 			    : !(e->rs.elastic && e->rs.epoch >= p.epoch);
 	if (ok) {
-		*g = p.epoch >= e->cfg->epochs ? e->pl.end : MIN(sampler_tl_g(&e->tl, p.epoch, p.step), e->pl.end);
+		*g = p.epoch >= e->cfg->job.epochs ? e->pl.end : MIN(sampler_tl_g(&e->tl, p.epoch, p.step), e->pl.end);
 	} else {
 		char mine[200], theirs[200];
 		struct sampler_record job_rec;

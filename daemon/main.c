@@ -124,12 +124,12 @@ static void raise_nofile(void)
 static int check_stats_file(const struct seer_config *cfg, uint32_t node, char *err,
 			    size_t errlen)
 {
-	if (!cfg->stats_file || !*cfg->stats_file)
+	if (!cfg->daemon.stats_file || !*cfg->daemon.stats_file)
 		return 0;
 	char path[4096], dir[4096];
-	if (node_path(path, sizeof(path), cfg->stats_file, node) != 0) {
+	if (node_path(path, sizeof(path), cfg->daemon.stats_file, node) != 0) {
 		snprintf(err, errlen, "[daemon] stats_file %.200s is too long with the node rank: "
-			 "set a shorter path", cfg->stats_file);
+			 "set a shorter path", cfg->daemon.stats_file);
 		return -ENAMETOOLONG;
 	}
 	struct stat st;
@@ -198,10 +198,10 @@ static int share_probe(const struct seer_config *cfg, const struct catalog *cat,
 	*probed = false;
 	if (config_coalesce(cfg) != CFG_COALESCE_AUTO || cat->nsamples <= cat->nfiles ||
 	    !f->span || !(f->cut || f->cut_many) ||
-	    cat->total_bytes / cat->nsamples * 2 > cfg->extent_max)
+	    cat->total_bytes / cat->nsamples * 2 > cfg->prefetch.extent_max)
 		return 0;
 	if (node == 0)
-		pfs_probe_run(cat, (uint32_t)cfg->io_threads, p);
+		pfs_probe_run(cat, (uint32_t)cfg->prefetch.io_threads, p);
 	if (cluster_bcast(cl, p, sizeof(*p)) != 0) {
 		log_error("sharing the PFS probe's verdict (prefetch.coalesce = auto) with the "
 			  "other nodes failed (MPI): set prefetch.coalesce = on or off");
@@ -223,21 +223,21 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 {
 	*fini = 0;
 	char err[1024];
-	fmt_set_memory(cfg->format_memory); /* before the catalog: its readers share it */
+	fmt_set_memory(cfg->prefetch.format_memory); /* before the catalog: its readers share it */
 	char cache_dir[4096];
-	snprintf(cache_dir, sizeof(cache_dir), "%s", cfg->state_dir);
+	snprintf(cache_dir, sizeof(cache_dir), "%s", cfg->daemon.state_dir);
 	struct catalog_opts co = {
-		.root = cfg->dataset_path, .format = cfg->dataset_format,
-		.params = { .hdf5_data = cfg->hdf5_data, .hdf5_labels = cfg->hdf5_labels,
-			    .npz_data = cfg->npz_data, .npz_labels = cfg->npz_labels,
-			    .npz_sample_axis = cfg->npz_sample_axis, .extensions = cfg->extensions,
-			    .allow_empty_classes = cfg->allow_empty_classes,
-			    .tar_extensions = cfg->tar_extensions, .tar_label = cfg->tar_label,
-			    .skip_corrupt = strcmp(cfg->on_corrupt, "skip") == 0 },
-		.cache_dir = cache_dir, .rebuild = cfg->catalog_rebuild, .progress = true,
+		.root = cfg->dataset.path, .format = cfg->dataset.format,
+		.params = { .hdf5_data = cfg->dataset.hdf5_data, .hdf5_labels = cfg->dataset.hdf5_labels,
+			    .npz_data = cfg->dataset.npz_data, .npz_labels = cfg->dataset.npz_labels,
+			    .npz_sample_axis = cfg->dataset.npz_sample_axis, .extensions = cfg->dataset.extensions,
+			    .allow_empty_classes = cfg->dataset.allow_empty_classes,
+			    .tar_extensions = cfg->dataset.tar_extensions, .tar_label = cfg->dataset.tar_label,
+			    .skip_corrupt = strcmp(cfg->dataset.on_corrupt, "skip") == 0 },
+		.cache_dir = cache_dir, .rebuild = cfg->dataset.rebuild_catalog, .progress = true,
 		/* the decoded-image cache is planned with every image's size */
-		.image_sizes = strcmp(cfg->xf_decode, "image") == 0 &&
-			       strcmp(cfg->xf_cache, "decoded") == 0,
+		.image_sizes = strcmp(cfg->transform.decode, "image") == 0 &&
+			       strcmp(cfg->transform.cache, "decoded") == 0,
 	};
 	/* the job's saved positions are this daemon's before anything is written
 	 * (the catalog cache included): node 0 locks them, every node learns */
@@ -248,8 +248,8 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 			char msg[2044];
 		} v = { 0 };
 		char sock[4096];
-		if (node_path(sock, sizeof(sock), cfg->socket, 0) != 0)
-			snprintf(sock, sizeof(sock), "%s", cfg->socket);
+		if (node_path(sock, sizeof(sock), cfg->daemon.socket, 0) != 0)
+			snprintf(sock, sizeof(sock), "%s", cfg->daemon.socket);
 		if (node == 0)
 			v.rc = joblock_take(cfg, sock, &lock, v.msg, sizeof(v.msg));
 		if (cluster_bcast(cl, &v, sizeof(v)) != 0) {
@@ -269,7 +269,7 @@ static int serve(const struct seer_config *cfg, struct cluster *cl, uint32_t nod
 	struct startup *st = NULL;
 	/* two scanning threads per I/O thread: a file's open and fstat are two
 	 * metadata round trips (a stat is one), threads are what hides them */
-	co.threads = (unsigned)MIN(cfg->io_threads * 2, (uint64_t)256);
+	co.threads = (unsigned)MIN(cfg->prefetch.io_threads * 2, (uint64_t)256);
 	co.prog = &prog;
 	if (!check && startup_begin(&st, cfg, node, nnodes, &prog, err, sizeof(err)) != 0) {
 		log_error("%s", err);
@@ -353,7 +353,7 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	enum log_level lvl = LOG_INFO;
-	log_parse_level(cfg.log_level, &lvl);
+	log_parse_level(cfg.daemon.log_level, &lvl);
 	log_set_level(lvl);
 	log_set_node((int)node);
 	fini = 0;

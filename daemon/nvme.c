@@ -68,13 +68,13 @@ struct nvme_tier *nvme_create(const struct seer_config *cfg, uint32_t node, uint
 	struct nvme_tier *nv = xcalloc(1, sizeof(*nv));
 	nv->fd = -1;
 	nv->nsamples = nsamples;
-	if (cfg->nvme == 0 || !cfg->nvme_dir || !*cfg->nvme_dir)
+	if (cfg->cache.nvme == 0 || !cfg->cache.nvme_dir || !*cfg->cache.nvme_dir)
 		return nv;
 	char dir[4096], path[4200], why[512];
 	nv->ok = true; /* so nvme_disable reports */
-	int rc = node_path(dir, sizeof(dir), cfg->nvme_dir, node);
+	int rc = node_path(dir, sizeof(dir), cfg->cache.nvme_dir, node);
 	if (rc != 0) {
-		snprintf(why, sizeof(why), "[cache] nvme_dir %.300s is too long", cfg->nvme_dir);
+		snprintf(why, sizeof(why), "[cache] nvme_dir %.300s is too long", cfg->cache.nvme_dir);
 		nvme_disable(nv, why);
 		return nv;
 	}
@@ -84,7 +84,7 @@ struct nvme_tier *nvme_create(const struct seer_config *cfg, uint32_t node, uint
 		nvme_disable(nv, why);
 		return nv;
 	}
-	snprintf(path, sizeof(path), "%s/.seer-%s-n%u-%d.cache", dir, cfg->job_id, node,
+	snprintf(path, sizeof(path), "%s/.seer-%s-n%u-%d.cache", dir, cfg->job.id, node,
 		 (int)getpid());
 	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
@@ -93,7 +93,7 @@ struct nvme_tier *nvme_create(const struct seer_config *cfg, uint32_t node, uint
 		return nv;
 	}
 	unlink(path);
-	uint64_t cap = cfg->nvme & ~(NVME_ALIGN - 1);
+	uint64_t cap = cfg->cache.nvme & ~(NVME_ALIGN - 1);
 	rc = posix_fallocate(fd, 0, (off_t)cap);
 	if (rc == EOPNOTSUPP || rc == EINVAL) {
 		rc = ftruncate(fd, (off_t)cap) == 0 ? 0 : errno;

@@ -54,15 +54,15 @@ static void np_build(struct engine *e)
 static void repl_plan(struct engine *e)
 {
 	e->repl.on = false;
-	e->repl.from_pfs = strcmp(e->cfg->replica_fill, "pfs") == 0;
-	if (!e->cfg->replicas || e->nopfs || e->nnodes < 2 || e->pl.first_epoch + 1 >= e->cfg->epochs)
+	e->repl.from_pfs = strcmp(e->cfg->cache.replica_fill, "pfs") == 0;
+	if (!e->cfg->cache.replicas || e->nopfs || e->nnodes < 2 || e->pl.first_epoch + 1 >= e->cfg->job.epochs)
 		return;
 	struct plan_repl_opts ro = {
 		.on = true, .fill = e->repl.from_pfs ? PLAN_FILL_PFS : PLAN_FILL_PEER,
 	};
 	/* transform.cache = decoded: replicas of decoded images, as the owners hold */
 	int rc = plan_node_build(&e->repl.set, &e->plan, e->cat, xfs_plan_lengths(e), &e->sh, e->pl.first_epoch,
-				 e->cfg->epochs - e->pl.first_epoch, e->rank_node, e->node,
+				 e->cfg->job.epochs - e->pl.first_epoch, e->rank_node, e->node,
 				 &e->pl.caps[e->node], &ro, NULL);
 	if (rc == -ENOMEM) {
 		log_error("out of memory planning this node's replicas");
@@ -70,7 +70,7 @@ static void repl_plan(struct engine *e)
 	}
 	if (rc != 0) {
 		log_warn("no replicas: this node's reads over %llu epochs are too many to plan "
-			 "them (%s); one copy per sample", (unsigned long long)e->cfg->epochs,
+			 "them (%s); one copy per sample", (unsigned long long)e->cfg->job.epochs,
 			 strerror(-rc));
 		return;
 	}
@@ -95,7 +95,7 @@ static void log_plan(const struct engine *e, uint64_t t0)
 			 (unsigned long long)(e->ar.cache_cap / MAX(e->pl.nlocal, 1u)));
 	char a[32], b[32], c[32];
 	/* in the bytes the caches hold (decoded images with transform.cache = decoded) */
-	uint64_t D = xfs_cached_total(e), C = MIN(e->plan.cached_bytes, D), E = e->cfg->epochs;
+	uint64_t D = xfs_cached_total(e), C = MIN(e->plan.cached_bytes, D), E = e->cfg->job.epochs;
 	char d[32];
 	log_info("plan: %llu of %llu samples (%s of %s) cached on %u node(s), %llu here (%s, "
 		 "cap %s) in %.2f s; optimal PFS reads over %llu epochs: %.2fx the dataset",
@@ -114,7 +114,7 @@ static void log_plan(const struct engine *e, uint64_t t0)
 			 (unsigned long long)e->repl.ram_planned,
 			 (unsigned long long)e->repl.nvme_planned,
 			 e->repl.from_pfs ? "the PFS" : "their owners",
-			 e->cfg->replica_fill_rate ? " (rate capped)" : "",
+			 e->cfg->cache.replica_fill_rate ? " (rate capped)" : "",
 			 fmt_size(u, sizeof(u), e->repl.set.ram_used), fmt_size(v, sizeof(v), e->repl.set.nvme_used));
 	}
 }
@@ -206,7 +206,7 @@ static int shape_plan(struct engine *e, const struct sampler_record *rec, bool f
 	struct sampler_record *saved = NULL;
 	int rc = 0;
 	bool fixed = config_resume(cfg, &re, &rs) == 0, resumed = false;
-	if (!rec && !from_map && strcmp(cfg->resume, "auto") == 0) {
+	if (!rec && !from_map && strcmp(cfg->job.resume, "auto") == 0) {
 		rc = resume_load(e, &saved, &starts, err, errlen);
 		if (rc < 0)
 			return rc;
@@ -257,16 +257,16 @@ int place_shape_init(struct engine *e, uint32_t world, const struct sampler_reco
 			 "sample of its own; check the trainers' world size%s", world,
 			 world > e->cat->nsamples ? "the dataset's samples" : "seer serves",
 			 (unsigned long long)MIN((uint64_t)SEER_MAX_WORLD, e->cat->nsamples),
-			 cfg->world_size ? " and [job] world_size" : "");
+			 cfg->job.world_size ? " and [job] world_size" : "");
 		return -EINVAL;
 	}
-	int rc = sampler_shape_init(&e->sh, e->cat->nsamples, cfg->seed, world, (uint32_t)cfg->batch_size,
-				cfg->drop_last, cfg->shuffle);
+	int rc = sampler_shape_init(&e->sh, e->cat->nsamples, cfg->job.seed, world, (uint32_t)cfg->job.batch_size,
+				cfg->job.drop_last, cfg->job.shuffle);
 	if (rc != 0) {
 		snprintf(err, errlen, "%llu samples over %u trainers with batch_size %llu%s give no "
 			 "batch: lower [job] batch_size",
 			 (unsigned long long)e->cat->nsamples, world,
-			 (unsigned long long)cfg->batch_size, cfg->drop_last ? " and drop_last" : "");
+			 (unsigned long long)cfg->job.batch_size, cfg->job.drop_last ? " and drop_last" : "");
 		return SEER_ECONFIG;
 	}
 	if (e->nnodes == 1 && staging_precheck(e, world, err, errlen) != 0)
@@ -296,11 +296,11 @@ int place_shape_init(struct engine *e, uint32_t world, const struct sampler_reco
 	 * two in reclaim (config_finish keeps this within a client's 4096); a
 	 * trainer may declare more held batches at connect (a TorchLoader's
 	 * workers x prefetch + 1): room for HELD_DECLARED of them by default */
-	uint64_t room = MAX(e->cfg->max_held, (uint64_t)HELD_DECLARED);
-	if (e->cfg->lookahead + room + 2 > HANDLE_SLOTS)
-		room = MAX(e->cfg->max_held, HANDLE_SLOTS - 2 - e->cfg->lookahead);
+	uint64_t room = MAX(e->cfg->job.max_held, (uint64_t)HELD_DECLARED);
+	if (e->cfg->prefetch.lookahead + room + 2 > HANDLE_SLOTS)
+		room = MAX(e->cfg->job.max_held, HANDLE_SLOTS - 2 - e->cfg->prefetch.lookahead);
 	uint32_t ns = 4;
-	while (ns < e->cfg->lookahead + room + 2)
+	while (ns < e->cfg->prefetch.lookahead + room + 2)
 		ns *= 2;
 	e->nslots = ns;
 	if (e->nnodes == 1) {
@@ -349,7 +349,7 @@ void place_shape_free(struct engine *e)
 
 int place_can_reshape(const struct engine *e, char *why, size_t whylen)
 {
-	if (e->cfg->world_size) {
+	if (e->cfg->job.world_size) {
 		snprintf(why, whylen, "set by [job] world_size in seerd's configuration");
 		return -EPERM;
 	}

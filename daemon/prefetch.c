@@ -119,7 +119,7 @@ bool pf_can_prepare(struct engine *e, struct trainer *t)
 		t->pace_counted = false;
 	}
 	struct route_next n = { .next_prep = t->next_prep, .next_pub = t->next_pub, .taken = taken,
-				.lookahead = e->cfg->lookahead, .pace = e->cfg->pace,
+				.lookahead = e->cfg->prefetch.lookahead, .pace = e->cfg->prefetch.pace,
 				.step_s = e->st.step_s, .taken_ns = t->pace_ns, .now_ns = now_ns() };
 	uint64_t until = 0;
 	enum route_go go = route_next(&n, &until);
@@ -494,7 +494,7 @@ void pf_fill(struct engine *e)
 		e->pf.fill_g = min_prep;
 		e->pf.fill_r = 0;
 	}
-	uint32_t budget = (uint32_t)e->cfg->io_threads;
+	uint32_t budget = (uint32_t)e->cfg->prefetch.io_threads;
 	struct route_view v = place_view(e);
 	while (e->pf.fill_inflight < budget && e->pf.fill_g < e->pl.end && e->pf.fill_left > 0) {
 		uint64_t g = e->pf.fill_g;

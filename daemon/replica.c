@@ -59,9 +59,9 @@ void repl_init(struct engine *e)
 	e->repl.next = 0;
 	e->repl.inflight = 0;
 	e->repl.inflight_pfs = 0;
-	e->repl.max_inflight = (uint32_t)MAX(8ull, e->cfg->io_threads / 2);
-	e->repl.max_pfs = (uint32_t)MAX(1ull, e->cfg->io_threads / 4);
-	e->repl.tokens = (double)MAX(e->cfg->replica_fill_rate, e->cat->max_len);
+	e->repl.max_inflight = (uint32_t)MAX(8ull, e->cfg->prefetch.io_threads / 2);
+	e->repl.max_pfs = (uint32_t)MAX(1ull, e->cfg->prefetch.io_threads / 4);
+	e->repl.tokens = (double)MAX(e->cfg->cache.replica_fill_rate, e->cat->max_len);
 	e->repl.t_ns = now_ns();
 	e->repl.scan_g = UINT64_MAX;
 }
@@ -95,7 +95,7 @@ static uint64_t progress(const struct engine *e)
  * when it starts; the bucket may go below zero by one sample.) */
 static bool tokens_left(struct engine *e)
 {
-	double rate = (double)e->cfg->replica_fill_rate;
+	double rate = (double)e->cfg->cache.replica_fill_rate;
 	if (rate <= 0)
 		return true;
 	uint64_t now = now_ns();

@@ -95,7 +95,7 @@ static void write_plan(struct engine *e, const char *path)
 		.job = { .n = e->sh.n, .seed = e->sh.seed, .dataset_hash = e->cat->hash,
 			 .batch = e->sh.batch, .world = e->world, .drop_last = e->sh.drop_last,
 			 .shuffle = e->sh.shuffle },
-		.epochs = e->cfg->epochs, .bpe = e->sh.bpe,
+		.epochs = e->cfg->job.epochs, .bpe = e->sh.bpe,
 		.rec = e->plan_rec, .rec_len = (uint32_t)e->plan_rec_len,
 	};
 	uint64_t *starts = xcalloc(e->world, sizeof(uint64_t));

@@ -121,9 +121,9 @@ static int join_peers(struct server *s, char *err, size_t errlen)
 	free(caps);
 
 	struct net_opts no = {
-		.provider = s->cfg->provider, .node = s->node, .nnodes = s->nnodes,
-		.timeout_s = s->cfg->peer_timeout_ms / 1000.0, .suspect_s = 10.0,
-		.no_bundles = !s->cfg->net_bundles,
+		.provider = s->cfg->net.provider, .node = s->node, .nnodes = s->nnodes,
+		.timeout_s = s->cfg->net.peer_timeout_ms / 1000.0, .suspect_s = 10.0,
+		.no_bundles = !s->cfg->net.bundles,
 	};
 	engine_net_opts(s->e, &no);
 	void *addr = NULL;
@@ -168,7 +168,7 @@ static int join_peers(struct server *s, char *err, size_t errlen)
 	free(rcs);
 	if (rc == 0) {
 		engine_set_net(s->e, s->net);
-		log_info("data plane up: libfabric provider %s, %u nodes", s->cfg->provider, s->nnodes);
+		log_info("data plane up: libfabric provider %s, %u nodes", s->cfg->net.provider, s->nnodes);
 	}
 	return rc;
 }
@@ -268,9 +268,9 @@ static bool finished_round(struct server *s)
 	}
 	if (cluster_all_done(s->cl))
 		return false;
-	double limit = s->cfg->done_timeout_s;
+	double limit = s->cfg->daemon.done_timeout_s;
 	if (s->peer_trouble)
-		limit = MIN(limit, MAX(5.0, 10 * s->cfg->peer_timeout_ms / 1000.0));
+		limit = MIN(limit, MAX(5.0, 10 * s->cfg->net.peer_timeout_ms / 1000.0));
 	if (now_s() - s->done_since > limit) {
 		log_error("other nodes did not finish within %.0f s of this one (a daemon died?): "
 			  "leaving without them", limit);
@@ -286,7 +286,7 @@ static bool finished_round(struct server *s)
  * trainer leaving counts as present. */
 static void idle_check(struct server *s, double t)
 {
-	double limit = s->cfg->idle_exit_s;
+	double limit = s->cfg->daemon.idle_exit_s;
 	if (limit <= 0 || s->nnodes > 1 || s->stop_deadline > 0)
 		return;
 	bool pending = false;
@@ -362,7 +362,7 @@ static void server_close(struct server *s, int rc)
 		engine_write_stats(s->e);
 		/* pending checkpoint writes before the engine whose reads they yield to */
 		ckpt_finish(s->ck, s->stop_deadline > 0 ? s->stop_deadline
-							 : now_s() + s->cfg->stop_grace_s);
+							 : now_s() + s->cfg->daemon.stop_grace_s);
 		ckpt_destroy(s->ck);
 		s->ck = NULL;
 		if (s->net)
@@ -395,10 +395,10 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	char err[1024];
 	int rc = 1;
 	/* the socket path may carry the node rank (several daemons on one host) */
-	if (node_path(s.sock_path, sizeof(s.sock_path), cfg->socket, node) != 0) {
+	if (node_path(s.sock_path, sizeof(s.sock_path), cfg->daemon.socket, node) != 0) {
 		char show[CAT_PATH_SHOW];
 		log_error("[daemon] socket %s is longer than %zu bytes with the node rank: set a "
-			  "shorter path", catalog_path_abbrev(show, sizeof(show), cfg->socket),
+			  "shorter path", catalog_path_abbrev(show, sizeof(show), cfg->daemon.socket),
 			  sizeof(s.sock_path) - 1);
 		startup_abort(st);
 		goto out;
@@ -427,7 +427,7 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	epoll_watch(s.epfd, s.lfd, EP_TAG(EP_LISTEN, 0));
 	conn_spare_restore(&s);
 	/* launch scripts wait for this line's file */
-	log_info("serving job '%s' on %s", cfg->job_id, s.sock_path);
+	log_info("serving job '%s' on %s", cfg->job.id, s.sock_path);
 	s.exit_code = 0;
 	s.idle_since = now_s();
 	if (stop) {
@@ -438,13 +438,13 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		engine_work(s.e);
 		if (!cluster_round(&s))
 			break;
-		if (engine_finished(s.e) && !(s.cfg->serve_jobs && s.nnodes == 1 &&
+		if (engine_finished(s.e) && !(s.cfg->daemon.serve_jobs && s.nnodes == 1 &&
 					       s.stop_deadline == 0 && engine_next_job(s.e) >= 0) &&
 		    !finished_round(&s))
 			break;
 		if (s.stop_deadline > 0 && now_s() >= s.stop_deadline && !s.done_sent) {
 			log_warn("trainers still attached %.0f s after the stop ([daemon] stop_grace_s); "
-				 "exiting anyway", s.cfg->stop_grace_s);
+				 "exiting anyway", s.cfg->daemon.stop_grace_s);
 			break;
 		}
 		if (!dispatch(&s))

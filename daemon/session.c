@@ -178,11 +178,11 @@ static int open_session(struct engine *e, struct trainer *t, int sock, pid_t pid
 	if (rc != 0)
 		goto fail;
 	struct seer_msg_welcome w = {
-		.kind = SEER_MSG_WELCOME, .nsamples = e->cat->nsamples, .epochs = e->cfg->epochs,
+		.kind = SEER_MSG_WELCOME, .nsamples = e->cat->nsamples, .epochs = e->cfg->job.epochs,
 		.batches_per_epoch = e->sh.bpe, .start = start, .arena_size = e->ar.seg.size,
 		.ctrl_out_size = l.out_size, .ctrl_in_size = l.in_size, .batch_size = e->sh.batch,
-		.nslots = e->nslots, .node = e->node, .nodes = e->nnodes, .seed = e->cfg->seed,
-		.drop_last = e->cfg->drop_last, .shuffle = e->cfg->shuffle,
+		.nslots = e->nslots, .node = e->node, .nodes = e->nnodes, .seed = e->cfg->job.seed,
+		.drop_last = e->cfg->job.drop_last, .shuffle = e->cfg->job.shuffle,
 		.dataset_hash = e->cat->hash, .record_len = (uint32_t)e->plan_rec_len,
 		.resume_epoch = e->tl.epoch, .resume_batches = e->tl.nb,
 	};
@@ -230,9 +230,9 @@ static int check_hello(struct engine *e, int sock, const struct seer_msg_hello *
 	char job[SEER_JOBID_MAX];
 	memcpy(job, h->job_id, sizeof(job));
 	job[sizeof(job) - 1] = '\0';
-	if (strcmp(job, e->cfg->job_id) != 0) {
+	if (strcmp(job, e->cfg->job.id) != 0) {
 		send_refusal(sock, SEER_EREFUSED, "job id '%s' does not match this seerd's '%s'", job,
-			     e->cfg->job_id);
+			     e->cfg->job.id);
 		return SEER_EREFUSED;
 	}
 	if (e->draining || atomic_load(&e->stopping)) {
@@ -281,7 +281,7 @@ static int check_world(struct engine *e, int sock, const struct seer_msg_hello *
  * a position past the job. */
 static int explicit_start(const struct engine *e, uint64_t epoch, uint64_t step, uint64_t *g)
 {
-	if (epoch >= e->cfg->epochs || step >= sampler_tl_batches(&e->tl, epoch))
+	if (epoch >= e->cfg->job.epochs || step >= sampler_tl_batches(&e->tl, epoch))
 		return -ERANGE;
 	*g = sampler_tl_g(&e->tl, epoch, step);
 	return 0;
@@ -319,7 +319,7 @@ static int check_rank(struct engine *e, int sock, const struct seer_msg_hello *h
 	} else if (explicit_start(e, h->epoch, h->step, start) != 0) {
 		send_refusal(sock, -ERANGE, "start epoch %llu step %llu is past the job "
 			     "(%llu epochs of %llu steps)", (unsigned long long)h->epoch,
-			     (unsigned long long)h->step, (unsigned long long)e->cfg->epochs,
+			     (unsigned long long)h->step, (unsigned long long)e->cfg->job.epochs,
 			     (unsigned long long)sampler_tl_batches(&e->tl, h->epoch));
 		return -ERANGE;
 	}
@@ -344,8 +344,8 @@ int engine_attach(struct engine *e, int sock, const struct seer_msg_hello *h, co
 		rc = check_rank(e, sock, h, have ? &r : NULL, &start);
 	if (have)
 		sampler_record_free(&r);
-	uint32_t held = (uint32_t)MAX((uint64_t)h->held, e->cfg->max_held);
-	if (rc == 0 && held > e->cfg->max_held &&
+	uint32_t held = (uint32_t)MAX((uint64_t)h->held, e->cfg->job.max_held);
+	if (rc == 0 && held > e->cfg->job.max_held &&
 	    (rc = arena_check_held(e, held, msg, sizeof(msg))) != 0) {
 		send_refusal(sock, SEER_EREFUSED, "rank %u: %s", h->rank, msg);
 		rc = SEER_EREFUSED;
@@ -426,7 +426,7 @@ void sess_finish_reset(struct engine *e, struct trainer *t)
 		int sock = t->pending_sock;
 		t->pending_sock = -1;
 		uint64_t start = t->pending_start == UINT64_MAX ? t->resume_g : t->pending_start;
-		uint32_t held = (uint32_t)MAX((uint64_t)t->pending_hello.held, e->cfg->max_held);
+		uint32_t held = (uint32_t)MAX((uint64_t)t->pending_hello.held, e->cfg->job.max_held);
 		if (open_session(e, t, sock, t->pending_pid, start, held) != 0)
 			close(sock);
 	}

@@ -101,7 +101,7 @@ static char *status_json(struct startup *st)
 	progress_text(st, text, sizeof(text));
 	json_t *o = json_pack("{ss ss ss si si si sf sI sI sI sI}", "state",
 			      atomic_load(&st->phase) == STARTUP_SETUP ? "starting" : "scanning",
-			      "scanning", text, "job_id", st->cfg->job_id, "node", (int)st->node,
+			      "scanning", text, "job_id", st->cfg->job.id, "node", (int)st->node,
 			      "nodes", (int)st->nnodes, "pid", (int)getpid(), "uptime_s",
 			      now_s() - st->t0, "files_listed",
 			      (json_int_t)atomic_load(&st->prog->listed), "files_total",
@@ -382,10 +382,10 @@ int startup_begin(struct startup **out, const struct seer_config *cfg, uint32_t 
 	atomic_store(&st->phase, node == 0 ? STARTUP_SCAN : STARTUP_WAIT);
 	for (int i = 0; i < ST_PENDING; i++)
 		st->conn[i].fd = -1;
-	if (node_path(st->sock, sizeof(st->sock), cfg->socket, node) != 0) {
+	if (node_path(st->sock, sizeof(st->sock), cfg->daemon.socket, node) != 0) {
 		char show[CAT_PATH_SHOW];
 		snprintf(err, errlen, "[daemon] socket %s is longer than %zu bytes with the node "
-			 "rank: set a shorter path", catalog_path_abbrev(show, sizeof(show), cfg->socket),
+			 "rank: set a shorter path", catalog_path_abbrev(show, sizeof(show), cfg->daemon.socket),
 			 sizeof(st->sock) - 1);
 		free(st);
 		return -ENAMETOOLONG;

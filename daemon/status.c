@@ -65,10 +65,10 @@ static json_t *coalescing_json(const struct engine *e)
 				       JU(e->ext.probe.bytes), "pfs_reads", JU(e->ext.probe.reads),
 				       "why", e->ext.probe.why));
 	return must(json_pack("{sb ss so sI sI so sI sI sI sI so sI sI sI}", "on", e->ext.coalesce,
-			      "mode", e->cfg->coalesce, "probe", probe,
-			      "extent_max", JU(e->cfg->extent_max),
-			      "extent_memory", JU(e->cfg->extent_memory),
-			      "max_amplification", jreal(e->cfg->max_amplification, 3),
+			      "mode", e->cfg->prefetch.coalesce, "probe", probe,
+			      "extent_max", JU(e->cfg->prefetch.extent_max),
+			      "extent_memory", JU(e->cfg->prefetch.extent_memory),
+			      "max_amplification", jreal(e->cfg->prefetch.max_amplification, 3),
 			      "pfs_reads", JU(reads), "extents", JU(n), "samples", JU(samples),
 			      "bytes", JU(bytes),
 			      "amplification", jreal(useful ? (double)bytes / (double)useful : 0.0, 4),
@@ -118,7 +118,7 @@ static json_t *replicas_json(const struct engine *e)
 	return json_pack("{sb sI ss sI sI sI sI sI sI sI sI sI sI sI sI}", "enabled", on,
 			 "loaded_samples", JU(loaded),
 			 "fill_source", e->repl.from_pfs ? "pfs" : "peer",
-			 "fill_rate", JU(e->cfg->replica_fill_rate),
+			 "fill_rate", JU(e->cfg->cache.replica_fill_rate),
 			 "samples", JU(on ? nv->nrepl : 0), "bytes", JU(on ? nv->repl_bytes : 0),
 			 "ram_samples", JU(e->repl.ram_planned), "nvme_samples", JU(e->repl.nvme_planned),
 			 "ram_used", JU(on ? nv->ram_used : e->plan_ready ? e->plan.ram_used[e->node] : 0),
@@ -156,14 +156,14 @@ static json_t *status_json(struct engine *e, uint64_t max_epochs)
 	json_t *root = json_pack(
 		"{sI sI sI so so ss sI sI sI s{sI sI sI so} so s{sI sI so} so so so}",
 		"node", JU(e->node), "nodes", JU(e->nnodes), "pid", JU(getpid()),
-		"job_id", jtext(e->cfg->job_id), "uptime_s", jreal(now_s() - e->st.t_start, 3),
+		"job_id", jtext(e->cfg->job.id), "uptime_s", jreal(now_s() - e->st.t_start, 3),
 		"state", state_name(e), "world", JU(e->world),
 		"batches_per_epoch", JU(e->shape_ready ? e->sh.bpe : 0),
-		"job_epochs", JU(e->cfg->epochs),
+		"job_epochs", JU(e->cfg->job.epochs),
 		"dataset", "samples", JU(e->cat->nsamples), "bytes", JU(e->cat->total_bytes),
 		"files", JU(e->cat->nfiles), "format", jtext(e->cat->fmt->name),
 		"cache", cache_json(e),
-		"io", "threads", JU(e->cfg->io_threads), "pending", JU(iopool_pending(&e->tasks.pool)),
+		"io", "threads", JU(e->cfg->prefetch.io_threads), "pending", JU(iopool_pending(&e->tasks.pool)),
 		"placement", jtext(e->self.pin_desc),
 		"topology", jtext(e->self.topo_desc), "sources", stats_sources_json(&e->st),
 		"step_ms", jreal(e->st.step_s * 1e3, 3));
@@ -179,9 +179,9 @@ static json_t *status_json(struct engine *e, uint64_t max_epochs)
 			"elastic", e->rs.elastic, "elastic_batches", JU(e->tl.nb),
 			"record_bytes", JU(e->plan_rec_len))));
 	json_object_set_new(root, "coalescing", coalescing_json(e));
-	json_object_set_new(root, "pacing", must(json_pack("{sb sI}", "on", e->cfg->pace,
+	json_object_set_new(root, "pacing", must(json_pack("{sb sI}", "on", e->cfg->prefetch.pace,
 							   "deferred", JU(e->pf.paced))));
-	stats_epochs_json(&e->st, root, max_epochs, e->cfg->epochs);
+	stats_epochs_json(&e->st, root, max_epochs, e->cfg->job.epochs);
 	return root;
 }
 
@@ -201,18 +201,18 @@ char *engine_status_json(struct engine *e, uint64_t max_epochs)
 
 void engine_write_stats(struct engine *e)
 {
-	if (!e->cfg->stats_file || !*e->cfg->stats_file)
+	if (!e->cfg->daemon.stats_file || !*e->cfg->daemon.stats_file)
 		return;
 	/* the status plus the per-step series: [global batch, done at, summed wait] */
 	json_t *root = status_json(e, 0);
 	stats_steps_json(&e->st, root);
 	char *json = dump(root);
 	char path[4096];
-	int rc = node_path(path, sizeof(path), e->cfg->stats_file, e->node);
+	int rc = node_path(path, sizeof(path), e->cfg->daemon.stats_file, e->node);
 	if (rc == 0)
 		rc = write_file_atomic(path, json, strlen(json));
 	else
-		str_copy(path, sizeof(path), e->cfg->stats_file);
+		str_copy(path, sizeof(path), e->cfg->daemon.stats_file);
 	if (rc != 0)
 		log_warn("cannot write the stats file %s: %s", path, strerror(-rc));
 	else

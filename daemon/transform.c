@@ -159,7 +159,7 @@ static void job_exec(struct xfs *x, struct xf_scratch *s, struct xjob *j)
 		atomic_fetch_add_explicit(&x->blob_ns, now_ns() - t0, memory_order_relaxed);
 		return;
 	}
-	j->status = xf_transform(&x->p, s, e->cfg->seed, j->epoch, j->sample, e->ar.base + j->src_off,
+	j->status = xf_transform(&x->p, s, e->cfg->job.seed, j->epoch, j->sample, e->ar.base + j->src_off,
 				 j->src_len, e->ar.base + j->dst_off, &j->info, j->err, sizeof(j->err));
 }
 
@@ -260,7 +260,7 @@ static void plan_cache(struct xfs *x, const struct engine *e)
 			 "files, every epoch decodes");
 		return;
 	}
-	if (strcmp(e->cfg->policy, "nopfs") == 0) {
+	if (strcmp(e->cfg->cache.policy, "nopfs") == 0) {
 		snprintf(x->why, sizeof(x->why), "files, not decoded images: transform.cache = "
 			 "decoded is not available with cache.policy = nopfs");
 		return;
@@ -726,7 +726,7 @@ json_t *xfs_status_json(const struct engine *e)
 	char spec[512];
 	xf_params_format(&x->p, spec, sizeof(spec));
 	json_t *eps = json_array();
-	uint64_t last = MIN(x->nep, e->cfg->epochs);
+	uint64_t last = MIN(x->nep, e->cfg->job.epochs);
 	for (uint64_t i = 0; eps && i < last; i++)
 		json_array_append_new(eps, epoch_json(i, &x->ep[i]));
 	json_t *all = epoch_json(0, &x->all);

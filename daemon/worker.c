@@ -36,7 +36,7 @@ static bool transient(int rc)
  * which doubles. */
 static bool retry_after(const struct engine *e, int rc, uint32_t attempt, double *backoff_ms)
 {
-	if (rc == 0 || !transient(rc) || attempt >= e->cfg->retries ||
+	if (rc == 0 || !transient(rc) || attempt >= e->cfg->prefetch.retries ||
 	    atomic_load_explicit(&e->stopping, memory_order_relaxed))
 		return false;
 	sleep_ns((uint64_t)(*backoff_ms * 1e6));
@@ -73,7 +73,7 @@ void worker_fini(void *tls, void *ctx)
 static int worker_pfs_read(const struct engine *e, struct etask *t, struct catalog_reader *rd,
 			   uint8_t *dst)
 {
-	double backoff_ms = e->cfg->retry_backoff_ms;
+	double backoff_ms = e->cfg->prefetch.retry_backoff_ms;
 	int rc;
 	uint64_t read0 = rd->bytes_read;
 	for (uint32_t attempt = 0;; attempt++) {
@@ -167,7 +167,7 @@ static int worker_extent(const struct engine *e, struct etask *t, struct catalog
 	uint64_t *ids = malloc(t->nmem * sizeof(*ids));
 	void **dsts = malloc(t->nmem * sizeof(*dsts));
 	int rc = buf == MAP_FAILED || !ids || !dsts ? -ENOMEM : 0;
-	double backoff_ms = e->cfg->retry_backoff_ms;
+	double backoff_ms = e->cfg->prefetch.retry_backoff_ms;
 	t->pfs_read = 0;
 	for (uint32_t attempt = 0; rc == 0; attempt++) {
 		rc = catalog_read_range(rd, t->file, t->foff, t->len, buf);

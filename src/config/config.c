@@ -447,67 +447,67 @@ static int parse_resume(const char *s, uint64_t *e, uint64_t *st)
 
 int config_finish(struct seer_config *c, char *err, size_t errlen)
 {
-	if (!c->dataset_path || !*c->dataset_path) {
+	if (!c->dataset.path || !*c->dataset.path) {
 		snprintf(err, errlen, "[dataset] path is not set: give the dataset directory in the "
 				      "config file or with --set dataset.path=DIR");
 		return -EINVAL;
 	}
-	if (!*c->job_id || strlen(c->job_id) >= 64 || strchr(c->job_id, '/')) {
-		snprintf(err, errlen, "[job] id '%s' must be 1-63 characters without '/'", c->job_id);
+	if (!*c->job.id || strlen(c->job.id) >= 64 || strchr(c->job.id, '/')) {
+		snprintf(err, errlen, "[job] id '%s' must be 1-63 characters without '/'", c->job.id);
 		return -EINVAL;
 	}
-	if (*c->resume && strcmp(c->resume, "auto") != 0) {
+	if (*c->job.resume && strcmp(c->job.resume, "auto") != 0) {
 		uint64_t e, s;
-		if (parse_resume(c->resume, &e, &s) != 0) {
+		if (parse_resume(c->job.resume, &e, &s) != 0) {
 			snprintf(err, errlen, "[job] resume '%s': expected epoch:step (e.g. 3:120) or auto",
-				 c->resume);
+				 c->job.resume);
 			return -EINVAL;
 		}
-		if (e >= c->epochs) {
+		if (e >= c->job.epochs) {
 			snprintf(err, errlen, "[job] resume epoch %llu is past the job's %llu epochs",
-				 (unsigned long long)e, (unsigned long long)c->epochs);
+				 (unsigned long long)e, (unsigned long long)c->job.epochs);
 			return -EINVAL;
 		}
 	}
-	if (c->lookahead + c->max_held + 2 > 4096) {
+	if (c->prefetch.lookahead + c->job.max_held + 2 > 4096) {
 		/* batch slots per trainer: a power of two >= lookahead + max_held + 2,
 		 * at most the 4096 a client takes */
 		snprintf(err, errlen, "[prefetch] lookahead %llu + [job] max_held %llu is more than "
 			 "4094 batches per trainer: lower one of them",
-			 (unsigned long long)c->lookahead, (unsigned long long)c->max_held);
+			 (unsigned long long)c->prefetch.lookahead, (unsigned long long)c->job.max_held);
 		return -EINVAL;
 	}
-	if (c->extent_memory < c->extent_max) {
+	if (c->prefetch.extent_memory < c->prefetch.extent_max) {
 		snprintf(err, errlen, "[prefetch] extent_memory (%llu bytes) is less than extent_max "
 			 "(%llu bytes): raise extent_memory or lower extent_max",
-			 (unsigned long long)c->extent_memory, (unsigned long long)c->extent_max);
+			 (unsigned long long)c->prefetch.extent_memory, (unsigned long long)c->prefetch.extent_max);
 		return -EINVAL;
 	}
-	if (c->nvme > 0 && !*c->nvme_dir) {
+	if (c->cache.nvme > 0 && !*c->cache.nvme_dir) {
 		snprintf(err, errlen, "[cache] nvme is %llu bytes but nvme_dir is not set",
-			 (unsigned long long)c->nvme);
+			 (unsigned long long)c->cache.nvme);
 		return -EINVAL;
 	}
 	struct xf_params xp;
 	int xrc = config_transform(c, &xp, err, errlen);
 	if (xrc)
 		return xrc;
-	if (!*c->socket) {
+	if (!*c->daemon.socket) {
 		char buf[4096], why[768];
-		if (path_default_socket(buf, sizeof(buf), c->job_id, true, why, sizeof(why)) != 0) {
+		if (path_default_socket(buf, sizeof(buf), c->job.id, true, why, sizeof(why)) != 0) {
 			snprintf(err, errlen, "default socket path: %s (or set [daemon] socket)", why);
 			return -EINVAL;
 		}
-		free(c->socket);
-		c->socket = xstrdup(buf);
+		free(c->daemon.socket);
+		c->daemon.socket = xstrdup(buf);
 	}
 	char why[768], show[CAT_PATH_SHOW];
-	if (path_check_private_dir(c->state_dir, why, sizeof(why)) != 0) {
+	if (path_check_private_dir(c->daemon.state_dir, why, sizeof(why)) != 0) {
 		/* both paths abbreviated: the reason and the advice must survive */
 		snprintf(err, errlen, "[daemon] state_dir %s cannot be trusted: %s. Another user "
 			 "could plant a forged catalog or resume record there: set [daemon] "
 			 "state_dir (or HOME / XDG_CACHE_HOME) to a directory only you can write",
-			 catalog_path_abbrev(show, sizeof(show), c->state_dir), why);
+			 catalog_path_abbrev(show, sizeof(show), c->daemon.state_dir), why);
 		return -EINVAL;
 	}
 	return 0;
@@ -517,8 +517,8 @@ int config_transform(const struct seer_config *c, struct xf_params *p, char *err
 {
 	static const char *const names[] = { "decode", "crop", "size", "scale", "ratio",
 					     "normalize", "output", "cache" };
-	const char *vals[] = { c->xf_decode, c->xf_crop, c->xf_size, c->xf_scale, c->xf_ratio,
-			       c->xf_normalize, c->xf_output, c->xf_cache };
+	const char *vals[] = { c->transform.decode, c->transform.crop, c->transform.size, c->transform.scale, c->transform.ratio,
+			       c->transform.normalize, c->transform.output, c->transform.cache };
 	char why[300];
 	xf_params_default(p);
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
@@ -527,10 +527,10 @@ int config_transform(const struct seer_config *c, struct xf_params *p, char *err
 			return -EINVAL;
 		}
 	}
-	p->resize = (uint32_t)c->xf_resize;
-	p->hflip = c->xf_hflip;
-	p->threads = (uint32_t)c->xf_threads;
-	p->cache_size = (uint32_t)c->xf_cache_size;
+	p->resize = (uint32_t)c->transform.resize;
+	p->hflip = c->transform.hflip;
+	p->threads = (uint32_t)c->transform.threads;
+	p->cache_size = (uint32_t)c->transform.cache_size;
 	if (xf_params_check(p, why, sizeof(why)) != 0) {
 		snprintf(err, errlen, "[transform] %s", why);
 		return -EINVAL;
@@ -548,19 +548,19 @@ static enum config_coalesce auto_bool(const char *v)
 
 enum config_coalesce config_coalesce(const struct seer_config *c)
 {
-	return auto_bool(c->coalesce);
+	return auto_bool(c->prefetch.coalesce);
 }
 
 enum config_coalesce config_huge_pages(const struct seer_config *c)
 {
-	return auto_bool(c->huge_pages);
+	return auto_bool(c->cache.huge_pages);
 }
 
 int config_resume(const struct seer_config *c, uint64_t *epoch, uint64_t *step)
 {
-	if (!*c->resume || strcmp(c->resume, "auto") == 0)
+	if (!*c->job.resume || strcmp(c->job.resume, "auto") == 0)
 		return -ENOENT;
-	return parse_resume(c->resume, epoch, step);
+	return parse_resume(c->job.resume, epoch, step);
 }
 
 static void value_str(const struct seer_config *c, const struct config_key *k, char *buf, size_t len)

@@ -12,88 +12,98 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* One member per INI section, one field per key, named as the key:
+ * [cache] ram is c->cache.ram (config_keys.c's table says so with offsetof). */
 struct seer_config {
-	/* [dataset] */
-	char *dataset_path;
-	char *dataset_format;
-	char *extensions;
-	bool allow_empty_classes;
-	char *hdf5_data;
-	char *hdf5_labels;
-	char *npz_data;
-	char *npz_labels;
-	char *npz_sample_axis;
-	char *tar_extensions;   /* tar: data member extensions, first present wins */
-	char *tar_label;        /* tar: label member extension ("" = none) */
-	char *on_corrupt;       /* "fail" or "skip" */
-	bool catalog_rebuild;
-	/* [job] */
-	char *job_id;
-	uint64_t seed;
-	uint64_t epochs;
-	uint64_t batch_size;
-	bool drop_last;
-	bool shuffle;
-	uint64_t world_size;    /* 0: learned from the first trainer */
-	uint64_t max_held;      /* batches a trainer may hold at once */
-	char *resume;           /* "" or "epoch:step" */
-	/* [cache] */
-	uint64_t ram;
-	uint64_t staging;
-	char *nvme_dir;
-	uint64_t nvme;
-	char *policy;           /* "seer" or "nopfs" */
-	char *huge_pages;       /* "auto", "on" or "off": the arena in 2 MiB huge pages */
-	bool replicas;          /* spare RAM/NVMe holds replicas (src/plan/plan.h) */
-	char *replica_fill;     /* "peer" or "pfs" */
-	uint64_t replica_fill_rate; /* bytes/s of background fills (0: no cap) */
-	/* [prefetch] */
-	uint64_t io_threads;
-	uint64_t format_memory;  /* bytes the formats may keep decoded */
-	uint64_t lookahead;
-	uint64_t retries;
-	double retry_backoff_ms;
-	char *coalesce;          /* "auto", "on" or "off": coalesced reads (extents) and
-				    the plan by files (auto: src/util/pfs_probe.h decides) */
-	uint64_t extent_max;     /* longest extent */
-	uint64_t extent_memory;  /* bytes of extents in flight at once */
-	double max_amplification; /* extent bytes read / sample bytes delivered, at most */
-	uint64_t extent_gap;     /* longest gap an extent bridges */
-	/* [net] */
-	char *provider;
-	double peer_timeout_ms;
-	bool net_bundles;
-	bool pace;               /* [prefetch] pace: defer a prepare off the trainer's take */
-	/* [daemon] */
-	char *socket;
-	char *state_dir;
-	char *log_level;
-	char *stats_file;
-	char *cpuset;
-	double connect_timeout_s;
-	double done_timeout_s;
-	double stop_grace_s;    /* after a stop: trainers' time to detach */
-	double idle_exit_s;     /* one node: stop after this long without a trainer (0: never) */
-	bool serve_jobs;        /* one node: a finished job is followed by the next */
-	/* [checkpoint] (daemon/checkpoint.c) */
-	uint64_t ckpt_memory;    /* bytes of checkpoints in flight in memory */
-	uint64_t ckpt_nvme;      /* bytes of checkpoint copies on the NVMe tier */
-	uint64_t ckpt_keep;      /* drained copies kept on NVMe (newest first) */
-	uint64_t ckpt_drain_rate; /* bytes/s to the PFS (0: no cap) */
-	double ckpt_drain_share; /* share of time a drain takes while PFS reads wait */
-	/* [transform] (src/xform/xform.h parses and checks the values) */
-	char *xf_decode;
-	char *xf_crop;
-	char *xf_size;
-	char *xf_scale;
-	char *xf_ratio;
-	uint64_t xf_resize;
-	double xf_hflip;
-	char *xf_normalize;
-	char *xf_output;
-	uint64_t xf_threads;
-	char *xf_cache;
-	uint64_t xf_cache_size;
+	struct config_dataset {	/* [dataset] */
+		char *path;
+		char *format;
+		char *extensions;
+		bool allow_empty_classes;
+		char *hdf5_data;
+		char *hdf5_labels;
+		char *npz_data;
+		char *npz_labels;
+		char *npz_sample_axis;
+		char *tar_extensions;   /* tar: data member extensions, first present wins */
+		char *tar_label;        /* tar: label member extension ("" = none) */
+		char *on_corrupt;       /* "fail" or "skip" */
+		bool rebuild_catalog;
+	} dataset;
+	struct config_job {	/* [job] */
+		char *id;
+		uint64_t seed;
+		uint64_t epochs;
+		uint64_t batch_size;
+		bool drop_last;
+		bool shuffle;
+		uint64_t world_size;    /* 0: learned from the first trainer */
+		uint64_t max_held;      /* batches a trainer may hold at once */
+		char *resume;           /* "" or "epoch:step" */
+	} job;
+	struct config_cache {	/* [cache] */
+		uint64_t ram;
+		uint64_t staging;
+		char *nvme_dir;
+		uint64_t nvme;
+		char *policy;           /* "seer" or "nopfs" */
+		char *huge_pages;       /* "auto", "on" or "off": the arena in 2 MiB huge pages */
+		bool replicas;          /* spare RAM/NVMe holds replicas (src/plan/plan.h) */
+		char *replica_fill;     /* "peer" or "pfs" */
+		uint64_t replica_fill_rate; /* bytes/s of background fills (0: no cap) */
+	} cache;
+	struct config_prefetch {	/* [prefetch] */
+		uint64_t io_threads;
+		uint64_t format_memory;  /* bytes the formats may keep decoded */
+		uint64_t lookahead;
+		uint64_t retries;
+		double retry_backoff_ms;
+		char *coalesce;          /* "auto", "on" or "off": coalesced reads (extents) and
+					    the plan by files (auto: src/util/pfs_probe.h decides) */
+		uint64_t extent_max;     /* longest extent */
+		uint64_t extent_memory;  /* bytes of extents in flight at once */
+		double max_amplification; /* extent bytes read / sample bytes delivered, at most */
+		uint64_t extent_gap;     /* longest gap an extent bridges */
+		bool pace;               /* defer a prepare off the trainer's take */
+	} prefetch;
+	struct config_net {	/* [net] */
+		char *provider;
+		double peer_timeout_ms;
+		bool bundles;
+	} net;
+	struct config_daemon {	/* [daemon] */
+		char *socket;
+		char *state_dir;
+		char *log_level;
+		char *stats_file;
+		char *cpuset;
+		double connect_timeout_s;
+		double done_timeout_s;
+		double stop_grace_s;    /* after a stop: trainers' time to detach */
+		double idle_exit_s;     /* one node: stop after this long without a trainer (0: never) */
+		bool serve_jobs;        /* one node: a finished job is followed by the next */
+	} daemon;
+	struct config_checkpoint {	/* [checkpoint] */
+		uint64_t memory;    /* bytes of checkpoints in flight in memory */
+		uint64_t nvme;      /* bytes of checkpoint copies on the NVMe tier */
+		uint64_t keep;      /* drained copies kept on NVMe (newest first) */
+		uint64_t drain_rate; /* bytes/s to the PFS (0: no cap) */
+		double drain_share; /* share of time a drain takes while PFS reads wait */
+	} checkpoint;
+	struct config_transform {	/* [transform] */
+		char *decode;
+		char *crop;
+		char *size;
+		char *scale;
+		char *ratio;
+		uint64_t resize;
+		double hflip;
+		char *normalize;
+		char *output;
+		uint64_t threads;
+		char *cache;
+		uint64_t cache_size;
+	} transform;
 	/* where each key was last set ("default", "job.ini:12", "--set") */
 	char **origin;
 };

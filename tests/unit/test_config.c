@@ -77,43 +77,43 @@ static void assert_has(const char *msg, const char *needle)
 
 Test(config, defaults)
 {
-	cr_assert_str_eq(cfg.dataset_path, "");
-	cr_assert_str_eq(cfg.dataset_format, "files");
-	cr_assert_str_eq(cfg.extensions, "");
-	cr_assert_str_eq(cfg.hdf5_data, "records");
-	cr_assert_str_eq(cfg.hdf5_labels, "labels");
-	cr_assert_str_eq(cfg.npz_data, "x");
-	cr_assert_str_eq(cfg.npz_labels, "y");
-	cr_assert_str_eq(cfg.npz_sample_axis, "last");
-	cr_assert_str_eq(cfg.on_corrupt, "fail");
-	cr_assert_str_eq(cfg.tar_extensions, "jpg,jpeg,png,webp");
-	cr_assert_str_eq(cfg.tar_label, "cls");
-	cr_assert_eq(cfg.catalog_rebuild, false);
-	cr_assert_str_eq(cfg.job_id, "default");
-	cr_assert_eq(cfg.seed, 0);
-	cr_assert_eq(cfg.epochs, 1);
-	cr_assert_eq(cfg.batch_size, 32);
-	cr_assert_eq(cfg.drop_last, false);
-	cr_assert_eq(cfg.shuffle, true);
-	cr_assert_eq(cfg.world_size, 0);
-	cr_assert_eq(cfg.max_held, 2);
-	cr_assert_str_eq(cfg.resume, "");
-	cr_assert_eq(cfg.ram, 1ull << 30);
-	cr_assert_eq(cfg.staging, 256ull << 20);
-	cr_assert_str_eq(cfg.nvme_dir, "");
-	cr_assert_eq(cfg.nvme, 0);
-	cr_assert_eq(cfg.io_threads, 16);
-	cr_assert_eq(cfg.lookahead, 8);
-	cr_assert_eq(cfg.retries, 3);
-	cr_assert_float_eq(cfg.retry_backoff_ms, 20.0, 0);
-	cr_assert_str_eq(cfg.provider, "tcp;ofi_rxm");
-	cr_assert_float_eq(cfg.peer_timeout_ms, 2000.0, 0);
-	cr_assert_str_eq(cfg.socket, "");
-	cr_assert_str_eq(cfg.state_dir, "/home/tester/.cache/seer");
-	cr_assert_str_eq(cfg.log_level, "info");
-	cr_assert_str_eq(cfg.stats_file, "");
-	cr_assert_str_eq(cfg.cpuset, "");
-	cr_assert_float_eq(cfg.connect_timeout_s, 600.0, 0);
+	cr_assert_str_eq(cfg.dataset.path, "");
+	cr_assert_str_eq(cfg.dataset.format, "files");
+	cr_assert_str_eq(cfg.dataset.extensions, "");
+	cr_assert_str_eq(cfg.dataset.hdf5_data, "records");
+	cr_assert_str_eq(cfg.dataset.hdf5_labels, "labels");
+	cr_assert_str_eq(cfg.dataset.npz_data, "x");
+	cr_assert_str_eq(cfg.dataset.npz_labels, "y");
+	cr_assert_str_eq(cfg.dataset.npz_sample_axis, "last");
+	cr_assert_str_eq(cfg.dataset.on_corrupt, "fail");
+	cr_assert_str_eq(cfg.dataset.tar_extensions, "jpg,jpeg,png,webp");
+	cr_assert_str_eq(cfg.dataset.tar_label, "cls");
+	cr_assert_eq(cfg.dataset.rebuild_catalog, false);
+	cr_assert_str_eq(cfg.job.id, "default");
+	cr_assert_eq(cfg.job.seed, 0);
+	cr_assert_eq(cfg.job.epochs, 1);
+	cr_assert_eq(cfg.job.batch_size, 32);
+	cr_assert_eq(cfg.job.drop_last, false);
+	cr_assert_eq(cfg.job.shuffle, true);
+	cr_assert_eq(cfg.job.world_size, 0);
+	cr_assert_eq(cfg.job.max_held, 2);
+	cr_assert_str_eq(cfg.job.resume, "");
+	cr_assert_eq(cfg.cache.ram, 1ull << 30);
+	cr_assert_eq(cfg.cache.staging, 256ull << 20);
+	cr_assert_str_eq(cfg.cache.nvme_dir, "");
+	cr_assert_eq(cfg.cache.nvme, 0);
+	cr_assert_eq(cfg.prefetch.io_threads, 16);
+	cr_assert_eq(cfg.prefetch.lookahead, 8);
+	cr_assert_eq(cfg.prefetch.retries, 3);
+	cr_assert_float_eq(cfg.prefetch.retry_backoff_ms, 20.0, 0);
+	cr_assert_str_eq(cfg.net.provider, "tcp;ofi_rxm");
+	cr_assert_float_eq(cfg.net.peer_timeout_ms, 2000.0, 0);
+	cr_assert_str_eq(cfg.daemon.socket, "");
+	cr_assert_str_eq(cfg.daemon.state_dir, "/home/tester/.cache/seer");
+	cr_assert_str_eq(cfg.daemon.log_level, "info");
+	cr_assert_str_eq(cfg.daemon.stats_file, "");
+	cr_assert_str_eq(cfg.daemon.cpuset, "");
+	cr_assert_float_eq(cfg.daemon.connect_timeout_s, 600.0, 0);
 	uint64_t e, s;
 	cr_assert_eq(config_resume(&cfg, &e, &s), -ENOENT);
 }
@@ -126,16 +126,16 @@ Test(config, defaults_from_environment)
 	setenv("FI_PROVIDER", "verbs", 1);
 	setenv("XDG_CACHE_HOME", "/xdg", 1);
 	cr_assert_eq(config_init(&cfg, err, sizeof(err)), 0, "%s", err);
-	cr_assert_str_eq(cfg.job_id, "4711");
-	cr_assert_str_eq(cfg.provider, "verbs");
-	cr_assert_str_eq(cfg.state_dir, "/xdg/seer");
+	cr_assert_str_eq(cfg.job.id, "4711");
+	cr_assert_str_eq(cfg.net.provider, "verbs");
+	cr_assert_str_eq(cfg.daemon.state_dir, "/xdg/seer");
 	config_free(&cfg);
 	setenv("SEER_JOB_ID", "mine", 1); /* wins over Slurm's */
 	unsetenv("XDG_CACHE_HOME");
 	unsetenv("HOME");
 	cr_assert_eq(config_init(&cfg, err, sizeof(err)), 0, "%s", err);
-	cr_assert_str_eq(cfg.job_id, "mine");
-	cr_assert_str_eq(cfg.state_dir, "/tmp/.cache/seer");
+	cr_assert_str_eq(cfg.job.id, "mine");
+	cr_assert_str_eq(cfg.daemon.state_dir, "/tmp/.cache/seer");
 }
 
 /* ---- a whole file --------------------------------------------------------- */
@@ -175,28 +175,28 @@ Test(config, file_parsing)
 			    "log_level = DEBUG\n"
 			    "socket = /run/seer-%n.sock\n");
 	cr_assert_eq(config_load_file(&cfg, p, err, sizeof(err)), 0, "%s", err);
-	cr_assert_str_eq(cfg.dataset_path, "/pfs/imagenet/train");
-	cr_assert_str_eq(cfg.dataset_format, "npz");
-	cr_assert_str_eq(cfg.npz_data, "images");
-	cr_assert_str_eq(cfg.job_id, "run-7");
-	cr_assert_eq(cfg.seed, 12345);
-	cr_assert_eq(cfg.epochs, 90);
-	cr_assert_eq(cfg.batch_size, 256);
-	cr_assert_eq(cfg.drop_last, true);
-	cr_assert_eq(cfg.shuffle, false);
-	cr_assert_eq(cfg.world_size, 64);
-	cr_assert_eq(cfg.ram, 64ull << 30);
-	cr_assert_eq(cfg.staging, 3ull << 29);
-	cr_assert_str_eq(cfg.nvme_dir, "/local/nvme");
-	cr_assert_eq(cfg.nvme, 2000000000000ull);
-	cr_assert_eq(cfg.io_threads, 32);
-	cr_assert_float_eq(cfg.retry_backoff_ms, 12.5, 0);
-	cr_assert_str_eq(cfg.provider, "verbs;ofi_rxm");
-	cr_assert_str_eq(cfg.log_level, "DEBUG");
-	cr_assert_str_eq(cfg.socket, "/run/seer-%n.sock");
+	cr_assert_str_eq(cfg.dataset.path, "/pfs/imagenet/train");
+	cr_assert_str_eq(cfg.dataset.format, "npz");
+	cr_assert_str_eq(cfg.dataset.npz_data, "images");
+	cr_assert_str_eq(cfg.job.id, "run-7");
+	cr_assert_eq(cfg.job.seed, 12345);
+	cr_assert_eq(cfg.job.epochs, 90);
+	cr_assert_eq(cfg.job.batch_size, 256);
+	cr_assert_eq(cfg.job.drop_last, true);
+	cr_assert_eq(cfg.job.shuffle, false);
+	cr_assert_eq(cfg.job.world_size, 64);
+	cr_assert_eq(cfg.cache.ram, 64ull << 30);
+	cr_assert_eq(cfg.cache.staging, 3ull << 29);
+	cr_assert_str_eq(cfg.cache.nvme_dir, "/local/nvme");
+	cr_assert_eq(cfg.cache.nvme, 2000000000000ull);
+	cr_assert_eq(cfg.prefetch.io_threads, 32);
+	cr_assert_float_eq(cfg.prefetch.retry_backoff_ms, 12.5, 0);
+	cr_assert_str_eq(cfg.net.provider, "verbs;ofi_rxm");
+	cr_assert_str_eq(cfg.daemon.log_level, "DEBUG");
+	cr_assert_str_eq(cfg.daemon.socket, "/run/seer-%n.sock");
 	/* untouched keys keep their defaults */
-	cr_assert_eq(cfg.lookahead, 8);
-	cr_assert_str_eq(cfg.on_corrupt, "fail");
+	cr_assert_eq(cfg.prefetch.lookahead, 8);
+	cr_assert_str_eq(cfg.dataset.on_corrupt, "fail");
 	cr_assert_eq(config_finish(&cfg, err, sizeof(err)), 0, "%s", err);
 	uint64_t e = 0, s = 0;
 	cr_assert_eq(config_resume(&cfg, &e, &s), 0);
@@ -210,8 +210,8 @@ Test(config, later_files_override_earlier)
 	cr_assert_eq(config_load_file(&cfg, a, err, sizeof(err)), 0, "%s", err);
 	const char *b = ini("b.ini", "[job]\nseed = 2\n");
 	cr_assert_eq(config_load_file(&cfg, b, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg.seed, 2);
-	cr_assert_eq(cfg.epochs, 5);
+	cr_assert_eq(cfg.job.seed, 2);
+	cr_assert_eq(cfg.job.epochs, 5);
 }
 
 /* ---- every type: good and bad values, through a file and through --set ---- */
@@ -237,105 +237,105 @@ struct val_case {
 
 static struct val_case val_cases[] = {
 	/* sizes */
-	GOOD_U("cache", "ram", "64GiB", ram, 64ull << 30),
-	GOOD_U("cache", "ram", "512MB", ram, 512000000),
-	GOOD_U("cache", "ram", "4k", ram, 4096),
-	GOOD_U("cache", "ram", "1.5G", ram, 3ull << 29),
-	GOOD_U("cache", "ram", "0", ram, 0),
-	GOOD_U("cache", "ram", "2 TiB", ram, 2ull << 40),
-	GOOD_U("cache", "staging", "1MiB", staging, 1ull << 20),
-	BAD("cache", "ram", "12 parsecs", T_U64, ram),
-	BAD("cache", "ram", "-1G", T_U64, ram),
-	BAD("cache", "ram", "0.5", T_U64, ram),
-	BAD("cache", "ram", "GiB", T_U64, ram),
-	BAD("cache", "ram", "", T_U64, ram),
-	BAD("cache", "ram", "99999999TiB", T_U64, ram),
-	BAD("cache", "staging", "1000", T_U64, staging),       /* below 1 MiB */
-	BAD("cache", "staging", "1048575", T_U64, staging),
-	BAD("cache", "staging", "18446744073709551615", T_U64, staging), /* rounded to 0 B once */
-	BAD("cache", "ram", "1152921504606846977", T_U64, ram),
-	BAD("cache", "nvme", "18446744073709551615", T_U64, nvme),
-	GOOD_U("cache", "staging", "1152921504606846976", staging, 1ull << 60),
+	GOOD_U("cache", "ram", "64GiB", cache.ram, 64ull << 30),
+	GOOD_U("cache", "ram", "512MB", cache.ram, 512000000),
+	GOOD_U("cache", "ram", "4k", cache.ram, 4096),
+	GOOD_U("cache", "ram", "1.5G", cache.ram, 3ull << 29),
+	GOOD_U("cache", "ram", "0", cache.ram, 0),
+	GOOD_U("cache", "ram", "2 TiB", cache.ram, 2ull << 40),
+	GOOD_U("cache", "staging", "1MiB", cache.staging, 1ull << 20),
+	BAD("cache", "ram", "12 parsecs", T_U64, cache.ram),
+	BAD("cache", "ram", "-1G", T_U64, cache.ram),
+	BAD("cache", "ram", "0.5", T_U64, cache.ram),
+	BAD("cache", "ram", "GiB", T_U64, cache.ram),
+	BAD("cache", "ram", "", T_U64, cache.ram),
+	BAD("cache", "ram", "99999999TiB", T_U64, cache.ram),
+	BAD("cache", "staging", "1000", T_U64, cache.staging),       /* below 1 MiB */
+	BAD("cache", "staging", "1048575", T_U64, cache.staging),
+	BAD("cache", "staging", "18446744073709551615", T_U64, cache.staging), /* rounded to 0 B once */
+	BAD("cache", "ram", "1152921504606846977", T_U64, cache.ram),
+	BAD("cache", "nvme", "18446744073709551615", T_U64, cache.nvme),
+	GOOD_U("cache", "staging", "1152921504606846976", cache.staging, 1ull << 60),
 	/* integers with ranges */
-	GOOD_U("job", "seed", "18446744073709551615", seed, UINT64_MAX),
-	GOOD_U("job", "seed", "0x10", seed, 16),
-	GOOD_U("job", "seed", "010", seed, 10),
-	GOOD_U("job", "epochs", "1", epochs, 1),
-	GOOD_U("job", "epochs", "1000000", epochs, 1000000),
-	GOOD_U("job", "batch_size", "1048576", batch_size, 1048576),
-	GOOD_U("job", "world_size", "0", world_size, 0),
-	GOOD_U("job", "world_size", "16777216", world_size, 16777216),
-	GOOD_U("job", "max_held", "1", max_held, 1),
-	GOOD_U("job", "max_held", "1024", max_held, 1024),
-	GOOD_U("prefetch", "retries", "0", retries, 0),
-	GOOD_U("prefetch", "io_threads", "1024", io_threads, 1024),
-	BAD("job", "seed", "18446744073709551616", T_U64, seed),
-	BAD("job", "seed", "-3", T_U64, seed),
-	BAD("job", "seed", "3x", T_U64, seed),
-	BAD("job", "seed", "1.0", T_U64, seed),
-	BAD("job", "epochs", "0", T_U64, epochs),
-	BAD("job", "epochs", "1000001", T_U64, epochs),
-	BAD("job", "batch_size", "0", T_U64, batch_size),
-	BAD("job", "batch_size", "1048577", T_U64, batch_size),
-	BAD("job", "world_size", "16777217", T_U64, world_size),
-	BAD("job", "max_held", "0", T_U64, max_held),
-	BAD("job", "max_held", "1025", T_U64, max_held),
-	BAD("prefetch", "io_threads", "0", T_U64, io_threads),
-	BAD("prefetch", "io_threads", "1025", T_U64, io_threads),
-	BAD("prefetch", "lookahead", "4097", T_U64, lookahead),
-	BAD("prefetch", "retries", "101", T_U64, retries),
-	BAD("prefetch", "lookahead", "8k", T_U64, lookahead),
+	GOOD_U("job", "seed", "18446744073709551615", job.seed, UINT64_MAX),
+	GOOD_U("job", "seed", "0x10", job.seed, 16),
+	GOOD_U("job", "seed", "010", job.seed, 10),
+	GOOD_U("job", "epochs", "1", job.epochs, 1),
+	GOOD_U("job", "epochs", "1000000", job.epochs, 1000000),
+	GOOD_U("job", "batch_size", "1048576", job.batch_size, 1048576),
+	GOOD_U("job", "world_size", "0", job.world_size, 0),
+	GOOD_U("job", "world_size", "16777216", job.world_size, 16777216),
+	GOOD_U("job", "max_held", "1", job.max_held, 1),
+	GOOD_U("job", "max_held", "1024", job.max_held, 1024),
+	GOOD_U("prefetch", "retries", "0", prefetch.retries, 0),
+	GOOD_U("prefetch", "io_threads", "1024", prefetch.io_threads, 1024),
+	BAD("job", "seed", "18446744073709551616", T_U64, job.seed),
+	BAD("job", "seed", "-3", T_U64, job.seed),
+	BAD("job", "seed", "3x", T_U64, job.seed),
+	BAD("job", "seed", "1.0", T_U64, job.seed),
+	BAD("job", "epochs", "0", T_U64, job.epochs),
+	BAD("job", "epochs", "1000001", T_U64, job.epochs),
+	BAD("job", "batch_size", "0", T_U64, job.batch_size),
+	BAD("job", "batch_size", "1048577", T_U64, job.batch_size),
+	BAD("job", "world_size", "16777217", T_U64, job.world_size),
+	BAD("job", "max_held", "0", T_U64, job.max_held),
+	BAD("job", "max_held", "1025", T_U64, job.max_held),
+	BAD("prefetch", "io_threads", "0", T_U64, prefetch.io_threads),
+	BAD("prefetch", "io_threads", "1025", T_U64, prefetch.io_threads),
+	BAD("prefetch", "lookahead", "4097", T_U64, prefetch.lookahead),
+	BAD("prefetch", "retries", "101", T_U64, prefetch.retries),
+	BAD("prefetch", "lookahead", "8k", T_U64, prefetch.lookahead),
 	/* booleans */
-	GOOD_B("job", "drop_last", "true", drop_last, 1),
-	GOOD_B("job", "drop_last", "YES", drop_last, 1),
-	GOOD_B("job", "drop_last", "on", drop_last, 1),
-	GOOD_B("job", "drop_last", "1", drop_last, 1),
-	GOOD_B("job", "shuffle", "false", shuffle, 0),
-	GOOD_B("job", "shuffle", "No", shuffle, 0),
-	GOOD_B("job", "shuffle", "off", shuffle, 0),
-	GOOD_B("job", "shuffle", "0", shuffle, 0),
-	GOOD_B("dataset", "rebuild_catalog", "true", catalog_rebuild, 1),
-	BAD("job", "drop_last", "maybe", T_BOOL, drop_last),
-	BAD("job", "drop_last", "2", T_BOOL, drop_last),
-	BAD("job", "shuffle", "", T_BOOL, shuffle),
-	BAD("job", "shuffle", "truefalse", T_BOOL, shuffle),
+	GOOD_B("job", "drop_last", "true", job.drop_last, 1),
+	GOOD_B("job", "drop_last", "YES", job.drop_last, 1),
+	GOOD_B("job", "drop_last", "on", job.drop_last, 1),
+	GOOD_B("job", "drop_last", "1", job.drop_last, 1),
+	GOOD_B("job", "shuffle", "false", job.shuffle, 0),
+	GOOD_B("job", "shuffle", "No", job.shuffle, 0),
+	GOOD_B("job", "shuffle", "off", job.shuffle, 0),
+	GOOD_B("job", "shuffle", "0", job.shuffle, 0),
+	GOOD_B("dataset", "rebuild_catalog", "true", dataset.rebuild_catalog, 1),
+	BAD("job", "drop_last", "maybe", T_BOOL, job.drop_last),
+	BAD("job", "drop_last", "2", T_BOOL, job.drop_last),
+	BAD("job", "shuffle", "", T_BOOL, job.shuffle),
+	BAD("job", "shuffle", "truefalse", T_BOOL, job.shuffle),
 	/* choices */
-	GOOD_S("dataset", "format", "npz", dataset_format, "npz"),
-	GOOD_S("dataset", "format", "hdf5", dataset_format, "hdf5"),
-	GOOD_S("dataset", "format", "tfrecord", dataset_format, "tfrecord"),
-	GOOD_S("dataset", "format", "indexed", dataset_format, "indexed"),
-	GOOD_S("dataset", "format", "tar", dataset_format, "tar"),
-	GOOD_S("dataset", "tar_extensions", "png,jpg", tar_extensions, "png,jpg"),
-	GOOD_S("dataset", "tar_label", "", tar_label, ""),
-	GOOD_S("dataset", "on_corrupt", "skip", on_corrupt, "skip"),
-	GOOD_S("dataset", "npz_sample_axis", "first", npz_sample_axis, "first"),
-	GOOD_S("daemon", "log_level", "debug", log_level, "debug"),
-	GOOD_S("daemon", "log_level", "WARN", log_level, "WARN"),
-	BAD("dataset", "format", "zip", T_STR, dataset_format),
-	BAD("dataset", "format", "NPZ", T_STR, dataset_format),
-	BAD("dataset", "format", "", T_STR, dataset_format),
-	BAD("dataset", "on_corrupt", "ignore", T_STR, on_corrupt),
-	BAD("dataset", "npz_sample_axis", "middle", T_STR, npz_sample_axis),
-	BAD("daemon", "log_level", "verbose", T_STR, log_level),
+	GOOD_S("dataset", "format", "npz", dataset.format, "npz"),
+	GOOD_S("dataset", "format", "hdf5", dataset.format, "hdf5"),
+	GOOD_S("dataset", "format", "tfrecord", dataset.format, "tfrecord"),
+	GOOD_S("dataset", "format", "indexed", dataset.format, "indexed"),
+	GOOD_S("dataset", "format", "tar", dataset.format, "tar"),
+	GOOD_S("dataset", "tar_extensions", "png,jpg", dataset.tar_extensions, "png,jpg"),
+	GOOD_S("dataset", "tar_label", "", dataset.tar_label, ""),
+	GOOD_S("dataset", "on_corrupt", "skip", dataset.on_corrupt, "skip"),
+	GOOD_S("dataset", "npz_sample_axis", "first", dataset.npz_sample_axis, "first"),
+	GOOD_S("daemon", "log_level", "debug", daemon.log_level, "debug"),
+	GOOD_S("daemon", "log_level", "WARN", daemon.log_level, "WARN"),
+	BAD("dataset", "format", "zip", T_STR, dataset.format),
+	BAD("dataset", "format", "NPZ", T_STR, dataset.format),
+	BAD("dataset", "format", "", T_STR, dataset.format),
+	BAD("dataset", "on_corrupt", "ignore", T_STR, dataset.on_corrupt),
+	BAD("dataset", "npz_sample_axis", "middle", T_STR, dataset.npz_sample_axis),
+	BAD("daemon", "log_level", "verbose", T_STR, daemon.log_level),
 	/* numbers */
-	GOOD_D("prefetch", "retry_backoff_ms", "2.5", retry_backoff_ms, 2.5),
-	GOOD_D("prefetch", "retry_backoff_ms", "0", retry_backoff_ms, 0),
-	GOOD_D("prefetch", "retry_backoff_ms", "60000", retry_backoff_ms, 60000),
-	GOOD_D("prefetch", "retry_backoff_ms", "1e3", retry_backoff_ms, 1000),
-	GOOD_D("net", "peer_timeout_ms", "1", peer_timeout_ms, 1),
-	GOOD_D("daemon", "connect_timeout_s", "0.1e2", connect_timeout_s, 10),
-	BAD("prefetch", "retry_backoff_ms", "-1", T_DBL, retry_backoff_ms),
-	BAD("prefetch", "retry_backoff_ms", "60000.5", T_DBL, retry_backoff_ms),
-	BAD("prefetch", "retry_backoff_ms", "abc", T_DBL, retry_backoff_ms),
-	BAD("prefetch", "retry_backoff_ms", "nan", T_DBL, retry_backoff_ms),
-	BAD("prefetch", "retry_backoff_ms", "inf", T_DBL, retry_backoff_ms),
-	BAD("prefetch", "retry_backoff_ms", "20ms", T_DBL, retry_backoff_ms),
-	BAD("net", "peer_timeout_ms", "0.5", T_DBL, peer_timeout_ms),
-	BAD("daemon", "connect_timeout_s", "0", T_DBL, connect_timeout_s),
+	GOOD_D("prefetch", "retry_backoff_ms", "2.5", prefetch.retry_backoff_ms, 2.5),
+	GOOD_D("prefetch", "retry_backoff_ms", "0", prefetch.retry_backoff_ms, 0),
+	GOOD_D("prefetch", "retry_backoff_ms", "60000", prefetch.retry_backoff_ms, 60000),
+	GOOD_D("prefetch", "retry_backoff_ms", "1e3", prefetch.retry_backoff_ms, 1000),
+	GOOD_D("net", "peer_timeout_ms", "1", net.peer_timeout_ms, 1),
+	GOOD_D("daemon", "connect_timeout_s", "0.1e2", daemon.connect_timeout_s, 10),
+	BAD("prefetch", "retry_backoff_ms", "-1", T_DBL, prefetch.retry_backoff_ms),
+	BAD("prefetch", "retry_backoff_ms", "60000.5", T_DBL, prefetch.retry_backoff_ms),
+	BAD("prefetch", "retry_backoff_ms", "abc", T_DBL, prefetch.retry_backoff_ms),
+	BAD("prefetch", "retry_backoff_ms", "nan", T_DBL, prefetch.retry_backoff_ms),
+	BAD("prefetch", "retry_backoff_ms", "inf", T_DBL, prefetch.retry_backoff_ms),
+	BAD("prefetch", "retry_backoff_ms", "20ms", T_DBL, prefetch.retry_backoff_ms),
+	BAD("net", "peer_timeout_ms", "0.5", T_DBL, net.peer_timeout_ms),
+	BAD("daemon", "connect_timeout_s", "0", T_DBL, daemon.connect_timeout_s),
 	/* strings take anything, after expansion */
-	GOOD_S("dataset", "path", "/a b/c", dataset_path, "/a b/c"),
-	GOOD_S("dataset", "extensions", "jpg,png", extensions, "jpg,png"),
-	GOOD_S("daemon", "cpuset", "0-3,8", cpuset, "0-3,8"),
+	GOOD_S("dataset", "path", "/a b/c", dataset.path, "/a b/c"),
+	GOOD_S("dataset", "extensions", "jpg,png", dataset.extensions, "jpg,png"),
+	GOOD_S("daemon", "cpuset", "0-3,8", daemon.cpuset, "0-3,8"),
 };
 
 ParameterizedTestParameters(config, values_via_set)
@@ -500,14 +500,14 @@ Test(config, long_line)
 	const char *p = ini("long.ini", text);
 	int rc = config_load_file(&cfg, p, err, sizeof(err));
 	if (rc == 0) {
-		cr_assert_str_eq(cfg.dataset_path, path);
-		cr_assert_eq(cfg.epochs, 4);
+		cr_assert_str_eq(cfg.dataset.path, path);
+		cr_assert_eq(cfg.job.epochs, 4);
 	} else {
 		char where[300];
 		snprintf(where, sizeof(where), "%s:4:", p);
 		assert_has(err, where);
 		assert_has(err, "long");
-		cr_assert_str_eq(cfg.dataset_path, "", "a cut value was applied");
+		cr_assert_str_eq(cfg.dataset.path, "", "a cut value was applied");
 	}
 }
 
@@ -519,9 +519,9 @@ Test(config, set_overrides_file)
 	cr_assert_eq(config_load_file(&cfg, p, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(config_set(&cfg, "job.seed=2", err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(config_set(&cfg, "dataset.path=/x=y.z", err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg.seed, 2);
-	cr_assert_eq(cfg.batch_size, 8);
-	cr_assert_str_eq(cfg.dataset_path, "/x=y.z");
+	cr_assert_eq(cfg.job.seed, 2);
+	cr_assert_eq(cfg.job.batch_size, 8);
+	cr_assert_str_eq(cfg.dataset.path, "/x=y.z");
 	/* the dump says where each value came from */
 	char *d = config_dump(&cfg);
 	cr_assert(strstr(d, "seed = 2    ; --set") != NULL, "%s", d);
@@ -552,7 +552,7 @@ Test(config, set_errors)
 		assert_has(err, bad[i][1]);
 		assert_has(err, "--set");
 	}
-	cr_assert_eq(cfg.seed, 0);
+	cr_assert_eq(cfg.job.seed, 0);
 }
 
 /* ---- ${VAR} expansion ------------------------------------------------------- */
@@ -630,17 +630,17 @@ Test(config, expansion_in_values)
 			    "seed = ${SEER_TEST_UNSET:-${SEER_TEST_B:-77}}\n"
 			    "id = cost$$5\n");
 	cr_assert_eq(config_load_file(&cfg, p, err, sizeof(err)), 0, "%s", err);
-	cr_assert_str_eq(cfg.dataset_path, "/pfs/data");
-	cr_assert_str_eq(cfg.extensions, "jpg");
-	cr_assert_eq(cfg.seed, 77);
-	cr_assert_str_eq(cfg.job_id, "cost$5");
+	cr_assert_str_eq(cfg.dataset.path, "/pfs/data");
+	cr_assert_str_eq(cfg.dataset.extensions, "jpg");
+	cr_assert_eq(cfg.job.seed, 77);
+	cr_assert_str_eq(cfg.job.id, "cost$5");
 	setenv("SEER_TEST_B", "88", 1);
 	cr_assert_eq(config_set(&cfg, "job.seed=${SEER_TEST_B}", err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg.seed, 88);
+	cr_assert_eq(cfg.job.seed, 88);
 	cr_assert_neq(config_set(&cfg, "job.seed=${SEER_TEST_UNSET}", err, sizeof(err)), 0);
 	assert_has(err, "SEER_TEST_UNSET");
 	assert_has(err, "job.seed");
-	cr_assert_eq(cfg.seed, 88);
+	cr_assert_eq(cfg.job.seed, 88);
 }
 
 /* ---- config_finish ---------------------------------------------------------------- */
@@ -661,7 +661,7 @@ Test(config, finish_derives_socket)
 	struct passwd *pw = getpwuid(getuid());
 	char want[512];
 	snprintf(want, sizeof(want), "%s/seer-%s-j42.sock", tmpdir, pw ? pw->pw_name : "?");
-	cr_assert_str_eq(cfg.socket, want);
+	cr_assert_str_eq(cfg.daemon.socket, want);
 }
 
 Test(config, finish_keeps_explicit_socket)
@@ -669,7 +669,7 @@ Test(config, finish_keeps_explicit_socket)
 	cr_assert_eq(config_set(&cfg, "dataset.path=/data", err, sizeof(err)), 0);
 	cr_assert_eq(config_set(&cfg, "daemon.socket=/run/s.sock", err, sizeof(err)), 0);
 	cr_assert_eq(config_finish(&cfg, err, sizeof(err)), 0, "%s", err);
-	cr_assert_str_eq(cfg.socket, "/run/s.sock");
+	cr_assert_str_eq(cfg.daemon.socket, "/run/s.sock");
 }
 
 Test(config, finish_cross_checks)
@@ -726,14 +726,14 @@ static void assert_same_config(const struct seer_config *a, const struct seer_co
 #define S(f) cr_assert_str_eq(a->f, b->f, #f)
 #define N(f) cr_assert_eq(a->f, b->f, #f)
 #define D(f) cr_assert_float_eq(a->f, b->f, 0, #f ": %.17g vs %.17g", a->f, b->f)
-	S(dataset_path); S(dataset_format); S(extensions); S(hdf5_data); S(hdf5_labels);
-	S(npz_data); S(npz_labels); S(npz_sample_axis); S(on_corrupt); N(catalog_rebuild);
-	S(tar_extensions); S(tar_label);
-	S(job_id); N(seed); N(epochs); N(batch_size); N(drop_last); N(shuffle); N(world_size);
-	N(max_held);
-	S(resume); N(ram); N(staging); S(nvme_dir); N(nvme); N(io_threads); N(lookahead);
-	N(retries); D(retry_backoff_ms); S(provider); D(peer_timeout_ms); S(socket);
-	S(state_dir); S(log_level); S(stats_file); S(cpuset); D(connect_timeout_s);
+	S(dataset.path); S(dataset.format); S(dataset.extensions); S(dataset.hdf5_data); S(dataset.hdf5_labels);
+	S(dataset.npz_data); S(dataset.npz_labels); S(dataset.npz_sample_axis); S(dataset.on_corrupt); N(dataset.rebuild_catalog);
+	S(dataset.tar_extensions); S(dataset.tar_label);
+	S(job.id); N(job.seed); N(job.epochs); N(job.batch_size); N(job.drop_last); N(job.shuffle); N(job.world_size);
+	N(job.max_held);
+	S(job.resume); N(cache.ram); N(cache.staging); S(cache.nvme_dir); N(cache.nvme); N(prefetch.io_threads); N(prefetch.lookahead);
+	N(prefetch.retries); D(prefetch.retry_backoff_ms); S(net.provider); D(net.peer_timeout_ms); S(daemon.socket);
+	S(daemon.state_dir); S(daemon.log_level); S(daemon.stats_file); S(daemon.cpuset); D(daemon.connect_timeout_s);
 #undef S
 #undef N
 #undef D
@@ -833,8 +833,8 @@ Test(config, dump_round_trips_dollars)
 	cr_assert_eq(config_set(&cfg, "dataset.path=/a/$${SEER_TEST_A}/b", err, sizeof(err)), 0);
 	cr_assert_eq(config_set(&cfg, "daemon.cpuset=$$$$", err, sizeof(err)), 0);
 	cr_assert_eq(config_set(&cfg, "job.id=5$", err, sizeof(err)), 0);
-	cr_assert_str_eq(cfg.dataset_path, "/a/${SEER_TEST_A}/b");
-	cr_assert_str_eq(cfg.cpuset, "$$");
+	cr_assert_str_eq(cfg.dataset.path, "/a/${SEER_TEST_A}/b");
+	cr_assert_str_eq(cfg.daemon.cpuset, "$$");
 	round_trip();
 }
 
@@ -980,15 +980,15 @@ Test(config, origin_and_set_from)
 	cr_assert_str_eq(config_origin(&cfg, "job.seed"), "--set");
 	cr_assert_eq(config_set_from(&cfg, "job.batch_size", "128", "trainer rank 0 (pid 7)", err,
 				     sizeof(err)), 0, "%s", err);
-	cr_assert_eq(cfg.batch_size, 128);
+	cr_assert_eq(cfg.job.batch_size, 128);
 	cr_assert_str_eq(config_origin(&cfg, "job.batch_size"), "trainer rank 0 (pid 7)");
 	cr_assert_eq(config_set_from(&cfg, "job.shuffle", "false", "t", err, sizeof(err)), 0);
-	cr_assert_eq(cfg.shuffle, false);
+	cr_assert_eq(cfg.job.shuffle, false);
 	cr_assert_eq(config_check_value("job.epochs", "1000000", err, sizeof(err)), 0);
 	cr_assert_eq(config_check_value("job.epochs", "1000001", err, sizeof(err)), -EINVAL);
 	assert_has(err, "job.epochs: 1000001 is out of range [1, 1000000]");
 	cr_assert_eq(config_set_from(&cfg, "job.epochs", "0", "t", err, sizeof(err)), -EINVAL);
-	cr_assert_eq(cfg.epochs, 1);
+	cr_assert_eq(cfg.job.epochs, 1);
 	cr_assert_str_eq(config_origin(&cfg, "job.epochs"), "default");
 	cr_assert_eq(config_check_value("dataset.path", "/x", err, sizeof(err)), -EINVAL);
 	cr_assert_eq(config_set_from(&cfg, "job.nope", "1", "t", err, sizeof(err)), -EINVAL);

@@ -38,9 +38,9 @@ static struct nvme_tier *tier(uint64_t bytes, const char *where)
 {
 	static struct seer_config cfg;
 	memset(&cfg, 0, sizeof(cfg));
-	cfg.nvme = bytes;
-	cfg.nvme_dir = (char *)where;
-	cfg.job_id = (char *)"unit";
+	cfg.cache.nvme = bytes;
+	cfg.cache.nvme_dir = (char *)where;
+	cfg.job.id = (char *)"unit";
 	return nvme_create(&cfg, 3, 16);
 }
 
