@@ -353,6 +353,22 @@ void engine_end(struct engine *e, bool complete)
 	resume_end(e, complete);
 }
 
+int engine_next_job(struct engine *e)
+{
+	if (e->self.fatal[0] || e->draining || atomic_load(&e->stopping))
+		return -1;
+	if (!e->shape_ready)
+		return 1;
+	char busy[160];
+	if (place_can_reshape(e, busy, sizeof(busy)) != 0)
+		return 0;
+	engine_end(e, true); /* a finished job's positions go, as at seerd's exit */
+	place_drop_shape(e);
+	log_info("job finished: serving the next job ([daemon] serve_jobs); its first trainer "
+		 "declares it");
+	return 1;
+}
+
 void engine_snapshot(struct engine *e)
 {
 	engine_work(e); /* releases the trainers made meanwhile into the positions */

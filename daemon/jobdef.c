@@ -14,7 +14,7 @@
  * start), or the trainer that set it. The dataset path cannot follow (the
  * catalog is scanned at start): it is compared (the same directory, or the
  * same path) and refused when it differs. With [daemon] serve_jobs (one
- * node) engine_next_job ends a finished job (its positions removed, its
+ * node) engine_next_job (engine.c) ends a finished job (its positions removed, its
  * shape dropped) so that the next trainer's definition starts the next one.
  *
  * Dispatcher thread only; the configuration's job keys are written here and
@@ -128,22 +128,6 @@ static bool same_dataset(const char *cfg_path, const char *asked)
 	char buf[PATH_MAX];
 	const char *mine = realpath(cfg_path, buf) ? buf : cfg_path;
 	return strcmp(mine, asked) == 0;
-}
-
-int engine_next_job(struct engine *e)
-{
-	if (e->self.fatal[0] || e->draining || atomic_load(&e->stopping))
-		return -1;
-	if (!e->shape_ready)
-		return 1;
-	char busy[160];
-	if (place_can_reshape(e, busy, sizeof(busy)) != 0)
-		return 0;
-	engine_end(e, true); /* a finished job's positions go, as at seerd's exit */
-	place_drop_shape(e);
-	log_info("job finished: serving the next job ([daemon] serve_jobs); its first trainer "
-		 "declares it");
-	return 1;
 }
 
 int jobdef_take(struct engine *e, const struct seer_msg_hello *h, pid_t pid, char *err,
