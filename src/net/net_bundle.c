@@ -50,89 +50,89 @@ int net_bundle_setup(struct net *n, char *err, size_t errlen)
 {
 	/* answering bundles is always on (a node asking in them gets answers
 	 * whatever this node's net.bundles); the option only decides asking */
-	n->bundles = !n->o.no_bundles;
-	n->bmem_len = (size_t)(BUNDLE_TX + BUNDLE_RX) * BUNDLE_BYTES + (size_t)REQ_TX * REQ_CAP;
-	void *m = mmap(NULL, n->bmem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	n->bd.bundles = !n->o.no_bundles;
+	n->bd.bmem_len = (size_t)(BUNDLE_TX + BUNDLE_RX) * BUNDLE_BYTES + (size_t)REQ_TX * REQ_CAP;
+	void *m = mmap(NULL, n->bd.bmem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED) {
-		n->bmem = NULL;
+		n->bd.bmem = NULL;
 		return err_fmt(err, errlen, -errno, "net: %zu bytes for bundle buffers: %s",
-			       n->bmem_len, strerror(errno));
+			       n->bd.bmem_len, strerror(errno));
 	}
-	n->bmem = m;
-	n->nbufs = xcalloc(NBUFS, sizeof(*n->nbufs));
-	uint8_t *p = n->bmem;
+	n->bd.bmem = m;
+	n->bd.nbufs = xcalloc(NBUFS, sizeof(*n->bd.nbufs));
+	uint8_t *p = n->bd.bmem;
 	for (uint32_t i = 0; i < NBUFS; i++) {
-		struct nbuf *b = &n->nbufs[i];
+		struct nbuf *b = &n->bd.nbufs[i];
 		b->c.kind = CTX_BUF;
 		b->pool = i < BUNDLE_TX ? NB_TX : i < BUNDLE_TX + BUNDLE_RX ? NB_RX : NB_REQ;
 		b->cap = b->pool == NB_REQ ? REQ_CAP : BUNDLE_BYTES;
 		b->data = p;
 		p += b->cap;
 		if (b->pool == NB_TX) {
-			b->next = n->tx_free;
-			n->tx_free = b;
+			b->next = n->bd.tx_free;
+			n->bd.tx_free = b;
 		} else if (b->pool == NB_REQ) {
-			b->next = n->req_free;
-			n->req_free = b;
+			b->next = n->bd.req_free;
+			n->bd.req_free = b;
 		}
 	}
-	n->bp = xcalloc(n->o.nnodes, sizeof(*n->bp));
-	int rc = fi_mr_reg(n->domain, n->bmem, n->bmem_len, FI_SEND | FI_RECV, 0, 3, 0, &n->bmem_mr,
+	n->bd.bp = xcalloc(n->o.nnodes, sizeof(*n->bd.bp));
+	int rc = fi_mr_reg(n->domain, n->bd.bmem, n->bd.bmem_len, FI_SEND | FI_RECV, 0, 3, 0, &n->bd.bmem_mr,
 			   NULL);
 	if (rc == 0) {
-		n->bmem_desc = fi_mr_desc(n->bmem_mr);
+		n->bd.bmem_desc = fi_mr_desc(n->bd.bmem_mr);
 		return 0;
 	}
-	n->bmem_mr = NULL;
+	n->bd.bmem_mr = NULL;
 	if (n->mr_local)
 		return err_fmt(err, errlen, rc,
 			       "libfabric provider '%s' could not register %zu bytes of bundle "
 			       "buffers (fi_mr_reg: %s): check the locked-memory limit (ulimit -l)",
-			       n->prov, n->bmem_len, fi_strerror(-rc));
+			       n->prov, n->bd.bmem_len, fi_strerror(-rc));
 	return 0;
 }
 
 static void rx_post(struct net *n, struct nbuf *b)
 {
-	ssize_t r = fi_trecv(n->ep, b->data, b->cap, n->bmem_desc, FI_ADDR_UNSPEC, BUNDLE_TAG, 0,
+	ssize_t r = fi_trecv(n->ep, b->data, b->cap, n->bd.bmem_desc, FI_ADDR_UNSPEC, BUNDLE_TAG, 0,
 			     &b->c.fi);
 	if (r == 0)
 		return;
 	if (r != -FI_EAGAIN)
 		log_warn("net: posting a bundle receive: %s", fi_strerror((int)-r));
-	b->next = n->rx_repost;
-	n->rx_repost = b;
+	b->next = n->bd.rx_repost;
+	n->bd.rx_repost = b;
 }
 
 void net_bundle_start(struct net *n)
 {
 	for (uint32_t i = 0; i < NBUFS; i++)
-		if (n->nbufs[i].pool == NB_RX)
-			rx_post(n, &n->nbufs[i]);
+		if (n->bd.nbufs[i].pool == NB_RX)
+			rx_post(n, &n->bd.nbufs[i]);
 }
 
 /* With the endpoint closed and the thread stopped: answers never sent. */
 void net_bundle_free(struct net *n)
 {
-	for (uint32_t p = 0; n->bp && p < n->o.nnodes; p++) {
-		for (struct op *op = n->bp[p].answer.head, *next; op; op = next) {
+	for (uint32_t p = 0; n->bd.bp && p < n->o.nnodes; p++) {
+		for (struct op *op = n->bd.bp[p].answer.head, *next; op; op = next) {
 			next = op->blink.next;
 			free(op);
 		}
 	}
-	free(n->bp);
-	free(n->nbufs);
-	if (n->bmem)
-		munmap(n->bmem, n->bmem_len);
-	n->bp = NULL;
-	n->nbufs = NULL;
-	n->bmem = NULL;
+	free(n->bd.bp);
+	free(n->bd.nbufs);
+	if (n->bd.bmem)
+		munmap(n->bd.bmem, n->bd.bmem_len);
+	n->bd.bp = NULL;
+	n->bd.nbufs = NULL;
+	n->bd.bmem = NULL;
 }
 
 /* ---- queues ------------------------------------------------------------------- */
 bool net_bundle_wants(const struct net *n, const struct op *op)
 {
-	return n->bundles && op->ev.len <= BUNDLE_SAMPLE_MAX;
+	return n->bd.bundles && op->ev.len <= BUNDLE_SAMPLE_MAX;
 }
 
 static void enqueue(struct net *n, struct olist *l, struct op *op)
@@ -140,27 +140,27 @@ static void enqueue(struct net *n, struct olist *l, struct op *op)
 	op->bundled = true;
 	op->in_b = true;
 	net_olist_push(l, op, BLINK);
-	n->bq_n++;
+	n->bd.bq_n++;
 }
 
 void net_bundle_ask(struct net *n, struct op *op)
 {
-	enqueue(n, &n->bp[op->ev.peer].ask, op);
+	enqueue(n, &n->bd.bp[op->ev.peer].ask, op);
 }
 
 void net_bundle_answer(struct net *n, struct op *op)
 {
-	enqueue(n, &n->bp[op->ev.peer].answer, op);
+	enqueue(n, &n->bd.bp[op->ev.peer].answer, op);
 }
 
 void net_bundle_unqueue(struct net *n, struct op *op)
 {
 	if (!op->in_b)
 		return;
-	struct bpeer *p = &n->bp[op->ev.peer];
+	struct bpeer *p = &n->bd.bp[op->ev.peer];
 	net_olist_del(op->kind == OP_FETCH ? &p->ask : &p->answer, op, BLINK);
 	op->in_b = false;
-	n->bq_n--;
+	n->bd.bq_n--;
 }
 
 /* A buffer of the pool for peer, or NULL when none is free or the peer
@@ -168,15 +168,15 @@ void net_bundle_unqueue(struct net *n, struct op *op)
  * every buffer from the others). */
 static struct nbuf *take(struct net *n, enum nbuf_pool pool, uint32_t peer)
 {
-	struct bpeer *p = &n->bp[peer];
-	struct nbuf **free_list = pool == NB_TX ? &n->tx_free : &n->req_free;
+	struct bpeer *p = &n->bd.bp[peer];
+	struct nbuf **free_list = pool == NB_TX ? &n->bd.tx_free : &n->bd.req_free;
 	uint32_t *held = pool == NB_TX ? &p->tx_held : &p->req_held;
 	struct nbuf *b = *free_list;
 	if (!b || *held >= (pool == NB_TX ? PEER_TX_MAX : PEER_REQ_MAX))
 		return NULL;
 	*free_list = b->next;
 	(*held)++;
-	n->bq_n++;
+	n->bd.bq_n++;
 	b->peer = peer;
 	b->used = 0;
 	return b;
@@ -184,16 +184,16 @@ static struct nbuf *take(struct net *n, enum nbuf_pool pool, uint32_t peer)
 
 static void give_back(struct net *n, struct nbuf *b)
 {
-	struct bpeer *p = &n->bp[b->peer];
-	n->bq_n--;
+	struct bpeer *p = &n->bd.bp[b->peer];
+	n->bd.bq_n--;
 	if (b->pool == NB_TX) {
 		p->tx_held--;
-		b->next = n->tx_free;
-		n->tx_free = b;
+		b->next = n->bd.tx_free;
+		n->bd.tx_free = b;
 	} else {
 		p->req_held--;
-		b->next = n->req_free;
-		n->req_free = b;
+		b->next = n->bd.req_free;
+		n->bd.req_free = b;
 	}
 }
 
@@ -247,7 +247,7 @@ static void fill_request(struct net *n, struct bpeer *p, struct nbuf *b, uint64_
 /* 1 = posted, 0 = FI_EAGAIN (kept for the next pass). */
 static int post_request(struct net *n, struct bpeer *p, struct nbuf *b)
 {
-	ssize_t r = fi_send(n->ep, b->data, b->used, n->bmem_desc, b->peer, &b->c.fi);
+	ssize_t r = fi_send(n->ep, b->data, b->used, n->bd.bmem_desc, b->peer, &b->c.fi);
 	if (r == -FI_EAGAIN) {
 		p->req_out = b;
 		return 0;
@@ -263,7 +263,7 @@ static int post_request(struct net *n, struct bpeer *p, struct nbuf *b)
 
 static int pump_asks(struct net *n, uint32_t peer, uint64_t now)
 {
-	struct bpeer *p = &n->bp[peer];
+	struct bpeer *p = &n->bd.bp[peer];
 	int k = 0;
 	if (p->req_out && !post_request(n, p, p->req_out))
 		return k;
@@ -321,7 +321,7 @@ static bool append(struct net *n, struct nbuf *b, struct op *op, uint64_t now)
 /* 1 = posted, 0 = FI_EAGAIN (kept for the next pass). */
 static int post_bundle(struct net *n, struct bpeer *p, struct nbuf *b)
 {
-	ssize_t r = fi_tsend(n->ep, b->data, b->used, n->bmem_desc, b->peer, BUNDLE_TAG, &b->c.fi);
+	ssize_t r = fi_tsend(n->ep, b->data, b->used, n->bd.bmem_desc, b->peer, BUNDLE_TAG, &b->c.fi);
 	if (r == -FI_EAGAIN) {
 		p->out = b;
 		return 0;
@@ -337,7 +337,7 @@ static int post_bundle(struct net *n, struct bpeer *p, struct nbuf *b)
 
 static int pump_answers(struct net *n, uint32_t peer, uint64_t now)
 {
-	struct bpeer *p = &n->bp[peer];
+	struct bpeer *p = &n->bd.bp[peer];
 	int k = 0;
 	if (p->out && !post_bundle(n, p, p->out))
 		return k;
@@ -377,17 +377,17 @@ static int pump_answers(struct net *n, uint32_t peer, uint64_t now)
 int net_bundle_pump(struct net *n, uint64_t now)
 {
 	int k = 0;
-	while (n->rx_repost) {
-		struct nbuf *b = n->rx_repost;
-		n->rx_repost = b->next;
+	while (n->bd.rx_repost) {
+		struct nbuf *b = n->bd.rx_repost;
+		n->bd.rx_repost = b->next;
 		rx_post(n, b);
-		if (n->rx_repost == b)
+		if (n->bd.rx_repost == b)
 			break; /* FI_EAGAIN again: next pass */
 		k++;
 	}
 	/* a different peer first each pass: none waits behind the others */
-	uint32_t first = n->bturn++ % n->o.nnodes;
-	for (uint32_t i = 0; i < n->o.nnodes && n->bq_n; i++) {
+	uint32_t first = n->bd.bturn++ % n->o.nnodes;
+	for (uint32_t i = 0; i < n->o.nnodes && n->bd.bq_n; i++) {
 		uint32_t peer = (first + i) % n->o.nnodes;
 		k += pump_asks(n, peer, now);
 		k += pump_answers(n, peer, now);

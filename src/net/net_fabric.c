@@ -302,7 +302,7 @@ static void expire(struct net *n, uint64_t now)
 static int wait_ms(struct net *n, uint64_t now)
 {
 	if (n->pending.n || n->nrepost || n->fetches.n || n->acked.n || n->cancelling.n ||
-	    n->sending.n || n->bq_n || n->rx_repost || net_warm_busy(n, now))
+	    n->sending.n || n->bd.bq_n || n->bd.rx_repost || net_warm_busy(n, now))
 		return BUSY_WAIT_MS;
 	uint64_t ms = IDLE_WAIT_MS;
 	if (n->fetches.head) {

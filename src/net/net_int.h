@@ -200,6 +200,31 @@ struct hmap {
 };
 
 
+/* Bundles (net_bundle.c): the registered buffers, their free lists and the
+ * per-peer queues. Set up before net_start; then the network thread's (the
+ * on/off flag stays read-only). */
+struct net_bundles {
+	bool bundles;
+	uint8_t *bmem;
+	size_t bmem_len;
+	struct fid_mr *bmem_mr;
+	void *bmem_desc;
+	struct nbuf *nbufs;    /* BUNDLE_TX + BUNDLE_RX + REQ_TX */
+	struct nbuf *tx_free, *req_free;
+	struct nbuf *rx_repost; /* receives whose fi_trecv met FI_EAGAIN */
+	struct bpeer *bp;      /* per node */
+	uint32_t bq_n;         /* ops in bundle queues, buffers out (for wait_ms) */
+	uint32_t bturn;        /* the peer the next pump starts with */
+};
+
+/* The warm-up exchange (net_warm.c): network thread only. */
+struct net_warmup {
+	struct octx *warm;
+	uint8_t *warm_buf;
+	uint32_t warm_n, warm_posted, warm_out;
+	uint64_t warm_t0;
+};
+
 struct net {
 	/* set before net_start, read-only afterwards */
 	struct net_opts o;
@@ -218,17 +243,7 @@ struct net {
 	bool mr_local;         /* the provider needs a desc for every buffer */
 
 	/* bundles (net_bundle.c): on unless the options turn them off */
-	bool bundles;
-	uint8_t *bmem;
-	size_t bmem_len;
-	struct fid_mr *bmem_mr;
-	void *bmem_desc;
-	struct nbuf *nbufs;    /* BUNDLE_TX + BUNDLE_RX + REQ_TX */
-	struct nbuf *tx_free, *req_free;
-	struct nbuf *rx_repost; /* receives whose fi_trecv met FI_EAGAIN */
-	struct bpeer *bp;      /* per node */
-	uint32_t bq_n;         /* ops in bundle queues, buffers out (for wait_ms) */
-	uint32_t bturn;        /* the peer the next pump starts with */
+	struct net_bundles bd;
 
 	struct ctrl_slot *slots;
 	uint32_t nslots;
@@ -266,10 +281,7 @@ struct net {
 	uint32_t nblocked;
 	uint64_t last_stuck_check;
 	/* warm-up (net_warm.c): receives [0, warm_n), then sends */
-	struct octx *warm;
-	uint8_t *warm_buf;
-	uint32_t warm_n, warm_posted, warm_out;
-	uint64_t warm_t0;
+	struct net_warmup wu;
 };
 
 /* ---- net_core.c: containers, operations, events, counters ------------------

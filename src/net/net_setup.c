@@ -139,7 +139,7 @@ void net_destroy(struct net *n)
 	close_fid(n->cq ? &n->cq->fid : NULL, "completion queue");
 	close_fid(n->ctrl_mr ? &n->ctrl_mr->fid : NULL, "control memory registration");
 	close_fid(n->region_mr ? &n->region_mr->fid : NULL, "region memory registration");
-	close_fid(n->bmem_mr ? &n->bmem_mr->fid : NULL, "bundle memory registration");
+	close_fid(n->bd.bmem_mr ? &n->bd.bmem_mr->fid : NULL, "bundle memory registration");
 	close_fid(n->domain ? &n->domain->fid : NULL, "domain");
 	close_fid(n->fabric ? &n->fabric->fid : NULL, "fabric");
 	if (n->info)
@@ -350,7 +350,7 @@ int net_create(struct net **out, const struct net_opts *o, void **addr, size_t *
 		  "bundles %s",
 		  n->o.node, n->info->fabric_attr->prov_name, n->info->fabric_attr->name,
 		  n->info->domain_attr->name, (unsigned)n->info->domain_attr->mr_mode,
-		  n->info->tx_attr->inject_size, n->nslots, n->bundles ? "on" : "off");
+		  n->info->tx_attr->inject_size, n->nslots, n->bd.bundles ? "on" : "off");
 	return 0;
 }
 

@@ -42,49 +42,49 @@ void net_warm_init(struct net *n)
 	uint32_t peers = n->o.nnodes > 0 ? n->o.nnodes - 1 : 0;
 	if (peers == 0 || n->mr_local)
 		return;
-	n->warm = xcalloc(2 * (size_t)peers, sizeof(*n->warm));
-	n->warm_buf = xcalloc(2 * (size_t)peers, WARM_LEN); /* receives, then the send */
-	n->warm_n = peers;
+	n->wu.warm = xcalloc(2 * (size_t)peers, sizeof(*n->wu.warm));
+	n->wu.warm_buf = xcalloc(2 * (size_t)peers, WARM_LEN); /* receives, then the send */
+	n->wu.warm_n = peers;
 	for (uint32_t i = 0; i < 2 * peers; i++)
-		n->warm[i].kind = CTX_WARM;
+		n->wu.warm[i].kind = CTX_WARM;
 }
 
 /* Post what is left: the receives first (a peer's message may come at
  * once), then one send per other node. 1 when something was posted. */
 int net_warm_post(struct net *n, uint64_t now)
 {
-	if (n->warm_posted == 2 * n->warm_n)
+	if (n->wu.warm_posted == 2 * n->wu.warm_n)
 		return 0;
-	if (!n->warm_t0)
-		n->warm_t0 = now;
+	if (!n->wu.warm_t0)
+		n->wu.warm_t0 = now;
 	int posted = 0;
-	while (n->warm_posted < n->warm_n) {
-		uint32_t i = n->warm_posted;
-		ssize_t r = fi_trecv(n->ep, n->warm_buf + (size_t)i * WARM_LEN, WARM_LEN, NULL,
-				     FI_ADDR_UNSPEC, WARM_TAG, 0, &n->warm[i].fi);
+	while (n->wu.warm_posted < n->wu.warm_n) {
+		uint32_t i = n->wu.warm_posted;
+		ssize_t r = fi_trecv(n->ep, n->wu.warm_buf + (size_t)i * WARM_LEN, WARM_LEN, NULL,
+				     FI_ADDR_UNSPEC, WARM_TAG, 0, &n->wu.warm[i].fi);
 		if (r == -FI_EAGAIN)
 			return posted;
-		n->warm_posted++;
+		n->wu.warm_posted++;
 		if (r != 0) {
 			log_debug("net: warm-up receive: %s", fi_strerror((int)-r));
 			continue;
 		}
-		n->warm_out++;
+		n->wu.warm_out++;
 		posted = 1;
 	}
-	while (n->warm_posted < 2 * n->warm_n) {
-		uint32_t k = n->warm_posted - n->warm_n;
+	while (n->wu.warm_posted < 2 * n->wu.warm_n) {
+		uint32_t k = n->wu.warm_posted - n->wu.warm_n;
 		uint32_t peer = k < n->o.node ? k : k + 1;
-		ssize_t r = fi_tsend(n->ep, n->warm_buf + (size_t)n->warm_n * WARM_LEN, WARM_LEN,
-				     NULL, peer, WARM_TAG, &n->warm[n->warm_posted].fi);
+		ssize_t r = fi_tsend(n->ep, n->wu.warm_buf + (size_t)n->wu.warm_n * WARM_LEN, WARM_LEN,
+				     NULL, peer, WARM_TAG, &n->wu.warm[n->wu.warm_posted].fi);
 		if (r == -FI_EAGAIN)
 			return posted;
-		n->warm_posted++;
+		n->wu.warm_posted++;
 		if (r != 0) {
 			log_debug("net: warm-up send to node %u: %s", peer, fi_strerror((int)-r));
 			continue;
 		}
-		n->warm_out++;
+		n->wu.warm_out++;
 		posted = 1;
 	}
 	return posted;
@@ -93,26 +93,26 @@ int net_warm_post(struct net *n, uint64_t now)
 /* A warm-up operation ended (err 0, or the libfabric error). */
 void net_warm_done(struct net *n, int err)
 {
-	if (n->warm_out > 0)
-		n->warm_out--;
+	if (n->wu.warm_out > 0)
+		n->wu.warm_out--;
 	if (err && !(err == FI_ECANCELED && atomic_load(&n->stop)))
 		log_debug("net: warm-up message: %s", fi_strerror(err));
-	if (n->warm_out == 0 && n->warm_posted == 2 * n->warm_n)
-		log_debug("net: warm-up with %u node(s) done in %.1f ms", n->warm_n,
-			  (double)(now_ns() - n->warm_t0) / 1e6);
+	if (n->wu.warm_out == 0 && n->wu.warm_posted == 2 * n->wu.warm_n)
+		log_debug("net: warm-up with %u node(s) done in %.1f ms", n->wu.warm_n,
+			  (double)(now_ns() - n->wu.warm_t0) / 1e6);
 }
 
 /* Operations still out, and not for too long: the thread keeps polling. */
 bool net_warm_busy(const struct net *n, uint64_t now)
 {
-	return (n->warm_out > 0 || n->warm_posted < 2 * n->warm_n) &&
-	       now - n->warm_t0 < WARM_BUSY_NS;
+	return (n->wu.warm_out > 0 || n->wu.warm_posted < 2 * n->wu.warm_n) &&
+	       now - n->wu.warm_t0 < WARM_BUSY_NS;
 }
 
 void net_warm_free(struct net *n)
 {
-	free(n->warm);
-	free(n->warm_buf);
-	n->warm = NULL;
-	n->warm_buf = NULL;
+	free(n->wu.warm);
+	free(n->wu.warm_buf);
+	n->wu.warm = NULL;
+	n->wu.warm_buf = NULL;
 }
