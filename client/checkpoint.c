@@ -26,6 +26,7 @@
 #include "../src/common/base.h"
 #include "../src/common/paths.h"
 #include "../src/common/shm.h"
+#include "client.h"
 #include "seer.h"
 
 /* Handles are tokens, as seer_client_t's (docs/client.md): [1:0] tag 2,
@@ -96,42 +97,6 @@ static int wait_fd(int fd, short events, uint64_t deadline)
 			return 0;
 		if (r < 0 && errno != EINTR)
 			return -errno;
-	}
-}
-
-/* Connect to seerd, retrying a missing socket until the deadline; the
- * daemon must be us or root (SO_PEERCRED). */
-static int ck_connect(const char *path, uint64_t deadline)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	for (;;) {
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (fd < 0) {
-			err_set("socket(): %s", strerror(errno));
-			return -errno;
-		}
-		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			struct ucred cr;
-			socklen_t len = sizeof(cr);
-			if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 ||
-			    (cr.uid != geteuid() && cr.uid != 0)) {
-				err_set("refusing the seerd at %s: it runs as another user (uid %u)",
-					path, (unsigned)cr.uid);
-				close(fd);
-				return -EPERM;
-			}
-			return fd;
-		}
-		int e = errno;
-		close(fd);
-		bool retry = e == ENOENT || e == ECONNREFUSED || e == EAGAIN;
-		if (!retry || now_ns() >= deadline) {
-			err_set("no seerd at %s (%s): start seerd for this job, or set SEER_SOCKET or "
-				"SEER_JOB_ID to match it", path, strerror(e));
-			return -e;
-		}
-		sleep_ns(MIN(20 * 1000000ull, deadline - now_ns() + 1));
 	}
 }
 
@@ -282,7 +247,7 @@ int seer_ckpt_begin(const seer_options_t *opts, const char *path, uint64_t size,
 	q.timeout_ms = timeout_ms;
 	int mfd = -1;
 	for (;;) {
-		rc = ck_connect(k->sock_path, connect_by);
+		rc = connect_open_socket(k->sock_path, connect_by);
 		if (rc < 0)
 			goto fail;
 		k->sock = rc;
@@ -411,7 +376,7 @@ static int ask(struct seer_ckpt *k, struct seer_msg_ckpt *q, struct seer_msg_ckp
 {
 	for (;;) {
 		if (k->sock < 0) {
-			int fd = ck_connect(k->sock_path, deadline);
+			int fd = connect_open_socket(k->sock_path, deadline);
 			if (fd < 0)
 				return fd == -ENOENT || fd == -ECONNREFUSED ? -ETIMEDOUT : fd;
 			k->sock = fd;
@@ -516,7 +481,7 @@ int seer_ckpt_open(const seer_options_t *opts, const char *path, int *fd, uint64
 	if (rc != 0)
 		return rc;
 	strcpy(k.path, path);
-	rc = ck_connect(k.sock_path, deadline_of(k.connect_ms));
+	rc = connect_open_socket(k.sock_path, deadline_of(k.connect_ms));
 	if (rc < 0)
 		return rc;
 	k.sock = rc;

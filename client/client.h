@@ -197,6 +197,10 @@ bool handle_close_begin(struct seer_client *c);
 void handle_close_end(uint32_t hidx);
 
 /* ---- connecting (connect.c) ------------------------------------------------------ */
+/* Connect to seerd's socket at `path`, retrying while the daemon may still be
+ * starting (until `deadline`, ns); the daemon must run as us or root
+ * (SO_PEERCRED). The fd, or a negative errno with seer_errmsg() set. */
+int connect_open_socket(const char *path, uint64_t deadline);
 /* Connect again to c's socket after its daemon went away, presenting c's
  * position (seer_state's record), until `deadline`; on success the new
  * session replaces the old one (kept mapped until close). 0, -ETIMEDOUT

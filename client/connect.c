@@ -238,8 +238,7 @@ static int check_peer(int fd, const char *path)
 	return 0;
 }
 
-/* Connect, retrying while the daemon may still be starting. */
-static int open_socket(const char *path, uint64_t deadline)
+int connect_open_socket(const char *path, uint64_t deadline)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	_Static_assert(sizeof(sa.sun_path) == SUN_PATH_SIZE, "sun_path");
@@ -584,7 +583,7 @@ static struct seer_client *client_new(const struct params *p)
 static int open_session(struct seer_client *c, const struct params *p, uint64_t deadline)
 {
 	int fds[SEER_WELCOME_NFDS];
-	c->sock = open_socket(p->sock, deadline);
+	c->sock = connect_open_socket(p->sock, deadline);
 	if (c->sock < 0)
 		return c->sock;
 	int rc = handshake(c, p, deadline, fds);
