@@ -53,10 +53,13 @@ launch() {
   local t=$1
   start_of[$t]=$(date +%s)
   (
+    # its own process group, which an interrupted run stops whole (daemons too)
     case "$t" in
-      *.py) /usr/bin/python3 "$t" ;;
-      *.sh) bash "$t" ;;
+      *.py) setsid /usr/bin/python3 "$t" & ;;
+      *.sh) setsid bash "$t" & ;;
     esac
+    echo $! > "$logs/$t.pgid"
+    wait $!
     echo $? > "$logs/$t.rc"
   ) > "$logs/$t.log" 2>&1 &
   pid_of[$t]=$!
@@ -74,9 +77,16 @@ report() {
   unset "pid_of[$t]"
   running=$((running - 1)) reported=$((reported + 1))
 }
-# an interrupted run stops the files running (their helpers stop their daemons)
-trap '[ $running -eq 0 ] || for p in "${pid_of[@]}"; do pkill -TERM -P "$p"; kill -TERM "$p"; done 2>/dev/null
-  rm -rf "$logs"; exit 130' INT TERM HUP
+# an interrupted run stops the files running, with everything they started
+stop_all() {
+  local t
+  for t in "${!pid_of[@]}"; do
+    [ -e "$logs/$t.pgid" ] && kill -TERM -- "-$(cat "$logs/$t.pgid")" 2>/dev/null
+  done
+  rm -rf "$logs"
+  exit 130
+}
+trap stop_all INT TERM HUP
 
 run_pool() {  # files to run, $1 at a time
   local n=$1 t; shift
