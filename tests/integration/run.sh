@@ -25,19 +25,19 @@ jobs="${SEER_TEST_JOBS:-3}"
 # machine-wide state: alone, at the end
 SERIAL=" test_ops test_huge_pages test_pfsemu test_slurm test_slurm_launch test_slurm_resume "
 # the longest first, so that the pool ends together (CI times, release)
-LONG_FIRST="test_walk test_resume test_coalesce test_formats_e2e test_torch_loader test_faults
+LONG_FIRST=(test_walk test_resume test_coalesce test_formats_e2e test_torch_loader test_faults
   test_transform test_exact_paths test_hostile_daemon test_client_api test_single_node
-  test_replicas test_startup"
+  test_replicas test_startup)
 
 selected() {
   [ -e "$1" ] || return 1
   [ -z "$only" ] || [[ " $only " == *" ${1%.*} "* ]]
 }
 files=()
-for n in $LONG_FIRST; do selected "$n.py" && files+=("$n.py"); done
+for n in "${LONG_FIRST[@]}"; do selected "$n.py" && files+=("$n.py"); done
 for t in test_*.py test_*.sh; do
   selected "$t" || continue
-  [[ " $LONG_FIRST " == *" ${t%.*} "* ]] && continue
+  [[ " ${LONG_FIRST[*]} " == *" ${t%.*} "* ]] && continue
   files+=("$t")
 done
 par=() ser=()
