@@ -15,7 +15,7 @@ cd "$(dirname "$0")"
 export BIN="${BIN:-bin}" LIB="${LIB:-lib}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # sanitizer builds: a report must fail the run, not just print
-export TSAN_OPTIONS="halt_on_error=1:exitcode=66${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:exitcode=66:suppressions=$(cd .. && pwd)/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 # full unwinding on malloc, so leaks inside plugins still show their library
 export ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$(cd .. && pwd)/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
