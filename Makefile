@@ -237,7 +237,7 @@ demo: all
 # runs here.)
 UNIT_RUN := $(if $(filter tsan,$(V)),$(shell setarch $$(uname -m) -R true 2>/dev/null && echo setarch $$(uname -m) -R))
 unit: $(UNIT_BIN) $(LIB)/libseer.so
-	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $(UNIT_RUN) $$t --jobs 1; done
+	@PREFIX="$(UNIT_RUN)" tests/unit/run.sh $(UNIT_BIN)
 	@echo "== libseer's symbols"; tests/unit/libseer_symbols.sh $(LIB)/libseer.so.$(SOVER)
 	@if [ "$(V)" = release ]; then echo "== sampler vs torch DistributedSampler"; \
 		$(PY) tests/unit/sampler_vs_torch.py $(LIB)/libseer.so && \
