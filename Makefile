@@ -150,15 +150,18 @@ $(BIN)/%: $(B)/obj/tools/%.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# The unit tests link only the libraries their code uses (--as-needed): MPI,
+# HDF5 and libfabric loaded into each of Criterion's test processes cost
+# 0.3 s a test under ASan (test_config: 112 s -> 43 s)
 $(B)/tests/%: $(B)/obj/tests/unit/%.o $(B)/obj/tests/unit/sanitizer_shim.o \
 		$(call obj,$(UNIT_DAEMON_SRC)) $(B)/libcore.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ -Wl,--as-needed $(CRIT_LIBS) $(LIBS)
 # the emulator's timing model, tested on its own
 $(B)/tests/test_pfsemu_model: $(B)/obj/tests/unit/test_pfsemu_model.o \
 		$(B)/obj/tests/unit/sanitizer_shim.o $(B)/obj/tools/pfsemu/model.o $(B)/libcore.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ -Wl,--as-needed $(CRIT_LIBS) $(LIBS)
 
 # libFuzzer harnesses (clang): make fuzz [FUZZ_SECONDS=n] runs each for n s on
 # a generated seed corpus plus the corpus it grew before, after replaying
@@ -176,8 +179,8 @@ $(B)/fuzz/fuzz_client: $(B)/obj/tests/fuzz/fuzz_client.o $(CLIENT_OBJ)
 	$(CC) -fsanitize=fuzzer,address,undefined -o $@ $^ -lpthread -lz
 
 fuzz:
-	$(MAKE) all
-	$(MAKE) V=fuzz fuzz-run
+	$(MAKE) -j$(JOBS) all
+	$(MAKE) -j$(JOBS) V=fuzz fuzz-run
 
 fuzz-run: $(FUZZ_BIN)
 	@set -e; tests/fuzz/make_seeds.sh $(B)/seeds >/dev/null; \
@@ -213,9 +216,13 @@ bench: all
 deps:
 	@scripts/deps.sh
 
+# the builds of setup, test, sanitize and fuzz use every core (CI calls plain
+# `make setup` and `make test`); the tests themselves run as before
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 # README step 1: everything a new machine needs, then the example job
 setup: deps
-	$(MAKE) all
+	$(MAKE) -j$(JOBS) all
 	$(MAKE) demo
 
 demo: all
@@ -231,7 +238,7 @@ demo: all
 # runs here.)
 UNIT_RUN := $(if $(filter tsan,$(V)),$(shell setarch $$(uname -m) -R true 2>/dev/null && echo setarch $$(uname -m) -R))
 unit: $(UNIT_BIN) $(LIB)/libseer.so
-	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $(UNIT_RUN) $$t --jobs 1; done
+	@PREFIX="$(UNIT_RUN)" tests/unit/run.sh $(UNIT_BIN)
 	@echo "== libseer's symbols"; tests/unit/libseer_symbols.sh $(LIB)/libseer.so.$(SOVER)
 	@if [ "$(V)" = release ]; then echo "== sampler vs torch DistributedSampler"; \
 		$(PY) tests/unit/sampler_vs_torch.py $(LIB)/libseer.so && \
@@ -259,8 +266,9 @@ test-stress: all
 	kill $$hog 2>/dev/null; wait $$hog 2>/dev/null; exit $$rc
 
 # README step 2
-test: all
-	$(MAKE) unit
+test:
+	$(MAKE) -j$(JOBS) all
+	$(MAKE) -j$(JOBS) unit
 	$(MAKE) integration
 	$(MAKE) sanitize
 	$(MAKE) fuzz
@@ -270,12 +278,15 @@ test: all
 SAN_TESTS := test_single_node test_nvme test_multi_node test_ops test_formats_e2e test_faults \
 	test_client_api test_replicas test_transform test_transform_threads test_hostile_daemon \
 	test_huge_pages test_exact_paths test_startup
+# (under TSan also the peers, replicas, hostile clients and the exact paths:
+# tests/tsan.supp suppresses Open MPI's own lock-order report in MPI_Init;
+# test_faults and test_transform expect SIGSEGV and RSS bounds TSan changes)
 TSAN_TESTS := test_single_node test_nvme test_formats_e2e test_client_api test_transform_threads \
-	test_startup
+	test_startup test_multi_node test_replicas test_hostile_daemon test_exact_paths test_ops
 sanitize:
-	$(MAKE) V=asan all unit
+	$(MAKE) -j$(JOBS) V=asan all unit
 	$(MAKE) V=asan integration SEER_TESTS="$(SAN_TESTS)"
-	$(MAKE) V=tsan all unit
+	$(MAKE) -j$(JOBS) V=tsan all unit
 	$(MAKE) V=tsan integration SEER_TESTS="$(TSAN_TESTS)"
 
 asan:

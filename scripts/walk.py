@@ -54,7 +54,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 
-from seertest import BIN, LONG, Daemon, Fail, catalog, make_classes, seer, wait_for  # noqa: E402
+from seertest import (BIN, LONG, PROVIDER, Daemon, Fail, MpiDaemons, catalog,  # noqa: E402
+                      make_classes, seer, wait_for)
 
 ALL_OPS = ["tkill", "wkill", "seek", "state", "elastic", "dterm", "dkill", "recon", "hold",
            "sigusr1", "sighup"]
@@ -62,7 +63,6 @@ DEFAULT_OPS = list(ALL_OPS)
 ALL_KINDS = ["c", "py", "torch0", "torch2"]
 PY_KINDS = ("py", "torch0", "torch2")
 TRAINER = os.path.join(ROOT, "tests", "integration", "walk_trainer.py")
-PROVIDER = os.environ.get("SEER_TEST_PROVIDER", "tcp;ofi_rxm")
 
 
 class Mismatch(Fail):
@@ -453,72 +453,26 @@ class Single:
         self.d.stop(signal.SIGKILL)
 
 
-class Cluster:
-    """`nodes` seerd under one mpirun (as tests/integration/test_resume.py)."""
+class Cluster(MpiDaemons):
+    """`nodes` seerd under one mpirun (tests/integration/seertest.MpiDaemons);
+    a restart reuses the episode's socket names (a SIGKILLed seerd leaves its
+    socket), so the sockets alone say the nodes serve."""
 
     def __init__(self, tmp, settings, name, nodes=2):
-        self.nodes, self.tmp = nodes, tmp
-        self.sock = settings["daemon.socket"]
         for k in range(nodes):
-            if os.path.exists(self.socket(k)):
-                os.unlink(self.socket(k))
-        s = dict(settings)
-        s["net.provider"] = PROVIDER
-        s["net.peer_timeout_ms"] = 60000
-        args = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(nodes),
-                "-x", "OMPI_ALLOW_RUN_AS_ROOT=1", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                os.path.join(BIN, "seerd")]
-        for k, v in s.items():
-            args += ["--set", "%s=%s" % (k, v)]
-        self.log_path = os.path.join(tmp, name + ".log")
-        self.logf = open(self.log_path, "w")
-        e = dict(os.environ, OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1",
-                 OMPI_MCA_odls_base_sigkill_timeout="20")
-        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT, env=e)
-        wait_for(self._listening, LONG, "%d daemons to listen" % nodes, step=0.05)
-
-    def _listening(self):
-        if self.proc.poll() is not None:
-            raise Fail("mpirun seerd exited %d:\n%s" % (self.proc.returncode, self.log()))
-        return all(os.path.exists(self.socket(k)) for k in range(self.nodes))
-
-    def socket(self, node):
-        return self.sock.replace("%n", str(node))
-
-    def status(self, node=0):
-        out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", self.socket(node),
-                              "--json", "status"], capture_output=True, text=True, timeout=LONG)
-        if out.returncode != 0:
-            raise Fail("seerctl status on node %d: %s" % (node, out.stderr))
-        return json.loads(out.stdout)
-
-    def pid(self, node):
-        return self.status(node)["pid"]
-
-    def log(self):
-        if not self.logf.closed:
-            self.logf.flush()
-        with open(self.log_path) as f:
-            return f.read()
-
-    def signal(self, sig, node=None):
-        if node is None:
-            self.proc.send_signal(sig)
-        else:
-            os.kill(self.pid(node), sig)
+            sock = settings["daemon.socket"].replace("%n", str(k))
+            if os.path.exists(sock):
+                os.unlink(sock)
+        s = dict(settings, **{"net.provider": PROVIDER, "net.peer_timeout_ms": 60000})
+        s.setdefault("daemon.stats_file", None)
+        super().__init__(tmp, nodes, s, name=name, serving=False,
+                         env={"OMPI_MCA_odls_base_sigkill_timeout": "20"})
 
     def wait(self, timeout=LONG):
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise Fail("mpirun did not exit within %ds:\n%s" % (timeout, self.log()))
+        return super().wait(timeout)
 
     def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        if not self.logf.closed:
-            self.logf.close()
+        self.stop(signal.SIGKILL)
 
 
 # ==== an episode ===============================================================================

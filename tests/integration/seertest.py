@@ -180,6 +180,123 @@ class Daemon:
         return False
 
 
+# the libfabric provider the daemons of a multi-node test talk over
+PROVIDER = os.environ.get("SEER_TEST_PROVIDER", "tcp;ofi_rxm")
+
+
+class MpiDaemons:
+    """`nodes` seerd processes under one mpirun, as every multi-node test and
+    scripts/walk.py start them (one launcher: MPI over TCP, root allowed).
+    Default settings: socket, stats file and state directory in `tmp` named
+    after `name` (%n = the node), net.provider = PROVIDER; `settings`
+    override them (a value None drops the key). `mca`: (key, value) pairs for
+    mpirun's --mca; `env`: extra environment. With `wait`, returns once every
+    node serves: its socket exists and, with `serving`, its "serving job"
+    line is logged (the sockets answer from before the catalog scan); an
+    mpirun that never served is stopped before the failure is raised."""
+
+    def __init__(self, tmp, nodes, settings, name="job", env=None, mca=(), wait=True,
+                 serving=True):
+        self.tmp, self.nodes, self.serving = tmp, nodes, serving
+        s = {"daemon.socket": os.path.join(tmp, name + "-%n.sock"),
+             "daemon.stats_file": os.path.join(tmp, name + "-stats-%n.json"),
+             "daemon.state_dir": os.path.join(tmp, "state"), "net.provider": PROVIDER}
+        s.update(settings)
+        s = {k: v for k, v in s.items() if v is not None}
+        self.sock, self.stats = s["daemon.socket"], s.get("daemon.stats_file")
+        args = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(nodes)]
+        for k, v in mca:
+            args += ["--mca", k, v]
+        args += ["-x", "OMPI_ALLOW_RUN_AS_ROOT=1", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                 os.path.join(BIN, "seerd")]
+        for k, v in s.items():
+            args += ["--set", "%s=%s" % (k, v)]
+        self.log_path = os.path.join(tmp, name + ".log")
+        self.logf = open(self.log_path, "w")
+        e = dict(os.environ, OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1")
+        e.update(env or {})
+        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT, env=e)
+        if wait:
+            try:
+                wait_for(self.listening, LONG, "%d daemons to serve" % nodes, step=0.05)
+            except BaseException:
+                self.stop()
+                raise
+
+    def listening(self):
+        """Whether every node serves; Fail if mpirun has exited."""
+        if self.proc.poll() is not None:
+            raise Fail("mpirun seerd exited %d:\n%s" % (self.proc.returncode, self.log()))
+        return (all(os.path.exists(self.socket(k)) for k in range(self.nodes)) and
+                (not self.serving or self.log().count("serving job '") >= self.nodes))
+
+    def socket(self, node):
+        return self.sock.replace("%n", str(node))
+
+    def stats_path(self, node):
+        return self.stats.replace("%n", str(node))
+
+    def node_stats(self, node):
+        with open(self.stats_path(node)) as f:
+            return json.load(f)
+
+    def log(self):
+        if not self.logf.closed:
+            self.logf.flush()
+        with open(self.log_path) as f:
+            return f.read()
+
+    def status(self, node=0):
+        out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", self.socket(node),
+                              "--json", "status"], capture_output=True, text=True, timeout=LONG)
+        if out.returncode != 0:
+            raise Fail("seerctl status on node %d: %s" % (node, out.stderr))
+        return json.loads(out.stdout)
+
+    def pid(self, node):
+        return self.status(node)["pid"]
+
+    def signal(self, sig, node=None):
+        """sig to mpirun (None) or to one node's seerd."""
+        if node is None:
+            self.proc.send_signal(sig)
+        else:
+            os.kill(self.pid(node), sig)
+
+    def wait(self, timeout=300):
+        """mpirun's exit status; Fail (mpirun killed) if it runs past timeout."""
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise Fail("the daemons did not exit within %ds:\n%s" % (timeout, self.log()))
+        self.logf.close()
+        return rc
+
+    def stop(self, sig=None, grace=30):
+        """sig (default SIGTERM) to mpirun, which forwards it; SIGKILL after
+        `grace` seconds."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig or signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if not self.logf.closed:
+            self.logf.close()
+
+    kill = stop  # (the name the multi-node tests use)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
 def start_trainer(kind, rank, world, sock, logfile, extra=(), env=None):
     """kind: 'c' (seer-trainer) or 'py' (py_trainer.py)."""
     if kind == "c":

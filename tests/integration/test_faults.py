@@ -36,9 +36,9 @@ import sys
 import time
 import zlib
 
-from seertest import (BIN, LONG, RECLAIM_BOUND_S, Daemon, Fail, Gate, Pauses, catalog, check,
-                      cleanup, finish, log, make_classes, read_log, run_tests, seer,
-                      start_trainer, tmpdir, verify_exactly_once, verify_rank, wait_for)
+from seertest import (BIN, LONG, RECLAIM_BOUND_S, Daemon, Fail, Gate, MpiDaemons, Pauses,
+                      catalog, check, cleanup, finish, log, make_classes, read_log, run_tests,
+                      seer, start_trainer, tmpdir, verify_exactly_once, verify_rank, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOSTILE = os.path.join(BIN, "seer-hostile")
@@ -546,31 +546,6 @@ def peer_death(mca, survivors_hold_last=False):
     answers). Returns what happened."""
     import test_multi_node as mn
 
-    class MpiCluster(mn.Cluster):
-        def __init__(self, tmp, settings):  # like Cluster, with mpirun options
-            self.tmp = tmp
-            self.sock = os.path.join(tmp, "job-%n.sock")
-            self.stats = os.path.join(tmp, "job-stats-%n.json")
-            s = {"daemon.socket": self.sock, "daemon.stats_file": self.stats,
-                 "daemon.state_dir": os.path.join(tmp, "state"), "net.provider": mn.PROVIDER}
-            s.update(settings)
-            args = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(mn.NODES)]
-            for k, v in mca:
-                args += ["--mca", k, v]
-            args += ["-x", "OMPI_ALLOW_RUN_AS_ROOT=1", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                     os.path.join(BIN, "seerd")]
-            for k, v in s.items():
-                args += ["--set", "%s=%s" % (k, v)]
-            self.log_path = os.path.join(tmp, "job.log")
-            self.logf = open(self.log_path, "w")
-            env = dict(os.environ, OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1")
-            self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT,
-                                         env=env)
-            wait_for(lambda: (all(os.path.exists(self.socket(k)) for k in range(mn.NODES)) and
-                              self.log().count("serving job '") >= mn.NODES) or
-                     self.proc.poll() is not None, LONG, "the daemons to serve")
-            check(self.proc.poll() is None, "mpirun exited: " + self.log())
-
     tmp = tmpdir("seer-ft-")
     out = {"tmp": tmp}
     try:
@@ -581,7 +556,7 @@ def peer_death(mca, survivors_hold_last=False):
         s = {"dataset.path": src, "job.seed": 9, "job.epochs": epochs, "job.batch_size": 4,
              "cache.ram": "1MiB", "cache.staging": "2MiB", "prefetch.io_threads": 4,
              "prefetch.lookahead": 2, "net.peer_timeout_ms": 300}
-        cl = MpiCluster(tmp, s)
+        cl = MpiDaemons(tmp, mn.NODES, s, mca=mca)
         sampler = seer.Sampler(len(cat), 9, mn.WORLD, 4)
         gate, at, last = Gate(tmp), (1, 3), (epochs - 1, sampler.batches_per_epoch - 1)
         try:

@@ -17,90 +17,20 @@ import json
 import os
 import signal
 import subprocess
-import time
 
-from seertest import (BIN, LONG, ROOT, Fail, Gate, catalog, check, cleanup, finish, log,
+from seertest import (BIN, ROOT, Gate, MpiDaemons, catalog, check, cleanup, finish, log,
                       make_classes, read_log, run_tests, seer, start_trainer, tmpdir,
                       verify_exactly_once, verify_rank)
 
 NODES = 3
 WORLD = 6
-PROVIDER = os.environ.get("SEER_TEST_PROVIDER", "tcp;ofi_rxm")
 
 
-class Cluster:
-    """NODES seerd processes under one mpirun."""
+class Cluster(MpiDaemons):
+    """NODES seerd processes under one mpirun (seertest.MpiDaemons)."""
 
     def __init__(self, tmp, settings, name="job"):
-        self.tmp = tmp
-        self.sock = os.path.join(tmp, name + "-%n.sock")
-        self.stats = os.path.join(tmp, name + "-stats-%n.json")
-        s = {
-            "daemon.socket": self.sock,
-            "daemon.stats_file": self.stats,
-            "daemon.state_dir": os.path.join(tmp, "state"),
-            "net.provider": PROVIDER,
-        }
-        s.update(settings)
-        args = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(NODES),
-                "-x", "OMPI_ALLOW_RUN_AS_ROOT=1", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                os.path.join(BIN, "seerd")]
-        for k, v in s.items():
-            args += ["--set", "%s=%s" % (k, v)]
-        self.log_path = os.path.join(tmp, name + ".log")
-        self.logf = open(self.log_path, "w")
-        env = dict(os.environ, OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1")
-        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT, env=env)
-        t0 = time.time()
-        # the sockets answer from before the catalog scan: wait for every
-        # node's "serving job" line
-        while (not all(os.path.exists(self.socket(k)) for k in range(NODES)) or
-               self.log().count("serving job '") < NODES):
-            if self.proc.poll() is not None:
-                raise Fail("mpirun seerd exited %d:\n%s" % (self.proc.returncode, self.log()))
-            if time.time() - t0 > LONG:
-                raise Fail("daemons did not listen within %.0f s:\n%s" % (LONG, self.log()))
-            time.sleep(0.05)
-
-    def socket(self, node):
-        return self.sock.replace("%n", str(node))
-
-    def log(self):
-        if not self.logf.closed:
-            self.logf.flush()
-        with open(self.log_path) as f:
-            return f.read()
-
-    def status(self, node):
-        out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", self.socket(node),
-                              "--json", "status"], capture_output=True, text=True, timeout=LONG)
-        if out.returncode != 0:
-            raise Fail("seerctl status on node %d: %s" % (node, out.stderr))
-        return json.loads(out.stdout)
-
-    def node_stats(self, node):
-        with open(self.stats.replace("%n", str(node))) as f:
-            return json.load(f)
-
-    def wait(self, timeout=300):
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise Fail("daemons did not exit within %ds:\n%s" % (timeout, self.log()))
-        self.logf.close()
-        return rc
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if not self.logf.closed:
-            self.logf.close()
+        super().__init__(tmp, NODES, settings, name=name)
 
 
 def placement(kind):

@@ -8,84 +8,26 @@ missing), with the files' bytes. Whatever a test does to a running job happens
 while the trainers hold a batch at a pause point (seertest.Gate); the tests wait
 for states, never for a sleep."""
 
-import json
 import os
 import signal
-import subprocess
 import time
 
 import zlib
 
-from seertest import (BIN, LONG, Daemon, Fail, Gate, catalog, check, cleanup, finish, log,
-                      make_classes, read_log, run_tests, seer, start_trainer, tmpdir, verify_rank,
-                      wait_for)
-
-PROVIDER = os.environ.get("SEER_TEST_PROVIDER", "tcp;ofi_rxm")
+from seertest import (LONG, Daemon, Fail, Gate, MpiDaemons, catalog, check, cleanup, finish,
+                      log, make_classes, read_log, run_tests, seer, start_trainer, tmpdir,
+                      verify_rank, wait_for)
 
 
-class Cluster:
-    """`nodes` seerd processes under one mpirun (env: extra environment)."""
+class Cluster(MpiDaemons):
+    """`nodes` seerd processes under one mpirun (seertest.MpiDaemons; env:
+    extra environment)."""
 
     def __init__(self, tmp, nodes, settings, name="job", env=None):
-        self.tmp, self.nodes = tmp, nodes
-        self.sock = os.path.join(tmp, name + "-%n.sock")
-        s = {"daemon.socket": self.sock, "daemon.state_dir": os.path.join(tmp, "state"),
-             "daemon.stats_file": os.path.join(tmp, name + "-stats-%n.json"),
-             "net.provider": PROVIDER}
-        s.update(settings)
-        args = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(nodes),
-                "-x", "OMPI_ALLOW_RUN_AS_ROOT=1", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                os.path.join(BIN, "seerd")]
-        for k, v in s.items():
-            args += ["--set", "%s=%s" % (k, v)]
-        self.log_path = os.path.join(tmp, name + ".log")
-        self.logf = open(self.log_path, "w")
-        e = dict(os.environ, OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1")
-        e.update(env or {})
-        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT, env=e)
-        wait_for(lambda: self._listening(), LONG, "%d daemons to listen" % nodes, step=0.05)
-
-    def _listening(self):
-        if self.proc.poll() is not None:
-            raise Fail("mpirun seerd exited %d:\n%s" % (self.proc.returncode, self.log()))
-        return (all(os.path.exists(self.socket(k)) for k in range(self.nodes)) and
-                self.log().count("serving job '") >= self.nodes)
-
-    def socket(self, node):
-        return self.sock.replace("%n", str(node))
-
-    def log(self):
-        if not self.logf.closed:
-            self.logf.flush()
-        with open(self.log_path) as f:
-            return f.read()
-
-    def status(self, node):
-        out = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", self.socket(node),
-                              "--json", "status"], capture_output=True, text=True, timeout=LONG)
-        if out.returncode != 0:
-            raise Fail("seerctl status on node %d: %s" % (node, out.stderr))
-        return json.loads(out.stdout)
+        super().__init__(tmp, nodes, settings, name=name, env=env)
 
     def wait(self, timeout=LONG):
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise Fail("daemons did not exit within %ds:\n%s" % (timeout, self.log()))
-        self.logf.close()
-        return rc
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if not self.logf.closed:
-            self.logf.close()
+        return super().wait(timeout)
 
 
 def dataset(tmp, classes=4, per_class=18, seed=31):

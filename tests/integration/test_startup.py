@@ -23,9 +23,9 @@ import signal
 import subprocess
 import time
 
-from seertest import (BIN, LONG, Daemon, Fail, Gate, catalog, check, cleanup, finish, log,
-                      make_classes, read_log, run_tests, seer, start_trainer, tmpdir,
-                      verify_rank, wait_for)
+from seertest import (BIN, LONG, Daemon, Fail, Gate, MpiDaemons, catalog, check, cleanup,
+                      finish, log, make_classes, read_log, run_tests, seer, start_trainer,
+                      tmpdir, verify_rank, wait_for)
 
 DAEMON_ENV = {"IPATH_NO_BACKTRACE": "1"}
 
@@ -262,34 +262,20 @@ def test_scan_two_nodes_sigterm():
     mnt = None
     try:
         mnt, cat = slow_dataset(tmp, 500, 20)
-        sock = os.path.join(tmp, "job-%n.sock")
-        s = {"dataset.path": mnt, "job.epochs": 1, "job.batch_size": 4, "daemon.socket": sock,
-             "daemon.state_dir": os.path.join(tmp, "state"), "net.provider":
-             os.environ.get("SEER_TEST_PROVIDER", "tcp;ofi_rxm")}
-        args = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
-                "-x", "OMPI_ALLOW_RUN_AS_ROOT=1", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                os.path.join(BIN, "seerd")]
-        for k, v in s.items():
-            args += ["--set", "%s=%s" % (k, v)]
-        logp = os.path.join(tmp, "mpi.log")
-        with open(logp, "w") as lf:
-            proc = subprocess.Popen(args, stdout=lf, stderr=subprocess.STDOUT,
-                                    env=dict(os.environ, OMPI_MCA_btl="self,tcp",
-                                             OMPI_MCA_pml="ob1", **DAEMON_ENV))
-            try:
-                s0, s1 = sock.replace("%n", "0"), sock.replace("%n", "1")
-                m = wait_for(lambda: scanning(s0, 1), LONG, "node 0's status showing the scan")
-                out1 = wait_for(lambda: (lambda o: o.returncode == 0 and o)(
-                    seerctl(s1, "status")), LONG, "node 1's status")
-                check("waits for it" in out1.stdout, "node 1 says: %s" % out1.stdout)
-                proc.send_signal(signal.SIGTERM)
-                rc = proc.wait(LONG)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        with open(logp) as f:
-            out = f.read()
+        s = {"dataset.path": mnt, "job.epochs": 1, "job.batch_size": 4,
+             "daemon.stats_file": None}
+        cl = MpiDaemons(tmp, 2, s, name="mpi", env=DAEMON_ENV, wait=False)
+        try:
+            s0, s1 = cl.socket(0), cl.socket(1)
+            m = wait_for(lambda: scanning(s0, 1), LONG, "node 0's status showing the scan")
+            out1 = wait_for(lambda: (lambda o: o.returncode == 0 and o)(
+                seerctl(s1, "status")), LONG, "node 1's status")
+            check("waits for it" in out1.stdout, "node 1 says: %s" % out1.stdout)
+            cl.signal(signal.SIGTERM)
+            rc = cl.wait(LONG)
+        finally:
+            cl.stop(signal.SIGKILL)
+        out = cl.log()
         # mpirun reports its own SIGTERM as status 1; the daemons' clean exits
         # are their stop lines, and no error or abort
         check(rc in (0, 1), "mpirun exited %s after SIGTERM during the scan:\n%s" % (rc, out))

@@ -1,14 +1,13 @@
 """Shared by the transform tests (test_transform.py, test_transform_threads.py):
 an ImageNet-like JPEG folder, a job run end to end (seerd on one node, or
-several under mpirun, and xf_trainer.py per rank), and the delivered
-tensors' CRCs keyed by (epoch, sample id) for comparisons between runs."""
+several under mpirun: seertest.MpiDaemons; xf_trainer.py per rank), and the
+delivered tensors' CRCs keyed by (epoch, sample id) for comparisons between runs."""
 
 import json
 import os
 import subprocess
-import time
 
-from seertest import BIN, LONG, ROOT, Daemon, Fail, check, finish
+from seertest import LONG, ROOT, Daemon, MpiDaemons, check, finish
 
 PHOTO = "/usr/share/matplotlib/mpl-data/sample_data/grace_hopper.jpg"
 TRAINER = os.path.join(ROOT, "tests", "integration", "xf_trainer.py")
@@ -95,7 +94,8 @@ def run(tmp, data, spec, name, world=1, settings=None, ref_every=0, nodes=1, env
         socks = [d.sock]
         stats_paths = [d.stats_file]
     else:
-        d = Mpi(tmp, s, name, nodes)
+        # (a peer answers within a minute however busy the machine is)
+        d = MpiDaemons(tmp, nodes, dict({"net.peer_timeout_ms": 60000}, **s), name=name)
         socks = [d.socket(k) for k in range(nodes)]
         stats_paths = [d.stats_path(k) for k in range(nodes)]
     try:
@@ -112,7 +112,7 @@ def run(tmp, data, spec, name, world=1, settings=None, ref_every=0, nodes=1, env
         rc = d.wait(LONG) if nodes == 1 else d.wait()
         check(rc == 0, "%s: seerd exited %s:\n%s" % (name, rc, d.log()))
     finally:
-        d.stop() if nodes == 1 else d.kill()
+        d.stop()
     for r in range(world):
         job.add(r, logs[r])
     for p in stats_paths:
@@ -130,65 +130,3 @@ def same_tensors(a, b, what, keys=None):
     check(not diff, "%s: %d of %d tensors differ, first (epoch, id) %s" %
           (what, len(diff), len(keys), diff[:5]))
     return len(keys)
-
-
-class Mpi:
-    """`nodes` seerd processes under one mpirun (as test_multi_node does)."""
-
-    def __init__(self, tmp, settings, name, nodes):
-        self.tmp = tmp
-        self.sock = os.path.join(tmp, name + "-%n.sock")
-        self.stats = os.path.join(tmp, name + "-stats-%n.json")
-        s = {"daemon.socket": self.sock, "daemon.stats_file": self.stats,
-             "daemon.state_dir": os.path.join(tmp, "state"),
-             "net.provider": os.environ.get("SEER_TEST_PROVIDER", "tcp;ofi_rxm"),
-             "net.peer_timeout_ms": 60000}
-        s.update(settings)
-        args = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(nodes),
-                "-x", "OMPI_ALLOW_RUN_AS_ROOT=1", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                os.path.join(BIN, "seerd")]
-        for k, v in s.items():
-            args += ["--set", "%s=%s" % (k, v)]
-        self.log_path = os.path.join(tmp, name + ".log")
-        self.logf = open(self.log_path, "w")
-        env = dict(os.environ, OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1")
-        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT, env=env)
-        t0 = time.time()
-        while (not all(os.path.exists(self.socket(k)) for k in range(nodes)) or
-               self.log().count("serving job '") < nodes):
-            if self.proc.poll() is not None:
-                raise Fail("mpirun seerd exited %d:\n%s" % (self.proc.returncode, self.log()))
-            if time.time() - t0 > LONG:
-                raise Fail("daemons did not listen within %.0f s:\n%s" % (LONG, self.log()))
-            time.sleep(0.05)
-
-    def socket(self, k):
-        return self.sock.replace("%n", str(k))
-
-    def stats_path(self, k):
-        return self.stats.replace("%n", str(k))
-
-    def log(self):
-        if not self.logf.closed:
-            self.logf.flush()
-        with open(self.log_path) as f:
-            return f.read()
-
-    def wait(self, timeout=300):
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise Fail("daemons did not exit within %ds:\n%s" % (timeout, self.log()))
-        return rc
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if not self.logf.closed:
-            self.logf.close()
