@@ -277,12 +277,13 @@ test:
 # Python trainers keep the release libseer)
 SAN_TESTS := test_single_node test_nvme test_multi_node test_ops test_formats_e2e test_faults \
 	test_client_api test_replicas test_transform test_transform_threads test_hostile_daemon \
-	test_huge_pages test_exact_paths test_startup
+	test_huge_pages test_exact_paths test_startup test_tar test_checkpoint test_catalog_rewrite
 # (under TSan also the peers, replicas, hostile clients and the exact paths:
 # tests/tsan.supp suppresses Open MPI's own lock-order report in MPI_Init;
 # test_faults and test_transform expect SIGSEGV and RSS bounds TSan changes)
 TSAN_TESTS := test_single_node test_nvme test_formats_e2e test_client_api test_transform_threads \
-	test_startup test_multi_node test_replicas test_hostile_daemon test_exact_paths test_ops
+	test_startup test_multi_node test_replicas test_hostile_daemon test_exact_paths test_ops \
+	test_checkpoint
 sanitize:
 	$(MAKE) -j$(JOBS) V=asan all unit
 	$(MAKE) V=asan integration SEER_TESTS="$(SAN_TESTS)"

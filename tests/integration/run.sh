@@ -27,7 +27,7 @@ SERIAL=" test_ops test_huge_pages test_pfsemu test_slurm test_slurm_launch test_
 # the longest first, so that the pool ends together (CI times, release)
 LONG_FIRST=(test_walk test_resume test_coalesce test_formats_e2e test_torch_loader test_faults
   test_transform test_exact_paths test_hostile_daemon test_client_api test_single_node
-  test_replicas test_startup)
+  test_replicas test_startup test_port test_checkpoint test_tar)
 
 selected() {
   [ -e "$1" ] || return 1
