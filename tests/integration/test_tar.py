@@ -35,7 +35,7 @@ import zlib
 
 import numpy as np
 
-from seertest import (BIN, LONG, ROOT, Daemon, check, cleanup, log, read_log, run_tests, seer,
+from seertest import (BIN, LONG, ROOT, Daemon, MpiDaemons, check, cleanup, log, read_log, run_tests, seer,
                       tmpdir)
 
 EXTS = ["jpg", "jpeg", "png", "webp"]
@@ -279,14 +279,13 @@ def test_two_nodes():
     length, CRC and label as tarfile reads it, each exactly once per epoch."""
     tmp = tmpdir("seer-tar-")
     try:
-        from xf_common import Mpi
         root = os.path.join(tmp, "data")
         make_writers(root, seed=2, n=24)
         exp = expected(root)
         s = {"dataset.path": root, "dataset.format": "tar", "job.epochs": 2,
              "job.batch_size": 5, "job.drop_last": "true", "cache.ram": "512KiB",
              "cache.staging": "16MiB"}
-        cl = Mpi(tmp, s, "two", 2)
+        cl = MpiDaemons(tmp, 2, dict({"net.peer_timeout_ms": 60000}, **s), name="two")
         try:
             logs = [os.path.join(tmp, "t%d.log" % r) for r in range(2)]
             ps = [trainer(cl.socket(r), r, 2, logs[r]) for r in range(2)]
