@@ -452,6 +452,13 @@ int config_finish(struct seer_config *c, char *err, size_t errlen)
 				      "config file or with --set dataset.path=DIR");
 		return -EINVAL;
 	}
+	if (c->checkpoint.drain_share <= 0) {
+		/* the key table's bounds are integers: (0, 1] is checked here */
+		snprintf(err, errlen, "[checkpoint] drain_share %g: give a share of time above 0 "
+				      "(up to 1); 0 would stop the drain while seerd reads",
+			 c->checkpoint.drain_share);
+		return -EINVAL;
+	}
 	if (!*c->job.id || strlen(c->job.id) >= 64 || strchr(c->job.id, '/')) {
 		snprintf(err, errlen, "[job] id '%s' must be 1-63 characters without '/'", c->job.id);
 		return -EINVAL;

@@ -193,8 +193,8 @@ const struct config_key config_keys[] = {
 	  "never removed)" },
 	{ "checkpoint", "drain_rate", CFG_SIZE, F(checkpoint.drain_rate), "0", 0, SIZEMAX, NULL, false,
 	  "bytes/s of checkpoint writes to the PFS (0: no cap)" },
-	{ "checkpoint", "drain_share", CFG_DOUBLE, F(checkpoint.drain_share), "0.25", 0.01, 1, NULL,
-	  false, "while seerd's own PFS reads wait, the share of time the drain may write" },
+	{ "checkpoint", "drain_share", CFG_DOUBLE, F(checkpoint.drain_share), "0.25", 0, 1, NULL,
+	  false, "while seerd's own PFS reads wait, the share of time the drain may write (more than 0)" },
 
 	{ "transform", "decode", CFG_ENUM, F(transform.decode), "none", 0, 0, xf_decodes, true,
 	  "none: deliver file bytes; image: decode JPEG/PNG and deliver tensors" },
