@@ -1134,11 +1134,12 @@ static void *ptx_main(void *arg)
 	return NULL;
 }
 
-int ckpt_peer_listen(struct ckpt *ck, char *addr, size_t len)
+int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len)
 {
 	addr[0] = '\0';
-	if (!ck || !ck->cfg->checkpoint.peers)
+	if (!ck || !ck->cfg->checkpoint.peers || nnodes < 2)
 		return 0;
+	ck->nnodes = nnodes; /* before the receiver starts: it checks the origin */
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
 	socklen_t sl = sizeof(sa);
@@ -1173,11 +1174,9 @@ int ckpt_peer_listen(struct ckpt *ck, char *addr, size_t len)
 void ckpt_set_peers(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char *addrs,
 		    size_t stride)
 {
-	if (!ck)
+	if (!ck || ck->node != node || (ck->lfd >= 0 && ck->nnodes != nnodes))
 		return;
 	pthread_mutex_lock(&ck->mu);
-	ck->node = node;
-	ck->nnodes = nnodes;
 	ck->peer_node = (node + 1) % nnodes;
 	const char *a = addrs + stride * ck->peer_node;
 	char host[256] = "", hex[64] = "";
@@ -1198,7 +1197,9 @@ void ckpt_set_peers(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char 
 	}
 	if (pthread_create(&ck->th_ptx, NULL, ptx_main, ck) != 0) {
 		log_warn("checkpoints: cannot start the peer sender thread: no \"peer\" level");
+		pthread_mutex_lock(&ck->mu);
 		ck->peer_addr[0] = '\0';
+		pthread_mutex_unlock(&ck->mu);
 		return;
 	}
 	ck->started_ptx = true;
