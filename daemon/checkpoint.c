@@ -470,13 +470,16 @@ static void *local_main(void *arg)
 		struct statvfs vs;
 		uint64_t avail = statvfs(ck->dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize
 							   : UINT64_MAX;
-		if (ck->nvme_used + it->size > ck->cfg->checkpoint.nvme || it->size > avail) {
+		/* the budget is shared with the copies held for a peer node */
+		if (ck->nvme_used + ck->held_used + it->size > ck->cfg->checkpoint.nvme ||
+		    it->size > avail) {
 			it->st[SEER_CKL_LOCAL] = SEER_CKS_OFF;
 			log_warn("checkpoint %s (%s): no room on NVMe ([checkpoint] nvme %s, %s in "
-				 "undrained copies, %s free on the disk): it stays in memory and goes "
-				 "straight to the PFS", it->path, fmt_size(sz, sizeof(sz), it->size),
+				 "undrained copies and copies held for a peer, %s free on the disk): it "
+				 "stays in memory and goes straight to the PFS", it->path,
+				 fmt_size(sz, sizeof(sz), it->size),
 				 fmt_size((char[32]){ 0 }, 32, ck->cfg->checkpoint.nvme),
-				 fmt_size((char[32]){ 0 }, 32, ck->nvme_used),
+				 fmt_size((char[32]){ 0 }, 32, ck->nvme_used + ck->held_used),
 				 fmt_size((char[32]){ 0 }, 32, avail));
 			pthread_cond_broadcast(&ck->cv);
 			wake_svc(ck);
@@ -974,6 +977,14 @@ static void *prx_main(void *arg)
 			log_warn("checkpoint copy from node %u not kept: %s",
 				 (ck->node + ck->nnodes - 1) % ck->nnodes, ack.msg);
 		int rc UNUSED = io_all(fd, &ack, sizeof(ack), true);
+		if (ack.status != 0) {
+			/* refused early: read what the sender still sends, so that it
+			 * reads the answer instead of a reset connection */
+			shutdown(fd, SHUT_WR);
+			char sink[65536];
+			while (recv(fd, sink, sizeof(sink), 0) > 0)
+				;
+		}
 		close(fd);
 	}
 	return NULL;
@@ -1058,8 +1069,12 @@ static int peer_send(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 	if (rc == 0)
 		rc = io_all(fd, &crc, sizeof(crc), true);
 	struct ck_peer_ack ack = { 0 };
-	if (rc == 0)
-		rc = io_all(fd, &ack, sizeof(ack), false);
+	/* after a failed send too: the peer may have refused (and said why) */
+	int rc2 = rc == -ECANCELED ? rc : io_all(fd, &ack, sizeof(ack), false);
+	if (rc2 == 0 && ack.status != 0)
+		rc = 0;
+	else if (rc == 0)
+		rc = rc2;
 	if (rc != 0) {
 		snprintf(why, wlen, "sending to node %u's seerd (%s): %s", ck->peer_node,
 			 ck->peer_addr, strerror(-rc));

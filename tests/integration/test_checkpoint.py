@@ -581,8 +581,49 @@ def test_peer_copy_two_nodes():
         cleanup(tmp)
 
 
+def test_peer_refuses_no_room():
+    """The peer has no room ([checkpoint] nvme shared by a node's own copies
+    and those it holds): wait("peer") fails with the peer's reason, nothing
+    is held there, and the checkpoint still reaches the PFS."""
+    from seertest import MpiDaemons
+    tmp = tmpdir("seer-ck-")
+    cl = None
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"checkpoint.nvme": "2MiB", "checkpoint.peers": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        s0, s1 = cl.socket(0), cl.socket(1)
+        # node 1's own 1.6 MB copy fills most of its 2 MiB (kept: keep = 2)
+        h1 = sc.save(state(400000, 1), os.path.join(pfs, "n1.pt"), socket=s1, job_id=JOB)
+        h1.wait("local", timeout=LONG)
+        h1.wait("pfs", timeout=LONG)
+        obj = state(400000, 2)
+        h = sc.save(obj, os.path.join(pfs, "n0.pt"), socket=s0, job_id=JOB)
+        try:
+            h.wait("peer", timeout=LONG)
+            raise Fail("wait('peer') returned though node 1 has no room")
+        except seer.SeerError as ex:
+            check("no room on node 1's NVMe" in str(ex), "the peer's reason: %s" % ex)
+            log("wait('peer'), no room on the peer: %s" % ex)
+        h.wait("pfs", timeout=LONG)
+        check(open(h.path, "rb").read() == torch_bytes(obj), "the PFS copy differs")
+        j1 = ctl_checkpoints(type("D", (), {"sock": s1}))
+        check(j1["held"] == [] and j1["held_nvme"] == 0, "node 1 holds a copy: %s" % j1)
+        check(not [f for dp, _, fs in os.walk(os.path.join(tmp, "nvme-1")) for f in fs
+                   if "/peer-0" in dp and not f.startswith(".")],
+              "files left in node 1's peer folder")
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_save_wait_load_bytes, test_without_nvme, test_sigkill_after_local_then_restart,
                test_pfs_fails_eio_enospc, test_memory_full, test_sigterm_names_nvme_copy,
                test_training_exact_beside_checkpoints, test_pfsemu_write_mode,
-               test_save_during_startup, test_peer_copy_two_nodes])
+               test_save_during_startup, test_peer_copy_two_nodes,
+               test_peer_refuses_no_room])
