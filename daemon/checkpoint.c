@@ -954,6 +954,106 @@ fail:
 	return rc;
 }
 
+/* Copies held for peer nodes by an earlier seerd of this node
+ * (<dir>/peer-<origin>/<id>.meta + .data of its size) come back, newest kept
+ * per origin; a .data without its .meta (cut short) and temporaries go. */
+static void held_recover(struct ckpt *ck)
+{
+	DIR *d = opendir(ck->dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		unsigned origin;
+		char end;
+		if (sscanf(de->d_name, "peer-%u%c", &origin, &end) != 1)
+			continue;
+		char sub[4200];
+		snprintf(sub, sizeof(sub), "%s/%s", ck->dir, de->d_name);
+		DIR *d2 = opendir(sub);
+		if (!d2)
+			continue;
+		struct dirent *e2;
+		while ((e2 = readdir(d2))) {
+			const char *dot = strrchr(e2->d_name, '.');
+			if (!dot || e2->d_name[0] == '.')
+				continue;
+			char f[4400], meta[4400];
+			snprintf(f, sizeof(f), "%s/%s", sub, e2->d_name);
+			if (strcmp(dot, ".tmp") == 0) {
+				unlink(f);
+				continue;
+			}
+			if (strcmp(dot, ".data") == 0) {
+				snprintf(meta, sizeof(meta), "%.*s.meta", (int)(strlen(f) - 5), f);
+				if (access(meta, F_OK) != 0)
+					unlink(f);
+				continue;
+			}
+			if (strcmp(dot, ".meta") != 0)
+				continue;
+			FILE *fp = fopen(f, "re");
+			if (!fp)
+				continue;
+			char line[SEER_CKPT_PATH_MAX + 16], path[SEER_CKPT_PATH_MAX] = "";
+			uint64_t id = 0, size = 0;
+			int ver = 0;
+			while (fgets(line, sizeof(line), fp)) {
+				line[strcspn(line, "\n")] = '\0';
+				if (sscanf(line, "seer-ckpt-peer %d", &ver) == 1 ||
+				    sscanf(line, "id %" SCNx64, &id) == 1 ||
+				    sscanf(line, "size %" SCNu64, &size) == 1)
+					continue;
+				if (strncmp(line, "path ", 5) == 0)
+					str_copy(path, sizeof(path), line + 5);
+			}
+			fclose(fp);
+			char data[4200];
+			held_file(ck, origin, id, "data", data, sizeof(data));
+			struct stat sb;
+			if (ver != 1 || !*path || stat(data, &sb) != 0 || (uint64_t)sb.st_size != size) {
+				log_warn("held copy record %s is damaged or its copy is missing: removed", f);
+				unlink(f);
+				unlink(data);
+				continue;
+			}
+			struct ck_held *h = calloc(1, sizeof(*h));
+			if (!h)
+				abort();
+			h->origin = origin;
+			h->id = id;
+			h->size = size;
+			h->path = xstrdup(path);
+			h->memfd = -1;
+			h->wall = sb.st_mtime;
+			/* oldest first, by arrival */
+			struct ck_held **pp = &ck->held;
+			while (*pp && (*pp)->wall <= h->wall)
+				pp = &(*pp)->next;
+			h->next = *pp;
+			*pp = h;
+			ck->held_used += size;
+			log_info("copy of node %u's checkpoint %s found on NVMe at %s", origin, path, data);
+		}
+		closedir(d2);
+	}
+	closedir(d);
+	/* retention per origin (held_prune frees: start over after each) */
+	uint64_t keep = MAX(ck->cfg->checkpoint.keep, 1);
+	for (bool again = true; again;) {
+		again = false;
+		for (struct ck_held *h = ck->held; h && !again; h = h->next) {
+			size_t n = 0;
+			for (struct ck_held *g = ck->held; g; g = g->next)
+				n += g->origin == h->origin;
+			if (n > keep) {
+				held_prune(ck, h->origin, keep);
+				again = true;
+			}
+		}
+	}
+}
+
 /* The receiver: one connection at a time from node - 1. */
 static void *prx_main(void *arg)
 {
@@ -1792,6 +1892,7 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy
 		log_info("checkpoints: written to NVMe at %s (up to %s), then drained to the PFS",
 			 ck->dir, fmt_size(a, sizeof(a), cfg->checkpoint.nvme));
 		recover(ck);
+		held_recover(ck);
 	} else {
 		log_info("checkpoints: no NVMe tier ([cache] nvme_dir unset or [checkpoint] nvme 0): "
 			 "they wait in memory and go straight to the PFS");

@@ -505,7 +505,8 @@ def test_peer_copy_two_nodes():
         root, _ = dataset(tmp)
         pfs = os.path.join(tmp, "pfs")
         os.makedirs(pfs)
-        s = settings(tmp, root, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1})
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1,
+                                   "daemon.stop_grace_s": 1})
         s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
         cl = MpiDaemons(tmp, 2, s)
         s0, s1 = cl.socket(0), cl.socket(1)
@@ -573,8 +574,16 @@ def test_peer_copy_two_nodes():
             same(sc.load(h.path, socket=s1, job_id=JOB), obj)
         finally:
             os.kill(p0, signal.SIGCONT)
+        # node 1's next seerd finds the copy it held on NVMe
+        cl.stop()
+        cl = MpiDaemons(tmp, 2, s, name="job2")
+        check("copy of node 0's checkpoint %s found on NVMe" % h.path in cl.log(),
+              "node 1's restart finds its held copy:\n" + cl.log())
+        check(sc.where(h.path, socket=cl.socket(1), job_id=JOB) == "peer",
+              "node 1 reads its peer copy after its restart")
+        same(sc.load(h.path, socket=cl.socket(1), job_id=JOB), obj)
         log("1.6 MB checkpoint: node 1's copy equals torch.save's bytes; loaded through "
-            "node 1 with node 0 stopped")
+            "node 1 with node 0 stopped, and after both restarted")
     finally:
         if cl:
             cl.stop()
@@ -592,7 +601,8 @@ def test_peer_refuses_no_room():
         root, _ = dataset(tmp)
         pfs = os.path.join(tmp, "pfs")
         os.makedirs(pfs)
-        s = settings(tmp, root, **{"checkpoint.nvme": "2MiB", "checkpoint.peers": 1})
+        s = settings(tmp, root, **{"checkpoint.nvme": "2MiB", "checkpoint.peers": 1,
+                                   "daemon.stop_grace_s": 1})
         s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
         cl = MpiDaemons(tmp, 2, s)
         s0, s1 = cl.socket(0), cl.socket(1)
