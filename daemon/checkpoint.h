@@ -9,7 +9,12 @@
  * checkpoint connections (first packet with SEER_MAGIC_CKPT, handed over by
  * conn.c).
  *
- * Threads: three of its own, all under ck->mu: the service thread (the
+ * Threads: three of its own (five with peer copies), all under ck->mu: the
+ * peer sender (each committed checkpoint -> node + 1 over TCP, crc32c; the
+ * peer answers once its copy is complete, checked and fsync'd) and the peer
+ * receiver (node - 1's copies -> <dir>/peer-<origin>/ or a memfd; a copy
+ * cut short or with a wrong checksum is deleted, never served); the
+ * service thread (the
  * connections: BEGIN, COMMIT, WAIT, STATE, OPEN), the local writer
  * (memory -> NVMe, fsync) and the drain (-> a temporary name beside the PFS
  * path, fsync, rename: a reader never sees a partial file), capped by
@@ -44,6 +49,15 @@ typedef bool (*ckpt_busy_fn)(void *arg);
  * (no thread, no memory). */
 struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy_fn busy,
 			 void *busy_arg, char *err, size_t errlen);
+/* Several nodes (nnodes), [checkpoint] peers = 1: listen for the copies of node - 1
+ * (TCP, a thread of the stage) and write into `addr` what node - 1 needs to
+ * reach it ("host port secret"; "" with peers = 0 or on failure, logged).
+ * Dispatcher, at start, before ckpt_set_peers. */
+int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len);
+/* Every node's ckpt_peer_listen address (stride bytes each): start sending
+ * each committed checkpoint to node (node + 1) % nnodes. NULL ck is fine. */
+void ckpt_set_peers(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char *addrs,
+		    size_t stride);
 /* A connection whose first packet (msg, n bytes) carries SEER_MAGIC_CKPT:
  * the stage owns fd from here (closes it on any failure). Dispatcher. */
 void ckpt_attach(struct ckpt *ck, int fd, const void *msg, size_t n, pid_t pid);

@@ -417,6 +417,14 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		goto out;
 	}
 	s.ck = ckpt_create(cfg, node, engine_pfs_busy, s.e, err, sizeof(err));
+	if (nnodes > 1) {
+		/* every node takes part, even one whose stage failed (it sends "") */
+		char mine[256], *all = xcalloc(nnodes, sizeof(mine));
+		ckpt_peer_listen(s.ck, nnodes, mine, sizeof(mine));
+		cluster_allgather(s.cl, mine, sizeof(mine), all);
+		ckpt_set_peers(s.ck, node, nnodes, all, sizeof(mine));
+		free(all);
+	}
 	if (!s.ck) {
 		log_error("%s", err);
 		s.lfd = startup_end(st, &stop);

@@ -279,7 +279,21 @@ static int render_checkpoints(const char *text, FILE *out)
 			rate(c, jnum(e, "drain_rate")), jnum(e, "eta_s"), jtext(e, "path"));
 		if (*jtext(e, "why"))
 			fprintf(out, "    why: %s\n", jtext(e, "why"));
+		if (*jtext(e, "peer_why"))
+			fprintf(out, "    peer: %s\n", jtext(e, "peer_why"));
 	}
+	json_t *peer = json_object_get(root, "peer");
+	fprintf(out, "peer copies: %s", json_is_integer(peer) ? "sent to node " : "none sent");
+	if (json_is_integer(peer))
+		fprintf(out, "%" JSON_INTEGER_FORMAT, json_integer_value(peer));
+	json_t *held = json_object_get(root, "held");
+	fprintf(out, "; held here for other nodes: %zu (%s on NVMe, %s in memory)\n",
+		json_array_size(held), fmt_size(a, sizeof(a), (uint64_t)jnum(root, "held_nvme")),
+		fmt_size(b, sizeof(b), (uint64_t)jnum(root, "held_memory")));
+	json_array_foreach(held, i, e)
+		fprintf(out, "  node %.0f's %-16s %10s %-6s  %s\n", jnum(e, "origin"), jtext(e, "id"),
+			fmt_size(c, sizeof(c), (uint64_t)jnum(e, "bytes")), jtext(e, "where"),
+			jtext(e, "path"));
 	json_decref(root);
 	return 0;
 }

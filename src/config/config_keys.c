@@ -195,6 +195,9 @@ const struct config_key config_keys[] = {
 	  "bytes/s of checkpoint writes to the PFS (0: no cap)" },
 	{ "checkpoint", "drain_share", CFG_DOUBLE, F(checkpoint.drain_share), "0.25", 0, 1, NULL,
 	  false, "while seerd's own PFS reads wait, the share of time the drain may write (more than 0)" },
+	{ "checkpoint", "peers", CFG_U64, F(checkpoint.peers), "1", 0, 1, NULL, false,
+	  "nodes that hold a copy of each checkpoint besides its own (0 or 1: the next node, "
+	  "(node + 1) % nodes; no effect on one node)" },
 
 	{ "transform", "decode", CFG_ENUM, F(transform.decode), "none", 0, 0, xf_decodes, true,
 	  "none: deliver file bytes; image: decode JPEG/PNG and deliver tensors" },

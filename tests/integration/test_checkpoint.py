@@ -491,8 +491,149 @@ def test_save_during_startup():
         cleanup(tmp)
 
 
+def test_peer_copy_two_nodes():
+    """Two seerd under mpirun, [checkpoint] peers = 1: a checkpoint saved on
+    node 0 is held by node 1 (its bytes equal torch.save's, checksum checked
+    there) when wait("peer") returns; node 1 stopped: wait("peer") fails
+    naming it while "local" is reached, and the cut-off copy is not kept;
+    node 0 stopped (lost) with its drain never done: a load through node 1's
+    socket reads node 0's checkpoint from node 1's copy."""
+    from seertest import MpiDaemons
+    tmp = tmpdir("seer-ck-")
+    cl = None
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1,
+                                   "daemon.stop_grace_s": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        s0, s1 = cl.socket(0), cl.socket(1)
+        obj = state(400000, 7)  # 1.6 MB: 400 s at the drain cap, so never on the PFS here
+        h = sc.save(obj, os.path.join(pfs, "a.pt"), socket=s0, job_id=JOB)
+        h.wait("local", timeout=LONG)
+        h.wait("peer", timeout=LONG)
+        held = [os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(tmp, "nvme-1"))
+                for f in fs if f.endswith(".data") and "/peer-0" in dp]
+        check(len(held) == 1, "node 1 holds one copy of node 0's checkpoint: %s" % held)
+        with open(held[0], "rb") as f:
+            check(f.read() == torch_bytes(obj), "node 1's copy differs from torch.save's bytes")
+        j0 = ctl_checkpoints(type("D", (), {"sock": s0}))
+        j1 = ctl_checkpoints(type("D", (), {"sock": s1}))
+        row = [c for c in j0["checkpoints"] if c["path"] == h.path][0]
+        check(row["levels"]["peer"] == "done" and row["levels"]["pfs"] == "pending" and
+              j0["peer"] == 1, "node 0's seerctl: %s" % j0)
+        check([(x["origin"], x["path"], x["bytes"]) for x in j1["held"]] ==
+              [(0, h.path, h.size)], "node 1's seerctl held: %s" % j1["held"])
+        txt = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", s0, "checkpoints"],
+                             capture_output=True, text=True, timeout=LONG).stdout
+        r = [ln for ln in txt.splitlines() if ln.endswith(h.path)]
+        check(r and r[0].split()[3:7] == ["done", "done", "done", "pending"],
+              "seerctl checkpoints for people:\n" + txt)
+
+        # node 1 does not answer: "peer" fails with the reason, "local" goes on
+        p1 = cl.pid(1)
+        os.kill(p1, signal.SIGSTOP)
+        try:
+            hb = sc.save(state(400000, 8), os.path.join(pfs, "b.pt"), socket=s0, job_id=JOB)
+            hb.wait("local", timeout=LONG)
+            try:
+                hb.wait("peer", timeout=LONG)
+                raise Fail("wait('peer') returned with node 1 stopped")
+            except seer.SeerError as ex:
+                check("node 1" in str(ex), "the reason names node 1: %s" % ex)
+                log("wait('peer') with node 1 stopped: %s" % ex)
+        finally:
+            os.kill(p1, signal.SIGCONT)
+        check(hb.state()["local"] == "done" and hb.state()["pfs"] == "pending",
+              "local and pfs go on: %s" % hb.state())
+        # node 1 reads what was queued for it once it runs again: what it keeps
+        # is complete (checksum checked), never a part (loopback buffers can
+        # hold the whole copy, so here it may be complete)
+        objb = state(400000, 8)
+        line = lambda: [ln for ln in cl.log().splitlines() if "seerd[1]" in ln and "b.pt" in ln
+                        and ("held" in ln or "not kept" in ln)]
+        wait_for(lambda: line() or None, LONG, "node 1 to read the copy it was sent")
+        j1 = ctl_checkpoints(type("D", (), {"sock": s1}))
+        for x in j1["held"]:
+            if x["path"] == hb.path:
+                check(x["bytes"] == hb.size, "node 1 holds a partial copy: %s" % x)
+                f = [os.path.join(dp, n) for dp, _, fs in os.walk(os.path.join(tmp, "nvme-1"))
+                     for n in fs if n == x["id"] + ".data"]
+                check(len(f) == 1 and open(f[0], "rb").read() == torch_bytes(objb),
+                      "node 1's late copy differs")
+        log("node 1 after SIGCONT: %s" % line()[0].split("INFO  ")[-1].split("WARN  ")[-1])
+
+        # node 0 lost (stopped): node 1 reads node 0's checkpoint from its copy
+        check(not os.path.exists(h.path), "a.pt reached the PFS: the test needs it absent")
+        p0 = cl.pid(0)
+        os.kill(p0, signal.SIGSTOP)
+        try:
+            check(sc.where(h.path, socket=s1, job_id=JOB) == "peer", "node 1 reads its peer copy")
+            same(sc.load(h.path, socket=s1, job_id=JOB), obj)
+        finally:
+            os.kill(p0, signal.SIGCONT)
+        # node 1's next seerd finds the copy it held on NVMe
+        cl.stop()
+        cl = MpiDaemons(tmp, 2, s, name="job2")
+        check("copy of node 0's checkpoint %s found on NVMe" % h.path in cl.log(),
+              "node 1's restart finds its held copy:\n" + cl.log())
+        check(sc.where(h.path, socket=cl.socket(1), job_id=JOB) == "peer",
+              "node 1 reads its peer copy after its restart")
+        same(sc.load(h.path, socket=cl.socket(1), job_id=JOB), obj)
+        log("1.6 MB checkpoint: node 1's copy equals torch.save's bytes; loaded through "
+            "node 1 with node 0 stopped, and after both restarted")
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
+def test_peer_refuses_no_room():
+    """The peer has no room ([checkpoint] nvme shared by a node's own copies
+    and those it holds): wait("peer") fails with the peer's reason, nothing
+    is held there, and the checkpoint still reaches the PFS."""
+    from seertest import MpiDaemons
+    tmp = tmpdir("seer-ck-")
+    cl = None
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"checkpoint.nvme": "2MiB", "checkpoint.peers": 1,
+                                   "daemon.stop_grace_s": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        s0, s1 = cl.socket(0), cl.socket(1)
+        # node 1's own 1.6 MB copy fills most of its 2 MiB (kept: keep = 2)
+        h1 = sc.save(state(400000, 1), os.path.join(pfs, "n1.pt"), socket=s1, job_id=JOB)
+        h1.wait("local", timeout=LONG)
+        h1.wait("pfs", timeout=LONG)
+        obj = state(400000, 2)
+        h = sc.save(obj, os.path.join(pfs, "n0.pt"), socket=s0, job_id=JOB)
+        try:
+            h.wait("peer", timeout=LONG)
+            raise Fail("wait('peer') returned though node 1 has no room")
+        except seer.SeerError as ex:
+            check("no room on node 1's NVMe" in str(ex), "the peer's reason: %s" % ex)
+            log("wait('peer'), no room on the peer: %s" % ex)
+        h.wait("pfs", timeout=LONG)
+        check(open(h.path, "rb").read() == torch_bytes(obj), "the PFS copy differs")
+        j1 = ctl_checkpoints(type("D", (), {"sock": s1}))
+        check(j1["held"] == [] and j1["held_nvme"] == 0, "node 1 holds a copy: %s" % j1)
+        check(not [f for dp, _, fs in os.walk(os.path.join(tmp, "nvme-1")) for f in fs
+                   if "/peer-0" in dp and not f.startswith(".")],
+              "files left in node 1's peer folder")
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_save_wait_load_bytes, test_without_nvme, test_sigkill_after_local_then_restart,
                test_pfs_fails_eio_enospc, test_memory_full, test_sigterm_names_nvme_copy,
                test_training_exact_beside_checkpoints, test_pfsemu_write_mode,
-               test_save_during_startup])
+               test_save_during_startup, test_peer_copy_two_nodes,
+               test_peer_refuses_no_room])
