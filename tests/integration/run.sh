@@ -18,7 +18,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export TSAN_OPTIONS="halt_on_error=1:exitcode=66:suppressions=$(cd .. && pwd)/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 # full unwinding on malloc, so leaks inside plugins still show their library
 export ASAN_OPTIONS="detect_leaks=1:fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export LSAN_OPTIONS="suppressions=$(cd .. && pwd)/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+# use_tls=0: LeakSanitizer's scan of thread-local storage crashes its own
+# tracer at exit ("Tracer caught signal 11", seerd exits 1) in one seerd of
+# test_transform since the checkpoint stage's peer code landed (cause not found;
+# with use_tls=0 the run passes). Not scanning TLS can only add leak reports
+# (pointers kept only in TLS look leaked), never hide one.
+export LSAN_OPTIONS="suppressions=$(cd .. && pwd)/lsan.supp:use_tls=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 only="${SEER_TESTS:-}"
 jobs="${SEER_TEST_JOBS:-3}"
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "SEER_TEST_JOBS=$jobs: give a number >= 1"; exit 2; }
