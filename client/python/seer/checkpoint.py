@@ -28,6 +28,13 @@ NVMe copy (or its memory while the drain runs), else the file at `path`.
 
 Both find seerd as seer.Loader does (socket= or $SEER_SOCKET, job_id= or
 $SEER_JOB_ID / $SLURM_JOB_ID) and work beside a Loader or alone.
+
+torch.distributed.checkpoint (docs/checkpoint.md, "DCP"): StorageWriter and
+StorageReader (torch >= 2; on older torch they exist but refuse, naming the
+version) put each rank's items into one seer checkpoint per rank file. Their
+torch-independent part is here: layout() lays items out in one buffer,
+save_items() hands such a buffer to seerd, read_ranges() reads byte ranges
+back from the newest complete copy of a file.
 """
 
 import ctypes
@@ -38,7 +45,8 @@ import threading
 
 from . import SeerError, _Options, _load
 
-__all__ = ["save", "load", "Checkpoint", "LEVELS"]
+__all__ = ["save", "load", "where", "Checkpoint", "LEVELS", "layout", "save_items",
+           "read_ranges", "iter_ranges", "DcpItem", "StorageWriter", "StorageReader"]
 
 LEVELS = ("memory", "local", "peer", "pfs")
 _STATES = ("pending", "done", "failed", "off", "pruned")
@@ -352,3 +360,149 @@ def load(path, map_location=None, socket=None, job_id=None, connect_timeout=None
         return torch.load("/proc/self/fd/%d" % fd, map_location=map_location, **kwargs)
     finally:
         os.close(fd)
+
+
+# --- torch.distributed.checkpoint's storage layer, without torch ------------
+
+ALIGN = 64
+
+
+class DcpItem:
+    """Where one DCP item lies (metadata.storage_data's values): `length`
+    bytes at `offset` of the file <checkpoint_id>/<relative_path>; for a
+    tensor chunk also its dtype's name ("float32") and shape, its bytes being
+    the chunk's elements in row-major order; dtype None for bytes."""
+
+    __slots__ = ("relative_path", "offset", "length", "dtype", "shape")
+
+    def __init__(self, relative_path, offset, length, dtype=None, shape=None):
+        self.relative_path = relative_path
+        self.offset = offset
+        self.length = length
+        self.dtype = dtype
+        self.shape = None if shape is None else tuple(shape)
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, st):
+        for k in self.__slots__:
+            setattr(self, k, st[k])
+
+    def __eq__(self, other):
+        return isinstance(other, DcpItem) and self.__getstate__() == other.__getstate__()
+
+    def __repr__(self):
+        return "DcpItem(%r, %d, %d, %r, %r)" % (self.relative_path, self.offset, self.length,
+                                                 self.dtype, self.shape)
+
+
+def layout(sizes, align=ALIGN):
+    """Items of `sizes` bytes laid one after the other in one buffer, each
+    starting at a multiple of `align`: returns (offsets, total bytes)."""
+    if align < 1:
+        raise ValueError("align must be >= 1, not %r" % (align,))
+    offsets, end = [], 0
+    for n in sizes:
+        if n < 0:
+            raise ValueError("item size %r is negative" % (n,))
+        end = (end + align - 1) // align * align
+        offsets.append(end)
+        end += n
+    return offsets, end
+
+
+def save_items(path, sizes, fill, socket=None, job_id=None, timeout=None, connect_timeout=None,
+               align=ALIGN):
+    """One seer checkpoint at `path` holding len(sizes) items laid out by
+    layout(sizes, align): fill(i, view) writes item i into `view`, a writable
+    memoryview of exactly sizes[i] bytes of seerd's shared memory, valid only
+    during the call. Commits once every item is filled and returns
+    (Checkpoint, offsets): the bytes are then seerd's, and it makes them
+    durable at `path` as save() does. An exception from fill abandons the
+    checkpoint (nothing reaches `path`) and is raised again."""
+    lib = _lib()
+    path = os.path.abspath(os.fspath(path))
+    offsets, total = layout(sizes, align)
+    # seerd hands out no empty memory: an empty file is one zero byte
+    h = _begin(lib, _options(socket, job_id, connect_timeout), path, max(total, 1), timeout)
+    ok = False
+    try:
+        if total:
+            base = memoryview((ctypes.c_char * total).from_address(lib.seer_ckpt_data(h)))
+            base = base.cast("B")
+            try:
+                for i, (off, n) in enumerate(zip(offsets, sizes)):
+                    with base[off:off + n] as view:
+                        fill(i, view)
+            finally:
+                base.release()
+        rc = lib.seer_ckpt_commit(h)
+        if rc != 0:
+            raise _err(lib, rc)
+        ok = True
+    finally:
+        if not ok:
+            lib.seer_ckpt_close(h)  # seerd abandons it
+    return Checkpoint(lib, h, path, max(total, 1)), offsets
+
+
+def _pread_into(fd, view, offset, path):
+    got, n = 0, len(view)
+    while got < n:
+        k = os.preadv(fd, [view[got:]], offset + got)
+        if k <= 0:
+            raise SeerError(-errno.EIO, "checkpoint file %s: short read at byte %d of %d" %
+                            (path, offset + got, offset + n))
+        got += k
+
+
+def iter_ranges(path, ranges, socket=None, job_id=None, connect_timeout=None):
+    """Yield (i, level, bytearray) for each (offset, length) of `ranges`
+    (None: the whole file), read from the newest complete copy of the
+    checkpoint file at `path` (level: where it came from, as where() says:
+    seerd's memory or NVMe copy, a copy it holds for a peer, else the file at
+    `path`: "pfs"). One range is in memory at a time. FileNotFoundError
+    names `path` when no copy exists anywhere; a range past the copy's end
+    is a SeerError naming the range and the size."""
+    path = os.path.abspath(os.fspath(path))
+    fd, level, size = _open(path, socket, job_id, connect_timeout)
+    if fd is None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "checkpoint file %s: seerd holds no copy (memory, "
+                                    "NVMe, peer) and there is none on the PFS" % path,
+                                    path) from None
+        size = os.fstat(fd).st_size
+    try:
+        if ranges is None:
+            ranges = [(0, size)]
+        for i, (off, n) in enumerate(ranges):
+            if off < 0 or n < 0 or off + n > size:
+                raise SeerError(-errno.ERANGE, "checkpoint file %s (%s copy, %d bytes) has no "
+                                "bytes %d..%d: not the file this metadata describes" %
+                                (path, level, size, off, off + n))
+            buf = bytearray(n)
+            _pread_into(fd, memoryview(buf), off, path)
+            yield i, level, buf
+    finally:
+        os.close(fd)
+
+
+def read_ranges(path, ranges, socket=None, job_id=None, connect_timeout=None):
+    """[bytearray per range] and the level read, as iter_ranges()."""
+    out, level = [], None
+    for _, level, buf in iter_ranges(path, ranges, socket, job_id, connect_timeout):
+        out.append(buf)
+    return out, level
+
+
+def __getattr__(name):
+    # StorageWriter / StorageReader need torch.distributed.checkpoint (torch
+    # >= 2): imported on first use, so that importing this module works on
+    # any torch (and on none)
+    if name in ("StorageWriter", "StorageReader"):
+        from . import _dcp
+        return getattr(_dcp, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
