@@ -157,7 +157,8 @@ def items_and_reqs():
           "bool": torch.randint(0, 2, (77,), generator=g).to(torch.bool),
           "strided": torch.randn(40, 30, generator=g).t(),
           "chunk": big.narrow(0, 16, 32).narrow(1, 8, 20),
-          "empty": torch.empty(0, 5)}
+          "empty": torch.empty(0, 5),
+          "scalar": torch.tensor(2.5, dtype=torch.float64)}
     obj = {"step": 12, "lr": [0.1, 0.01], "name": "seer"}
     items = []
     for k, t in ts.items():
@@ -234,18 +235,34 @@ def read_all(path, items, by, kw):
                                       lengths=[150, 7]))
     part = torch.zeros(150, 7)
 
+    resolved, committed = [], []
+
     def resolve_tensor(r):
+        resolved.append(r.key)
         if r.kind == "slice":
             return part
         t = next(it.tensor for it in items if it.index == r.key)
-        got[r.key] = torch.zeros_like(t, memory_format=torch.contiguous_format)
+        if r.key == "strided":  # a strided destination: read, then copied into
+            got[r.key] = torch.zeros(tuple(reversed(t.shape)), dtype=t.dtype).t()
+        else:  # contiguous: read straight into it
+            got[r.key] = torch.zeros_like(t, memory_format=torch.contiguous_format)
         return got[r.key]
 
     def load_bytes(r, b):
         extra["obj"] = torch.load(b)
 
+    def commit_tensor(r, t):
+        # DCP's readers commit the resolved tensor detached: same memory
+        want = part if r.kind == "slice" else got[r.key]
+        check(t.data_ptr() == want.data_ptr() and t.shape == want.shape,
+              "%s: committed a tensor not resolved" % r.key)
+        committed.append(r.key)
+
     level = _dcp.read_rank_file(path, reqs, lambda r: by[r.key], lambda r: r.kind == "bytes",
-                                load_bytes, resolve_tensor, lambda r, t: None, **kw)
+                                load_bytes, resolve_tensor, commit_tensor, **kw)
+    tensors = [r.key for r in reqs if r.kind != "bytes"]
+    check(sorted(resolved) == sorted(tensors) == sorted(committed),
+          "resolved %s, committed %s" % (resolved, committed))
     return level, got, extra["obj"], part
 
 

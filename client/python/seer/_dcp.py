@@ -126,15 +126,38 @@ def read_rank_file(path, reqs, where_of, is_bytes, load_bytes, resolve_tensor, c
     kw: iter_ranges'."""
     level = None
     mds = [where_of(r) for r in reqs]
-    for i, level, buf in _ck.iter_ranges(path, [(m.offset, m.length) for m in mds], **kw):
+    direct = {}
+
+    def into(i):
+        # the whole chunk into a contiguous CPU destination: read straight
+        # into it, no copy
+        req, m = reqs[i], mds[i]
+        if is_bytes(req) or list(req.storage_offsets) != [0] * len(m.shape) or \
+                tuple(req.lengths) != m.shape or not m.length:
+            return None
+        dst = resolve_tensor(req).detach()
+        if dst.device.type != "cpu" or not dst.is_contiguous() or \
+                dtype_name(dst.dtype) != m.dtype or tuple(dst.shape) != m.shape:
+            direct[i] = dst  # resolved once: copied into below
+            return None
+        direct[i] = dst
+        return dst.reshape(-1).view(torch.uint8).numpy()
+
+    for i, level, buf in _ck.iter_ranges(path, [(m.offset, m.length) for m in mds], into=into,
+                                         **kw):
         req, m = reqs[i], mds[i]
         if is_bytes(req):
             load_bytes(req, io.BytesIO(buf))
             continue
+        dst = direct.pop(i, None)
+        if dst is not None and not isinstance(buf, bytearray):
+            commit_tensor(req, dst)  # read in place
+            continue
         t = _as_tensor(buf, getattr(torch, m.dtype), m.shape)
         for d, (off, n) in enumerate(zip(req.storage_offsets, req.lengths)):
             t = t.narrow(d, off, n)
-        dst = resolve_tensor(req).detach()
+        if dst is None:
+            dst = resolve_tensor(req).detach()
         if dst.shape != t.shape:
             raise ValueError("DCP item %s in %s: stored slice %s, destination %s" %
                              (req.storage_index, path, tuple(t.shape), tuple(dst.shape)))

@@ -457,12 +457,14 @@ def _pread_into(fd, view, offset, path):
         got += k
 
 
-def iter_ranges(path, ranges, socket=None, job_id=None, connect_timeout=None):
-    """Yield (i, level, bytearray) for each (offset, length) of `ranges`
+def iter_ranges(path, ranges, socket=None, job_id=None, connect_timeout=None, into=None):
+    """Yield (i, level, buffer) for each (offset, length) of `ranges`
     (None: the whole file), read from the newest complete copy of the
     checkpoint file at `path` (level: where it came from, as where() says:
     seerd's memory or NVMe copy, a copy it holds for a peer, else the file at
-    `path`: "pfs"). One range is in memory at a time. FileNotFoundError
+    `path`: "pfs"). The buffer is into(i) when `into` gives one (a writable
+    buffer of the range's length: read straight into it), else a new
+    bytearray; one range is in memory at a time. FileNotFoundError
     names `path` when no copy exists anywhere; a range past the copy's end
     is a SeerError naming the range and the size."""
     path = os.path.abspath(os.fspath(path))
@@ -483,8 +485,16 @@ def iter_ranges(path, ranges, socket=None, job_id=None, connect_timeout=None):
                 raise SeerError(-errno.ERANGE, "checkpoint file %s (%s copy, %d bytes) has no "
                                 "bytes %d..%d: not the file this metadata describes" %
                                 (path, level, size, off, off + n))
-            buf = bytearray(n)
-            _pread_into(fd, memoryview(buf), off, path)
+            buf = into(i) if into else None
+            if buf is None:
+                buf = bytearray(n)
+            with memoryview(buf) as mv:
+                mv = mv.cast("B")
+                if mv.nbytes != n:
+                    raise ValueError("range %d of %s: %d bytes, into() gave %d" %
+                                     (i, path, n, mv.nbytes))
+                _pread_into(fd, mv, off, path)
+                mv.release()
             yield i, level, buf
     finally:
         os.close(fd)
