@@ -2,8 +2,8 @@
 """torch.distributed.checkpoint through seerd (issue 31, docs/checkpoint.md
 "DCP"), against a real seerd: the storage layer (seer.checkpoint.layout /
 save_items / read_ranges: one seer checkpoint per rank file, byte ranges read
-back from seerd's memory, its NVMe copy or the PFS file, a missing file
-named), the item layer (seer._dcp.write_rank_file / read_rank_file: tensors
+back from seerd's memory, its NVMe copy, a peer's copy or the PFS file, a
+missing file named), the item layer (seer._dcp.write_rank_file / read_rank_file: tensors
 of every dtype, strided and narrowed, bytes items, slices read back into
 destinations), and the DCP adapter with scripts/bench_dcp.py: run on torch
 >= 2, refused naming the version on older torch (the skip says which).
@@ -14,6 +14,7 @@ import io
 import os
 import pickle
 import random
+import signal
 import subprocess
 import sys
 import types
@@ -220,6 +221,47 @@ def test_item_layer_tensors():
         cleanup(tmp)
 
 
+def test_item_layer_peer_copy():
+    """Two seerd under mpirun, [checkpoint] peers = 1, the drain capped so no
+    file reaches the PFS: node 0's rank file is read back through node 1
+    (its peer copy) while node 0 is stopped, every tensor equal."""
+    from seertest import MpiDaemons
+    ts, obj, items = items_and_reqs()
+    tmp = tmpdir("seer-dcp-")
+    cl = None
+    try:
+        ck = os.path.join(tmp, "pfs", "step3")
+        os.makedirs(ck)
+        path = os.path.join(ck, "__0_0.seer")
+        s = settings(tmp, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1,
+                             "daemon.stop_grace_s": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        h, where = _dcp.write_rank_file(path, items, resolve, lambda it: it.kind == "bytes",
+                                        socket=cl.socket(0), job_id=JOB)
+        by = {it.index: m for it, m in zip(items, where)}
+        h.wait("peer", timeout=LONG)
+        check(not os.path.exists(path), "the file reached the PFS: the test needs it absent")
+        p0 = cl.pid(0)
+        os.kill(p0, signal.SIGSTOP)
+        try:
+            level, got, extra, part = read_all(path, items, by,
+                                               {"socket": cl.socket(1), "job_id": JOB})
+        finally:
+            os.kill(p0, signal.SIGCONT)
+        check(level == "peer", "read from %s, not node 1's peer copy" % level)
+        for k, t in ts.items():
+            check(torch.equal(got[k], t), "%s differs, read from the peer copy" % k)
+        check(extra == obj and torch.equal(part, ts["f32"][100:250, 5:12]),
+              "bytes item or slice differs from the peer copy")
+        log("node 0 stopped: its rank file (%d bytes) read from node 1's copy, every item "
+            "equal" % h.size)
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
 def read_all(path, items, by, kw):
     """Every item back, plus the f32 rows 100..250, columns 5..12 as a slice
     read (storage_offsets / lengths, as DCP asks when resharding)."""
@@ -339,5 +381,6 @@ def test_bench_dcp():
 
 
 if __name__ == "__main__":
-    run_tests([test_storage_layer_ranges, test_item_layer_tensors, test_dcp_adapter,
+    run_tests([test_storage_layer_ranges, test_item_layer_tensors, test_item_layer_peer_copy,
+               test_dcp_adapter,
                test_bench_dcp])
