@@ -82,7 +82,8 @@ def test_storage_layer_ranges():
             # ranges that cut across items, and the whole file
             big = b"".join(b"\0" * (o - (offs[i - 1] + sizes[i - 1]) if i else 0) + items[i]
                            for i, o in enumerate(offs))
-            cuts = [(3, 70), (offs[2] + 1000, 5000), (offs[4] - 10, 20), (total_of(offs, sizes) - 1, 1)]
+            cuts = [(3, 70), (offs[2] + 1000, 5000), (offs[4] - 10, 20),
+                    (total_of(offs, sizes) - 1, 1)]
             got, _ = sc.read_ranges(f0, cuts, **kw)
             check([bytes(g) for g in got] == [big[o:o + n] for o, n in cuts],
                   "sub-ranges differ from the laid-out bytes")

@@ -45,8 +45,9 @@ import threading
 
 from . import SeerError, _Options, _load
 
+# and StorageWriter, StorageReader, made by __getattr__ on first use
 __all__ = ["save", "load", "where", "Checkpoint", "LEVELS", "layout", "save_items",
-           "read_ranges", "iter_ranges", "DcpItem", "StorageWriter", "StorageReader"]
+           "read_ranges", "iter_ranges", "DcpItem"]
 
 LEVELS = ("memory", "local", "peer", "pfs")
 _STATES = ("pending", "done", "failed", "off", "pruned")
@@ -473,8 +474,8 @@ def iter_ranges(path, ranges, socket=None, job_id=None, connect_timeout=None, in
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise FileNotFoundError(errno.ENOENT, "checkpoint file %s: seerd holds no copy (memory, "
-                                    "NVMe, peer) and there is none on the PFS" % path,
+            raise FileNotFoundError(errno.ENOENT, "checkpoint file %s: seerd holds no copy "
+                                    "(memory, NVMe, peer) and there is none on the PFS" %
                                     path) from None
         size = os.fstat(fd).st_size
     try:
