@@ -700,11 +700,14 @@ SEER_API int seer_alive(seer_client_t *h)
 	int rc = handle_acquire(h, "seer_alive", &c);
 	if (rc != 0)
 		return rc;
-	if ((rc = client_unusable(c, "seer_alive")) == 0) {
+	/* the consumer's own call: a reconnect in seer_next replaces the socket
+	 * and the mapping this reads, so another thread in it gets -EBUSY */
+	if ((rc = consumer_enter(c, "seer_alive")) == 0) {
 		if (c->rc.lost_deadline)
 			rc = c->rc.lost_code;
 		else
 			rc = daemon_alive(c) ? state_error(c) : daemon_gone(c);
+		atomic_store(&c->busy, 0);
 	}
 	handle_release(c);
 	return rc;

@@ -397,7 +397,9 @@ SEER_API uint64_t seer_reconnects(const seer_client_t *c);
  * non-blocking syscall): 0; SEER_ESHUTDOWN once it stops the job;
  * SEER_EDAEMON when it went away; SEER_EEVICTED. A binding holding batches
  * it took ahead checks it before handing one out: after a stop, seerd's
- * positions are final and a batch handed then would be delivered again. */
+ * positions are final and a batch handed then would be delivered again.
+ * A consumer call, like seer_next: -EBUSY while another thread is in
+ * seer_next or seer_seek (a reconnect there replaces what it reads). */
 SEER_API int seer_alive(seer_client_t *c);
 SEER_API uint32_t seer_batch_size(const seer_client_t *c);
 SEER_API uint64_t seer_seed(const seer_client_t *c);

@@ -313,6 +313,10 @@ static void mode_two_threads(void)
 	int rc = probe_busy(c);
 	CHECK(rc == -EBUSY && strstr(seer_errmsg(), "another thread"),
 	      "a second thread in seer_next gets -EBUSY at once (%d)", rc);
+	rc = seer_alive(c);
+	CHECK(rc == -EBUSY && strstr(seer_errmsg(), "seer_alive: another thread"),
+	      "seer_alive from a second thread while one waits in seer_next gets -EBUSY (%d: %s)",
+	      rc, seer_errmsg());
 	daemon_signal(SIGCONT);
 	pthread_join(t, NULL);
 	long long g = w.rc == 0 ? (long long)(seer_batch_epoch(w.b) * bpe + seer_batch_step(w.b)) : -2;
