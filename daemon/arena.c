@@ -131,9 +131,23 @@ int arena_check_staging(struct engine *e, char *err, size_t errlen)
 	return 0;
 }
 
+/* How many trainers of this node share its staging: the rank map's count;
+ * before several nodes agree on it, an even spread of the job's ranks (what
+ * srun and mpirun give), so a trainer is checked at connect against the
+ * share it will get rather than the whole staging. */
+static uint32_t staging_ways(const struct engine *e)
+{
+	if (e->pl.nlocal)
+		return e->pl.nlocal;
+	if (e->nnodes > 1 && e->world)
+		return (e->world + e->nnodes - 1) / e->nnodes;
+	return 1;
+}
+
 int arena_check_held(struct engine *e, uint32_t held, char *err, size_t errlen)
 {
 	char a[32], b[32], c[32];
+	uint32_t ways = staging_ways(e);
 	/* the batches it holds, the one it waits for, two in reclaim */
 	if ((uint64_t)held + 3 > e->nslots) {
 		snprintf(err, errlen, "this trainer may hold %u batches at once (workers x "
@@ -144,17 +158,16 @@ int arena_check_held(struct engine *e, uint32_t held, char *err, size_t errlen)
 	struct stage_need sn = stage_need(e);
 	if (sn.need == 0 || sn.mean == 0)
 		return 0; /* every sample lives in the RAM cache: staging stays unused */
-	uint64_t per = (e->ar.stage_cap / MAX(e->pl.nlocal, 1u)) & ~(NVME_ALIGN - 1);
+	uint64_t per = (e->ar.stage_cap / ways) & ~(NVME_ALIGN - 1);
 	unsigned __int128 avg = (unsigned __int128)sn.mean * ((uint64_t)held + 1);
 	unsigned __int128 big = (unsigned __int128)sn.need / MAX(e->cfg->job.max_held, 1ull) *
 				((uint64_t)held + 1);
-	uint64_t all = avg * MAX(e->pl.nlocal, 1u) > UINT64_MAX ? UINT64_MAX :
-		       (uint64_t)(avg * MAX(e->pl.nlocal, 1u));
+	uint64_t all = avg * ways > UINT64_MAX ? UINT64_MAX : (uint64_t)(avg * ways);
 	if (avg > per) {
 		snprintf(err, errlen, "this trainer may hold %u batches at once (workers x "
 			 "prefetch + kept); [cache] staging = %s gives each of %u trainers %s, %llu "
 			 "average batches: set [cache] staging to at least %s", held,
-			 fmt_size(a, sizeof(a), e->ar.stage_cap), e->pl.nlocal, fmt_size(b, sizeof(b), per),
+			 fmt_size(a, sizeof(a), e->ar.stage_cap), ways, fmt_size(b, sizeof(b), per),
 			 (unsigned long long)(per / sn.mean), fmt_size(c, sizeof(c), all));
 		return -ENOSPC;
 	}

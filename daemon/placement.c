@@ -485,5 +485,15 @@ int engine_set_map(struct engine *e, const struct cluster_plan *plan, const uint
 	}
 	resume_begin(e);
 	log_info("rank map agreed: %u trainers on %u nodes, %u here", world, e->nnodes, e->pl.nlocal);
+	/* a trainer's declared batches were checked at connect against an even
+	 * spread of the ranks; an uneven map can leave it a smaller share */
+	for (uint32_t i = 0; i < e->pl.nlocal; i++) {
+		const struct trainer *t = &e->tr[e->pl.local_ranks[i]];
+		if ((t->attached || t->pending_sock >= 0) && t->held > e->cfg->job.max_held &&
+		    arena_check_held(e, t->held, err, sizeof(err)) != 0)
+			log_warn("rank %u: %s (it was accepted at connect, before the rank map put "
+				 "%u trainers on this node: holding that many, it may get -EDEADLK)",
+				 t->rank, err, e->pl.nlocal);
+	}
 	return 0;
 }

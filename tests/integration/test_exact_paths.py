@@ -445,6 +445,45 @@ def _arena_maps(pid="self"):
     return len(inodes)
 
 
+def test_declared_held_checked_against_the_node_share():
+    """Two nodes, four ranks: a trainer declaring 33 held batches is checked
+    at connect against the staging share it gets once the ranks are spread
+    over the nodes (half of it), not the whole staging: 2 MiB holds its 34
+    average batches of ~48 KiB, 1 MiB does not -> refused naming [cache]
+    staging; with 4 MiB the same trainer is accepted."""
+    from seertest import MpiDaemons
+    tmp = tmpdir("seer-ex-")
+    try:
+        root, cat = dataset(tmp, per_class=40, lo=8192, hi=16384)
+        sets = settings(tmp, root, **{"job.resume": "", "job.epochs": 1,
+                                      "cache.ram": "64KiB", "cache.staging": "2MiB"})
+        del sets["daemon.socket"], sets["daemon.state_dir"]
+        cl = MpiDaemons(tmp, 2, sets, name="held")
+        try:
+            try:
+                seer.Loader(socket=cl.socket(0), job_id="exact", rank=0, world_size=4,
+                            max_held=33).connect()
+                raise Fail("33 batches of ~48 KiB accepted in a 1 MiB share of 2 MiB staging")
+            except seer.SeerError as e:
+                check(e.code == seer.EREFUSED and "each of 2 trainers" in str(e) and
+                      "[cache] staging to at least" in str(e), "refusal: %s" % e)
+                why = str(e)
+        finally:
+            cl.stop()
+        cl = MpiDaemons(tmp, 2, dict(sets, **{"cache.staging": "4MiB"}), name="held4")
+        try:
+            L = seer.Loader(socket=cl.socket(0), job_id="exact", rank=0, world_size=4,
+                            max_held=33)
+            L.connect()
+            L.close()
+        finally:
+            cl.stop()
+        log("33 held batches, 2 nodes x 2 ranks: refused at connect with 2 MiB (%s); "
+            "accepted with 4 MiB" % why)
+    finally:
+        cleanup(tmp)
+
+
 def test_old_arenas_unmapped_after_restarts():
     """Finding 9: three seerd restarts under Loader(reconnect): once no
     batch of an old session is held, its arena is unmapped (libseer's and
@@ -554,5 +593,6 @@ if __name__ == "__main__":
     run_tests([test_workers_reconnect_read_the_new_arena,
                test_held_batch_reads_its_own_arena_after_reconnect,
                test_state_dict_with_workers, test_positions_never_run_ahead,
-               test_sixteen_workers_with_defaults, test_old_arenas_unmapped_after_restarts,
+               test_sixteen_workers_with_defaults, test_declared_held_checked_against_the_node_share,
+               test_old_arenas_unmapped_after_restarts,
                test_ctrl_c_while_waiting])
