@@ -52,11 +52,11 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy
 /* Several nodes (nnodes), [checkpoint] peers = 1: listen for the copies of node - 1
  * (TCP, a thread of the stage) and write into `addr` what node - 1 needs to
  * reach it ("host port secret"; "" with peers = 0 or on failure, logged).
- * Dispatcher, at start, before ckpt_set_peers. */
+ * Dispatcher, at start, before ckpt_peer_start. */
 int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len);
 /* Every node's ckpt_peer_listen address (stride bytes each): start sending
  * each committed checkpoint to node (node + 1) % nnodes. NULL ck is fine. */
-void ckpt_set_peers(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char *addrs,
+void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char *addrs,
 		    size_t stride);
 /* A connection whose first packet (msg, n bytes) carries SEER_MAGIC_CKPT:
  * the stage owns fd from here (closes it on any failure). Dispatcher. */
