@@ -213,15 +213,26 @@ int ckpt_record_write(const char *f, const char *text)
 }
 
 /* The .meta of an item: written to a temporary name, fsync'd, renamed. */
-int ckpt_meta_write(struct ckpt *ck, const struct ck_item *it, bool drained)
+int ckpt_meta_write(struct ckpt *ck, const struct ck_item *it)
 {
 	char f[4200];
 	ckpt_nvme_file(ck, it->id, "meta", f, sizeof(f));
+	pthread_mutex_lock(&ck->meta_mu);
+	/* the fields as they are now: a writer that set them before us has its
+	 * change in our file, one after us writes after us */
+	pthread_mutex_lock(&ck->mu);
 	char *text = NULL;
-	if (asprintf(&text, "seer-ckpt 1\nid %016" PRIx64 "\nsize %" PRIu64 "\ndrained %d\n"
-		     "path %s\n", it->id, it->size, drained ? 1 : 0, it->path) < 0)
+	int len = it->rec_peer >= 0
+		? asprintf(&text, "seer-ckpt 1\nid %016" PRIx64 "\nsize %" PRIu64 "\ndrained %d\n"
+			   "peer %" PRId64 "\npath %s\n", it->id, it->size, it->rec_drained ? 1 : 0,
+			   it->rec_peer, it->path)
+		: asprintf(&text, "seer-ckpt 1\nid %016" PRIx64 "\nsize %" PRIu64 "\ndrained %d\n"
+			   "path %s\n", it->id, it->size, it->rec_drained ? 1 : 0, it->path);
+	pthread_mutex_unlock(&ck->mu);
+	if (len < 0)
 		abort();
 	int rc = ckpt_record_write(f, text);
+	pthread_mutex_unlock(&ck->meta_mu);
 	free(text);
 	return rc;
 }
@@ -262,6 +273,8 @@ static bool record_read(const char *dir, const char *name, const char *magic,
 			sscanf(v, "%d", &r->drained);
 		else if (strcmp(key, "origin") == 0)
 			sscanf(v, "%" SCNu32, &r->origin);
+		else if (strcmp(key, "peer") == 0)
+			sscanf(v, "%" SCNd64, &r->peer);
 	}
 	fclose(fp);
 	snprintf(r->data, sizeof(r->data), "%s/%.*s.data", dir, (int)(strlen(name) - 5), name);
@@ -298,7 +311,7 @@ void ckpt_walk(struct ckpt *ck, const char *dir, const char *magic, const char *
 		}
 		if (strcmp(dot, ".meta") != 0)
 			continue;
-		struct ckpt_rec r = { .meta = f };
+		struct ckpt_rec r = { .meta = f, .peer = -1 };
 		if (!record_read(dir, de->d_name, magic, &r)) {
 			log_warn("%s record %s is damaged or its copy is missing: removed", what, f);
 			unlink(f);
@@ -324,6 +337,8 @@ static void recover_one(struct ckpt *ck, const struct ckpt_rec *r, void *arg UNU
 	it->committed = true;
 	it->on_nvme = true;
 	it->recovered = true;
+	it->rec_drained = r->drained;
+	it->rec_peer = r->peer; /* ckpt_peer_start sends it again unless its peer confirmed */
 	it->t_begin = it->t_commit = now_s();
 	it->st[SEER_CKL_MEM] = SEER_CKS_OFF;
 	it->st[SEER_CKL_LOCAL] = SEER_CKS_DONE;
@@ -382,7 +397,7 @@ static int local_write(struct ckpt *ck, struct ck_item *it, char *why, size_t wl
 		rc = -errno;
 	close(fd);
 	if (rc == 0) {
-		rc = ckpt_meta_write(ck, it, false);
+		rc = ckpt_meta_write(ck, it);
 		if (rc != 0)
 			snprintf(why, wlen, "cannot record %s on NVMe: %s", f, strerror(-rc));
 	} else {
@@ -616,7 +631,12 @@ static void *drain_main(void *arg)
 		int rc = drain_one(ck, it, why, sizeof(why));
 		double dt = now_s() - t;
 		/* a record left saying "not drained" only costs a second drain */
-		if (rc == 0 && it->on_nvme && ckpt_meta_write(ck, it, true) != 0)
+		if (rc == 0) {
+			pthread_mutex_lock(&ck->mu);
+			it->rec_drained = true;
+			pthread_mutex_unlock(&ck->mu);
+		}
+		if (rc == 0 && it->on_nvme && ckpt_meta_write(ck, it) != 0)
 			log_warn("checkpoint %s: cannot mark its NVMe record drained", it->path);
 		pthread_mutex_lock(&ck->mu);
 		it->busy = false;
@@ -736,6 +756,7 @@ static void begin_now(struct ckpt *ck, struct ck_conn *c)
 	it->alloc = m->size;
 	it->memfd = fd;
 	it->mem = mem;
+	it->rec_peer = -1;
 	it->t_begin = now_s();
 	it->st[SEER_CKL_MEM] = SEER_CKS_PENDING;
 	it->st[SEER_CKL_LOCAL] = SEER_CKS_PENDING;
@@ -1163,6 +1184,7 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy
 	ck->busy = busy;
 	ck->busy_arg = busy_arg;
 	pthread_mutex_init(&ck->mu, NULL);
+	pthread_mutex_init(&ck->meta_mu, NULL);
 	pthread_cond_init(&ck->cv, NULL);
 	pthread_cond_init(&ck->idle, NULL);
 	ck->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1291,6 +1313,7 @@ void ckpt_destroy(struct ckpt *ck)
 		rmdir(ck->dir); /* only when empty: undrained copies stay for the next seerd */
 	pthread_cond_destroy(&ck->cv);
 	pthread_cond_destroy(&ck->idle);
+	pthread_mutex_destroy(&ck->meta_mu);
 	pthread_mutex_destroy(&ck->mu);
 	free(ck);
 }

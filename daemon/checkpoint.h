@@ -11,11 +11,11 @@
  *
  * Threads: three of its own (five with peer copies), all under ck->mu: the
  * peer sender (each committed checkpoint -> node + 1 over TCP, crc32c; the
- * peer answers once its copy is complete, checked and fsync'd) and the peer
- * receiver (node - 1's copies -> <dir>/peer-<origin>/ or a memfd; a copy
- * cut short or with a wrong checksum is deleted, never served); the
- * service thread (the
- * connections: BEGIN, COMMIT, WAIT, STATE, OPEN), the local writer
+ * peer answers once its copy is complete, checked and fsync'd; a failed
+ * copy is retried) and the peer receiver (node - 1's copies ->
+ * <dir>/peer-<origin>/ or a memfd; a copy cut short or with a wrong checksum
+ * is deleted, never served), both in checkpoint_peer.c; the service thread
+ * (the connections: BEGIN, COMMIT, WAIT, STATE, OPEN), the local writer
  * (memory -> NVMe, fsync) and the drain (-> a temporary name beside the PFS
  * path, fsync, rename: a reader never sees a partial file), capped by
  * [checkpoint] drain_rate and yielding to seerd's own PFS reads (the

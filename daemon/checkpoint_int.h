@@ -40,6 +40,14 @@ struct ck_item {
 	bool peer_busy;            /* the peer sender reads it: not freed, not pruned */
 	char peer_why[SEER_ERRMSG_MAX]; /* why the peer copy failed */
 	bool recovered;            /* found on NVMe at start */
+	/* what its NVMe record (<id>.meta) says; set under mu by the thread
+	 * that then calls ckpt_meta_write */
+	bool rec_drained;          /* on the PFS */
+	int64_t rec_peer;          /* the node that confirmed a complete copy (-1: none) */
+	/* the peer copy's retries (checkpoint_peer.c) */
+	uint32_t peer_fails;       /* failed tries so far */
+	double peer_retry_at;      /* now_s() of the next try while "peer" is failed */
+	bool peer_retry;           /* failed, and tried again at peer_retry_at */
 	uint32_t st[SEER_CKL_COUNT_];
 	char why[SEER_ERRMSG_MAX]; /* the last failure */
 	uint64_t drained;          /* bytes of the current drain written */
@@ -77,6 +85,7 @@ struct ck_conn;
 struct ckpt {
 	const struct seer_config *cfg;
 	pthread_mutex_t mu;
+	pthread_mutex_t meta_mu;   /* one record write at a time (taken before mu) */
 	pthread_cond_t cv;         /* work for the writers, or stop */
 	pthread_cond_t idle;       /* a writer finished something (ckpt_finish) */
 	pthread_t th_svc, th_local, th_drain;
@@ -119,8 +128,10 @@ int ckpt_fsync_dir(const char *file);
 /* `text` to the file `f` through f.tmp, fsync, rename, fsync of the directory:
  * 0 or -errno (nothing left at f.tmp). */
 int ckpt_record_write(const char *f, const char *text);
-/* The item's <id>.meta (id, size, path, whether drained): 0 or -errno. */
-int ckpt_meta_write(struct ckpt *ck, const struct ck_item *it, bool drained);
+/* The item's <id>.meta from its fields (id, size, path, rec_drained,
+ * rec_peer, read under mu): 0 or -errno. Without mu; by the thread that
+ * holds the item busy or peer_busy (so it is not pruned meanwhile). */
+int ckpt_meta_write(struct ckpt *ck, const struct ck_item *it);
 
 /* One record found by ckpt_walk: the .meta's "key value" lines. */
 struct ckpt_rec {
@@ -130,6 +141,7 @@ struct ckpt_rec {
 	uint64_t id, size;
 	uint32_t origin;
 	int drained;
+	int64_t peer;              /* "peer <node>": that node confirmed a copy; -1: none */
 	char path[SEER_CKPT_PATH_MAX];
 	struct stat sb;            /* of the copy */
 };

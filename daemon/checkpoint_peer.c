@@ -18,9 +18,13 @@
  *
  * Failure: a peer that does not answer within [net] peer_timeout_ms, that
  * refuses (secret, origin, no room) or whose copy fails its crc32c makes
- * the copy "failed" with why (wait("peer") returns it); the local and PFS
- * levels go on. The receiver keeps nothing partial: a copy is held once its
- * checksum matched and it was fsync'd and recorded. */
+ * the copy "failed" with why (wait("peer") returns it) and it is sent again
+ * after a backoff (1 s doubling to 10 s) while this node has its bytes; the
+ * local and PFS levels go on. The peer's confirmation is recorded in the
+ * copy's NVMe record, and a copy found on NVMe at start without it is sent
+ * again. The receiver keeps nothing partial: a copy is held once its
+ * checksum matched and it was fsync'd and recorded; one sent again replaces
+ * the held copy of the same id. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -49,6 +53,8 @@
 
 /* messages (why, paths in them) are cut to their fixed buffers on purpose */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#define CK_PEER_RETRY_MIN_S 1.0 /* the first retry of a failed copy; doubles to CK_RETRY_S */
 
 /* Sent by the peer sender before the bytes; the bytes are followed by their
  * crc32c (uint32_t), and the receiver answers with a struct ck_peer_ack. */
@@ -93,6 +99,31 @@ static void held_drop(struct ckpt *ck, struct ck_held *h)
 		 h->origin, h->path, h->id, ck->cfg->checkpoint.keep);
 	free(h->path);
 	free(h);
+}
+
+/* A copy of (origin, id) sent again replaces the one held: the old entry
+ * goes (its memfd closed; its files are the new copy's names, not removed). */
+static void held_forget(struct ckpt *ck, uint32_t origin, uint64_t id)
+{
+	pthread_mutex_lock(&ck->mu);
+	for (struct ck_held **pp = &ck->peer.held; *pp; pp = &(*pp)->next) {
+		struct ck_held *h = *pp;
+		if (h->origin != origin || h->id != id)
+			continue;
+		*pp = h->next;
+		if (h->memfd >= 0) {
+			close(h->memfd);
+			ck->mem_used -= h->size;
+		} else {
+			ck->peer.held_used -= h->size;
+		}
+		log_info("copy of node %u's checkpoint %s (%016" PRIx64 ") sent again: the new "
+			 "copy replaces it", origin, h->path, id);
+		free(h->path);
+		free(h);
+		break;
+	}
+	pthread_mutex_unlock(&ck->mu);
 }
 
 /* Retention for held copies: at most `keep` of `origin`'s, newest kept. */
@@ -202,7 +233,8 @@ static int held_receive(struct ckpt *ck, int fd, char *why, size_t wlen)
 	if (nvme) {
 		snprintf(dir, sizeof(dir), "%s/peer-%u", ck->dir, h.origin);
 		rc = mkdir_p(dir, 0700);
-		held_file(ck, h.origin, h.id, "data", f, sizeof(f));
+		/* a temporary name: a copy sent again replaces the held one whole */
+		held_file(ck, h.origin, h.id, "data.tmp", f, sizeof(f));
 		out = rc == 0 ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
 		if (out < 0 && rc == 0)
 			rc = -errno;
@@ -247,7 +279,15 @@ static int held_receive(struct ckpt *ck, int fd, char *why, size_t wlen)
 			snprintf(why, wlen, "fsync %s: %s", f, strerror(errno));
 			goto fail;
 		}
-		char meta[4200], *text = NULL;
+		held_forget(ck, h.origin, h.id);
+		char data[4200], meta[4200], *text = NULL;
+		held_file(ck, h.origin, h.id, "data", data, sizeof(data));
+		if (rename(f, data) != 0 || (rc = ckpt_fsync_dir(data)) != 0) {
+			rc = rc ? rc : -errno;
+			snprintf(why, wlen, "rename %s to %s: %s", f, data, strerror(-rc));
+			goto fail;
+		}
+		str_copy(f, sizeof(f), data);
 		held_file(ck, h.origin, h.id, "meta", meta, sizeof(meta));
 		if (asprintf(&text, "seer-ckpt-peer 1\norigin %u\nid %016" PRIx64 "\nsize %" PRIu64
 			     "\ncrc32c %08x\npath %s\n", h.origin, h.id, h.size, crc, h.path) < 0)
@@ -262,6 +302,8 @@ static int held_receive(struct ckpt *ck, int fd, char *why, size_t wlen)
 		out = -1;
 	}
 	free(buf);
+	if (!nvme)
+		held_forget(ck, h.origin, h.id);
 	struct ck_held *hd = calloc(1, sizeof(*hd));
 	if (!hd)
 		abort();
@@ -558,50 +600,113 @@ out:
 	return rc;
 }
 
-static struct ck_item *next_peer(struct ckpt *ck)
+/* The next copy to send: a pending one, or a failed one whose retry is
+ * due; *next_retry: the earliest retry not yet due (0: none). */
+static struct ck_item *next_peer(struct ckpt *ck, double t, double *next_retry)
 {
-	for (struct ck_item *it = ck->items; it; it = it->next)
-		if (it->committed && !it->peer_busy && it->st[SEER_CKL_PEER] == SEER_CKS_PENDING &&
-		    it->st[SEER_CKL_LOCAL] != SEER_CKS_PENDING)
+	*next_retry = 0;
+	for (struct ck_item *it = ck->items; it; it = it->next) {
+		if (!it->committed || it->peer_busy || it->st[SEER_CKL_LOCAL] == SEER_CKS_PENDING)
+			continue;
+		if (it->st[SEER_CKL_PEER] == SEER_CKS_PENDING)
 			return it;
+		if (it->st[SEER_CKL_PEER] == SEER_CKS_FAILED && it->peer_retry) {
+			if (t >= it->peer_retry_at)
+				return it;
+			if (!*next_retry || it->peer_retry_at < *next_retry)
+				*next_retry = it->peer_retry_at;
+		}
+	}
 	return NULL;
 }
 
-/* The sender: each committed checkpoint to node + 1, one at a time. */
+/* Waits on ck->cv until `until` (now_s() clock; 0: until signalled). */
+static void tx_wait(struct ckpt *ck, double until)
+{
+	if (!until) {
+		pthread_cond_wait(&ck->cv, &ck->mu);
+		return;
+	}
+	double w = MAX(until - now_s(), 0.0) + 0.001;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)w;
+	ts.tv_nsec += (long)((w - (double)(time_t)w) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&ck->cv, &ck->mu, &ts);
+}
+
+/* The sender: each committed checkpoint to node + 1, one at a time; a
+ * failed copy is tried again after CK_PEER_RETRY_MIN_S, doubling up to
+ * CK_RETRY_S, while seerd has its bytes (NVMe or memory). */
 static void *peer_tx_main(void *arg)
 {
 	struct ckpt *ck = arg;
 	pthread_mutex_lock(&ck->mu);
 	while (!ck->stop) {
-		struct ck_item *it = next_peer(ck);
+		double next_retry;
+		struct ck_item *it = next_peer(ck, now_s(), &next_retry);
 		if (!it) {
-			pthread_cond_wait(&ck->cv, &ck->mu);
+			tx_wait(ck, next_retry);
 			continue;
 		}
 		if (!it->mem && !it->on_nvme) {
+			/* retention removed the NVMe copy, or the memory went after the drain */
+			bool retry = it->st[SEER_CKL_PEER] == SEER_CKS_FAILED;
 			it->st[SEER_CKL_PEER] = SEER_CKS_FAILED;
-			snprintf(it->peer_why, sizeof(it->peer_why), "no copy of %s was left to send "
-				 "to node %u", it->path, ck->peer.node);
+			it->peer_retry = false;
+			char last[SEER_ERRMSG_MAX];
+			str_copy(last, sizeof(last), it->peer_why);
+			snprintf(it->peer_why, sizeof(it->peer_why), "no copy of %s is left to send to "
+				 "node %u%s%s", it->path, ck->peer.node, retry ? " (retention removed it "
+				 "while retrying; the last try: " : "", retry ? last : "");
+			if (retry)
+				str_copy(it->peer_why + strlen(it->peer_why),
+					 sizeof(it->peer_why) - strlen(it->peer_why), ")");
+			log_warn("checkpoint %s: no peer copy: %s", it->path, it->peer_why);
 			ckpt_wake_svc(ck);
 			continue;
 		}
 		it->peer_busy = true;
+		uint32_t tries = it->peer_fails + 1;
 		pthread_mutex_unlock(&ck->mu);
 		char why[SEER_ERRMSG_MAX] = "", sz[32];
 		double t0 = now_s();
 		int rc = peer_send(ck, it, why, sizeof(why));
 		double dt = now_s() - t0;
+		if (rc == 0) {
+			/* recorded before "done": a restarted seerd does not send it again */
+			pthread_mutex_lock(&ck->mu);
+			it->rec_peer = ck->peer.node;
+			bool nvme = it->on_nvme;
+			pthread_mutex_unlock(&ck->mu);
+			if (nvme && ckpt_meta_write(ck, it) != 0)
+				log_warn("checkpoint %s: cannot record its peer copy on NVMe (a restarted "
+					 "seerd sends it again)", it->path);
+		}
 		pthread_mutex_lock(&ck->mu);
 		it->peer_busy = false;
 		if (rc == 0) {
 			it->st[SEER_CKL_PEER] = SEER_CKS_DONE;
-			log_info("checkpoint %s (%s) copied to node %u in %.2f s", it->path,
-				 fmt_size(sz, sizeof(sz), it->size), ck->peer.node, dt);
+			it->peer_retry = false;
+			it->peer_why[0] = '\0';
+			log_info("checkpoint %s (%s) copied to node %u in %.2f s%s", it->path,
+				 fmt_size(sz, sizeof(sz), it->size), ck->peer.node, dt,
+				 tries > 1 ? " (after failed tries)" : "");
 		} else if (rc != -ECANCELED) {
 			it->st[SEER_CKL_PEER] = SEER_CKS_FAILED;
-			snprintf(it->peer_why, sizeof(it->peer_why), "%s; the local and PFS copies go "
-				 "on", why);
-			log_warn("checkpoint %s: no peer copy: %s", it->path, it->peer_why);
+			it->peer_fails = tries;
+			double back = MIN(CK_PEER_RETRY_MIN_S * (double)(1u << MIN(tries - 1, 10u)),
+					  CK_RETRY_S);
+			it->peer_retry = true;
+			it->peer_retry_at = now_s() + back;
+			snprintf(it->peer_why, sizeof(it->peer_why), "%s; seerd tries again in %.0f s "
+				 "(failed %u time(s)); the local and PFS copies go on", why, back, tries);
+			if (tries == 1 || tries % 30 == 0)
+				log_warn("checkpoint %s: no peer copy yet: %s", it->path, it->peer_why);
 		} else {
 			break;
 		}
@@ -685,5 +790,22 @@ void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char
 		return;
 	}
 	ck->peer.started_tx = true;
+	/* copies found on NVMe at start: sent again unless their record says
+	 * this peer confirmed them (seerd stopped before the peer answered) */
+	unsigned again = 0, held = 0;
+	pthread_mutex_lock(&ck->mu);
+	for (struct ck_item *it = ck->items; it; it = it->next) {
+		if (!it->recovered || !it->on_nvme || it->st[SEER_CKL_PEER] != SEER_CKS_OFF)
+			continue;
+		bool done = it->rec_peer == (int64_t)ck->peer.node;
+		it->st[SEER_CKL_PEER] = done ? SEER_CKS_DONE : SEER_CKS_PENDING;
+		again += !done;
+		held += done;
+	}
+	pthread_cond_broadcast(&ck->cv);
+	pthread_mutex_unlock(&ck->mu);
 	log_info("checkpoints: a copy of each goes to node %u (%s)", ck->peer.node, ck->peer.addr);
+	if (again || held)
+		log_info("checkpoints: of the copies found on NVMe, %u are held by node %u, %u not "
+			 "confirmed by it: sending them again", held, ck->peer.node, again);
 }
