@@ -1178,7 +1178,6 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy
 	if (!ck)
 		abort();
 	ck->cfg = cfg;
-	ck->peer.lfd = -1;
 	ck->node = node;
 	ck->nnodes = 1;
 	ck->busy = busy;

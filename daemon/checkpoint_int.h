@@ -70,9 +70,14 @@ struct ck_held {
 /* The peer level's part of the stage (checkpoint_peer.c). */
 struct ck_peers {
 	uint32_t node;             /* the node this one sends to: (node + 1) % nnodes */
-	int lfd;                   /* TCP listener for the copies of node - 1 (-1: none) */
+	struct net_link *rx;       /* the receiver's: node - 1's copies (NULL: none) */
+	struct net_link *tx;       /* the sender's: the copies to node + 1 */
+	uint64_t to;               /* node + 1's receiver, in tx's address vector */
+	uint8_t tx_addr[100];      /* tx's address (each HDR carries it, for the answer) */
+	size_t tx_addr_len;
+	uint32_t seq;              /* the sender's copy serial (the sender thread's) */
 	uint8_t secret[16];        /* a sender names it: only the job's seerd push copies */
-	char addr[256];            /* "host port" of the peer node ("": no peer) */
+	char addr[256];            /* the provider of the copies to node + 1 ("": no peer) */
 	uint8_t dest_secret[16];   /* the peer node's secret */
 	pthread_t th_tx, th_rx;
 	bool started_tx, started_rx;
@@ -81,6 +86,7 @@ struct ck_peers {
 };
 
 struct ck_conn;
+struct net_link;
 
 struct ckpt {
 	const struct seer_config *cfg;

@@ -3,17 +3,17 @@
  * this node goes to node (node + 1) % nodes, and this node holds the copies
  * of node - 1.
  *
- * Owns: the TCP listener and the two threads (struct ck_peers in
- * checkpoint_int.h), the wire format below, the copies held for node - 1
+ * Owns: the two libfabric links (src/net/net_link.h) and the two threads
+ * (struct ck_peers in checkpoint_int.h), the wire format below, the copies held for node - 1
  * (<dir>/peer-<origin>/<id>.data + .meta, or memfds without an NVMe tier;
  * their retention, [checkpoint] keep per origin) and their start-up
  * recovery. The items' peer state (st[SEER_CKL_PEER], peer_why, peer_busy)
  * is written here only.
  *
  * Threads: the sender (peer_tx_main: one copy at a time, the bytes read
- * from NVMe or memory with peer_busy set) and the receiver (peer_rx_main:
- * one connection at a time); both take ck->mu only between copies and for
- * the budgets. ckpt_peer_listen / ckpt_peer_start run on the dispatcher at
+ * from NVMe or memory with peer_busy set; it alone uses the tx link) and
+ * the receiver (peer_rx_main: one copy at a time; it alone uses the rx
+ * link); both take ck->mu only between copies and for the budgets. ckpt_peer_listen / ckpt_peer_start run on the dispatcher at
  * start; the others on the caller named in checkpoint_int.h.
  *
  * Failure: a peer that does not answer within [net] peer_timeout_ms, that
@@ -26,28 +26,24 @@
  * checksum matched and it was fsync'd and recorded; one sent again replaces
  * the held copy of the same id. */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../src/fmt/crc32c.h"
+#include "../src/net/net_link.h"
 #include "../src/util/util.h"
 #include "checkpoint_int.h"
 
@@ -56,9 +52,22 @@
 
 #define CK_PEER_RETRY_MIN_S 1.0 /* the first retry of a failed copy; doubles to CK_RETRY_S */
 
-/* Sent by the peer sender before the bytes; the bytes are followed by their
- * crc32c (uint32_t), and the receiver answers with a struct ck_peer_ack. */
-#define CK_PEER_MAGIC 0x53434b50u /* "SCKP", version 1 */
+/* The copy over libfabric (src/net/net_link.h), tagged messages: HDR (a
+ * struct ck_peer_hdr, then the sender's address: uint32_t length and its
+ * bytes, so that the receiver can answer), DATA (CK_PEER_MSG bytes each but
+ * the last; the tag counts them), END (the bytes' crc32c, uint32_t), and
+ * the receiver's ACK (a struct ck_peer_ack). The tag: type << 60 | copy
+ * serial (28 bits) << 32 | DATA's index. A message of another copy than the
+ * current one is dropped; a HDR ends the copy in progress (not kept). */
+#define CK_PEER_MAGIC 0x53434b51u /* "SCKQ", version 2 */
+#define CK_PEER_MSG (4u << 20)  /* the links' bounce buffers */
+#define CK_PEER_ADDR_MAX 100    /* bytes of a link address (hex in the allgather) */
+enum { CKT_HDR = 1, CKT_DATA = 2, CKT_END = 3, CKT_ACK = 4 };
+#define CKT(type, seq, idx) ((uint64_t)(type) << 60 | ((uint64_t)(seq) & 0x0fffffffu) << 32 | \
+			     (uint64_t)(uint32_t)(idx))
+#define CKT_TYPE(tag) ((unsigned)((tag) >> 60))
+#define CKT_SEQ(tag) ((uint32_t)((tag) >> 32) & 0x0fffffffu)
+#define CKT_IDX(tag) ((uint32_t)(tag))
 struct ck_peer_hdr {
 	uint32_t magic;
 	uint32_t origin;
@@ -141,48 +150,78 @@ static void held_prune(struct ckpt *ck, uint32_t origin, uint64_t keep)
 	}
 }
 
-static int io_all(int fd, void *buf, size_t n, bool out)
-{
-	uint8_t *p = buf;
-	while (n > 0) {
-		ssize_t r = out ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		if (r == 0)
-			return -ECONNRESET;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
-static void sock_timeouts(int fd, double s)
-{
-	struct timeval tv = { .tv_sec = (time_t)s, .tv_usec = (long)((s - (double)(time_t)s) * 1e6) };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
+/* A message taken from a link (valid until its next net_link_recv). */
+struct ck_msg {
+	const void *b;
+	size_t n;
+	uint64_t tag;
+	bool have;                 /* a HDR read ahead, for the receiver's loop */
+};
 
 static double peer_timeout_s(const struct ckpt *ck)
 {
 	return MAX(ck->cfg->net.peer_timeout_ms / 1000.0, 1.0);
 }
 
-/* One copy from node - 1: room reserved, bytes received and checked,
- * fsync'd, recorded; or nothing kept. 0, or -errno with why. */
-static int held_receive(struct ckpt *ck, int fd, char *why, size_t wlen)
+/* The next message of copy `seq` (DATA or END) into *m, within the peer
+ * timeout: 0; -EAGAIN with m->have when a new copy began (its HDR in *m);
+ * -ETIMEDOUT; -ECANCELED when seerd stops. Other copies' messages go. */
+static int rx_next(struct ckpt *ck, uint32_t seq, struct ck_msg *m)
+{
+	double end = now_s() + peer_timeout_s(ck);
+	for (;;) {
+		int rc = net_link_recv(ck->peer.rx, &m->b, &m->n, &m->tag, 0.2);
+		pthread_mutex_lock(&ck->mu);
+		bool stop = ck->stop;
+		pthread_mutex_unlock(&ck->mu);
+		if (stop)
+			return -ECANCELED;
+		if (rc == -ETIMEDOUT && now_s() < end)
+			continue;
+		if (rc != 0)
+			return rc;
+		if (CKT_TYPE(m->tag) == CKT_HDR) {
+			m->have = true;
+			return -EAGAIN;
+		}
+		if (CKT_SEQ(m->tag) == seq)
+			return 0;
+	}
+}
+
+/* One copy from node - 1, its HDR in *m: room reserved, bytes received and
+ * checked, fsync'd, recorded; or nothing kept. 0, or -errno with why; *src
+ * (with *answer) where to send the answer. A new copy's HDR read meanwhile
+ * is left in *m (m->have). */
+static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *answer,
+			char *why, size_t wlen)
 {
 	struct ck_peer_hdr h;
-	int rc = io_all(fd, &h, sizeof(h), false);
-	if (rc != 0) {
-		snprintf(why, wlen, "reading the header: %s", strerror(-rc));
-		return rc;
+	uint32_t seq = CKT_SEQ(m->tag), alen = 0;
+	m->have = false;
+	*answer = false;
+	if (m->n < sizeof(h) + sizeof(alen)) {
+		snprintf(why, wlen, "refused: a header of %zu bytes", m->n);
+		return -EPROTO;
 	}
+	memcpy(&h, m->b, sizeof(h));
+	memcpy(&alen, (const uint8_t *)m->b + sizeof(h), sizeof(alen));
 	h.path[sizeof(h.path) - 1] = '\0';
 	uint32_t from = (ck->node + ck->nnodes - 1) % ck->nnodes;
-	if (h.magic != CK_PEER_MAGIC || memcmp(h.secret, ck->peer.secret, sizeof(h.secret)) != 0 ||
+	char lerr[SEER_ERRMSG_MAX];
+	if (h.magic != CK_PEER_MAGIC || alen == 0 || alen > CK_PEER_ADDR_MAX ||
+	    m->n != sizeof(h) + sizeof(alen) + alen) {
+		snprintf(why, wlen, "refused: not a checkpoint copy of this seer version");
+		return -EPROTO;
+	}
+	int rc = net_link_peer(ck->peer.rx, (const uint8_t *)m->b + sizeof(h) + sizeof(alen), alen,
+			       src, lerr, sizeof(lerr));
+	if (rc != 0) {
+		snprintf(why, wlen, "%s", lerr);
+		return rc;
+	}
+	*answer = true;
+	if (memcmp(h.secret, ck->peer.secret, sizeof(h.secret)) != 0 ||
 	    h.origin != from || h.size == 0 || h.path[0] != '/') {
 		snprintf(why, wlen, "refused: not a copy from this job's node %u (wrong magic, "
 			 "secret or origin)", from);
@@ -227,9 +266,6 @@ static int held_receive(struct ckpt *ck, int fd, char *why, size_t wlen)
 	pthread_mutex_unlock(&ck->mu);
 
 	int out = -1;
-	uint8_t *buf = malloc(CK_CHUNK);
-	if (!buf)
-		abort();
 	if (nvme) {
 		snprintf(dir, sizeof(dir), "%s/peer-%u", ck->dir, h.origin);
 		rc = mkdir_p(dir, 0700);
@@ -246,23 +282,30 @@ static int held_receive(struct ckpt *ck, int fd, char *why, size_t wlen)
 		snprintf(why, wlen, "cannot create %s: %s", nvme ? f : "a memfd", strerror(-rc));
 		goto fail;
 	}
-	uint32_t crc = 0, want = 0;
-	for (uint64_t off = 0; off < h.size; off += CK_CHUNK) {
-		size_t n = (size_t)MIN((uint64_t)CK_CHUNK, h.size - off);
-		rc = io_all(fd, buf, n, false);
+	uint32_t crc = 0, want = 0, idx = 0;
+	for (uint64_t off = 0; off < h.size; off += CK_PEER_MSG, idx++) {
+		size_t n = (size_t)MIN((uint64_t)CK_PEER_MSG, h.size - off);
+		rc = rx_next(ck, seq, m);
+		if (rc == 0 && (CKT_TYPE(m->tag) != CKT_DATA || CKT_IDX(m->tag) != idx || m->n != n))
+			rc = -EPROTO;
 		if (rc != 0) {
 			snprintf(why, wlen, "node %u's copy of %s ended at byte %" PRIu64 " of %" PRIu64
-				 ": %s", h.origin, h.path, off, h.size, strerror(-rc));
+				 ": %s", h.origin, h.path, off, h.size,
+				 rc == -EAGAIN ? "a new copy began" : strerror(-rc));
 			goto fail;
 		}
-		crc = crc32c(crc, buf, n);
-		rc = ckpt_write_all(out, buf, n, (off_t)off);
+		crc = crc32c(crc, m->b, n);
+		rc = ckpt_write_all(out, m->b, n, (off_t)off);
 		if (rc != 0) {
 			snprintf(why, wlen, "writing %s: %s", nvme ? f : "a memfd", strerror(-rc));
 			goto fail;
 		}
 	}
-	rc = io_all(fd, &want, sizeof(want), false);
+	rc = rx_next(ck, seq, m);
+	if (rc == 0 && (CKT_TYPE(m->tag) != CKT_END || m->n != sizeof(want)))
+		rc = -EPROTO;
+	if (rc == 0)
+		memcpy(&want, m->b, sizeof(want));
 	if (rc == 0 && want != crc) {
 		rc = -EBADMSG;
 		snprintf(why, wlen, "the copy of %s does not match its checksum (crc32c %08x, sent "
@@ -270,7 +313,8 @@ static int held_receive(struct ckpt *ck, int fd, char *why, size_t wlen)
 		goto fail;
 	}
 	if (rc != 0) {
-		snprintf(why, wlen, "reading the checksum: %s", strerror(-rc));
+		snprintf(why, wlen, "reading the checksum: %s",
+			 rc == -EAGAIN ? "a new copy began" : strerror(-rc));
 		goto fail;
 	}
 	if (nvme) {
@@ -301,7 +345,6 @@ static int held_receive(struct ckpt *ck, int fd, char *why, size_t wlen)
 		close(out);
 		out = -1;
 	}
-	free(buf);
 	if (!nvme)
 		held_forget(ck, h.origin, h.id);
 	struct ck_held *hd = calloc(1, sizeof(*hd));
@@ -324,7 +367,6 @@ static int held_receive(struct ckpt *ck, int fd, char *why, size_t wlen)
 		 fmt_size(sz, sizeof(sz), h.size), nvme ? f : "in memory (no NVMe tier)");
 	return 0;
 fail:
-	free(buf);
 	if (out >= 0)
 		close(out);
 	if (nvme && *f)
@@ -450,8 +492,8 @@ void ckpt_peer_destroy(struct ckpt *ck)
 		pthread_join(ck->peer.th_tx, NULL);
 	if (ck->peer.started_rx)
 		pthread_join(ck->peer.th_rx, NULL);
-	if (ck->peer.lfd >= 0)
-		close(ck->peer.lfd);
+	net_link_close(ck->peer.tx);
+	net_link_close(ck->peer.rx);
 	while (ck->peer.held) {
 		/* NVMe copies stay for a later seerd; memory copies go */
 		struct ck_held *h = ck->peer.held;
@@ -463,140 +505,150 @@ void ckpt_peer_destroy(struct ckpt *ck)
 	}
 }
 
-/* The receiver: one connection at a time from node - 1. */
+/* The receiver: node - 1's copies, one at a time; anything but a HDR
+ * between copies (the rest of a refused or abandoned copy) is dropped. */
 static void *peer_rx_main(void *arg)
 {
 	struct ckpt *ck = arg;
+	struct ck_msg m = { 0 };
+	uint32_t from = (ck->node + ck->nnodes - 1) % ck->nnodes;
 	for (;;) {
 		pthread_mutex_lock(&ck->mu);
 		bool stop = ck->stop;
 		pthread_mutex_unlock(&ck->mu);
 		if (stop)
 			break;
-		struct pollfd pf = { .fd = ck->peer.lfd, .events = POLLIN };
-		if (poll(&pf, 1, 200) <= 0)
-			continue;
-		int fd = accept4(ck->peer.lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		sock_timeouts(fd, peer_timeout_s(ck));
-		struct ck_peer_ack ack = { 0 };
-		ack.status = held_receive(ck, fd, ack.msg, sizeof(ack.msg));
-		if (ack.status != 0)
-			log_warn("checkpoint copy from node %u not kept: %s",
-				 (ck->node + ck->nnodes - 1) % ck->nnodes, ack.msg);
-		int rc UNUSED = io_all(fd, &ack, sizeof(ack), true);
-		if (ack.status != 0) {
-			/* refused early: read what the sender still sends, so that it
-			 * reads the answer instead of a reset connection */
-			shutdown(fd, SHUT_WR);
-			char sink[65536];
-			while (recv(fd, sink, sizeof(sink), 0) > 0)
-				;
+		if (!m.have) {
+			int rc = net_link_recv(ck->peer.rx, &m.b, &m.n, &m.tag, 0.2);
+			if (rc != 0) {
+				if (rc != -ETIMEDOUT)
+					log_debug("checkpoints: peer receive: %s", strerror(-rc));
+				continue;
+			}
+			if (CKT_TYPE(m.tag) != CKT_HDR)
+				continue;
 		}
-		close(fd);
+		uint32_t seq = CKT_SEQ(m.tag);
+		struct ck_peer_ack ack = { 0 };
+		uint64_t src = 0;
+		bool answer = false;
+		ack.status = held_receive(ck, &m, &src, &answer, ack.msg, sizeof(ack.msg));
+		if (ack.status == -ECANCELED)
+			break;
+		if (ack.status != 0)
+			log_warn("checkpoint copy from node %u not kept: %s", from, ack.msg);
+		if (!answer)
+			continue;
+		/* the answer goes from the send buffer: the receive buffer may hold
+		 * the next copy's HDR (m.have) */
+		memcpy(net_link_send_buf(ck->peer.rx), &ack, sizeof(ack));
+		int rc = net_link_send(ck->peer.rx, src, CKT(CKT_ACK, seq, 0), sizeof(ack),
+				       peer_timeout_s(ck));
+		if (rc != 0)
+			log_info("checkpoints: the answer to node %u's copy was not delivered (%s): "
+				 "it sends the copy again", from, strerror(-rc));
 	}
 	return NULL;
 }
 
-static int peer_connect(const struct ckpt *ck, char *why, size_t wlen)
+/* The answer to copy `seq` (waiting until `end`, now_s() clock; 0: only
+ * what arrived): 1 with *ack, 0 none yet, -errno. */
+static int tx_answer(struct ckpt *ck, uint32_t seq, double end, struct ck_peer_ack *ack)
 {
-	char host[256];
-	str_copy(host, sizeof(host), ck->peer.addr);
-	char *port = strrchr(host, ' ');
-	if (!port)
-		return -EINVAL;
-	*port++ = '\0';
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
-	int g = getaddrinfo(host, port, &hints, &ai);
-	if (g != 0) {
-		snprintf(why, wlen, "node %u (%s): cannot resolve %s: %s", ck->peer.node,
-			 ck->peer.addr, host, gai_strerror(g));
-		return -EHOSTUNREACH;
+	for (;;) {
+		const void *b;
+		size_t n;
+		uint64_t tag;
+		int rc = net_link_recv(ck->peer.tx, &b, &n, &tag, MAX(end - now_s(), 0.0));
+		if (rc == -ETIMEDOUT)
+			return 0;
+		if (rc != 0)
+			return rc;
+		if (CKT_TYPE(tag) == CKT_ACK && CKT_SEQ(tag) == seq && n == sizeof(*ack)) {
+			memcpy(ack, b, sizeof(*ack));
+			ack->msg[sizeof(ack->msg) - 1] = '\0';
+			return 1;
+		}
+		/* an answer to an earlier try: dropped */
 	}
-	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int rc = fd < 0 ? -errno : 0;
-	if (rc == 0) {
-		sock_timeouts(fd, peer_timeout_s(ck));
-		if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0)
-			rc = -errno;
-	}
-	freeaddrinfo(ai);
-	if (rc != 0) {
-		snprintf(why, wlen, "node %u's seerd (%s) does not answer: %s", ck->peer.node,
-			 ck->peer.addr, strerror(-rc));
-		if (fd >= 0)
-			close(fd);
-		return rc;
-	}
-	return fd;
 }
 
 /* Send it to the peer node and wait for its answer: 0 once the peer has a
  * complete, fsync'd copy whose checksum it checked; -errno with why. */
 static int peer_send(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen)
 {
-	int fd = peer_connect(ck, why, wlen);
-	if (fd < 0)
-		return fd;
+	struct net_link *l = ck->peer.tx;
+	uint8_t *sb = net_link_send_buf(l);
+	double tmo = peer_timeout_s(ck);
+	uint32_t seq = ++ck->peer.seq & 0x0fffffffu;
 	int in = -1, rc = 0;
-	uint8_t *buf = NULL;
 	char src[4200] = "";
+	const char *step = "the header";
 	if (!it->mem) {
 		ckpt_nvme_file(ck, it->id, "data", src, sizeof(src));
 		in = open(src, O_RDONLY | O_CLOEXEC);
 		if (in < 0) {
 			rc = -errno;
 			snprintf(why, wlen, "cannot read its NVMe copy %s: %s", src, strerror(errno));
-			goto out;
+			return rc;
 		}
-		buf = malloc(CK_CHUNK);
-		if (!buf)
-			abort();
 	}
 	struct ck_peer_hdr h = { .magic = CK_PEER_MAGIC, .origin = ck->node, .id = it->id,
 				 .size = it->size };
 	memcpy(h.secret, ck->peer.dest_secret, sizeof(h.secret));
 	str_copy(h.path, sizeof(h.path), it->path);
-	rc = io_all(fd, &h, sizeof(h), true);
-	uint32_t crc = 0;
-	for (uint64_t off = 0; rc == 0 && off < it->size; off += CK_CHUNK) {
-		size_t n = (size_t)MIN((uint64_t)CK_CHUNK, it->size - off);
-		const uint8_t *p = it->mem ? it->mem + off : buf;
-		if (!it->mem && pread(in, buf, n, (off_t)off) != (ssize_t)n) {
+	uint32_t alen = (uint32_t)ck->peer.tx_addr_len;
+	memcpy(sb, &h, sizeof(h));
+	memcpy(sb + sizeof(h), &alen, sizeof(alen));
+	memcpy(sb + sizeof(h) + sizeof(alen), ck->peer.tx_addr, alen);
+	rc = net_link_send(l, ck->peer.to, CKT(CKT_HDR, seq, 0), sizeof(h) + sizeof(alen) + alen,
+			   tmo);
+	uint32_t crc = 0, idx = 0;
+	struct ck_peer_ack ack = { 0 };
+	int got = 0;
+	for (uint64_t off = 0; rc == 0 && !got && off < it->size; off += CK_PEER_MSG, idx++) {
+		size_t n = (size_t)MIN((uint64_t)CK_PEER_MSG, it->size - off);
+		if (it->mem) {
+			memcpy(sb, it->mem + off, n);
+		} else if (pread(in, sb, n, (off_t)off) != (ssize_t)n) {
 			rc = -EIO;
 			snprintf(why, wlen, "reading its NVMe copy %s: short read", src);
 			goto out;
 		}
-		crc = crc32c(crc, p, n);
-		rc = io_all(fd, (void *)p, n, true);
+		crc = crc32c(crc, sb, n);
+		step = "the bytes";
+		rc = net_link_send(l, ck->peer.to, CKT(CKT_DATA, seq, idx), n, tmo);
 		pthread_mutex_lock(&ck->mu);
 		if (ck->stop)
 			rc = -ECANCELED;
 		pthread_mutex_unlock(&ck->mu);
+		/* a refusal comes early: the rest is not sent */
+		if (rc == 0)
+			got = tx_answer(ck, seq, 0, &ack);
 	}
-	if (rc == 0)
-		rc = io_all(fd, &crc, sizeof(crc), true);
-	struct ck_peer_ack ack = { 0 };
-	/* after a failed send too: the peer may have refused (and said why) */
-	int rc2 = rc == -ECANCELED ? rc : io_all(fd, &ack, sizeof(ack), false);
-	if (rc2 == 0 && ack.status != 0)
-		rc = 0;
-	else if (rc == 0)
-		rc = rc2;
-	if (rc != 0) {
-		snprintf(why, wlen, "sending to node %u's seerd (%s): %s", ck->peer.node,
-			 ck->peer.addr, strerror(-rc));
-	} else if (ack.status != 0) {
-		ack.msg[sizeof(ack.msg) - 1] = '\0';
+	if (rc == 0 && !got) {
+		step = "the checksum";
+		memcpy(sb, &crc, sizeof(crc));
+		rc = net_link_send(l, ck->peer.to, CKT(CKT_END, seq, 0), sizeof(crc), tmo);
+	}
+	if (rc == 0 && !got) {
+		step = "its answer (received, checked, fsync'd)";
+		got = tx_answer(ck, seq, now_s() + tmo, &ack);
+	}
+	if (rc == 0 && got == 0)
+		rc = -ETIMEDOUT;
+	else if (rc == 0 && got < 0)
+		rc = got;
+	if (rc != 0 && rc != -ECANCELED) {
+		snprintf(why, wlen, "node %u's seerd (libfabric %s), %s: %s", ck->peer.node,
+			 ck->peer.addr, step, strerror(-rc));
+	} else if (rc == 0 && ack.status != 0) {
 		rc = ack.status < 0 ? ack.status : -EIO;
 		snprintf(why, wlen, "node %u refused the copy: %s", ck->peer.node, ack.msg);
 	}
 out:
-	close(fd);
 	if (in >= 0)
 		close(in);
-	free(buf);
 	return rc;
 }
 
@@ -704,7 +756,7 @@ static void *peer_tx_main(void *arg)
 			it->peer_retry = true;
 			it->peer_retry_at = now_s() + back;
 			snprintf(it->peer_why, sizeof(it->peer_why), "%s; seerd tries again in %.0f s "
-				 "(failed %u time(s)); the local and PFS copies go on", why, back, tries);
+				 "(%u failed); the local and PFS copies go on", why, back, tries);
 			if (tries == 1 || tries % 30 == 0)
 				log_warn("checkpoint %s: no peer copy yet: %s", it->path, it->peer_why);
 		} else {
@@ -721,65 +773,97 @@ static void *peer_tx_main(void *arg)
 	return NULL;
 }
 
+static void hex_put(char *out, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", p[i]);
+	out[2 * n] = '\0';
+}
+
+static size_t hex_get(uint8_t *out, size_t cap, const char *hex)
+{
+	size_t n = strlen(hex) / 2;
+	if (n > cap || strlen(hex) % 2)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (sscanf(hex + 2 * i, "%2hhx", &out[i]) != 1)
+			return 0;
+	return n;
+}
+
 int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len)
 {
 	addr[0] = '\0';
 	if (!ck || !ck->cfg->checkpoint.peers || nnodes < 2)
 		return 0;
 	ck->nnodes = nnodes; /* before the receiver starts: it checks the origin */
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
-	socklen_t sl = sizeof(sa);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 4) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &sl) != 0 ||
-	    getrandom(ck->peer.secret, sizeof(ck->peer.secret), 0) != (ssize_t)sizeof(ck->peer.secret)) {
-		log_warn("checkpoints: cannot listen for peer copies (%s): this node keeps no copy "
-			 "of another node's checkpoints", strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -EIO;
-	}
-	char host[200];
-	if (gethostname(host, sizeof(host)) != 0)
-		str_copy(host, sizeof(host), "localhost");
-	host[sizeof(host) - 1] = '\0';
-	ck->peer.lfd = fd;
-	if (pthread_create(&ck->peer.th_rx, NULL, peer_rx_main, ck) != 0) {
-		log_warn("checkpoints: cannot start the peer receiver thread");
-		close(fd);
-		ck->peer.lfd = -1;
-		return -EAGAIN;
+	char err[SEER_ERRMSG_MAX] = "";
+	const char *prov = ck->cfg->net.provider;
+	/* two links: the receiver's (node - 1's copies) and the sender's
+	 * (its address goes in each HDR, for the answer) */
+	ck->peer.rx = net_link_open(prov, 4096, CK_PEER_MSG, err, sizeof(err));
+	if (ck->peer.rx)
+		ck->peer.tx = net_link_open(prov, CK_PEER_MSG, 4096, err, sizeof(err));
+	uint8_t a[CK_PEER_ADDR_MAX];
+	size_t alen = 0;
+	int rc = ck->peer.tx ? net_link_addr(ck->peer.rx, a, sizeof(a), &alen) : -EIO;
+	if (rc == 0)
+		rc = net_link_addr(ck->peer.tx, ck->peer.tx_addr, sizeof(ck->peer.tx_addr),
+				   &ck->peer.tx_addr_len);
+	if (rc == 0 && getrandom(ck->peer.secret, sizeof(ck->peer.secret), 0) !=
+			       (ssize_t)sizeof(ck->peer.secret))
+		rc = -errno;
+	if (rc == 0 && pthread_create(&ck->peer.th_rx, NULL, peer_rx_main, ck) != 0)
+		rc = -EAGAIN;
+	if (rc != 0) {
+		log_warn("checkpoints: no peer copies: %s", err[0] ? err : rc == -ENOSPC
+			 ? "the provider's address is too long" : strerror(-rc));
+		net_link_close(ck->peer.tx);
+		net_link_close(ck->peer.rx);
+		ck->peer.tx = ck->peer.rx = NULL;
+		return rc;
 	}
 	ck->peer.started_rx = true;
-	/* "host port" then the secret, hex */
-	int n = snprintf(addr, len, "%s %u ", host, (unsigned)ntohs(sa.sin_port));
-	for (size_t i = 0; i < sizeof(ck->peer.secret) && n + 3 < (int)len; i++)
-		n += snprintf(addr + n, len - (size_t)n, "%02x", ck->peer.secret[i]);
+	uint32_t r;
+	if (getrandom(&r, sizeof(r), 0) == (ssize_t)sizeof(r))
+		ck->peer.seq = r; /* a new seerd's copies never look like an old one's */
+	/* the receiver's address, then the secret, hex */
+	char ah[2 * CK_PEER_ADDR_MAX + 1], sh[33];
+	hex_put(ah, a, alen);
+	hex_put(sh, ck->peer.secret, sizeof(ck->peer.secret));
+	if (snprintf(addr, len, "%s %s", ah, sh) >= (int)len)
+		addr[0] = '\0';
 	return 0;
 }
 
 void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char *addrs,
-		    size_t stride)
+		     size_t stride)
 {
-	if (!ck || ck->node != node || (ck->peer.lfd >= 0 && ck->nnodes != nnodes))
+	if (!ck || ck->node != node || (ck->peer.rx && ck->nnodes != nnodes))
 		return;
-	pthread_mutex_lock(&ck->mu);
-	ck->peer.node = (node + 1) % nnodes;
-	const char *a = addrs + stride * ck->peer.node;
-	char host[256] = "", hex[64] = "";
-	unsigned port = 0;
-	if (ck->cfg->checkpoint.peers && nnodes > 1 && strnlen(a, stride) < stride &&
-	    sscanf(a, "%255s %u %63s", host, &port, hex) == 3 && strlen(hex) == 32) {
-		for (size_t i = 0; i < sizeof(ck->peer.dest_secret); i++)
-			sscanf(hex + 2 * i, "%2hhx", &ck->peer.dest_secret[i]);
-		snprintf(ck->peer.addr, sizeof(ck->peer.addr), "%s %u", host, port);
-	}
-	pthread_mutex_unlock(&ck->mu);
 	if (!ck->cfg->checkpoint.peers || nnodes < 2)
 		return;
-	if (!*ck->peer.addr) {
-		log_warn("checkpoints: node %u takes no peer copies: checkpoints have no \"peer\" "
-			 "level", ck->peer.node);
+	uint32_t to = (node + 1) % nnodes;
+	const char *a = addrs + stride * to;
+	char ah[2 * CK_PEER_ADDR_MAX + 2] = "", sh[64] = "", err[SEER_ERRMSG_MAX] = "";
+	uint8_t addr[CK_PEER_ADDR_MAX];
+	size_t alen = 0;
+	bool ok = ck->peer.tx && strnlen(a, stride) < stride &&
+		  sscanf(a, "%201s %63s", ah, sh) == 2 && strlen(sh) == 32 &&
+		  (alen = hex_get(addr, sizeof(addr), ah)) > 0 &&
+		  hex_get(ck->peer.dest_secret, sizeof(ck->peer.dest_secret), sh) == 16;
+	if (ok && net_link_peer(ck->peer.tx, addr, alen, &ck->peer.to, err, sizeof(err)) != 0) {
+		log_warn("checkpoints: no peer copies to node %u: %s", to, err);
+		ok = false;
+	}
+	pthread_mutex_lock(&ck->mu);
+	ck->peer.node = to;
+	if (ok)
+		str_copy(ck->peer.addr, sizeof(ck->peer.addr), net_link_provider(ck->peer.tx));
+	pthread_mutex_unlock(&ck->mu);
+	if (!ok) {
+		log_warn("checkpoints: node %u takes no peer copies%s: checkpoints have no \"peer\" "
+			 "level", to, ck->peer.tx ? "" : " from this node");
 		return;
 	}
 	if (pthread_create(&ck->peer.th_tx, NULL, peer_tx_main, ck) != 0) {
@@ -804,7 +888,8 @@ void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char
 	}
 	pthread_cond_broadcast(&ck->cv);
 	pthread_mutex_unlock(&ck->mu);
-	log_info("checkpoints: a copy of each goes to node %u (%s)", ck->peer.node, ck->peer.addr);
+	log_info("checkpoints: a copy of each goes to node %u over libfabric (provider %s)",
+		 ck->peer.node, ck->peer.addr);
 	if (again || held)
 		log_info("checkpoints: of the copies found on NVMe, %u are held by node %u, %u not "
 			 "confirmed by it: sending them again", held, ck->peer.node, again);

@@ -82,6 +82,32 @@ def no_partial(pfs):
     check(not left, "temporary files left in %s: %s" % (pfs, left))
 
 
+def peer_done(h):
+    """wait("peer") until it returns: a try that failed on a loaded machine
+    (its message says seerd tries again) is followed by the retry."""
+    def done():
+        try:
+            h.wait("peer", timeout=LONG)
+            return True
+        except seer.SeerError as ex:
+            if "tries again" not in str(ex):
+                raise
+            return None
+    wait_for(done, LONG, "wait('peer') to return", step=0.05)
+
+
+def peer_fails(h, reason):
+    """The SeerError of wait("peer") whose message holds `reason`: a try
+    that timed out on a loaded machine comes before the one that says it."""
+    def failed():
+        try:
+            h.wait("peer", timeout=LONG)
+        except seer.SeerError as ex:
+            return ex if reason in str(ex) else None
+        raise Fail("wait('peer') returned; expected it to fail with %r" % reason)
+    return wait_for(failed, LONG, "wait('peer') to fail with %r" % reason, step=0.05)
+
+
 def test_save_wait_load_bytes():
     """The levels in order, the bytes torch.save writes to a file object, the
     object back from NVMe, seerctl's listing, retention keep-last-K."""
@@ -513,7 +539,7 @@ def test_peer_copy_two_nodes():
         obj = state(400000, 7)  # 1.6 MB: 400 s at the drain cap, so never on the PFS here
         h = sc.save(obj, os.path.join(pfs, "a.pt"), socket=s0, job_id=JOB)
         h.wait("local", timeout=LONG)
-        h.wait("peer", timeout=LONG)
+        peer_done(h)
         held = [os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(tmp, "nvme-1"))
                 for f in fs if f.endswith(".data") and "/peer-0" in dp]
         check(len(held) == 1, "node 1 holds one copy of node 0's checkpoint: %s" % held)
@@ -612,12 +638,8 @@ def test_peer_refuses_no_room():
         h1.wait("pfs", timeout=LONG)
         obj = state(400000, 2)
         h = sc.save(obj, os.path.join(pfs, "n0.pt"), socket=s0, job_id=JOB)
-        try:
-            h.wait("peer", timeout=LONG)
-            raise Fail("wait('peer') returned though node 1 has no room")
-        except seer.SeerError as ex:
-            check("no room on node 1's NVMe" in str(ex), "the peer's reason: %s" % ex)
-            log("wait('peer'), no room on the peer: %s" % ex)
+        ex = peer_fails(h, "no room on node 1's NVMe")
+        log("wait('peer'), no room on the peer: %s" % ex)
         h.wait("pfs", timeout=LONG)
         check(open(h.path, "rb").read() == torch_bytes(obj), "the PFS copy differs")
         j1 = ctl_checkpoints(type("D", (), {"sock": s1}))
@@ -685,7 +707,7 @@ def test_peer_retry_after_peer_returns():
             os.kill(p1, signal.SIGCONT)
         wait_for(lambda: h.state()["peer"] == "done" or None, LONG,
                  "a retry to reach node 1 once it runs again")
-        h.wait("peer", timeout=LONG)
+        peer_done(h)
         held = held_copies(tmp, 1, 0)
         check(len(held) == 1, "node 1 holds one copy of node 0's checkpoint: %s" % held)
         check(open(held[0], "rb").read() == torch_bytes(obj),
@@ -734,7 +756,7 @@ def test_peer_resend_after_sigkill():
         cl.stop()
         check(not held_copies(tmp, 1, 0), "node 1 kept a copy: %s" % held_copies(tmp, 1, 0))
         cl = MpiDaemons(tmp, 2, s)  # the same sockets: the handle asks the new seerd
-        h.wait("peer", timeout=LONG)
+        peer_done(h)
         check("not confirmed by it: sending them again" in cl.log(),
               "node 0 sends its recovered copy again:\n" + cl.log())
         held = held_copies(tmp, 1, 0)
