@@ -214,6 +214,12 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 		snprintf(why, wlen, "refused: not a checkpoint copy of this seer version");
 		return -EPROTO;
 	}
+	/* only this job's node - 1 is answered (its address enters the AV) */
+	if (memcmp(h.secret, ck->peer.secret, sizeof(h.secret)) != 0 || h.origin != from) {
+		snprintf(why, wlen, "refused: not a copy from this job's node %u (wrong secret or "
+			 "origin; not answered)", from);
+		return -EPERM;
+	}
 	int rc = net_link_peer(ck->peer.rx, (const uint8_t *)m->b + sizeof(h) + sizeof(alen), alen,
 			       src, lerr, sizeof(lerr));
 	if (rc != 0) {
@@ -221,8 +227,7 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 		return rc;
 	}
 	*answer = true;
-	if (memcmp(h.secret, ck->peer.secret, sizeof(h.secret)) != 0 ||
-	    h.origin != from || h.size == 0 || h.path[0] != '/') {
+	if (h.size == 0 || h.path[0] != '/') {
 		snprintf(why, wlen, "refused: not a copy from this job's node %u (wrong magic, "
 			 "secret or origin)", from);
 		return -EPERM;
@@ -541,9 +546,12 @@ static void *peer_rx_main(void *arg)
 			continue;
 		/* the answer goes from the send buffer: the receive buffer may hold
 		 * the next copy's HDR (m.have) */
-		memcpy(net_link_send_buf(ck->peer.rx), &ack, sizeof(ack));
-		int rc = net_link_send(ck->peer.rx, src, CKT(CKT_ACK, seq, 0), sizeof(ack),
-				       peer_timeout_s(ck));
+		int rc = net_link_send_ready(ck->peer.rx, peer_timeout_s(ck));
+		if (rc == 0) {
+			memcpy(net_link_send_buf(ck->peer.rx), &ack, sizeof(ack));
+			rc = net_link_send(ck->peer.rx, src, CKT(CKT_ACK, seq, 0), sizeof(ack),
+					   peer_timeout_s(ck));
+		}
 		if (rc != 0)
 			log_info("checkpoints: the answer to node %u's copy was not delivered (%s): "
 				 "it sends the copy again", from, strerror(-rc));
@@ -598,6 +606,12 @@ static int peer_send(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 	memcpy(h.secret, ck->peer.dest_secret, sizeof(h.secret));
 	str_copy(h.path, sizeof(h.path), it->path);
 	uint32_t alen = (uint32_t)ck->peer.tx_addr_len;
+	/* an earlier try's send the provider could not cancel owns the buffer */
+	step = "an earlier try's bytes, still in flight";
+	rc = net_link_send_ready(l, tmo);
+	if (rc != 0)
+		goto fail;
+	step = "the header";
 	memcpy(sb, &h, sizeof(h));
 	memcpy(sb + sizeof(h), &alen, sizeof(alen));
 	memcpy(sb + sizeof(h) + sizeof(alen), ck->peer.tx_addr, alen);
@@ -639,6 +653,7 @@ static int peer_send(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 		rc = -ETIMEDOUT;
 	else if (rc == 0 && got < 0)
 		rc = got;
+fail:
 	if (rc != 0 && rc != -ECANCELED) {
 		snprintf(why, wlen, "node %u's seerd (libfabric %s), %s: %s", ck->peer.node,
 			 ck->peer.addr, step, strerror(-rc));
@@ -862,8 +877,12 @@ void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char
 		str_copy(ck->peer.addr, sizeof(ck->peer.addr), net_link_provider(ck->peer.tx));
 	pthread_mutex_unlock(&ck->mu);
 	if (!ok) {
-		log_warn("checkpoints: node %u takes no peer copies%s: checkpoints have no \"peer\" "
-			 "level", to, ck->peer.tx ? "" : " from this node");
+		if (ck->peer.tx)
+			log_warn("checkpoints: node %u takes no peer copies: checkpoints have no "
+				 "\"peer\" level", to);
+		else
+			log_warn("checkpoints: this node's libfabric links did not open (logged "
+				 "above): checkpoints have no \"peer\" level");
 		return;
 	}
 	if (pthread_create(&ck->peer.th_tx, NULL, peer_tx_main, ck) != 0) {

@@ -286,6 +286,17 @@ static int wait_one(struct net_link *l, double deadline)
 	}
 }
 
+int net_link_send_ready(struct net_link *l, double timeout_s)
+{
+	double deadline = now_s() + timeout_s;
+	while (l->sbusy) {
+		int rc = wait_one(l, deadline);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
 int net_link_send(struct net_link *l, uint64_t peer, uint64_t tag, size_t n, double timeout_s)
 {
 	double deadline = now_s() + timeout_s;

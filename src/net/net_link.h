@@ -37,7 +37,11 @@ int net_link_addr(const struct net_link *l, void *buf, size_t cap, size_t *len);
  * The same address again gives the same *peer. 0 or -errno with err. */
 int net_link_peer(struct net_link *l, const void *addr, size_t len, uint64_t *peer, char *err,
 		  size_t errlen);
-/* The send buffer (send_len bytes, registered): fill it, then net_link_send. */
+/* Waits up to timeout_s until the send buffer is free again (a send that
+ * timed out and could not be cancelled still owns it): 0 or -ETIMEDOUT. */
+int net_link_send_ready(struct net_link *l, double timeout_s);
+/* The send buffer (send_len bytes, registered): once net_link_send_ready
+ * (or the last net_link_send) returned 0, fill it, then net_link_send. */
 void *net_link_send_buf(struct net_link *l);
 size_t net_link_send_len(const struct net_link *l);
 /* Sends the first n bytes of the send buffer to `peer` with `tag` and waits
