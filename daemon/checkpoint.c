@@ -1,21 +1,19 @@
 /* The checkpoint stage: see checkpoint.h for what it owns, its threads and
  * what happens on failure; docs/checkpoint.md for the design.
  *
- * Every field of struct ckpt and of its items is under ck->mu, except what
- * a writer thread reads from an item it marked busy (the bytes, the path),
- * which nobody frees or changes while busy is set. */
+ * This file: the service thread (the connections), the local writer, the
+ * drain, retention and the NVMe records of this node's own copies, and the
+ * start-up walk of the records (ckpt_walk, shared with checkpoint_peer.c,
+ * which owns the peer level). Locking: checkpoint_int.h. */
 #define _GNU_SOURCE
 #include "checkpoint.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,7 +21,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -32,52 +29,13 @@
 
 #include "../proto/seer_proto.h"
 #include "../src/common/shm.h"
-#include "../src/fmt/crc32c.h"
 #include "../src/util/util.h"
+#include "checkpoint_int.h"
 #include "node_path.h"
 #include "seer.h"
 
 /* messages (why, paths in them) are cut to their fixed buffers on purpose */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
-
-#define CK_CHUNK (8u << 20)     /* bytes per write to NVMe or the PFS */
-#define CK_RETRY_S 10.0         /* a failed drain is tried again after this */
-#define CK_KEEP_ITEMS 256       /* finished checkpoints remembered for seerctl */
-
-struct ck_item {
-	struct ck_item *next;      /* list in commit (begin) order, oldest first */
-	uint64_t id;
-	char *path;
-	uint64_t size;             /* the checkpoint's bytes (COMMIT may say fewer than alloc) */
-	uint64_t alloc;            /* bytes of memfd, counted in mem_used while it is held */
-	double t_begin, t_commit, t_pfs; /* now_s(); t_pfs: drained */
-	time_t wall_pfs;           /* time() the drain finished (for OPEN's "newest") */
-	int memfd;                 /* the bytes in memory, or -1 */
-	uint8_t *mem;              /* seerd's mapping of memfd */
-	bool committed;
-	bool on_nvme;              /* <dir>/<id>.data and .meta exist */
-	bool busy;                 /* a writer thread reads it: not freed, not pruned */
-	bool peer_busy;            /* the peer sender reads it: not freed, not pruned */
-	char peer_why[SEER_ERRMSG_MAX]; /* why the peer copy failed */
-	bool recovered;            /* found on NVMe at start */
-	uint32_t st[SEER_CKL_COUNT_];
-	char why[SEER_ERRMSG_MAX]; /* the last failure */
-	uint64_t drained;          /* bytes of the current drain written */
-	double drain_t0;
-	double retry_at;
-	uint32_t drain_fails;
-};
-
-/* A copy this node keeps for a peer node ([checkpoint] peers): on NVMe under
- * <dir>/peer-<origin>/, or in a memfd without an NVMe tier. */
-struct ck_held {
-	struct ck_held *next;      /* oldest first */
-	uint32_t origin;           /* the node that sent it */
-	uint64_t id, size;
-	char *path;
-	int memfd;                 /* -1: on NVMe */
-	time_t wall;               /* when it was complete here */
-};
 
 struct ck_conn {
 	int fd;
@@ -89,59 +47,10 @@ struct ck_conn {
 	bool wait;                 /* a WAIT is pending */
 };
 
-struct ckpt {
-	const struct seer_config *cfg;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;         /* work for the writers, or stop */
-	pthread_cond_t idle;       /* a writer finished something (ckpt_finish) */
-	pthread_t th_svc, th_local, th_drain;
-	bool started_svc, started_local, started_drain;
-	bool stop, stopping;       /* stop: threads leave; stopping: no new BEGIN */
-	int efd;                   /* wakes the service thread */
-	char dir[4096];            /* NVMe directory ("" : none) */
-	ckpt_busy_fn busy;
-	void *busy_arg;
-	struct ck_item *items;
-	uint64_t mem_used, nvme_used, last_id;
-	/* handed by the dispatcher, taken by the service thread */
-	struct ck_in { int fd; pid_t pid; size_t n; struct seer_msg_ckpt m; } *in;
-	size_t nin, cap_in;
-	/* the service thread's own */
-	struct ck_conn *conns;
-	size_t nconns, cap_conns;
-	/* drain statistics */
-	double rate;               /* bytes/s of the last drain */
-	/* peer copies ([checkpoint] peers = 1, several nodes) */
-	uint32_t node, nnodes, peer_node;
-	int lfd;                   /* TCP listener for the copies of node - 1 (-1: none) */
-	uint8_t secret[16];        /* a sender names it: only the job's seerd push copies */
-	char peer_addr[256];       /* "host port" of the peer node ("": no peer) */
-	uint8_t peer_secret[16];
-	pthread_t th_ptx, th_prx;
-	bool started_ptx, started_prx;
-	struct ck_held *held;
-	uint64_t held_used;        /* bytes of held copies on NVMe (memfds count in mem_used) */
-};
-
-/* Sent by the peer sender before the bytes; the bytes are followed by their
- * crc32c (uint32_t), and the receiver answers with a struct ck_peer_ack. */
-#define CK_PEER_MAGIC 0x53434b50u /* "SCKP", version 1 */
-struct ck_peer_hdr {
-	uint32_t magic;
-	uint32_t origin;
-	uint64_t id, size;
-	uint8_t secret[16];
-	char path[SEER_CKPT_PATH_MAX];
-};
-struct ck_peer_ack {
-	int32_t status;            /* 0: complete, fsync'd and its checksum right */
-	char msg[SEER_ERRMSG_MAX];
-};
-
 static const char *const level_names[SEER_CKL_COUNT_] = { "memory", "local", "peer", "pfs" };
 static const char *const state_names[] = { "pending", "done", "failed", "off", "pruned" };
 
-static void wake_svc(struct ckpt *ck)
+void ckpt_wake_svc(struct ckpt *ck)
 {
 	uint64_t one = 1;
 	ssize_t r UNUSED = write(ck->efd, &one, sizeof(one));
@@ -155,7 +64,7 @@ static struct ck_item *item_find(struct ckpt *ck, uint64_t id)
 	return NULL;
 }
 
-static void item_free_mem(struct ckpt *ck, struct ck_item *it)
+void ckpt_item_free_mem(struct ckpt *ck, struct ck_item *it)
 {
 	if (it->mem) {
 		munmap(it->mem, it->alloc);
@@ -168,7 +77,7 @@ static void item_free_mem(struct ckpt *ck, struct ck_item *it)
 	}
 }
 
-static void nvme_file(const struct ckpt *ck, uint64_t id, const char *ext, char *buf, size_t len)
+void ckpt_nvme_file(const struct ckpt *ck, uint64_t id, const char *ext, char *buf, size_t len)
 {
 	snprintf(buf, len, "%s/%016" PRIx64 ".%s", ck->dir, id, ext);
 }
@@ -176,9 +85,9 @@ static void nvme_file(const struct ckpt *ck, uint64_t id, const char *ext, char 
 static void item_unlink_nvme(struct ckpt *ck, struct ck_item *it)
 {
 	char f[4200];
-	nvme_file(ck, it->id, "meta", f, sizeof(f));
+	ckpt_nvme_file(ck, it->id, "meta", f, sizeof(f));
 	unlink(f);
-	nvme_file(ck, it->id, "data", f, sizeof(f));
+	ckpt_nvme_file(ck, it->id, "data", f, sizeof(f));
 	unlink(f);
 	if (it->on_nvme)
 		ck->nvme_used -= it->size;
@@ -192,7 +101,7 @@ static void item_unlink_list(struct ckpt *ck, struct ck_item *it)
 			*pp = it->next;
 			break;
 		}
-	item_free_mem(ck, it);
+	ckpt_item_free_mem(ck, it);
 	free(it->path);
 	free(it);
 }
@@ -206,7 +115,7 @@ static bool item_settled(const struct ck_item *it)
 }
 
 /* Whether a thread still needs its bytes (the peer copy is not made yet). */
-static bool item_held(const struct ck_item *it)
+bool ckpt_item_held(const struct ck_item *it)
 {
 	return it->busy || it->peer_busy || it->st[SEER_CKL_PEER] == SEER_CKS_PENDING;
 }
@@ -215,13 +124,13 @@ static bool item_held(const struct ck_item *it)
  * first; with `need` bytes to make room for, drained copies inside keep go
  * too. Never an undrained copy. Finished items beyond CK_KEEP_ITEMS are
  * forgotten. */
-static void prune(struct ckpt *ck, uint64_t need)
+void ckpt_prune(struct ckpt *ck, uint64_t need)
 {
 	size_t n = 0;
 	for (struct ck_item *it = ck->items; it; it = it->next)
 		n += it->on_nvme && it->st[SEER_CKL_PFS] == SEER_CKS_DONE;
 	for (struct ck_item *it = ck->items; it; it = it->next) {
-		if (!it->on_nvme || item_held(it) || it->st[SEER_CKL_PFS] != SEER_CKS_DONE)
+		if (!it->on_nvme || ckpt_item_held(it) || it->st[SEER_CKL_PFS] != SEER_CKS_DONE)
 			continue;
 		bool room = ck->nvme_used + need <= ck->cfg->checkpoint.nvme;
 		if (n <= ck->cfg->checkpoint.keep && room)
@@ -237,7 +146,7 @@ static void prune(struct ckpt *ck, uint64_t need)
 		total++;
 	for (struct ck_item *it = ck->items, *nx; it && total > CK_KEEP_ITEMS; it = nx) {
 		nx = it->next;
-		if (item_settled(it) && !it->on_nvme && !item_held(it)) {
+		if (item_settled(it) && !it->on_nvme && !ckpt_item_held(it)) {
 			item_unlink_list(ck, it);
 			total--;
 		}
@@ -246,7 +155,7 @@ static void prune(struct ckpt *ck, uint64_t need)
 
 /* ---- files ------------------------------------------------------------- */
 
-static int write_all(int fd, const uint8_t *p, size_t n, off_t off)
+int ckpt_write_all(int fd, const uint8_t *p, size_t n, off_t off)
 {
 	while (n > 0) {
 		ssize_t w = pwrite(fd, p, n, off);
@@ -264,7 +173,7 @@ static int write_all(int fd, const uint8_t *p, size_t n, off_t off)
 	return 0;
 }
 
-static int fsync_dir(const char *file)
+int ckpt_fsync_dir(const char *file)
 {
 	char d[4200];
 	str_copy(d, sizeof(d), file);
@@ -283,127 +192,175 @@ static int fsync_dir(const char *file)
 	return rc;
 }
 
-/* The .meta of an item: written to a temporary name, fsync'd, renamed. */
-static int meta_write(struct ckpt *ck, const struct ck_item *it, bool drained)
+int ckpt_record_write(const char *f, const char *text)
 {
-	char f[4200], tmp[4300];
-	nvme_file(ck, it->id, "meta", f, sizeof(f));
+	char tmp[4300];
 	snprintf(tmp, sizeof(tmp), "%s.tmp", f);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
-	char *text = NULL;
-	int len = asprintf(&text, "seer-ckpt 1\nid %016" PRIx64 "\nsize %" PRIu64 "\ndrained %d\n"
-			   "path %s\n", it->id, it->size, drained ? 1 : 0, it->path);
-	if (len < 0)
-		abort();
-	int rc = write_all(fd, (const uint8_t *)text, (size_t)len, 0);
-	free(text);
+	int rc = ckpt_write_all(fd, (const uint8_t *)text, strlen(text), 0);
 	if (rc == 0 && fsync(fd) != 0)
 		rc = -errno;
 	close(fd);
 	if (rc == 0 && rename(tmp, f) != 0)
 		rc = -errno;
 	if (rc == 0)
-		rc = fsync_dir(f);
+		rc = ckpt_fsync_dir(f);
 	if (rc != 0)
 		unlink(tmp);
 	return rc;
 }
 
-/* Copies of this job found on NVMe at start: complete ones (a .meta names
- * them) come back, undrained ones go to the drain; a .data without .meta
- * (seerd died while writing it) and temporary files are removed. */
-static void recover(struct ckpt *ck)
+/* The .meta of an item: written to a temporary name, fsync'd, renamed. */
+int ckpt_meta_write(struct ckpt *ck, const struct ck_item *it)
 {
-	DIR *d = opendir(ck->dir);
+	char f[4200];
+	ckpt_nvme_file(ck, it->id, "meta", f, sizeof(f));
+	pthread_mutex_lock(&ck->meta_mu);
+	/* the fields as they are now: a writer that set them before us has its
+	 * change in our file, one after us writes after us */
+	pthread_mutex_lock(&ck->mu);
+	char *text = NULL;
+	int len = it->rec_peer >= 0
+		? asprintf(&text, "seer-ckpt 1\nid %016" PRIx64 "\nsize %" PRIu64 "\ndrained %d\n"
+			   "peer %" PRId64 "\npath %s\n", it->id, it->size, it->rec_drained ? 1 : 0,
+			   it->rec_peer, it->path)
+		: asprintf(&text, "seer-ckpt 1\nid %016" PRIx64 "\nsize %" PRIu64 "\ndrained %d\n"
+			   "path %s\n", it->id, it->size, it->rec_drained ? 1 : 0, it->path);
+	pthread_mutex_unlock(&ck->mu);
+	if (len < 0)
+		abort();
+	int rc = ckpt_record_write(f, text);
+	pthread_mutex_unlock(&ck->meta_mu);
+	free(text);
+	return rc;
+}
+
+/* Reads the "key value" lines of a record; false if it is not `magic` 1
+ * with an id (or an origin), a path and a .data of its size. */
+static bool record_read(const char *dir, const char *name, const char *magic,
+			struct ckpt_rec *r)
+{
+	FILE *fp = fopen(r->meta, "re");
+	if (!fp)
+		return false;
+	char line[SEER_CKPT_PATH_MAX + 16], key[32];
+	size_t mlen = strlen(magic);
+	bool first = true;
+	while (fgets(line, sizeof(line), fp)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (first) {
+			first = false;
+			if (strncmp(line, magic, mlen) != 0 || line[mlen] != ' ' ||
+			    sscanf(line + mlen, "%d", &r->version) != 1)
+				break;
+			continue;
+		}
+		if (strncmp(line, "path ", 5) == 0) {
+			str_copy(r->path, sizeof(r->path), line + 5);
+			continue;
+		}
+		const char *v = line + strcspn(line, " ");
+		if (!*v || (size_t)(v - line) >= sizeof(key))
+			continue;
+		snprintf(key, sizeof(key), "%.*s", (int)(v - line), line);
+		if (strcmp(key, "id") == 0)
+			sscanf(v, "%" SCNx64, &r->id);
+		else if (strcmp(key, "size") == 0)
+			sscanf(v, "%" SCNu64, &r->size);
+		else if (strcmp(key, "drained") == 0)
+			sscanf(v, "%d", &r->drained);
+		else if (strcmp(key, "origin") == 0)
+			sscanf(v, "%" SCNu32, &r->origin);
+		else if (strcmp(key, "peer") == 0)
+			sscanf(v, "%" SCNd64, &r->peer);
+	}
+	fclose(fp);
+	snprintf(r->data, sizeof(r->data), "%s/%.*s.data", dir, (int)(strlen(name) - 5), name);
+	return r->version == 1 && r->id && r->path[0] && stat(r->data, &r->sb) == 0 &&
+	       (uint64_t)r->sb.st_size == r->size;
+}
+
+void ckpt_walk(struct ckpt *ck, const char *dir, const char *magic, const char *what,
+	       void (*fn)(struct ckpt *ck, const struct ckpt_rec *r, void *arg), void *arg)
+{
+	DIR *d = opendir(dir);
 	if (!d)
 		return;
 	struct dirent *de;
-	char f[4200];
+	char f[4400];
 	while ((de = readdir(d))) {
 		const char *dot = strrchr(de->d_name, '.');
 		if (!dot || de->d_name[0] == '.')
 			continue;
-		snprintf(f, sizeof(f), "%s/%s", ck->dir, de->d_name);
+		snprintf(f, sizeof(f), "%s/%s", dir, de->d_name);
 		if (strcmp(dot, ".tmp") == 0) {
 			unlink(f);
 			continue;
 		}
-		char meta[4200];
-		snprintf(meta, sizeof(meta), "%.*s.meta", (int)(dot - de->d_name), de->d_name);
 		if (strcmp(dot, ".data") == 0) {
-			char m[4300];
-			snprintf(m, sizeof(m), "%s/%s", ck->dir, meta);
+			char m[4400];
+			snprintf(m, sizeof(m), "%.*s.meta", (int)(strlen(f) - 5), f);
 			if (access(m, F_OK) != 0) {
-				log_warn("checkpoint copy %s has no record (seerd stopped while writing "
-					 "it): removed", f);
+				log_warn("%s %s has no record (seerd stopped while writing it): removed",
+					 what, f);
 				unlink(f);
 			}
 			continue;
 		}
 		if (strcmp(dot, ".meta") != 0)
 			continue;
-		FILE *fp = fopen(f, "re");
-		if (!fp)
-			continue;
-		char line[SEER_CKPT_PATH_MAX + 16], path[SEER_CKPT_PATH_MAX] = "";
-		uint64_t id = 0, size = 0;
-		int drained = 0, ver = 0;
-		while (fgets(line, sizeof(line), fp)) {
-			line[strcspn(line, "\n")] = '\0';
-			if (sscanf(line, "seer-ckpt %d", &ver) == 1 ||
-			    sscanf(line, "id %" SCNx64, &id) == 1 ||
-			    sscanf(line, "size %" SCNu64, &size) == 1 ||
-			    sscanf(line, "drained %d", &drained) == 1)
-				continue;
-			if (strncmp(line, "path ", 5) == 0)
-				str_copy(path, sizeof(path), line + 5);
-		}
-		fclose(fp);
-		char data[4200];
-		nvme_file(ck, id, "data", data, sizeof(data));
-		struct stat sb;
-		if (ver != 1 || !id || !*path || stat(data, &sb) != 0 || (uint64_t)sb.st_size != size) {
-			log_warn("checkpoint record %s is damaged or its copy is missing: removed", f);
+		struct ckpt_rec r = { .meta = f, .peer = -1 };
+		if (!record_read(dir, de->d_name, magic, &r)) {
+			log_warn("%s record %s is damaged or its copy is missing: removed", what, f);
 			unlink(f);
-			unlink(data);
+			unlink(r.data);
 			continue;
 		}
-		struct ck_item *it = calloc(1, sizeof(*it));
-		if (!it)
-			abort();
-		it->id = id;
-		it->path = xstrdup(path);
-		it->size = size;
-		it->memfd = -1;
-		it->committed = true;
-		it->on_nvme = true;
-		it->recovered = true;
-		it->t_begin = it->t_commit = now_s();
-		it->st[SEER_CKL_MEM] = SEER_CKS_OFF;
-		it->st[SEER_CKL_LOCAL] = SEER_CKS_DONE;
-		it->st[SEER_CKL_PEER] = SEER_CKS_OFF;
-		it->st[SEER_CKL_PFS] = drained ? SEER_CKS_DONE : SEER_CKS_PENDING;
-		if (drained) {
-			it->t_pfs = it->t_commit;
-			it->wall_pfs = sb.st_mtime;
-		}
-		ck->nvme_used += size;
-		if (id > ck->last_id)
-			ck->last_id = id;
-		/* in id (= begin) order */
-		struct ck_item **pp = &ck->items;
-		while (*pp && (*pp)->id < id)
-			pp = &(*pp)->next;
-		it->next = *pp;
-		*pp = it;
-		char sz[32];
-		log_info("checkpoint %s (%s) found on NVMe at %s%s", path,
-			 fmt_size(sz, sizeof(sz), size), data,
-			 drained ? "" : ": not yet on the PFS, draining it now");
+		fn(ck, &r, arg);
 	}
 	closedir(d);
+}
+
+/* A record of this node's own copy found at start (ckpt_walk): complete
+ * ones come back, undrained ones go to the drain. */
+static void recover_one(struct ckpt *ck, const struct ckpt_rec *r, void *arg UNUSED)
+{
+	struct ck_item *it = calloc(1, sizeof(*it));
+	if (!it)
+		abort();
+	it->id = r->id;
+	it->path = xstrdup(r->path);
+	it->size = r->size;
+	it->memfd = -1;
+	it->committed = true;
+	it->on_nvme = true;
+	it->recovered = true;
+	it->rec_drained = r->drained;
+	it->rec_peer = r->peer; /* ckpt_peer_start sends it again unless its peer confirmed */
+	it->t_begin = it->t_commit = now_s();
+	it->st[SEER_CKL_MEM] = SEER_CKS_OFF;
+	it->st[SEER_CKL_LOCAL] = SEER_CKS_DONE;
+	it->st[SEER_CKL_PEER] = SEER_CKS_OFF;
+	it->st[SEER_CKL_PFS] = r->drained ? SEER_CKS_DONE : SEER_CKS_PENDING;
+	if (r->drained) {
+		it->t_pfs = it->t_commit;
+		it->wall_pfs = r->sb.st_mtime;
+	}
+	ck->nvme_used += r->size;
+	if (r->id > ck->last_id)
+		ck->last_id = r->id;
+	/* in id (= begin) order */
+	struct ck_item **pp = &ck->items;
+	while (*pp && (*pp)->id < r->id)
+		pp = &(*pp)->next;
+	it->next = *pp;
+	*pp = it;
+	char sz[32];
+	log_info("checkpoint %s (%s) found on NVMe at %s%s", r->path,
+		 fmt_size(sz, sizeof(sz), r->size), r->data,
+		 r->drained ? "" : ": not yet on the PFS, draining it now");
 }
 
 /* ---- the local writer: memory -> NVMe ----------------------------------- */
@@ -424,7 +381,7 @@ static int local_write(struct ckpt *ck, struct ck_item *it, char *why, size_t wl
 		snprintf(why, wlen, "cannot create %s: %s", ck->dir, strerror(-rc));
 		return rc;
 	}
-	nvme_file(ck, it->id, "data", f, sizeof(f));
+	ckpt_nvme_file(ck, it->id, "data", f, sizeof(f));
 	int fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		snprintf(why, wlen, "cannot create %s: %s", f, strerror(errno));
@@ -432,7 +389,7 @@ static int local_write(struct ckpt *ck, struct ck_item *it, char *why, size_t wl
 	}
 	for (uint64_t off = 0; rc == 0 && off < it->size; off += CK_CHUNK) {
 		size_t n = (size_t)MIN((uint64_t)CK_CHUNK, it->size - off);
-		rc = write_all(fd, it->mem + off, n, (off_t)off);
+		rc = ckpt_write_all(fd, it->mem + off, n, (off_t)off);
 		if (ck->stop)
 			rc = -ECANCELED;
 	}
@@ -440,7 +397,7 @@ static int local_write(struct ckpt *ck, struct ck_item *it, char *why, size_t wl
 		rc = -errno;
 	close(fd);
 	if (rc == 0) {
-		rc = meta_write(ck, it, false);
+		rc = ckpt_meta_write(ck, it);
 		if (rc != 0)
 			snprintf(why, wlen, "cannot record %s on NVMe: %s", f, strerror(-rc));
 	} else {
@@ -466,12 +423,12 @@ static void *local_main(void *arg)
 			it->st[SEER_CKL_LOCAL] = SEER_CKS_OFF;
 			continue;
 		}
-		prune(ck, it->size);
+		ckpt_prune(ck, it->size);
 		struct statvfs vs;
 		uint64_t avail = statvfs(ck->dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize
 							   : UINT64_MAX;
 		/* the budget is shared with the copies held for a peer node */
-		if (ck->nvme_used + ck->held_used + it->size > ck->cfg->checkpoint.nvme ||
+		if (ck->nvme_used + ck->peer.held_used + it->size > ck->cfg->checkpoint.nvme ||
 		    it->size > avail) {
 			it->st[SEER_CKL_LOCAL] = SEER_CKS_OFF;
 			log_warn("checkpoint %s (%s): no room on NVMe ([checkpoint] nvme %s, %s in "
@@ -479,10 +436,10 @@ static void *local_main(void *arg)
 				 "stays in memory and goes straight to the PFS", it->path,
 				 fmt_size(sz, sizeof(sz), it->size),
 				 fmt_size((char[32]){ 0 }, 32, ck->cfg->checkpoint.nvme),
-				 fmt_size((char[32]){ 0 }, 32, ck->nvme_used + ck->held_used),
+				 fmt_size((char[32]){ 0 }, 32, ck->nvme_used + ck->peer.held_used),
 				 fmt_size((char[32]){ 0 }, 32, avail));
 			pthread_cond_broadcast(&ck->cv);
-			wake_svc(ck);
+			ckpt_wake_svc(ck);
 			continue;
 		}
 		it->busy = true;
@@ -500,7 +457,7 @@ static void *local_main(void *arg)
 			log_info("checkpoint %s (%s) on NVMe in %.2f s", it->path,
 				 fmt_size(sz, sizeof(sz), it->size), dt);
 			/* the drain reads the NVMe copy: the memory is free again */
-			item_free_mem(ck, it);
+			ckpt_item_free_mem(ck, it);
 		} else {
 			ck->nvme_used -= it->size;
 			if (rc == -ECANCELED)
@@ -510,10 +467,10 @@ static void *local_main(void *arg)
 			log_warn("checkpoint %s: %s; it stays in memory and goes straight to the PFS",
 				 it->path, why);
 		}
-		prune(ck, 0);
+		ckpt_prune(ck, 0);
 		pthread_cond_broadcast(&ck->cv);
 		pthread_cond_broadcast(&ck->idle);
-		wake_svc(ck);
+		ckpt_wake_svc(ck);
 	}
 	pthread_mutex_unlock(&ck->mu);
 	return NULL;
@@ -559,7 +516,7 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 	int in = -1;
 	uint8_t *buf = NULL;
 	if (!it->mem) {
-		nvme_file(ck, it->id, "data", src, sizeof(src));
+		ckpt_nvme_file(ck, it->id, "data", src, sizeof(src));
 		in = open(src, O_RDONLY | O_CLOEXEC);
 		if (in < 0) {
 			snprintf(why, wlen, "cannot read its NVMe copy %s: %s", src, strerror(errno));
@@ -595,7 +552,7 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 			}
 		}
 		double c0 = now_s();
-		rc = write_all(out, p, n, (off_t)off);
+		rc = ckpt_write_all(out, p, n, (off_t)off);
 		if (rc != 0) {
 			snprintf(why, wlen, "writing %s: %s", tmp, strerror(-rc));
 			goto out;
@@ -637,7 +594,7 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 		snprintf(why, wlen, "rename %s to %s: %s", tmp, it->path, strerror(errno));
 		goto out;
 	}
-	rc = fsync_dir(it->path);
+	rc = ckpt_fsync_dir(it->path);
 	if (rc != 0)
 		snprintf(why, wlen, "fsync of the directory of %s: %s", it->path, strerror(-rc));
 out:
@@ -674,7 +631,12 @@ static void *drain_main(void *arg)
 		int rc = drain_one(ck, it, why, sizeof(why));
 		double dt = now_s() - t;
 		/* a record left saying "not drained" only costs a second drain */
-		if (rc == 0 && it->on_nvme && meta_write(ck, it, true) != 0)
+		if (rc == 0) {
+			pthread_mutex_lock(&ck->mu);
+			it->rec_drained = true;
+			pthread_mutex_unlock(&ck->mu);
+		}
+		if (rc == 0 && it->on_nvme && ckpt_meta_write(ck, it) != 0)
 			log_warn("checkpoint %s: cannot mark its NVMe record drained", it->path);
 		pthread_mutex_lock(&ck->mu);
 		it->busy = false;
@@ -686,9 +648,9 @@ static void *drain_main(void *arg)
 			ck->rate = dt > 0 ? (double)it->size / dt : 0;
 			log_info("checkpoint %s (%s) on the PFS in %.2f s (%.1f MB/s)", it->path,
 				 fmt_size(sz, sizeof(sz), it->size), dt, ck->rate / 1e6);
-			if (!it->on_nvme && !item_held(it))
-				item_free_mem(ck, it);
-			prune(ck, 0);
+			if (!it->on_nvme && !ckpt_item_held(it))
+				ckpt_item_free_mem(ck, it);
+			ckpt_prune(ck, 0);
 		} else if (rc != -ECANCELED) {
 			it->st[SEER_CKL_PFS] = SEER_CKS_FAILED;
 			it->retry_at = now_s() + CK_RETRY_S;
@@ -701,624 +663,10 @@ static void *drain_main(void *arg)
 					 it->path, it->drain_fails, it->why);
 		}
 		pthread_cond_broadcast(&ck->idle);
-		wake_svc(ck);
+		ckpt_wake_svc(ck);
 	}
 	pthread_mutex_unlock(&ck->mu);
 	return NULL;
-}
-
-/* ---- peer copies: this node -> node + 1, and node - 1 -> this node ------ */
-
-static void held_file(const struct ckpt *ck, uint32_t origin, uint64_t id, const char *ext,
-		      char *buf, size_t len)
-{
-	snprintf(buf, len, "%s/peer-%u/%016" PRIx64 ".%s", ck->dir, origin, id, ext);
-}
-
-static void held_drop(struct ckpt *ck, struct ck_held *h)
-{
-	for (struct ck_held **pp = &ck->held; *pp; pp = &(*pp)->next)
-		if (*pp == h) {
-			*pp = h->next;
-			break;
-		}
-	if (h->memfd >= 0) {
-		close(h->memfd);
-		ck->mem_used -= h->size;
-	} else {
-		char f[4200];
-		held_file(ck, h->origin, h->id, "meta", f, sizeof(f));
-		unlink(f);
-		held_file(ck, h->origin, h->id, "data", f, sizeof(f));
-		unlink(f);
-		ck->held_used -= h->size;
-	}
-	log_info("copy of node %u's checkpoint %s (%016" PRIx64 ") removed (keep %" PRIu64 ")",
-		 h->origin, h->path, h->id, ck->cfg->checkpoint.keep);
-	free(h->path);
-	free(h);
-}
-
-/* Retention for held copies: at most `keep` of `origin`'s, newest kept. */
-static void held_prune(struct ckpt *ck, uint32_t origin, uint64_t keep)
-{
-	size_t n = 0;
-	for (struct ck_held *h = ck->held; h; h = h->next)
-		n += h->origin == origin;
-	for (struct ck_held *h = ck->held, *nx; h && n > keep; h = nx) {
-		nx = h->next;
-		if (h->origin == origin) {
-			held_drop(ck, h);
-			n--;
-		}
-	}
-}
-
-static int io_all(int fd, void *buf, size_t n, bool out)
-{
-	uint8_t *p = buf;
-	while (n > 0) {
-		ssize_t r = out ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		if (r == 0)
-			return -ECONNRESET;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
-static void sock_timeouts(int fd, double s)
-{
-	struct timeval tv = { .tv_sec = (time_t)s, .tv_usec = (long)((s - (double)(time_t)s) * 1e6) };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
-static double peer_timeout_s(const struct ckpt *ck)
-{
-	return MAX(ck->cfg->net.peer_timeout_ms / 1000.0, 1.0);
-}
-
-/* One copy from node - 1: room reserved, bytes received and checked,
- * fsync'd, recorded; or nothing kept. 0, or -errno with why. */
-static int held_receive(struct ckpt *ck, int fd, char *why, size_t wlen)
-{
-	struct ck_peer_hdr h;
-	int rc = io_all(fd, &h, sizeof(h), false);
-	if (rc != 0) {
-		snprintf(why, wlen, "reading the header: %s", strerror(-rc));
-		return rc;
-	}
-	h.path[sizeof(h.path) - 1] = '\0';
-	uint32_t from = (ck->node + ck->nnodes - 1) % ck->nnodes;
-	if (h.magic != CK_PEER_MAGIC || memcmp(h.secret, ck->secret, sizeof(h.secret)) != 0 ||
-	    h.origin != from || h.size == 0 || h.path[0] != '/') {
-		snprintf(why, wlen, "refused: not a copy from this job's node %u (wrong magic, "
-			 "secret or origin)", from);
-		return -EPERM;
-	}
-	char sz[32], a[32], b[32], f[4200] = "", dir[4200];
-	bool nvme = *ck->dir;
-	pthread_mutex_lock(&ck->mu);
-	if (nvme) {
-		struct statvfs vs;
-		uint64_t avail = statvfs(ck->dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize
-							   : UINT64_MAX;
-		/* the new copy will be one of `keep`: older ones beyond make room first */
-		if (ck->nvme_used + ck->held_used + h.size > ck->cfg->checkpoint.nvme || h.size > avail)
-			held_prune(ck, h.origin, ck->cfg->checkpoint.keep ? ck->cfg->checkpoint.keep - 1 : 0);
-		if (ck->nvme_used + ck->held_used + h.size > ck->cfg->checkpoint.nvme ||
-		    h.size > avail) {
-			snprintf(why, wlen, "no room on node %u's NVMe for a copy of %s (%s): "
-				 "[checkpoint] nvme %s, %s in use, %s free on the disk", ck->node,
-				 h.path, fmt_size(sz, sizeof(sz), h.size),
-				 fmt_size(a, sizeof(a), ck->cfg->checkpoint.nvme),
-				 fmt_size(b, sizeof(b), ck->nvme_used + ck->held_used),
-				 fmt_size((char[32]){ 0 }, 32, avail));
-			pthread_mutex_unlock(&ck->mu);
-			return -ENOSPC;
-		}
-		ck->held_used += h.size;
-	} else {
-		if (ck->mem_used + h.size > ck->cfg->checkpoint.memory)
-			held_prune(ck, h.origin, ck->cfg->checkpoint.keep ? ck->cfg->checkpoint.keep - 1 : 0);
-		if (ck->mem_used + h.size > ck->cfg->checkpoint.memory) {
-			snprintf(why, wlen, "no room in node %u's memory for a copy of %s (%s): "
-				 "[checkpoint] memory %s, %s in use (it has no NVMe tier)", ck->node,
-				 h.path, fmt_size(sz, sizeof(sz), h.size),
-				 fmt_size(a, sizeof(a), ck->cfg->checkpoint.memory),
-				 fmt_size(b, sizeof(b), ck->mem_used));
-			pthread_mutex_unlock(&ck->mu);
-			return -ENOSPC;
-		}
-		ck->mem_used += h.size;
-	}
-	pthread_mutex_unlock(&ck->mu);
-
-	int out = -1;
-	uint8_t *buf = malloc(CK_CHUNK);
-	if (!buf)
-		abort();
-	if (nvme) {
-		snprintf(dir, sizeof(dir), "%s/peer-%u", ck->dir, h.origin);
-		rc = mkdir_p(dir, 0700);
-		held_file(ck, h.origin, h.id, "data", f, sizeof(f));
-		out = rc == 0 ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-		if (out < 0 && rc == 0)
-			rc = -errno;
-	} else {
-		out = memfd_create("seer-ckpt-peer", MFD_CLOEXEC);
-		rc = out < 0 ? -errno : 0;
-	}
-	if (rc != 0) {
-		snprintf(why, wlen, "cannot create %s: %s", nvme ? f : "a memfd", strerror(-rc));
-		goto fail;
-	}
-	uint32_t crc = 0, want = 0;
-	for (uint64_t off = 0; off < h.size; off += CK_CHUNK) {
-		size_t n = (size_t)MIN((uint64_t)CK_CHUNK, h.size - off);
-		rc = io_all(fd, buf, n, false);
-		if (rc != 0) {
-			snprintf(why, wlen, "node %u's copy of %s ended at byte %" PRIu64 " of %" PRIu64
-				 ": %s", h.origin, h.path, off, h.size, strerror(-rc));
-			goto fail;
-		}
-		crc = crc32c(crc, buf, n);
-		rc = write_all(out, buf, n, (off_t)off);
-		if (rc != 0) {
-			snprintf(why, wlen, "writing %s: %s", nvme ? f : "a memfd", strerror(-rc));
-			goto fail;
-		}
-	}
-	rc = io_all(fd, &want, sizeof(want), false);
-	if (rc == 0 && want != crc) {
-		rc = -EBADMSG;
-		snprintf(why, wlen, "the copy of %s does not match its checksum (crc32c %08x, sent "
-			 "%08x): not kept", h.path, crc, want);
-		goto fail;
-	}
-	if (rc != 0) {
-		snprintf(why, wlen, "reading the checksum: %s", strerror(-rc));
-		goto fail;
-	}
-	if (nvme) {
-		if (fsync(out) != 0) {
-			rc = -errno;
-			snprintf(why, wlen, "fsync %s: %s", f, strerror(errno));
-			goto fail;
-		}
-		char meta[4200], tmp[4300];
-		held_file(ck, h.origin, h.id, "meta", meta, sizeof(meta));
-		snprintf(tmp, sizeof(tmp), "%s.tmp", meta);
-		int mfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		char *text = NULL;
-		int len = asprintf(&text, "seer-ckpt-peer 1\norigin %u\nid %016" PRIx64 "\nsize %"
-				   PRIu64 "\ncrc32c %08x\npath %s\n", h.origin, h.id, h.size, crc,
-				   h.path);
-		if (len < 0)
-			abort();
-		rc = mfd < 0 ? -errno : write_all(mfd, (const uint8_t *)text, (size_t)len, 0);
-		free(text);
-		if (rc == 0 && fsync(mfd) != 0)
-			rc = -errno;
-		if (mfd >= 0)
-			close(mfd);
-		if (rc == 0 && rename(tmp, meta) != 0)
-			rc = -errno;
-		if (rc == 0)
-			rc = fsync_dir(meta);
-		if (rc != 0) {
-			unlink(tmp);
-			snprintf(why, wlen, "cannot record %s: %s", meta, strerror(-rc));
-			goto fail;
-		}
-		close(out);
-		out = -1;
-	}
-	free(buf);
-	struct ck_held *hd = calloc(1, sizeof(*hd));
-	if (!hd)
-		abort();
-	hd->origin = h.origin;
-	hd->id = h.id;
-	hd->size = h.size;
-	hd->path = xstrdup(h.path);
-	hd->memfd = nvme ? -1 : out;
-	hd->wall = time(NULL);
-	pthread_mutex_lock(&ck->mu);
-	struct ck_held **pp = &ck->held;
-	while (*pp)
-		pp = &(*pp)->next;
-	*pp = hd;
-	held_prune(ck, h.origin, MAX(ck->cfg->checkpoint.keep, 1));
-	pthread_mutex_unlock(&ck->mu);
-	log_info("copy of node %u's checkpoint %s (%s) held %s", h.origin, h.path,
-		 fmt_size(sz, sizeof(sz), h.size), nvme ? f : "in memory (no NVMe tier)");
-	return 0;
-fail:
-	free(buf);
-	if (out >= 0)
-		close(out);
-	if (nvme && *f)
-		unlink(f);
-	pthread_mutex_lock(&ck->mu);
-	if (nvme)
-		ck->held_used -= h.size;
-	else
-		ck->mem_used -= h.size;
-	pthread_mutex_unlock(&ck->mu);
-	return rc;
-}
-
-/* Copies held for peer nodes by an earlier seerd of this node
- * (<dir>/peer-<origin>/<id>.meta + .data of its size) come back, newest kept
- * per origin; a .data without its .meta (cut short) and temporaries go. */
-static void held_recover(struct ckpt *ck)
-{
-	DIR *d = opendir(ck->dir);
-	if (!d)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		unsigned origin;
-		char end;
-		if (sscanf(de->d_name, "peer-%u%c", &origin, &end) != 1)
-			continue;
-		char sub[4200];
-		snprintf(sub, sizeof(sub), "%s/%s", ck->dir, de->d_name);
-		DIR *d2 = opendir(sub);
-		if (!d2)
-			continue;
-		struct dirent *e2;
-		while ((e2 = readdir(d2))) {
-			const char *dot = strrchr(e2->d_name, '.');
-			if (!dot || e2->d_name[0] == '.')
-				continue;
-			char f[4400], meta[4400];
-			snprintf(f, sizeof(f), "%s/%s", sub, e2->d_name);
-			if (strcmp(dot, ".tmp") == 0) {
-				unlink(f);
-				continue;
-			}
-			if (strcmp(dot, ".data") == 0) {
-				snprintf(meta, sizeof(meta), "%.*s.meta", (int)(strlen(f) - 5), f);
-				if (access(meta, F_OK) != 0)
-					unlink(f);
-				continue;
-			}
-			if (strcmp(dot, ".meta") != 0)
-				continue;
-			FILE *fp = fopen(f, "re");
-			if (!fp)
-				continue;
-			char line[SEER_CKPT_PATH_MAX + 16], path[SEER_CKPT_PATH_MAX] = "";
-			uint64_t id = 0, size = 0;
-			int ver = 0;
-			while (fgets(line, sizeof(line), fp)) {
-				line[strcspn(line, "\n")] = '\0';
-				if (sscanf(line, "seer-ckpt-peer %d", &ver) == 1 ||
-				    sscanf(line, "id %" SCNx64, &id) == 1 ||
-				    sscanf(line, "size %" SCNu64, &size) == 1)
-					continue;
-				if (strncmp(line, "path ", 5) == 0)
-					str_copy(path, sizeof(path), line + 5);
-			}
-			fclose(fp);
-			char data[4200];
-			held_file(ck, origin, id, "data", data, sizeof(data));
-			struct stat sb;
-			if (ver != 1 || !*path || stat(data, &sb) != 0 || (uint64_t)sb.st_size != size) {
-				log_warn("held copy record %s is damaged or its copy is missing: removed", f);
-				unlink(f);
-				unlink(data);
-				continue;
-			}
-			struct ck_held *h = calloc(1, sizeof(*h));
-			if (!h)
-				abort();
-			h->origin = origin;
-			h->id = id;
-			h->size = size;
-			h->path = xstrdup(path);
-			h->memfd = -1;
-			h->wall = sb.st_mtime;
-			/* oldest first, by arrival */
-			struct ck_held **pp = &ck->held;
-			while (*pp && (*pp)->wall <= h->wall)
-				pp = &(*pp)->next;
-			h->next = *pp;
-			*pp = h;
-			ck->held_used += size;
-			log_info("copy of node %u's checkpoint %s found on NVMe at %s", origin, path, data);
-		}
-		closedir(d2);
-	}
-	closedir(d);
-	/* retention per origin (held_prune frees: start over after each) */
-	uint64_t keep = MAX(ck->cfg->checkpoint.keep, 1);
-	for (bool again = true; again;) {
-		again = false;
-		for (struct ck_held *h = ck->held; h && !again; h = h->next) {
-			size_t n = 0;
-			for (struct ck_held *g = ck->held; g; g = g->next)
-				n += g->origin == h->origin;
-			if (n > keep) {
-				held_prune(ck, h->origin, keep);
-				again = true;
-			}
-		}
-	}
-}
-
-/* The receiver: one connection at a time from node - 1. */
-static void *prx_main(void *arg)
-{
-	struct ckpt *ck = arg;
-	for (;;) {
-		pthread_mutex_lock(&ck->mu);
-		bool stop = ck->stop;
-		pthread_mutex_unlock(&ck->mu);
-		if (stop)
-			break;
-		struct pollfd pf = { .fd = ck->lfd, .events = POLLIN };
-		if (poll(&pf, 1, 200) <= 0)
-			continue;
-		int fd = accept4(ck->lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		sock_timeouts(fd, peer_timeout_s(ck));
-		struct ck_peer_ack ack = { 0 };
-		ack.status = held_receive(ck, fd, ack.msg, sizeof(ack.msg));
-		if (ack.status != 0)
-			log_warn("checkpoint copy from node %u not kept: %s",
-				 (ck->node + ck->nnodes - 1) % ck->nnodes, ack.msg);
-		int rc UNUSED = io_all(fd, &ack, sizeof(ack), true);
-		if (ack.status != 0) {
-			/* refused early: read what the sender still sends, so that it
-			 * reads the answer instead of a reset connection */
-			shutdown(fd, SHUT_WR);
-			char sink[65536];
-			while (recv(fd, sink, sizeof(sink), 0) > 0)
-				;
-		}
-		close(fd);
-	}
-	return NULL;
-}
-
-static int peer_connect(const struct ckpt *ck, char *why, size_t wlen)
-{
-	char host[256];
-	str_copy(host, sizeof(host), ck->peer_addr);
-	char *port = strrchr(host, ' ');
-	if (!port)
-		return -EINVAL;
-	*port++ = '\0';
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
-	int g = getaddrinfo(host, port, &hints, &ai);
-	if (g != 0) {
-		snprintf(why, wlen, "node %u (%s): cannot resolve %s: %s", ck->peer_node,
-			 ck->peer_addr, host, gai_strerror(g));
-		return -EHOSTUNREACH;
-	}
-	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int rc = fd < 0 ? -errno : 0;
-	if (rc == 0) {
-		sock_timeouts(fd, peer_timeout_s(ck));
-		if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0)
-			rc = -errno;
-	}
-	freeaddrinfo(ai);
-	if (rc != 0) {
-		snprintf(why, wlen, "node %u's seerd (%s) does not answer: %s", ck->peer_node,
-			 ck->peer_addr, strerror(-rc));
-		if (fd >= 0)
-			close(fd);
-		return rc;
-	}
-	return fd;
-}
-
-/* Send it to the peer node and wait for its answer: 0 once the peer has a
- * complete, fsync'd copy whose checksum it checked; -errno with why. */
-static int peer_send(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen)
-{
-	int fd = peer_connect(ck, why, wlen);
-	if (fd < 0)
-		return fd;
-	int in = -1, rc = 0;
-	uint8_t *buf = NULL;
-	char src[4200] = "";
-	if (!it->mem) {
-		nvme_file(ck, it->id, "data", src, sizeof(src));
-		in = open(src, O_RDONLY | O_CLOEXEC);
-		if (in < 0) {
-			rc = -errno;
-			snprintf(why, wlen, "cannot read its NVMe copy %s: %s", src, strerror(errno));
-			goto out;
-		}
-		buf = malloc(CK_CHUNK);
-		if (!buf)
-			abort();
-	}
-	struct ck_peer_hdr h = { .magic = CK_PEER_MAGIC, .origin = ck->node, .id = it->id,
-				 .size = it->size };
-	memcpy(h.secret, ck->peer_secret, sizeof(h.secret));
-	str_copy(h.path, sizeof(h.path), it->path);
-	rc = io_all(fd, &h, sizeof(h), true);
-	uint32_t crc = 0;
-	for (uint64_t off = 0; rc == 0 && off < it->size; off += CK_CHUNK) {
-		size_t n = (size_t)MIN((uint64_t)CK_CHUNK, it->size - off);
-		const uint8_t *p = it->mem ? it->mem + off : buf;
-		if (!it->mem && pread(in, buf, n, (off_t)off) != (ssize_t)n) {
-			rc = -EIO;
-			snprintf(why, wlen, "reading its NVMe copy %s: short read", src);
-			goto out;
-		}
-		crc = crc32c(crc, p, n);
-		rc = io_all(fd, (void *)p, n, true);
-		pthread_mutex_lock(&ck->mu);
-		if (ck->stop)
-			rc = -ECANCELED;
-		pthread_mutex_unlock(&ck->mu);
-	}
-	if (rc == 0)
-		rc = io_all(fd, &crc, sizeof(crc), true);
-	struct ck_peer_ack ack = { 0 };
-	/* after a failed send too: the peer may have refused (and said why) */
-	int rc2 = rc == -ECANCELED ? rc : io_all(fd, &ack, sizeof(ack), false);
-	if (rc2 == 0 && ack.status != 0)
-		rc = 0;
-	else if (rc == 0)
-		rc = rc2;
-	if (rc != 0) {
-		snprintf(why, wlen, "sending to node %u's seerd (%s): %s", ck->peer_node,
-			 ck->peer_addr, strerror(-rc));
-	} else if (ack.status != 0) {
-		ack.msg[sizeof(ack.msg) - 1] = '\0';
-		rc = ack.status < 0 ? ack.status : -EIO;
-		snprintf(why, wlen, "node %u refused the copy: %s", ck->peer_node, ack.msg);
-	}
-out:
-	close(fd);
-	if (in >= 0)
-		close(in);
-	free(buf);
-	return rc;
-}
-
-static struct ck_item *next_peer(struct ckpt *ck)
-{
-	for (struct ck_item *it = ck->items; it; it = it->next)
-		if (it->committed && !it->peer_busy && it->st[SEER_CKL_PEER] == SEER_CKS_PENDING &&
-		    it->st[SEER_CKL_LOCAL] != SEER_CKS_PENDING)
-			return it;
-	return NULL;
-}
-
-/* The sender: each committed checkpoint to node + 1, one at a time. */
-static void *ptx_main(void *arg)
-{
-	struct ckpt *ck = arg;
-	pthread_mutex_lock(&ck->mu);
-	while (!ck->stop) {
-		struct ck_item *it = next_peer(ck);
-		if (!it) {
-			pthread_cond_wait(&ck->cv, &ck->mu);
-			continue;
-		}
-		if (!it->mem && !it->on_nvme) {
-			it->st[SEER_CKL_PEER] = SEER_CKS_FAILED;
-			snprintf(it->peer_why, sizeof(it->peer_why), "no copy of %s was left to send "
-				 "to node %u", it->path, ck->peer_node);
-			wake_svc(ck);
-			continue;
-		}
-		it->peer_busy = true;
-		pthread_mutex_unlock(&ck->mu);
-		char why[SEER_ERRMSG_MAX] = "", sz[32];
-		double t0 = now_s();
-		int rc = peer_send(ck, it, why, sizeof(why));
-		double dt = now_s() - t0;
-		pthread_mutex_lock(&ck->mu);
-		it->peer_busy = false;
-		if (rc == 0) {
-			it->st[SEER_CKL_PEER] = SEER_CKS_DONE;
-			log_info("checkpoint %s (%s) copied to node %u in %.2f s", it->path,
-				 fmt_size(sz, sizeof(sz), it->size), ck->peer_node, dt);
-		} else if (rc != -ECANCELED) {
-			it->st[SEER_CKL_PEER] = SEER_CKS_FAILED;
-			snprintf(it->peer_why, sizeof(it->peer_why), "%s; the local and PFS copies go "
-				 "on", why);
-			log_warn("checkpoint %s: no peer copy: %s", it->path, it->peer_why);
-		} else {
-			break;
-		}
-		if (!it->on_nvme && it->mem && !item_held(it) && it->st[SEER_CKL_PFS] == SEER_CKS_DONE)
-			item_free_mem(ck, it);
-		prune(ck, 0);
-		pthread_cond_broadcast(&ck->cv);
-		pthread_cond_broadcast(&ck->idle);
-		wake_svc(ck);
-	}
-	pthread_mutex_unlock(&ck->mu);
-	return NULL;
-}
-
-int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len)
-{
-	addr[0] = '\0';
-	if (!ck || !ck->cfg->checkpoint.peers || nnodes < 2)
-		return 0;
-	ck->nnodes = nnodes; /* before the receiver starts: it checks the origin */
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
-	socklen_t sl = sizeof(sa);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 4) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &sl) != 0 ||
-	    getrandom(ck->secret, sizeof(ck->secret), 0) != (ssize_t)sizeof(ck->secret)) {
-		log_warn("checkpoints: cannot listen for peer copies (%s): this node keeps no copy "
-			 "of another node's checkpoints", strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -EIO;
-	}
-	char host[200];
-	if (gethostname(host, sizeof(host)) != 0)
-		str_copy(host, sizeof(host), "localhost");
-	host[sizeof(host) - 1] = '\0';
-	ck->lfd = fd;
-	if (pthread_create(&ck->th_prx, NULL, prx_main, ck) != 0) {
-		log_warn("checkpoints: cannot start the peer receiver thread");
-		close(fd);
-		ck->lfd = -1;
-		return -EAGAIN;
-	}
-	ck->started_prx = true;
-	/* "host port" then the secret, hex */
-	int n = snprintf(addr, len, "%s %u ", host, (unsigned)ntohs(sa.sin_port));
-	for (size_t i = 0; i < sizeof(ck->secret) && n + 3 < (int)len; i++)
-		n += snprintf(addr + n, len - (size_t)n, "%02x", ck->secret[i]);
-	return 0;
-}
-
-void ckpt_set_peers(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char *addrs,
-		    size_t stride)
-{
-	if (!ck || ck->node != node || (ck->lfd >= 0 && ck->nnodes != nnodes))
-		return;
-	pthread_mutex_lock(&ck->mu);
-	ck->peer_node = (node + 1) % nnodes;
-	const char *a = addrs + stride * ck->peer_node;
-	char host[256] = "", hex[64] = "";
-	unsigned port = 0;
-	if (ck->cfg->checkpoint.peers && nnodes > 1 && strnlen(a, stride) < stride &&
-	    sscanf(a, "%255s %u %63s", host, &port, hex) == 3 && strlen(hex) == 32) {
-		for (size_t i = 0; i < sizeof(ck->peer_secret); i++)
-			sscanf(hex + 2 * i, "%2hhx", &ck->peer_secret[i]);
-		snprintf(ck->peer_addr, sizeof(ck->peer_addr), "%s %u", host, port);
-	}
-	pthread_mutex_unlock(&ck->mu);
-	if (!ck->cfg->checkpoint.peers || nnodes < 2)
-		return;
-	if (!*ck->peer_addr) {
-		log_warn("checkpoints: node %u takes no peer copies: checkpoints have no \"peer\" "
-			 "level", ck->peer_node);
-		return;
-	}
-	if (pthread_create(&ck->th_ptx, NULL, ptx_main, ck) != 0) {
-		log_warn("checkpoints: cannot start the peer sender thread: no \"peer\" level");
-		pthread_mutex_lock(&ck->mu);
-		ck->peer_addr[0] = '\0';
-		pthread_mutex_unlock(&ck->mu);
-		return;
-	}
-	ck->started_ptx = true;
-	log_info("checkpoints: a copy of each goes to node %u (%s)", ck->peer_node, ck->peer_addr);
 }
 
 /* ---- the service thread: the connections -------------------------------- */
@@ -1408,6 +756,7 @@ static void begin_now(struct ckpt *ck, struct ck_conn *c)
 	it->alloc = m->size;
 	it->memfd = fd;
 	it->mem = mem;
+	it->rec_peer = -1;
 	it->t_begin = now_s();
 	it->st[SEER_CKL_MEM] = SEER_CKS_PENDING;
 	it->st[SEER_CKL_LOCAL] = SEER_CKS_PENDING;
@@ -1537,31 +886,16 @@ static void on_request(struct ckpt *ck, size_t ci, const struct seer_msg_ckpt *m
 			best = NULL;
 		int fd = -1;
 		uint32_t where = SEER_CKL_PFS;
-		struct ck_held *hb = NULL;
-		for (struct ck_held *h = ck->held; h && !best; h = h->next)
-			if (strncmp(h->path, m->path, sizeof(m->path)) == 0 &&
-			    !(hb && hb->wall > h->wall))
-				hb = h;
-		/* as for our own copies: a PFS file written after the copy is newer */
-		if (hb && stat(hb->path, &sb) == 0 && sb.st_mtime > hb->wall + 1)
-			hb = NULL;
 		struct ck_item hit = { 0 };
-		if (hb) {
-			char f[4200];
-			if (hb->memfd >= 0)
-				snprintf(f, sizeof(f), "/proc/self/fd/%d", hb->memfd);
-			else
-				held_file(ck, hb->origin, hb->id, "data", f, sizeof(f));
-			fd = open(f, O_RDONLY | O_CLOEXEC);
+		if (!best)
+			fd = ckpt_peer_open_held(ck, m->path, &hit);
+		if (fd >= 0) {
 			where = SEER_CKL_PEER;
-			hit.id = hb->id;
-			hit.size = hb->size;
-			hit.path = hb->path;
 			best = &hit;
 		} else if (best) {
 			char f[4200];
 			if (best->on_nvme) {
-				nvme_file(ck, best->id, "data", f, sizeof(f));
+				ckpt_nvme_file(ck, best->id, "data", f, sizeof(f));
 				where = SEER_CKL_LOCAL;
 			} else {
 				snprintf(f, sizeof(f), "/proc/self/fd/%d", best->memfd);
@@ -1607,7 +941,7 @@ static void on_request(struct ckpt *ck, size_t ci, const struct seer_msg_ckpt *m
 		it->st[SEER_CKL_MEM] = SEER_CKS_DONE;
 		if (!*ck->dir)
 			it->st[SEER_CKL_LOCAL] = SEER_CKS_OFF;
-		it->st[SEER_CKL_PEER] = *ck->peer_addr ? SEER_CKS_PENDING : SEER_CKS_OFF;
+		it->st[SEER_CKL_PEER] = *ck->peer.addr ? SEER_CKS_PENDING : SEER_CKS_OFF;
 		c->begun = 0;
 		pthread_cond_broadcast(&ck->cv);
 		reply(c->fd, m, 0, NULL, it, -1);
@@ -1772,7 +1106,7 @@ void ckpt_attach(struct ckpt *ck, int fd, const void *msg, size_t n, pid_t pid)
 	memcpy(&in->m, msg, in->n);
 	in->m.path[sizeof(in->m.path) - 1] = '\0';
 	pthread_mutex_unlock(&ck->mu);
-	wake_svc(ck);
+	ckpt_wake_svc(ck);
 }
 
 char *ckpt_list_json(struct ckpt *ck)
@@ -1819,25 +1153,7 @@ char *ckpt_list_json(struct ckpt *ck)
 		json_array_append_new(arr, o);
 	}
 	json_object_set_new(root, "checkpoints", arr);
-	json_t *held = json_array();
-	uint64_t held_mem = 0;
-	for (struct ck_held *h = ck->held; h; h = h->next) {
-		json_t *o = json_object();
-		char id[32];
-		snprintf(id, sizeof(id), "%016" PRIx64, h->id);
-		json_object_set_new(o, "origin", json_integer(h->origin));
-		json_object_set_new(o, "id", json_string(id));
-		json_object_set_new(o, "path", json_string(h->path));
-		json_object_set_new(o, "bytes", json_integer((json_int_t)h->size));
-		json_object_set_new(o, "where", json_string(h->memfd >= 0 ? "memory" : "nvme"));
-		json_array_append_new(held, o);
-		if (h->memfd >= 0)
-			held_mem += h->size;
-	}
-	json_object_set_new(root, "held", held);
-	json_object_set_new(root, "held_nvme", json_integer((json_int_t)ck->held_used));
-	json_object_set_new(root, "held_memory", json_integer((json_int_t)held_mem));
-	json_object_set_new(root, "peer", *ck->peer_addr ? json_integer(ck->peer_node) : json_null());
+	ckpt_peer_list_json(ck, root);
 	json_object_set_new(root, "nvme_dir", json_string(ck->dir));
 	json_object_set_new(root, "memory_used", json_integer((json_int_t)ck->mem_used));
 	json_object_set_new(root, "memory", json_integer((json_int_t)ck->cfg->checkpoint.memory));
@@ -1862,12 +1178,12 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy
 	if (!ck)
 		abort();
 	ck->cfg = cfg;
-	ck->lfd = -1;
 	ck->node = node;
 	ck->nnodes = 1;
 	ck->busy = busy;
 	ck->busy_arg = busy_arg;
 	pthread_mutex_init(&ck->mu, NULL);
+	pthread_mutex_init(&ck->meta_mu, NULL);
 	pthread_cond_init(&ck->cv, NULL);
 	pthread_cond_init(&ck->idle, NULL);
 	ck->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1891,8 +1207,8 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy
 		char a[32];
 		log_info("checkpoints: written to NVMe at %s (up to %s), then drained to the PFS",
 			 ck->dir, fmt_size(a, sizeof(a), cfg->checkpoint.nvme));
-		recover(ck);
-		held_recover(ck);
+		ckpt_walk(ck, ck->dir, "seer-ckpt", "checkpoint copy", recover_one, NULL);
+		ckpt_peer_recover(ck);
 	} else {
 		log_info("checkpoints: no NVMe tier ([cache] nvme_dir unset or [checkpoint] nvme 0): "
 			 "they wait in memory and go straight to the PFS");
@@ -1920,7 +1236,7 @@ void ckpt_finish(struct ckpt *ck, double deadline)
 		return;
 	pthread_mutex_lock(&ck->mu);
 	ck->stopping = true;
-	wake_svc(ck);
+	ckpt_wake_svc(ck);
 	for (;;) {
 		bool pending = false;
 		for (struct ck_item *it = ck->items; it; it = it->next)
@@ -1948,7 +1264,7 @@ void ckpt_finish(struct ckpt *ck, double deadline)
 		if (!it->committed || it->st[SEER_CKL_PFS] == SEER_CKS_DONE)
 			continue;
 		char f[4200];
-		nvme_file(ck, it->id, "data", f, sizeof(f));
+		ckpt_nvme_file(ck, it->id, "data", f, sizeof(f));
 		if (it->on_nvme && !it->busy)
 			log_warn("checkpoint %s (%s) is not on the PFS yet%s%s: its copy is on NVMe at "
 				 "%s; the next seerd of this job on this node drains it", it->path,
@@ -1974,28 +1290,14 @@ void ckpt_destroy(struct ckpt *ck)
 	pthread_cond_broadcast(&ck->cv);
 	pthread_mutex_unlock(&ck->mu);
 	if (ck->efd >= 0)
-		wake_svc(ck);
+		ckpt_wake_svc(ck);
 	if (ck->started_svc)
 		pthread_join(ck->th_svc, NULL);
 	if (ck->started_local)
 		pthread_join(ck->th_local, NULL);
 	if (ck->started_drain)
 		pthread_join(ck->th_drain, NULL);
-	if (ck->started_ptx)
-		pthread_join(ck->th_ptx, NULL);
-	if (ck->started_prx)
-		pthread_join(ck->th_prx, NULL);
-	if (ck->lfd >= 0)
-		close(ck->lfd);
-	while (ck->held) {
-		/* NVMe copies stay for a later seerd; memory copies go */
-		struct ck_held *h = ck->held;
-		ck->held = h->next;
-		if (h->memfd >= 0)
-			close(h->memfd);
-		free(h->path);
-		free(h);
-	}
+	ckpt_peer_destroy(ck);
 	for (size_t k = 0; k < ck->nin; k++)
 		close(ck->in[k].fd);
 	free(ck->in);
@@ -2010,6 +1312,7 @@ void ckpt_destroy(struct ckpt *ck)
 		rmdir(ck->dir); /* only when empty: undrained copies stay for the next seerd */
 	pthread_cond_destroy(&ck->cv);
 	pthread_cond_destroy(&ck->idle);
+	pthread_mutex_destroy(&ck->meta_mu);
 	pthread_mutex_destroy(&ck->mu);
 	free(ck);
 }

@@ -10,12 +10,12 @@
  * conn.c).
  *
  * Threads: three of its own (five with peer copies), all under ck->mu: the
- * peer sender (each committed checkpoint -> node + 1 over TCP, crc32c; the
- * peer answers once its copy is complete, checked and fsync'd) and the peer
- * receiver (node - 1's copies -> <dir>/peer-<origin>/ or a memfd; a copy
- * cut short or with a wrong checksum is deleted, never served); the
- * service thread (the
- * connections: BEGIN, COMMIT, WAIT, STATE, OPEN), the local writer
+ * peer sender (each committed checkpoint -> node + 1 over libfabric, crc32c; the
+ * peer answers once its copy is complete, checked and fsync'd; a failed
+ * copy is retried) and the peer receiver (node - 1's copies ->
+ * <dir>/peer-<origin>/ or a memfd; a copy cut short or with a wrong checksum
+ * is deleted, never served), both in checkpoint_peer.c; the service thread
+ * (the connections: BEGIN, COMMIT, WAIT, STATE, OPEN), the local writer
  * (memory -> NVMe, fsync) and the drain (-> a temporary name beside the PFS
  * path, fsync, rename: a reader never sees a partial file), capped by
  * [checkpoint] drain_rate and yielding to seerd's own PFS reads (the
@@ -49,14 +49,15 @@ typedef bool (*ckpt_busy_fn)(void *arg);
  * (no thread, no memory). */
 struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy_fn busy,
 			 void *busy_arg, char *err, size_t errlen);
-/* Several nodes (nnodes), [checkpoint] peers = 1: listen for the copies of node - 1
- * (TCP, a thread of the stage) and write into `addr` what node - 1 needs to
- * reach it ("host port secret"; "" with peers = 0 or on failure, logged).
- * Dispatcher, at start, before ckpt_set_peers. */
+/* Several nodes (nnodes), [checkpoint] peers = 1: open the libfabric links
+ * ([net] provider), start receiving node - 1's copies (a thread of the stage)
+ * and write into `addr` what node - 1 needs to reach it ("<address hex>
+ * <secret hex>"; "" with peers = 0 or on failure, logged).
+ * Dispatcher, at start, before ckpt_peer_start. */
 int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len);
 /* Every node's ckpt_peer_listen address (stride bytes each): start sending
  * each committed checkpoint to node (node + 1) % nnodes. NULL ck is fine. */
-void ckpt_set_peers(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char *addrs,
+void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char *addrs,
 		    size_t stride);
 /* A connection whose first packet (msg, n bytes) carries SEER_MAGIC_CKPT:
  * the stage owns fd from here (closes it on any failure). Dispatcher. */

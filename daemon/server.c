@@ -422,7 +422,7 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		char mine[256], *all = xcalloc(nnodes, sizeof(mine));
 		ckpt_peer_listen(s.ck, nnodes, mine, sizeof(mine));
 		cluster_allgather(s.cl, mine, sizeof(mine), all);
-		ckpt_set_peers(s.ck, node, nnodes, all, sizeof(mine));
+		ckpt_peer_start(s.ck, node, nnodes, all, sizeof(mine));
 		free(all);
 	}
 	if (!s.ck) {

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The checkpoint's peer level timed: two seerd under mpirun on this machine
-(the copy goes over TCP to node 1), a state dict of --mib MiB saved through
-node 0, the drain capped at 1 MiB/s so that the PFS copy does not compete.
+(the copy goes to node 1 over libfabric, [net] provider; TCP before
+2026-11-28), a state dict of --mib MiB saved through node 0, the drain
+capped at 1 MiB/s so that the PFS copy does not compete.
 Prints the trainer's stall (save), and when "local" and "peer" were reached
 after save returned, and the copy's log line. A benchmark: prints numbers,
 never fails on a timing.

@@ -82,6 +82,32 @@ def no_partial(pfs):
     check(not left, "temporary files left in %s: %s" % (pfs, left))
 
 
+def peer_done(h):
+    """wait("peer") until it returns: a try that failed on a loaded machine
+    (its message says seerd tries again) is followed by the retry."""
+    def done():
+        try:
+            h.wait("peer", timeout=LONG)
+            return True
+        except seer.SeerError as ex:
+            if "tries again" not in str(ex):
+                raise
+            return None
+    wait_for(done, LONG, "wait('peer') to return", step=0.05)
+
+
+def peer_fails(h, reason):
+    """The SeerError of wait("peer") whose message holds `reason`: a try
+    that timed out on a loaded machine comes before the one that says it."""
+    def failed():
+        try:
+            h.wait("peer", timeout=LONG)
+        except seer.SeerError as ex:
+            return ex if reason in str(ex) else None
+        raise Fail("wait('peer') returned; expected it to fail with %r" % reason)
+    return wait_for(failed, LONG, "wait('peer') to fail with %r" % reason, step=0.05)
+
+
 def test_save_wait_load_bytes():
     """The levels in order, the bytes torch.save writes to a file object, the
     object back from NVMe, seerctl's listing, retention keep-last-K."""
@@ -513,7 +539,7 @@ def test_peer_copy_two_nodes():
         obj = state(400000, 7)  # 1.6 MB: 400 s at the drain cap, so never on the PFS here
         h = sc.save(obj, os.path.join(pfs, "a.pt"), socket=s0, job_id=JOB)
         h.wait("local", timeout=LONG)
-        h.wait("peer", timeout=LONG)
+        peer_done(h)
         held = [os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(tmp, "nvme-1"))
                 for f in fs if f.endswith(".data") and "/peer-0" in dp]
         check(len(held) == 1, "node 1 holds one copy of node 0's checkpoint: %s" % held)
@@ -612,12 +638,8 @@ def test_peer_refuses_no_room():
         h1.wait("pfs", timeout=LONG)
         obj = state(400000, 2)
         h = sc.save(obj, os.path.join(pfs, "n0.pt"), socket=s0, job_id=JOB)
-        try:
-            h.wait("peer", timeout=LONG)
-            raise Fail("wait('peer') returned though node 1 has no room")
-        except seer.SeerError as ex:
-            check("no room on node 1's NVMe" in str(ex), "the peer's reason: %s" % ex)
-            log("wait('peer'), no room on the peer: %s" % ex)
+        ex = peer_fails(h, "no room on node 1's NVMe")
+        log("wait('peer'), no room on the peer: %s" % ex)
         h.wait("pfs", timeout=LONG)
         check(open(h.path, "rb").read() == torch_bytes(obj), "the PFS copy differs")
         j1 = ctl_checkpoints(type("D", (), {"sock": s1}))
@@ -631,9 +653,129 @@ def test_peer_refuses_no_room():
         cleanup(tmp)
 
 
+def held_copies(tmp, node, origin):
+    """The .data files node `node` holds for `origin` on NVMe."""
+    return [os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(tmp, "nvme-%d" % node))
+            for f in fs if f.endswith(".data") and dp.endswith("/peer-%d" % origin)]
+
+
+def own_record(tmp, node, h):
+    """The text of node `node`'s NVMe record of checkpoint h."""
+    f = [os.path.join(dp, n) for dp, _, fs in os.walk(os.path.join(tmp, "nvme-%d" % node))
+         for n in fs if n.endswith(".meta") and "/peer-" not in dp]
+    for m in f:
+        txt = open(m).read()
+        if ("path %s\n" % h.path) in txt:
+            return txt
+    raise Fail("node %d has no record of %s: %s" % (node, h.path, f))
+
+
+def test_peer_retry_after_peer_returns():
+    """Node 1's seerd stopped (SIGSTOP: it does not answer): the copy of a
+    checkpoint saved on node 0 fails, wait("peer") says why and that seerd
+    tries again; node 1 runs again: a retry completes, wait("peer") returns,
+    node 1 holds one copy with the bytes of torch.save, and node 0's NVMe
+    record says node 1 confirmed it."""
+    from seertest import MpiDaemons
+    tmp = tmpdir("seer-ck-")
+    cl = None
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1,
+                                   "daemon.stop_grace_s": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        s0 = cl.socket(0)
+        p1 = cl.pid(1)
+        obj = state(400000, 11)
+        os.kill(p1, signal.SIGSTOP)
+        try:
+            h = sc.save(obj, os.path.join(pfs, "r.pt"), socket=s0, job_id=JOB)
+            h.wait("local", timeout=LONG)
+            wait_for(lambda: h.state()["peer"] == "failed" or None, LONG,
+                     "the copy to the stopped node 1 to fail")
+            try:
+                h.wait("peer", timeout=LONG)
+                raise Fail("wait('peer') returned with node 1 stopped")
+            except seer.SeerError as ex:
+                check("node 1" in str(ex) and "tries again" in str(ex),
+                      "the reason names node 1 and the retry: %s" % ex)
+                log("wait('peer') while node 1 is stopped: %s" % ex)
+        finally:
+            os.kill(p1, signal.SIGCONT)
+        wait_for(lambda: h.state()["peer"] == "done" or None, LONG,
+                 "a retry to reach node 1 once it runs again")
+        peer_done(h)
+        held = held_copies(tmp, 1, 0)
+        check(len(held) == 1, "node 1 holds one copy of node 0's checkpoint: %s" % held)
+        check(open(held[0], "rb").read() == torch_bytes(obj),
+              "node 1's copy differs from torch.save's bytes")
+        j1 = ctl_checkpoints(type("D", (), {"sock": cl.socket(1)}))
+        check([(x["origin"], x["path"], x["bytes"]) for x in j1["held"]] == [(0, h.path, h.size)],
+              "node 1's seerctl held: %s" % j1["held"])
+        check("\npeer 1\n" in own_record(tmp, 0, h), "node 0's record of the confirmed copy:\n" +
+              own_record(tmp, 0, h))
+        check(h.state()["local"] == "done" and not os.path.exists(h.path), "levels: %s" % h.state())
+        log("copy retried after node 1 ran again: %s" %
+            [ln.split("INFO  ")[-1] for ln in cl.log().splitlines()
+             if "seerd[0]" in ln and "copied to node 1" in ln][-1:])
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
+def test_peer_resend_after_sigkill():
+    """Node 0's seerd SIGKILLed after "local" and before "peer" (node 1
+    stopped, so it never confirmed): both restarted, node 0 finds the NVMe
+    copy whose record has no confirmation and sends it again; wait("peer")
+    on the trainer's handle returns, node 1 holds the bytes of torch.save."""
+    from seertest import MpiDaemons
+    tmp = tmpdir("seer-ck-")
+    cl = None
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1,
+                                   "daemon.stop_grace_s": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        p0, p1 = cl.pid(0), cl.pid(1)
+        obj = state(400000, 12)
+        os.kill(p1, signal.SIGSTOP)
+        h = sc.save(obj, os.path.join(pfs, "k.pt"), socket=cl.socket(0), job_id=JOB)
+        h.wait("local", timeout=LONG)
+        check(h.state()["peer"] in ("pending", "failed"), "peer before the kill: %s" % h.state())
+        check("\npeer " not in own_record(tmp, 0, h), "a confirmation recorded before the peer "
+              "answered:\n" + own_record(tmp, 0, h))
+        os.kill(p0, signal.SIGKILL)
+        os.kill(p1, signal.SIGKILL)  # stopped: it never read what node 0 sent
+        cl.stop()
+        check(not held_copies(tmp, 1, 0), "node 1 kept a copy: %s" % held_copies(tmp, 1, 0))
+        cl = MpiDaemons(tmp, 2, s)  # the same sockets: the handle asks the new seerd
+        peer_done(h)
+        check("not confirmed by it: sending them again" in cl.log(),
+              "node 0 sends its recovered copy again:\n" + cl.log())
+        held = held_copies(tmp, 1, 0)
+        check(len(held) == 1 and open(held[0], "rb").read() == torch_bytes(obj),
+              "node 1's copy after the re-send: %s" % held)
+        check("\npeer 1\n" in own_record(tmp, 0, h), "node 0's record after the re-send:\n" +
+              own_record(tmp, 0, h))
+        log("recovered copy sent again after SIGKILL: node 1 holds %d bytes equal to "
+            "torch.save's" % os.path.getsize(held[0]))
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_save_wait_load_bytes, test_without_nvme, test_sigkill_after_local_then_restart,
                test_pfs_fails_eio_enospc, test_memory_full, test_sigterm_names_nvme_copy,
                test_training_exact_beside_checkpoints, test_pfsemu_write_mode,
                test_save_during_startup, test_peer_copy_two_nodes,
-               test_peer_refuses_no_room])
+               test_peer_refuses_no_room, test_peer_retry_after_peer_returns,
+               test_peer_resend_after_sigkill])

@@ -1,0 +1,176 @@
+/* The checkpoint stage's private parts, shared by checkpoint.c (the service
+ * thread, the local writer, the drain, retention, the NVMe records) and
+ * checkpoint_peer.c (the peer level: the copies sent to node + 1 and those
+ * held for node - 1). Nothing outside these two files includes it.
+ *
+ * Every field of struct ckpt, of its items and of its held copies is under
+ * ck->mu, except what a thread reads from an item it marked busy or
+ * peer_busy (the bytes, the path), which nobody frees or changes meanwhile,
+ * and what is set before the threads that read it start (cfg, dir, node,
+ * nnodes, peer.lfd, peer.secret). */
+#ifndef SEERD_CHECKPOINT_INT_H
+#define SEERD_CHECKPOINT_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "../proto/seer_proto.h"
+#include "checkpoint.h"
+
+#define CK_CHUNK (8u << 20)     /* bytes per write to NVMe or the PFS, per peer message */
+#define CK_RETRY_S 10.0         /* a failed drain is tried again after this */
+#define CK_KEEP_ITEMS 256       /* finished checkpoints remembered for seerctl */
+
+struct ck_item {
+	struct ck_item *next;      /* list in commit (begin) order, oldest first */
+	uint64_t id;
+	char *path;
+	uint64_t size;             /* the checkpoint's bytes (COMMIT may say fewer than alloc) */
+	uint64_t alloc;            /* bytes of memfd, counted in mem_used while it is held */
+	double t_begin, t_commit, t_pfs; /* now_s(); t_pfs: drained */
+	time_t wall_pfs;           /* time() the drain finished (for OPEN's "newest") */
+	int memfd;                 /* the bytes in memory, or -1 */
+	uint8_t *mem;              /* seerd's mapping of memfd */
+	bool committed;
+	bool on_nvme;              /* <dir>/<id>.data and .meta exist */
+	bool busy;                 /* a writer thread reads it: not freed, not pruned */
+	bool peer_busy;            /* the peer sender reads it: not freed, not pruned */
+	char peer_why[SEER_ERRMSG_MAX]; /* why the peer copy failed */
+	bool recovered;            /* found on NVMe at start */
+	/* what its NVMe record (<id>.meta) says; set under mu by the thread
+	 * that then calls ckpt_meta_write */
+	bool rec_drained;          /* on the PFS */
+	int64_t rec_peer;          /* the node that confirmed a complete copy (-1: none) */
+	/* the peer copy's retries (checkpoint_peer.c) */
+	uint32_t peer_fails;       /* failed tries so far */
+	double peer_retry_at;      /* now_s() of the next try while "peer" is failed */
+	bool peer_retry;           /* failed, and tried again at peer_retry_at */
+	uint32_t st[SEER_CKL_COUNT_];
+	char why[SEER_ERRMSG_MAX]; /* the last failure */
+	uint64_t drained;          /* bytes of the current drain written */
+	double drain_t0;
+	double retry_at;
+	uint32_t drain_fails;
+};
+
+/* A copy this node keeps for a peer node ([checkpoint] peers): on NVMe under
+ * <dir>/peer-<origin>/, or in a memfd without an NVMe tier. */
+struct ck_held {
+	struct ck_held *next;      /* oldest first */
+	uint32_t origin;           /* the node that sent it */
+	uint64_t id, size;
+	char *path;
+	int memfd;                 /* -1: on NVMe */
+	time_t wall;               /* when it was complete here */
+};
+
+/* The peer level's part of the stage (checkpoint_peer.c). */
+struct ck_peers {
+	uint32_t node;             /* the node this one sends to: (node + 1) % nnodes */
+	struct net_link *rx;       /* the receiver's: node - 1's copies (NULL: none) */
+	struct net_link *tx;       /* the sender's: the copies to node + 1 */
+	uint64_t to;               /* node + 1's receiver, in tx's address vector */
+	uint8_t tx_addr[100];      /* tx's address (each HDR carries it, for the answer) */
+	size_t tx_addr_len;
+	uint32_t seq;              /* the sender's copy serial (the sender thread's) */
+	uint8_t secret[16];        /* a sender names it: only the job's seerd push copies */
+	char addr[256];            /* the provider of the copies to node + 1 ("": no peer) */
+	uint8_t dest_secret[16];   /* the peer node's secret */
+	pthread_t th_tx, th_rx;
+	bool started_tx, started_rx;
+	struct ck_held *held;
+	uint64_t held_used;        /* bytes of held copies on NVMe (memfds count in mem_used) */
+};
+
+struct ck_conn;
+struct net_link;
+
+struct ckpt {
+	const struct seer_config *cfg;
+	pthread_mutex_t mu;
+	pthread_mutex_t meta_mu;   /* one record write at a time (taken before mu) */
+	pthread_cond_t cv;         /* work for the writers, or stop */
+	pthread_cond_t idle;       /* a writer finished something (ckpt_finish) */
+	pthread_t th_svc, th_local, th_drain;
+	bool started_svc, started_local, started_drain;
+	bool stop, stopping;       /* stop: threads leave; stopping: no new BEGIN */
+	int efd;                   /* wakes the service thread */
+	char dir[4096];            /* NVMe directory ("" : none) */
+	ckpt_busy_fn busy;
+	void *busy_arg;
+	struct ck_item *items;
+	uint64_t mem_used, nvme_used, last_id;
+	/* handed by the dispatcher, taken by the service thread */
+	struct ck_in { int fd; pid_t pid; size_t n; struct seer_msg_ckpt m; } *in;
+	size_t nin, cap_in;
+	/* the service thread's own */
+	struct ck_conn *conns;
+	size_t nconns, cap_conns;
+	/* drain statistics */
+	double rate;               /* bytes/s of the last drain */
+	uint32_t node, nnodes;
+	struct ck_peers peer;      /* [checkpoint] peers = 1, several nodes */
+};
+
+/* ---- checkpoint.c, for checkpoint_peer.c --------------------------------- */
+
+/* Wakes the service thread (it answers the waiters). Any thread. */
+void ckpt_wake_svc(struct ckpt *ck);
+/* Unmaps and closes the item's memory, if any (mem_used drops). Under mu. */
+void ckpt_item_free_mem(struct ckpt *ck, struct ck_item *it);
+/* Whether a thread still needs the item's bytes. Under mu. */
+bool ckpt_item_held(const struct ck_item *it);
+/* Retention (see checkpoint.c). Under mu. */
+void ckpt_prune(struct ckpt *ck, uint64_t need);
+/* <dir>/<id>.<ext> of this node's own copy. */
+void ckpt_nvme_file(const struct ckpt *ck, uint64_t id, const char *ext, char *buf, size_t len);
+/* pwrite of all n bytes at off: 0 or -errno. */
+int ckpt_write_all(int fd, const uint8_t *p, size_t n, off_t off);
+/* fsync of the directory holding `file`: 0 or -errno. */
+int ckpt_fsync_dir(const char *file);
+/* `text` to the file `f` through f.tmp, fsync, rename, fsync of the directory:
+ * 0 or -errno (nothing left at f.tmp). */
+int ckpt_record_write(const char *f, const char *text);
+/* The item's <id>.meta from its fields (id, size, path, rec_drained,
+ * rec_peer, read under mu): 0 or -errno. Without mu; by the thread that
+ * holds the item busy or peer_busy (so it is not pruned meanwhile). */
+int ckpt_meta_write(struct ckpt *ck, const struct ck_item *it);
+
+/* One record found by ckpt_walk: the .meta's "key value" lines. */
+struct ckpt_rec {
+	const char *meta;          /* the record's file */
+	char data[4400];           /* its copy: the same name ending in .data */
+	int version;               /* from the first line "<magic> <version>" */
+	uint64_t id, size;
+	uint32_t origin;
+	int drained;
+	int64_t peer;              /* "peer <node>": that node confirmed a copy; -1: none */
+	char path[SEER_CKPT_PATH_MAX];
+	struct stat sb;            /* of the copy */
+};
+/* Startup, before the threads: for each <id>.meta in `dir` whose first line
+ * is `magic` 1, with an id, a path and a .data of its size, calls fn; a
+ * damaged record (and its copy) is removed, naming it `what`; a .data
+ * without its .meta (seerd died while writing it) and temporary files are
+ * removed. A missing directory is fine. */
+void ckpt_walk(struct ckpt *ck, const char *dir, const char *magic, const char *what,
+	       void (*fn)(struct ckpt *ck, const struct ckpt_rec *r, void *arg), void *arg);
+
+/* ---- checkpoint_peer.c, for checkpoint.c --------------------------------- */
+
+/* Startup, before the threads: the copies held for peer nodes that an
+ * earlier seerd of this node left under <dir>/peer-<origin>/. */
+void ckpt_peer_recover(struct ckpt *ck);
+/* OPEN: a read-only fd of the newest copy held for a peer node of `path`
+ * (its id, size and path in *hit, path valid under mu), or -1. Under mu. */
+int ckpt_peer_open_held(struct ckpt *ck, const char *path, struct ck_item *hit);
+/* seerctl: "held", "held_nvme", "held_memory", "peer" into root. Under mu. */
+void ckpt_peer_list_json(struct ckpt *ck, void *json_root);
+/* Teardown, after ck->stop is set: joins the peer threads, closes the
+ * listener, forgets the held copies (those on NVMe stay for a later seerd). */
+void ckpt_peer_destroy(struct ckpt *ck);
+
+#endif /* SEERD_CHECKPOINT_INT_H */

@@ -1,0 +1,915 @@
+/* The checkpoint stage's peer level ([checkpoint] peers = 1, several
+ * nodes; docs/checkpoint.md "Peer copies"): each committed checkpoint of
+ * this node goes to node (node + 1) % nodes, and this node holds the copies
+ * of node - 1.
+ *
+ * Owns: the two libfabric links (src/net/net_link.h) and the two threads
+ * (struct ck_peers in checkpoint_int.h), the wire format below, the copies held for node - 1
+ * (<dir>/peer-<origin>/<id>.data + .meta, or memfds without an NVMe tier;
+ * their retention, [checkpoint] keep per origin) and their start-up
+ * recovery. The items' peer state (st[SEER_CKL_PEER], peer_why, peer_busy)
+ * is written here only.
+ *
+ * Threads: the sender (peer_tx_main: one copy at a time, the bytes read
+ * from NVMe or memory with peer_busy set; it alone uses the tx link) and
+ * the receiver (peer_rx_main: one copy at a time; it alone uses the rx
+ * link); both take ck->mu only between copies and for the budgets. ckpt_peer_listen / ckpt_peer_start run on the dispatcher at
+ * start; the others on the caller named in checkpoint_int.h.
+ *
+ * Failure: a peer that does not answer within [net] peer_timeout_ms, that
+ * refuses (secret, origin, no room) or whose copy fails its crc32c makes
+ * the copy "failed" with why (wait("peer") returns it) and it is sent again
+ * after a backoff (1 s doubling to 10 s) while this node has its bytes; the
+ * local and PFS levels go on. The peer's confirmation is recorded in the
+ * copy's NVMe record, and a copy found on NVMe at start without it is sent
+ * again. The receiver keeps nothing partial: a copy is held once its
+ * checksum matched and it was fsync'd and recorded; one sent again replaces
+ * the held copy of the same id. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../src/fmt/crc32c.h"
+#include "../src/net/net_link.h"
+#include "../src/util/util.h"
+#include "checkpoint_int.h"
+
+/* messages (why, paths in them) are cut to their fixed buffers on purpose */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#define CK_PEER_RETRY_MIN_S 1.0 /* the first retry of a failed copy; doubles to CK_RETRY_S */
+
+/* The copy over libfabric (src/net/net_link.h), tagged messages: HDR (a
+ * struct ck_peer_hdr, then the sender's address: uint32_t length and its
+ * bytes, so that the receiver can answer), DATA (CK_PEER_MSG bytes each but
+ * the last; the tag counts them), END (the bytes' crc32c, uint32_t), and
+ * the receiver's ACK (a struct ck_peer_ack). The tag: type << 60 | copy
+ * serial (28 bits) << 32 | DATA's index. A message of another copy than the
+ * current one is dropped; a HDR ends the copy in progress (not kept). */
+#define CK_PEER_MAGIC 0x53434b51u /* "SCKQ", version 2 */
+#define CK_PEER_MSG (4u << 20)  /* the links' bounce buffers */
+#define CK_PEER_ADDR_MAX 100    /* bytes of a link address (hex in the allgather) */
+enum { CKT_HDR = 1, CKT_DATA = 2, CKT_END = 3, CKT_ACK = 4 };
+#define CKT(type, seq, idx) ((uint64_t)(type) << 60 | ((uint64_t)(seq) & 0x0fffffffu) << 32 | \
+			     (uint64_t)(uint32_t)(idx))
+#define CKT_TYPE(tag) ((unsigned)((tag) >> 60))
+#define CKT_SEQ(tag) ((uint32_t)((tag) >> 32) & 0x0fffffffu)
+#define CKT_IDX(tag) ((uint32_t)(tag))
+struct ck_peer_hdr {
+	uint32_t magic;
+	uint32_t origin;
+	uint64_t id, size;
+	uint8_t secret[16];
+	char path[SEER_CKPT_PATH_MAX];
+};
+struct ck_peer_ack {
+	int32_t status;            /* 0: complete, fsync'd and its checksum right */
+	char msg[SEER_ERRMSG_MAX];
+};
+
+static void held_file(const struct ckpt *ck, uint32_t origin, uint64_t id, const char *ext,
+		      char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/peer-%u/%016" PRIx64 ".%s", ck->dir, origin, id, ext);
+}
+
+static void held_drop(struct ckpt *ck, struct ck_held *h)
+{
+	for (struct ck_held **pp = &ck->peer.held; *pp; pp = &(*pp)->next)
+		if (*pp == h) {
+			*pp = h->next;
+			break;
+		}
+	if (h->memfd >= 0) {
+		close(h->memfd);
+		ck->mem_used -= h->size;
+	} else {
+		char f[4200];
+		held_file(ck, h->origin, h->id, "meta", f, sizeof(f));
+		unlink(f);
+		held_file(ck, h->origin, h->id, "data", f, sizeof(f));
+		unlink(f);
+		ck->peer.held_used -= h->size;
+	}
+	log_info("copy of node %u's checkpoint %s (%016" PRIx64 ") removed (keep %" PRIu64 ")",
+		 h->origin, h->path, h->id, ck->cfg->checkpoint.keep);
+	free(h->path);
+	free(h);
+}
+
+/* A copy of (origin, id) sent again replaces the one held: the old entry
+ * goes (its memfd closed; its files are the new copy's names, not removed). */
+static void held_forget(struct ckpt *ck, uint32_t origin, uint64_t id)
+{
+	pthread_mutex_lock(&ck->mu);
+	for (struct ck_held **pp = &ck->peer.held; *pp; pp = &(*pp)->next) {
+		struct ck_held *h = *pp;
+		if (h->origin != origin || h->id != id)
+			continue;
+		*pp = h->next;
+		if (h->memfd >= 0) {
+			close(h->memfd);
+			ck->mem_used -= h->size;
+		} else {
+			ck->peer.held_used -= h->size;
+		}
+		log_info("copy of node %u's checkpoint %s (%016" PRIx64 ") sent again: the new "
+			 "copy replaces it", origin, h->path, id);
+		free(h->path);
+		free(h);
+		break;
+	}
+	pthread_mutex_unlock(&ck->mu);
+}
+
+/* Retention for held copies: at most `keep` of `origin`'s, newest kept. */
+static void held_prune(struct ckpt *ck, uint32_t origin, uint64_t keep)
+{
+	size_t n = 0;
+	for (struct ck_held *h = ck->peer.held; h; h = h->next)
+		n += h->origin == origin;
+	for (struct ck_held *h = ck->peer.held, *nx; h && n > keep; h = nx) {
+		nx = h->next;
+		if (h->origin == origin) {
+			held_drop(ck, h);
+			n--;
+		}
+	}
+}
+
+/* A message taken from a link (valid until its next net_link_recv). */
+struct ck_msg {
+	const void *b;
+	size_t n;
+	uint64_t tag;
+	bool have;                 /* a HDR read ahead, for the receiver's loop */
+};
+
+static double peer_timeout_s(const struct ckpt *ck)
+{
+	return MAX(ck->cfg->net.peer_timeout_ms / 1000.0, 1.0);
+}
+
+/* The next message of copy `seq` (DATA or END) into *m, within the peer
+ * timeout: 0; -EAGAIN with m->have when a new copy began (its HDR in *m);
+ * -ETIMEDOUT; -ECANCELED when seerd stops. Other copies' messages go. */
+static int rx_next(struct ckpt *ck, uint32_t seq, struct ck_msg *m)
+{
+	double end = now_s() + peer_timeout_s(ck);
+	for (;;) {
+		int rc = net_link_recv(ck->peer.rx, &m->b, &m->n, &m->tag, 0.2);
+		pthread_mutex_lock(&ck->mu);
+		bool stop = ck->stop;
+		pthread_mutex_unlock(&ck->mu);
+		if (stop)
+			return -ECANCELED;
+		if (rc == -ETIMEDOUT && now_s() < end)
+			continue;
+		if (rc != 0)
+			return rc;
+		if (CKT_TYPE(m->tag) == CKT_HDR) {
+			m->have = true;
+			return -EAGAIN;
+		}
+		if (CKT_SEQ(m->tag) == seq)
+			return 0;
+	}
+}
+
+/* One copy from node - 1, its HDR in *m: room reserved, bytes received and
+ * checked, fsync'd, recorded; or nothing kept. 0, or -errno with why; *src
+ * (with *answer) where to send the answer. A new copy's HDR read meanwhile
+ * is left in *m (m->have). */
+static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *answer,
+			char *why, size_t wlen)
+{
+	struct ck_peer_hdr h;
+	uint32_t seq = CKT_SEQ(m->tag), alen = 0;
+	m->have = false;
+	*answer = false;
+	if (m->n < sizeof(h) + sizeof(alen)) {
+		snprintf(why, wlen, "refused: a header of %zu bytes", m->n);
+		return -EPROTO;
+	}
+	memcpy(&h, m->b, sizeof(h));
+	memcpy(&alen, (const uint8_t *)m->b + sizeof(h), sizeof(alen));
+	h.path[sizeof(h.path) - 1] = '\0';
+	uint32_t from = (ck->node + ck->nnodes - 1) % ck->nnodes;
+	char lerr[SEER_ERRMSG_MAX];
+	if (h.magic != CK_PEER_MAGIC || alen == 0 || alen > CK_PEER_ADDR_MAX ||
+	    m->n != sizeof(h) + sizeof(alen) + alen) {
+		snprintf(why, wlen, "refused: not a checkpoint copy of this seer version");
+		return -EPROTO;
+	}
+	/* only this job's node - 1 is answered (its address enters the AV) */
+	if (memcmp(h.secret, ck->peer.secret, sizeof(h.secret)) != 0 || h.origin != from) {
+		snprintf(why, wlen, "refused: not a copy from this job's node %u (wrong secret or "
+			 "origin; not answered)", from);
+		return -EPERM;
+	}
+	int rc = net_link_peer(ck->peer.rx, (const uint8_t *)m->b + sizeof(h) + sizeof(alen), alen,
+			       src, lerr, sizeof(lerr));
+	if (rc != 0) {
+		snprintf(why, wlen, "%s", lerr);
+		return rc;
+	}
+	*answer = true;
+	if (h.size == 0 || h.path[0] != '/') {
+		snprintf(why, wlen, "refused: not a copy from this job's node %u (wrong magic, "
+			 "secret or origin)", from);
+		return -EPERM;
+	}
+	char sz[32], a[32], b[32], f[4200] = "", dir[4200];
+	bool nvme = *ck->dir;
+	pthread_mutex_lock(&ck->mu);
+	if (nvme) {
+		struct statvfs vs;
+		uint64_t avail = statvfs(ck->dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize
+							   : UINT64_MAX;
+		/* the new copy will be one of `keep`: older ones beyond make room first */
+		if (ck->nvme_used + ck->peer.held_used + h.size > ck->cfg->checkpoint.nvme || h.size > avail)
+			held_prune(ck, h.origin, ck->cfg->checkpoint.keep ? ck->cfg->checkpoint.keep - 1 : 0);
+		if (ck->nvme_used + ck->peer.held_used + h.size > ck->cfg->checkpoint.nvme ||
+		    h.size > avail) {
+			snprintf(why, wlen, "no room on node %u's NVMe for a copy of %s (%s): "
+				 "[checkpoint] nvme %s, %s in use, %s free on the disk", ck->node,
+				 h.path, fmt_size(sz, sizeof(sz), h.size),
+				 fmt_size(a, sizeof(a), ck->cfg->checkpoint.nvme),
+				 fmt_size(b, sizeof(b), ck->nvme_used + ck->peer.held_used),
+				 fmt_size((char[32]){ 0 }, 32, avail));
+			pthread_mutex_unlock(&ck->mu);
+			return -ENOSPC;
+		}
+		ck->peer.held_used += h.size;
+	} else {
+		if (ck->mem_used + h.size > ck->cfg->checkpoint.memory)
+			held_prune(ck, h.origin, ck->cfg->checkpoint.keep ? ck->cfg->checkpoint.keep - 1 : 0);
+		if (ck->mem_used + h.size > ck->cfg->checkpoint.memory) {
+			snprintf(why, wlen, "no room in node %u's memory for a copy of %s (%s): "
+				 "[checkpoint] memory %s, %s in use (it has no NVMe tier)", ck->node,
+				 h.path, fmt_size(sz, sizeof(sz), h.size),
+				 fmt_size(a, sizeof(a), ck->cfg->checkpoint.memory),
+				 fmt_size(b, sizeof(b), ck->mem_used));
+			pthread_mutex_unlock(&ck->mu);
+			return -ENOSPC;
+		}
+		ck->mem_used += h.size;
+	}
+	pthread_mutex_unlock(&ck->mu);
+
+	int out = -1;
+	if (nvme) {
+		snprintf(dir, sizeof(dir), "%s/peer-%u", ck->dir, h.origin);
+		rc = mkdir_p(dir, 0700);
+		/* a temporary name: a copy sent again replaces the held one whole */
+		held_file(ck, h.origin, h.id, "data.tmp", f, sizeof(f));
+		out = rc == 0 ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+		if (out < 0 && rc == 0)
+			rc = -errno;
+	} else {
+		out = memfd_create("seer-ckpt-peer", MFD_CLOEXEC);
+		rc = out < 0 ? -errno : 0;
+	}
+	if (rc != 0) {
+		snprintf(why, wlen, "cannot create %s: %s", nvme ? f : "a memfd", strerror(-rc));
+		goto fail;
+	}
+	uint32_t crc = 0, want = 0, idx = 0;
+	for (uint64_t off = 0; off < h.size; off += CK_PEER_MSG, idx++) {
+		size_t n = (size_t)MIN((uint64_t)CK_PEER_MSG, h.size - off);
+		rc = rx_next(ck, seq, m);
+		if (rc == 0 && (CKT_TYPE(m->tag) != CKT_DATA || CKT_IDX(m->tag) != idx || m->n != n))
+			rc = -EPROTO;
+		if (rc != 0) {
+			snprintf(why, wlen, "node %u's copy of %s ended at byte %" PRIu64 " of %" PRIu64
+				 ": %s", h.origin, h.path, off, h.size,
+				 rc == -EAGAIN ? "a new copy began" : strerror(-rc));
+			goto fail;
+		}
+		crc = crc32c(crc, m->b, n);
+		rc = ckpt_write_all(out, m->b, n, (off_t)off);
+		if (rc != 0) {
+			snprintf(why, wlen, "writing %s: %s", nvme ? f : "a memfd", strerror(-rc));
+			goto fail;
+		}
+	}
+	rc = rx_next(ck, seq, m);
+	if (rc == 0 && (CKT_TYPE(m->tag) != CKT_END || m->n != sizeof(want)))
+		rc = -EPROTO;
+	if (rc == 0)
+		memcpy(&want, m->b, sizeof(want));
+	if (rc == 0 && want != crc) {
+		rc = -EBADMSG;
+		snprintf(why, wlen, "the copy of %s does not match its checksum (crc32c %08x, sent "
+			 "%08x): not kept", h.path, crc, want);
+		goto fail;
+	}
+	if (rc != 0) {
+		snprintf(why, wlen, "reading the checksum: %s",
+			 rc == -EAGAIN ? "a new copy began" : strerror(-rc));
+		goto fail;
+	}
+	if (nvme) {
+		if (fsync(out) != 0) {
+			rc = -errno;
+			snprintf(why, wlen, "fsync %s: %s", f, strerror(errno));
+			goto fail;
+		}
+		held_forget(ck, h.origin, h.id);
+		char data[4200], meta[4200], *text = NULL;
+		held_file(ck, h.origin, h.id, "data", data, sizeof(data));
+		if (rename(f, data) != 0 || (rc = ckpt_fsync_dir(data)) != 0) {
+			rc = rc ? rc : -errno;
+			snprintf(why, wlen, "rename %s to %s: %s", f, data, strerror(-rc));
+			goto fail;
+		}
+		str_copy(f, sizeof(f), data);
+		held_file(ck, h.origin, h.id, "meta", meta, sizeof(meta));
+		if (asprintf(&text, "seer-ckpt-peer 1\norigin %u\nid %016" PRIx64 "\nsize %" PRIu64
+			     "\ncrc32c %08x\npath %s\n", h.origin, h.id, h.size, crc, h.path) < 0)
+			abort();
+		rc = ckpt_record_write(meta, text);
+		free(text);
+		if (rc != 0) {
+			snprintf(why, wlen, "cannot record %s: %s", meta, strerror(-rc));
+			goto fail;
+		}
+		close(out);
+		out = -1;
+	}
+	if (!nvme)
+		held_forget(ck, h.origin, h.id);
+	struct ck_held *hd = calloc(1, sizeof(*hd));
+	if (!hd)
+		abort();
+	hd->origin = h.origin;
+	hd->id = h.id;
+	hd->size = h.size;
+	hd->path = xstrdup(h.path);
+	hd->memfd = nvme ? -1 : out;
+	hd->wall = time(NULL);
+	pthread_mutex_lock(&ck->mu);
+	struct ck_held **pp = &ck->peer.held;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = hd;
+	held_prune(ck, h.origin, MAX(ck->cfg->checkpoint.keep, 1));
+	pthread_mutex_unlock(&ck->mu);
+	log_info("copy of node %u's checkpoint %s (%s) held %s", h.origin, h.path,
+		 fmt_size(sz, sizeof(sz), h.size), nvme ? f : "in memory (no NVMe tier)");
+	return 0;
+fail:
+	if (out >= 0)
+		close(out);
+	if (nvme && *f)
+		unlink(f);
+	pthread_mutex_lock(&ck->mu);
+	if (nvme)
+		ck->peer.held_used -= h.size;
+	else
+		ck->mem_used -= h.size;
+	pthread_mutex_unlock(&ck->mu);
+	return rc;
+}
+
+/* A held copy's record found at start (ckpt_walk of <dir>/peer-<origin>/). */
+static void held_found(struct ckpt *ck, const struct ckpt_rec *r, void *arg)
+{
+	uint32_t origin = *(const uint32_t *)arg;
+	struct ck_held *h = calloc(1, sizeof(*h));
+	if (!h)
+		abort();
+	h->origin = origin;
+	h->id = r->id;
+	h->size = r->size;
+	h->path = xstrdup(r->path);
+	h->memfd = -1;
+	h->wall = r->sb.st_mtime;
+	/* oldest first, by arrival */
+	struct ck_held **pp = &ck->peer.held;
+	while (*pp && (*pp)->wall <= h->wall)
+		pp = &(*pp)->next;
+	h->next = *pp;
+	*pp = h;
+	ck->peer.held_used += r->size;
+	log_info("copy of node %u's checkpoint %s found on NVMe at %s", origin, r->path, r->data);
+}
+
+void ckpt_peer_recover(struct ckpt *ck)
+{
+	DIR *d = opendir(ck->dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		uint32_t origin;
+		char end;
+		if (sscanf(de->d_name, "peer-%" SCNu32 "%c", &origin, &end) != 1)
+			continue;
+		char sub[4200];
+		snprintf(sub, sizeof(sub), "%s/%s", ck->dir, de->d_name);
+		ckpt_walk(ck, sub, "seer-ckpt-peer", "held copy", held_found, &origin);
+	}
+	closedir(d);
+	/* retention per origin (held_prune frees: start over after each) */
+	uint64_t keep = MAX(ck->cfg->checkpoint.keep, 1);
+	for (bool again = true; again;) {
+		again = false;
+		for (struct ck_held *h = ck->peer.held; h && !again; h = h->next) {
+			size_t n = 0;
+			for (struct ck_held *g = ck->peer.held; g; g = g->next)
+				n += g->origin == h->origin;
+			if (n > keep) {
+				held_prune(ck, h->origin, keep);
+				again = true;
+			}
+		}
+	}
+}
+
+int ckpt_peer_open_held(struct ckpt *ck, const char *path, struct ck_item *hit)
+{
+	struct ck_held *hb = NULL;
+	for (struct ck_held *h = ck->peer.held; h; h = h->next)
+		if (strncmp(h->path, path, SEER_CKPT_PATH_MAX) == 0 && !(hb && hb->wall > h->wall))
+			hb = h;
+	struct stat sb;
+	/* as for our own copies: a PFS file written after the copy is newer */
+	if (!hb || (stat(hb->path, &sb) == 0 && sb.st_mtime > hb->wall + 1))
+		return -1;
+	char f[4200];
+	if (hb->memfd >= 0)
+		snprintf(f, sizeof(f), "/proc/self/fd/%d", hb->memfd);
+	else
+		held_file(ck, hb->origin, hb->id, "data", f, sizeof(f));
+	int fd = open(f, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		hit->id = hb->id;
+		hit->size = hb->size;
+		hit->path = hb->path;
+	}
+	return fd;
+}
+
+void ckpt_peer_list_json(struct ckpt *ck, void *json_root)
+{
+	json_t *root = json_root, *held = json_array();
+	if (!held)
+		abort();
+	uint64_t held_mem = 0;
+	for (struct ck_held *h = ck->peer.held; h; h = h->next) {
+		json_t *o = json_object();
+		if (!o)
+			abort();
+		char id[32];
+		snprintf(id, sizeof(id), "%016" PRIx64, h->id);
+		json_object_set_new(o, "origin", json_integer(h->origin));
+		json_object_set_new(o, "id", json_string(id));
+		json_object_set_new(o, "path", json_string(h->path));
+		json_object_set_new(o, "bytes", json_integer((json_int_t)h->size));
+		json_object_set_new(o, "where", json_string(h->memfd >= 0 ? "memory" : "nvme"));
+		json_array_append_new(held, o);
+		if (h->memfd >= 0)
+			held_mem += h->size;
+	}
+	json_object_set_new(root, "held", held);
+	json_object_set_new(root, "held_nvme", json_integer((json_int_t)ck->peer.held_used));
+	json_object_set_new(root, "held_memory", json_integer((json_int_t)held_mem));
+	json_object_set_new(root, "peer", *ck->peer.addr ? json_integer(ck->peer.node) : json_null());
+}
+
+void ckpt_peer_destroy(struct ckpt *ck)
+{
+	if (ck->peer.started_tx)
+		pthread_join(ck->peer.th_tx, NULL);
+	if (ck->peer.started_rx)
+		pthread_join(ck->peer.th_rx, NULL);
+	net_link_close(ck->peer.tx);
+	net_link_close(ck->peer.rx);
+	while (ck->peer.held) {
+		/* NVMe copies stay for a later seerd; memory copies go */
+		struct ck_held *h = ck->peer.held;
+		ck->peer.held = h->next;
+		if (h->memfd >= 0)
+			close(h->memfd);
+		free(h->path);
+		free(h);
+	}
+}
+
+/* The receiver: node - 1's copies, one at a time; anything but a HDR
+ * between copies (the rest of a refused or abandoned copy) is dropped. */
+static void *peer_rx_main(void *arg)
+{
+	struct ckpt *ck = arg;
+	struct ck_msg m = { 0 };
+	uint32_t from = (ck->node + ck->nnodes - 1) % ck->nnodes;
+	for (;;) {
+		pthread_mutex_lock(&ck->mu);
+		bool stop = ck->stop;
+		pthread_mutex_unlock(&ck->mu);
+		if (stop)
+			break;
+		if (!m.have) {
+			int rc = net_link_recv(ck->peer.rx, &m.b, &m.n, &m.tag, 0.2);
+			if (rc != 0) {
+				if (rc != -ETIMEDOUT)
+					log_debug("checkpoints: peer receive: %s", strerror(-rc));
+				continue;
+			}
+			if (CKT_TYPE(m.tag) != CKT_HDR)
+				continue;
+		}
+		uint32_t seq = CKT_SEQ(m.tag);
+		struct ck_peer_ack ack = { 0 };
+		uint64_t src = 0;
+		bool answer = false;
+		ack.status = held_receive(ck, &m, &src, &answer, ack.msg, sizeof(ack.msg));
+		if (ack.status == -ECANCELED)
+			break;
+		if (ack.status != 0)
+			log_warn("checkpoint copy from node %u not kept: %s", from, ack.msg);
+		if (!answer)
+			continue;
+		/* the answer goes from the send buffer: the receive buffer may hold
+		 * the next copy's HDR (m.have) */
+		int rc = net_link_send_ready(ck->peer.rx, peer_timeout_s(ck));
+		if (rc == 0) {
+			memcpy(net_link_send_buf(ck->peer.rx), &ack, sizeof(ack));
+			rc = net_link_send(ck->peer.rx, src, CKT(CKT_ACK, seq, 0), sizeof(ack),
+					   peer_timeout_s(ck));
+		}
+		if (rc != 0)
+			log_info("checkpoints: the answer to node %u's copy was not delivered (%s): "
+				 "it sends the copy again", from, strerror(-rc));
+	}
+	return NULL;
+}
+
+/* The answer to copy `seq` (waiting until `end`, now_s() clock; 0: only
+ * what arrived): 1 with *ack, 0 none yet, -errno. */
+static int tx_answer(struct ckpt *ck, uint32_t seq, double end, struct ck_peer_ack *ack)
+{
+	for (;;) {
+		const void *b;
+		size_t n;
+		uint64_t tag;
+		int rc = net_link_recv(ck->peer.tx, &b, &n, &tag, MAX(end - now_s(), 0.0));
+		if (rc == -ETIMEDOUT)
+			return 0;
+		if (rc != 0)
+			return rc;
+		if (CKT_TYPE(tag) == CKT_ACK && CKT_SEQ(tag) == seq && n == sizeof(*ack)) {
+			memcpy(ack, b, sizeof(*ack));
+			ack->msg[sizeof(ack->msg) - 1] = '\0';
+			return 1;
+		}
+		/* an answer to an earlier try: dropped */
+	}
+}
+
+/* Send it to the peer node and wait for its answer: 0 once the peer has a
+ * complete, fsync'd copy whose checksum it checked; -errno with why. */
+static int peer_send(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen)
+{
+	struct net_link *l = ck->peer.tx;
+	uint8_t *sb = net_link_send_buf(l);
+	double tmo = peer_timeout_s(ck);
+	uint32_t seq = ++ck->peer.seq & 0x0fffffffu;
+	int in = -1, rc = 0;
+	char src[4200] = "";
+	const char *step = "the header";
+	if (!it->mem) {
+		ckpt_nvme_file(ck, it->id, "data", src, sizeof(src));
+		in = open(src, O_RDONLY | O_CLOEXEC);
+		if (in < 0) {
+			rc = -errno;
+			snprintf(why, wlen, "cannot read its NVMe copy %s: %s", src, strerror(errno));
+			return rc;
+		}
+	}
+	struct ck_peer_hdr h = { .magic = CK_PEER_MAGIC, .origin = ck->node, .id = it->id,
+				 .size = it->size };
+	memcpy(h.secret, ck->peer.dest_secret, sizeof(h.secret));
+	str_copy(h.path, sizeof(h.path), it->path);
+	uint32_t alen = (uint32_t)ck->peer.tx_addr_len;
+	/* an earlier try's send the provider could not cancel owns the buffer */
+	step = "an earlier try's bytes, still in flight";
+	rc = net_link_send_ready(l, tmo);
+	if (rc != 0)
+		goto fail;
+	step = "the header";
+	memcpy(sb, &h, sizeof(h));
+	memcpy(sb + sizeof(h), &alen, sizeof(alen));
+	memcpy(sb + sizeof(h) + sizeof(alen), ck->peer.tx_addr, alen);
+	rc = net_link_send(l, ck->peer.to, CKT(CKT_HDR, seq, 0), sizeof(h) + sizeof(alen) + alen,
+			   tmo);
+	uint32_t crc = 0, idx = 0;
+	struct ck_peer_ack ack = { 0 };
+	int got = 0;
+	for (uint64_t off = 0; rc == 0 && !got && off < it->size; off += CK_PEER_MSG, idx++) {
+		size_t n = (size_t)MIN((uint64_t)CK_PEER_MSG, it->size - off);
+		if (it->mem) {
+			memcpy(sb, it->mem + off, n);
+		} else if (pread(in, sb, n, (off_t)off) != (ssize_t)n) {
+			rc = -EIO;
+			snprintf(why, wlen, "reading its NVMe copy %s: short read", src);
+			goto out;
+		}
+		crc = crc32c(crc, sb, n);
+		step = "the bytes";
+		rc = net_link_send(l, ck->peer.to, CKT(CKT_DATA, seq, idx), n, tmo);
+		pthread_mutex_lock(&ck->mu);
+		if (ck->stop)
+			rc = -ECANCELED;
+		pthread_mutex_unlock(&ck->mu);
+		/* a refusal comes early: the rest is not sent */
+		if (rc == 0)
+			got = tx_answer(ck, seq, 0, &ack);
+	}
+	if (rc == 0 && !got) {
+		step = "the checksum";
+		memcpy(sb, &crc, sizeof(crc));
+		rc = net_link_send(l, ck->peer.to, CKT(CKT_END, seq, 0), sizeof(crc), tmo);
+	}
+	if (rc == 0 && !got) {
+		step = "its answer (received, checked, fsync'd)";
+		got = tx_answer(ck, seq, now_s() + tmo, &ack);
+	}
+	if (rc == 0 && got == 0)
+		rc = -ETIMEDOUT;
+	else if (rc == 0 && got < 0)
+		rc = got;
+fail:
+	if (rc != 0 && rc != -ECANCELED) {
+		snprintf(why, wlen, "node %u's seerd (libfabric %s), %s: %s", ck->peer.node,
+			 ck->peer.addr, step, strerror(-rc));
+	} else if (rc == 0 && ack.status != 0) {
+		rc = ack.status < 0 ? ack.status : -EIO;
+		snprintf(why, wlen, "node %u refused the copy: %s", ck->peer.node, ack.msg);
+	}
+out:
+	if (in >= 0)
+		close(in);
+	return rc;
+}
+
+/* The next copy to send: a pending one, or a failed one whose retry is
+ * due; *next_retry: the earliest retry not yet due (0: none). */
+static struct ck_item *next_peer(struct ckpt *ck, double t, double *next_retry)
+{
+	*next_retry = 0;
+	for (struct ck_item *it = ck->items; it; it = it->next) {
+		if (!it->committed || it->peer_busy || it->st[SEER_CKL_LOCAL] == SEER_CKS_PENDING)
+			continue;
+		if (it->st[SEER_CKL_PEER] == SEER_CKS_PENDING)
+			return it;
+		if (it->st[SEER_CKL_PEER] == SEER_CKS_FAILED && it->peer_retry) {
+			if (t >= it->peer_retry_at)
+				return it;
+			if (!*next_retry || it->peer_retry_at < *next_retry)
+				*next_retry = it->peer_retry_at;
+		}
+	}
+	return NULL;
+}
+
+/* Waits on ck->cv until `until` (now_s() clock; 0: until signalled). */
+static void tx_wait(struct ckpt *ck, double until)
+{
+	if (!until) {
+		pthread_cond_wait(&ck->cv, &ck->mu);
+		return;
+	}
+	double w = MAX(until - now_s(), 0.0) + 0.001;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)w;
+	ts.tv_nsec += (long)((w - (double)(time_t)w) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&ck->cv, &ck->mu, &ts);
+}
+
+/* The sender: each committed checkpoint to node + 1, one at a time; a
+ * failed copy is tried again after CK_PEER_RETRY_MIN_S, doubling up to
+ * CK_RETRY_S, while seerd has its bytes (NVMe or memory). */
+static void *peer_tx_main(void *arg)
+{
+	struct ckpt *ck = arg;
+	pthread_mutex_lock(&ck->mu);
+	while (!ck->stop) {
+		double next_retry;
+		struct ck_item *it = next_peer(ck, now_s(), &next_retry);
+		if (!it) {
+			tx_wait(ck, next_retry);
+			continue;
+		}
+		if (!it->mem && !it->on_nvme) {
+			/* retention removed the NVMe copy, or the memory went after the drain */
+			bool retry = it->st[SEER_CKL_PEER] == SEER_CKS_FAILED;
+			it->st[SEER_CKL_PEER] = SEER_CKS_FAILED;
+			it->peer_retry = false;
+			char last[SEER_ERRMSG_MAX];
+			str_copy(last, sizeof(last), it->peer_why);
+			snprintf(it->peer_why, sizeof(it->peer_why), "no copy of %s is left to send to "
+				 "node %u%s%s", it->path, ck->peer.node, retry ? " (retention removed it "
+				 "while retrying; the last try: " : "", retry ? last : "");
+			if (retry)
+				str_copy(it->peer_why + strlen(it->peer_why),
+					 sizeof(it->peer_why) - strlen(it->peer_why), ")");
+			log_warn("checkpoint %s: no peer copy: %s", it->path, it->peer_why);
+			ckpt_wake_svc(ck);
+			continue;
+		}
+		it->peer_busy = true;
+		uint32_t tries = it->peer_fails + 1;
+		pthread_mutex_unlock(&ck->mu);
+		char why[SEER_ERRMSG_MAX] = "", sz[32];
+		double t0 = now_s();
+		int rc = peer_send(ck, it, why, sizeof(why));
+		double dt = now_s() - t0;
+		if (rc == 0) {
+			/* recorded before "done": a restarted seerd does not send it again */
+			pthread_mutex_lock(&ck->mu);
+			it->rec_peer = ck->peer.node;
+			bool nvme = it->on_nvme;
+			pthread_mutex_unlock(&ck->mu);
+			if (nvme && ckpt_meta_write(ck, it) != 0)
+				log_warn("checkpoint %s: cannot record its peer copy on NVMe (a restarted "
+					 "seerd sends it again)", it->path);
+		}
+		pthread_mutex_lock(&ck->mu);
+		it->peer_busy = false;
+		if (rc == 0) {
+			it->st[SEER_CKL_PEER] = SEER_CKS_DONE;
+			it->peer_retry = false;
+			it->peer_why[0] = '\0';
+			log_info("checkpoint %s (%s) copied to node %u in %.2f s%s", it->path,
+				 fmt_size(sz, sizeof(sz), it->size), ck->peer.node, dt,
+				 tries > 1 ? " (after failed tries)" : "");
+		} else if (rc != -ECANCELED) {
+			it->st[SEER_CKL_PEER] = SEER_CKS_FAILED;
+			it->peer_fails = tries;
+			double back = MIN(CK_PEER_RETRY_MIN_S * (double)(1u << MIN(tries - 1, 10u)),
+					  CK_RETRY_S);
+			it->peer_retry = true;
+			it->peer_retry_at = now_s() + back;
+			snprintf(it->peer_why, sizeof(it->peer_why), "%s; seerd tries again in %.0f s "
+				 "(%u failed); the local and PFS copies go on", why, back, tries);
+			if (tries == 1 || tries % 30 == 0)
+				log_warn("checkpoint %s: no peer copy yet: %s", it->path, it->peer_why);
+		} else {
+			break;
+		}
+		if (!it->on_nvme && it->mem && !ckpt_item_held(it) && it->st[SEER_CKL_PFS] == SEER_CKS_DONE)
+			ckpt_item_free_mem(ck, it);
+		ckpt_prune(ck, 0);
+		pthread_cond_broadcast(&ck->cv);
+		pthread_cond_broadcast(&ck->idle);
+		ckpt_wake_svc(ck);
+	}
+	pthread_mutex_unlock(&ck->mu);
+	return NULL;
+}
+
+static void hex_put(char *out, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", p[i]);
+	out[2 * n] = '\0';
+}
+
+static size_t hex_get(uint8_t *out, size_t cap, const char *hex)
+{
+	size_t n = strlen(hex) / 2;
+	if (n > cap || strlen(hex) % 2)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (sscanf(hex + 2 * i, "%2hhx", &out[i]) != 1)
+			return 0;
+	return n;
+}
+
+int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len)
+{
+	addr[0] = '\0';
+	if (!ck || !ck->cfg->checkpoint.peers || nnodes < 2)
+		return 0;
+	ck->nnodes = nnodes; /* before the receiver starts: it checks the origin */
+	char err[SEER_ERRMSG_MAX] = "";
+	const char *prov = ck->cfg->net.provider;
+	/* two links: the receiver's (node - 1's copies) and the sender's
+	 * (its address goes in each HDR, for the answer) */
+	ck->peer.rx = net_link_open(prov, 4096, CK_PEER_MSG, err, sizeof(err));
+	if (ck->peer.rx)
+		ck->peer.tx = net_link_open(prov, CK_PEER_MSG, 4096, err, sizeof(err));
+	uint8_t a[CK_PEER_ADDR_MAX];
+	size_t alen = 0;
+	int rc = ck->peer.tx ? net_link_addr(ck->peer.rx, a, sizeof(a), &alen) : -EIO;
+	if (rc == 0)
+		rc = net_link_addr(ck->peer.tx, ck->peer.tx_addr, sizeof(ck->peer.tx_addr),
+				   &ck->peer.tx_addr_len);
+	if (rc == 0 && getrandom(ck->peer.secret, sizeof(ck->peer.secret), 0) !=
+			       (ssize_t)sizeof(ck->peer.secret))
+		rc = -errno;
+	if (rc == 0 && pthread_create(&ck->peer.th_rx, NULL, peer_rx_main, ck) != 0)
+		rc = -EAGAIN;
+	if (rc != 0) {
+		log_warn("checkpoints: no peer copies: %s", err[0] ? err : rc == -ENOSPC
+			 ? "the provider's address is too long" : strerror(-rc));
+		net_link_close(ck->peer.tx);
+		net_link_close(ck->peer.rx);
+		ck->peer.tx = ck->peer.rx = NULL;
+		return rc;
+	}
+	ck->peer.started_rx = true;
+	uint32_t r;
+	if (getrandom(&r, sizeof(r), 0) == (ssize_t)sizeof(r))
+		ck->peer.seq = r; /* a new seerd's copies never look like an old one's */
+	/* the receiver's address, then the secret, hex */
+	char ah[2 * CK_PEER_ADDR_MAX + 1], sh[33];
+	hex_put(ah, a, alen);
+	hex_put(sh, ck->peer.secret, sizeof(ck->peer.secret));
+	if (snprintf(addr, len, "%s %s", ah, sh) >= (int)len)
+		addr[0] = '\0';
+	return 0;
+}
+
+void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char *addrs,
+		     size_t stride)
+{
+	if (!ck || ck->node != node || (ck->peer.rx && ck->nnodes != nnodes))
+		return;
+	if (!ck->cfg->checkpoint.peers || nnodes < 2)
+		return;
+	uint32_t to = (node + 1) % nnodes;
+	const char *a = addrs + stride * to;
+	char ah[2 * CK_PEER_ADDR_MAX + 2] = "", sh[64] = "", err[SEER_ERRMSG_MAX] = "";
+	uint8_t addr[CK_PEER_ADDR_MAX];
+	size_t alen = 0;
+	bool ok = ck->peer.tx && strnlen(a, stride) < stride &&
+		  sscanf(a, "%201s %63s", ah, sh) == 2 && strlen(sh) == 32 &&
+		  (alen = hex_get(addr, sizeof(addr), ah)) > 0 &&
+		  hex_get(ck->peer.dest_secret, sizeof(ck->peer.dest_secret), sh) == 16;
+	if (ok && net_link_peer(ck->peer.tx, addr, alen, &ck->peer.to, err, sizeof(err)) != 0) {
+		log_warn("checkpoints: no peer copies to node %u: %s", to, err);
+		ok = false;
+	}
+	pthread_mutex_lock(&ck->mu);
+	ck->peer.node = to;
+	if (ok)
+		str_copy(ck->peer.addr, sizeof(ck->peer.addr), net_link_provider(ck->peer.tx));
+	pthread_mutex_unlock(&ck->mu);
+	if (!ok) {
+		if (ck->peer.tx)
+			log_warn("checkpoints: node %u takes no peer copies: checkpoints have no "
+				 "\"peer\" level", to);
+		else
+			log_warn("checkpoints: this node's libfabric links did not open (logged "
+				 "above): checkpoints have no \"peer\" level");
+		return;
+	}
+	if (pthread_create(&ck->peer.th_tx, NULL, peer_tx_main, ck) != 0) {
+		log_warn("checkpoints: cannot start the peer sender thread: no \"peer\" level");
+		pthread_mutex_lock(&ck->mu);
+		ck->peer.addr[0] = '\0';
+		pthread_mutex_unlock(&ck->mu);
+		return;
+	}
+	ck->peer.started_tx = true;
+	/* copies found on NVMe at start: sent again unless their record says
+	 * this peer confirmed them (seerd stopped before the peer answered) */
+	unsigned again = 0, held = 0;
+	pthread_mutex_lock(&ck->mu);
+	for (struct ck_item *it = ck->items; it; it = it->next) {
+		if (!it->recovered || !it->on_nvme || it->st[SEER_CKL_PEER] != SEER_CKS_OFF)
+			continue;
+		bool done = it->rec_peer == (int64_t)ck->peer.node;
+		it->st[SEER_CKL_PEER] = done ? SEER_CKS_DONE : SEER_CKS_PENDING;
+		again += !done;
+		held += done;
+	}
+	pthread_cond_broadcast(&ck->cv);
+	pthread_mutex_unlock(&ck->mu);
+	log_info("checkpoints: a copy of each goes to node %u over libfabric (provider %s)",
+		 ck->peer.node, ck->peer.addr);
+	if (again || held)
+		log_info("checkpoints: of the copies found on NVMe, %u are held by node %u, %u not "
+			 "confirmed by it: sending them again", held, ck->peer.node, again);
+}
