@@ -112,7 +112,7 @@ struct walk {
 	pthread_mutex_t mu;
 	pthread_cond_t work_cv;   /* a listing queued, or quit */
 	pthread_cond_t done_cv;   /* a listing done */
-	size_t ahead;             /* frames nearest the top listed ahead; 0: none */
+	size_t ahead;             /* frames nearest the top listed ahead; 0: none (set under mu) */
 	size_t nqueued;           /* listings queued, not begun (under mu) */
 	bool quit;                /* helpers: return (under mu) */
 };
@@ -441,9 +441,11 @@ int catalog_walk_tree(const char *root, const struct fmt_ops *fmt, const struct 
 	for (unsigned k = 1; k < nth; k++, started++)
 		if (pthread_create(&th[started], NULL, walk_helper, &w) != 0)
 			break; /* fewer helpers: the walk is slower, not wrong */
-	w.ahead = started ? (size_t)WALK_AHEAD * (started + 1) : 0;
 	int rc = 0;
+	pthread_mutex_lock(&w.mu);
+	w.ahead = started ? (size_t)WALK_AHEAD * (started + 1) : 0;
 	push_dir(&w, xstrdup(""));
+	pthread_mutex_unlock(&w.mu);
 	while (rc == 0 && w.nstack > 0) {
 		if (out->prog && atomic_load(&out->prog->stop)) {
 			snprintf(err, errlen, "dataset %s: the catalog build was stopped", root);
