@@ -315,22 +315,24 @@ static int walk_one(struct walk *w, const char *rel, struct listing *ls)
 		rc = rc == -ENOMEM ? rc : SEER_EDATASET;
 	}
 	size_t room = PATH_MAX - strlen(w->root) - 1; /* "root/" + rel + NUL fits PATH_MAX */
-	size_t n0 = w->nstack;
-	pthread_mutex_lock(&w->mu);
+	size_t n0 = w->nstack; /* written by this thread only */
 	for (size_t i = ls->n; rc == 0 && i-- > 0;) { /* reversed: the stack pops them in order */
 		struct entry *e = &ls->ents[i];
 		char *child = *rel ? xasprintf("%s/%s", rel, e->name) : xstrdup(e->name);
 		if (strlen(child) >= room)
 			rc = path_too_long(w, child);
-		if (rc == 0 && e->dir)
+		if (rc == 0 && e->dir) {
+			pthread_mutex_lock(&w->mu);
 			push_dir(w, child);
-		else if (rc == 0 && (!w->fmt->accept || w->fmt->accept(w->params, child)))
+			pthread_mutex_unlock(&w->mu);
+		} else if (rc == 0 && (!w->fmt->accept || w->fmt->accept(w->params, child)))
 			add_file(w, child);
 		else
 			free(child);
 	}
 	/* frames pushed out of the window lose their listing (one in hand is
 	 * dropped by its helper when done) */
+	pthread_mutex_lock(&w->mu);
 	for (size_t i = n0 > w->ahead ? n0 - w->ahead : 0; i + w->ahead < w->nstack && i < n0; i++) {
 		struct listing *x = w->stack[i].ls;
 		if (!x || x->state == LS_RUNNING)
@@ -408,10 +410,10 @@ static struct listing *walk_pop(struct walk *w, char **rel)
 			listing_free(ls);
 			ls = NULL;
 		}
-		while (ls && ls->state != LS_DONE)
-			pthread_cond_wait(&w->done_cv, &w->mu);
 	}
-	walk_refill(w);
+	walk_refill(w); /* the frame that came into the window, for an idle helper */
+	while (ls && ls->state != LS_DONE)
+		pthread_cond_wait(&w->done_cv, &w->mu);
 	pthread_mutex_unlock(&w->mu);
 	if (!ls) {
 		ls = xcalloc(1, sizeof(*ls));
