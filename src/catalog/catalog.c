@@ -355,7 +355,9 @@ static int cat_build(const struct catalog_opts *o, const struct fmt_ops *fmt, co
 	if (old)
 		walk_from(&w, &b.pool, old);
 	else
-		rc = catalog_walk_tree(root, fmt, &o->params, o->progress, &b.pool, &w, err, errlen);
+		rc = catalog_walk_tree(root, fmt, &o->params, o->progress,
+				       o->threads ? o->threads : CAT_SCAN_THREADS, &b.pool, &w, err,
+				       errlen);
 	if (rc == 0)
 		rc = list_files(&b, &w, err, errlen);
 	if (rc == 0)

@@ -49,11 +49,14 @@ struct catalog_walk {
 	uint64_t skipped_links;  /* links to directories walked before, not followed */
 	struct catalog_progress *prog; /* set by the caller: counts `listed`, obeys `stop` */
 };
-/* Walk root. 0, or SEER_EDATASET / -errno with why in err (naming the path),
- * -ECANCELED when w->prog->stop was set.
+/* Walk root, listing up to `threads` directories at once (the result is the
+ * same for any number; 0 or 1: one). 0, or SEER_EDATASET / -errno with why in
+ * err (naming the path, the first failing one in walk order), -ECANCELED when
+ * w->prog->stop was set.
  * w holds what was found so far either way: free it with catalog_walk_free. */
 int catalog_walk_tree(const char *root, const struct fmt_ops *fmt, const struct catalog_params *params,
-		  bool progress, struct strpool *pool, struct catalog_walk *w, char *err, size_t errlen);
+		      bool progress, unsigned threads, struct strpool *pool, struct catalog_walk *w,
+		      char *err, size_t errlen);
 void catalog_walk_free(struct catalog_walk *w);
 /* The class directories of root as torchvision's find_classes lists them:
  * every entry that is a directory, a symbolic link to one included, hidden

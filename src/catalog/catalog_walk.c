@@ -21,7 +21,26 @@
  * Readers open samples by their full path, so a path longer than PATH_MAX is
  * an error naming it (abbreviated) and saying what to do.
  *
- * Runs on the thread building the catalog; logs warnings, never aborts. */
+ * Listing ahead. On a parallel file system each directory's open, fstat and
+ * getdents are metadata round trips (about 1 ms each), so the directories the
+ * walk will enter next are listed ahead by helper threads: the WALK_AHEAD
+ * per thread frames nearest the top of the stack (the next popped) each get
+ * a listing (open, fstat, entries read and sorted), which the walk consumes
+ * when it pops that frame, or makes itself when none was begun. A listing
+ * depends only on its path, so the walk's output is the serial walk's: the
+ * (dev, ino) dedupe, the directories and files recorded, the links skipped
+ * and their warnings, the PATH_MAX checks and every error stay on the walking
+ * thread, in walk order (a listing's error is reported when the walk reaches
+ * that directory, never before). A frame pushed out of the window by new
+ * subdirectories loses its listing (freed; listed again when the walk comes
+ * near it), so at most window + threads listings are held. The stop flag is
+ * read at each directory; the helpers then finish the listing in hand.
+ *
+ * Threads: the thread building the catalog walks; it owns w->out, the pool,
+ * the seen table and the warnings. The helpers (started and joined within
+ * catalog_walk_tree) read root_fd and a frame's path, and write only their
+ * listing; the stack, the frames' listing pointers and the listings' states
+ * are under w->mu. Logs warnings, never aborts. */
 #define _GNU_SOURCE
 #include "catalog_int.h"
 
@@ -29,6 +48,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +59,31 @@
 #include "../util/util.h"
 
 #define WALK_WARN_MAX 5 /* skipped links reported one by one; then counted */
+#define WALK_THREADS_MAX 32u /* directories listed at once, the walking thread's among them */
+#define WALK_AHEAD 4u   /* frames listed ahead per thread */
+
+struct entry {
+	char *name;
+	bool dir;
+};
+
+/* One directory listed (list_dir): opened and stat'ed, or why not; its
+ * entries, sorted. */
+struct listing {
+	int open_err;         /* errno of the open or fstat; 0: opened */
+	int list_rc;          /* read_entries' result when opened */
+	struct stat st;
+	struct entry *ents;
+	size_t n;
+	enum { LS_QUEUED, LS_RUNNING, LS_DONE } state; /* under mu */
+	bool claimed;         /* popped by the walk, which waits for it (under mu) */
+};
+
+/* A directory still to walk. */
+struct frame {
+	char *rel;            /* relative path, owned */
+	struct listing *ls;   /* NULL: not listed ahead (under mu) */
+};
 
 /* A directory walked: its identity, and the pool offset of the path that
  * first reached it (to name it when a link leads there again). */
@@ -59,11 +104,17 @@ struct walk {
 	bool progress;
 	struct seen *seen;        /* open addressing on (dev, ino) */
 	size_t nseen, capseen;
-	char **stack;             /* directories still to walk (relative paths, owned) */
+	struct frame *stack;      /* directories still to walk (under mu) */
 	size_t nstack, capstack;
 	uint64_t skipped;         /* links to directories not followed */
 	char *err;
 	size_t errlen;
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv;   /* a listing queued, or quit */
+	pthread_cond_t done_cv;   /* a listing done */
+	size_t ahead;             /* frames nearest the top listed ahead; 0: none (set under mu) */
+	size_t nqueued;           /* listings queued, not begun (under mu) */
+	bool quit;                /* helpers: return (under mu) */
 };
 
 static size_t seen_home(const struct walk *w, dev_t dev, ino_t ino)
@@ -107,13 +158,14 @@ static struct seen *seen_add(struct walk *w, dev_t dev, ino_t ino, bool *first)
 	return &w->seen[i];
 }
 
+/* Under mu. */
 static void push_dir(struct walk *w, char *rel)
 {
 	if (w->nstack == w->capstack) {
 		w->capstack = MAX(w->capstack * 2, (size_t)64);
-		w->stack = xrealloc(w->stack, w->capstack * sizeof(char *));
+		w->stack = xrealloc(w->stack, w->capstack * sizeof(*w->stack));
 	}
-	w->stack[w->nstack++] = rel;
+	w->stack[w->nstack++] = (struct frame){ .rel = rel };
 }
 
 static void add_file(struct walk *w, char *rel)
@@ -155,11 +207,6 @@ static int path_too_long(struct walk *w, const char *rel)
 		 "dataset.path deeper", w->root, catalog_path_abbrev(a, sizeof(a), rel), PATH_MAX);
 	return SEER_EDATASET;
 }
-
-struct entry {
-	char *name;
-	bool dir;
-};
 
 static int cmp_entry(const void *a, const void *b)
 {
@@ -209,34 +256,47 @@ static int read_entries(int fd, struct entry **out, size_t *n)
 	return rc;
 }
 
-/* Open the directory rel, or say why not. */
-static int open_dir(struct walk *w, const char *rel, int *fd, struct stat *st)
+static void listing_free(struct listing *ls)
 {
-	*fd = openat(w->root_fd, *rel ? rel : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (*fd < 0 || fstat(*fd, st) != 0) {
-		int e = errno;
-		char a[CAT_PATH_SHOW];
-		if (*fd >= 0)
-			close(*fd);
+	for (size_t i = 0; ls && i < ls->n; i++)
+		free(ls->ents[i].name);
+	if (ls)
+		free(ls->ents);
+	free(ls);
+}
+
+/* List the directory rel into ls: open, fstat, entries read and sorted (any
+ * thread: reads only root_fd). */
+static void list_dir(int root_fd, const char *rel, struct listing *ls)
+{
+	int fd = openat(root_fd, *rel ? rel : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &ls->st) != 0) {
+		ls->open_err = errno;
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	ls->list_rc = read_entries(fd, &ls->ents, &ls->n);
+	if (ls->n > 1)
+		qsort(ls->ents, ls->n, sizeof(*ls->ents), cmp_entry);
+}
+
+/* Walk one directory from its listing: record it, list its files, push its
+ * subdirectories. Consumes ls. */
+static int walk_one(struct walk *w, const char *rel, struct listing *ls)
+{
+	char a[CAT_PATH_SHOW];
+	if (ls->open_err) {
+		int e = ls->open_err;
+		listing_free(ls);
 		snprintf(w->err, w->errlen, "dataset %s: cannot open directory %s: %s", w->root,
 			 *rel ? catalog_path_abbrev(a, sizeof(a), rel) : ".", strerror(e));
 		return e == ENOMEM ? -ENOMEM : SEER_EDATASET;
 	}
-	return 0;
-}
-
-/* Walk one directory: record it, list its files, push its subdirectories. */
-static int walk_one(struct walk *w, const char *rel)
-{
-	int fd;
-	struct stat st;
-	int rc = open_dir(w, rel, &fd, &st);
-	if (rc)
-		return rc;
 	bool first;
-	struct seen *s = seen_add(w, st.st_dev, st.st_ino, &first);
+	struct seen *s = seen_add(w, ls->st.st_dev, ls->st.st_ino, &first);
 	if (!first) {
-		close(fd);
+		listing_free(ls);
 		skip_dir(w, rel, s);
 		return 0;
 	}
@@ -246,38 +306,126 @@ static int walk_one(struct walk *w, const char *rel)
 		o->capdirs = MAX(o->capdirs * 2, (size_t)64);
 		o->dirs = xrealloc(o->dirs, o->capdirs * sizeof(*o->dirs));
 	}
-	o->dirs[o->ndirs++] = (struct catalog_dir){ .path_off = off, .mtime_ns = catalog_ts_ns(&st.st_mtim) };
-	struct entry *ents = NULL;
-	size_t n = 0;
-	rc = read_entries(fd, &ents, &n);
+	o->dirs[o->ndirs++] = (struct catalog_dir){ .path_off = off,
+						    .mtime_ns = catalog_ts_ns(&ls->st.st_mtim) };
+	int rc = ls->list_rc;
 	if (rc) {
-		char a[CAT_PATH_SHOW];
 		snprintf(w->err, w->errlen, "dataset %s: cannot list directory %s: %s", w->root,
 			 *rel ? catalog_path_abbrev(a, sizeof(a), rel) : ".", strerror(-rc));
 		rc = rc == -ENOMEM ? rc : SEER_EDATASET;
 	}
-	if (n > 1)
-		qsort(ents, n, sizeof(*ents), cmp_entry);
 	size_t room = PATH_MAX - strlen(w->root) - 1; /* "root/" + rel + NUL fits PATH_MAX */
-	for (size_t i = n; rc == 0 && i-- > 0;) { /* reversed: the stack pops them in order */
-		char *child = *rel ? xasprintf("%s/%s", rel, ents[i].name) : xstrdup(ents[i].name);
+	size_t n0 = w->nstack; /* written by this thread only */
+	for (size_t i = ls->n; rc == 0 && i-- > 0;) { /* reversed: the stack pops them in order */
+		struct entry *e = &ls->ents[i];
+		char *child = *rel ? xasprintf("%s/%s", rel, e->name) : xstrdup(e->name);
 		if (strlen(child) >= room)
 			rc = path_too_long(w, child);
-		if (rc == 0 && ents[i].dir)
+		if (rc == 0 && e->dir) {
+			pthread_mutex_lock(&w->mu);
 			push_dir(w, child);
-		else if (rc == 0 && (!w->fmt->accept || w->fmt->accept(w->params, child)))
+			pthread_mutex_unlock(&w->mu);
+		} else if (rc == 0 && (!w->fmt->accept || w->fmt->accept(w->params, child)))
 			add_file(w, child);
 		else
 			free(child);
 	}
-	for (size_t i = 0; i < n; i++)
-		free(ents[i].name);
-	free(ents);
+	/* frames pushed out of the window lose their listing (one in hand is
+	 * dropped by its helper when done) */
+	pthread_mutex_lock(&w->mu);
+	for (size_t i = n0 > w->ahead ? n0 - w->ahead : 0; i + w->ahead < w->nstack && i < n0; i++) {
+		struct listing *x = w->stack[i].ls;
+		if (!x || x->state == LS_RUNNING)
+			continue;
+		if (x->state == LS_QUEUED)
+			w->nqueued--;
+		listing_free(x);
+		w->stack[i].ls = NULL;
+	}
+	pthread_mutex_unlock(&w->mu);
+	listing_free(ls);
 	return rc;
 }
 
+/* Under mu: queue a listing for each frame of the window that has none. */
+static void walk_refill(struct walk *w)
+{
+	size_t lo = w->nstack > w->ahead ? w->nstack - w->ahead : 0;
+	bool queued = false;
+	for (size_t i = w->nstack; i-- > lo;) {
+		if (w->stack[i].ls)
+			continue;
+		w->stack[i].ls = xcalloc(1, sizeof(struct listing));
+		w->nqueued++;
+		queued = true;
+	}
+	if (queued)
+		pthread_cond_broadcast(&w->work_cv);
+}
+
+/* A helper: lists the queued frame nearest the top, until quit. */
+static void *walk_helper(void *arg)
+{
+	struct walk *w = arg;
+	pthread_mutex_lock(&w->mu);
+	while (!w->quit) {
+		size_t pos = SIZE_MAX; /* queued listings are all in the window */
+		size_t lo = w->nstack > w->ahead ? w->nstack - w->ahead : 0;
+		for (size_t i = w->nstack; w->nqueued > 0 && pos == SIZE_MAX && i-- > lo;)
+			if (w->stack[i].ls && w->stack[i].ls->state == LS_QUEUED)
+				pos = i;
+		if (pos == SIZE_MAX) {
+			pthread_cond_wait(&w->work_cv, &w->mu);
+			continue;
+		}
+		struct listing *ls = w->stack[pos].ls;
+		const char *rel = w->stack[pos].rel; /* freed only once ls is done */
+		ls->state = LS_RUNNING;
+		w->nqueued--;
+		pthread_mutex_unlock(&w->mu);
+		list_dir(w->root_fd, rel, ls);
+		pthread_mutex_lock(&w->mu);
+		ls->state = LS_DONE;
+		if (!ls->claimed && pos + w->ahead < w->nstack) { /* pushed out of the window */
+			listing_free(ls);
+			w->stack[pos].ls = NULL;
+		}
+		pthread_cond_broadcast(&w->done_cv);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* Pop the next directory and its listing (waited for when a helper has it
+ * in hand; made here when none was begun). */
+static struct listing *walk_pop(struct walk *w, char **rel)
+{
+	pthread_mutex_lock(&w->mu);
+	struct frame f = w->stack[--w->nstack];
+	struct listing *ls = f.ls;
+	if (ls) {
+		ls->claimed = true;
+		if (ls->state == LS_QUEUED) {
+			w->nqueued--;
+			listing_free(ls);
+			ls = NULL;
+		}
+	}
+	walk_refill(w); /* the frame that came into the window, for an idle helper */
+	while (ls && ls->state != LS_DONE)
+		pthread_cond_wait(&w->done_cv, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+	if (!ls) {
+		ls = xcalloc(1, sizeof(*ls));
+		list_dir(w->root_fd, f.rel, ls);
+	}
+	*rel = f.rel;
+	return ls;
+}
+
 int catalog_walk_tree(const char *root, const struct fmt_ops *fmt, const struct catalog_params *params,
-		  bool progress, struct strpool *pool, struct catalog_walk *out, char *err, size_t errlen)
+		      bool progress, unsigned threads, struct strpool *pool, struct catalog_walk *out,
+		      char *err, size_t errlen)
 {
 	struct walk w = { .out = out, .pool = pool, .fmt = fmt, .params = params, .root = root,
 			  .progress = progress, .err = err, .errlen = errlen };
@@ -286,22 +434,48 @@ int catalog_walk_tree(const char *root, const struct fmt_ops *fmt, const struct 
 		snprintf(err, errlen, "dataset %s: %s", root, strerror(errno));
 		return SEER_EDATASET;
 	}
+	pthread_mutex_init(&w.mu, NULL);
+	pthread_cond_init(&w.work_cv, NULL);
+	pthread_cond_init(&w.done_cv, NULL);
+	unsigned nth = MIN(MAX(threads, 1u), WALK_THREADS_MAX);
+	pthread_t th[WALK_THREADS_MAX];
+	unsigned started = 0;
+	for (unsigned k = 1; k < nth; k++, started++)
+		if (pthread_create(&th[started], NULL, walk_helper, &w) != 0)
+			break; /* fewer helpers: the walk is slower, not wrong */
 	int rc = 0;
+	pthread_mutex_lock(&w.mu);
+	w.ahead = started ? (size_t)WALK_AHEAD * (started + 1) : 0;
 	push_dir(&w, xstrdup(""));
-	while (w.nstack > 0) {
-		char *rel = w.stack[--w.nstack];
-		if (rc == 0 && out->prog && atomic_load(&out->prog->stop)) {
+	pthread_mutex_unlock(&w.mu);
+	while (rc == 0 && w.nstack > 0) {
+		if (out->prog && atomic_load(&out->prog->stop)) {
 			snprintf(err, errlen, "dataset %s: the catalog build was stopped", root);
 			rc = -ECANCELED;
+			break;
 		}
-		if (rc == 0)
-			rc = walk_one(&w, rel);
+		char *rel;
+		struct listing *ls = walk_pop(&w, &rel);
+		rc = walk_one(&w, rel, ls);
 		free(rel);
+	}
+	pthread_mutex_lock(&w.mu);
+	w.quit = true;
+	pthread_cond_broadcast(&w.work_cv);
+	pthread_mutex_unlock(&w.mu);
+	for (unsigned k = 0; k < started; k++)
+		pthread_join(th[k], NULL);
+	for (size_t i = 0; i < w.nstack; i++) {
+		listing_free(w.stack[i].ls);
+		free(w.stack[i].rel);
 	}
 	if (rc == 0 && w.skipped > 0)
 		log_warn("dataset %s: %llu symbolic links to directories already in the dataset were "
 			 "not followed", root, (unsigned long long)w.skipped);
 	out->skipped_links = w.skipped;
+	pthread_cond_destroy(&w.done_cv);
+	pthread_cond_destroy(&w.work_cv);
+	pthread_mutex_destroy(&w.mu);
 	close(w.root_fd);
 	free(w.stack);
 	free(w.seen);

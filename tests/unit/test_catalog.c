@@ -4,6 +4,7 @@
  * cataloguing. The cache file is test_catalog_cache.c. */
 #define _GNU_SOURCE
 #include "catalog_fixture.h"
+#include "../../src/catalog/catalog_int.h"
 
 TestSuite(catalog, .init = setup, .fini = teardown, .timeout = 60);
 
@@ -498,6 +499,138 @@ Test(catalog, long_paths)
 	assert_has(err, "longer than PATH_MAX");
 	assert_has(err, "point dataset.path deeper");
 	cr_assert_lt(strlen(err), 600, "%s", err);
+}
+
+/* ---- the walk lists directories ahead in parallel ------------------------------- */
+
+static struct catalog_progress *walk_prog; /* stop_after sets its stop */
+static const char *walk_stop_at;
+
+static bool stop_after(const struct catalog_params *p, const char *rel)
+{
+	(void)p;
+	if (walk_stop_at && strcmp(rel, walk_stop_at) == 0)
+		atomic_store(&walk_prog->stop, true);
+	return strstr(rel, ".skip") == NULL;
+}
+
+/* Everything a walk of data with `threads` threads returns, as text (malloc'd):
+ * rc, err, files in order, directories with their mtimes, links skipped. */
+static char *walk_text(unsigned threads, const char *stop_at)
+{
+	static const struct fmt_ops fmt = { .name = "walktest", .accept = stop_after };
+	struct catalog_params params = { 0 };
+	struct catalog_progress prog = { 0 };
+	struct strpool pool = { 0 };
+	struct catalog_walk w = { .prog = &prog };
+	char e[1024] = "";
+	walk_prog = &prog;
+	walk_stop_at = stop_at;
+	int rc = catalog_walk_tree(data, &fmt, &params, false, threads, &pool, &w, e, sizeof(e));
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	fprintf(f, "rc %d err [%s] skipped %llu listed %llu\n", rc, e,
+		(unsigned long long)w.skipped_links, (unsigned long long)atomic_load(&prog.listed));
+	for (size_t i = 0; i < w.n; i++)
+		fprintf(f, "file %s\n", w.paths[i]);
+	for (size_t i = 0; i < w.ndirs; i++)
+		fprintf(f, "dir [%s] %lld\n", pool.buf + w.dirs[i].path_off,
+			(long long)w.dirs[i].mtime_ns);
+	fclose(f);
+	catalog_walk_free(&w);
+	free(pool.buf);
+	return text;
+}
+
+/* The walk with 2, 8 and 32 threads returns what the one-thread walk does
+ * (several runs: the helpers' timing varies); returns the latter. */
+static char *walk_same(const char *stop_at)
+{
+	char *one = walk_text(1, stop_at);
+	static const unsigned th[] = { 2, 8, 32, 8, 32 };
+	for (size_t k = 0; k < sizeof(th) / sizeof(th[0]); k++) {
+		char *par = walk_text(th[k], stop_at);
+		cr_assert_str_eq(par, one, "%u threads", th[k]);
+		free(par);
+	}
+	return one;
+}
+
+/* Nested and wide directories (more subdirectories than the window listed
+ * ahead), a link loop, a second path to a directory, a dangling link, hidden
+ * entries, an empty directory, files the format refuses. */
+static void walk_tree(void)
+{
+	char rel[128];
+	for (unsigned i = 0; i < 40; i++)
+		for (unsigned j = 0; j < 40; j++) {
+			snprintf(rel, sizeof(rel), "w%02u/s%02u/f%u%s", i, j, (i + j) % 3,
+				 j % 7 ? "" : ".skip");
+			mkfile(rel, 1, i);
+		}
+	mkfile("a/b/c/d/deep", 1, 1);
+	mkfile("a/b/f2", 1, 1);
+	mkfile("a/f3", 1, 1);
+	mkfile("a/b/c/.hidden/x", 1, 1);
+	mkfile("a/.h", 1, 1);
+	mkfile(".top/x", 1, 1);
+	mkfile("loop/a", 1, 1);
+	mklink("../loop", "loop/self");
+	mkfile("real/x", 1, 1);
+	mklink("real", "alias");
+	mklink("../../real", "a/b/real_again"); /* walked before alias */
+	mkfile("other/z", 1, 1);
+	mklink("nowhere", "other/dangling");
+	mklink("../real/x", "other/x_link");
+	char path[PATH_MAX * 2];
+	snprintf(path, sizeof(path), "%s/empty", data);
+	cr_assert_eq(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/a/b/empty2", data);
+	cr_assert_eq(mkdir(path, 0755), 0);
+}
+
+Test(catalog, parallel_walk_is_the_serial_walk)
+{
+	walk_tree();
+	char *one = walk_same(NULL);
+	/* files in walk order (a directory's files in reverse: the catalog sorts them) */
+	assert_has(one, "rc 0 err [] skipped 3 listed 1367\n");
+	assert_has(one, "\nfile a/f3\nfile a/b/f2\nfile a/b/c/d/deep\nfile a/b/real_again/x\n"
+			"file loop/a\nfile other/z\nfile other/x_link\nfile w00/s01/f1\n");
+	assert_has(one, "\nfile w39/s39/f0\ndir [] ");
+	assert_has(one, "\ndir [a/b/empty2] ");
+	assert_has(one, "\ndir [empty] ");
+	cr_assert_null(strstr(one, "hidden"), "%s", one);
+	cr_assert_null(strstr(one, "alias"), "%s", one);
+	cr_assert_null(strstr(one, "dangling"), "%s", one);
+	cr_assert_null(strstr(one, ".skip"), "%s", one);
+	free(one);
+
+	/* a stop met mid-walk: the directory in hand is finished, no other begun */
+	one = walk_same("w20/s05/f1");
+	assert_has(one, "rc -125 err [");
+	assert_has(one, "the catalog build was stopped");
+	assert_has(one, "\nfile w20/s05/f1\ndir [] ");
+	cr_assert_null(strstr(one, "w20/s06"), "%s", one);
+	free(one);
+}
+
+/* Two paths past PATH_MAX: the walk fails naming the first in walk order,
+ * with what was found before it. */
+Test(catalog, parallel_walk_reports_the_first_error)
+{
+	walk_tree();
+	long_dirs(18, 250, 'x');
+	const char *first = long_dirs(18, 250, 'p');
+	char want[64];
+	snprintf(want, sizeof(want), "path %.20s", first);
+	char *one = walk_same(NULL);
+	assert_has(one, "longer than PATH_MAX");
+	assert_has(one, want);
+	assert_has(one, "\nfile other/x_link\ndir [] ");
+	cr_assert_null(strstr(one, "file w"), "%s", one);
+	free(one);
 }
 
 /* ---- files that change after cataloguing --------------------------------------- */
