@@ -404,6 +404,7 @@ const char *engine_fatal(const struct engine *e)
 void engine_tick(struct engine *e)
 {
 	double t = now_s();
+	pf_outlook(e);
 	if (e->self.retries_unreported && t - e->self.t_last_retry_warn >= 10.0) {
 		log_warn("%llu failed reads retried since the last report (last: %s)",
 			 (unsigned long long)e->self.retries_unreported, e->self.last_retry);
@@ -459,10 +460,12 @@ void engine_set_net(struct engine *e, struct net *n)
 	}
 }
 
-bool engine_pfs_busy(void *arg)
+void engine_pfs_outlook(void *arg, struct pfs_outlook *o)
 {
 	struct engine *e = arg;
-	/* pool_started is set before the checkpoint stage starts and never
-	 * cleared while it runs (server.c destroys the stage first) */
-	return e->tasks.pool_started && iopool_pending(&e->tasks.pool) > 0;
+	/* the engine outlives the checkpoint stage (server.c destroys the stage
+	 * first); the fields are atomics, their values hints */
+	o->queued = atomic_load_explicit(&e->tasks.pfs_queued, memory_order_relaxed);
+	o->soon_reads = atomic_load_explicit(&e->pfs_soon_reads, memory_order_relaxed);
+	o->soon_bytes = atomic_load_explicit(&e->pfs_soon_bytes, memory_order_relaxed);
 }

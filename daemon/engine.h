@@ -22,6 +22,7 @@
 #include "../src/config/config.h"
 #include "../src/net/net.h"
 #include "../src/plan/plan.h"
+#include "drain_pace.h"
 
 struct pfs_probe;
 
@@ -121,8 +122,10 @@ void engine_write_stats(struct engine *e);
 char *engine_config_json(const struct seer_config *cfg);
 /* `seerctl stop` / `drain` (malloc'd JSON): {"ok": true, "state": state}. */
 char *engine_ack_json(const char *state);
-/* Whether PFS or NVMe reads of the engine are queued or running (the
- * checkpoint drain yields to them). Any thread; `e` is a struct engine *. */
-bool engine_pfs_busy(void *e);
+/* The engine's use of the PFS now and ahead for the checkpoint drain
+ * (drain_pace.h): its PFS reads queued or running, and those the plan makes
+ * within [checkpoint] drain_window_s ahead of the trainers (updated on the
+ * tick). Any thread; `e` is a struct engine *. */
+void engine_pfs_outlook(void *e, struct pfs_outlook *o);
 
 #endif /* SEERD_ENGINE_H */

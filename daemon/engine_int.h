@@ -254,6 +254,10 @@ struct engine {
 	 * is reallocated only before plan_published (nopfs keys). Every other
 	 * access is the dispatcher's. */
 	_Atomic uint32_t *cstate;
+	/* The plan's PFS reads ahead of the trainers (pf_outlook, on the tick):
+	 * samples and their bytes within [checkpoint] drain_window_s. The
+	 * checkpoint drain loads them (engine_pfs_outlook): hints, relaxed. */
+	_Atomic uint64_t pfs_soon_reads, pfs_soon_bytes;
 
 	/* == Everything below: the dispatcher's alone. */
 
@@ -471,6 +475,9 @@ void sess_close(struct engine *e, struct trainer *t);
 bool pf_can_prepare(struct engine *e, struct trainer *t);
 bool pf_prepare(struct engine *e, struct trainer *t);    /* false: staging is full */
 void pf_fill(struct engine *e);
+/* Publish the PFS reads the plan makes within [checkpoint] drain_window_s
+ * ahead of the trainers (pfs_soon_reads/bytes) for the checkpoint drain */
+void pf_outlook(struct engine *e);
 void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
 bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
 void pf_publish(struct engine *e, struct trainer *t);
