@@ -1,7 +1,7 @@
 /* The engine's insides, shared by its stage files (the map of which file
  * owns what: daemon/README.md). server.c and main.c see only engine.h.
  *
- * Threads. Five kinds of thread touch the engine:
+ * Threads. Six kinds of thread touch the engine:
  *   - the dispatcher (the event loop of server.c), which runs every function
  *     of the stage files except the two below, and owns every field not
  *     marked otherwise;
@@ -17,7 +17,10 @@
  *     only its tally, published by the release store of `fc.ready`.
  *   - the transform threads (transform.c, [transform] decode = image), which
  *     run that stage's jobs under its own lock and read the fixed-at-creation
- *     cfg, cat and ar.base.
+ *     cfg, cat and ar.base;
+ *   - the checkpoint stage's drain thread (and seerctl's checkpoint list),
+ *     which load tasks.pfs_queued and pfs_soon_reads/bytes, atomics, through
+ *     engine_pfs_outlook.
  * Why that is enough is said at each group of fields. */
 #ifndef SEERD_ENGINE_INT_H
 #define SEERD_ENGINE_INT_H

@@ -6,7 +6,9 @@
  * span (staging.c), its descriptors in the trainer's control region, the
  * reads it starts or joins, publication in order, the trainer's releases
  * and in-order reclaim. Also fill: loading planned RAM-cache samples ahead
- * of need while the I/O threads have room. The data flow of one batch:
+ * of need while the I/O threads have room; and the outlook: the PFS reads
+ * the plan makes in the trainers' next drain_window_s, published for the
+ * checkpoint drain (pf_outlook). The data flow of one batch:
  *
  *   pf_prepare -> task.c (reads) -> worker.c (I/O threads: bytes land in
  *   staging or a RAM slot) -> task_finish -> pf_sample_done -> pf_publish
