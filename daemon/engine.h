@@ -70,7 +70,9 @@ int engine_wait_ms(const struct engine *e, int ms);
 void engine_stop(struct engine *e, bool now);
 /* The run is over: `complete` (every rank of the job, on every node, took
  * its last batch) removes the saved positions, else they stay for the next
- * run and the log says where. */
+ * run and the log says where. From here the PFS outlook is empty: the
+ * engine reads no more, and the checkpoint drain's last drains run at full
+ * rate. */
 void engine_end(struct engine *e, bool complete);
 /* SIGUSR1/SIGUSR2: the stats file as it stands now, and this node's resume
  * positions written to disk (each logged); serving goes on. */

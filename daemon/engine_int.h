@@ -19,8 +19,8 @@
  *     run that stage's jobs under its own lock and read the fixed-at-creation
  *     cfg, cat and ar.base;
  *   - the checkpoint stage's drain thread (and seerctl's checkpoint list),
- *     which load tasks.pfs_queued and pfs_soon_reads/bytes, atomics, through
- *     engine_pfs_outlook.
+ *     which load tasks.pfs_queued, pfs_soon_reads/bytes and pfs_over,
+ *     atomics, through engine_pfs_outlook.
  * Why that is enough is said at each group of fields. */
 #ifndef SEERD_ENGINE_INT_H
 #define SEERD_ENGINE_INT_H
@@ -261,6 +261,7 @@ struct engine {
 	 * samples and their bytes within [checkpoint] drain_window_s. The
 	 * checkpoint drain loads them (engine_pfs_outlook): hints, relaxed. */
 	_Atomic uint64_t pfs_soon_reads, pfs_soon_bytes;
+	_Atomic bool pfs_over;   /* engine_end: the outlook is empty from here */
 
 	/* == Everything below: the dispatcher's alone. */
 

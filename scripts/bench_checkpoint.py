@@ -214,7 +214,7 @@ def beside(a):
                    capture_output=True)
     n = a.mib * (1 << 20) // 4
     obj = {"layer%d" % i: torch.randn(n // 8) for i in range(8)}
-    out = {}
+    out, ep_raw = {}, {}
     try:
         for run in ("alone", "with checkpoints"):
             wd = os.path.join(work, run.replace(" ", "-"))
@@ -242,7 +242,10 @@ def beside(a):
                 saved, waiters, stop = [], [], threading.Event()
 
                 def waiter(h, t_ret, rec):
-                    h.wait("pfs", timeout=3600)
+                    try:  # seerd drains what it holds before it exits at the job's end
+                        h.wait("pfs", timeout=120)
+                    except Exception:  # noqa: BLE001 (seer.SeerError, TimeoutError)
+                        return
                     rec.append((h.path, time.perf_counter() - t_ret, time.perf_counter()))
 
                 pfs_at = []
@@ -251,11 +254,14 @@ def beside(a):
                     k = 0
                     while not stop.is_set():
                         t0 = time.perf_counter()
-                        h = sc.save(obj, os.path.join(mnt, "ck_%d.pt" % k), socket=d.sock,
-                                    job_id="bench-beside")
+                        try:  # the job (and seerd) may end meanwhile
+                            h = sc.save(obj, os.path.join(mnt, "ck_%d.pt" % k), socket=d.sock,
+                                        job_id="bench-beside", timeout=60, connect_timeout=2)
+                        except Exception:  # noqa: BLE001 (seer.SeerError: seerd went away)
+                            return
                         t1 = time.perf_counter()
                         saved.append((t1 - t0, h))
-                        w = threading.Thread(target=waiter, args=(h, t1, pfs_at))
+                        w = threading.Thread(target=waiter, args=(h, t1, pfs_at), daemon=True)
                         w.start()
                         waiters.append(w)
                         k += 1
@@ -273,19 +279,22 @@ def beside(a):
                 stop.set()
                 if th:
                     th.join()
-                for w in waiters:
-                    w.join()
+                t_give_up = time.perf_counter() + 120
+                for w in waiters:  # a checkpoint seerd did not drain before it exited
+                    w.join(max(0.0, t_give_up - time.perf_counter()))
                 with open(os.path.join(mnt, ".pfsemu", "stats")) as f:
                     tot = json.load(f)["totals"]
             with open(d.stats_file) as f:
-                ep = [(x["epoch"], x["samples"] / max(x["seconds"], 1e-9), x["pfs_samples"])
-                      for x in json.load(f)["epochs"]]
+                ep_raw[run] = json.load(f)["epochs"]
+            ep = [(x["epoch"], x["samples"] / max(x["seconds"], 1e-9), x["pfs_samples"])
+                  for x in ep_raw[run]]
             dr = drains(d.log())
             during = [x for x in pfs_at if x[2] <= t_end]
             out[run] = (rates, len(saved), sum(x[0] for x in saved) / max(1, len(saved)),
                         tot["bytes"], tot["write"]["bytes"], ep, dr, during)
-            for _, h in saved:
-                h.close()
+            for (_, h), w in zip(saved, waiters):
+                if not w.is_alive():
+                    h.close()
     finally:
         subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-umount.sh"), mnt],
                        capture_output=True)
@@ -304,7 +313,13 @@ def beside(a):
               (run, " ".join("%.0f" % x for x in rates), sum(rates),
                100.0 * (sum(rates) - base) / base, k, blk, rd, wr))
         print("  per epoch (seerd): %s" % "; ".join(
-            "%d %s %.0f samples/s" % (e, "cold" if p else "warm", r) for e, r, p in ep))
+            "%d %s %.0f" % (e, "cold" if p else "warm", r) for e, r, p in ep))
+        for kind in ("cold", "warm"):
+            sel = [x for x in ep_raw[run] if (x["pfs_samples"] > 0) == (kind == "cold")]
+            if sel:
+                print("  %s epochs: %.0f samples/s (%d samples in %.2f s)" %
+                      (kind, sum(x["samples"] for x in sel) / sum(x["seconds"] for x in sel),
+                       sum(x["samples"] for x in sel), sum(x["seconds"] for x in sel)))
         if dr:
             secs = sorted(x[1] for x in dr)
             print("  drains: %d, seconds each: median %.2f, min %.2f, max %.2f; %d reached the "

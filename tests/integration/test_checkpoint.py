@@ -429,8 +429,9 @@ def test_drain_full_rate_when_the_plan_reads_no_pfs():
             gate.wait([0], (0, 2), [p])
             # cold: the rest of epoch 0 is read from the PFS (the outlook is
             # published on seerd's 1 s tick)
-            o = wait_for(lambda: (lambda x: x if x["soon_reads"] > 0 else None)(
-                ctl_checkpoints(d)["pfs_outlook"]), LONG, "the plan's PFS reads ahead")
+            o = wait_for(lambda: (lambda x: x if x["soon_reads"] > 0 and x["queued"] == 0
+                                  else None)(ctl_checkpoints(d)["pfs_outlook"]), LONG,
+                         "the plan's PFS reads ahead, none queued")
             check(o["mode"] == "plan" and o["soon_bytes"] > 0, "cold epoch outlook: %s" % o)
             gate.go((0, 2))
             gate.wait([0], (1, 0), [p])
