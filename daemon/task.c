@@ -153,13 +153,14 @@ void task_need(struct engine *e, struct etask *tk, uint64_t g)
 	iopool_boost(&e->tasks.pool, x ? &x->io : &tk->io, key);
 }
 
-/* The round's submissions to the I/O pool (after extent.c coalesced them:
- * the engine calls ext_flush first). */
+/* A read of the dataset: counted in pfs_queued while the pool has it. */
 static bool task_is_pfs(const struct etask *t)
 {
 	return t->kind == TK_PFS || t->kind == TK_EXTENT;
 }
 
+/* The round's submissions to the I/O pool (after extent.c coalesced them:
+ * the engine calls ext_flush first). */
 void task_flush(struct engine *e)
 {
 	uint32_t pfs = 0;
