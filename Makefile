@@ -61,7 +61,7 @@ CORE_SRC := $(wildcard $(patsubst %,src/%/*.c,common sampler config catalog fmt 
 CLIENT_SRC := $(wildcard client/*.c) $(CLIENT_SAFE_SRC)
 DAEMON_SRC := $(wildcard daemon/*.c)
 # daemon modules the unit tests drive directly, without a daemon
-UNIT_DAEMON_SRC := daemon/staging.c daemon/route.c daemon/node_path.c daemon/resume_file.c \
+UNIT_DAEMON_SRC := daemon/staging.c daemon/route.c daemon/drain_pace.c daemon/node_path.c daemon/resume_file.c \
 	daemon/nvme.c
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 

@@ -558,8 +558,15 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 			goto out;
 		}
 		double cdt = now_s() - c0;
+		/* seerd's own PFS reads now and in the plan ahead decide the pace */
+		struct pfs_outlook o = { 0 };
+		if (ck->outlook)
+			ck->outlook(ck->outlook_arg, &o);
+		enum drain_mode m = drain_pace_mode(&o);
 		pthread_mutex_lock(&ck->mu);
 		it->drained = off + n;
+		it->mode_bytes[m] += n;
+		ck->mode = m;
 		bool stop = ck->stop;
 		pthread_mutex_unlock(&ck->mu);
 		if (stop) {
@@ -567,12 +574,7 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 			snprintf(why, wlen, "seerd stopped during the drain");
 			goto out;
 		}
-		/* the cap: never ahead of rate bytes/s since the start */
-		if (rate)
-			drain_sleep(ck, (double)(off + n) / (double)rate - (now_s() - t0));
-		/* seerd's own reads wait for the PFS: take at most `share` of the time */
-		if (ck->busy && ck->busy(ck->busy_arg))
-			drain_sleep(ck, cdt * (1.0 - share) / share);
+		drain_sleep(ck, drain_pace_sleep(m, off + n, now_s() - t0, cdt, rate, share));
 		pthread_mutex_lock(&ck->mu);
 		stop = ck->stop;
 		pthread_mutex_unlock(&ck->mu);
@@ -625,6 +627,7 @@ static void *drain_main(void *arg)
 		}
 		it->busy = true;
 		it->drained = 0;
+		memset(it->mode_bytes, 0, sizeof(it->mode_bytes));
 		it->drain_t0 = t;
 		pthread_mutex_unlock(&ck->mu);
 		char why[SEER_ERRMSG_MAX], sz[32];
@@ -640,14 +643,20 @@ static void *drain_main(void *arg)
 			log_warn("checkpoint %s: cannot mark its NVMe record drained", it->path);
 		pthread_mutex_lock(&ck->mu);
 		it->busy = false;
+		ck->mode = DRAIN_IDLE;
 		if (rc == 0) {
 			it->st[SEER_CKL_PFS] = SEER_CKS_DONE;
 			it->t_pfs = now_s();
 			it->wall_pfs = time(NULL);
 			it->why[0] = '\0';
 			ck->rate = dt > 0 ? (double)it->size / dt : 0;
-			log_info("checkpoint %s (%s) on the PFS in %.2f s (%.1f MB/s)", it->path,
-				 fmt_size(sz, sizeof(sz), it->size), dt, ck->rate / 1e6);
+			char f[32], p[32], y[32];
+			log_info("checkpoint %s (%s) on the PFS in %.2f s (%.1f MB/s; at full rate %s, "
+				 "drain_share beside the plan's PFS reads %s, yielding to queued reads %s)",
+				 it->path, fmt_size(sz, sizeof(sz), it->size), dt, ck->rate / 1e6,
+				 fmt_size(f, sizeof(f), it->mode_bytes[DRAIN_FULL]),
+				 fmt_size(p, sizeof(p), it->mode_bytes[DRAIN_PLAN]),
+				 fmt_size(y, sizeof(y), it->mode_bytes[DRAIN_YIELD]));
 			if (!it->on_nvme && !ckpt_item_held(it))
 				ckpt_item_free_mem(ck, it);
 			ckpt_prune(ck, 0);
@@ -1142,6 +1151,11 @@ char *ckpt_list_json(struct ckpt *ck)
 		}
 		json_object_set_new(o, "drain_rate", json_real(rate));
 		json_object_set_new(o, "eta_s", json_real(eta));
+		json_t *mb = json_object(); /* its last (or running) drain's bytes by pace */
+		for (int m = DRAIN_FULL; m < DRAIN_NMODES; m++)
+			json_object_set_new(mb, drain_mode_name(m),
+					    json_integer((json_int_t)it->mode_bytes[m]));
+		json_object_set_new(o, "drain_modes", mb);
 		if (it->st[SEER_CKL_PFS] != SEER_CKS_DONE)
 			left += it->size - drained;
 		if (it->mem)
@@ -1163,7 +1177,19 @@ char *ckpt_list_json(struct ckpt *ck)
 	json_object_set_new(root, "drain_rate_cap", json_integer((json_int_t)ck->cfg->checkpoint.drain_rate));
 	json_object_set_new(root, "bytes_to_drain", json_integer((json_int_t)left));
 	json_object_set_new(root, "eta_s", json_real(ck->rate > 0 ? (double)left / ck->rate : 0));
+	json_object_set_new(root, "drain_mode", json_string(drain_mode_name(ck->mode)));
 	pthread_mutex_unlock(&ck->mu);
+	/* what the drain's next piece would see (the engine's atomics) */
+	struct pfs_outlook po = { 0 };
+	if (ck->outlook)
+		ck->outlook(ck->outlook_arg, &po);
+	json_t *jo = json_object();
+	json_object_set_new(jo, "queued", json_integer((json_int_t)po.queued));
+	json_object_set_new(jo, "soon_reads", json_integer((json_int_t)po.soon_reads));
+	json_object_set_new(jo, "soon_bytes", json_integer((json_int_t)po.soon_bytes));
+	json_object_set_new(jo, "window_s", json_real(ck->cfg->checkpoint.drain_window_s));
+	json_object_set_new(jo, "mode", json_string(drain_mode_name(drain_pace_mode(&po))));
+	json_object_set_new(root, "pfs_outlook", jo);
 	char *s = json_dumps(root, JSON_INDENT(1));
 	json_decref(root);
 	if (!s)
@@ -1171,8 +1197,8 @@ char *ckpt_list_json(struct ckpt *ck)
 	return s;
 }
 
-struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy_fn busy,
-			 void *busy_arg, char *err, size_t errlen)
+struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_outlook_fn outlook,
+			 void *outlook_arg, char *err, size_t errlen)
 {
 	struct ckpt *ck = calloc(1, sizeof(*ck));
 	if (!ck)
@@ -1180,8 +1206,8 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy
 	ck->cfg = cfg;
 	ck->node = node;
 	ck->nnodes = 1;
-	ck->busy = busy;
-	ck->busy_arg = busy_arg;
+	ck->outlook = outlook;
+	ck->outlook_arg = outlook_arg;
 	pthread_mutex_init(&ck->mu, NULL);
 	pthread_mutex_init(&ck->meta_mu, NULL);
 	pthread_cond_init(&ck->cv, NULL);

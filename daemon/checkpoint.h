@@ -18,8 +18,9 @@
  * (the connections: BEGIN, COMMIT, WAIT, STATE, OPEN), the local writer
  * (memory -> NVMe, fsync) and the drain (-> a temporary name beside the PFS
  * path, fsync, rename: a reader never sees a partial file), capped by
- * [checkpoint] drain_rate and yielding to seerd's own PFS reads (the
- * busy callback). The dispatcher calls ckpt_attach, ckpt_list_json and
+ * [checkpoint] drain_rate and paced by seerd's own PFS reads now and in
+ * the plan ahead (the outlook callback, drain_pace.h: full rate, or
+ * drain_share of the time). The dispatcher calls ckpt_attach, ckpt_list_json and
  * ckpt_create/ckpt_finish/ckpt_destroy.
  *
  * Failure: nothing is lost silently. An NVMe write that fails keeps the
@@ -38,17 +39,19 @@
 #include <sys/types.h>
 
 #include "../src/config/config.h"
+#include "drain_pace.h"
 
 struct ckpt;
 
-/* Whether seerd's own PFS reads are waiting (called on the drain thread). */
-typedef bool (*ckpt_busy_fn)(void *arg);
+/* seerd's own PFS reads now and ahead (called on the drain thread after
+ * each piece it writes; cheap). */
+typedef void (*ckpt_outlook_fn)(void *arg, struct pfs_outlook *o);
 
 /* Set up the stage and start its threads; recovers undrained NVMe copies of
  * this job left by an earlier seerd of the node. NULL with `err` on failure
  * (no thread, no memory). */
-struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_busy_fn busy,
-			 void *busy_arg, char *err, size_t errlen);
+struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_outlook_fn outlook,
+			 void *outlook_arg, char *err, size_t errlen);
 /* Several nodes (nnodes), [checkpoint] peers = 1: open the libfabric links
  * ([net] provider), start receiving node - 1's copies (a thread of the stage)
  * and write into `addr` what node - 1 needs to reach it ("<address hex>

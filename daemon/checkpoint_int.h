@@ -51,6 +51,7 @@ struct ck_item {
 	uint32_t st[SEER_CKL_COUNT_];
 	char why[SEER_ERRMSG_MAX]; /* the last failure */
 	uint64_t drained;          /* bytes of the current drain written */
+	uint64_t mode_bytes[DRAIN_NMODES]; /* ... of them written in each pacing mode */
 	double drain_t0;
 	double retry_at;
 	uint32_t drain_fails;
@@ -99,8 +100,8 @@ struct ckpt {
 	bool stop, stopping;       /* stop: threads leave; stopping: no new BEGIN */
 	int efd;                   /* wakes the service thread */
 	char dir[4096];            /* NVMe directory ("" : none) */
-	ckpt_busy_fn busy;
-	void *busy_arg;
+	ckpt_outlook_fn outlook;
+	void *outlook_arg;
 	struct ck_item *items;
 	uint64_t mem_used, nvme_used, last_id;
 	/* handed by the dispatcher, taken by the service thread */
@@ -111,6 +112,7 @@ struct ckpt {
 	size_t nconns, cap_conns;
 	/* drain statistics */
 	double rate;               /* bytes/s of the last drain */
+	enum drain_mode mode;      /* the running drain's pacing (DRAIN_IDLE: none) */
 	uint32_t node, nnodes;
 	struct ck_peers peer;      /* [checkpoint] peers = 1, several nodes */
 };

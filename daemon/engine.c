@@ -350,6 +350,9 @@ void engine_stop(struct engine *e, bool now)
 
 void engine_end(struct engine *e, bool complete)
 {
+	/* the loop has stopped: no tick updates the outlook, no completion is
+	 * taken back from the pool any more */
+	atomic_store_explicit(&e->pfs_over, true, memory_order_relaxed);
 	resume_end(e, complete);
 }
 
@@ -404,6 +407,7 @@ const char *engine_fatal(const struct engine *e)
 void engine_tick(struct engine *e)
 {
 	double t = now_s();
+	pf_outlook(e);
 	if (e->self.retries_unreported && t - e->self.t_last_retry_warn >= 10.0) {
 		log_warn("%llu failed reads retried since the last report (last: %s)",
 			 (unsigned long long)e->self.retries_unreported, e->self.last_retry);
@@ -459,10 +463,15 @@ void engine_set_net(struct engine *e, struct net *n)
 	}
 }
 
-bool engine_pfs_busy(void *arg)
+void engine_pfs_outlook(void *arg, struct pfs_outlook *o)
 {
 	struct engine *e = arg;
-	/* pool_started is set before the checkpoint stage starts and never
-	 * cleared while it runs (server.c destroys the stage first) */
-	return e->tasks.pool_started && iopool_pending(&e->tasks.pool) > 0;
+	/* the engine outlives the checkpoint stage (server.c destroys the stage
+	 * first); the fields are atomics, their values hints */
+	*o = (struct pfs_outlook){ 0 };
+	if (atomic_load_explicit(&e->pfs_over, memory_order_relaxed))
+		return; /* engine_end: the engine reads no more */
+	o->queued = atomic_load_explicit(&e->tasks.pfs_queued, memory_order_relaxed);
+	o->soon_reads = atomic_load_explicit(&e->pfs_soon_reads, memory_order_relaxed);
+	o->soon_bytes = atomic_load_explicit(&e->pfs_soon_bytes, memory_order_relaxed);
 }

@@ -22,6 +22,7 @@
 #include "../src/config/config.h"
 #include "../src/net/net.h"
 #include "../src/plan/plan.h"
+#include "drain_pace.h"
 
 struct pfs_probe;
 
@@ -69,7 +70,9 @@ int engine_wait_ms(const struct engine *e, int ms);
 void engine_stop(struct engine *e, bool now);
 /* The run is over: `complete` (every rank of the job, on every node, took
  * its last batch) removes the saved positions, else they stay for the next
- * run and the log says where. */
+ * run and the log says where. From here the PFS outlook is empty: the
+ * engine reads no more, and the checkpoint drain's last drains run at full
+ * rate. */
 void engine_end(struct engine *e, bool complete);
 /* SIGUSR1/SIGUSR2: the stats file as it stands now, and this node's resume
  * positions written to disk (each logged); serving goes on. */
@@ -121,8 +124,10 @@ void engine_write_stats(struct engine *e);
 char *engine_config_json(const struct seer_config *cfg);
 /* `seerctl stop` / `drain` (malloc'd JSON): {"ok": true, "state": state}. */
 char *engine_ack_json(const char *state);
-/* Whether PFS or NVMe reads of the engine are queued or running (the
- * checkpoint drain yields to them). Any thread; `e` is a struct engine *. */
-bool engine_pfs_busy(void *e);
+/* The engine's use of the PFS now and ahead for the checkpoint drain
+ * (drain_pace.h): its PFS reads queued or running, and those the plan makes
+ * within [checkpoint] drain_window_s ahead of the trainers (updated on the
+ * tick). Any thread; `e` is a struct engine *. */
+void engine_pfs_outlook(void *e, struct pfs_outlook *o);
 
 #endif /* SEERD_ENGINE_H */

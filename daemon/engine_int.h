@@ -1,7 +1,7 @@
 /* The engine's insides, shared by its stage files (the map of which file
  * owns what: daemon/README.md). server.c and main.c see only engine.h.
  *
- * Threads. Five kinds of thread touch the engine:
+ * Threads. Six kinds of thread touch the engine:
  *   - the dispatcher (the event loop of server.c), which runs every function
  *     of the stage files except the two below, and owns every field not
  *     marked otherwise;
@@ -17,7 +17,10 @@
  *     only its tally, published by the release store of `fc.ready`.
  *   - the transform threads (transform.c, [transform] decode = image), which
  *     run that stage's jobs under its own lock and read the fixed-at-creation
- *     cfg, cat and ar.base.
+ *     cfg, cat and ar.base;
+ *   - the checkpoint stage's drain thread (and seerctl's checkpoint list),
+ *     which load tasks.pfs_queued, pfs_soon_reads/bytes and pfs_over,
+ *     atomics, through engine_pfs_outlook.
  * Why that is enough is said at each group of fields. */
 #ifndef SEERD_ENGINE_INT_H
 #define SEERD_ENGINE_INT_H
@@ -254,6 +257,11 @@ struct engine {
 	 * is reallocated only before plan_published (nopfs keys). Every other
 	 * access is the dispatcher's. */
 	_Atomic uint32_t *cstate;
+	/* The plan's PFS reads ahead of the trainers (pf_outlook, on the tick):
+	 * samples and their bytes within [checkpoint] drain_window_s. The
+	 * checkpoint drain loads them (engine_pfs_outlook): hints, relaxed. */
+	_Atomic uint64_t pfs_soon_reads, pfs_soon_bytes;
+	_Atomic bool pfs_over;   /* engine_end: the outlook is empty from here */
 
 	/* == Everything below: the dispatcher's alone. */
 
@@ -471,6 +479,9 @@ void sess_close(struct engine *e, struct trainer *t);
 bool pf_can_prepare(struct engine *e, struct trainer *t);
 bool pf_prepare(struct engine *e, struct trainer *t);    /* false: staging is full */
 void pf_fill(struct engine *e);
+/* Publish the PFS reads the plan makes within [checkpoint] drain_window_s
+ * ahead of the trainers (pfs_soon_reads/bytes) for the checkpoint drain */
+void pf_outlook(struct engine *e);
 void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
 bool pf_retarget_corrupt(struct engine *e, struct etask *tk);
 void pf_publish(struct engine *e, struct trainer *t);

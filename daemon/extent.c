@@ -233,7 +233,7 @@ static void take_back(struct engine *e, uint64_t n)
 		struct etask *tk = e->ext.tk[i];
 		if (!tk || !e->ext.take[i] || tk->in_sub)
 			continue;
-		if (!iopool_cancel(&e->tasks.pool, &tk->io)) {
+		if (!task_cancel(e, tk)) {
 			e->ext.take[i] = false; /* running: its own read serves it */
 			e->ext.tk[i] = NULL;
 		}

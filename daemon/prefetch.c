@@ -6,7 +6,9 @@
  * span (staging.c), its descriptors in the trainer's control region, the
  * reads it starts or joins, publication in order, the trainer's releases
  * and in-order reclaim. Also fill: loading planned RAM-cache samples ahead
- * of need while the I/O threads have room. The data flow of one batch:
+ * of need while the I/O threads have room; and the outlook: the PFS reads
+ * the plan makes in the trainers' next drain_window_s, published for the
+ * checkpoint drain (pf_outlook). The data flow of one batch:
  *
  *   pf_prepare -> task.c (reads) -> worker.c (I/O threads: bytes land in
  *   staging or a RAM slot) -> task_finish -> pf_sample_done -> pf_publish
@@ -517,4 +519,47 @@ void pf_fill(struct engine *e)
 				ram_load(e, key, s, g, true);
 		}
 	}
+}
+
+/* Samples pf_outlook looks at per call at most (about a millisecond): a
+ * window it cuts short still counts the reads nearest to the trainers. */
+#define PF_OUTLOOK_MAX (1u << 16)
+
+void pf_outlook(struct engine *e)
+{
+	uint64_t reads = 0, bytes = 0;
+	double win = e->cfg->checkpoint.drain_window_s;
+	if (!e->plan_ready || win <= 0 || e->pl.nlocal == 0 || atomic_load(&e->stopping))
+		goto out;
+	/* the window in batches: drain_window_s of a trainer's steps; before a
+	 * step time is known, the lookahead's */
+	uint64_t nb = e->cfg->prefetch.lookahead;
+	if (e->st.step_s > 0)
+		nb = MAX(nb, (uint64_t)(win / e->st.step_s) + 1);
+	struct route_view v = place_view(e);
+	uint32_t seen = 0;
+	for (uint32_t i = 0; i < e->pl.nlocal && seen < PF_OUTLOOK_MAX; i++) {
+		const struct trainer *t = &e->tr[e->pl.local_ranks[i]];
+		if (!t->attached || t->resetting)
+			continue;
+		/* batches before next_prep have their reads queued (pfs_queued) or done */
+		uint64_t end = MIN(e->pl.end, t->next_prep + nb);
+		for (uint64_t g = t->next_prep; g < end && seen < PF_OUTLOOK_MAX; g++) {
+			uint32_t n = jobrec_batch(e, t->rank, g, e->pl.ids);
+			seen += n;
+			for (uint32_t k = 0; k < n; k++) {
+				uint32_t s = e->pl.ids[k], key;
+				enum route_src src = route_sample(&v, t->rank, s, &key);
+				uint32_t st = src == ROUTE_RAM ? e->cstate[key]
+					      : src == ROUTE_NVME ? e->cstate[s] : CS_ABSENT;
+				if (route_reads_pfs(&v, src, key, s, st, e->repl.from_pfs)) {
+					reads++;
+					bytes += e->cat->samples[s].length;
+				}
+			}
+		}
+	}
+out:
+	atomic_store_explicit(&e->pfs_soon_reads, reads, memory_order_relaxed);
+	atomic_store_explicit(&e->pfs_soon_bytes, bytes, memory_order_relaxed);
 }

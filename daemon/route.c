@@ -63,6 +63,18 @@ enum route_src route_sample(const struct route_view *v, uint32_t rank, uint32_t 
 	return ROUTE_PFS;
 }
 
+bool route_reads_pfs(const struct route_view *v, enum route_src src, uint32_t key, uint32_t s,
+		     uint32_t state, bool from_pfs)
+{
+	if (src == ROUTE_PFS)
+		return true;
+	if (src == ROUTE_PEER || state != CS_ABSENT)
+		return false;
+	if (src == ROUTE_RAM && key >= v->nsamples)
+		return true; /* nopfs: the rank's own copy, read from the PFS */
+	return !route_replica(v, s) || route_fill_src(v, s, from_pfs) == ROUTE_PFS;
+}
+
 enum route_go route_next(const struct route_next *n, uint64_t *until_ns)
 {
 	if (n->next_prep >= n->taken + n->lookahead)

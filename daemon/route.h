@@ -81,6 +81,16 @@ uint32_t route_ram_key(const struct route_view *v, uint32_t rank, uint32_t s);
 enum route_src route_sample(const struct route_view *v, uint32_t rank, uint32_t s,
 			    uint32_t *key);
 
+/* Whether serving rank's need of s from src (route_sample's answer, key
+ * its RAM key) still takes a PFS read: ROUTE_PFS always; RAM or NVMe while
+ * the copy is absent (state: cstate of the RAM key, or of s for NVMe) and
+ * its load comes from the PFS (this node's own copy, a nopfs copy, or a
+ * replica whose fill source is the PFS: route_fill_src with from_pfs); a
+ * copy loading or loaded, or a peer, never. The checkpoint drain's outlook
+ * (prefetch.c, pf_outlook) counts these ahead of the trainers. */
+bool route_reads_pfs(const struct route_view *v, enum route_src src, uint32_t key, uint32_t s,
+		     uint32_t state, bool from_pfs);
+
 /* ---- when a trainer's next batch is prepared ----
  *
  * A trainer's batches are prepared in order, `lookahead` ahead of what it

@@ -416,7 +416,7 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 		s.lfd = startup_end(st, &stop);
 		goto out;
 	}
-	s.ck = ckpt_create(cfg, node, engine_pfs_busy, s.e, err, sizeof(err));
+	s.ck = ckpt_create(cfg, node, engine_pfs_outlook, s.e, err, sizeof(err));
 	if (nnodes > 1) {
 		/* every node takes part, even one whose stage failed (it sends "") */
 		char mine[256], *all = xcalloc(nnodes, sizeof(mine));

@@ -153,14 +153,35 @@ void task_need(struct engine *e, struct etask *tk, uint64_t g)
 	iopool_boost(&e->tasks.pool, x ? &x->io : &tk->io, key);
 }
 
+/* A read of the dataset: counted in pfs_queued while the pool has it. */
+static bool task_is_pfs(const struct etask *t)
+{
+	return t->kind == TK_PFS || t->kind == TK_EXTENT;
+}
+
 /* The round's submissions to the I/O pool (after extent.c coalesced them:
  * the engine calls ext_flush first). */
 void task_flush(struct engine *e)
 {
+	uint32_t pfs = 0;
+	for (uint32_t i = 0; i < e->tasks.nsub; i++) {
+		struct etask *t = (struct etask *)e->tasks.sub[i];
+		t->in_sub = false;
+		pfs += task_is_pfs(t);
+	}
+	/* counted before the pool has them: the drain never misses a queued read */
+	atomic_fetch_add_explicit(&e->tasks.pfs_queued, pfs, memory_order_relaxed);
 	iopool_submit(&e->tasks.pool, e->tasks.sub, e->tasks.nsub);
-	for (uint32_t i = 0; i < e->tasks.nsub; i++)
-		((struct etask *)e->tasks.sub[i])->in_sub = false;
 	e->tasks.nsub = 0;
+}
+
+bool task_cancel(struct engine *e, struct etask *tk)
+{
+	if (!iopool_cancel(&e->tasks.pool, &tk->io))
+		return false;
+	if (task_is_pfs(tk))
+		atomic_fetch_sub_explicit(&e->tasks.pfs_queued, 1, memory_order_relaxed);
+	return true;
 }
 
 /* The pool (or the network thread) is done with tk: status 0 or why not.
@@ -195,6 +216,8 @@ void task_completions(struct engine *e)
 	struct io_task *io = iopool_take_done(&e->tasks.pool);
 	while (io) {
 		struct io_task *next = io->next;
+		if (task_is_pfs((struct etask *)io))
+			atomic_fetch_sub_explicit(&e->tasks.pfs_queued, 1, memory_order_relaxed);
 		task_finish(e, (struct etask *)io, io->status);
 		io = next;
 	}

@@ -11,6 +11,7 @@
 #ifndef SEERD_TASK_H
 #define SEERD_TASK_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -32,6 +33,15 @@ struct tasks {
 	struct etask *free;
 	struct io_task **sub;    /* submitted this round, not yet in the pool */
 	uint32_t nsub, capsub;
+	/* PFS reads (TK_PFS, TK_EXTENT) in the pool, queued or running: the
+	 * dispatcher adds them at task_flush and takes them off when the pool
+	 * hands them back or task_cancel takes them back; the checkpoint drain
+	 * loads it (engine_pfs_outlook; a hint, relaxed) */
+	_Atomic uint32_t pfs_queued;
 };
+
+/* Take tk back from the pool's queue (iopool_cancel): true if it was still
+ * queued. */
+bool task_cancel(struct engine *e, struct etask *tk);
 
 #endif /* SEERD_TASK_H */

@@ -18,13 +18,19 @@ and times load: seer.checkpoint.load (from seerd's NVMe copy) vs torch.load
 of the PFS file. Prints numbers; never fails on a timing.
 
     scripts/bench_checkpoint.py --beside N [--mib 128] [--every 2] [--pfsemu 100MB/s]
-                                [--data-mib 96]
+                                [--data-mib 96] [--warm] [--epochs E] [--compute-ms MS]
+                                [--window S]
 
 The issue's second bar: N trainers (seer-trainer) read a dataset through
 seerd from seer-pfsemu (--bandwidth RATE --write-shares-bandwidth: reads and
 writes share one link) for 2 epochs with a small RAM cache, once alone and
 once while this process saves a --mib state with seer.checkpoint.save every
---every seconds; prints each run's samples/s and the difference.
+--every seconds; prints each run's samples/s and the difference, seerd's
+samples/s per epoch, and each drain's time from seerd's log (and its bytes
+by pace: full, plan, yield). --warm: an NVMe tier holds the dataset, so
+epoch 0 reads the PFS and the others (--epochs, default 4) are served from
+NVMe and RAM; the trainers pause at epoch 1 and the checkpoints start there.
+--window S sets [checkpoint] drain_window_s.
 """
 
 import argparse
@@ -66,6 +72,10 @@ def main():
     ap.add_argument("--beside", type=int, default=0, metavar="N")
     ap.add_argument("--every", type=float, default=2.0)
     ap.add_argument("--data-mib", type=int, default=96)
+    ap.add_argument("--warm", action="store_true")
+    ap.add_argument("--epochs", type=int, default=0)
+    ap.add_argument("--compute-ms", type=float, default=0)
+    ap.add_argument("--window", default=None, metavar="S")
     a = ap.parse_args()
     if a.beside:
         return beside(a)
@@ -167,8 +177,31 @@ def trainer_rates(procs):
     return rates
 
 
+DRAIN_RE = re.compile(r"checkpoint (\S+) \(([^)]*)\) on the PFS in ([0-9.]+) s \(([0-9.]+) MB/s"
+                      r"(?:; at full rate ([^,]+), drain_share beside the plan's PFS reads ([^,]+), "
+                      r"yielding to queued reads ([^)]+))?")
+
+
+def drains(log_text):
+    """[(path, seconds, MB/s, (full, plan, yield) or None)] from seerd's log."""
+    return [(m.group(1), float(m.group(3)), float(m.group(4)),
+             (m.group(5), m.group(6), m.group(7)) if m.group(5) else None)
+            for m in DRAIN_RE.finditer(log_text)]
+
+
+def wait_paused(sync, ranks, point, procs):
+    """Until every rank holds its batch at point (seer-trainer --pause-at)."""
+    names = [os.path.join(sync, "paused-%d-%d-%d" % (r, point[0], point[1])) for r in ranks]
+    while not all(os.path.exists(n) for n in names):
+        for p in procs:
+            if p.poll() is not None:
+                raise SystemExit("a trainer exited before its pause: %s" % p.stderr.read())
+        time.sleep(0.01)
+
+
 def beside(a):
     rate = a.pfsemu or "100MB/s"
+    epochs = a.epochs or (4 if a.warm else 2)
     work = tempfile.mkdtemp(prefix="seer-bench-ckpt-")
     src = os.path.join(work, "pfs")
     mnt = os.path.join(work, "mnt")
@@ -181,59 +214,122 @@ def beside(a):
                    capture_output=True)
     n = a.mib * (1 << 20) // 4
     obj = {"layer%d" % i: torch.randn(n // 8) for i in range(8)}
-    out = {}
+    out, ep_raw = {}, {}
     try:
         for run in ("alone", "with checkpoints"):
             wd = os.path.join(work, run.replace(" ", "-"))
             os.makedirs(wd)
             s = {"dataset.path": os.path.join(mnt, "data"), "job.id": "bench-beside",
-                 "job.epochs": 2, "job.batch_size": 16, "job.world_size": a.beside,
+                 "job.epochs": epochs, "job.batch_size": 16, "job.world_size": a.beside,
                  "cache.ram": "8MiB", "cache.nvme_dir": os.path.join(wd, "nvme"),
                  "checkpoint.memory": "%dMiB" % (4 * a.mib + 64)}
+            if a.warm:  # the NVMe tier holds the dataset: epochs after the first are warm
+                s["cache.nvme"] = "%dMiB" % (2 * a.data_mib + 64)
+            if a.window is not None:
+                s["checkpoint.drain_window_s"] = a.window
+            sync = os.path.join(wd, "sync")
+            os.makedirs(sync)
             with Daemon(wd, s) as d:
                 env = dict(os.environ, SEER_JOB_ID="bench-beside")
+                extra = ["--compute-ms", str(a.compute_ms)] if a.compute_ms else []
+                if a.warm:  # checkpoints from the first warm epoch on
+                    extra += ["--sync", sync, "--pause-at", "1:0"]
                 procs = [subprocess.Popen([os.path.join(ROOT, "bin", "seer-trainer"), "--rank",
-                                           str(r), "--world", str(a.beside), "--socket", d.sock],
+                                           str(r), "--world", str(a.beside), "--socket",
+                                           d.sock] + extra,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True, env=env) for r in range(a.beside)]
-                saved, stop = [], threading.Event()
+                saved, waiters, stop = [], [], threading.Event()
+
+                def waiter(h, t_ret, rec):
+                    try:  # seerd drains what it holds before it exits at the job's end
+                        h.wait("pfs", timeout=120)
+                    except Exception:  # noqa: BLE001 (seer.SeerError, TimeoutError)
+                        return
+                    rec.append((h.path, time.perf_counter() - t_ret, time.perf_counter()))
+
+                pfs_at = []
 
                 def saver():
                     k = 0
                     while not stop.is_set():
                         t0 = time.perf_counter()
-                        h = sc.save(obj, os.path.join(mnt, "ck_%d.pt" % k), socket=d.sock,
-                                    job_id="bench-beside")
-                        saved.append((time.perf_counter() - t0, h))
+                        try:  # the job (and seerd) may end meanwhile
+                            h = sc.save(obj, os.path.join(mnt, "ck_%d.pt" % k), socket=d.sock,
+                                        job_id="bench-beside", timeout=60, connect_timeout=2)
+                        except Exception:  # noqa: BLE001 (seer.SeerError: seerd went away)
+                            return
+                        t1 = time.perf_counter()
+                        saved.append((t1 - t0, h))
+                        w = threading.Thread(target=waiter, args=(h, t1, pfs_at), daemon=True)
+                        w.start()
+                        waiters.append(w)
                         k += 1
                         stop.wait(a.every)
+                if a.warm:
+                    wait_paused(sync, range(a.beside), (1, 0), procs)
                 th = None
                 if run != "alone":
                     th = threading.Thread(target=saver)
                     th.start()
+                if a.warm:
+                    open(os.path.join(sync, "go-1-0"), "w").close()
                 rates = trainer_rates(procs)
+                t_end = time.perf_counter()
                 stop.set()
                 if th:
                     th.join()
+                t_give_up = time.perf_counter() + 120
+                for w in waiters:  # a checkpoint seerd did not drain before it exited
+                    w.join(max(0.0, t_give_up - time.perf_counter()))
                 with open(os.path.join(mnt, ".pfsemu", "stats")) as f:
                     tot = json.load(f)["totals"]
-                out[run] = (rates, len(saved), sum(x[0] for x in saved) / max(1, len(saved)),
-                            tot["bytes"], tot["write"]["bytes"])
-                for _, h in saved:
+            with open(d.stats_file) as f:
+                ep_raw[run] = json.load(f)["epochs"]
+            ep = [(x["epoch"], x["samples"] / max(x["seconds"], 1e-9), x["pfs_samples"])
+                  for x in ep_raw[run]]
+            dr = drains(d.log())
+            during = [x for x in pfs_at if x[2] <= t_end]
+            out[run] = (rates, len(saved), sum(x[0] for x in saved) / max(1, len(saved)),
+                        tot["bytes"], tot["write"]["bytes"], ep, dr, during)
+            for (_, h), w in zip(saved, waiters):
+                if not w.is_alive():
                     h.close()
     finally:
         subprocess.run(["bash", os.path.join(ROOT, "scripts", "pfsemu-umount.sh"), mnt],
                        capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
     print("%d trainers, dataset %d MiB via seer-pfsemu --bandwidth %s --write-shares-bandwidth, "
-          "state %d MiB every %.1f s, load %s" % (a.beside, a.data_mib, rate, a.mib, a.every,
-                                                  open("/proc/loadavg").read().split()[:3]))
+          "%d epochs (%s), state %d MiB every %.1f s%s, load %s" %
+          (a.beside, a.data_mib, rate, epochs,
+           "warm: epoch 0 fills the NVMe tier, checkpoints from epoch 1 on" if a.warm
+           else "cold: 8 MiB RAM cache, every epoch reads the PFS", a.mib, a.every,
+           ", drain_window_s %s" % a.window if a.window is not None else "",
+           open("/proc/loadavg").read().split()[:3]))
     base = sum(out["alone"][0])
-    for run, (rates, k, blk, rd, wr) in out.items():
+    for run, (rates, k, blk, rd, wr, ep, dr, during) in out.items():
         print("%-17s samples/s %s (sum %.0f, %+.1f%%); checkpoints %d (save blocked %.3f s "
               "each); PFS read %d B, written %d B (cumulative)" %
               (run, " ".join("%.0f" % x for x in rates), sum(rates),
                100.0 * (sum(rates) - base) / base, k, blk, rd, wr))
+        print("  per epoch (seerd): %s" % "; ".join(
+            "%d %s %.0f" % (e, "cold" if p else "warm", r) for e, r, p in ep))
+        for kind in ("cold", "warm"):
+            sel = [x for x in ep_raw[run] if (x["pfs_samples"] > 0) == (kind == "cold")]
+            if sel:
+                print("  %s epochs: %.0f samples/s (%d samples in %.2f s)" %
+                      (kind, sum(x["samples"] for x in sel) / sum(x["seconds"] for x in sel),
+                       sum(x["samples"] for x in sel), sum(x["seconds"] for x in sel)))
+        if dr:
+            secs = sorted(x[1] for x in dr)
+            print("  drains: %d, seconds each: median %.2f, min %.2f, max %.2f; %d reached the "
+                  "PFS while the trainers ran (save -> pfs %s s)" %
+                  (len(dr), secs[len(secs) // 2], secs[0], secs[-1], len(during),
+                   " ".join("%.2f" % x[1] for x in sorted(during, key=lambda x: x[2]))))
+            for path, sec, mbs, modes in dr:
+                print("    %s: %.2f s, %.1f MB/s%s" % (os.path.basename(path), sec, mbs,
+                                                    "; full %s, plan %s, yield %s" % modes
+                                                    if modes else ""))
 
 
 if __name__ == "__main__":

@@ -266,6 +266,12 @@ static int render_checkpoints(const char *text, FILE *out)
 		jnum(root, "drain_rate_cap") > 0 ? rate((char[32]){ 0 }, jnum(root, "drain_rate_cap"))
 						 : "none",
 		fmt_size(a, sizeof(a), (uint64_t)jnum(root, "bytes_to_drain")), jnum(root, "eta_s"));
+	json_t *po = json_object_get(root, "pfs_outlook");
+	fprintf(out, "drain pace: %s now; seerd's own PFS reads: %.0f queued, %.0f (%s) in the "
+		"next %.0f s of the plan (a drain there: %s)\n", jtext(root, "drain_mode"),
+		jnum(po, "queued"), jnum(po, "soon_reads"),
+		fmt_size(a, sizeof(a), (uint64_t)jnum(po, "soon_bytes")), jnum(po, "window_s"),
+		jtext(po, "mode"));
 	fprintf(out, "%-16s %10s %-8s %-8s %-8s %-8s %10s %12s %6s  %s\n", "id", "bytes", "memory",
 		"local", "peer", "pfs", "drained", "rate", "eta", "path");
 	size_t i;
@@ -277,6 +283,13 @@ static int render_checkpoints(const char *text, FILE *out)
 			jtext(lv, "local"), jtext(lv, "peer"), jtext(lv, "pfs"),
 			fmt_size(b, sizeof(b), (uint64_t)jnum(e, "drained")),
 			rate(c, jnum(e, "drain_rate")), jnum(e, "eta_s"), jtext(e, "path"));
+		json_t *mb = json_object_get(e, "drain_modes");
+		if (jnum(mb, "full") + jnum(mb, "plan") + jnum(mb, "yield") > 0)
+			fprintf(out, "    drained at full rate %s, at drain_share beside the plan's "
+				"reads %s, yielding to queued reads %s\n",
+				fmt_size(a, sizeof(a), (uint64_t)jnum(mb, "full")),
+				fmt_size(b, sizeof(b), (uint64_t)jnum(mb, "plan")),
+				fmt_size(c, sizeof(c), (uint64_t)jnum(mb, "yield")));
 		if (*jtext(e, "why"))
 			fprintf(out, "    why: %s\n", jtext(e, "why"));
 		if (*jtext(e, "peer_why"))

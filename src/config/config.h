@@ -89,6 +89,7 @@ struct seer_config {
 		uint64_t keep;      /* drained copies kept on NVMe (newest first) */
 		uint64_t drain_rate; /* bytes/s to the PFS (0: no cap) */
 		double drain_share; /* share of time a drain takes while PFS reads wait */
+		double drain_window_s; /* the trainers' future looked at for PFS reads */
 		uint64_t peers;     /* 0 or 1: copies on another node's seerd */
 	} checkpoint;
 	struct config_transform {	/* [transform] */

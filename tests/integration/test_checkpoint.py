@@ -430,6 +430,62 @@ def test_training_exact_beside_checkpoints():
         cleanup(tmp)
 
 
+def test_drain_full_rate_when_the_plan_reads_no_pfs():
+    """The drain's pace follows seerd's own PFS reads (docs/checkpoint.md):
+    while epoch 0 still has PFS reads ahead of the trainer, seerd says a
+    drain would take drain_share ("plan"); once every sample is in RAM or on
+    NVMe (epoch 1 on), the plan reads no PFS and a checkpoint saved then is
+    drained at full rate: all its bytes in mode "full", though the trainer's
+    NVMe reads run beside it (before the outlook, queued NVMe reads made the
+    drain yield). The trainer's batches stay exact."""
+    tmp = tmpdir("seer-ck-")
+    try:
+        root, cat = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"job.world_size": 1, "job.epochs": 3, "cache.ram": "100KiB",
+                                   "cache.nvme": "4MiB", "prefetch.lookahead": 2,
+                                   "checkpoint.drain_rate": "8MiB",
+                                   "checkpoint.drain_window_s": 600})
+        with Daemon(tmp, s) as d:
+            logf = os.path.join(tmp, "t0.log")
+            gate = Gate(tmp)
+            p = start_trainer("c", 0, 1, d.sock, logf, ["--compute-ms", "1"] +
+                              gate.args((0, 2), (1, 0), (2, 0)), env={"SEER_JOB_ID": JOB})
+            gate.wait([0], (0, 2), [p])
+            # cold: the rest of epoch 0 is read from the PFS (the outlook is
+            # published on seerd's 1 s tick)
+            o = wait_for(lambda: (lambda x: x if x["soon_reads"] > 0 and x["queued"] == 0
+                                  else None)(ctl_checkpoints(d)["pfs_outlook"]), LONG,
+                         "the plan's PFS reads ahead, none queued")
+            check(o["mode"] == "plan" and o["soon_bytes"] > 0, "cold epoch outlook: %s" % o)
+            gate.go((0, 2))
+            gate.wait([0], (1, 0), [p])
+            # warm: every sample is in RAM or on NVMe, the plan reads no PFS
+            o = wait_for(lambda: (lambda x: x if x["mode"] == "full" else None)(
+                ctl_checkpoints(d)["pfs_outlook"]), LONG, "an outlook without PFS reads")
+            check(o["soon_reads"] == 0 and o["soon_bytes"] == 0 and o["queued"] == 0,
+                  "warm epoch outlook: %s" % o)
+            obj = state(1 << 20, 7)
+            h = sc.save(obj, os.path.join(pfs, "warm.pt"), socket=d.sock, job_id=JOB)
+            gate.go((1, 0))  # epoch 1 read from RAM and NVMe beside the drain
+            h.wait("pfs", timeout=LONG)
+            gate.wait([0], (2, 0), [p])  # the job (and seerd) goes on until the checks
+            want = torch_bytes(obj)
+            check(open(h.path, "rb").read() == want, "bytes of %s" % h.path)
+            ck = [c for c in ctl_checkpoints(d)["checkpoints"] if c["path"] == h.path]
+            check(len(ck) == 1, "seerctl lists %s once: %s" % (h.path, ck))
+            check(ck[0]["drain_modes"] == {"full": len(want), "plan": 0, "yield": 0},
+                  "the warm drain's bytes by pace: %s" % ck[0]["drain_modes"])
+            gate.go((2, 0))
+            for rc, _, err in finish([p]):
+                check(rc == 0, "trainer failed: %s\n%s" % (err, d.log()))
+            check(d.wait(LONG) == 0, "seerd failed:\n" + d.log())
+        verify_rank(cat, seer.Sampler(len(cat), 1, 1, 8), 0, read_log(logf), 3)
+    finally:
+        cleanup(tmp)
+
+
 def test_pfsemu_write_mode():
     """The PFS emulator mounted read-write (--write-bandwidth, faults) as the
     checkpoints' PFS: the bytes written through it are the checkpoint's, one
@@ -775,7 +831,8 @@ def test_peer_resend_after_sigkill():
 if __name__ == "__main__":
     run_tests([test_save_wait_load_bytes, test_without_nvme, test_sigkill_after_local_then_restart,
                test_pfs_fails_eio_enospc, test_memory_full, test_sigterm_names_nvme_copy,
-               test_training_exact_beside_checkpoints, test_pfsemu_write_mode,
+               test_training_exact_beside_checkpoints,
+               test_drain_full_rate_when_the_plan_reads_no_pfs, test_pfsemu_write_mode,
                test_save_during_startup, test_peer_copy_two_nodes,
                test_peer_refuses_no_room, test_peer_retry_after_peer_returns,
                test_peer_resend_after_sigkill])

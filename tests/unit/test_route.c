@@ -189,6 +189,37 @@ Test(route, no_replica_is_the_one_copy_route)
 	}
 }
 
+/* Which needs still take a PFS read (the checkpoint drain's outlook): a PFS
+ * route always; a RAM slot or NVMe copy only while absent and filled from
+ * the PFS; a peer never. */
+Test(route, reads_pfs_only_for_absent_copies_loaded_from_the_pfs)
+{
+	struct route_view v = view_repl();
+	uint32_t key;
+	for (uint32_t s = 0; s < 8; s++) {
+		enum route_src src = route(&v, s, &key);
+		bool want_absent = src == ROUTE_PFS || (src != ROUTE_PEER && !route_replica(&v, s));
+		cr_assert_eq(route_reads_pfs(&v, src, key, s, CS_ABSENT, false), want_absent,
+			     "sample %u (route %d) absent", s, src);
+		cr_assert_eq(route_reads_pfs(&v, src, key, s, CS_READY, false), src == ROUTE_PFS,
+			     "sample %u (route %d) loaded", s, src);
+		cr_assert_eq(route_reads_pfs(&v, src, key, s, CS_TASK0 + 7, false), src == ROUTE_PFS,
+			     "sample %u (route %d) loading: its read is queued already", s, src);
+	}
+	/* replicas 1 (RAM) and 3 (NVMe) come from their owner... */
+	cr_assert(!route_reads_pfs(&v, ROUTE_RAM, 1, 1, CS_ABSENT, false));
+	cr_assert(!route_reads_pfs(&v, ROUTE_NVME, ROUTE_NOKEY, 3, CS_ABSENT, false));
+	/* ...unless the fill source is the PFS or the owner is suspect */
+	cr_assert(route_reads_pfs(&v, ROUTE_RAM, 1, 1, CS_ABSENT, true));
+	suspect[1] = true;
+	cr_assert(route_reads_pfs(&v, ROUTE_NVME, ROUTE_NOKEY, 3, CS_ABSENT, false));
+	cr_assert(!route_reads_pfs(&v, ROUTE_PEER, ROUTE_NOKEY, 3, CS_ABSENT, true),
+		  "a peer fetch is never a PFS read (its fallback is queued when it fails)");
+	/* nopfs: a rank's own copy not loaded yet is read from the PFS */
+	cr_assert(route_reads_pfs(&v, ROUTE_RAM, 8 + 2, 4, CS_ABSENT, false));
+	cr_assert(!route_reads_pfs(&v, ROUTE_RAM, 8 + 2, 4, CS_READY, false));
+}
+
 /* ---- when a trainer's next batch is prepared (route_next) ---- */
 
 /* A trainer that took 10 batches and holds 2 more published (next_pub 12),
