@@ -6,8 +6,8 @@
  * Owns: the two libfabric links (src/net/net_link.h) and the two threads
  * (struct ck_peers in checkpoint_int.h), the wire format below, the copies held for node - 1
  * (<dir>/peer-<origin>/<id>.data + .meta, or memfds without an NVMe tier;
- * their retention, [checkpoint] keep per origin) and their start-up
- * recovery. The items' peer state (st[SEER_CKL_PEER], peer_why, peer_busy)
+ * their retention, [checkpoint] keep per origin, the highest ids kept and
+ * served, whatever order they arrived in) and their start-up recovery. The items' peer state (st[SEER_CKL_PEER], peer_why, peer_busy)
  * is written here only.
  *
  * Threads: the sender (peer_tx_main: one copy at a time, the bytes read
@@ -19,8 +19,9 @@
  * Failure: a peer that does not answer within [net] peer_timeout_ms, that
  * refuses (secret, origin, no room) or whose copy fails its crc32c makes
  * the copy "failed" with why (wait("peer") returns it) and it is sent again
- * after a backoff (1 s doubling to 10 s) while this node has its bytes; the
- * local and PFS levels go on. The peer's confirmation is recorded in the
+ * after a backoff (1 s doubling to 10 s) while this node has its bytes and
+ * the peer has not confirmed a newer checkpoint of its path; the local and
+ * PFS levels go on. The peer's confirmation is recorded in the
  * copy's NVMe record, and a copy found on NVMe at start without it is sent
  * again. The receiver keeps nothing partial: a copy is held once its
  * checksum matched and it was fsync'd and recorded; one sent again replaces
@@ -51,6 +52,11 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #define CK_PEER_RETRY_MIN_S 1.0 /* the first retry of a failed copy; doubles to CK_RETRY_S */
+/* After END the sender waits [net] peer_timeout_ms + size / this for the
+ * answer (the receiver's fsync); the receiver writes back every
+ * CK_PEER_WRITEBACK bytes meanwhile, so that its final fsync is short. */
+#define CK_PEER_FSYNC_RATE 50e6
+#define CK_PEER_WRITEBACK (64ull << 20)
 
 /* The copy over libfabric (src/net/net_link.h), tagged messages: HDR (a
  * struct ck_peer_hdr, then the sender's address: uint32_t length and its
@@ -111,7 +117,8 @@ static void held_drop(struct ckpt *ck, struct ck_held *h)
 }
 
 /* A copy of (origin, id) sent again replaces the one held: the old entry
- * goes (its memfd closed; its files are the new copy's names, not removed). */
+ * goes (its memfd closed; its files are the new copy's names, not removed).
+ * Called once the new copy is complete and recorded. */
 static void held_forget(struct ckpt *ck, uint32_t origin, uint64_t id)
 {
 	pthread_mutex_lock(&ck->mu);
@@ -135,7 +142,20 @@ static void held_forget(struct ckpt *ck, uint32_t origin, uint64_t id)
 	pthread_mutex_unlock(&ck->mu);
 }
 
-/* Retention for held copies: at most `keep` of `origin`'s, newest kept. */
+/* Into the held list, which is ordered by id, oldest first: an origin's
+ * ids grow (its seerd restores its last id at start), whatever order its
+ * copies arrive in (a retried copy may come after a newer one). Under mu. */
+static void held_insert(struct ckpt *ck, struct ck_held *hd)
+{
+	struct ck_held **pp = &ck->peer.held;
+	while (*pp && (*pp)->id <= hd->id)
+		pp = &(*pp)->next;
+	hd->next = *pp;
+	*pp = hd;
+}
+
+/* Retention for held copies: at most `keep` of `origin`'s, the highest ids
+ * kept (the list is ordered by id). Under mu. */
 static void held_prune(struct ckpt *ck, uint32_t origin, uint64_t keep)
 {
 	size_t n = 0;
@@ -189,6 +209,16 @@ static int rx_next(struct ckpt *ck, uint32_t seq, struct ck_msg *m)
 	}
 }
 
+/* Bytes of the copy of (origin, id) held in memory (mem) or on NVMe: one
+ * sent again replaces it. Under mu. */
+static uint64_t held_same(const struct ckpt *ck, uint32_t origin, uint64_t id, bool mem)
+{
+	for (const struct ck_held *h = ck->peer.held; h; h = h->next)
+		if (h->origin == origin && h->id == id && (h->memfd >= 0) == mem)
+			return h->size;
+	return 0;
+}
+
 /* One copy from node - 1, its HDR in *m: room reserved, bytes received and
  * checked, fsync'd, recorded; or nothing kept. 0, or -errno with why; *src
  * (with *answer) where to send the answer. A new copy's HDR read meanwhile
@@ -234,18 +264,26 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 	}
 	char sz[32], a[32], b[32], f[4200] = "", dir[4200];
 	bool nvme = *ck->dir;
+	uint64_t keep = ck->cfg->checkpoint.keep;
 	pthread_mutex_lock(&ck->mu);
+	uint64_t same = held_same(ck, h.origin, h.id, !nvme);
 	if (nvme) {
 		struct statvfs vs;
 		uint64_t avail = statvfs(ck->dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize
 							   : UINT64_MAX;
-		/* the new copy will be one of `keep`: older ones beyond make room first */
-		if (ck->nvme_used + ck->peer.held_used + h.size > ck->cfg->checkpoint.nvme || h.size > avail)
-			held_prune(ck, h.origin, ck->cfg->checkpoint.keep ? ck->cfg->checkpoint.keep - 1 : 0);
-		if (ck->nvme_used + ck->peer.held_used + h.size > ck->cfg->checkpoint.nvme ||
+		/* the new copy will be one of `keep`: older ones beyond make room
+		 * first, but the last one held stays until the new one is checked
+		 * (the same id sent again is replaced: its bytes do not count) */
+		if (ck->nvme_used + ck->peer.held_used - same + h.size > ck->cfg->checkpoint.nvme ||
+		    h.size > avail)
+			held_prune(ck, h.origin, MAX(keep, 2) - 1);
+		same = held_same(ck, h.origin, h.id, false);
+		if (ck->nvme_used + ck->peer.held_used - same + h.size > ck->cfg->checkpoint.nvme ||
 		    h.size > avail) {
-			snprintf(why, wlen, "no room on node %u's NVMe for a copy of %s (%s): "
-				 "[checkpoint] nvme %s, %s in use, %s free on the disk", ck->node,
+			snprintf(why, wlen, "no room on node %u's NVMe for a copy of %s (%s) beside "
+				 "the copies it holds (the last one stays until a new one is "
+				 "complete): [checkpoint] nvme %s, %s in use, %s free on the disk; "
+				 "raise [checkpoint] nvme", ck->node,
 				 h.path, fmt_size(sz, sizeof(sz), h.size),
 				 fmt_size(a, sizeof(a), ck->cfg->checkpoint.nvme),
 				 fmt_size(b, sizeof(b), ck->nvme_used + ck->peer.held_used),
@@ -255,11 +293,14 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 		}
 		ck->peer.held_used += h.size;
 	} else {
-		if (ck->mem_used + h.size > ck->cfg->checkpoint.memory)
-			held_prune(ck, h.origin, ck->cfg->checkpoint.keep ? ck->cfg->checkpoint.keep - 1 : 0);
-		if (ck->mem_used + h.size > ck->cfg->checkpoint.memory) {
-			snprintf(why, wlen, "no room in node %u's memory for a copy of %s (%s): "
-				 "[checkpoint] memory %s, %s in use (it has no NVMe tier)", ck->node,
+		if (ck->mem_used - same + h.size > ck->cfg->checkpoint.memory)
+			held_prune(ck, h.origin, MAX(keep, 2) - 1);
+		same = held_same(ck, h.origin, h.id, true);
+		if (ck->mem_used - same + h.size > ck->cfg->checkpoint.memory) {
+			snprintf(why, wlen, "no room in node %u's memory for a copy of %s (%s) beside "
+				 "the copies it holds (the last one stays until a new one is "
+				 "complete): [checkpoint] memory %s, %s in use (it has no NVMe tier); "
+				 "raise [checkpoint] memory", ck->node,
 				 h.path, fmt_size(sz, sizeof(sz), h.size),
 				 fmt_size(a, sizeof(a), ck->cfg->checkpoint.memory),
 				 fmt_size(b, sizeof(b), ck->mem_used));
@@ -274,6 +315,9 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 	if (nvme) {
 		snprintf(dir, sizeof(dir), "%s/peer-%u", ck->dir, h.origin);
 		rc = mkdir_p(dir, 0700);
+		/* peer-<origin> itself is durable in ck->dir */
+		if (rc == 0)
+			rc = ckpt_fsync_dir(dir);
 		/* a temporary name: a copy sent again replaces the held one whole */
 		held_file(ck, h.origin, h.id, "data.tmp", f, sizeof(f));
 		out = rc == 0 ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
@@ -288,6 +332,7 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 		goto fail;
 	}
 	uint32_t crc = 0, want = 0, idx = 0;
+	uint64_t synced = 0;
 	for (uint64_t off = 0; off < h.size; off += CK_PEER_MSG, idx++) {
 		size_t n = (size_t)MIN((uint64_t)CK_PEER_MSG, h.size - off);
 		rc = rx_next(ck, seq, m);
@@ -304,6 +349,13 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 		if (rc != 0) {
 			snprintf(why, wlen, "writing %s: %s", nvme ? f : "a memfd", strerror(-rc));
 			goto fail;
+		}
+		/* started now, so that the fsync after END has little left
+		 * (an error shows again in that fsync) */
+		if (nvme && off + n - synced >= CK_PEER_WRITEBACK) {
+			sync_file_range(out, (off_t)synced, (off_t)(off + n - synced),
+					SYNC_FILE_RANGE_WRITE);
+			synced = off + n;
 		}
 	}
 	rc = rx_next(ck, seq, m);
@@ -328,30 +380,41 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 			snprintf(why, wlen, "fsync %s: %s", f, strerror(errno));
 			goto fail;
 		}
-		held_forget(ck, h.origin, h.id);
 		char data[4200], meta[4200], *text = NULL;
 		held_file(ck, h.origin, h.id, "data", data, sizeof(data));
-		if (rename(f, data) != 0 || (rc = ckpt_fsync_dir(data)) != 0) {
-			rc = rc ? rc : -errno;
+		held_file(ck, h.origin, h.id, "meta", meta, sizeof(meta));
+		if (rename(f, data) != 0) {
+			/* a held copy of the same id is untouched */
+			rc = -errno;
 			snprintf(why, wlen, "rename %s to %s: %s", f, data, strerror(-rc));
 			goto fail;
 		}
-		str_copy(f, sizeof(f), data);
-		held_file(ck, h.origin, h.id, "meta", meta, sizeof(meta));
 		if (asprintf(&text, "seer-ckpt-peer 1\norigin %u\nid %016" PRIx64 "\nsize %" PRIu64
 			     "\ncrc32c %08x\npath %s\n", h.origin, h.id, h.size, crc, h.path) < 0)
 			abort();
-		rc = ckpt_record_write(meta, text);
+		rc = ckpt_fsync_dir(data);
+		const char *what = "fsync the directory of", *wf = data;
+		if (rc == 0) {
+			what = "cannot record";
+			wf = meta;
+			rc = ckpt_record_write(meta, text);
+		}
 		free(text);
 		if (rc != 0) {
-			snprintf(why, wlen, "cannot record %s: %s", meta, strerror(-rc));
+			/* the rename replaced the .data of a held copy of the same id,
+			 * if any: neither is kept, nor its record */
+			snprintf(why, wlen, "%s %s: %s", what, wf, strerror(-rc));
+			unlink(data);
+			unlink(meta);
+			held_forget(ck, h.origin, h.id);
+			f[0] = '\0';
 			goto fail;
 		}
+		str_copy(f, sizeof(f), data);
 		close(out);
 		out = -1;
 	}
-	if (!nvme)
-		held_forget(ck, h.origin, h.id);
+	held_forget(ck, h.origin, h.id);
 	struct ck_held *hd = calloc(1, sizeof(*hd));
 	if (!hd)
 		abort();
@@ -362,11 +425,8 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 	hd->memfd = nvme ? -1 : out;
 	hd->wall = time(NULL);
 	pthread_mutex_lock(&ck->mu);
-	struct ck_held **pp = &ck->peer.held;
-	while (*pp)
-		pp = &(*pp)->next;
-	*pp = hd;
-	held_prune(ck, h.origin, MAX(ck->cfg->checkpoint.keep, 1));
+	held_insert(ck, hd);
+	held_prune(ck, h.origin, MAX(keep, 1));
 	pthread_mutex_unlock(&ck->mu);
 	log_info("copy of node %u's checkpoint %s (%s) held %s", h.origin, h.path,
 		 fmt_size(sz, sizeof(sz), h.size), nvme ? f : "in memory (no NVMe tier)");
@@ -398,12 +458,7 @@ static void held_found(struct ckpt *ck, const struct ckpt_rec *r, void *arg)
 	h->path = xstrdup(r->path);
 	h->memfd = -1;
 	h->wall = r->sb.st_mtime;
-	/* oldest first, by arrival */
-	struct ck_held **pp = &ck->peer.held;
-	while (*pp && (*pp)->wall <= h->wall)
-		pp = &(*pp)->next;
-	h->next = *pp;
-	*pp = h;
+	held_insert(ck, h); /* by id, not by arrival */
 	ck->peer.held_used += r->size;
 	log_info("copy of node %u's checkpoint %s found on NVMe at %s", origin, r->path, r->data);
 }
@@ -444,7 +499,7 @@ int ckpt_peer_open_held(struct ckpt *ck, const char *path, struct ck_item *hit)
 {
 	struct ck_held *hb = NULL;
 	for (struct ck_held *h = ck->peer.held; h; h = h->next)
-		if (strncmp(h->path, path, SEER_CKPT_PATH_MAX) == 0 && !(hb && hb->wall > h->wall))
+		if (strncmp(h->path, path, SEER_CKPT_PATH_MAX) == 0 && !(hb && hb->id > h->id))
 			hb = h;
 	struct stat sb;
 	/* as for our own copies: a PFS file written after the copy is newer */
@@ -646,8 +701,10 @@ static int peer_send(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 		rc = net_link_send(l, ck->peer.to, CKT(CKT_END, seq, 0), sizeof(crc), tmo);
 	}
 	if (rc == 0 && !got) {
+		/* the peer fsyncs the copy before it answers: its written-back
+		 * progressively, but a slow disk may still hold some of it */
 		step = "its answer (received, checked, fsync'd)";
-		got = tx_answer(ck, seq, now_s() + tmo, &ack);
+		got = tx_answer(ck, seq, now_s() + tmo + (double)it->size / CK_PEER_FSYNC_RATE, &ack);
 	}
 	if (rc == 0 && got == 0)
 		rc = -ETIMEDOUT;
@@ -667,8 +724,32 @@ out:
 	return rc;
 }
 
+/* Whether the peer confirmed a newer committed checkpoint of its path: its
+ * failed copy is then not sent again (the peer would serve the newer one
+ * anyway); said in its why and the log. Under mu. */
+static bool peer_superseded(struct ckpt *ck, struct ck_item *it)
+{
+	for (const struct ck_item *o = ck->items; o; o = o->next) {
+		if (!o->committed || o->id <= it->id || o->st[SEER_CKL_PEER] != SEER_CKS_DONE ||
+		    strcmp(o->path, it->path) != 0)
+			continue;
+		it->peer_retry = false;
+		char last[SEER_ERRMSG_MAX];
+		str_copy(last, sizeof(last), it->peer_why);
+		snprintf(it->peer_why, sizeof(it->peer_why), "not sent again: node %u holds a newer "
+			 "checkpoint of %s (%016" PRIx64 "); the last try: %s", ck->peer.node,
+			 it->path, o->id, last);
+		log_info("checkpoint %s (%016" PRIx64 "): its copy to node %u is not sent again: "
+			 "that node confirmed a newer checkpoint of the path (%016" PRIx64 ")",
+			 it->path, it->id, ck->peer.node, o->id);
+		ckpt_wake_svc(ck);
+		return true;
+	}
+	return false;
+}
+
 /* The next copy to send: a pending one, or a failed one whose retry is
- * due; *next_retry: the earliest retry not yet due (0: none). */
+ * due, unless superseded; *next_retry: the earliest retry not yet due (0: none). */
 static struct ck_item *next_peer(struct ckpt *ck, double t, double *next_retry)
 {
 	*next_retry = 0;
@@ -677,6 +758,9 @@ static struct ck_item *next_peer(struct ckpt *ck, double t, double *next_retry)
 			continue;
 		if (it->st[SEER_CKL_PEER] == SEER_CKS_PENDING)
 			return it;
+		if (it->st[SEER_CKL_PEER] == SEER_CKS_FAILED && it->peer_retry &&
+		    peer_superseded(ck, it))
+			continue;
 		if (it->st[SEER_CKL_PEER] == SEER_CKS_FAILED && it->peer_retry) {
 			if (t >= it->peer_retry_at)
 				return it;
