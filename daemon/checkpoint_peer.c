@@ -65,7 +65,7 @@
  * the receiver's ACK (a struct ck_peer_ack). The tag: type << 60 | copy
  * serial (28 bits) << 32 | DATA's index. A message of another copy than the
  * current one is dropped; a HDR ends the copy in progress (not kept). */
-#define CK_PEER_MAGIC 0x53434b51u /* "SCKQ", version 2 */
+#define CK_PEER_MAGIC 0x53434b52u /* "SCKR", version 3 (the answer names the disk) */
 #define CK_PEER_MSG (4u << 20)  /* the links' bounce buffers */
 #define CK_PEER_ADDR_MAX 100    /* bytes of a link address (hex in the allgather) */
 enum { CKT_HDR = 1, CKT_DATA = 2, CKT_END = 3, CKT_ACK = 4 };
@@ -83,6 +83,7 @@ struct ck_peer_hdr {
 };
 struct ck_peer_ack {
 	int32_t status;            /* 0: complete, fsync'd and its checksum right */
+	uint8_t disk[16];          /* the receiver's id (struct ck_peers) */
 	char msg[SEER_ERRMSG_MAX];
 };
 
@@ -590,6 +591,7 @@ static void *peer_rx_main(void *arg)
 		}
 		uint32_t seq = CKT_SEQ(m.tag);
 		struct ck_peer_ack ack = { 0 };
+		memcpy(ack.disk, ck->peer.disk, sizeof(ack.disk));
 		uint64_t src = 0;
 		bool answer = false;
 		ack.status = held_receive(ck, &m, &src, &answer, ack.msg, sizeof(ack.msg));
@@ -637,8 +639,10 @@ static int tx_answer(struct ckpt *ck, uint32_t seq, double end, struct ck_peer_a
 }
 
 /* Send it to the peer node and wait for its answer: 0 once the peer has a
- * complete, fsync'd copy whose checksum it checked; -errno with why. */
-static int peer_send(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen)
+ * complete, fsync'd copy whose checksum it checked (its receiver id in
+ * disk); -errno with why. */
+static int peer_send(struct ckpt *ck, struct ck_item *it, uint8_t disk[16], char *why,
+		     size_t wlen)
 {
 	struct net_link *l = ck->peer.tx;
 	uint8_t *sb = net_link_send_buf(l);
@@ -718,6 +722,7 @@ fail:
 		rc = ack.status < 0 ? ack.status : -EIO;
 		snprintf(why, wlen, "node %u refused the copy: %s", ck->peer.node, ack.msg);
 	}
+	memcpy(disk, ack.disk, sizeof(ack.disk));
 out:
 	if (in >= 0)
 		close(in);
@@ -826,12 +831,14 @@ static void *peer_tx_main(void *arg)
 		pthread_mutex_unlock(&ck->mu);
 		char why[SEER_ERRMSG_MAX] = "", sz[32];
 		double t0 = now_s();
-		int rc = peer_send(ck, it, why, sizeof(why));
+		uint8_t disk[16];
+		int rc = peer_send(ck, it, disk, why, sizeof(why));
 		double dt = now_s() - t0;
 		if (rc == 0) {
 			/* recorded before "done": a restarted seerd does not send it again */
 			pthread_mutex_lock(&ck->mu);
 			it->rec_peer = ck->peer.node;
+			memcpy(it->rec_peer_disk, disk, sizeof(it->rec_peer_disk));
 			bool nvme = it->on_nvme;
 			pthread_mutex_unlock(&ck->mu);
 			if (nvme && ckpt_meta_write(ck, it) != 0)
@@ -890,6 +897,47 @@ static size_t hex_get(uint8_t *out, size_t cap, const char *hex)
 	return n;
 }
 
+/* This node's receiver id into ck->peer.disk: <dir>/peer-id, made once
+ * (random, written atomically), so that a node replaced by one with an
+ * empty disk announces another; without NVMe a new one per seerd (its held
+ * copies die with it). 0, or -errno with err. */
+static int disk_id(struct ckpt *ck, char *err, size_t elen)
+{
+	char f[4200], text[64] = "";
+	if (*ck->dir) {
+		snprintf(f, sizeof(f), "%s/peer-id", ck->dir);
+		FILE *fp = fopen(f, "re");
+		if (fp) {
+			if (!fgets(text, sizeof(text), fp))
+				text[0] = '\0';
+			fclose(fp);
+			text[strcspn(text, "\n")] = '\0';
+			if (hex_get(ck->peer.disk, sizeof(ck->peer.disk), text) ==
+			    sizeof(ck->peer.disk))
+				return 0;
+			log_warn("checkpoints: %s is not a receiver id (32 hex digits): a new one "
+				 "is made; node - 1 sends its copies again", f);
+		}
+	}
+	if (getrandom(ck->peer.disk, sizeof(ck->peer.disk), 0) != (ssize_t)sizeof(ck->peer.disk)) {
+		snprintf(err, elen, "getrandom: %s", strerror(errno));
+		return -EIO;
+	}
+	if (!*ck->dir)
+		return 0;
+	hex_put(text, ck->peer.disk, sizeof(ck->peer.disk));
+	str_copy(text + strlen(text), sizeof(text) - strlen(text), "\n");
+	int rc = mkdir_p(ck->dir, 0700);
+	if (rc == 0)
+		rc = ckpt_fsync_dir(ck->dir);
+	if (rc == 0)
+		rc = ckpt_record_write(f, text);
+	if (rc != 0)
+		snprintf(err, elen, "cannot write the receiver id %s: %s (check [cache] nvme_dir)",
+			 f, strerror(-rc));
+	return rc;
+}
+
 int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len)
 {
 	addr[0] = '\0';
@@ -912,6 +960,8 @@ int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len)
 	if (rc == 0 && getrandom(ck->peer.secret, sizeof(ck->peer.secret), 0) !=
 			       (ssize_t)sizeof(ck->peer.secret))
 		rc = -errno;
+	if (rc == 0)
+		rc = disk_id(ck, err, sizeof(err));
 	if (rc == 0 && pthread_create(&ck->peer.th_rx, NULL, peer_rx_main, ck) != 0)
 		rc = -EAGAIN;
 	if (rc != 0) {
@@ -926,11 +976,12 @@ int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len)
 	uint32_t r;
 	if (getrandom(&r, sizeof(r), 0) == (ssize_t)sizeof(r))
 		ck->peer.seq = r; /* a new seerd's copies never look like an old one's */
-	/* the receiver's address, then the secret, hex */
-	char ah[2 * CK_PEER_ADDR_MAX + 1], sh[33];
+	/* the receiver's address, then the secret and its id, hex */
+	char ah[2 * CK_PEER_ADDR_MAX + 1], sh[33], dh[33];
 	hex_put(ah, a, alen);
 	hex_put(sh, ck->peer.secret, sizeof(ck->peer.secret));
-	if (snprintf(addr, len, "%s %s", ah, sh) >= (int)len)
+	hex_put(dh, ck->peer.disk, sizeof(ck->peer.disk));
+	if (snprintf(addr, len, "%s %s %s", ah, sh, dh) >= (int)len)
 		addr[0] = '\0';
 	return 0;
 }
@@ -944,13 +995,14 @@ void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char
 		return;
 	uint32_t to = (node + 1) % nnodes;
 	const char *a = addrs + stride * to;
-	char ah[2 * CK_PEER_ADDR_MAX + 2] = "", sh[64] = "", err[SEER_ERRMSG_MAX] = "";
+	char ah[2 * CK_PEER_ADDR_MAX + 2] = "", sh[64] = "", dh[64] = "", err[SEER_ERRMSG_MAX] = "";
 	uint8_t addr[CK_PEER_ADDR_MAX];
 	size_t alen = 0;
 	bool ok = ck->peer.tx && strnlen(a, stride) < stride &&
-		  sscanf(a, "%201s %63s", ah, sh) == 2 && strlen(sh) == 32 &&
+		  sscanf(a, "%201s %63s %63s", ah, sh, dh) == 3 && strlen(sh) == 32 &&
 		  (alen = hex_get(addr, sizeof(addr), ah)) > 0 &&
-		  hex_get(ck->peer.dest_secret, sizeof(ck->peer.dest_secret), sh) == 16;
+		  hex_get(ck->peer.dest_secret, sizeof(ck->peer.dest_secret), sh) == 16 &&
+		  hex_get(ck->peer.dest_disk, sizeof(ck->peer.dest_disk), dh) == 16;
 	if (ok && net_link_peer(ck->peer.tx, addr, alen, &ck->peer.to, err, sizeof(err)) != 0) {
 		log_warn("checkpoints: no peer copies to node %u: %s", to, err);
 		ok = false;
@@ -978,16 +1030,21 @@ void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char
 	}
 	ck->peer.started_tx = true;
 	/* copies found on NVMe at start: sent again unless their record says
-	 * this peer confirmed them (seerd stopped before the peer answered) */
-	unsigned again = 0, held = 0;
+	 * this peer confirmed them (seerd stopped before the peer answered),
+	 * this peer being the same node index with the same receiver id (a
+	 * node replaced by one with an empty disk announces another) */
+	unsigned again = 0, held = 0, other = 0;
 	pthread_mutex_lock(&ck->mu);
 	for (struct ck_item *it = ck->items; it; it = it->next) {
 		if (!it->recovered || !it->on_nvme || it->st[SEER_CKL_PEER] != SEER_CKS_OFF)
 			continue;
-		bool done = it->rec_peer == (int64_t)ck->peer.node;
+		bool same = it->rec_peer == (int64_t)ck->peer.node;
+		bool done = same && memcmp(it->rec_peer_disk, ck->peer.dest_disk,
+					   sizeof(ck->peer.dest_disk)) == 0;
 		it->st[SEER_CKL_PEER] = done ? SEER_CKS_DONE : SEER_CKS_PENDING;
 		again += !done;
 		held += done;
+		other += same && !done;
 	}
 	pthread_cond_broadcast(&ck->cv);
 	pthread_mutex_unlock(&ck->mu);
@@ -996,4 +1053,7 @@ void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char
 	if (again || held)
 		log_info("checkpoints: of the copies found on NVMe, %u are held by node %u, %u not "
 			 "confirmed by it: sending them again", held, ck->peer.node, again);
+	if (other)
+		log_info("checkpoints: %u of them were confirmed by node %u with another receiver id "
+			 "(its disk was replaced or emptied): sent again", other, ck->peer.node);
 }

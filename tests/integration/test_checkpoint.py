@@ -872,6 +872,50 @@ def test_peer_same_path_serves_newest():
         cleanup(tmp)
 
 
+def test_peer_replaced_node_resend():
+    """Node 1 confirmed node 0's copy, then is replaced (the same index, an
+    empty NVMe: its receiver id is new): node 0's restarted seerd does not
+    take the recorded confirmation for this node and sends the copy again;
+    node 1 then holds torch.save's bytes (finding 2)."""
+    from seertest import MpiDaemons
+    tmp = tmpdir("seer-ck-")
+    cl = None
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1,
+                                   "daemon.stop_grace_s": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        obj = state(400000, 41)
+        h = sc.save(obj, os.path.join(pfs, "rep.pt"), socket=cl.socket(0), job_id=JOB)
+        h.wait("local", timeout=LONG)
+        peer_done(h)
+        rec = own_record(tmp, 0, h)
+        check("\npeer 1\n" in rec and "\npeer_disk " in rec, "node 0's record:\n" + rec)
+        check(len(held_copies(tmp, 1, 0)) == 1, "node 1 holds the copy before it is replaced")
+        cl.stop()
+        cl = None
+        shutil.rmtree(os.path.join(tmp, "nvme-1"))  # node 1 replaced: an empty disk
+        cl = MpiDaemons(tmp, 2, s)
+        wait_for(lambda: "of the copies found on NVMe" in cl.log() or None, LONG,
+                 "node 0 to recover its copy")
+        line = [ln for ln in cl.log().splitlines() if "of the copies found on NVMe" in ln][-1]
+        check("0 are held by node 1, 1 not confirmed" in line, "node 0 after node 1 was "
+              "replaced: %s" % line)
+        check("with another receiver id" in cl.log(), "the log names the other receiver id")
+        peer_done(h)
+        held = wait_for(lambda: held_copies(tmp, 1, 0) or None, LONG, "node 1's new copy")
+        check(len(held) == 1 and open(held[0], "rb").read() == torch_bytes(obj),
+              "node 1's copy after the re-send: %s" % held)
+        log("replaced node 1: %s" % line.split("INFO  ")[-1])
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_save_wait_load_bytes, test_without_nvme, test_sigkill_after_local_then_restart,
                test_pfs_fails_eio_enospc, test_memory_full, test_sigterm_names_nvme_copy,
@@ -879,4 +923,4 @@ if __name__ == "__main__":
                test_save_during_startup, test_peer_copy_two_nodes,
                test_peer_refuses_no_room, test_peer_retry_after_peer_returns,
                test_peer_resend_after_sigkill, test_peer_held_newest_by_id,
-               test_peer_same_path_serves_newest])
+               test_peer_same_path_serves_newest, test_peer_replaced_node_resend])
