@@ -729,6 +729,15 @@ out:
 	return rc;
 }
 
+/* A failed try's why without its "; seerd tries again ..." (the copy is no
+ * longer retried: a waiter that waits through retries stops on it). */
+static void last_try(char *why)
+{
+	char *cut = strstr(why, "; seerd tries again");
+	if (cut)
+		*cut = '\0';
+}
+
 /* Whether the peer confirmed a newer committed checkpoint of its path: its
  * failed copy is then not sent again (the peer would serve the newer one
  * anyway); said in its why and the log. Under mu. */
@@ -741,6 +750,7 @@ static bool peer_superseded(struct ckpt *ck, struct ck_item *it)
 		it->peer_retry = false;
 		char last[SEER_ERRMSG_MAX];
 		str_copy(last, sizeof(last), it->peer_why);
+		last_try(last);
 		snprintf(it->peer_why, sizeof(it->peer_why), "not sent again: node %u holds a newer "
 			 "checkpoint of %s (%016" PRIx64 "); the last try: %s", ck->peer.node,
 			 it->path, o->id, last);
@@ -816,6 +826,7 @@ static void *peer_tx_main(void *arg)
 			it->peer_retry = false;
 			char last[SEER_ERRMSG_MAX];
 			str_copy(last, sizeof(last), it->peer_why);
+			last_try(last);
 			snprintf(it->peer_why, sizeof(it->peer_why), "no copy of %s is left to send to "
 				 "node %u%s%s", it->path, ck->peer.node, retry ? " (retention removed it "
 				 "while retrying; the last try: " : "", retry ? last : "");
