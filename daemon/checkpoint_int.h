@@ -178,7 +178,8 @@ int ckpt_peer_open_held(struct ckpt *ck, const char *path, struct ck_item *hit);
 /* seerctl: "held", "held_nvme", "held_memory", "peer" into root. Under mu. */
 void ckpt_peer_list_json(struct ckpt *ck, void *json_root);
 /* Teardown, after ck->stop is set: joins the peer threads, closes the
- * listener, forgets the held copies (those on NVMe stay for a later seerd). */
+ * listener, forgets the held copies (those on NVMe stay for a later seerd;
+ * with none on NVMe, <dir>/peer-id and the empty peer-<origin> folders go). */
 void ckpt_peer_destroy(struct ckpt *ck);
 
 #endif /* SEERD_CHECKPOINT_INT_H */

@@ -555,6 +555,28 @@ void ckpt_peer_destroy(struct ckpt *ck)
 		pthread_join(ck->peer.th_rx, NULL);
 	net_link_close(ck->peer.tx);
 	net_link_close(ck->peer.rx);
+	bool on_nvme = false;
+	for (struct ck_held *h = ck->peer.held; h; h = h->next)
+		on_nvme |= h->memfd < 0;
+	if (*ck->dir && !on_nvme) {
+		/* nothing held here: the receiver id goes with the copies it
+		 * vouched for (a later seerd makes a new one; node - 1 then sends
+		 * again what it recorded as confirmed), and the empty folders */
+		char f[4200];
+		DIR *d = opendir(ck->dir);
+		struct dirent *de;
+		uint32_t origin;
+		char end;
+		while (d && (de = readdir(d)))
+			if (sscanf(de->d_name, "peer-%" SCNu32 "%c", &origin, &end) == 1) {
+				snprintf(f, sizeof(f), "%s/%s", ck->dir, de->d_name);
+				rmdir(f);
+			}
+		if (d)
+			closedir(d);
+		snprintf(f, sizeof(f), "%s/peer-id", ck->dir);
+		unlink(f);
+	}
 	while (ck->peer.held) {
 		/* NVMe copies stay for a later seerd; memory copies go */
 		struct ck_held *h = ck->peer.held;

@@ -647,6 +647,12 @@ def test_peer_refuses_no_room():
         check(not [f for dp, _, fs in os.walk(os.path.join(tmp, "nvme-1")) for f in fs
                    if "/peer-0" in dp and not f.startswith(".")],
               "files left in node 1's peer folder")
+        cl.stop()
+        cl = None
+        # node 1 held nothing: its receiver id and the empty peer folder went
+        left = [os.path.join(dp, f) for dp, ds, fs in os.walk(os.path.join(tmp, "nvme-1"))
+                for f in fs + ds if f.startswith("peer-")]
+        check(not left, "node 1 holds nothing, yet left %s" % left)
     finally:
         if cl:
             cl.stop()
