@@ -7,8 +7,9 @@
  * (struct ck_peers in checkpoint_int.h), the wire format below, the copies held for node - 1
  * (<dir>/peer-<origin>/<id>.data + .meta, or memfds without an NVMe tier;
  * their retention, [checkpoint] keep per origin, the highest ids kept and
- * served, whatever order they arrived in) and their start-up recovery. The items' peer state (st[SEER_CKL_PEER], peer_why, peer_busy)
- * is written here only.
+ * served, whatever order they arrived in) and their start-up recovery, and
+ * this node's receiver id (<dir>/peer-id). The items' peer state
+ * (st[SEER_CKL_PEER], peer_why, peer_busy) is written here only.
  *
  * Threads: the sender (peer_tx_main: one copy at a time, the bytes read
  * from NVMe or memory with peer_busy set; it alone uses the tx link) and
@@ -727,8 +728,8 @@ static int peer_send(struct ckpt *ck, struct ck_item *it, uint8_t disk[16], char
 		rc = net_link_send(l, ck->peer.to, CKT(CKT_END, seq, 0), sizeof(crc), tmo);
 	}
 	if (rc == 0 && !got) {
-		/* the peer fsyncs the copy before it answers: its written-back
-		 * progressively, but a slow disk may still hold some of it */
+		/* the peer fsyncs the copy before it answers: it is written back
+		 * as it comes, but a slow disk may still hold some of it */
 		step = "its answer (received, checked, fsync'd)";
 		got = tx_answer(ck, seq, now_s() + tmo + (double)it->size / CK_PEER_FSYNC_RATE, &ack);
 	}
