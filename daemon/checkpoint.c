@@ -221,11 +221,13 @@ int ckpt_meta_write(struct ckpt *ck, const struct ck_item *it)
 	/* the fields as they are now: a writer that set them before us has its
 	 * change in our file, one after us writes after us */
 	pthread_mutex_lock(&ck->mu);
-	char *text = NULL;
+	char *text = NULL, disk[33];
+	for (size_t i = 0; i < sizeof(it->rec_peer_disk); i++)
+		snprintf(disk + 2 * i, 3, "%02x", it->rec_peer_disk[i]);
 	int len = it->rec_peer >= 0
 		? asprintf(&text, "seer-ckpt 1\nid %016" PRIx64 "\nsize %" PRIu64 "\ndrained %d\n"
-			   "peer %" PRId64 "\npath %s\n", it->id, it->size, it->rec_drained ? 1 : 0,
-			   it->rec_peer, it->path)
+			   "peer %" PRId64 "\npeer_disk %s\npath %s\n", it->id, it->size,
+			   it->rec_drained ? 1 : 0, it->rec_peer, disk, it->path)
 		: asprintf(&text, "seer-ckpt 1\nid %016" PRIx64 "\nsize %" PRIu64 "\ndrained %d\n"
 			   "path %s\n", it->id, it->size, it->rec_drained ? 1 : 0, it->path);
 	pthread_mutex_unlock(&ck->mu);
@@ -275,6 +277,10 @@ static bool record_read(const char *dir, const char *name, const char *magic,
 			sscanf(v, "%" SCNu32, &r->origin);
 		else if (strcmp(key, "peer") == 0)
 			sscanf(v, "%" SCNd64, &r->peer);
+		else if (strcmp(key, "peer_disk") == 0 && strlen(v + 1) == 2 * sizeof(r->peer_disk))
+			for (size_t i = 0; i < sizeof(r->peer_disk); i++)
+				if (sscanf(v + 1 + 2 * i, "%2hhx", &r->peer_disk[i]) != 1)
+					memset(r->peer_disk, 0, sizeof(r->peer_disk));
 	}
 	fclose(fp);
 	snprintf(r->data, sizeof(r->data), "%s/%.*s.data", dir, (int)(strlen(name) - 5), name);
@@ -339,6 +345,7 @@ static void recover_one(struct ckpt *ck, const struct ckpt_rec *r, void *arg UNU
 	it->recovered = true;
 	it->rec_drained = r->drained;
 	it->rec_peer = r->peer; /* ckpt_peer_start sends it again unless its peer confirmed */
+	memcpy(it->rec_peer_disk, r->peer_disk, sizeof(it->rec_peer_disk));
 	it->t_begin = it->t_commit = now_s();
 	it->st[SEER_CKL_MEM] = SEER_CKS_OFF;
 	it->st[SEER_CKL_LOCAL] = SEER_CKS_DONE;

@@ -44,6 +44,7 @@ struct ck_item {
 	 * that then calls ckpt_meta_write */
 	bool rec_drained;          /* on the PFS */
 	int64_t rec_peer;          /* the node that confirmed a complete copy (-1: none) */
+	uint8_t rec_peer_disk[16]; /* that node's receiver id (its answer; zero: unknown) */
 	/* the peer copy's retries (checkpoint_peer.c) */
 	uint32_t peer_fails;       /* failed tries so far */
 	double peer_retry_at;      /* now_s() of the next try while "peer" is failed */
@@ -80,6 +81,12 @@ struct ck_peers {
 	uint8_t secret[16];        /* a sender names it: only the job's seerd push copies */
 	char addr[256];            /* the provider of the copies to node + 1 ("": no peer) */
 	uint8_t dest_secret[16];   /* the peer node's secret */
+	/* a receiver's id: random, kept in <dir>/peer-id (created once; per
+	 * process without NVMe), sent in each answer: a confirmation counts
+	 * at start only if the peer announces the same id (not a replaced
+	 * node with an empty disk) */
+	uint8_t disk[16];          /* this node's */
+	uint8_t dest_disk[16];     /* the peer node's, from the exchange at start */
 	pthread_t th_tx, th_rx;
 	bool started_tx, started_rx;
 	struct ck_held *held;
@@ -150,6 +157,7 @@ struct ckpt_rec {
 	uint32_t origin;
 	int drained;
 	int64_t peer;              /* "peer <node>": that node confirmed a copy; -1: none */
+	uint8_t peer_disk[16];     /* "peer_disk <hex>": its receiver id (zero: none) */
 	char path[SEER_CKPT_PATH_MAX];
 	struct stat sb;            /* of the copy */
 };
@@ -172,7 +180,8 @@ int ckpt_peer_open_held(struct ckpt *ck, const char *path, struct ck_item *hit);
 /* seerctl: "held", "held_nvme", "held_memory", "peer" into root. Under mu. */
 void ckpt_peer_list_json(struct ckpt *ck, void *json_root);
 /* Teardown, after ck->stop is set: joins the peer threads, closes the
- * listener, forgets the held copies (those on NVMe stay for a later seerd). */
+ * listener, forgets the held copies (those on NVMe stay for a later seerd;
+ * with none on NVMe, <dir>/peer-id and the empty peer-<origin> folders go). */
 void ckpt_peer_destroy(struct ckpt *ck);
 
 #endif /* SEERD_CHECKPOINT_INT_H */

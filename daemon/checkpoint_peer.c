@@ -6,9 +6,10 @@
  * Owns: the two libfabric links (src/net/net_link.h) and the two threads
  * (struct ck_peers in checkpoint_int.h), the wire format below, the copies held for node - 1
  * (<dir>/peer-<origin>/<id>.data + .meta, or memfds without an NVMe tier;
- * their retention, [checkpoint] keep per origin) and their start-up
- * recovery. The items' peer state (st[SEER_CKL_PEER], peer_why, peer_busy)
- * is written here only.
+ * their retention, [checkpoint] keep per origin, the highest ids kept and
+ * served, whatever order they arrived in) and their start-up recovery, and
+ * this node's receiver id (<dir>/peer-id). The items' peer state
+ * (st[SEER_CKL_PEER], peer_why, peer_busy) is written here only.
  *
  * Threads: the sender (peer_tx_main: one copy at a time, the bytes read
  * from NVMe or memory with peer_busy set; it alone uses the tx link) and
@@ -19,8 +20,9 @@
  * Failure: a peer that does not answer within [net] peer_timeout_ms, that
  * refuses (secret, origin, no room) or whose copy fails its crc32c makes
  * the copy "failed" with why (wait("peer") returns it) and it is sent again
- * after a backoff (1 s doubling to 10 s) while this node has its bytes; the
- * local and PFS levels go on. The peer's confirmation is recorded in the
+ * after a backoff (1 s doubling to 10 s) while this node has its bytes and
+ * the peer has not confirmed a newer checkpoint of its path; the local and
+ * PFS levels go on. The peer's confirmation is recorded in the
  * copy's NVMe record, and a copy found on NVMe at start without it is sent
  * again. The receiver keeps nothing partial: a copy is held once its
  * checksum matched and it was fsync'd and recorded; one sent again replaces
@@ -51,6 +53,11 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #define CK_PEER_RETRY_MIN_S 1.0 /* the first retry of a failed copy; doubles to CK_RETRY_S */
+/* After END the sender waits [net] peer_timeout_ms + size / this for the
+ * answer (the receiver's fsync); the receiver writes back every
+ * CK_PEER_WRITEBACK bytes meanwhile, so that its final fsync is short. */
+#define CK_PEER_FSYNC_RATE 50e6
+#define CK_PEER_WRITEBACK (64ull << 20)
 
 /* The copy over libfabric (src/net/net_link.h), tagged messages: HDR (a
  * struct ck_peer_hdr, then the sender's address: uint32_t length and its
@@ -59,7 +66,7 @@
  * the receiver's ACK (a struct ck_peer_ack). The tag: type << 60 | copy
  * serial (28 bits) << 32 | DATA's index. A message of another copy than the
  * current one is dropped; a HDR ends the copy in progress (not kept). */
-#define CK_PEER_MAGIC 0x53434b51u /* "SCKQ", version 2 */
+#define CK_PEER_MAGIC 0x53434b52u /* "SCKR", version 3 (the answer names the disk) */
 #define CK_PEER_MSG (4u << 20)  /* the links' bounce buffers */
 #define CK_PEER_ADDR_MAX 100    /* bytes of a link address (hex in the allgather) */
 enum { CKT_HDR = 1, CKT_DATA = 2, CKT_END = 3, CKT_ACK = 4 };
@@ -77,6 +84,7 @@ struct ck_peer_hdr {
 };
 struct ck_peer_ack {
 	int32_t status;            /* 0: complete, fsync'd and its checksum right */
+	uint8_t disk[16];          /* the receiver's id (struct ck_peers) */
 	char msg[SEER_ERRMSG_MAX];
 };
 
@@ -111,7 +119,8 @@ static void held_drop(struct ckpt *ck, struct ck_held *h)
 }
 
 /* A copy of (origin, id) sent again replaces the one held: the old entry
- * goes (its memfd closed; its files are the new copy's names, not removed). */
+ * goes (its memfd closed; its files are the new copy's names, not removed).
+ * Called once the new copy is complete and recorded. */
 static void held_forget(struct ckpt *ck, uint32_t origin, uint64_t id)
 {
 	pthread_mutex_lock(&ck->mu);
@@ -135,7 +144,20 @@ static void held_forget(struct ckpt *ck, uint32_t origin, uint64_t id)
 	pthread_mutex_unlock(&ck->mu);
 }
 
-/* Retention for held copies: at most `keep` of `origin`'s, newest kept. */
+/* Into the held list, which is ordered by id, oldest first: an origin's
+ * ids grow (its seerd restores its last id at start), whatever order its
+ * copies arrive in (a retried copy may come after a newer one). Under mu. */
+static void held_insert(struct ckpt *ck, struct ck_held *hd)
+{
+	struct ck_held **pp = &ck->peer.held;
+	while (*pp && (*pp)->id <= hd->id)
+		pp = &(*pp)->next;
+	hd->next = *pp;
+	*pp = hd;
+}
+
+/* Retention for held copies: at most `keep` of `origin`'s, the highest ids
+ * kept (the list is ordered by id). Under mu. */
 static void held_prune(struct ckpt *ck, uint32_t origin, uint64_t keep)
 {
 	size_t n = 0;
@@ -189,6 +211,16 @@ static int rx_next(struct ckpt *ck, uint32_t seq, struct ck_msg *m)
 	}
 }
 
+/* Bytes of the copy of (origin, id) held in memory (mem) or on NVMe: one
+ * sent again replaces it. Under mu. */
+static uint64_t held_same(const struct ckpt *ck, uint32_t origin, uint64_t id, bool mem)
+{
+	for (const struct ck_held *h = ck->peer.held; h; h = h->next)
+		if (h->origin == origin && h->id == id && (h->memfd >= 0) == mem)
+			return h->size;
+	return 0;
+}
+
 /* One copy from node - 1, its HDR in *m: room reserved, bytes received and
  * checked, fsync'd, recorded; or nothing kept. 0, or -errno with why; *src
  * (with *answer) where to send the answer. A new copy's HDR read meanwhile
@@ -234,18 +266,26 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 	}
 	char sz[32], a[32], b[32], f[4200] = "", dir[4200];
 	bool nvme = *ck->dir;
+	uint64_t keep = ck->cfg->checkpoint.keep;
 	pthread_mutex_lock(&ck->mu);
+	uint64_t same = held_same(ck, h.origin, h.id, !nvme);
 	if (nvme) {
 		struct statvfs vs;
 		uint64_t avail = statvfs(ck->dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize
 							   : UINT64_MAX;
-		/* the new copy will be one of `keep`: older ones beyond make room first */
-		if (ck->nvme_used + ck->peer.held_used + h.size > ck->cfg->checkpoint.nvme || h.size > avail)
-			held_prune(ck, h.origin, ck->cfg->checkpoint.keep ? ck->cfg->checkpoint.keep - 1 : 0);
-		if (ck->nvme_used + ck->peer.held_used + h.size > ck->cfg->checkpoint.nvme ||
+		/* the new copy will be one of `keep`: older ones beyond make room
+		 * first, but the last one held stays until the new one is checked
+		 * (the same id sent again is replaced: its bytes do not count) */
+		if (ck->nvme_used + ck->peer.held_used - same + h.size > ck->cfg->checkpoint.nvme ||
+		    h.size > avail)
+			held_prune(ck, h.origin, MAX(keep, 2) - 1);
+		same = held_same(ck, h.origin, h.id, false);
+		if (ck->nvme_used + ck->peer.held_used - same + h.size > ck->cfg->checkpoint.nvme ||
 		    h.size > avail) {
-			snprintf(why, wlen, "no room on node %u's NVMe for a copy of %s (%s): "
-				 "[checkpoint] nvme %s, %s in use, %s free on the disk", ck->node,
+			snprintf(why, wlen, "no room on node %u's NVMe for a copy of %s (%s) beside "
+				 "the copies it holds (the last one stays until a new one is "
+				 "complete): [checkpoint] nvme %s, %s in use, %s free on the disk; "
+				 "raise [checkpoint] nvme", ck->node,
 				 h.path, fmt_size(sz, sizeof(sz), h.size),
 				 fmt_size(a, sizeof(a), ck->cfg->checkpoint.nvme),
 				 fmt_size(b, sizeof(b), ck->nvme_used + ck->peer.held_used),
@@ -255,11 +295,14 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 		}
 		ck->peer.held_used += h.size;
 	} else {
-		if (ck->mem_used + h.size > ck->cfg->checkpoint.memory)
-			held_prune(ck, h.origin, ck->cfg->checkpoint.keep ? ck->cfg->checkpoint.keep - 1 : 0);
-		if (ck->mem_used + h.size > ck->cfg->checkpoint.memory) {
-			snprintf(why, wlen, "no room in node %u's memory for a copy of %s (%s): "
-				 "[checkpoint] memory %s, %s in use (it has no NVMe tier)", ck->node,
+		if (ck->mem_used - same + h.size > ck->cfg->checkpoint.memory)
+			held_prune(ck, h.origin, MAX(keep, 2) - 1);
+		same = held_same(ck, h.origin, h.id, true);
+		if (ck->mem_used - same + h.size > ck->cfg->checkpoint.memory) {
+			snprintf(why, wlen, "no room in node %u's memory for a copy of %s (%s) beside "
+				 "the copies it holds (the last one stays until a new one is "
+				 "complete): [checkpoint] memory %s, %s in use (it has no NVMe tier); "
+				 "raise [checkpoint] memory", ck->node,
 				 h.path, fmt_size(sz, sizeof(sz), h.size),
 				 fmt_size(a, sizeof(a), ck->cfg->checkpoint.memory),
 				 fmt_size(b, sizeof(b), ck->mem_used));
@@ -274,6 +317,9 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 	if (nvme) {
 		snprintf(dir, sizeof(dir), "%s/peer-%u", ck->dir, h.origin);
 		rc = mkdir_p(dir, 0700);
+		/* peer-<origin> itself is durable in ck->dir */
+		if (rc == 0)
+			rc = ckpt_fsync_dir(dir);
 		/* a temporary name: a copy sent again replaces the held one whole */
 		held_file(ck, h.origin, h.id, "data.tmp", f, sizeof(f));
 		out = rc == 0 ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
@@ -288,6 +334,7 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 		goto fail;
 	}
 	uint32_t crc = 0, want = 0, idx = 0;
+	uint64_t synced = 0;
 	for (uint64_t off = 0; off < h.size; off += CK_PEER_MSG, idx++) {
 		size_t n = (size_t)MIN((uint64_t)CK_PEER_MSG, h.size - off);
 		rc = rx_next(ck, seq, m);
@@ -304,6 +351,13 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 		if (rc != 0) {
 			snprintf(why, wlen, "writing %s: %s", nvme ? f : "a memfd", strerror(-rc));
 			goto fail;
+		}
+		/* started now, so that the fsync after END has little left
+		 * (an error shows again in that fsync) */
+		if (nvme && off + n - synced >= CK_PEER_WRITEBACK) {
+			sync_file_range(out, (off_t)synced, (off_t)(off + n - synced),
+					SYNC_FILE_RANGE_WRITE);
+			synced = off + n;
 		}
 	}
 	rc = rx_next(ck, seq, m);
@@ -328,30 +382,41 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 			snprintf(why, wlen, "fsync %s: %s", f, strerror(errno));
 			goto fail;
 		}
-		held_forget(ck, h.origin, h.id);
 		char data[4200], meta[4200], *text = NULL;
 		held_file(ck, h.origin, h.id, "data", data, sizeof(data));
-		if (rename(f, data) != 0 || (rc = ckpt_fsync_dir(data)) != 0) {
-			rc = rc ? rc : -errno;
+		held_file(ck, h.origin, h.id, "meta", meta, sizeof(meta));
+		if (rename(f, data) != 0) {
+			/* a held copy of the same id is untouched */
+			rc = -errno;
 			snprintf(why, wlen, "rename %s to %s: %s", f, data, strerror(-rc));
 			goto fail;
 		}
-		str_copy(f, sizeof(f), data);
-		held_file(ck, h.origin, h.id, "meta", meta, sizeof(meta));
 		if (asprintf(&text, "seer-ckpt-peer 1\norigin %u\nid %016" PRIx64 "\nsize %" PRIu64
 			     "\ncrc32c %08x\npath %s\n", h.origin, h.id, h.size, crc, h.path) < 0)
 			abort();
-		rc = ckpt_record_write(meta, text);
+		rc = ckpt_fsync_dir(data);
+		const char *what = "fsync the directory of", *wf = data;
+		if (rc == 0) {
+			what = "cannot record";
+			wf = meta;
+			rc = ckpt_record_write(meta, text);
+		}
 		free(text);
 		if (rc != 0) {
-			snprintf(why, wlen, "cannot record %s: %s", meta, strerror(-rc));
+			/* the rename replaced the .data of a held copy of the same id,
+			 * if any: neither is kept, nor its record */
+			snprintf(why, wlen, "%s %s: %s", what, wf, strerror(-rc));
+			unlink(data);
+			unlink(meta);
+			held_forget(ck, h.origin, h.id);
+			f[0] = '\0';
 			goto fail;
 		}
+		str_copy(f, sizeof(f), data);
 		close(out);
 		out = -1;
 	}
-	if (!nvme)
-		held_forget(ck, h.origin, h.id);
+	held_forget(ck, h.origin, h.id);
 	struct ck_held *hd = calloc(1, sizeof(*hd));
 	if (!hd)
 		abort();
@@ -362,11 +427,8 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 	hd->memfd = nvme ? -1 : out;
 	hd->wall = time(NULL);
 	pthread_mutex_lock(&ck->mu);
-	struct ck_held **pp = &ck->peer.held;
-	while (*pp)
-		pp = &(*pp)->next;
-	*pp = hd;
-	held_prune(ck, h.origin, MAX(ck->cfg->checkpoint.keep, 1));
+	held_insert(ck, hd);
+	held_prune(ck, h.origin, MAX(keep, 1));
 	pthread_mutex_unlock(&ck->mu);
 	log_info("copy of node %u's checkpoint %s (%s) held %s", h.origin, h.path,
 		 fmt_size(sz, sizeof(sz), h.size), nvme ? f : "in memory (no NVMe tier)");
@@ -398,12 +460,7 @@ static void held_found(struct ckpt *ck, const struct ckpt_rec *r, void *arg)
 	h->path = xstrdup(r->path);
 	h->memfd = -1;
 	h->wall = r->sb.st_mtime;
-	/* oldest first, by arrival */
-	struct ck_held **pp = &ck->peer.held;
-	while (*pp && (*pp)->wall <= h->wall)
-		pp = &(*pp)->next;
-	h->next = *pp;
-	*pp = h;
+	held_insert(ck, h); /* by id, not by arrival */
 	ck->peer.held_used += r->size;
 	log_info("copy of node %u's checkpoint %s found on NVMe at %s", origin, r->path, r->data);
 }
@@ -444,7 +501,7 @@ int ckpt_peer_open_held(struct ckpt *ck, const char *path, struct ck_item *hit)
 {
 	struct ck_held *hb = NULL;
 	for (struct ck_held *h = ck->peer.held; h; h = h->next)
-		if (strncmp(h->path, path, SEER_CKPT_PATH_MAX) == 0 && !(hb && hb->wall > h->wall))
+		if (strncmp(h->path, path, SEER_CKPT_PATH_MAX) == 0 && !(hb && hb->id > h->id))
 			hb = h;
 	struct stat sb;
 	/* as for our own copies: a PFS file written after the copy is newer */
@@ -499,6 +556,28 @@ void ckpt_peer_destroy(struct ckpt *ck)
 		pthread_join(ck->peer.th_rx, NULL);
 	net_link_close(ck->peer.tx);
 	net_link_close(ck->peer.rx);
+	bool on_nvme = false;
+	for (struct ck_held *h = ck->peer.held; h; h = h->next)
+		on_nvme |= h->memfd < 0;
+	if (*ck->dir && !on_nvme) {
+		/* nothing held here: the receiver id goes with the copies it
+		 * vouched for (a later seerd makes a new one; node - 1 then sends
+		 * again what it recorded as confirmed), and the empty folders */
+		char f[4200];
+		DIR *d = opendir(ck->dir);
+		struct dirent *de;
+		uint32_t origin;
+		char end;
+		while (d && (de = readdir(d)))
+			if (sscanf(de->d_name, "peer-%" SCNu32 "%c", &origin, &end) == 1) {
+				snprintf(f, sizeof(f), "%s/%s", ck->dir, de->d_name);
+				rmdir(f);
+			}
+		if (d)
+			closedir(d);
+		snprintf(f, sizeof(f), "%s/peer-id", ck->dir);
+		unlink(f);
+	}
 	while (ck->peer.held) {
 		/* NVMe copies stay for a later seerd; memory copies go */
 		struct ck_held *h = ck->peer.held;
@@ -535,6 +614,7 @@ static void *peer_rx_main(void *arg)
 		}
 		uint32_t seq = CKT_SEQ(m.tag);
 		struct ck_peer_ack ack = { 0 };
+		memcpy(ack.disk, ck->peer.disk, sizeof(ack.disk));
 		uint64_t src = 0;
 		bool answer = false;
 		ack.status = held_receive(ck, &m, &src, &answer, ack.msg, sizeof(ack.msg));
@@ -582,8 +662,10 @@ static int tx_answer(struct ckpt *ck, uint32_t seq, double end, struct ck_peer_a
 }
 
 /* Send it to the peer node and wait for its answer: 0 once the peer has a
- * complete, fsync'd copy whose checksum it checked; -errno with why. */
-static int peer_send(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen)
+ * complete, fsync'd copy whose checksum it checked (its receiver id in
+ * disk); -errno with why. */
+static int peer_send(struct ckpt *ck, struct ck_item *it, uint8_t disk[16], char *why,
+		     size_t wlen)
 {
 	struct net_link *l = ck->peer.tx;
 	uint8_t *sb = net_link_send_buf(l);
@@ -646,8 +728,10 @@ static int peer_send(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 		rc = net_link_send(l, ck->peer.to, CKT(CKT_END, seq, 0), sizeof(crc), tmo);
 	}
 	if (rc == 0 && !got) {
+		/* the peer fsyncs the copy before it answers: it is written back
+		 * as it comes, but a slow disk may still hold some of it */
 		step = "its answer (received, checked, fsync'd)";
-		got = tx_answer(ck, seq, now_s() + tmo, &ack);
+		got = tx_answer(ck, seq, now_s() + tmo + (double)it->size / CK_PEER_FSYNC_RATE, &ack);
 	}
 	if (rc == 0 && got == 0)
 		rc = -ETIMEDOUT;
@@ -661,14 +745,49 @@ fail:
 		rc = ack.status < 0 ? ack.status : -EIO;
 		snprintf(why, wlen, "node %u refused the copy: %s", ck->peer.node, ack.msg);
 	}
+	memcpy(disk, ack.disk, sizeof(ack.disk));
 out:
 	if (in >= 0)
 		close(in);
 	return rc;
 }
 
+/* A failed try's why without its "; seerd tries again ..." (the copy is no
+ * longer retried: a waiter that waits through retries stops on it). */
+static void last_try(char *why)
+{
+	char *cut = strstr(why, "; seerd tries again");
+	if (cut)
+		*cut = '\0';
+}
+
+/* Whether the peer confirmed a newer committed checkpoint of its path: its
+ * failed copy is then not sent again (the peer would serve the newer one
+ * anyway); said in its why and the log. Under mu. */
+static bool peer_superseded(struct ckpt *ck, struct ck_item *it)
+{
+	for (const struct ck_item *o = ck->items; o; o = o->next) {
+		if (!o->committed || o->id <= it->id || o->st[SEER_CKL_PEER] != SEER_CKS_DONE ||
+		    strcmp(o->path, it->path) != 0)
+			continue;
+		it->peer_retry = false;
+		char last[SEER_ERRMSG_MAX];
+		str_copy(last, sizeof(last), it->peer_why);
+		last_try(last);
+		snprintf(it->peer_why, sizeof(it->peer_why), "not sent again: node %u holds a newer "
+			 "checkpoint of %s (%016" PRIx64 "); the last try: %s", ck->peer.node,
+			 it->path, o->id, last);
+		log_info("checkpoint %s (%016" PRIx64 "): its copy to node %u is not sent again: "
+			 "that node confirmed a newer checkpoint of the path (%016" PRIx64 ")",
+			 it->path, it->id, ck->peer.node, o->id);
+		ckpt_wake_svc(ck);
+		return true;
+	}
+	return false;
+}
+
 /* The next copy to send: a pending one, or a failed one whose retry is
- * due; *next_retry: the earliest retry not yet due (0: none). */
+ * due, unless superseded; *next_retry: the earliest retry not yet due (0: none). */
 static struct ck_item *next_peer(struct ckpt *ck, double t, double *next_retry)
 {
 	*next_retry = 0;
@@ -677,6 +796,9 @@ static struct ck_item *next_peer(struct ckpt *ck, double t, double *next_retry)
 			continue;
 		if (it->st[SEER_CKL_PEER] == SEER_CKS_PENDING)
 			return it;
+		if (it->st[SEER_CKL_PEER] == SEER_CKS_FAILED && it->peer_retry &&
+		    peer_superseded(ck, it))
+			continue;
 		if (it->st[SEER_CKL_PEER] == SEER_CKS_FAILED && it->peer_retry) {
 			if (t >= it->peer_retry_at)
 				return it;
@@ -727,6 +849,7 @@ static void *peer_tx_main(void *arg)
 			it->peer_retry = false;
 			char last[SEER_ERRMSG_MAX];
 			str_copy(last, sizeof(last), it->peer_why);
+			last_try(last);
 			snprintf(it->peer_why, sizeof(it->peer_why), "no copy of %s is left to send to "
 				 "node %u%s%s", it->path, ck->peer.node, retry ? " (retention removed it "
 				 "while retrying; the last try: " : "", retry ? last : "");
@@ -742,12 +865,14 @@ static void *peer_tx_main(void *arg)
 		pthread_mutex_unlock(&ck->mu);
 		char why[SEER_ERRMSG_MAX] = "", sz[32];
 		double t0 = now_s();
-		int rc = peer_send(ck, it, why, sizeof(why));
+		uint8_t disk[16];
+		int rc = peer_send(ck, it, disk, why, sizeof(why));
 		double dt = now_s() - t0;
 		if (rc == 0) {
 			/* recorded before "done": a restarted seerd does not send it again */
 			pthread_mutex_lock(&ck->mu);
 			it->rec_peer = ck->peer.node;
+			memcpy(it->rec_peer_disk, disk, sizeof(it->rec_peer_disk));
 			bool nvme = it->on_nvme;
 			pthread_mutex_unlock(&ck->mu);
 			if (nvme && ckpt_meta_write(ck, it) != 0)
@@ -806,6 +931,47 @@ static size_t hex_get(uint8_t *out, size_t cap, const char *hex)
 	return n;
 }
 
+/* This node's receiver id into ck->peer.disk: <dir>/peer-id, made once
+ * (random, written atomically), so that a node replaced by one with an
+ * empty disk announces another; without NVMe a new one per seerd (its held
+ * copies die with it). 0, or -errno with err. */
+static int disk_id(struct ckpt *ck, char *err, size_t elen)
+{
+	char f[4200], text[64] = "";
+	if (*ck->dir) {
+		snprintf(f, sizeof(f), "%s/peer-id", ck->dir);
+		FILE *fp = fopen(f, "re");
+		if (fp) {
+			if (!fgets(text, sizeof(text), fp))
+				text[0] = '\0';
+			fclose(fp);
+			text[strcspn(text, "\n")] = '\0';
+			if (hex_get(ck->peer.disk, sizeof(ck->peer.disk), text) ==
+			    sizeof(ck->peer.disk))
+				return 0;
+			log_warn("checkpoints: %s is not a receiver id (32 hex digits): a new one "
+				 "is made; node - 1 sends its copies again", f);
+		}
+	}
+	if (getrandom(ck->peer.disk, sizeof(ck->peer.disk), 0) != (ssize_t)sizeof(ck->peer.disk)) {
+		snprintf(err, elen, "getrandom: %s", strerror(errno));
+		return -EIO;
+	}
+	if (!*ck->dir)
+		return 0;
+	hex_put(text, ck->peer.disk, sizeof(ck->peer.disk));
+	str_copy(text + strlen(text), sizeof(text) - strlen(text), "\n");
+	int rc = mkdir_p(ck->dir, 0700);
+	if (rc == 0)
+		rc = ckpt_fsync_dir(ck->dir);
+	if (rc == 0)
+		rc = ckpt_record_write(f, text);
+	if (rc != 0)
+		snprintf(err, elen, "cannot write the receiver id %s: %s (check [cache] nvme_dir)",
+			 f, strerror(-rc));
+	return rc;
+}
+
 int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len)
 {
 	addr[0] = '\0';
@@ -828,6 +994,8 @@ int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len)
 	if (rc == 0 && getrandom(ck->peer.secret, sizeof(ck->peer.secret), 0) !=
 			       (ssize_t)sizeof(ck->peer.secret))
 		rc = -errno;
+	if (rc == 0)
+		rc = disk_id(ck, err, sizeof(err));
 	if (rc == 0 && pthread_create(&ck->peer.th_rx, NULL, peer_rx_main, ck) != 0)
 		rc = -EAGAIN;
 	if (rc != 0) {
@@ -842,11 +1010,12 @@ int ckpt_peer_listen(struct ckpt *ck, uint32_t nnodes, char *addr, size_t len)
 	uint32_t r;
 	if (getrandom(&r, sizeof(r), 0) == (ssize_t)sizeof(r))
 		ck->peer.seq = r; /* a new seerd's copies never look like an old one's */
-	/* the receiver's address, then the secret, hex */
-	char ah[2 * CK_PEER_ADDR_MAX + 1], sh[33];
+	/* the receiver's address, then the secret and its id, hex */
+	char ah[2 * CK_PEER_ADDR_MAX + 1], sh[33], dh[33];
 	hex_put(ah, a, alen);
 	hex_put(sh, ck->peer.secret, sizeof(ck->peer.secret));
-	if (snprintf(addr, len, "%s %s", ah, sh) >= (int)len)
+	hex_put(dh, ck->peer.disk, sizeof(ck->peer.disk));
+	if (snprintf(addr, len, "%s %s %s", ah, sh, dh) >= (int)len)
 		addr[0] = '\0';
 	return 0;
 }
@@ -860,13 +1029,14 @@ void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char
 		return;
 	uint32_t to = (node + 1) % nnodes;
 	const char *a = addrs + stride * to;
-	char ah[2 * CK_PEER_ADDR_MAX + 2] = "", sh[64] = "", err[SEER_ERRMSG_MAX] = "";
+	char ah[2 * CK_PEER_ADDR_MAX + 2] = "", sh[64] = "", dh[64] = "", err[SEER_ERRMSG_MAX] = "";
 	uint8_t addr[CK_PEER_ADDR_MAX];
 	size_t alen = 0;
 	bool ok = ck->peer.tx && strnlen(a, stride) < stride &&
-		  sscanf(a, "%201s %63s", ah, sh) == 2 && strlen(sh) == 32 &&
+		  sscanf(a, "%201s %63s %63s", ah, sh, dh) == 3 && strlen(sh) == 32 &&
 		  (alen = hex_get(addr, sizeof(addr), ah)) > 0 &&
-		  hex_get(ck->peer.dest_secret, sizeof(ck->peer.dest_secret), sh) == 16;
+		  hex_get(ck->peer.dest_secret, sizeof(ck->peer.dest_secret), sh) == 16 &&
+		  hex_get(ck->peer.dest_disk, sizeof(ck->peer.dest_disk), dh) == 16;
 	if (ok && net_link_peer(ck->peer.tx, addr, alen, &ck->peer.to, err, sizeof(err)) != 0) {
 		log_warn("checkpoints: no peer copies to node %u: %s", to, err);
 		ok = false;
@@ -894,16 +1064,21 @@ void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char
 	}
 	ck->peer.started_tx = true;
 	/* copies found on NVMe at start: sent again unless their record says
-	 * this peer confirmed them (seerd stopped before the peer answered) */
-	unsigned again = 0, held = 0;
+	 * this peer confirmed them (seerd stopped before the peer answered),
+	 * this peer being the same node index with the same receiver id (a
+	 * node replaced by one with an empty disk announces another) */
+	unsigned again = 0, held = 0, other = 0;
 	pthread_mutex_lock(&ck->mu);
 	for (struct ck_item *it = ck->items; it; it = it->next) {
 		if (!it->recovered || !it->on_nvme || it->st[SEER_CKL_PEER] != SEER_CKS_OFF)
 			continue;
-		bool done = it->rec_peer == (int64_t)ck->peer.node;
+		bool same = it->rec_peer == (int64_t)ck->peer.node;
+		bool done = same && memcmp(it->rec_peer_disk, ck->peer.dest_disk,
+					   sizeof(ck->peer.dest_disk)) == 0;
 		it->st[SEER_CKL_PEER] = done ? SEER_CKS_DONE : SEER_CKS_PENDING;
 		again += !done;
 		held += done;
+		other += same && !done;
 	}
 	pthread_cond_broadcast(&ck->cv);
 	pthread_mutex_unlock(&ck->mu);
@@ -912,4 +1087,7 @@ void ckpt_peer_start(struct ckpt *ck, uint32_t node, uint32_t nnodes, const char
 	if (again || held)
 		log_info("checkpoints: of the copies found on NVMe, %u are held by node %u, %u not "
 			 "confirmed by it: sending them again", held, ck->peer.node, again);
+	if (other)
+		log_info("checkpoints: %u of them were confirmed by node %u with another receiver id "
+			 "(its disk was replaced or emptied): sent again", other, ck->peer.node);
 }

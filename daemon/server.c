@@ -419,7 +419,7 @@ int server_run(const struct seer_config *cfg, struct catalog *cat, struct cluste
 	s.ck = ckpt_create(cfg, node, engine_pfs_outlook, s.e, err, sizeof(err));
 	if (nnodes > 1) {
 		/* every node takes part, even one whose stage failed (it sends "") */
-		char mine[256], *all = xcalloc(nnodes, sizeof(mine));
+		char mine[320], *all = xcalloc(nnodes, sizeof(mine));
 		ckpt_peer_listen(s.ck, nnodes, mine, sizeof(mine));
 		cluster_allgather(s.cl, mine, sizeof(mine), all);
 		ckpt_peer_start(s.ck, node, nnodes, all, sizeof(mine));

@@ -259,8 +259,12 @@ static int wait_one(struct net_link *l, double deadline)
 		}
 		if (r == -FI_EAVAIL) {
 			struct fi_cq_err_entry ee = { 0 };
-			if (fi_cq_readerr(l->cq, &ee, 0) != 1)
+			if (fi_cq_readerr(l->cq, &ee, 0) != 1) {
+				/* the error entry could not be read: no spin past the deadline */
+				if (now_s() >= deadline)
+					return -ETIMEDOUT;
 				continue;
+			}
 			int er = ee.err ? -(int)ee.err : -EIO;
 			if (ee.err == FI_ETRUNC)
 				er = -EMSGSIZE;

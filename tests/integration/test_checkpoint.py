@@ -703,6 +703,12 @@ def test_peer_refuses_no_room():
         check(not [f for dp, _, fs in os.walk(os.path.join(tmp, "nvme-1")) for f in fs
                    if "/peer-0" in dp and not f.startswith(".")],
               "files left in node 1's peer folder")
+        cl.stop()
+        cl = None
+        # node 1 held nothing: its receiver id and the empty peer folder went
+        left = [os.path.join(dp, f) for dp, ds, fs in os.walk(os.path.join(tmp, "nvme-1"))
+                for f in fs + ds if f.startswith("peer-")]
+        check(not left, "node 1 holds nothing, yet left %s" % left)
     finally:
         if cl:
             cl.stop()
@@ -828,6 +834,150 @@ def test_peer_resend_after_sigkill():
         cleanup(tmp)
 
 
+def fail_three_times(cl, pfs, name, keep, seed):
+    """Two nodes, node 1 stopped (SIGSTOP) while checkpoint A (saved on node
+    0 at pfs/name) fails its copy 3 times (its backoff is then 4 s), then
+    run again. Returns (A's handle, A's id)."""
+    s0, p1 = cl.socket(0), cl.pid(1)
+    os.kill(p1, signal.SIGSTOP)
+    try:
+        a = sc.save(state(400000, seed), os.path.join(pfs, name), socket=s0, job_id=JOB)
+        a.wait("local", timeout=LONG)
+
+        def failed3():
+            for c in ctl_checkpoints(type("D", (), {"sock": s0}))["checkpoints"]:
+                if c["path"] == a.path and "(3 failed)" in c.get("peer_why", ""):
+                    return c["id"]
+            return None
+        aid = wait_for(failed3, LONG, "A's copy to fail 3 times", step=0.05)
+    finally:
+        os.kill(p1, signal.SIGCONT)
+    return a, aid
+
+
+def test_peer_held_newest_by_id():
+    """keep = 1: checkpoint A's copy fails (node 1 stopped) and waits out its
+    backoff while the newer B is copied; A's retry then arrives last. Node 1
+    keeps the newest by id, B (not A, the last to arrive), and serves B's
+    bytes (review of issue 31, finding 1a)."""
+    from seertest import MpiDaemons
+    tmp = tmpdir("seer-ck-")
+    cl = None
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1,
+                                   "checkpoint.keep": 1, "daemon.stop_grace_s": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        a, aid = fail_three_times(cl, pfs, "a.pt", 1, 21)
+        objb = state(400000, 22)
+        b = sc.save(objb, os.path.join(pfs, "b.pt"), socket=cl.socket(0), job_id=JOB)
+        b.wait("local", timeout=LONG)
+        peer_done(b)
+        # A is another path: its retry is sent, node 1 keeps it only while it is newest
+        wait_for(lambda: a.state()["peer"] == "done" or None, LONG, "A's copy on its retry")
+        j1 = ctl_checkpoints(type("D", (), {"sock": cl.socket(1)}))
+        held = [(x["path"], x["id"]) for x in j1["held"]]
+        check([p for p, _ in held] == [b.path] and held[0][1] > aid,
+              "node 1 should hold only B (the higher id), holds %s (A is %s)" % (held, aid))
+        files = held_copies(tmp, 1, 0)
+        check(len(files) == 1 and open(files[0], "rb").read() == torch_bytes(objb),
+              "node 1's NVMe copy is not B's bytes: %s" % files)
+        log("keep 1, A's retry after B: node 1 holds %s" % held)
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
+def test_peer_same_path_serves_newest():
+    """keep = 2, A then B saved to the same path, A's copy failing while B is
+    copied: A is not sent again once node 1 confirmed B (its why and the log
+    say so), and a load through node 1 returns B's object (finding 1b)."""
+    from seertest import MpiDaemons
+    tmp = tmpdir("seer-ck-")
+    cl = None
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1,
+                                   "checkpoint.keep": 2, "daemon.stop_grace_s": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        a, aid = fail_three_times(cl, pfs, "x.pt", 2, 31)
+        objb = state(400000, 32)
+        b = sc.save(objb, a.path, socket=cl.socket(0), job_id=JOB)
+        b.wait("local", timeout=LONG)
+        peer_done(b)
+
+        def a_settled():
+            for c in ctl_checkpoints(type("D", (), {"sock": cl.socket(0)}))["checkpoints"]:
+                if c["id"] == aid and c["levels"]["peer"] == "done":
+                    return "copied"
+                if c["id"] == aid and "not sent again" in c.get("peer_why", ""):
+                    return c["peer_why"]
+            return None
+        why = wait_for(a_settled, LONG, "A's copy to be sent or given up", step=0.05)
+        got = sc.load(a.path, socket=cl.socket(1), job_id=JOB)
+        check(got["note"] == objb["note"], "a load through node 1 returns %r, B is %r" %
+              (got["note"], objb["note"]))
+        same(got, objb)
+        check("newer checkpoint of %s" % a.path in why, "A's why: %s" % why)
+        check("is not sent again" in cl.log(), "the log says A is not sent again")
+        log("same path, A failed then B copied: A %s; node 1 serves B" % why)
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
+def test_peer_replaced_node_resend():
+    """Node 1 confirmed node 0's copy, then is replaced (the same index, an
+    empty NVMe: its receiver id is new): node 0's restarted seerd does not
+    take the recorded confirmation for this node and sends the copy again;
+    node 1 then holds torch.save's bytes (finding 2)."""
+    from seertest import MpiDaemons
+    tmp = tmpdir("seer-ck-")
+    cl = None
+    try:
+        root, _ = dataset(tmp)
+        pfs = os.path.join(tmp, "pfs")
+        os.makedirs(pfs)
+        s = settings(tmp, root, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1,
+                                   "daemon.stop_grace_s": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        obj = state(400000, 41)
+        h = sc.save(obj, os.path.join(pfs, "rep.pt"), socket=cl.socket(0), job_id=JOB)
+        h.wait("local", timeout=LONG)
+        peer_done(h)
+        rec = own_record(tmp, 0, h)
+        check("\npeer 1\n" in rec and "\npeer_disk " in rec, "node 0's record:\n" + rec)
+        check(len(held_copies(tmp, 1, 0)) == 1, "node 1 holds the copy before it is replaced")
+        cl.stop()
+        cl = None
+        shutil.rmtree(os.path.join(tmp, "nvme-1"))  # node 1 replaced: an empty disk
+        cl = MpiDaemons(tmp, 2, s)
+        wait_for(lambda: "of the copies found on NVMe" in cl.log() or None, LONG,
+                 "node 0 to recover its copy")
+        line = [ln for ln in cl.log().splitlines() if "of the copies found on NVMe" in ln][-1]
+        check("0 are held by node 1, 1 not confirmed" in line, "node 0 after node 1 was "
+              "replaced: %s" % line)
+        check("with another receiver id" in cl.log(), "the log names the other receiver id")
+        peer_done(h)
+        held = wait_for(lambda: held_copies(tmp, 1, 0) or None, LONG, "node 1's new copy")
+        check(len(held) == 1 and open(held[0], "rb").read() == torch_bytes(obj),
+              "node 1's copy after the re-send: %s" % held)
+        log("replaced node 1: %s" % line.split("INFO  ")[-1])
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_save_wait_load_bytes, test_without_nvme, test_sigkill_after_local_then_restart,
                test_pfs_fails_eio_enospc, test_memory_full, test_sigterm_names_nvme_copy,
@@ -835,4 +985,5 @@ if __name__ == "__main__":
                test_drain_full_rate_when_the_plan_reads_no_pfs, test_pfsemu_write_mode,
                test_save_during_startup, test_peer_copy_two_nodes,
                test_peer_refuses_no_room, test_peer_retry_after_peer_returns,
-               test_peer_resend_after_sigkill])
+               test_peer_resend_after_sigkill, test_peer_held_newest_by_id,
+               test_peer_same_path_serves_newest, test_peer_replaced_node_resend])

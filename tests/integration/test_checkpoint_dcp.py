@@ -11,6 +11,7 @@ destinations), and the DCP adapter with scripts/bench_dcp.py: run on torch
 Every wait is for a state (a level, a file), never for a sleep."""
 
 import io
+import json
 import os
 import pickle
 import random
@@ -356,6 +357,15 @@ def test_dcp_adapter():
                 check(set(os.listdir(cid)) == {".metadata", "__0_0.seer"},
                       "%s: files %s" % (how, os.listdir(cid)))
                 log("%s: equal after dcp.load (read from %s)" % (how, r.levels))
+            # a writer saved twice without a checkpoint_id (torch 2.3 calls no
+            # reset(), 2.0/2.1 have none): wait() is about the last save only
+            cid = os.path.join(tmp, "pfs", "twice")
+            w = sc.StorageWriter(path=cid, **kw)
+            dcp.save(sd, storage_writer=w)
+            dcp.save(sd, storage_writer=w)
+            check(len(w.checkpoints) == 2, "the writer holds %d files after two saves of one "
+                  "rank file and .metadata each" % len(w.checkpoints))
+            w.wait("local", timeout=LONG)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -381,7 +391,81 @@ def test_bench_dcp():
     log(p.stdout)
 
 
+def test_wait_peer_through_retries():
+    """Storage layer, two seerd, node 1 stopped (SIGSTOP) while node 0's rank
+    file is saved: wait("peer") raises at once with seerd's "tries again",
+    wait("peer", retrying=True) (what StorageWriter(level="peer") uses) goes
+    on through two failed tries and returns once node 1 runs again and its
+    copy is complete; the bytes then read through node 1 are the saved ones."""
+    import threading
+    from seertest import BIN, MpiDaemons, wait_for
+    tmp = tmpdir("seer-dcp-")
+    cl = None
+    try:
+        ck = os.path.join(tmp, "pfs", "step5")
+        os.makedirs(ck)
+        path = os.path.join(ck, "__0_0.seer")
+        s = settings(tmp, **{"checkpoint.drain_rate": "4KiB", "checkpoint.peers": 1,
+                             "daemon.stop_grace_s": 1})
+        s["cache.nvme_dir"] = os.path.join(tmp, "nvme-%n")
+        cl = MpiDaemons(tmp, 2, s)
+        blobs = [bytes(random.Random(i).getrandbits(8) for _ in range(n))
+                 for i, n in enumerate((70000, 123457))]
+
+        def fill(i, view):
+            view[:] = blobs[i]
+        p1 = cl.pid(1)
+        os.kill(p1, signal.SIGSTOP)
+        out = {}
+        try:
+            h, offs = sc.save_items(path, [len(b) for b in blobs], fill,
+                                    socket=cl.socket(0), job_id=JOB)
+            h.wait("local", timeout=LONG)
+            wait_for(lambda: h.state()["peer"] == "failed" or None, LONG,
+                     "the copy to the stopped node 1 to fail", step=0.05)
+            try:
+                h.wait("peer", timeout=LONG)
+                raise Fail("wait('peer') returned with node 1 stopped")
+            except seer.SeerError as ex:
+                check("tries again" in str(ex), "wait('peer') while retried: %s" % ex)
+
+            def waiter():
+                try:
+                    h.wait("peer", timeout=LONG, retrying=True)
+                    out["ok"] = True
+                except BaseException as ex:  # noqa: B902 (reported by the test)
+                    out["ex"] = ex
+            def fails():
+                st = subprocess.run([os.path.join(BIN, "seerctl"), "--socket", cl.socket(0),
+                                     "--json", "checkpoints"], capture_output=True, text=True,
+                                    timeout=LONG)
+                why = [c.get("peer_why", "") for c in json.loads(st.stdout)["checkpoints"]
+                       if c["path"] == path][0]
+                return int(why.split(" failed)")[0].rsplit("(", 1)[1]) if " failed)" in why else 0
+            n0 = fails()
+            th = threading.Thread(target=waiter)
+            th.start()
+            wait_for(lambda: fails() > n0 or None, LONG, "another failed try", step=0.05)
+            check(th.is_alive() and not out, "wait('peer', retrying=True) returned or raised "
+                  "while node 1 is stopped: %s" % out)
+        finally:
+            os.kill(p1, signal.SIGCONT)
+        th.join(LONG)
+        check(out.get("ok") and "ex" not in out, "wait('peer', retrying=True): %s" % out)
+        check(h.state()["peer"] == "done", "peer after the wait: %s" % h.state())
+        got, level = sc.read_ranges(path, [(offs[1], len(blobs[1])), (offs[0], len(blobs[0]))],
+                                    socket=cl.socket(1), job_id=JOB)
+        check(level == "peer" and [bytes(g) for g in got] == [blobs[1], blobs[0]],
+              "read through node 1: %s" % level)
+        log("wait('peer', retrying=True) returned after node 1 ran again; read back from %s"
+            % level)
+    finally:
+        if cl:
+            cl.stop()
+        cleanup(tmp)
+
+
 if __name__ == "__main__":
     run_tests([test_storage_layer_ranges, test_item_layer_tensors, test_item_layer_peer_copy,
-               test_dcp_adapter,
+               test_wait_peer_through_retries, test_dcp_adapter,
                test_bench_dcp])

@@ -180,9 +180,11 @@ if _dcp:
     class StorageWriter(_st.StorageWriter):
         """DCP StorageWriter through seerd: write_data returns once this
         rank's bytes are in seerd's shared memory, or, with `level`
-        ("local", "peer", "pfs"), once they are durable there. wait(level)
-        waits for this rank's files of the last save (the coordinator's
-        .metadata included). socket/job_id/timeout: as seer.checkpoint.save."""
+        ("local", "peer", "pfs"), once they are durable there (through
+        seerd's retries of a failed peer copy or drain, until `timeout`).
+        wait(level) waits for this rank's files of the last save (the
+        coordinator's .metadata included). socket/job_id/timeout: as
+        seer.checkpoint.save."""
 
         def __init__(self, path=None, level=None, socket=None, job_id=None, timeout=None,
                      connect_timeout=None):
@@ -209,7 +211,10 @@ if _dcp:
             return "://" not in str(os.fspath(checkpoint_id))
 
         def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+            # each save: torch 2.0/2.1 have no reset(), 2.3 calls it only
+            # with a checkpoint_id; wait() is about the last save's files
             self.is_coordinator = is_coordinator
+            self.checkpoints = []
 
         def init(self, is_coordinator):  # torch 2.0-2.1's name
             self.set_up_storage_writer(is_coordinator)
@@ -232,7 +237,8 @@ if _dcp:
         def _keep(self, h):
             self.checkpoints.append(h)
             if self.level:
-                h.wait(self.level)
+                # a failed peer copy or drain is retried by seerd: not a failed save
+                h.wait(self.level, self._kw["timeout"], retrying=True)
 
         def write_data(self, plan, planner):
             results = []
@@ -260,10 +266,14 @@ if _dcp:
                                   **self._kw)
             self._keep(h)
 
-        def wait(self, level="pfs", timeout=None):
-            """This rank's files of the last save durable at `level`."""
+        def wait(self, level="pfs", timeout=None, retrying=True):
+            """This rank's files of the last save (those of the last
+            dcp.save / async_save with this writer, the coordinator's
+            .metadata included) durable at `level`; `timeout` seconds for
+            each file (None: for ever). retrying: as Checkpoint.wait (by
+            default the wait goes on through seerd's retries)."""
             for h in self.checkpoints:
-                h.wait(level, timeout)
+                h.wait(level, timeout, retrying=retrying)
 
     class StorageReader(_st.StorageReader):
         """DCP StorageReader through seerd: each item from the newest

@@ -42,6 +42,7 @@ import errno
 import io
 import os
 import threading
+import time
 
 from . import SeerError, _Options, _load
 
@@ -162,19 +163,37 @@ class Checkpoint:
         self.id = lib.seer_ckpt_id(handle)
         self._lock = threading.Lock()
 
-    def wait(self, level="pfs", timeout=None):
+    def wait(self, level="pfs", timeout=None, retrying=False):
         """Return once durable at `level`; TimeoutError after `timeout`
         seconds (None: for ever); SeerError when the level failed (a PFS
         write: the message says why, the copy stays on NVMe and seerd tries
-        again) or is not used (no NVMe tier: "local"; no peers: "peer")."""
+        again; a peer copy: the same, at once, while seerd retries) or is
+        not used (no NVMe tier: "local"; no peers: "peer"). retrying=True:
+        a failure whose message says seerd tries again does not raise; the
+        wait goes on through the retries until the level is reached, a
+        failure seerd gives up on, or `timeout` (TimeoutError naming the
+        last failure)."""
         lv = LEVELS.index(level) if level in LEVELS else -1
         if lv < 1:
             raise ValueError("level must be 'local', 'peer' or 'pfs', not %r" % (level,))
-        with self._lock:
-            self._check()
-            rc = self._lib.seer_ckpt_wait(self._h, lv, _ms(timeout))
-            if rc != 0:
-                raise _err(self._lib, rc)
+        end = None if timeout is None else time.monotonic() + timeout
+        step = 0.01
+        while True:
+            left = None if end is None else max(end - time.monotonic(), 0.0)
+            with self._lock:
+                self._check()
+                rc = self._lib.seer_ckpt_wait(self._h, lv, _ms(left))
+                if rc == 0:
+                    return
+                ex = _err(self._lib, rc)
+            if not retrying or not isinstance(ex, SeerError) or "tries again" not in str(ex):
+                raise ex
+            # seerd answers at once while the level is failed: until its retry, a poll
+            if end is not None and time.monotonic() >= end:
+                raise TimeoutError("checkpoint %s: not durable at %r within %s s; the last "
+                                   "failure: %s" % (self.path, level, timeout, ex))
+            time.sleep(step if end is None else min(step, max(end - time.monotonic(), 0.0)))
+            step = min(step * 2, 0.25)
 
     def state(self):
         """{"memory": ..., "local": ..., "peer": ..., "pfs": ...} with each
