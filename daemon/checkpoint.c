@@ -496,19 +496,28 @@ static struct ck_item *next_drain(struct ckpt *ck, double t)
 	return NULL;
 }
 
+void ckpt_cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	s = MAX(s, 0.0);
+	ts.tv_sec += (time_t)s;
+	ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(cv, mu, &ts);
+}
+
 /* Sleep up to `s` seconds unless stopped (drain pacing). */
 static void drain_sleep(struct ckpt *ck, double s)
 {
 	if (s <= 0)
 		return;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	double end = (double)ts.tv_sec + ts.tv_nsec / 1e9 + s;
-	ts.tv_sec = (time_t)end;
-	ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
 	pthread_mutex_lock(&ck->mu);
 	if (!ck->stop)
-		pthread_cond_timedwait(&ck->cv, &ck->mu, &ts);
+		ckpt_cond_wait_s(&ck->cv, &ck->mu, s);
 	pthread_mutex_unlock(&ck->mu);
 }
 
@@ -626,10 +635,7 @@ static void *drain_main(void *arg)
 		struct ck_item *it = next_drain(ck, t);
 		if (!it) {
 			/* a failed drain comes back after CK_RETRY_S */
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += 1;
-			pthread_cond_timedwait(&ck->cv, &ck->mu, &ts);
+			ckpt_cond_wait_s(&ck->cv, &ck->mu, 1.0);
 			continue;
 		}
 		it->busy = true;
@@ -1281,16 +1287,7 @@ void ckpt_finish(struct ckpt *ck, double deadline)
 		double t = now_s();
 		if (!pending || t >= deadline)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		double w = MIN(deadline - t, 0.5);
-		ts.tv_sec += (time_t)w;
-		ts.tv_nsec += (long)((w - (double)(time_t)w) * 1e9);
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&ck->idle, &ck->mu, &ts);
+		ckpt_cond_wait_s(&ck->idle, &ck->mu, MIN(deadline - t, 0.5));
 	}
 	char sz[32];
 	for (struct ck_item *it = ck->items; it; it = it->next) {

@@ -184,4 +184,8 @@ void ckpt_peer_list_json(struct ckpt *ck, void *json_root);
  * with none on NVMe, <dir>/peer-id and the empty peer-<origin> folders go). */
 void ckpt_peer_destroy(struct ckpt *ck);
 
+/* Wait on cv (mu held) for up to s seconds (a signal or a spurious wakeup
+ * ends it sooner: callers re-check their condition). */
+void ckpt_cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s);
+
 #endif /* SEERD_CHECKPOINT_INT_H */

@@ -816,16 +816,7 @@ static void tx_wait(struct ckpt *ck, double until)
 		pthread_cond_wait(&ck->cv, &ck->mu);
 		return;
 	}
-	double w = MAX(until - now_s(), 0.0) + 0.001;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += (time_t)w;
-	ts.tv_nsec += (long)((w - (double)(time_t)w) * 1e9);
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(&ck->cv, &ck->mu, &ts);
+	ckpt_cond_wait_s(&ck->cv, &ck->mu, MAX(until - now_s(), 0.0) + 0.001);
 }
 
 /* The sender: each committed checkpoint to node + 1, one at a time; a
