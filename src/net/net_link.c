@@ -301,6 +301,16 @@ int net_link_send_ready(struct net_link *l, double timeout_s)
 	return 0;
 }
 
+/* The provider's queue is full (-FI_EAGAIN): make progress for a moment.
+ * 0 to try again, -ETIMEDOUT past the deadline, or the provider's error. */
+static int queue_full_wait(struct net_link *l, double deadline)
+{
+	int rc = wait_one(l, MIN(deadline, now_s() + 0.001));
+	if (rc != 0 && rc != -ETIMEDOUT)
+		return rc;
+	return now_s() >= deadline ? -ETIMEDOUT : 0;
+}
+
 int net_link_send(struct net_link *l, uint64_t peer, uint64_t tag, size_t n, double timeout_s)
 {
 	double deadline = now_s() + timeout_s;
@@ -317,12 +327,8 @@ int net_link_send(struct net_link *l, uint64_t peer, uint64_t tag, size_t n, dou
 			break;
 		if (r != -FI_EAGAIN)
 			return (int)r;
-		/* the queue is full: progress, then try again */
-		rc = wait_one(l, MIN(deadline, now_s() + 0.001));
-		if (rc != 0 && rc != -ETIMEDOUT)
+		if ((rc = queue_full_wait(l, deadline)) != 0)
 			return rc;
-		if (now_s() >= deadline)
-			return -ETIMEDOUT;
 	}
 	l->sbusy = true;
 	while (l->sbusy) {
@@ -354,11 +360,8 @@ int net_link_recv(struct net_link *l, const void **buf, size_t *n, uint64_t *tag
 		}
 		if (r != -FI_EAGAIN)
 			return (int)r;
-		rc = wait_one(l, MIN(deadline, now_s() + 0.001));
-		if (rc != 0 && rc != -ETIMEDOUT)
+		if ((rc = queue_full_wait(l, deadline)) != 0)
 			return rc;
-		if (now_s() >= deadline)
-			return -ETIMEDOUT;
 	}
 	while (!l->rdone)
 		if ((rc = wait_one(l, deadline)) != 0)
