@@ -352,7 +352,7 @@ void engine_end(struct engine *e, bool complete)
 {
 	/* the loop has stopped: no tick updates the outlook, no completion is
 	 * taken back from the pool any more */
-	atomic_store_explicit(&e->pfs_over, true, memory_order_relaxed);
+	atomic_store_explicit(&e->pf.outlook.over, true, memory_order_relaxed);
 	resume_end(e, complete);
 }
 
@@ -469,9 +469,9 @@ void engine_pfs_outlook(void *arg, struct pfs_outlook *o)
 	/* the engine outlives the checkpoint stage (server.c destroys the stage
 	 * first); the fields are atomics, their values hints */
 	*o = (struct pfs_outlook){ 0 };
-	if (atomic_load_explicit(&e->pfs_over, memory_order_relaxed))
+	if (atomic_load_explicit(&e->pf.outlook.over, memory_order_relaxed))
 		return; /* engine_end: the engine reads no more */
 	o->queued = atomic_load_explicit(&e->tasks.pfs_queued, memory_order_relaxed);
-	o->soon_reads = atomic_load_explicit(&e->pfs_soon_reads, memory_order_relaxed);
-	o->soon_bytes = atomic_load_explicit(&e->pfs_soon_bytes, memory_order_relaxed);
+	o->soon_reads = atomic_load_explicit(&e->pf.outlook.soon_reads, memory_order_relaxed);
+	o->soon_bytes = atomic_load_explicit(&e->pf.outlook.soon_bytes, memory_order_relaxed);
 }

@@ -19,7 +19,7 @@
  *     run that stage's jobs under its own lock and read the fixed-at-creation
  *     cfg, cat and ar.base;
  *   - the checkpoint stage's drain thread (and seerctl's checkpoint list),
- *     which load tasks.pfs_queued, pfs_soon_reads/bytes and pfs_over,
+ *     which load tasks.pfs_queued and pf.outlook (prefetch.h),
  *     atomics, through engine_pfs_outlook.
  * Why that is enough is said at each group of fields. */
 #ifndef SEERD_ENGINE_INT_H
@@ -257,11 +257,6 @@ struct engine {
 	 * is reallocated only before plan_published (nopfs keys). Every other
 	 * access is the dispatcher's. */
 	_Atomic uint32_t *cstate;
-	/* The plan's PFS reads ahead of the trainers (pf_outlook, on the tick):
-	 * samples and their bytes within [checkpoint] drain_window_s. The
-	 * checkpoint drain loads them (engine_pfs_outlook): hints, relaxed. */
-	_Atomic uint64_t pfs_soon_reads, pfs_soon_bytes;
-	_Atomic bool pfs_over;   /* engine_end: the outlook is empty from here */
 
 	/* == Everything below: the dispatcher's alone. */
 
@@ -480,7 +475,7 @@ bool pf_can_prepare(struct engine *e, struct trainer *t);
 bool pf_prepare(struct engine *e, struct trainer *t);    /* false: staging is full */
 void pf_fill(struct engine *e);
 /* Publish the PFS reads the plan makes within [checkpoint] drain_window_s
- * ahead of the trainers (pfs_soon_reads/bytes) for the checkpoint drain */
+ * ahead of the trainers (pf.outlook) for the checkpoint drain */
 void pf_outlook(struct engine *e);
 void pf_sample_done(struct engine *e, const struct waiter *w, int status, const char *err);
 bool pf_retarget_corrupt(struct engine *e, struct etask *tk);

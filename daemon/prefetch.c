@@ -560,6 +560,6 @@ void pf_outlook(struct engine *e)
 		}
 	}
 out:
-	atomic_store_explicit(&e->pfs_soon_reads, reads, memory_order_relaxed);
-	atomic_store_explicit(&e->pfs_soon_bytes, bytes, memory_order_relaxed);
+	atomic_store_explicit(&e->pf.outlook.soon_reads, reads, memory_order_relaxed);
+	atomic_store_explicit(&e->pf.outlook.soon_bytes, bytes, memory_order_relaxed);
 }
