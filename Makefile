@@ -187,7 +187,9 @@ fuzz-run: $(FUZZ_BIN)
 	for f in $(FUZZ_BIN); do n=$$(basename $$f); \
 	  mkdir -p $(B)/corpus/$$n $(B)/artifacts; \
 	  if ls tests/fuzz/regressions/$$n/* >/dev/null 2>&1; then \
-	    $$f tests/fuzz/regressions/$$n/* 2>&1 | tail -1; fi; \
+	    $$f -timeout=10 tests/fuzz/regressions/$$n/* > $(B)/$$n.regressions.log 2>&1 || \
+	      { tail -40 $(B)/$$n.regressions.log; echo "FUZZ REGRESSION in $$n (tests/fuzz/regressions/$$n)"; exit 1; }; \
+	    echo "$$n: $$(ls tests/fuzz/regressions/$$n | wc -l) regression inputs, no crash"; fi; \
 	  $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
 	    -artifact_prefix=$(B)/artifacts/$$n- $(B)/corpus/$$n $(B)/seeds/$$n \
 	    > $(B)/$$n.log 2>&1 || { tail -40 $(B)/$$n.log; echo "FUZZ CRASH in $$n: reproducer in $(B)/artifacts/"; exit 1; }; \

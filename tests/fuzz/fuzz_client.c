@@ -69,6 +69,7 @@ struct fake {
 	struct seg arena, co, ci;
 	int efd;
 	int stop[2];              /* main -> thread: the run is over */
+	int progress_sent;        /* PROGRESS answers so far (a mutated welcome kind) */
 	_Atomic int seek_answer;  /* 0: stay silent, 1: SEEK_OK */
 	struct seer_msg_seek seek_reply;
 };
@@ -105,8 +106,15 @@ static void serve(struct fake *f, int fd)
 			welcomed = true;
 			if (!f->answer_hello)
 				continue;
+			/* a welcome mutated into "still starting": libseer connects
+			 * again while seerd says so (by design, a scan may be long),
+			 * so play a daemon whose start-up ends, as seerd's does: the
+			 * fourth answer is the welcome */
+			struct seer_msg_welcome w = f->w;
+			if (w.kind == SEER_MSG_PROGRESS && ++f->progress_sent > 3)
+				w.kind = SEER_MSG_WELCOME;
 			int fds[4] = { f->arena.fd, f->co.fd, f->ci.fd, f->efd };
-			struct iovec iov = { &f->w, sizeof(f->w) };
+			struct iovec iov = { &w, sizeof(w) };
 			char ctl[CMSG_SPACE(sizeof(fds))] = { 0 };
 			struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 			if (f->nfds > 0) {
