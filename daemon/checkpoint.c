@@ -553,8 +553,10 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 	double t0 = now_s();
 	uint64_t rate = ck->cfg->checkpoint.drain_rate;
 	double share = ck->cfg->checkpoint.drain_share;
-	/* under a cap, pieces of an eighth of a second's bytes keep it smooth */
-	uint64_t chunk = rate ? MAX(MIN(rate / 8, (uint64_t)CK_CHUNK), (uint64_t)4096) : CK_CHUNK;
+	/* pieces of CK_DRAIN_PIECE (a read queued meanwhile waits for one at
+	 * most); under a cap, of an eighth of a second's bytes if less */
+	uint64_t chunk = rate ? MAX(MIN(rate / 8, (uint64_t)CK_DRAIN_PIECE), (uint64_t)4096)
+			      : CK_DRAIN_PIECE;
 	for (uint64_t off = 0; off < it->size; off += chunk) {
 		size_t n = (size_t)MIN(chunk, it->size - off);
 		const uint8_t *p = it->mem ? it->mem + off : buf;
@@ -573,6 +575,12 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 			snprintf(why, wlen, "writing %s: %s", tmp, strerror(-rc));
 			goto out;
 		}
+		/* out of a PFS client's write cache now, so the piece's time is
+		 * the link's and the pace below holds on the wire (not later, all
+		 * at once, in the flush); where the file system has no such
+		 * cache it does nothing, and the fsync below reports any error */
+		sync_file_range(out, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WAIT_BEFORE |
+				SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
 		double cdt = now_s() - c0;
 		/* seerd's own PFS reads now and in the plan ahead decide the pace */
 		struct pfs_outlook o = { 0 };

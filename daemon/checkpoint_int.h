@@ -20,7 +20,8 @@
 #include "../proto/seer_proto.h"
 #include "checkpoint.h"
 
-#define CK_CHUNK (8u << 20)     /* bytes per write to NVMe or the PFS, per peer message */
+#define CK_CHUNK (8u << 20)     /* bytes per write to NVMe, per peer message */
+#define CK_DRAIN_PIECE (1u << 20) /* bytes per write of the drain to the PFS */
 #define CK_RETRY_S 10.0         /* a failed drain is tried again after this */
 #define CK_KEEP_ITEMS 256       /* finished checkpoints remembered for seerctl */
 

@@ -22,7 +22,9 @@ double drain_pace_sleep(enum drain_mode m, uint64_t done, double elapsed, double
 	double s = 0;
 	if (rate) /* never ahead of rate bytes/s since the start */
 		s = (double)done / (double)rate - elapsed;
-	if ((m == DRAIN_PLAN || m == DRAIN_YIELD) && share > 0 && share < 1 && piece_s > 0) {
+	/* plan: the link is free now (no read queued), so the drain fills the
+	 * gap; the next piece's mode says whether a read came meanwhile */
+	if (m == DRAIN_YIELD && share > 0 && share < 1 && piece_s > 0) {
 		double y = piece_s * (1.0 - share) / share;
 		if (y > s)
 			s = y;

@@ -5,8 +5,9 @@
  *   YIELD  seerd's own PFS reads are queued or running now: the drain takes
  *          at most drain_share of the time (it sleeps after each piece)
  *   PLAN   none now, but the plan reads the PFS within [checkpoint]
- *          drain_window_s ahead of the trainers: drain_share too, so the
- *          reads about to start find the link mostly free
+ *          drain_window_s ahead of the trainers: the drain fills the gap
+ *          piece by piece (no sleep) and yields from the piece after a read
+ *          is queued, so a read waits for one piece at most
  *   FULL   the plan needs no PFS read in the window (a warm epoch served from
  *          RAM, NVMe or peers; no trainer): only drain_rate caps it
  *
@@ -37,8 +38,8 @@ enum drain_mode drain_pace_mode(const struct pfs_outlook *o);
  * done: bytes of this drain written so far; elapsed: seconds since it
  * started; piece_s: seconds the last piece took to write; rate: the cap in
  * bytes/s (0: none); share: drain_share (0 < share <= 1). The cap keeps the
- * drain from getting ahead of rate bytes/s since its start; in PLAN and
- * YIELD the drain writes at most `share` of the time. The longer of the two
+ * drain from getting ahead of rate bytes/s since its start; in YIELD the
+ * drain writes at most `share` of the time. The longer of the two
  * waits, never negative. */
 double drain_pace_sleep(enum drain_mode m, uint64_t done, double elapsed, double piece_s,
 			uint64_t rate, double share);

@@ -19,7 +19,7 @@ of the PFS file. Prints numbers; never fails on a timing.
 
     scripts/bench_checkpoint.py --beside N [--mib 128] [--every 2] [--pfsemu 100MB/s]
                                 [--data-mib 96] [--warm] [--epochs E] [--compute-ms MS]
-                                [--window S]
+                                [--window S] [--share F]
 
 The issue's second bar: N trainers (seer-trainer) read a dataset through
 seerd from seer-pfsemu (--bandwidth RATE --write-shares-bandwidth: reads and
@@ -27,10 +27,12 @@ writes share one link) for 2 epochs with a small RAM cache, once alone and
 once while this process saves a --mib state with seer.checkpoint.save every
 --every seconds; prints each run's samples/s and the difference, seerd's
 samples/s per epoch, and each drain's time from seerd's log (and its bytes
-by pace: full, plan, yield). --warm: an NVMe tier holds the dataset, so
+by pace: full, plan, yield). The checkpoints start once every trainer has
+taken its second batch (cold) or paused at epoch 1 (--warm); --epochs sets
+the epochs (default 2 cold, 4 warm). --warm: an NVMe tier holds the dataset, so
 epoch 0 reads the PFS and the others (--epochs, default 4) are served from
 NVMe and RAM; the trainers pause at epoch 1 and the checkpoints start there.
---window S sets [checkpoint] drain_window_s.
+--window S sets [checkpoint] drain_window_s, --share F drain_share.
 """
 
 import argparse
@@ -76,6 +78,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=0)
     ap.add_argument("--compute-ms", type=float, default=0)
     ap.add_argument("--window", default=None, metavar="S")
+    ap.add_argument("--share", default=None, metavar="F")
     a = ap.parse_args()
     if a.beside:
         return beside(a)
@@ -227,13 +230,17 @@ def beside(a):
                 s["cache.nvme"] = "%dMiB" % (2 * a.data_mib + 64)
             if a.window is not None:
                 s["checkpoint.drain_window_s"] = a.window
+            if a.share is not None:
+                s["checkpoint.drain_share"] = a.share
             sync = os.path.join(wd, "sync")
             os.makedirs(sync)
             with Daemon(wd, s) as d:
                 env = dict(os.environ, SEER_JOB_ID="bench-beside")
                 extra = ["--compute-ms", str(a.compute_ms)] if a.compute_ms else []
-                if a.warm:  # checkpoints from the first warm epoch on
-                    extra += ["--sync", sync, "--pause-at", "1:0"]
+                # checkpoints start once every trainer reads: from the first
+                # warm epoch on, or (cold) from each one's second batch
+                pause = (1, 0) if a.warm else (0, 1)
+                extra += ["--sync", sync, "--pause-at", "%d:%d" % pause]
                 procs = [subprocess.Popen([os.path.join(ROOT, "bin", "seer-trainer"), "--rank",
                                            str(r), "--world", str(a.beside), "--socket",
                                            d.sock] + extra,
@@ -266,14 +273,12 @@ def beside(a):
                         waiters.append(w)
                         k += 1
                         stop.wait(a.every)
-                if a.warm:
-                    wait_paused(sync, range(a.beside), (1, 0), procs)
+                wait_paused(sync, range(a.beside), pause, procs)
                 th = None
                 if run != "alone":
                     th = threading.Thread(target=saver)
                     th.start()
-                if a.warm:
-                    open(os.path.join(sync, "go-1-0"), "w").close()
+                open(os.path.join(sync, "go-%d-%d" % pause), "w").close()
                 rates = trainer_rates(procs)
                 t_end = time.perf_counter()
                 stop.set()
@@ -304,7 +309,8 @@ def beside(a):
           (a.beside, a.data_mib, rate, epochs,
            "warm: epoch 0 fills the NVMe tier, checkpoints from epoch 1 on" if a.warm
            else "cold: 8 MiB RAM cache, every epoch reads the PFS", a.mib, a.every,
-           ", drain_window_s %s" % a.window if a.window is not None else "",
+           (", drain_window_s %s" % a.window if a.window is not None else "") +
+           (", drain_share %s" % a.share if a.share is not None else ""),
            open("/proc/loadavg").read().split()[:3]))
     base = sum(out["alone"][0])
     for run, (rates, k, blk, rd, wr, ep, dr, during) in out.items():
