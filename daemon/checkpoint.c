@@ -2,9 +2,10 @@
  * what happens on failure; docs/checkpoint.md for the design.
  *
  * This file: the service thread (the connections), the local writer, the
- * drain, retention and the NVMe records of this node's own copies, and the
- * start-up walk of the records (ckpt_walk, shared with checkpoint_peer.c,
- * which owns the peer level). Locking: checkpoint_int.h. */
+ * drain, the stage's start (with the recovery of this node's own copies),
+ * finish, teardown and seerctl listing. checkpoint_store.c keeps the items,
+ * retention and the NVMe records; checkpoint_peer.c the peer level.
+ * Locking: checkpoint_int.h. */
 #define _GNU_SOURCE
 #include "checkpoint.h"
 
@@ -64,272 +65,7 @@ static struct ck_item *item_find(struct ckpt *ck, uint64_t id)
 	return NULL;
 }
 
-void ckpt_item_free_mem(struct ckpt *ck, struct ck_item *it)
-{
-	if (it->mem) {
-		munmap(it->mem, it->alloc);
-		it->mem = NULL;
-	}
-	if (it->memfd >= 0) {
-		close(it->memfd);
-		it->memfd = -1;
-		ck->mem_used -= it->alloc;
-	}
-}
-
-void ckpt_nvme_file(const struct ckpt *ck, uint64_t id, const char *ext, char *buf, size_t len)
-{
-	snprintf(buf, len, "%s/%016" PRIx64 ".%s", ck->dir, id, ext);
-}
-
-static void item_unlink_nvme(struct ckpt *ck, struct ck_item *it)
-{
-	char f[4200];
-	ckpt_nvme_file(ck, it->id, "meta", f, sizeof(f));
-	unlink(f);
-	ckpt_nvme_file(ck, it->id, "data", f, sizeof(f));
-	unlink(f);
-	if (it->on_nvme)
-		ck->nvme_used -= it->size;
-	it->on_nvme = false;
-}
-
-static void item_unlink_list(struct ckpt *ck, struct ck_item *it)
-{
-	for (struct ck_item **pp = &ck->items; *pp; pp = &(*pp)->next)
-		if (*pp == it) {
-			*pp = it->next;
-			break;
-		}
-	ckpt_item_free_mem(ck, it);
-	free(it->path);
-	free(it);
-}
-
-/* Whether the writers are done with it: every level reached, off or pruned
- * (a failed PFS drain is pending work: it is retried). */
-static bool item_settled(const struct ck_item *it)
-{
-	return it->committed && it->st[SEER_CKL_LOCAL] != SEER_CKS_PENDING &&
-	       it->st[SEER_CKL_PFS] == SEER_CKS_DONE && it->st[SEER_CKL_PEER] != SEER_CKS_PENDING;
-}
-
-/* Whether a thread still needs its bytes (the peer copy is not made yet). */
-bool ckpt_item_held(const struct ck_item *it)
-{
-	return it->busy || it->peer_busy || it->st[SEER_CKL_PEER] == SEER_CKS_PENDING;
-}
-
-/* Retention: drained copies beyond [checkpoint] keep leave the NVMe, oldest
- * first; with `need` bytes to make room for, drained copies inside keep go
- * too. Never an undrained copy. Finished items beyond CK_KEEP_ITEMS are
- * forgotten. */
-void ckpt_prune(struct ckpt *ck, uint64_t need)
-{
-	size_t n = 0;
-	for (struct ck_item *it = ck->items; it; it = it->next)
-		n += it->on_nvme && it->st[SEER_CKL_PFS] == SEER_CKS_DONE;
-	for (struct ck_item *it = ck->items; it; it = it->next) {
-		if (!it->on_nvme || ckpt_item_held(it) || it->st[SEER_CKL_PFS] != SEER_CKS_DONE)
-			continue;
-		bool room = ck->nvme_used + need <= ck->cfg->checkpoint.nvme;
-		if (n <= ck->cfg->checkpoint.keep && room)
-			break;
-		log_info("checkpoint %s (%016" PRIx64 "): NVMe copy removed (keep %" PRIu64 "%s)",
-			 it->path, it->id, ck->cfg->checkpoint.keep, room ? "" : ", room for a new one");
-		item_unlink_nvme(ck, it);
-		it->st[SEER_CKL_LOCAL] = SEER_CKS_PRUNED;
-		n--;
-	}
-	size_t total = 0;
-	for (struct ck_item *it = ck->items; it; it = it->next)
-		total++;
-	for (struct ck_item *it = ck->items, *nx; it && total > CK_KEEP_ITEMS; it = nx) {
-		nx = it->next;
-		if (item_settled(it) && !it->on_nvme && !ckpt_item_held(it)) {
-			item_unlink_list(ck, it);
-			total--;
-		}
-	}
-}
-
-/* ---- files ------------------------------------------------------------- */
-
-int ckpt_write_all(int fd, const uint8_t *p, size_t n, off_t off)
-{
-	while (n > 0) {
-		ssize_t w = pwrite(fd, p, n, off);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (w == 0)
-			return -EIO;
-		p += w;
-		n -= (size_t)w;
-		off += w;
-	}
-	return 0;
-}
-
-int ckpt_fsync_dir(const char *file)
-{
-	char d[4200];
-	str_copy(d, sizeof(d), file);
-	char *slash = strrchr(d, '/');
-	if (!slash)
-		return 0;
-	if (slash == d)
-		slash[1] = '\0';
-	else
-		*slash = '\0';
-	int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int rc = fsync(fd) == 0 || errno == EINVAL ? 0 : -errno;
-	close(fd);
-	return rc;
-}
-
-int ckpt_record_write(const char *f, const char *text)
-{
-	char tmp[4300];
-	snprintf(tmp, sizeof(tmp), "%s.tmp", f);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	int rc = ckpt_write_all(fd, (const uint8_t *)text, strlen(text), 0);
-	if (rc == 0 && fsync(fd) != 0)
-		rc = -errno;
-	close(fd);
-	if (rc == 0 && rename(tmp, f) != 0)
-		rc = -errno;
-	if (rc == 0)
-		rc = ckpt_fsync_dir(f);
-	if (rc != 0)
-		unlink(tmp);
-	return rc;
-}
-
-/* The .meta of an item: written to a temporary name, fsync'd, renamed. */
-int ckpt_meta_write(struct ckpt *ck, const struct ck_item *it)
-{
-	char f[4200];
-	ckpt_nvme_file(ck, it->id, "meta", f, sizeof(f));
-	pthread_mutex_lock(&ck->meta_mu);
-	/* the fields as they are now: a writer that set them before us has its
-	 * change in our file, one after us writes after us */
-	pthread_mutex_lock(&ck->mu);
-	char *text = NULL, disk[33];
-	for (size_t i = 0; i < sizeof(it->rec_peer_disk); i++)
-		snprintf(disk + 2 * i, 3, "%02x", it->rec_peer_disk[i]);
-	int len = it->rec_peer >= 0
-		? asprintf(&text, "seer-ckpt 1\nid %016" PRIx64 "\nsize %" PRIu64 "\ndrained %d\n"
-			   "peer %" PRId64 "\npeer_disk %s\npath %s\n", it->id, it->size,
-			   it->rec_drained ? 1 : 0, it->rec_peer, disk, it->path)
-		: asprintf(&text, "seer-ckpt 1\nid %016" PRIx64 "\nsize %" PRIu64 "\ndrained %d\n"
-			   "path %s\n", it->id, it->size, it->rec_drained ? 1 : 0, it->path);
-	pthread_mutex_unlock(&ck->mu);
-	if (len < 0)
-		abort();
-	int rc = ckpt_record_write(f, text);
-	pthread_mutex_unlock(&ck->meta_mu);
-	free(text);
-	return rc;
-}
-
-/* Reads the "key value" lines of a record; false if it is not `magic` 1
- * with an id (or an origin), a path and a .data of its size. */
-static bool record_read(const char *dir, const char *name, const char *magic,
-			struct ckpt_rec *r)
-{
-	FILE *fp = fopen(r->meta, "re");
-	if (!fp)
-		return false;
-	char line[SEER_CKPT_PATH_MAX + 16], key[32];
-	size_t mlen = strlen(magic);
-	bool first = true;
-	while (fgets(line, sizeof(line), fp)) {
-		line[strcspn(line, "\n")] = '\0';
-		if (first) {
-			first = false;
-			if (strncmp(line, magic, mlen) != 0 || line[mlen] != ' ' ||
-			    sscanf(line + mlen, "%d", &r->version) != 1)
-				break;
-			continue;
-		}
-		if (strncmp(line, "path ", 5) == 0) {
-			str_copy(r->path, sizeof(r->path), line + 5);
-			continue;
-		}
-		const char *v = line + strcspn(line, " ");
-		if (!*v || (size_t)(v - line) >= sizeof(key))
-			continue;
-		snprintf(key, sizeof(key), "%.*s", (int)(v - line), line);
-		if (strcmp(key, "id") == 0)
-			sscanf(v, "%" SCNx64, &r->id);
-		else if (strcmp(key, "size") == 0)
-			sscanf(v, "%" SCNu64, &r->size);
-		else if (strcmp(key, "drained") == 0)
-			sscanf(v, "%d", &r->drained);
-		else if (strcmp(key, "origin") == 0)
-			sscanf(v, "%" SCNu32, &r->origin);
-		else if (strcmp(key, "peer") == 0)
-			sscanf(v, "%" SCNd64, &r->peer);
-		else if (strcmp(key, "peer_disk") == 0 && strlen(v + 1) == 2 * sizeof(r->peer_disk))
-			for (size_t i = 0; i < sizeof(r->peer_disk); i++)
-				if (sscanf(v + 1 + 2 * i, "%2hhx", &r->peer_disk[i]) != 1)
-					memset(r->peer_disk, 0, sizeof(r->peer_disk));
-	}
-	fclose(fp);
-	snprintf(r->data, sizeof(r->data), "%s/%.*s.data", dir, (int)(strlen(name) - 5), name);
-	return r->version == 1 && r->id && r->path[0] && stat(r->data, &r->sb) == 0 &&
-	       (uint64_t)r->sb.st_size == r->size;
-}
-
-void ckpt_walk(struct ckpt *ck, const char *dir, const char *magic, const char *what,
-	       void (*fn)(struct ckpt *ck, const struct ckpt_rec *r, void *arg), void *arg)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return;
-	struct dirent *de;
-	char f[4400];
-	while ((de = readdir(d))) {
-		const char *dot = strrchr(de->d_name, '.');
-		if (!dot || de->d_name[0] == '.')
-			continue;
-		snprintf(f, sizeof(f), "%s/%s", dir, de->d_name);
-		if (strcmp(dot, ".tmp") == 0) {
-			unlink(f);
-			continue;
-		}
-		if (strcmp(dot, ".data") == 0) {
-			char m[4400];
-			snprintf(m, sizeof(m), "%.*s.meta", (int)(strlen(f) - 5), f);
-			if (access(m, F_OK) != 0) {
-				log_warn("%s %s has no record (seerd stopped while writing it): removed",
-					 what, f);
-				unlink(f);
-			}
-			continue;
-		}
-		if (strcmp(dot, ".meta") != 0)
-			continue;
-		struct ckpt_rec r = { .meta = f, .peer = -1 };
-		if (!record_read(dir, de->d_name, magic, &r)) {
-			log_warn("%s record %s is damaged or its copy is missing: removed", what, f);
-			unlink(f);
-			unlink(r.data);
-			continue;
-		}
-		fn(ck, &r, arg);
-	}
-	closedir(d);
-}
-
-/* A record of this node's own copy found at start (ckpt_walk): complete
+/* A record of this node's own copy found at start (ckpt_store_walk): complete
  * ones come back, undrained ones go to the drain. */
 static void recover_one(struct ckpt *ck, const struct ckpt_rec *r, void *arg UNUSED)
 {
@@ -388,7 +124,7 @@ static int local_write(struct ckpt *ck, struct ck_item *it, char *why, size_t wl
 		snprintf(why, wlen, "cannot create %s: %s", ck->dir, strerror(-rc));
 		return rc;
 	}
-	ckpt_nvme_file(ck, it->id, "data", f, sizeof(f));
+	ckpt_store_file(ck, it->id, "data", f, sizeof(f));
 	int fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		snprintf(why, wlen, "cannot create %s: %s", f, strerror(errno));
@@ -396,7 +132,7 @@ static int local_write(struct ckpt *ck, struct ck_item *it, char *why, size_t wl
 	}
 	for (uint64_t off = 0; rc == 0 && off < it->size; off += CK_CHUNK) {
 		size_t n = (size_t)MIN((uint64_t)CK_CHUNK, it->size - off);
-		rc = ckpt_write_all(fd, it->mem + off, n, (off_t)off);
+		rc = ckpt_store_write_all(fd, it->mem + off, n, (off_t)off);
 		if (ck->stop)
 			rc = -ECANCELED;
 	}
@@ -404,7 +140,7 @@ static int local_write(struct ckpt *ck, struct ck_item *it, char *why, size_t wl
 		rc = -errno;
 	close(fd);
 	if (rc == 0) {
-		rc = ckpt_meta_write(ck, it);
+		rc = ckpt_store_meta_write(ck, it);
 		if (rc != 0)
 			snprintf(why, wlen, "cannot record %s on NVMe: %s", f, strerror(-rc));
 	} else {
@@ -430,7 +166,7 @@ static void *local_main(void *arg)
 			it->st[SEER_CKL_LOCAL] = SEER_CKS_OFF;
 			continue;
 		}
-		ckpt_prune(ck, it->size);
+		ckpt_store_prune(ck, it->size);
 		struct statvfs vs;
 		uint64_t avail = statvfs(ck->dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize
 							   : UINT64_MAX;
@@ -464,7 +200,7 @@ static void *local_main(void *arg)
 			log_info("checkpoint %s (%s) on NVMe in %.2f s", it->path,
 				 fmt_size(sz, sizeof(sz), it->size), dt);
 			/* the drain reads the NVMe copy: the memory is free again */
-			ckpt_item_free_mem(ck, it);
+			ckpt_store_free_mem(ck, it);
 		} else {
 			ck->nvme_used -= it->size;
 			if (rc == -ECANCELED)
@@ -474,7 +210,7 @@ static void *local_main(void *arg)
 			log_warn("checkpoint %s: %s; it stays in memory and goes straight to the PFS",
 				 it->path, why);
 		}
-		ckpt_prune(ck, 0);
+		ckpt_store_prune(ck, 0);
 		pthread_cond_broadcast(&ck->cv);
 		pthread_cond_broadcast(&ck->idle);
 		ckpt_wake_svc(ck);
@@ -496,19 +232,6 @@ static struct ck_item *next_drain(struct ckpt *ck, double t)
 	return NULL;
 }
 
-void ckpt_cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	s = MAX(s, 0.0);
-	ts.tv_sec += (time_t)s;
-	ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(cv, mu, &ts);
-}
 
 /* Sleep up to `s` seconds unless stopped (drain pacing). */
 static void drain_sleep(struct ckpt *ck, double s)
@@ -532,7 +255,7 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 	int in = -1;
 	uint8_t *buf = NULL;
 	if (!it->mem) {
-		ckpt_nvme_file(ck, it->id, "data", src, sizeof(src));
+		ckpt_store_file(ck, it->id, "data", src, sizeof(src));
 		in = open(src, O_RDONLY | O_CLOEXEC);
 		if (in < 0) {
 			snprintf(why, wlen, "cannot read its NVMe copy %s: %s", src, strerror(errno));
@@ -568,7 +291,7 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 			}
 		}
 		double c0 = now_s();
-		rc = ckpt_write_all(out, p, n, (off_t)off);
+		rc = ckpt_store_write_all(out, p, n, (off_t)off);
 		if (rc != 0) {
 			snprintf(why, wlen, "writing %s: %s", tmp, strerror(-rc));
 			goto out;
@@ -612,7 +335,7 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 		snprintf(why, wlen, "rename %s to %s: %s", tmp, it->path, strerror(errno));
 		goto out;
 	}
-	rc = ckpt_fsync_dir(it->path);
+	rc = ckpt_store_fsync_dir(it->path);
 	if (rc != 0)
 		snprintf(why, wlen, "fsync of the directory of %s: %s", it->path, strerror(-rc));
 out:
@@ -652,7 +375,7 @@ static void *drain_main(void *arg)
 			it->rec_drained = true;
 			pthread_mutex_unlock(&ck->mu);
 		}
-		if (rc == 0 && it->on_nvme && ckpt_meta_write(ck, it) != 0)
+		if (rc == 0 && it->on_nvme && ckpt_store_meta_write(ck, it) != 0)
 			log_warn("checkpoint %s: cannot mark its NVMe record drained", it->path);
 		pthread_mutex_lock(&ck->mu);
 		it->busy = false;
@@ -670,9 +393,9 @@ static void *drain_main(void *arg)
 				 fmt_size(f, sizeof(f), it->mode_bytes[DRAIN_FULL]),
 				 fmt_size(p, sizeof(p), it->mode_bytes[DRAIN_PLAN]),
 				 fmt_size(y, sizeof(y), it->mode_bytes[DRAIN_YIELD]));
-			if (!it->on_nvme && !ckpt_item_held(it))
-				ckpt_item_free_mem(ck, it);
-			ckpt_prune(ck, 0);
+			if (!it->on_nvme && !ckpt_store_in_use(it))
+				ckpt_store_free_mem(ck, it);
+			ckpt_store_prune(ck, 0);
 		} else if (rc != -ECANCELED) {
 			it->st[SEER_CKL_PFS] = SEER_CKS_FAILED;
 			it->retry_at = now_s() + CK_RETRY_S;
@@ -726,7 +449,7 @@ static void conn_drop(struct ckpt *ck, size_t i)
 		if (it && !it->committed) {
 			log_info("checkpoint %s abandoned before its commit (pid %d went away)",
 				 it->path, (int)c->pid);
-			item_unlink_list(ck, it);
+			ckpt_store_drop(ck, it);
 		}
 	}
 	close(c->fd);
@@ -917,7 +640,7 @@ static void on_request(struct ckpt *ck, size_t ci, const struct seer_msg_ckpt *m
 		} else if (best) {
 			char f[4200];
 			if (best->on_nvme) {
-				ckpt_nvme_file(ck, best->id, "data", f, sizeof(f));
+				ckpt_store_file(ck, best->id, "data", f, sizeof(f));
 				where = SEER_CKL_LOCAL;
 			} else {
 				snprintf(f, sizeof(f), "/proc/self/fd/%d", best->memfd);
@@ -1246,7 +969,7 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_outl
 		char a[32];
 		log_info("checkpoints: written to NVMe at %s (up to %s), then drained to the PFS",
 			 ck->dir, fmt_size(a, sizeof(a), cfg->checkpoint.nvme));
-		ckpt_walk(ck, ck->dir, "seer-ckpt", "checkpoint copy", recover_one, NULL);
+		ckpt_store_walk(ck, ck->dir, "seer-ckpt", "checkpoint copy", recover_one, NULL);
 		ckpt_peer_recover(ck);
 	} else {
 		log_info("checkpoints: no NVMe tier ([cache] nvme_dir unset or [checkpoint] nvme 0): "
@@ -1294,7 +1017,7 @@ void ckpt_finish(struct ckpt *ck, double deadline)
 		if (!it->committed || it->st[SEER_CKL_PFS] == SEER_CKS_DONE)
 			continue;
 		char f[4200];
-		ckpt_nvme_file(ck, it->id, "data", f, sizeof(f));
+		ckpt_store_file(ck, it->id, "data", f, sizeof(f));
 		if (it->on_nvme && !it->busy)
 			log_warn("checkpoint %s (%s) is not on the PFS yet%s%s: its copy is on NVMe at "
 				 "%s; the next seerd of this job on this node drains it", it->path,
@@ -1335,7 +1058,7 @@ void ckpt_destroy(struct ckpt *ck)
 		conn_drop(ck, ck->nconns - 1);
 	free(ck->conns);
 	while (ck->items)
-		item_unlink_list(ck, ck->items);
+		ckpt_store_drop(ck, ck->items);
 	if (ck->efd >= 0)
 		close(ck->efd);
 	if (*ck->dir)

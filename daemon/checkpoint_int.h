@@ -41,7 +41,7 @@ struct ck_item {
 	char peer_why[SEER_ERRMSG_MAX]; /* why the peer copy failed */
 	bool recovered;            /* found on NVMe at start */
 	/* what its NVMe record (<id>.meta) says; set under mu by the thread
-	 * that then calls ckpt_meta_write */
+	 * that then calls ckpt_store_meta_write */
 	bool rec_drained;          /* on the PFS */
 	int64_t rec_peer;          /* the node that confirmed a complete copy (-1: none) */
 	uint8_t rec_peer_disk[16]; /* that node's receiver id (its answer; zero: unknown) */
@@ -124,31 +124,36 @@ struct ckpt {
 	struct ck_peers peer;      /* [checkpoint] peers = 1, several nodes */
 };
 
-/* ---- checkpoint.c, for checkpoint_peer.c --------------------------------- */
+/* ---- checkpoint.c, for the other files ----------------------------------- */
 
 /* Wakes the service thread (it answers the waiters). Any thread. */
 void ckpt_wake_svc(struct ckpt *ck);
+
+/* ---- checkpoint_store.c, for every file of the stage --------------------- */
+
 /* Unmaps and closes the item's memory, if any (mem_used drops). Under mu. */
-void ckpt_item_free_mem(struct ckpt *ck, struct ck_item *it);
+void ckpt_store_free_mem(struct ckpt *ck, struct ck_item *it);
+/* Takes the item out of the list and frees it (its memory too). Under mu. */
+void ckpt_store_drop(struct ckpt *ck, struct ck_item *it);
 /* Whether a thread still needs the item's bytes. Under mu. */
-bool ckpt_item_held(const struct ck_item *it);
-/* Retention (see checkpoint.c). Under mu. */
-void ckpt_prune(struct ckpt *ck, uint64_t need);
+bool ckpt_store_in_use(const struct ck_item *it);
+/* Retention (see checkpoint_store.c). Under mu. */
+void ckpt_store_prune(struct ckpt *ck, uint64_t need);
 /* <dir>/<id>.<ext> of this node's own copy. */
-void ckpt_nvme_file(const struct ckpt *ck, uint64_t id, const char *ext, char *buf, size_t len);
+void ckpt_store_file(const struct ckpt *ck, uint64_t id, const char *ext, char *buf, size_t len);
 /* pwrite of all n bytes at off: 0 or -errno. */
-int ckpt_write_all(int fd, const uint8_t *p, size_t n, off_t off);
+int ckpt_store_write_all(int fd, const uint8_t *p, size_t n, off_t off);
 /* fsync of the directory holding `file`: 0 or -errno. */
-int ckpt_fsync_dir(const char *file);
+int ckpt_store_fsync_dir(const char *file);
 /* `text` to the file `f` through f.tmp, fsync, rename, fsync of the directory:
  * 0 or -errno (nothing left at f.tmp). */
-int ckpt_record_write(const char *f, const char *text);
+int ckpt_store_record_write(const char *f, const char *text);
 /* The item's <id>.meta from its fields (id, size, path, rec_drained,
  * rec_peer, read under mu): 0 or -errno. Without mu; by the thread that
  * holds the item busy or peer_busy (so it is not pruned meanwhile). */
-int ckpt_meta_write(struct ckpt *ck, const struct ck_item *it);
+int ckpt_store_meta_write(struct ckpt *ck, const struct ck_item *it);
 
-/* One record found by ckpt_walk: the .meta's "key value" lines. */
+/* One record found by ckpt_store_walk: the .meta's "key value" lines. */
 struct ckpt_rec {
 	const char *meta;          /* the record's file */
 	char data[4400];           /* its copy: the same name ending in .data */
@@ -166,8 +171,8 @@ struct ckpt_rec {
  * damaged record (and its copy) is removed, naming it `what`; a .data
  * without its .meta (seerd died while writing it) and temporary files are
  * removed. A missing directory is fine. */
-void ckpt_walk(struct ckpt *ck, const char *dir, const char *magic, const char *what,
-	       void (*fn)(struct ckpt *ck, const struct ckpt_rec *r, void *arg), void *arg);
+void ckpt_store_walk(struct ckpt *ck, const char *dir, const char *magic, const char *what,
+		     void (*fn)(struct ckpt *ck, const struct ckpt_rec *r, void *arg), void *arg);
 
 /* ---- checkpoint_peer.c, for checkpoint.c --------------------------------- */
 
@@ -184,8 +189,22 @@ void ckpt_peer_list_json(struct ckpt *ck, void *json_root);
  * with none on NVMe, <dir>/peer-id and the empty peer-<origin> folders go). */
 void ckpt_peer_destroy(struct ckpt *ck);
 
+/* ---- for every file of the stage ---------------------------------------- */
+
 /* Wait on cv (mu held) for up to s seconds (a signal or a spurious wakeup
  * ends it sooner: callers re-check their condition). */
-void ckpt_cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s);
+static inline void ckpt_cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	s = s > 0.0 ? s : 0.0;
+	ts.tv_sec += (time_t)s;
+	ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(cv, mu, &ts);
+}
 
 #endif /* SEERD_CHECKPOINT_INT_H */

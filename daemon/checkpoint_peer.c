@@ -319,7 +319,7 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 		rc = mkdir_p(dir, 0700);
 		/* peer-<origin> itself is durable in ck->dir */
 		if (rc == 0)
-			rc = ckpt_fsync_dir(dir);
+			rc = ckpt_store_fsync_dir(dir);
 		/* a temporary name: a copy sent again replaces the held one whole */
 		held_file(ck, h.origin, h.id, "data.tmp", f, sizeof(f));
 		out = rc == 0 ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
@@ -347,7 +347,7 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 			goto fail;
 		}
 		crc = crc32c(crc, m->b, n);
-		rc = ckpt_write_all(out, m->b, n, (off_t)off);
+		rc = ckpt_store_write_all(out, m->b, n, (off_t)off);
 		if (rc != 0) {
 			snprintf(why, wlen, "writing %s: %s", nvme ? f : "a memfd", strerror(-rc));
 			goto fail;
@@ -394,12 +394,12 @@ static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *
 		if (asprintf(&text, "seer-ckpt-peer 1\norigin %u\nid %016" PRIx64 "\nsize %" PRIu64
 			     "\ncrc32c %08x\npath %s\n", h.origin, h.id, h.size, crc, h.path) < 0)
 			abort();
-		rc = ckpt_fsync_dir(data);
+		rc = ckpt_store_fsync_dir(data);
 		const char *what = "fsync the directory of", *wf = data;
 		if (rc == 0) {
 			what = "cannot record";
 			wf = meta;
-			rc = ckpt_record_write(meta, text);
+			rc = ckpt_store_record_write(meta, text);
 		}
 		free(text);
 		if (rc != 0) {
@@ -447,7 +447,7 @@ fail:
 	return rc;
 }
 
-/* A held copy's record found at start (ckpt_walk of <dir>/peer-<origin>/). */
+/* A held copy's record found at start (ckpt_store_walk of <dir>/peer-<origin>/). */
 static void held_found(struct ckpt *ck, const struct ckpt_rec *r, void *arg)
 {
 	uint32_t origin = *(const uint32_t *)arg;
@@ -478,7 +478,7 @@ void ckpt_peer_recover(struct ckpt *ck)
 			continue;
 		char sub[4200];
 		snprintf(sub, sizeof(sub), "%s/%s", ck->dir, de->d_name);
-		ckpt_walk(ck, sub, "seer-ckpt-peer", "held copy", held_found, &origin);
+		ckpt_store_walk(ck, sub, "seer-ckpt-peer", "held copy", held_found, &origin);
 	}
 	closedir(d);
 	/* retention per origin (held_prune frees: start over after each) */
@@ -675,7 +675,7 @@ static int peer_send(struct ckpt *ck, struct ck_item *it, uint8_t disk[16], char
 	char src[4200] = "";
 	const char *step = "the header";
 	if (!it->mem) {
-		ckpt_nvme_file(ck, it->id, "data", src, sizeof(src));
+		ckpt_store_file(ck, it->id, "data", src, sizeof(src));
 		in = open(src, O_RDONLY | O_CLOEXEC);
 		if (in < 0) {
 			rc = -errno;
@@ -866,7 +866,7 @@ static void *peer_tx_main(void *arg)
 			memcpy(it->rec_peer_disk, disk, sizeof(it->rec_peer_disk));
 			bool nvme = it->on_nvme;
 			pthread_mutex_unlock(&ck->mu);
-			if (nvme && ckpt_meta_write(ck, it) != 0)
+			if (nvme && ckpt_store_meta_write(ck, it) != 0)
 				log_warn("checkpoint %s: cannot record its peer copy on NVMe (a restarted "
 					 "seerd sends it again)", it->path);
 		}
@@ -893,9 +893,9 @@ static void *peer_tx_main(void *arg)
 		} else {
 			break;
 		}
-		if (!it->on_nvme && it->mem && !ckpt_item_held(it) && it->st[SEER_CKL_PFS] == SEER_CKS_DONE)
-			ckpt_item_free_mem(ck, it);
-		ckpt_prune(ck, 0);
+		if (!it->on_nvme && it->mem && !ckpt_store_in_use(it) && it->st[SEER_CKL_PFS] == SEER_CKS_DONE)
+			ckpt_store_free_mem(ck, it);
+		ckpt_store_prune(ck, 0);
 		pthread_cond_broadcast(&ck->cv);
 		pthread_cond_broadcast(&ck->idle);
 		ckpt_wake_svc(ck);
@@ -954,9 +954,9 @@ static int disk_id(struct ckpt *ck, char *err, size_t elen)
 	str_copy(text + strlen(text), sizeof(text) - strlen(text), "\n");
 	int rc = mkdir_p(ck->dir, 0700);
 	if (rc == 0)
-		rc = ckpt_fsync_dir(ck->dir);
+		rc = ckpt_store_fsync_dir(ck->dir);
 	if (rc == 0)
-		rc = ckpt_record_write(f, text);
+		rc = ckpt_store_record_write(f, text);
 	if (rc != 0)
 		snprintf(err, elen, "cannot write the receiver id %s: %s (check [cache] nvme_dir)",
 			 f, strerror(-rc));
