@@ -23,6 +23,8 @@
 #define CK_CHUNK (8u << 20)     /* bytes per write to NVMe or the PFS, per peer message */
 #define CK_RETRY_S 10.0         /* a failed drain is tried again after this */
 #define CK_KEEP_ITEMS 256       /* finished checkpoints remembered for seerctl */
+/* the levels' names (index: SEER_CKL_*), in replies and seerctl */
+#define CK_LEVEL_NAMES { "memory", "local", "peer", "pfs" }
 
 struct ck_item {
 	struct ck_item *next;      /* list in commit (begin) order, oldest first */
@@ -124,10 +126,15 @@ struct ckpt {
 	struct ck_peers peer;      /* [checkpoint] peers = 1, several nodes */
 };
 
-/* ---- checkpoint.c, for the other files ----------------------------------- */
+/* ---- checkpoint_svc.c, for the other files ------------------------------- */
 
+/* The service thread (pthread_create'd by ckpt_create). */
+void *ckpt_svc_main(void *ck);
 /* Wakes the service thread (it answers the waiters). Any thread. */
-void ckpt_wake_svc(struct ckpt *ck);
+void ckpt_svc_wake(struct ckpt *ck);
+/* Teardown, after the service thread was joined: closes the connections
+ * still queued or open (an uncommitted checkpoint of one is abandoned). */
+void ckpt_svc_destroy(struct ckpt *ck);
 
 /* ---- checkpoint_store.c, for every file of the stage --------------------- */
 

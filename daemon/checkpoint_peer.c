@@ -780,7 +780,7 @@ static bool peer_superseded(struct ckpt *ck, struct ck_item *it)
 		log_info("checkpoint %s (%016" PRIx64 "): its copy to node %u is not sent again: "
 			 "that node confirmed a newer checkpoint of the path (%016" PRIx64 ")",
 			 it->path, it->id, ck->peer.node, o->id);
-		ckpt_wake_svc(ck);
+		ckpt_svc_wake(ck);
 		return true;
 	}
 	return false;
@@ -848,7 +848,7 @@ static void *peer_tx_main(void *arg)
 				str_copy(it->peer_why + strlen(it->peer_why),
 					 sizeof(it->peer_why) - strlen(it->peer_why), ")");
 			log_warn("checkpoint %s: no peer copy: %s", it->path, it->peer_why);
-			ckpt_wake_svc(ck);
+			ckpt_svc_wake(ck);
 			continue;
 		}
 		it->peer_busy = true;
@@ -898,7 +898,7 @@ static void *peer_tx_main(void *arg)
 		ckpt_store_prune(ck, 0);
 		pthread_cond_broadcast(&ck->cv);
 		pthread_cond_broadcast(&ck->idle);
-		ckpt_wake_svc(ck);
+		ckpt_svc_wake(ck);
 	}
 	pthread_mutex_unlock(&ck->mu);
 	return NULL;
