@@ -136,6 +136,11 @@ void ckpt_svc_wake(struct ckpt *ck);
  * still queued or open (an uncommitted checkpoint of one is abandoned). */
 void ckpt_svc_destroy(struct ckpt *ck);
 
+/* ---- checkpoint_drain.c, for checkpoint.c --------------------------------- */
+
+/* The drain thread (pthread_create'd by ckpt_create). */
+void *ckpt_drain_main(void *ck);
+
 /* ---- checkpoint_store.c, for every file of the stage --------------------- */
 
 /* Unmaps and closes the item's memory, if any (mem_used drops). Under mu. */
