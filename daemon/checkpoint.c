@@ -141,7 +141,7 @@ static void *local_main(void *arg)
 		uint64_t avail = statvfs(ck->dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize
 							   : UINT64_MAX;
 		/* the budget is shared with the copies held for a peer node */
-		if (ck->nvme_used + ck->peer.held_used + it->size > ck->cfg->checkpoint.nvme ||
+		if (ck->nvme_used + ck->held.nvme_used + it->size > ck->cfg->checkpoint.nvme ||
 		    it->size > avail) {
 			it->st[SEER_CKL_LOCAL] = SEER_CKS_OFF;
 			log_warn("checkpoint %s (%s): no room on NVMe ([checkpoint] nvme %s, %s in "
@@ -149,7 +149,7 @@ static void *local_main(void *arg)
 				 "stays in memory and goes straight to the PFS", it->path,
 				 fmt_size(sz, sizeof(sz), it->size),
 				 fmt_size((char[32]){ 0 }, 32, ck->cfg->checkpoint.nvme),
-				 fmt_size((char[32]){ 0 }, 32, ck->nvme_used + ck->peer.held_used),
+				 fmt_size((char[32]){ 0 }, 32, ck->nvme_used + ck->held.nvme_used),
 				 fmt_size((char[32]){ 0 }, 32, avail));
 			pthread_cond_broadcast(&ck->cv);
 			ckpt_svc_wake(ck);
@@ -238,6 +238,7 @@ char *ckpt_list_json(struct ckpt *ck)
 		json_array_append_new(arr, o);
 	}
 	json_object_set_new(root, "checkpoints", arr);
+	ckpt_held_list_json(ck, root);
 	ckpt_peer_list_json(ck, root);
 	json_object_set_new(root, "nvme_dir", json_string(ck->dir));
 	json_object_set_new(root, "memory_used", json_integer((json_int_t)ck->mem_used));
@@ -305,7 +306,7 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_outl
 		log_info("checkpoints: written to NVMe at %s (up to %s), then drained to the PFS",
 			 ck->dir, fmt_size(a, sizeof(a), cfg->checkpoint.nvme));
 		ckpt_store_walk(ck, ck->dir, "seer-ckpt", "checkpoint copy", recover_one, NULL);
-		ckpt_peer_recover(ck);
+		ckpt_held_recover(ck);
 	} else {
 		log_info("checkpoints: no NVMe tier ([cache] nvme_dir unset or [checkpoint] nvme 0): "
 			 "they wait in memory and go straight to the PFS");
@@ -386,6 +387,7 @@ void ckpt_destroy(struct ckpt *ck)
 	if (ck->started_drain)
 		pthread_join(ck->th_drain, NULL);
 	ckpt_peer_destroy(ck);
+	ckpt_held_destroy(ck);
 	ckpt_svc_destroy(ck);
 	while (ck->items)
 		ckpt_store_drop(ck, ck->items);

@@ -1,7 +1,15 @@
-/* The checkpoint stage's private parts, shared by checkpoint.c (the service
- * thread, the local writer, the drain, retention, the NVMe records) and
- * checkpoint_peer.c (the peer level: the copies sent to node + 1 and those
- * held for node - 1). Nothing outside these two files includes it.
+/* The checkpoint stage's private parts, shared by its files:
+ *   checkpoint.c        the stage's start, finish, teardown, seerctl list,
+ *                       the local writer (memory -> NVMe)
+ *   checkpoint_peer.c   the peer level: the links, the sender and receiver
+ *                       threads (the copies to node + 1)
+ *   checkpoint_drain.c  the drain thread: -> the PFS path
+ *   checkpoint_svc.c    the service thread: the trainers' connections
+ *   checkpoint_held.c   the copies held for node - 1
+ *   checkpoint_store.c  this node's own copies: the items, their memory and
+ *                       NVMe records, retention, the file helpers
+ * Each calls only the files below it in this list (checkpoint.c calls all;
+ * checkpoint_store.c none). Nothing outside these files includes it.
  *
  * Every field of struct ckpt, of its items and of its held copies is under
  * ck->mu, except what a thread reads from an item it marked busy or
@@ -91,8 +99,12 @@ struct ck_peers {
 	uint8_t dest_disk[16];     /* the peer node's, from the exchange at start */
 	pthread_t th_tx, th_rx;
 	bool started_tx, started_rx;
-	struct ck_held *held;
-	uint64_t held_used;        /* bytes of held copies on NVMe (memfds count in mem_used) */
+};
+
+/* The copies held for node - 1 (checkpoint_held.c). */
+struct ck_held_list {
+	struct ck_held *copies;    /* ordered by id, oldest first */
+	uint64_t nvme_used;        /* bytes of held copies on NVMe (memfds count in mem_used) */
 };
 
 struct ck_conn;
@@ -124,7 +136,61 @@ struct ckpt {
 	enum drain_mode mode;      /* the running drain's pacing (DRAIN_IDLE: none) */
 	uint32_t node, nnodes;
 	struct ck_peers peer;      /* [checkpoint] peers = 1, several nodes */
+	struct ck_held_list held;  /* the copies this node holds for node - 1 */
 };
+
+/* ---- the peer copy's wire (checkpoint_peer.c sends, checkpoint_held.c
+ * receives) ---------------------------------------------------------------- */
+
+/* After END the sender waits [net] peer_timeout_ms + size / this for the
+ * answer (the receiver's fsync); the receiver writes back every
+ * CK_PEER_WRITEBACK bytes meanwhile, so that its final fsync is short. */
+#define CK_PEER_FSYNC_RATE 50e6
+#define CK_PEER_WRITEBACK (64ull << 20)
+
+/* The copy over libfabric (src/net/net_link.h), tagged messages: HDR (a
+ * struct ck_peer_hdr, then the sender's address: uint32_t length and its
+ * bytes, so that the receiver can answer), DATA (CK_PEER_MSG bytes each but
+ * the last; the tag counts them), END (the bytes' crc32c, uint32_t), and
+ * the receiver's ACK (a struct ck_peer_ack). The tag: type << 60 | copy
+ * serial (28 bits) << 32 | DATA's index. A message of another copy than the
+ * current one is dropped; a HDR ends the copy in progress (not kept). */
+#define CK_PEER_MAGIC 0x53434b52u /* "SCKR", version 3 (the answer names the disk) */
+#define CK_PEER_MSG (4u << 20)  /* the links' bounce buffers */
+#define CK_PEER_ADDR_MAX 100    /* bytes of a link address (hex in the allgather) */
+enum { CKT_HDR = 1, CKT_DATA = 2, CKT_END = 3, CKT_ACK = 4 };
+#define CKT(type, seq, idx) ((uint64_t)(type) << 60 | ((uint64_t)(seq) & 0x0fffffffu) << 32 | \
+			     (uint64_t)(uint32_t)(idx))
+#define CKT_TYPE(tag) ((unsigned)((tag) >> 60))
+#define CKT_SEQ(tag) ((uint32_t)((tag) >> 32) & 0x0fffffffu)
+#define CKT_IDX(tag) ((uint32_t)(tag))
+struct ck_peer_hdr {
+	uint32_t magic;
+	uint32_t origin;
+	uint64_t id, size;
+	uint8_t secret[16];
+	char path[SEER_CKPT_PATH_MAX];
+};
+struct ck_peer_ack {
+	int32_t status;            /* 0: complete, fsync'd and its checksum right */
+	uint8_t disk[16];          /* the receiver's id (struct ck_peers) */
+	char msg[SEER_ERRMSG_MAX];
+};
+
+/* A message taken from a link (valid until its next net_link_recv). */
+struct ck_msg {
+	const void *b;
+	size_t n;
+	uint64_t tag;
+	bool have;                 /* a HDR read ahead, for the receiver's loop */
+};
+
+/* [net] peer_timeout_ms in seconds, at least 1. */
+static inline double ckpt_peer_timeout_s(const struct ckpt *ck)
+{
+	double s = ck->cfg->net.peer_timeout_ms / 1000.0;
+	return s > 1.0 ? s : 1.0;
+}
 
 /* ---- checkpoint_svc.c, for the other files ------------------------------- */
 
@@ -188,18 +254,34 @@ void ckpt_store_walk(struct ckpt *ck, const char *dir, const char *magic, const 
 
 /* ---- checkpoint_peer.c, for checkpoint.c --------------------------------- */
 
-/* Startup, before the threads: the copies held for peer nodes that an
- * earlier seerd of this node left under <dir>/peer-<origin>/. */
-void ckpt_peer_recover(struct ckpt *ck);
-/* OPEN: a read-only fd of the newest copy held for a peer node of `path`
- * (its id, size and path in *hit, path valid under mu), or -1. Under mu. */
-int ckpt_peer_open_held(struct ckpt *ck, const char *path, struct ck_item *hit);
-/* seerctl: "held", "held_nvme", "held_memory", "peer" into root. Under mu. */
+/* seerctl: "peer" (the node copies go to, or null) into root. Under mu. */
 void ckpt_peer_list_json(struct ckpt *ck, void *json_root);
 /* Teardown, after ck->stop is set: joins the peer threads, closes the
- * listener, forgets the held copies (those on NVMe stay for a later seerd;
- * with none on NVMe, <dir>/peer-id and the empty peer-<origin> folders go). */
+ * links. */
 void ckpt_peer_destroy(struct ckpt *ck);
+
+/* ---- checkpoint_held.c, for checkpoint.c, checkpoint_svc.c and
+ * checkpoint_peer.c --------------------------------------------------------- */
+
+/* Startup, before the threads: the copies held for peer nodes that an
+ * earlier seerd of this node left under <dir>/peer-<origin>/. */
+void ckpt_held_recover(struct ckpt *ck);
+/* The peer receiver: one copy from node - 1, its HDR in *m: room reserved,
+ * bytes received and checked, fsync'd, recorded, held; or nothing kept.
+ * 0, or -errno with why (-ECANCELED: seerd stops); *src (with *answer)
+ * where to send the answer. A new copy's HDR read meanwhile is left in *m
+ * (m->have). Without mu. */
+int ckpt_held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *answer,
+		      char *why, size_t wlen);
+/* OPEN: a read-only fd of the newest copy held for a peer node of `path`
+ * (its id, size and path in *hit, path valid under mu), or -1. Under mu. */
+int ckpt_held_open(struct ckpt *ck, const char *path, struct ck_item *hit);
+/* seerctl: "held", "held_nvme", "held_memory" into root. Under mu. */
+void ckpt_held_list_json(struct ckpt *ck, void *json_root);
+/* Teardown, after the peer threads were joined: forgets the held copies
+ * (those on NVMe stay for a later seerd; with none on NVMe, <dir>/peer-id
+ * and the empty peer-<origin> folders go). */
+void ckpt_held_destroy(struct ckpt *ck);
 
 /* ---- for every file of the stage ---------------------------------------- */
 

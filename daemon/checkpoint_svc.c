@@ -287,7 +287,7 @@ static void on_request(struct ckpt *ck, size_t ci, const struct seer_msg_ckpt *m
 		uint32_t where = SEER_CKL_PFS;
 		struct ck_item hit = { 0 };
 		if (!best)
-			fd = ckpt_peer_open_held(ck, m->path, &hit);
+			fd = ckpt_held_open(ck, m->path, &hit);
 		if (fd >= 0) {
 			where = SEER_CKL_PEER;
 			best = &hit;
