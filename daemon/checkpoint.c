@@ -180,10 +180,7 @@ static void *local_main(void *arg)
 			log_warn("checkpoint %s: %s; it stays in memory and goes straight to the PFS",
 				 it->path, why);
 		}
-		ckpt_store_prune(ck, 0);
-		pthread_cond_broadcast(&ck->cv);
-		pthread_cond_broadcast(&ck->idle);
-		ckpt_svc_wake(ck);
+		ckpt_svc_changed(ck);
 	}
 	pthread_mutex_unlock(&ck->mu);
 	return NULL;

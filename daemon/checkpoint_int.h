@@ -198,6 +198,10 @@ static inline double ckpt_peer_timeout_s(const struct ckpt *ck)
 void *ckpt_svc_main(void *ck);
 /* Wakes the service thread (it answers the waiters). Any thread. */
 void ckpt_svc_wake(struct ckpt *ck);
+/* A writer thread is done with an item (a level reached or failed):
+ * retention runs, then the writers (cv), ckpt_finish (idle) and the service
+ * thread (its waiting WAITs and BEGINs) are told. Under mu. */
+void ckpt_svc_changed(struct ckpt *ck);
 /* Teardown, after the service thread was joined: closes the connections
  * still queued or open (an uncommitted checkpoint of one is abandoned). */
 void ckpt_svc_destroy(struct ckpt *ck);

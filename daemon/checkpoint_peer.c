@@ -371,10 +371,7 @@ static void *peer_tx_main(void *arg)
 		}
 		if (!it->on_nvme && it->mem && !ckpt_store_in_use(it) && it->st[SEER_CKL_PFS] == SEER_CKS_DONE)
 			ckpt_store_free_mem(ck, it);
-		ckpt_store_prune(ck, 0);
-		pthread_cond_broadcast(&ck->cv);
-		pthread_cond_broadcast(&ck->idle);
-		ckpt_svc_wake(ck);
+		ckpt_svc_changed(ck);
 	}
 	pthread_mutex_unlock(&ck->mu);
 	return NULL;

@@ -62,6 +62,14 @@ void ckpt_svc_wake(struct ckpt *ck)
 	ssize_t r UNUSED = write(ck->efd, &one, sizeof(one));
 }
 
+void ckpt_svc_changed(struct ckpt *ck)
+{
+	ckpt_store_prune(ck, 0);
+	pthread_cond_broadcast(&ck->cv);
+	pthread_cond_broadcast(&ck->idle);
+	ckpt_svc_wake(ck);
+}
+
 static struct ck_item *item_find(struct ckpt *ck, uint64_t id)
 {
 	for (struct ck_item *it = ck->items; it; it = it->next)
