@@ -242,11 +242,12 @@ char *ckpt_list_json(struct ckpt *ck)
 	json_object_set_new(root, "memory", json_integer((json_int_t)ck->cfg->checkpoint.memory));
 	json_object_set_new(root, "nvme_used", json_integer((json_int_t)ck->nvme_used));
 	json_object_set_new(root, "nvme", json_integer((json_int_t)ck->cfg->checkpoint.nvme));
-	json_object_set_new(root, "drain_rate", json_real(ck->rate));
+	json_object_set_new(root, "drain_rate", json_real(ck->drain.rate));
 	json_object_set_new(root, "drain_rate_cap", json_integer((json_int_t)ck->cfg->checkpoint.drain_rate));
 	json_object_set_new(root, "bytes_to_drain", json_integer((json_int_t)left));
-	json_object_set_new(root, "eta_s", json_real(ck->rate > 0 ? (double)left / ck->rate : 0));
-	json_object_set_new(root, "drain_mode", json_string(drain_mode_name(ck->mode)));
+	json_object_set_new(root, "eta_s",
+			    json_real(ck->drain.rate > 0 ? (double)left / ck->drain.rate : 0));
+	json_object_set_new(root, "drain_mode", json_string(drain_mode_name(ck->drain.mode)));
 	pthread_mutex_unlock(&ck->mu);
 	/* what the drain's next piece would see (the engine's atomics) */
 	struct pfs_outlook po = { 0 };
@@ -281,8 +282,8 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_outl
 	pthread_mutex_init(&ck->meta_mu, NULL);
 	pthread_cond_init(&ck->cv, NULL);
 	pthread_cond_init(&ck->idle, NULL);
-	ck->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (ck->efd < 0) {
+	ck->svc.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ck->svc.efd < 0) {
 		snprintf(err, errlen, "checkpoints: eventfd: %s", strerror(errno));
 		goto fail;
 	}
@@ -308,15 +309,15 @@ struct ckpt *ckpt_create(const struct seer_config *cfg, unsigned node, ckpt_outl
 		log_info("checkpoints: no NVMe tier ([cache] nvme_dir unset or [checkpoint] nvme 0): "
 			 "they wait in memory and go straight to the PFS");
 	}
-	if (pthread_create(&ck->th_svc, NULL, ckpt_svc_main, ck) != 0)
+	if (pthread_create(&ck->svc.th, NULL, ckpt_svc_main, ck) != 0)
 		goto thread;
-	ck->started_svc = true;
+	ck->svc.started = true;
 	if (pthread_create(&ck->th_local, NULL, local_main, ck) != 0)
 		goto thread;
 	ck->started_local = true;
-	if (pthread_create(&ck->th_drain, NULL, ckpt_drain_main, ck) != 0)
+	if (pthread_create(&ck->drain.th, NULL, ckpt_drain_main, ck) != 0)
 		goto thread;
-	ck->started_drain = true;
+	ck->drain.started = true;
 	return ck;
 thread:
 	snprintf(err, errlen, "checkpoints: cannot start a thread");
@@ -375,21 +376,21 @@ void ckpt_destroy(struct ckpt *ck)
 	ck->stop = true;
 	pthread_cond_broadcast(&ck->cv);
 	pthread_mutex_unlock(&ck->mu);
-	if (ck->efd >= 0)
+	if (ck->svc.efd >= 0)
 		ckpt_svc_wake(ck);
-	if (ck->started_svc)
-		pthread_join(ck->th_svc, NULL);
+	if (ck->svc.started)
+		pthread_join(ck->svc.th, NULL);
 	if (ck->started_local)
 		pthread_join(ck->th_local, NULL);
-	if (ck->started_drain)
-		pthread_join(ck->th_drain, NULL);
+	if (ck->drain.started)
+		pthread_join(ck->drain.th, NULL);
 	ckpt_peer_destroy(ck);
 	ckpt_held_destroy(ck);
 	ckpt_svc_destroy(ck);
 	while (ck->items)
 		ckpt_store_drop(ck, ck->items);
-	if (ck->efd >= 0)
-		close(ck->efd);
+	if (ck->svc.efd >= 0)
+		close(ck->svc.efd);
 	if (*ck->dir)
 		rmdir(ck->dir); /* only when empty: undrained copies stay for the next seerd */
 	pthread_cond_destroy(&ck->cv);

@@ -8,7 +8,8 @@
  *
  * Owns: an item's drain (st[SEER_CKL_PFS] once committed, drained,
  * mode_bytes, drain_t0, retry_at, drain_fails, rec_drained and its NVMe
- * record) and the drain's figures for seerctl (ck->rate, ck->mode).
+ * record) and struct ck_drain (ck->drain, checkpoint_int.h): its thread and
+ * its figures for seerctl (the last rate, the running pace).
  *
  * Threads: the drain thread (ckpt_drain_main, started by ckpt_create), one
  * checkpoint at a time, marked busy meanwhile; it takes ck->mu between
@@ -121,7 +122,7 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 		pthread_mutex_lock(&ck->mu);
 		it->drained = off + n;
 		it->mode_bytes[m] += n;
-		ck->mode = m;
+		ck->drain.mode = m;
 		bool stop = ck->stop;
 		pthread_mutex_unlock(&ck->mu);
 		if (stop) {
@@ -195,17 +196,17 @@ void *ckpt_drain_main(void *arg)
 			log_warn("checkpoint %s: cannot mark its NVMe record drained", it->path);
 		pthread_mutex_lock(&ck->mu);
 		it->busy = false;
-		ck->mode = DRAIN_IDLE;
+		ck->drain.mode = DRAIN_IDLE;
 		if (rc == 0) {
 			it->st[SEER_CKL_PFS] = SEER_CKS_DONE;
 			it->t_pfs = now_s();
 			it->wall_pfs = time(NULL);
 			it->why[0] = '\0';
-			ck->rate = dt > 0 ? (double)it->size / dt : 0;
+			ck->drain.rate = dt > 0 ? (double)it->size / dt : 0;
 			char f[32], p[32], y[32];
 			log_info("checkpoint %s (%s) on the PFS in %.2f s (%.1f MB/s; at full rate %s, "
 				 "drain_share beside the plan's PFS reads %s, yielding to queued reads %s)",
-				 it->path, fmt_size(sz, sizeof(sz), it->size), dt, ck->rate / 1e6,
+				 it->path, fmt_size(sz, sizeof(sz), it->size), dt, ck->drain.rate / 1e6,
 				 fmt_size(f, sizeof(f), it->mode_bytes[DRAIN_FULL]),
 				 fmt_size(p, sizeof(p), it->mode_bytes[DRAIN_PLAN]),
 				 fmt_size(y, sizeof(y), it->mode_bytes[DRAIN_YIELD]));

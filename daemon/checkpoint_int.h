@@ -110,30 +110,43 @@ struct ck_held_list {
 struct ck_conn;
 struct net_link;
 
-struct ckpt {
-	const struct seer_config *cfg;
-	pthread_mutex_t mu;
-	pthread_mutex_t meta_mu;   /* one record write at a time (taken before mu) */
-	pthread_cond_t cv;         /* work for the writers, or stop */
-	pthread_cond_t idle;       /* a writer finished something (ckpt_finish) */
-	pthread_t th_svc, th_local, th_drain;
-	bool started_svc, started_local, started_drain;
-	bool stop, stopping;       /* stop: threads leave; stopping: no new BEGIN */
+/* The service thread's part of the stage (checkpoint_svc.c). */
+struct ck_svc {
+	pthread_t th;
+	bool started;
 	int efd;                   /* wakes the service thread */
-	char dir[4096];            /* NVMe directory ("" : none) */
-	ckpt_outlook_fn outlook;
-	void *outlook_arg;
-	struct ck_item *items;
-	uint64_t mem_used, nvme_used, last_id;
 	/* handed by the dispatcher, taken by the service thread */
 	struct ck_in { int fd; pid_t pid; size_t n; struct seer_msg_ckpt m; } *in;
 	size_t nin, cap_in;
 	/* the service thread's own */
 	struct ck_conn *conns;
 	size_t nconns, cap_conns;
-	/* drain statistics */
+};
+
+/* The drain's part of the stage (checkpoint_drain.c). */
+struct ck_drain {
+	pthread_t th;
+	bool started;
 	double rate;               /* bytes/s of the last drain */
 	enum drain_mode mode;      /* the running drain's pacing (DRAIN_IDLE: none) */
+};
+
+struct ckpt {
+	const struct seer_config *cfg;
+	pthread_mutex_t mu;
+	pthread_mutex_t meta_mu;   /* one record write at a time (taken before mu) */
+	pthread_cond_t cv;         /* work for the writers, or stop */
+	pthread_cond_t idle;       /* a writer finished something (ckpt_finish) */
+	pthread_t th_local;        /* the local writer (checkpoint.c) */
+	bool started_local;
+	bool stop, stopping;       /* stop: threads leave; stopping: no new BEGIN */
+	char dir[4096];            /* NVMe directory ("" : none) */
+	ckpt_outlook_fn outlook;
+	void *outlook_arg;
+	struct ck_item *items;
+	uint64_t mem_used, nvme_used, last_id;
+	struct ck_svc svc;         /* the connections */
+	struct ck_drain drain;     /* the drain to the PFS */
 	uint32_t node, nnodes;
 	struct ck_peers peer;      /* [checkpoint] peers = 1, several nodes */
 	struct ck_held_list held;  /* the copies this node holds for node - 1 */

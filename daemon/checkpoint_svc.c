@@ -4,9 +4,9 @@
  * level is reached, failed or the timeout), STATE and OPEN (the newest copy
  * seerd holds of a path: its own, or one held for a peer node).
  *
- * Owns: the connections (struct ck_conn, ck->conns), the queue the
- * dispatcher hands them over in (ck->in) and the eventfd that wakes the
- * thread (ck->efd, made and closed by checkpoint.c).
+ * Owns: struct ck_svc (ck->svc, checkpoint_int.h): the connections (struct
+ * ck_conn), the queue the dispatcher hands them over in and the eventfd that
+ * wakes the thread (made and closed by checkpoint.c).
  *
  * Threads: the service thread (ckpt_svc_main) alone reads and answers the
  * connections; the dispatcher queues new ones (ckpt_attach, under ck->mu);
@@ -59,7 +59,7 @@ static const char *const level_names[SEER_CKL_COUNT_] = CK_LEVEL_NAMES;
 void ckpt_svc_wake(struct ckpt *ck)
 {
 	uint64_t one = 1;
-	ssize_t r UNUSED = write(ck->efd, &one, sizeof(one));
+	ssize_t r UNUSED = write(ck->svc.efd, &one, sizeof(one));
 }
 
 void ckpt_svc_changed(struct ckpt *ck)
@@ -105,7 +105,7 @@ static void reply(int fd, const struct seer_msg_ckpt *req, int status, const cha
 
 static void conn_drop(struct ckpt *ck, size_t i)
 {
-	struct ck_conn *c = &ck->conns[i];
+	struct ck_conn *c = &ck->svc.conns[i];
 	if (c->begun) {
 		struct ck_item *it = item_find(ck, c->begun);
 		if (it && !it->committed) {
@@ -115,7 +115,7 @@ static void conn_drop(struct ckpt *ck, size_t i)
 		}
 	}
 	close(c->fd);
-	ck->conns[i] = ck->conns[--ck->nconns];
+	ck->svc.conns[i] = ck->svc.conns[--ck->svc.nconns];
 }
 
 static double deadline_of(int64_t ms)
@@ -274,7 +274,7 @@ static int wait_state(const struct ck_item *it, uint32_t level, char *msg, size_
 
 static void on_request(struct ckpt *ck, size_t ci, const struct seer_msg_ckpt *m)
 {
-	struct ck_conn *c = &ck->conns[ci];
+	struct ck_conn *c = &ck->svc.conns[ci];
 	char msg[SEER_ERRMSG_MAX];
 	if (m->kind == SEER_MSG_CKPT_BEGIN) {
 		on_begin(ck, c, m);
@@ -378,8 +378,8 @@ static void answer_waiters(struct ckpt *ck)
 {
 	double t = now_s();
 	char msg[SEER_ERRMSG_MAX], a[32], b[32], c3[32];
-	for (size_t i = 0; i < ck->nconns; i++) {
-		struct ck_conn *c = &ck->conns[i];
+	for (size_t i = 0; i < ck->svc.nconns; i++) {
+		struct ck_conn *c = &ck->svc.conns[i];
 		bool late = c->deadline >= 0 && t >= c->deadline;
 		if (c->begin_wait) {
 			if (ck->stopping) {
@@ -424,45 +424,45 @@ void *ckpt_svc_main(void *arg)
 	pthread_mutex_lock(&ck->mu);
 	while (!ck->stop) {
 		/* take the connections the dispatcher handed over */
-		for (size_t k = 0; k < ck->nin; k++) {
-			if (ck->nconns == ck->cap_conns) {
-				ck->cap_conns = ck->cap_conns ? 2 * ck->cap_conns : 16;
-				ck->conns = realloc(ck->conns, ck->cap_conns * sizeof(*ck->conns));
-				if (!ck->conns)
+		for (size_t k = 0; k < ck->svc.nin; k++) {
+			if (ck->svc.nconns == ck->svc.cap_conns) {
+				ck->svc.cap_conns = ck->svc.cap_conns ? 2 * ck->svc.cap_conns : 16;
+				ck->svc.conns = realloc(ck->svc.conns, ck->svc.cap_conns * sizeof(*ck->svc.conns));
+				if (!ck->svc.conns)
 					abort();
 			}
-			struct ck_in *in = &ck->in[k];
-			ck->conns[ck->nconns++] = (struct ck_conn){ .fd = in->fd, .pid = in->pid };
+			struct ck_in *in = &ck->svc.in[k];
+			ck->svc.conns[ck->svc.nconns++] = (struct ck_conn){ .fd = in->fd, .pid = in->pid };
 			if (in->n != sizeof(in->m) || in->m.version != SEER_CKPT_VERSION) {
 				reply(in->fd, NULL, SEER_EPROTO, "checkpoint protocol version mismatch: "
 				      "use the libseer of this seer build", NULL, -1);
-				conn_drop(ck, ck->nconns - 1);
+				conn_drop(ck, ck->svc.nconns - 1);
 				continue;
 			}
-			on_request(ck, ck->nconns - 1, &in->m);
+			on_request(ck, ck->svc.nconns - 1, &in->m);
 		}
-		ck->nin = 0;
+		ck->svc.nin = 0;
 		answer_waiters(ck);
-		if (cap < ck->nconns + 1) {
-			cap = ck->nconns + 16;
+		if (cap < ck->svc.nconns + 1) {
+			cap = ck->svc.nconns + 16;
 			pf = realloc(pf, cap * sizeof(*pf));
 			if (!pf)
 				abort();
 		}
-		pf[0] = (struct pollfd){ .fd = ck->efd, .events = POLLIN };
+		pf[0] = (struct pollfd){ .fd = ck->svc.efd, .events = POLLIN };
 		double t = now_s(), next = t + 1.0;
-		for (size_t i = 0; i < ck->nconns; i++) {
-			pf[i + 1] = (struct pollfd){ .fd = ck->conns[i].fd, .events = POLLIN };
-			if ((ck->conns[i].begin_wait || ck->conns[i].wait) && ck->conns[i].deadline >= 0)
-				next = MIN(next, ck->conns[i].deadline);
+		for (size_t i = 0; i < ck->svc.nconns; i++) {
+			pf[i + 1] = (struct pollfd){ .fd = ck->svc.conns[i].fd, .events = POLLIN };
+			if ((ck->svc.conns[i].begin_wait || ck->svc.conns[i].wait) && ck->svc.conns[i].deadline >= 0)
+				next = MIN(next, ck->svc.conns[i].deadline);
 		}
-		size_t n = ck->nconns;
+		size_t n = ck->svc.nconns;
 		pthread_mutex_unlock(&ck->mu);
 		int ms = (int)MAX(0.0, (next - t) * 1000.0 + 1);
 		int k = poll(pf, n + 1, ms);
 		if (pf[0].revents & POLLIN) {
 			uint64_t v;
-			ssize_t r UNUSED = read(ck->efd, &v, sizeof(v));
+			ssize_t r UNUSED = read(ck->svc.efd, &v, sizeof(v));
 		}
 		pthread_mutex_lock(&ck->mu);
 		if (k <= 0)
@@ -472,13 +472,13 @@ void *ckpt_svc_main(void *arg)
 			if (!pf[i + 1].revents)
 				continue;
 			struct seer_msg_ckpt m;
-			ssize_t r = sock_recv(ck->conns[i].fd, &m, sizeof(m), NULL, NULL, 0);
+			ssize_t r = sock_recv(ck->svc.conns[i].fd, &m, sizeof(m), NULL, NULL, 0);
 			if (r == -EAGAIN || r == -EINTR)
 				continue;
 			if (r != (ssize_t)sizeof(m) || m.magic != SEER_MAGIC_CKPT ||
 			    m.version != SEER_CKPT_VERSION) {
 				if (r > 0)
-					reply(ck->conns[i].fd, NULL, SEER_EPROTO, "malformed checkpoint "
+					reply(ck->svc.conns[i].fd, NULL, SEER_EPROTO, "malformed checkpoint "
 					      "request", NULL, -1);
 				conn_drop(ck, i);
 				continue;
@@ -487,8 +487,8 @@ void *ckpt_svc_main(void *arg)
 			on_request(ck, i, &m);
 		}
 	}
-	while (ck->nconns)
-		conn_drop(ck, ck->nconns - 1);
+	while (ck->svc.nconns)
+		conn_drop(ck, ck->svc.nconns - 1);
 	pthread_mutex_unlock(&ck->mu);
 	free(pf);
 	return NULL;
@@ -497,13 +497,13 @@ void *ckpt_svc_main(void *arg)
 void ckpt_attach(struct ckpt *ck, int fd, const void *msg, size_t n, pid_t pid)
 {
 	pthread_mutex_lock(&ck->mu);
-	if (ck->nin == ck->cap_in) {
-		ck->cap_in = ck->cap_in ? 2 * ck->cap_in : 16;
-		ck->in = realloc(ck->in, ck->cap_in * sizeof(*ck->in));
-		if (!ck->in)
+	if (ck->svc.nin == ck->svc.cap_in) {
+		ck->svc.cap_in = ck->svc.cap_in ? 2 * ck->svc.cap_in : 16;
+		ck->svc.in = realloc(ck->svc.in, ck->svc.cap_in * sizeof(*ck->svc.in));
+		if (!ck->svc.in)
 			abort();
 	}
-	struct ck_in *in = &ck->in[ck->nin++];
+	struct ck_in *in = &ck->svc.in[ck->svc.nin++];
 	in->fd = fd;
 	in->pid = pid;
 	in->n = MIN(n, sizeof(in->m));
@@ -516,10 +516,10 @@ void ckpt_attach(struct ckpt *ck, int fd, const void *msg, size_t n, pid_t pid)
 
 void ckpt_svc_destroy(struct ckpt *ck)
 {
-	for (size_t k = 0; k < ck->nin; k++)
-		close(ck->in[k].fd);
-	free(ck->in);
-	while (ck->nconns)
-		conn_drop(ck, ck->nconns - 1);
-	free(ck->conns);
+	for (size_t k = 0; k < ck->svc.nin; k++)
+		close(ck->svc.in[k].fd);
+	free(ck->svc.in);
+	while (ck->svc.nconns)
+		conn_drop(ck, ck->svc.nconns - 1);
+	free(ck->svc.conns);
 }
