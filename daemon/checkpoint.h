@@ -14,10 +14,12 @@
  * peer answers once its copy is complete, checked and fsync'd; a failed
  * copy is retried) and the peer receiver (node - 1's copies ->
  * <dir>/peer-<origin>/ or a memfd; a copy cut short or with a wrong checksum
- * is deleted, never served), both in checkpoint_peer.c; the service thread
- * (the connections: BEGIN, COMMIT, WAIT, STATE, OPEN), the local writer
- * (memory -> NVMe, fsync) and the drain (-> a temporary name beside the PFS
- * path, fsync, rename: a reader never sees a partial file), capped by
+ * is deleted, never served), both in checkpoint_peer.c (the held copies:
+ * checkpoint_held.c); the service thread (checkpoint_svc.c: the
+ * connections: BEGIN, COMMIT, WAIT, STATE, OPEN), the local writer
+ * (checkpoint.c: memory -> NVMe, fsync) and the drain (checkpoint_drain.c:
+ * -> a temporary name beside the PFS path, fsync, rename: a reader never
+ * sees a partial file), capped by
  * [checkpoint] drain_rate and paced by seerd's own PFS reads now and in
  * the plan ahead (the outlook callback, drain_pace.h: full rate, or
  * drain_share of the time). The dispatcher calls ckpt_attach, ckpt_list_json and

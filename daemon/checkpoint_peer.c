@@ -1,21 +1,21 @@
 /* The checkpoint stage's peer level ([checkpoint] peers = 1, several
  * nodes; docs/checkpoint.md "Peer copies"): each committed checkpoint of
- * this node goes to node (node + 1) % nodes, and this node holds the copies
- * of node - 1.
+ * this node goes to node (node + 1) % nodes; this node receives the copies
+ * of node - 1 and keeps them in checkpoint_held.c's store.
  *
  * Owns: the two libfabric links (src/net/net_link.h) and the two threads
- * (struct ck_peers in checkpoint_int.h), the wire format below, the copies held for node - 1
- * (<dir>/peer-<origin>/<id>.data + .meta, or memfds without an NVMe tier;
- * their retention, [checkpoint] keep per origin, the highest ids kept and
- * served, whatever order they arrived in) and their start-up recovery, and
- * this node's receiver id (<dir>/peer-id). The items' peer state
- * (st[SEER_CKL_PEER], peer_why, peer_busy) is written here only.
+ * (struct ck_peers in checkpoint_int.h, with the wire format they speak),
+ * the address exchange at start and this node's receiver id
+ * (<dir>/peer-id). The items' peer state (st[SEER_CKL_PEER], peer_why,
+ * peer_busy, the retries) is written here only.
  *
  * Threads: the sender (peer_tx_main: one copy at a time, the bytes read
  * from NVMe or memory with peer_busy set; it alone uses the tx link) and
- * the receiver (peer_rx_main: one copy at a time; it alone uses the rx
- * link); both take ck->mu only between copies and for the budgets. ckpt_peer_listen / ckpt_peer_start run on the dispatcher at
- * start; the others on the caller named in checkpoint_int.h.
+ * the receiver (peer_rx_main: one copy at a time, handed to
+ * ckpt_held_receive; it alone uses the rx link); both take ck->mu only
+ * between copies and for the budgets. ckpt_peer_listen / ckpt_peer_start
+ * run on the dispatcher at start; the others on the caller named in
+ * checkpoint_int.h.
  *
  * Failure: a peer that does not answer within [net] peer_timeout_ms, that
  * refuses (secret, origin, no room) or whose copy fails its crc32c makes
@@ -24,11 +24,9 @@
  * the peer has not confirmed a newer checkpoint of its path; the local and
  * PFS levels go on. The peer's confirmation is recorded in the
  * copy's NVMe record, and a copy found on NVMe at start without it is sent
- * again. The receiver keeps nothing partial: a copy is held once its
- * checksum matched and it was fsync'd and recorded; one sent again replaces
- * the held copy of the same id. */
+ * again. An answer the receiver cannot deliver is logged: the sender sends
+ * the copy again. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -37,10 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,499 +49,10 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
 #define CK_PEER_RETRY_MIN_S 1.0 /* the first retry of a failed copy; doubles to CK_RETRY_S */
-/* After END the sender waits [net] peer_timeout_ms + size / this for the
- * answer (the receiver's fsync); the receiver writes back every
- * CK_PEER_WRITEBACK bytes meanwhile, so that its final fsync is short. */
-#define CK_PEER_FSYNC_RATE 50e6
-#define CK_PEER_WRITEBACK (64ull << 20)
-
-/* The copy over libfabric (src/net/net_link.h), tagged messages: HDR (a
- * struct ck_peer_hdr, then the sender's address: uint32_t length and its
- * bytes, so that the receiver can answer), DATA (CK_PEER_MSG bytes each but
- * the last; the tag counts them), END (the bytes' crc32c, uint32_t), and
- * the receiver's ACK (a struct ck_peer_ack). The tag: type << 60 | copy
- * serial (28 bits) << 32 | DATA's index. A message of another copy than the
- * current one is dropped; a HDR ends the copy in progress (not kept). */
-#define CK_PEER_MAGIC 0x53434b52u /* "SCKR", version 3 (the answer names the disk) */
-#define CK_PEER_MSG (4u << 20)  /* the links' bounce buffers */
-#define CK_PEER_ADDR_MAX 100    /* bytes of a link address (hex in the allgather) */
-enum { CKT_HDR = 1, CKT_DATA = 2, CKT_END = 3, CKT_ACK = 4 };
-#define CKT(type, seq, idx) ((uint64_t)(type) << 60 | ((uint64_t)(seq) & 0x0fffffffu) << 32 | \
-			     (uint64_t)(uint32_t)(idx))
-#define CKT_TYPE(tag) ((unsigned)((tag) >> 60))
-#define CKT_SEQ(tag) ((uint32_t)((tag) >> 32) & 0x0fffffffu)
-#define CKT_IDX(tag) ((uint32_t)(tag))
-struct ck_peer_hdr {
-	uint32_t magic;
-	uint32_t origin;
-	uint64_t id, size;
-	uint8_t secret[16];
-	char path[SEER_CKPT_PATH_MAX];
-};
-struct ck_peer_ack {
-	int32_t status;            /* 0: complete, fsync'd and its checksum right */
-	uint8_t disk[16];          /* the receiver's id (struct ck_peers) */
-	char msg[SEER_ERRMSG_MAX];
-};
-
-static void held_file(const struct ckpt *ck, uint32_t origin, uint64_t id, const char *ext,
-		      char *buf, size_t len)
-{
-	snprintf(buf, len, "%s/peer-%u/%016" PRIx64 ".%s", ck->dir, origin, id, ext);
-}
-
-static void held_drop(struct ckpt *ck, struct ck_held *h)
-{
-	for (struct ck_held **pp = &ck->peer.held; *pp; pp = &(*pp)->next)
-		if (*pp == h) {
-			*pp = h->next;
-			break;
-		}
-	if (h->memfd >= 0) {
-		close(h->memfd);
-		ck->mem_used -= h->size;
-	} else {
-		char f[4200];
-		held_file(ck, h->origin, h->id, "meta", f, sizeof(f));
-		unlink(f);
-		held_file(ck, h->origin, h->id, "data", f, sizeof(f));
-		unlink(f);
-		ck->peer.held_used -= h->size;
-	}
-	log_info("copy of node %u's checkpoint %s (%016" PRIx64 ") removed (keep %" PRIu64 ")",
-		 h->origin, h->path, h->id, ck->cfg->checkpoint.keep);
-	free(h->path);
-	free(h);
-}
-
-/* A copy of (origin, id) sent again replaces the one held: the old entry
- * goes (its memfd closed; its files are the new copy's names, not removed).
- * Called once the new copy is complete and recorded. */
-static void held_forget(struct ckpt *ck, uint32_t origin, uint64_t id)
-{
-	pthread_mutex_lock(&ck->mu);
-	for (struct ck_held **pp = &ck->peer.held; *pp; pp = &(*pp)->next) {
-		struct ck_held *h = *pp;
-		if (h->origin != origin || h->id != id)
-			continue;
-		*pp = h->next;
-		if (h->memfd >= 0) {
-			close(h->memfd);
-			ck->mem_used -= h->size;
-		} else {
-			ck->peer.held_used -= h->size;
-		}
-		log_info("copy of node %u's checkpoint %s (%016" PRIx64 ") sent again: the new "
-			 "copy replaces it", origin, h->path, id);
-		free(h->path);
-		free(h);
-		break;
-	}
-	pthread_mutex_unlock(&ck->mu);
-}
-
-/* Into the held list, which is ordered by id, oldest first: an origin's
- * ids grow (its seerd restores its last id at start), whatever order its
- * copies arrive in (a retried copy may come after a newer one). Under mu. */
-static void held_insert(struct ckpt *ck, struct ck_held *hd)
-{
-	struct ck_held **pp = &ck->peer.held;
-	while (*pp && (*pp)->id <= hd->id)
-		pp = &(*pp)->next;
-	hd->next = *pp;
-	*pp = hd;
-}
-
-/* Retention for held copies: at most `keep` of `origin`'s, the highest ids
- * kept (the list is ordered by id). Under mu. */
-static void held_prune(struct ckpt *ck, uint32_t origin, uint64_t keep)
-{
-	size_t n = 0;
-	for (struct ck_held *h = ck->peer.held; h; h = h->next)
-		n += h->origin == origin;
-	for (struct ck_held *h = ck->peer.held, *nx; h && n > keep; h = nx) {
-		nx = h->next;
-		if (h->origin == origin) {
-			held_drop(ck, h);
-			n--;
-		}
-	}
-}
-
-/* A message taken from a link (valid until its next net_link_recv). */
-struct ck_msg {
-	const void *b;
-	size_t n;
-	uint64_t tag;
-	bool have;                 /* a HDR read ahead, for the receiver's loop */
-};
-
-static double peer_timeout_s(const struct ckpt *ck)
-{
-	return MAX(ck->cfg->net.peer_timeout_ms / 1000.0, 1.0);
-}
-
-/* The next message of copy `seq` (DATA or END) into *m, within the peer
- * timeout: 0; -EAGAIN with m->have when a new copy began (its HDR in *m);
- * -ETIMEDOUT; -ECANCELED when seerd stops. Other copies' messages go. */
-static int rx_next(struct ckpt *ck, uint32_t seq, struct ck_msg *m)
-{
-	double end = now_s() + peer_timeout_s(ck);
-	for (;;) {
-		int rc = net_link_recv(ck->peer.rx, &m->b, &m->n, &m->tag, 0.2);
-		pthread_mutex_lock(&ck->mu);
-		bool stop = ck->stop;
-		pthread_mutex_unlock(&ck->mu);
-		if (stop)
-			return -ECANCELED;
-		if (rc == -ETIMEDOUT && now_s() < end)
-			continue;
-		if (rc != 0)
-			return rc;
-		if (CKT_TYPE(m->tag) == CKT_HDR) {
-			m->have = true;
-			return -EAGAIN;
-		}
-		if (CKT_SEQ(m->tag) == seq)
-			return 0;
-	}
-}
-
-/* Bytes of the copy of (origin, id) held in memory (mem) or on NVMe: one
- * sent again replaces it. Under mu. */
-static uint64_t held_same(const struct ckpt *ck, uint32_t origin, uint64_t id, bool mem)
-{
-	for (const struct ck_held *h = ck->peer.held; h; h = h->next)
-		if (h->origin == origin && h->id == id && (h->memfd >= 0) == mem)
-			return h->size;
-	return 0;
-}
-
-/* One copy from node - 1, its HDR in *m: room reserved, bytes received and
- * checked, fsync'd, recorded; or nothing kept. 0, or -errno with why; *src
- * (with *answer) where to send the answer. A new copy's HDR read meanwhile
- * is left in *m (m->have). */
-static int held_receive(struct ckpt *ck, struct ck_msg *m, uint64_t *src, bool *answer,
-			char *why, size_t wlen)
-{
-	struct ck_peer_hdr h;
-	uint32_t seq = CKT_SEQ(m->tag), alen = 0;
-	m->have = false;
-	*answer = false;
-	if (m->n < sizeof(h) + sizeof(alen)) {
-		snprintf(why, wlen, "refused: a header of %zu bytes", m->n);
-		return -EPROTO;
-	}
-	memcpy(&h, m->b, sizeof(h));
-	memcpy(&alen, (const uint8_t *)m->b + sizeof(h), sizeof(alen));
-	h.path[sizeof(h.path) - 1] = '\0';
-	uint32_t from = (ck->node + ck->nnodes - 1) % ck->nnodes;
-	char lerr[SEER_ERRMSG_MAX];
-	if (h.magic != CK_PEER_MAGIC || alen == 0 || alen > CK_PEER_ADDR_MAX ||
-	    m->n != sizeof(h) + sizeof(alen) + alen) {
-		snprintf(why, wlen, "refused: not a checkpoint copy of this seer version");
-		return -EPROTO;
-	}
-	/* only this job's node - 1 is answered (its address enters the AV) */
-	if (memcmp(h.secret, ck->peer.secret, sizeof(h.secret)) != 0 || h.origin != from) {
-		snprintf(why, wlen, "refused: not a copy from this job's node %u (wrong secret or "
-			 "origin; not answered)", from);
-		return -EPERM;
-	}
-	int rc = net_link_peer(ck->peer.rx, (const uint8_t *)m->b + sizeof(h) + sizeof(alen), alen,
-			       src, lerr, sizeof(lerr));
-	if (rc != 0) {
-		snprintf(why, wlen, "%s", lerr);
-		return rc;
-	}
-	*answer = true;
-	if (h.size == 0 || h.path[0] != '/') {
-		snprintf(why, wlen, "refused: not a copy from this job's node %u (wrong magic, "
-			 "secret or origin)", from);
-		return -EPERM;
-	}
-	char sz[32], a[32], b[32], f[4200] = "", dir[4200];
-	bool nvme = *ck->dir;
-	uint64_t keep = ck->cfg->checkpoint.keep;
-	pthread_mutex_lock(&ck->mu);
-	uint64_t same = held_same(ck, h.origin, h.id, !nvme);
-	if (nvme) {
-		struct statvfs vs;
-		uint64_t avail = statvfs(ck->dir, &vs) == 0 ? (uint64_t)vs.f_bavail * vs.f_frsize
-							   : UINT64_MAX;
-		/* the new copy will be one of `keep`: older ones beyond make room
-		 * first, but the last one held stays until the new one is checked
-		 * (the same id sent again is replaced: its bytes do not count) */
-		if (ck->nvme_used + ck->peer.held_used - same + h.size > ck->cfg->checkpoint.nvme ||
-		    h.size > avail)
-			held_prune(ck, h.origin, MAX(keep, 2) - 1);
-		same = held_same(ck, h.origin, h.id, false);
-		if (ck->nvme_used + ck->peer.held_used - same + h.size > ck->cfg->checkpoint.nvme ||
-		    h.size > avail) {
-			snprintf(why, wlen, "no room on node %u's NVMe for a copy of %s (%s) beside "
-				 "the copies it holds (the last one stays until a new one is "
-				 "complete): [checkpoint] nvme %s, %s in use, %s free on the disk; "
-				 "raise [checkpoint] nvme", ck->node,
-				 h.path, fmt_size(sz, sizeof(sz), h.size),
-				 fmt_size(a, sizeof(a), ck->cfg->checkpoint.nvme),
-				 fmt_size(b, sizeof(b), ck->nvme_used + ck->peer.held_used),
-				 fmt_size((char[32]){ 0 }, 32, avail));
-			pthread_mutex_unlock(&ck->mu);
-			return -ENOSPC;
-		}
-		ck->peer.held_used += h.size;
-	} else {
-		if (ck->mem_used - same + h.size > ck->cfg->checkpoint.memory)
-			held_prune(ck, h.origin, MAX(keep, 2) - 1);
-		same = held_same(ck, h.origin, h.id, true);
-		if (ck->mem_used - same + h.size > ck->cfg->checkpoint.memory) {
-			snprintf(why, wlen, "no room in node %u's memory for a copy of %s (%s) beside "
-				 "the copies it holds (the last one stays until a new one is "
-				 "complete): [checkpoint] memory %s, %s in use (it has no NVMe tier); "
-				 "raise [checkpoint] memory", ck->node,
-				 h.path, fmt_size(sz, sizeof(sz), h.size),
-				 fmt_size(a, sizeof(a), ck->cfg->checkpoint.memory),
-				 fmt_size(b, sizeof(b), ck->mem_used));
-			pthread_mutex_unlock(&ck->mu);
-			return -ENOSPC;
-		}
-		ck->mem_used += h.size;
-	}
-	pthread_mutex_unlock(&ck->mu);
-
-	int out = -1;
-	if (nvme) {
-		snprintf(dir, sizeof(dir), "%s/peer-%u", ck->dir, h.origin);
-		rc = mkdir_p(dir, 0700);
-		/* peer-<origin> itself is durable in ck->dir */
-		if (rc == 0)
-			rc = ckpt_fsync_dir(dir);
-		/* a temporary name: a copy sent again replaces the held one whole */
-		held_file(ck, h.origin, h.id, "data.tmp", f, sizeof(f));
-		out = rc == 0 ? open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-		if (out < 0 && rc == 0)
-			rc = -errno;
-	} else {
-		out = memfd_create("seer-ckpt-peer", MFD_CLOEXEC);
-		rc = out < 0 ? -errno : 0;
-	}
-	if (rc != 0) {
-		snprintf(why, wlen, "cannot create %s: %s", nvme ? f : "a memfd", strerror(-rc));
-		goto fail;
-	}
-	uint32_t crc = 0, want = 0, idx = 0;
-	uint64_t synced = 0;
-	for (uint64_t off = 0; off < h.size; off += CK_PEER_MSG, idx++) {
-		size_t n = (size_t)MIN((uint64_t)CK_PEER_MSG, h.size - off);
-		rc = rx_next(ck, seq, m);
-		if (rc == 0 && (CKT_TYPE(m->tag) != CKT_DATA || CKT_IDX(m->tag) != idx || m->n != n))
-			rc = -EPROTO;
-		if (rc != 0) {
-			snprintf(why, wlen, "node %u's copy of %s ended at byte %" PRIu64 " of %" PRIu64
-				 ": %s", h.origin, h.path, off, h.size,
-				 rc == -EAGAIN ? "a new copy began" : strerror(-rc));
-			goto fail;
-		}
-		crc = crc32c(crc, m->b, n);
-		rc = ckpt_write_all(out, m->b, n, (off_t)off);
-		if (rc != 0) {
-			snprintf(why, wlen, "writing %s: %s", nvme ? f : "a memfd", strerror(-rc));
-			goto fail;
-		}
-		/* started now, so that the fsync after END has little left
-		 * (an error shows again in that fsync) */
-		if (nvme && off + n - synced >= CK_PEER_WRITEBACK) {
-			sync_file_range(out, (off_t)synced, (off_t)(off + n - synced),
-					SYNC_FILE_RANGE_WRITE);
-			synced = off + n;
-		}
-	}
-	rc = rx_next(ck, seq, m);
-	if (rc == 0 && (CKT_TYPE(m->tag) != CKT_END || m->n != sizeof(want)))
-		rc = -EPROTO;
-	if (rc == 0)
-		memcpy(&want, m->b, sizeof(want));
-	if (rc == 0 && want != crc) {
-		rc = -EBADMSG;
-		snprintf(why, wlen, "the copy of %s does not match its checksum (crc32c %08x, sent "
-			 "%08x): not kept", h.path, crc, want);
-		goto fail;
-	}
-	if (rc != 0) {
-		snprintf(why, wlen, "reading the checksum: %s",
-			 rc == -EAGAIN ? "a new copy began" : strerror(-rc));
-		goto fail;
-	}
-	if (nvme) {
-		if (fsync(out) != 0) {
-			rc = -errno;
-			snprintf(why, wlen, "fsync %s: %s", f, strerror(errno));
-			goto fail;
-		}
-		char data[4200], meta[4200], *text = NULL;
-		held_file(ck, h.origin, h.id, "data", data, sizeof(data));
-		held_file(ck, h.origin, h.id, "meta", meta, sizeof(meta));
-		if (rename(f, data) != 0) {
-			/* a held copy of the same id is untouched */
-			rc = -errno;
-			snprintf(why, wlen, "rename %s to %s: %s", f, data, strerror(-rc));
-			goto fail;
-		}
-		if (asprintf(&text, "seer-ckpt-peer 1\norigin %u\nid %016" PRIx64 "\nsize %" PRIu64
-			     "\ncrc32c %08x\npath %s\n", h.origin, h.id, h.size, crc, h.path) < 0)
-			abort();
-		rc = ckpt_fsync_dir(data);
-		const char *what = "fsync the directory of", *wf = data;
-		if (rc == 0) {
-			what = "cannot record";
-			wf = meta;
-			rc = ckpt_record_write(meta, text);
-		}
-		free(text);
-		if (rc != 0) {
-			/* the rename replaced the .data of a held copy of the same id,
-			 * if any: neither is kept, nor its record */
-			snprintf(why, wlen, "%s %s: %s", what, wf, strerror(-rc));
-			unlink(data);
-			unlink(meta);
-			held_forget(ck, h.origin, h.id);
-			f[0] = '\0';
-			goto fail;
-		}
-		str_copy(f, sizeof(f), data);
-		close(out);
-		out = -1;
-	}
-	held_forget(ck, h.origin, h.id);
-	struct ck_held *hd = calloc(1, sizeof(*hd));
-	if (!hd)
-		abort();
-	hd->origin = h.origin;
-	hd->id = h.id;
-	hd->size = h.size;
-	hd->path = xstrdup(h.path);
-	hd->memfd = nvme ? -1 : out;
-	hd->wall = time(NULL);
-	pthread_mutex_lock(&ck->mu);
-	held_insert(ck, hd);
-	held_prune(ck, h.origin, MAX(keep, 1));
-	pthread_mutex_unlock(&ck->mu);
-	log_info("copy of node %u's checkpoint %s (%s) held %s", h.origin, h.path,
-		 fmt_size(sz, sizeof(sz), h.size), nvme ? f : "in memory (no NVMe tier)");
-	return 0;
-fail:
-	if (out >= 0)
-		close(out);
-	if (nvme && *f)
-		unlink(f);
-	pthread_mutex_lock(&ck->mu);
-	if (nvme)
-		ck->peer.held_used -= h.size;
-	else
-		ck->mem_used -= h.size;
-	pthread_mutex_unlock(&ck->mu);
-	return rc;
-}
-
-/* A held copy's record found at start (ckpt_walk of <dir>/peer-<origin>/). */
-static void held_found(struct ckpt *ck, const struct ckpt_rec *r, void *arg)
-{
-	uint32_t origin = *(const uint32_t *)arg;
-	struct ck_held *h = calloc(1, sizeof(*h));
-	if (!h)
-		abort();
-	h->origin = origin;
-	h->id = r->id;
-	h->size = r->size;
-	h->path = xstrdup(r->path);
-	h->memfd = -1;
-	h->wall = r->sb.st_mtime;
-	held_insert(ck, h); /* by id, not by arrival */
-	ck->peer.held_used += r->size;
-	log_info("copy of node %u's checkpoint %s found on NVMe at %s", origin, r->path, r->data);
-}
-
-void ckpt_peer_recover(struct ckpt *ck)
-{
-	DIR *d = opendir(ck->dir);
-	if (!d)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		uint32_t origin;
-		char end;
-		if (sscanf(de->d_name, "peer-%" SCNu32 "%c", &origin, &end) != 1)
-			continue;
-		char sub[4200];
-		snprintf(sub, sizeof(sub), "%s/%s", ck->dir, de->d_name);
-		ckpt_walk(ck, sub, "seer-ckpt-peer", "held copy", held_found, &origin);
-	}
-	closedir(d);
-	/* retention per origin (held_prune frees: start over after each) */
-	uint64_t keep = MAX(ck->cfg->checkpoint.keep, 1);
-	for (bool again = true; again;) {
-		again = false;
-		for (struct ck_held *h = ck->peer.held; h && !again; h = h->next) {
-			size_t n = 0;
-			for (struct ck_held *g = ck->peer.held; g; g = g->next)
-				n += g->origin == h->origin;
-			if (n > keep) {
-				held_prune(ck, h->origin, keep);
-				again = true;
-			}
-		}
-	}
-}
-
-int ckpt_peer_open_held(struct ckpt *ck, const char *path, struct ck_item *hit)
-{
-	struct ck_held *hb = NULL;
-	for (struct ck_held *h = ck->peer.held; h; h = h->next)
-		if (strncmp(h->path, path, SEER_CKPT_PATH_MAX) == 0 && !(hb && hb->id > h->id))
-			hb = h;
-	struct stat sb;
-	/* as for our own copies: a PFS file written after the copy is newer */
-	if (!hb || (stat(hb->path, &sb) == 0 && sb.st_mtime > hb->wall + 1))
-		return -1;
-	char f[4200];
-	if (hb->memfd >= 0)
-		snprintf(f, sizeof(f), "/proc/self/fd/%d", hb->memfd);
-	else
-		held_file(ck, hb->origin, hb->id, "data", f, sizeof(f));
-	int fd = open(f, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		hit->id = hb->id;
-		hit->size = hb->size;
-		hit->path = hb->path;
-	}
-	return fd;
-}
 
 void ckpt_peer_list_json(struct ckpt *ck, void *json_root)
 {
-	json_t *root = json_root, *held = json_array();
-	if (!held)
-		abort();
-	uint64_t held_mem = 0;
-	for (struct ck_held *h = ck->peer.held; h; h = h->next) {
-		json_t *o = json_object();
-		if (!o)
-			abort();
-		char id[32];
-		snprintf(id, sizeof(id), "%016" PRIx64, h->id);
-		json_object_set_new(o, "origin", json_integer(h->origin));
-		json_object_set_new(o, "id", json_string(id));
-		json_object_set_new(o, "path", json_string(h->path));
-		json_object_set_new(o, "bytes", json_integer((json_int_t)h->size));
-		json_object_set_new(o, "where", json_string(h->memfd >= 0 ? "memory" : "nvme"));
-		json_array_append_new(held, o);
-		if (h->memfd >= 0)
-			held_mem += h->size;
-	}
-	json_object_set_new(root, "held", held);
-	json_object_set_new(root, "held_nvme", json_integer((json_int_t)ck->peer.held_used));
-	json_object_set_new(root, "held_memory", json_integer((json_int_t)held_mem));
-	json_object_set_new(root, "peer", *ck->peer.addr ? json_integer(ck->peer.node) : json_null());
+	json_object_set_new(json_root, "peer", *ck->peer.addr ? json_integer(ck->peer.node) : json_null());
 }
 
 void ckpt_peer_destroy(struct ckpt *ck)
@@ -556,37 +63,6 @@ void ckpt_peer_destroy(struct ckpt *ck)
 		pthread_join(ck->peer.th_rx, NULL);
 	net_link_close(ck->peer.tx);
 	net_link_close(ck->peer.rx);
-	bool on_nvme = false;
-	for (struct ck_held *h = ck->peer.held; h; h = h->next)
-		on_nvme |= h->memfd < 0;
-	if (*ck->dir && !on_nvme) {
-		/* nothing held here: the receiver id goes with the copies it
-		 * vouched for (a later seerd makes a new one; node - 1 then sends
-		 * again what it recorded as confirmed), and the empty folders */
-		char f[4200];
-		DIR *d = opendir(ck->dir);
-		struct dirent *de;
-		uint32_t origin;
-		char end;
-		while (d && (de = readdir(d)))
-			if (sscanf(de->d_name, "peer-%" SCNu32 "%c", &origin, &end) == 1) {
-				snprintf(f, sizeof(f), "%s/%s", ck->dir, de->d_name);
-				rmdir(f);
-			}
-		if (d)
-			closedir(d);
-		snprintf(f, sizeof(f), "%s/peer-id", ck->dir);
-		unlink(f);
-	}
-	while (ck->peer.held) {
-		/* NVMe copies stay for a later seerd; memory copies go */
-		struct ck_held *h = ck->peer.held;
-		ck->peer.held = h->next;
-		if (h->memfd >= 0)
-			close(h->memfd);
-		free(h->path);
-		free(h);
-	}
 }
 
 /* The receiver: node - 1's copies, one at a time; anything but a HDR
@@ -617,7 +93,7 @@ static void *peer_rx_main(void *arg)
 		memcpy(ack.disk, ck->peer.disk, sizeof(ack.disk));
 		uint64_t src = 0;
 		bool answer = false;
-		ack.status = held_receive(ck, &m, &src, &answer, ack.msg, sizeof(ack.msg));
+		ack.status = ckpt_held_receive(ck, &m, &src, &answer, ack.msg, sizeof(ack.msg));
 		if (ack.status == -ECANCELED)
 			break;
 		if (ack.status != 0)
@@ -626,11 +102,11 @@ static void *peer_rx_main(void *arg)
 			continue;
 		/* the answer goes from the send buffer: the receive buffer may hold
 		 * the next copy's HDR (m.have) */
-		int rc = net_link_send_ready(ck->peer.rx, peer_timeout_s(ck));
+		int rc = net_link_send_ready(ck->peer.rx, ckpt_peer_timeout_s(ck));
 		if (rc == 0) {
 			memcpy(net_link_send_buf(ck->peer.rx), &ack, sizeof(ack));
 			rc = net_link_send(ck->peer.rx, src, CKT(CKT_ACK, seq, 0), sizeof(ack),
-					   peer_timeout_s(ck));
+					   ckpt_peer_timeout_s(ck));
 		}
 		if (rc != 0)
 			log_info("checkpoints: the answer to node %u's copy was not delivered (%s): "
@@ -669,13 +145,13 @@ static int peer_send(struct ckpt *ck, struct ck_item *it, uint8_t disk[16], char
 {
 	struct net_link *l = ck->peer.tx;
 	uint8_t *sb = net_link_send_buf(l);
-	double tmo = peer_timeout_s(ck);
+	double tmo = ckpt_peer_timeout_s(ck);
 	uint32_t seq = ++ck->peer.seq & 0x0fffffffu;
 	int in = -1, rc = 0;
 	char src[4200] = "";
 	const char *step = "the header";
 	if (!it->mem) {
-		ckpt_nvme_file(ck, it->id, "data", src, sizeof(src));
+		ckpt_store_file(ck, it->id, "data", src, sizeof(src));
 		in = open(src, O_RDONLY | O_CLOEXEC);
 		if (in < 0) {
 			rc = -errno;
@@ -780,7 +256,7 @@ static bool peer_superseded(struct ckpt *ck, struct ck_item *it)
 		log_info("checkpoint %s (%016" PRIx64 "): its copy to node %u is not sent again: "
 			 "that node confirmed a newer checkpoint of the path (%016" PRIx64 ")",
 			 it->path, it->id, ck->peer.node, o->id);
-		ckpt_wake_svc(ck);
+		ckpt_svc_wake(ck);
 		return true;
 	}
 	return false;
@@ -848,7 +324,7 @@ static void *peer_tx_main(void *arg)
 				str_copy(it->peer_why + strlen(it->peer_why),
 					 sizeof(it->peer_why) - strlen(it->peer_why), ")");
 			log_warn("checkpoint %s: no peer copy: %s", it->path, it->peer_why);
-			ckpt_wake_svc(ck);
+			ckpt_svc_wake(ck);
 			continue;
 		}
 		it->peer_busy = true;
@@ -866,7 +342,7 @@ static void *peer_tx_main(void *arg)
 			memcpy(it->rec_peer_disk, disk, sizeof(it->rec_peer_disk));
 			bool nvme = it->on_nvme;
 			pthread_mutex_unlock(&ck->mu);
-			if (nvme && ckpt_meta_write(ck, it) != 0)
+			if (nvme && ckpt_store_meta_write(ck, it) != 0)
 				log_warn("checkpoint %s: cannot record its peer copy on NVMe (a restarted "
 					 "seerd sends it again)", it->path);
 		}
@@ -893,12 +369,9 @@ static void *peer_tx_main(void *arg)
 		} else {
 			break;
 		}
-		if (!it->on_nvme && it->mem && !ckpt_item_held(it) && it->st[SEER_CKL_PFS] == SEER_CKS_DONE)
-			ckpt_item_free_mem(ck, it);
-		ckpt_prune(ck, 0);
-		pthread_cond_broadcast(&ck->cv);
-		pthread_cond_broadcast(&ck->idle);
-		ckpt_wake_svc(ck);
+		if (!it->on_nvme && it->mem && !ckpt_store_in_use(it) && it->st[SEER_CKL_PFS] == SEER_CKS_DONE)
+			ckpt_store_free_mem(ck, it);
+		ckpt_svc_changed(ck);
 	}
 	pthread_mutex_unlock(&ck->mu);
 	return NULL;
@@ -954,9 +427,9 @@ static int disk_id(struct ckpt *ck, char *err, size_t elen)
 	str_copy(text + strlen(text), sizeof(text) - strlen(text), "\n");
 	int rc = mkdir_p(ck->dir, 0700);
 	if (rc == 0)
-		rc = ckpt_fsync_dir(ck->dir);
+		rc = ckpt_store_fsync_dir(ck->dir);
 	if (rc == 0)
-		rc = ckpt_record_write(f, text);
+		rc = ckpt_store_record_write(f, text);
 	if (rc != 0)
 		snprintf(err, elen, "cannot write the receiver id %s: %s (check [cache] nvme_dir)",
 			 f, strerror(-rc));

@@ -1,4 +1,4 @@
-/* The checkpoint drain's pacing: how fast the drain (checkpoint.c) writes
+/* The checkpoint drain's pacing: how fast the drain (checkpoint_drain.c) writes
  * to the PFS after each piece, from what seerd's own PFS reads look like
  * (the engine's outlook, engine_pfs_outlook) and the [checkpoint] keys.
  *

@@ -194,12 +194,12 @@ const struct config_key config_keys[] = {
 	{ "checkpoint", "drain_rate", CFG_SIZE, F(checkpoint.drain_rate), "0", 0, SIZEMAX, NULL, false,
 	  "bytes/s of checkpoint writes to the PFS (0: no cap)" },
 	{ "checkpoint", "drain_share", CFG_DOUBLE, F(checkpoint.drain_share), "0.25", 0, 1, NULL,
-	  false, "while seerd's own PFS reads wait or the plan reads the PFS within drain_window_s, "
-	  "the share of time the drain may write (more than 0)" },
+	  false, "while seerd's own PFS reads are queued, the share of time the drain may write "
+	  "(more than 0); between them it writes" },
 	{ "checkpoint", "drain_window_s", CFG_DOUBLE, F(checkpoint.drain_window_s), "5", 0, 3600,
-	  NULL, false, "seconds of the trainers' batches ahead the drain looks at for PFS reads of "
-	  "the plan; none there: it writes at full rate (drain_rate only); 0: only reads queued "
-	  "now count" },
+	  NULL, false, "seconds of the trainers' batches ahead seerd looks at for PFS reads of the "
+	  "plan (seerctl checkpoints: the outlook, pace \"plan\" or \"full\"); the drain "
+	  "fills the gaps between reads either way; 0: only reads queued now count" },
 	{ "checkpoint", "peers", CFG_U64, F(checkpoint.peers), "1", 0, 1, NULL, false,
 	  "nodes that hold a copy of each checkpoint besides its own (0 or 1: the next node, "
 	  "(node + 1) % nodes; no effect on one node)" },

@@ -37,6 +37,7 @@ save_items() hands such a buffer to seerd, read_ranges() reads byte ranges
 back from the newest complete copy of a file.
 """
 
+import contextlib
 import ctypes
 import errno
 import io
@@ -289,6 +290,23 @@ def _fill(lib, h, obj, size):
     return w.pos
 
 
+@contextlib.contextmanager
+def _commit_or_abandon(lib, h):
+    """Runs the block that fills h, then commits all its bytes; if the block
+    or the commit raises, closes h (seerd abandons the checkpoint: nothing
+    reaches its path) and the exception goes on."""
+    ok = False
+    try:
+        yield
+        rc = lib.seer_ckpt_commit(h)
+        if rc != 0:
+            raise _err(lib, rc)
+        ok = True
+    finally:
+        if not ok:
+            lib.seer_ckpt_close(h)  # seerd abandons it
+
+
 def save(obj, path, socket=None, job_id=None, timeout=None, connect_timeout=None):
     """Serialise obj as torch.save would, into seerd's shared memory, and
     return a Checkpoint once the bytes are there. timeout: seconds to wait
@@ -317,19 +335,11 @@ def save(obj, path, socket=None, job_id=None, timeout=None, connect_timeout=None
     torch.save(obj, counter)
     size = counter.n
     h = _begin(lib, o, path, size, timeout)
-    ok = False
-    try:
+    with _commit_or_abandon(lib, h):
         n = _fill(lib, h, obj, size)
         if n != size:
             raise SeerError(-errno.EOVERFLOW, "torch.save wrote %d bytes, then %s (changed "
                             "while saving?)" % (size, "more" if n is None else n))
-        rc = lib.seer_ckpt_commit(h)
-        if rc != 0:
-            raise _err(lib, rc)
-        ok = True
-    finally:
-        if not ok:
-            lib.seer_ckpt_close(h)  # seerd abandons it
     return Checkpoint(lib, h, path, size)
 
 
@@ -446,8 +456,7 @@ def save_items(path, sizes, fill, socket=None, job_id=None, timeout=None, connec
     offsets, total = layout(sizes, align)
     # seerd hands out no empty memory: an empty file is one zero byte
     h = _begin(lib, _options(socket, job_id, connect_timeout), path, max(total, 1), timeout)
-    ok = False
-    try:
+    with _commit_or_abandon(lib, h):
         if total:
             base = memoryview((ctypes.c_char * total).from_address(lib.seer_ckpt_data(h)))
             base = base.cast("B")
@@ -457,13 +466,6 @@ def save_items(path, sizes, fill, socket=None, job_id=None, timeout=None, connec
                         fill(i, view)
             finally:
                 base.release()
-        rc = lib.seer_ckpt_commit(h)
-        if rc != 0:
-            raise _err(lib, rc)
-        ok = True
-    finally:
-        if not ok:
-            lib.seer_ckpt_close(h)  # seerd abandons it
     return Checkpoint(lib, h, path, max(total, 1)), offsets
 
 
