@@ -79,7 +79,7 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 			snprintf(why, wlen, "cannot read its NVMe copy %s: %s", src, strerror(errno));
 			return -errno;
 		}
-		buf = malloc(CK_CHUNK);
+		buf = malloc(CK_DRAIN_PIECE);
 		if (!buf)
 			abort();
 	}
@@ -119,9 +119,16 @@ static int drain_one(struct ckpt *ck, struct ck_item *it, char *why, size_t wlen
 		/* out of a PFS client's write cache now, so the piece's time is
 		 * the link's and the pace below holds on the wire (not later, all
 		 * at once, in the flush); where the file system has no such
-		 * cache it does nothing, and the fsync below reports any error */
-		sync_file_range(out, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WAIT_BEFORE |
-				SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+		 * cache it does nothing. A failed write-back is reported here
+		 * once (the kernel advances the file's error mark: the fsync
+		 * below would then say 0), so it fails the drain here. */
+		if (sync_file_range(out, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WAIT_BEFORE |
+				    SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0 &&
+		    errno != EINVAL && errno != ESPIPE && errno != ENOSYS && errno != EOPNOTSUPP) {
+			rc = -errno;
+			snprintf(why, wlen, "writing %s: %s", tmp, strerror(errno));
+			goto out;
+		}
 		double cdt = now_s() - c0;
 		/* seerd's own PFS reads now and in the plan ahead decide the pace */
 		struct pfs_outlook o = { 0 };
@@ -214,7 +221,8 @@ void *ckpt_drain_main(void *arg)
 			ck->drain.rate = dt > 0 ? (double)it->size / dt : 0;
 			char f[32], p[32], y[32];
 			log_info("checkpoint %s (%s) on the PFS in %.2f s (%.1f MB/s; at full rate %s, "
-				 "drain_share beside the plan's PFS reads %s, yielding to queued reads %s)",
+				 "in the gaps between the plan's PFS reads %s, yielding to queued reads "
+				 "%s)",
 				 it->path, fmt_size(sz, sizeof(sz), it->size), dt, ck->drain.rate / 1e6,
 				 fmt_size(f, sizeof(f), it->mode_bytes[DRAIN_FULL]),
 				 fmt_size(p, sizeof(p), it->mode_bytes[DRAIN_PLAN]),

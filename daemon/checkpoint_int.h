@@ -15,7 +15,7 @@
  * ck->mu, except what a thread reads from an item it marked busy or
  * peer_busy (the bytes, the path), which nobody frees or changes meanwhile,
  * and what is set before the threads that read it start (cfg, dir, node,
- * nnodes, peer.lfd, peer.secret). */
+ * nnodes, peer.secret, peer.addr, peer.disk). */
 #ifndef SEERD_CHECKPOINT_INT_H
 #define SEERD_CHECKPOINT_INT_H
 

@@ -7,7 +7,9 @@
  * (struct ck_peers in checkpoint_int.h, with the wire format they speak),
  * the address exchange at start and this node's receiver id
  * (<dir>/peer-id). The items' peer state (st[SEER_CKL_PEER], peer_why,
- * peer_busy, the retries) is written here only.
+ * peer_busy, the retries) is written here, except where a checkpoint
+ * begins, is committed (checkpoint_svc.c) or is recovered at start
+ * (checkpoint.c), which set its first state.
  *
  * Threads: the sender (peer_tx_main: one copy at a time, the bytes read
  * from NVMe or memory with peer_busy set; it alone uses the tx link) and

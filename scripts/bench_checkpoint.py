@@ -181,7 +181,7 @@ def trainer_rates(procs):
 
 
 DRAIN_RE = re.compile(r"checkpoint (\S+) \(([^)]*)\) on the PFS in ([0-9.]+) s \(([0-9.]+) MB/s"
-                      r"(?:; at full rate ([^,]+), drain_share beside the plan's PFS reads ([^,]+), "
+                      r"(?:; at full rate ([^,]+), in the gaps between the plan's PFS reads ([^,]+), "
                       r"yielding to queued reads ([^)]+))?")
 
 

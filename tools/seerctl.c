@@ -285,7 +285,7 @@ static int render_checkpoints(const char *text, FILE *out)
 			rate(c, jnum(e, "drain_rate")), jnum(e, "eta_s"), jtext(e, "path"));
 		json_t *mb = json_object_get(e, "drain_modes");
 		if (jnum(mb, "full") + jnum(mb, "plan") + jnum(mb, "yield") > 0)
-			fprintf(out, "    drained at full rate %s, at drain_share beside the plan's "
+			fprintf(out, "    drained at full rate %s, in the gaps between the plan's "
 				"reads %s, yielding to queued reads %s\n",
 				fmt_size(a, sizeof(a), (uint64_t)jnum(mb, "full")),
 				fmt_size(b, sizeof(b), (uint64_t)jnum(mb, "plan")),

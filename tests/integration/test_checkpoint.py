@@ -278,9 +278,34 @@ def eio_part(d, pfs, trigger):
     check(open(h.path, "rb").read() == torch_bytes(obj), "bytes after the retry")
 
 
+def writeback_eio_part(d, pfs, trigger, wb):
+    """The writes succeed and only their write-back fails (the PFS client's
+    cache takes the bytes; the kernel reports the failure once, to the
+    drain's per-piece sync_file_range, and the fsync after it says 0): the
+    drain must fail, not rename a file missing a piece into place."""
+    obj = state(100000, 13)
+    open(wb, "w").close()
+    open(trigger, "w").close()
+    h = sc.save(obj, os.path.join(pfs, "w.pt"), socket=d.sock, job_id=JOB)
+    h.wait("local", timeout=LONG)
+    try:
+        h.wait("pfs", timeout=LONG)
+        raise Fail("wait('pfs') returned though the write-back failed")
+    except seer.SeerError as ex:
+        check("Input/output error" in str(ex) and "stays on NVMe" in str(ex),
+              "wait('pfs') says why: %s" % ex)
+    check(not os.path.exists(h.path), "a file at the path after a failed write-back")
+    no_partial(pfs)
+    os.unlink(trigger)
+    os.unlink(wb)
+    wait_for(lambda: h.state()["pfs"] == "done" or None, LONG, "the retried drain")
+    check(open(h.path, "rb").read() == torch_bytes(obj), "bytes after the retry")
+
+
 def test_pfs_fails_eio_enospc():
-    """EIO on every write to the PFS directory (a preloaded shim), then a full
-    file system (a 1 MiB tmpfs): wait("pfs") raises with the reason, seerctl
+    """EIO on every write to the PFS directory (a preloaded shim), EIO on
+    their write-back only, then a full file system (a 1 MiB tmpfs):
+    wait("pfs") raises with the reason, seerctl
     says it, no file (partial or temporary) at the path, the copy stays on
     NVMe and goes to the PFS once it works again."""
     tmp = tmpdir("seer-ck-")
@@ -295,11 +320,13 @@ def test_pfs_fails_eio_enospc():
         if SANITIZER:  # the shim would precede the sanitizer's runtime
             log("EIO part skipped in sanitizer builds (LD_PRELOAD shim)")
         else:
-            env = {"LD_PRELOAD": eio_shim(tmp), "SEER_EIO_DIR": pfs, "SEER_EIO_TRIGGER": trigger}
+            env = {"LD_PRELOAD": eio_shim(tmp), "SEER_EIO_DIR": pfs, "SEER_EIO_TRIGGER": trigger,
+                   "SEER_EIO_WRITEBACK": os.path.join(tmp, "eio-writeback")}
         mnt = tiny_tmpfs(tmp)
         with Daemon(tmp, settings(tmp, root), env=env) as d:
             if env:
                 eio_part(d, pfs, trigger)
+                writeback_eio_part(d, pfs, trigger, env["SEER_EIO_WRITEBACK"])
             if mnt:
                 big = state(400000, 12)  # 1.6 MB into 1 MiB
                 h2 = sc.save(big, os.path.join(mnt, "f.pt"), socket=d.sock, job_id=JOB)
@@ -432,8 +459,8 @@ def test_training_exact_beside_checkpoints():
 
 def test_drain_full_rate_when_the_plan_reads_no_pfs():
     """The drain's pace follows seerd's own PFS reads (docs/checkpoint.md):
-    while epoch 0 still has PFS reads ahead of the trainer, seerd says a
-    drain would take drain_share ("plan"); once every sample is in RAM or on
+    while epoch 0 still has PFS reads ahead of the trainer, seerd's outlook
+    says "plan" (a drain fills the gaps between them); once every sample is in RAM or on
     NVMe (epoch 1 on), the plan reads no PFS and a checkpoint saved then is
     drained at full rate: all its bytes in mode "full", though the trainer's
     NVMe reads run beside it (before the outlook, queued NVMe reads made the
