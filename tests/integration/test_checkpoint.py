@@ -256,48 +256,31 @@ def tiny_tmpfs(tmp):
     return mnt if r.returncode == 0 else None
 
 
-def eio_part(d, pfs, trigger):
-    obj = state(100000, 11)
-    h = sc.save(obj, os.path.join(pfs, "e.pt"), socket=d.sock, job_id=JOB)
+def eio_part(d, pfs, triggers, name, seed, what):
+    """A checkpoint saved while the files `triggers` exist (the shim fails
+    its PFS writes, or their write-back): wait("pfs") raises naming EIO, no
+    file at the path, seerctl says why, the NVMe copy serves load; once the
+    triggers are gone (the PFS heals) the retry (every 10 s) drains it."""
+    for t in triggers:
+        open(t, "w").close()
+    obj = state(100000, seed)
+    h = sc.save(obj, os.path.join(pfs, name), socket=d.sock, job_id=JOB)
     h.wait("local", timeout=LONG)
     try:
         h.wait("pfs", timeout=LONG)
-        raise Fail("wait('pfs') returned on a failing PFS")
+        raise Fail("wait('pfs') returned though %s" % what)
     except seer.SeerError as ex:
         check("Input/output error" in str(ex) and "stays on NVMe" in str(ex),
               "wait('pfs') says why: %s" % ex)
-    check(not os.path.exists(h.path), "a file at the path after EIO")
+    check(not os.path.exists(h.path), "a file at the path after %s" % what)
     no_partial(pfs)
     row = [c for c in ctl_checkpoints(d)["checkpoints"] if c["path"] == h.path][0]
     check(row["levels"]["pfs"] == "failed" and "Input/output" in row["why"],
           "seerctl says why: %s" % row)
     check(sc.where(h.path, socket=d.sock, job_id=JOB) == "local", "read from NVMe")
     same(sc.load(h.path, socket=d.sock, job_id=JOB), obj)
-    os.unlink(trigger)  # the PFS heals: the retry (every 10 s) drains it
-    wait_for(lambda: h.state()["pfs"] == "done" or None, LONG, "the retried drain")
-    check(open(h.path, "rb").read() == torch_bytes(obj), "bytes after the retry")
-
-
-def writeback_eio_part(d, pfs, trigger, wb):
-    """The writes succeed and only their write-back fails (the PFS client's
-    cache takes the bytes; the kernel reports the failure once, to the
-    drain's per-piece sync_file_range, and the fsync after it says 0): the
-    drain must fail, not rename a file missing a piece into place."""
-    obj = state(100000, 13)
-    open(wb, "w").close()
-    open(trigger, "w").close()
-    h = sc.save(obj, os.path.join(pfs, "w.pt"), socket=d.sock, job_id=JOB)
-    h.wait("local", timeout=LONG)
-    try:
-        h.wait("pfs", timeout=LONG)
-        raise Fail("wait('pfs') returned though the write-back failed")
-    except seer.SeerError as ex:
-        check("Input/output error" in str(ex) and "stays on NVMe" in str(ex),
-              "wait('pfs') says why: %s" % ex)
-    check(not os.path.exists(h.path), "a file at the path after a failed write-back")
-    no_partial(pfs)
-    os.unlink(trigger)
-    os.unlink(wb)
+    for t in triggers:
+        os.unlink(t)
     wait_for(lambda: h.state()["pfs"] == "done" or None, LONG, "the retried drain")
     check(open(h.path, "rb").read() == torch_bytes(obj), "bytes after the retry")
 
@@ -315,7 +298,6 @@ def test_pfs_fails_eio_enospc():
         pfs = os.path.join(tmp, "pfs")
         os.makedirs(pfs)
         trigger = os.path.join(tmp, "eio-now")
-        open(trigger, "w").close()
         env = {}
         if SANITIZER:  # the shim would precede the sanitizer's runtime
             log("EIO part skipped in sanitizer builds (LD_PRELOAD shim)")
@@ -325,8 +307,13 @@ def test_pfs_fails_eio_enospc():
         mnt = tiny_tmpfs(tmp)
         with Daemon(tmp, settings(tmp, root), env=env) as d:
             if env:
-                eio_part(d, pfs, trigger)
-                writeback_eio_part(d, pfs, trigger, env["SEER_EIO_WRITEBACK"])
+                eio_part(d, pfs, [trigger], "e.pt", 11, "the PFS fails its writes")
+                # the writes succeed, their write-back fails: the kernel
+                # reports it once, to the drain's per-piece sync_file_range
+                # (the fsync after it says 0); the drain must not rename a
+                # file missing a piece into place
+                eio_part(d, pfs, [trigger, env["SEER_EIO_WRITEBACK"]], "w.pt", 13,
+                         "the write-back failed")
             if mnt:
                 big = state(400000, 12)  # 1.6 MB into 1 MiB
                 h2 = sc.save(big, os.path.join(mnt, "f.pt"), socket=d.sock, job_id=JOB)
