@@ -40,7 +40,11 @@ int client_unusable(struct seer_client *c, const char *fn)
 }
 
 /* Wake a sleeping daemon after our consumer or release index moved, unless
- * it asked to be woken only once our ring runs low (ring_below). */
+ * it asked to be woken only once our ring runs low (ring_below) and fewer
+ * than that many releases wait for it: seerd records our position when it
+ * takes them, so a trainer that releases without taking (the batches a
+ * TorchLoader took ahead, at an epoch's end) still has at most ring_below
+ * of them unrecorded should seerd die (docs/resume.md, SIGKILL). */
 static void notify_daemon(struct seer_client *c)
 {
 	/* pairs with the daemon's fence between setting need_wakeup and its last
@@ -49,7 +53,7 @@ static void notify_daemon(struct seer_client *c)
 	if (!atomic_load_explicit(&c->shm.co->need_wakeup, memory_order_acquire))
 		return;
 	uint32_t below = atomic_load_explicit(&c->shm.co->ring_below, memory_order_relaxed);
-	if (below == 0 || ring_count(&c->out) < below) {
+	if (below == 0 || ring_count(&c->out) < below || ring_count(&c->rel) >= below) {
 		uint64_t one = 1;
 		ssize_t r UNUSED = write(c->efd, &one, sizeof(one));
 	}

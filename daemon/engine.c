@@ -260,7 +260,9 @@ bool engine_arm(struct engine *e)
 	 * take or a release gives us nothing to do at once (staging and slots
 	 * are per trainer: one's release frees nothing another waits for): a
 	 * trainer wakes us once its ring runs lower (ring_below; an empty ring
-	 * always does), and that pass takes every release and refills every
+	 * always does) or once ring_below of its releases wait (a trainer that
+	 * releases without taking: a TorchLoader's batches taken ahead, at an
+	 * epoch's end), and that pass takes every release and refills every
 	 * ring. Otherwise -- PFS reads to start early, a stop, a reset -- every
 	 * take and release rings. Released positions (resume.c) are then
 	 * recorded at that pass, or at the 1 s timer at the latest. */
