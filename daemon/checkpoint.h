@@ -21,8 +21,8 @@
  * -> a temporary name beside the PFS path, fsync, rename: a reader never
  * sees a partial file), capped by
  * [checkpoint] drain_rate and paced by seerd's own PFS reads now and in
- * the plan ahead (the outlook callback, drain_pace.h: full rate, or
- * drain_share of the time). The dispatcher calls ckpt_attach, ckpt_list_json and
+ * the plan ahead (the outlook callback, drain_pace.h: full rate, the gaps
+ * between reads filled, or drain_share of the time while reads are queued). The dispatcher calls ckpt_attach, ckpt_list_json and
  * ckpt_create/ckpt_finish/ckpt_destroy.
  *
  * Failure: nothing is lost silently. An NVMe write that fails keeps the
