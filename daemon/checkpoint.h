@@ -22,7 +22,8 @@
  * sees a partial file), capped by
  * [checkpoint] drain_rate and paced by seerd's own PFS reads now and in
  * the plan ahead (the outlook callback, drain_pace.h: full rate, the gaps
- * between reads filled, or drain_share of the time while reads are queued). The dispatcher calls ckpt_attach, ckpt_list_json and
+ * between reads filled, or drain_share of the time while reads are
+ * queued). The dispatcher calls ckpt_attach, ckpt_list_json and
  * ckpt_create/ckpt_finish/ckpt_destroy.
  *
  * Failure: nothing is lost silently. An NVMe write that fails keeps the
